@@ -1,0 +1,97 @@
+"""ZeroMQ plumbing: endpoints of one deployment, and typed send/receive of `messages` over PUSH/PULL sockets.
+
+Every process binds one PULL socket for everything addressed to it and connects PUSH sockets to the
+processes it talks to. On one host the endpoints are `ipc://` paths in a private (0700) run directory; for
+subservers on other hosts, `tcp://HOST:PORT`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from tokenrouter.runtime import messages as m
+
+
+@dataclass(slots=True)
+class Endpoints:
+    launcher: str
+    frontend: str
+    subservers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def ipc(cls, models: list[str], run_dir: str | None = None) -> Endpoints:
+        run_dir = run_dir or tempfile.mkdtemp(prefix="tokenrouter-")
+        os.chmod(run_dir, 0o700)
+        return cls(
+            launcher=f"ipc://{run_dir}/launcher",
+            frontend=f"ipc://{run_dir}/frontend",
+            subservers={name: f"ipc://{run_dir}/sub-{name}" for name in models},
+        )
+
+    @classmethod
+    def tcp(cls, models: list[str], host: str = "127.0.0.1", base_port: int = 28100) -> Endpoints:
+        return cls(
+            launcher=f"tcp://{host}:{base_port}",
+            frontend=f"tcp://{host}:{base_port + 1}",
+            subservers={name: f"tcp://{host}:{base_port + 2 + i}" for i, name in enumerate(models)},
+        )
+
+    def to_dict(self) -> dict:
+        return {"launcher": self.launcher, "frontend": self.frontend, "subservers": dict(self.subservers)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Endpoints:
+        return cls(launcher=d["launcher"], frontend=d["frontend"], subservers=dict(d["subservers"]))
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+class Receiver:
+    """A bound PULL socket that decodes one message union."""
+
+    def __init__(self, ctx: zmq.Context, addr: str, union: type) -> None:
+        self.sock = ctx.socket(zmq.PULL)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(addr)
+        self._decoder = msgspec.msgpack.Decoder(union)
+
+    def recv(self, block: bool = True):
+        data = self.sock.recv(0 if block else zmq.NOBLOCK)
+        return self._decoder.decode(data)
+
+    def poll(self, timeout_ms: int) -> bool:
+        return bool(self.sock.poll(timeout_ms))
+
+    def drain(self) -> list:
+        """All messages already queued, without blocking."""
+        out = []
+        while True:
+            try:
+                out.append(self.recv(block=False))
+            except zmq.Again:
+                return out
+
+
+class Sender:
+    """A connected PUSH socket."""
+
+    def __init__(self, ctx: zmq.Context, addr: str) -> None:
+        self.sock = ctx.socket(zmq.PUSH)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(addr)
+
+    def send(self, msg: msgspec.Struct) -> None:
+        self.sock.send(_encoder.encode(msg))
+
+
+def decode_union(data: bytes, union: type):
+    return msgspec.msgpack.decode(data, type=union)
+
+
+__all__ = ["Endpoints", "Receiver", "Sender", "decode_union", "m"]

@@ -1,0 +1,131 @@
+"""Every message that crosses a process boundary, grouped by destination. Nothing else lives here.
+
+Messages are msgspec Structs, tagged so that one decoder per socket tells them apart; they travel as msgpack
+over ZeroMQ (see `ipc.py`). Never pickle.
+
+Who sends what (rid = request id, a str chosen by the frontend):
+- frontend → entry subserver: `NewRequest`.
+- frontend → every subserver: `Release` (the request finished: free its KV), `Abort` (client gone or a stop
+  string matched), `ActiveCount` (the number of active requests n changed), `Shutdown`.
+- subserver → subserver: `PeerRequest` (a hop: the request continues on the receiver).
+- subserver → frontend: `StepOutputs` (tokens committed and requests finished in one step), `SubserverStats`.
+- any process → launcher: `Ready`, `Fatal`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SamplingSpec(msgspec.Struct, frozen=True):
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    seed: int = 0  # the frontend always sets one (the client's, or drawn at arrival)
+    max_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+# ---- frontend → subservers ------------------------------------------------------------------------------
+
+
+class NewRequest(msgspec.Struct, tag=True):
+    rid: str
+    prompt_ids: list[int]
+    sampling: SamplingSpec
+    n_active: int  # active requests including this one
+
+
+class Release(msgspec.Struct, tag=True):
+    rid: str
+
+
+class Abort(msgspec.Struct, tag=True):
+    rid: str
+    reason: str = "abort"
+
+
+class ActiveCount(msgspec.Struct, tag=True):
+    n_active: int
+
+
+class Shutdown(msgspec.Struct, tag=True):
+    pass
+
+
+# ---- subserver → subserver ------------------------------------------------------------------------------
+
+
+class PeerRequest(msgspec.Struct, tag=True):
+    """A hop. `tokens` are the request's tokens that the receiver has not seen yet, starting at sequence index
+    `start` (the receiver's last known length; 0 on a first visit, then `tokens` = prompt + generated so far).
+    `prompt_len` and `generated` let the receiver continue the counters; `drop` says the sender's sampled token
+    was discarded (the receiver writes that position); `for_k` > 0 means: generate that many tokens, then hand
+    back to `return_to` without consulting the receiver's own rules."""
+
+    rid: str
+    origin: str
+    start: int
+    tokens: list[int]
+    prompt_len: int
+    generated: int
+    sampling: SamplingSpec
+    drop: bool = False
+    for_k: int = 0
+    return_to: str | None = None
+    n_active: int = 0
+
+
+# ---- subservers → frontend ------------------------------------------------------------------------------
+
+
+class TokenOut(msgspec.Struct):
+    rid: str
+    index: int  # index of token_ids[0] among the request's generated tokens
+    token_ids: list[int]
+    model: str  # the model that wrote these tokens
+    hop_to: str | None = None  # set when this step ended with a hop to another model
+
+
+class Finished(msgspec.Struct):
+    rid: str
+    reason: str  # "stop" (EOS / stop token), "length" (max_tokens), "error"
+    model: str
+    error: str | None = None
+
+
+class StepOutputs(msgspec.Struct, tag=True):
+    model: str
+    tokens: list[TokenOut]
+    finished: list[Finished]
+
+
+class SubserverStats(msgspec.Struct, tag=True):
+    model: str
+    waiting: int
+    running: int
+    pending: int
+    last_batch_size: int
+    last_step_ms: float
+    steps: int
+    kv_pages_total: int
+    kv_pages_free: int
+
+
+# ---- any process → launcher -----------------------------------------------------------------------------
+
+
+class Ready(msgspec.Struct, tag=True):
+    name: str
+    info: dict = {}
+
+
+class Fatal(msgspec.Struct, tag=True):
+    name: str
+    error: str  # the traceback, for the log
+
+
+ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest
+ToFrontend = StepOutputs | SubserverStats | Fatal
+ToLauncher = Ready | Fatal
