@@ -1,0 +1,155 @@
+"""`ForwardBatch`: everything one model forward step reads, as device tensors of fixed shape.
+
+Built by the engine on the host from the step's rows, *before* the model runs; the model forward itself
+only reads these tensors, so it can be captured in a CUDA graph for a fixed (batch size B, token count T).
+
+Layout (T = Σ extend_seq_lens, rows are requests, tokens of one row are contiguous and in order):
+- `input_ids` [T] int64, `positions` [T] int64 (the token's index in its sequence),
+  `out_cache_loc` [T] int64: the KV slot each new token's K/V is written to.
+- `req_pool_indices` [B] int64: each row's row in `req_to_token_pool.req_to_token`.
+- `seq_lens` [B] int64: tokens with KV after this step (prefix + new), `extend_prefix_lens` [B] int64:
+  tokens already in the cache before this step, `extend_seq_lens` [B] int64: new tokens this step.
+- `qo_indptr` [B+1] int64: row i's new tokens are `input_ids[qo_indptr[i]:qo_indptr[i+1]]`.
+- `last_indices` [B] int64 = qo_indptr[1:] − 1: the token whose logits/hidden state each row returns.
+- Host copies (`*_cpu`, plain tuples of int) and `max_seq_len` / `max_extend_len` for code that runs outside
+  the graph (`AttentionBackend.init_forward_metadata`, a graph runner's `can_run`). Never read in the forward.
+- `req_to_token_pool`, `token_to_kv_pool`: the pools (the attention backend writes K/V into the latter and
+  reads the page table from the former).
+- `attn_metadata`: whatever the attention backend's `init_forward_metadata` prepared (backend-private).
+
+Padding (for graph replay of a smaller batch in a larger captured shape): a padding *token* has
+`input_ids` 0, `positions` 0, `out_cache_loc` 0 (KV slot 0 is the reserved dummy slot, never allocated);
+a padding *row* has `req_pool_indices` 0 (row 0 of the request table is reserved and all zeros, i.e. it
+points at slot 0), `seq_lens` 1, `extend_prefix_lens` 0, `extend_seq_lens` = its padding tokens (≥ 1).
+Padding rows' outputs are garbage and dropped by whoever padded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, auto
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+
+class ForwardMode(IntEnum):
+    """DECODE: every row has exactly one new token. EXTEND: every row has more than one (a first prefill,
+    a re-prefill after eviction, or the tokens a peer wrote). MIXED: both kinds in one step. Attention
+    backends must be correct for any mode; the mode is a hint for picking kernels and graphs."""
+
+    EXTEND = auto()
+    DECODE = auto()
+    MIXED = auto()
+
+    def is_decode(self) -> bool:
+        return self == ForwardMode.DECODE
+
+    def is_extend(self) -> bool:
+        return self == ForwardMode.EXTEND
+
+    def is_mixed(self) -> bool:
+        return self == ForwardMode.MIXED
+
+
+@dataclass(slots=True, eq=False)
+class ForwardBatch:
+    forward_mode: ForwardMode
+    batch_size: int
+    num_tokens: int
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    out_cache_loc: torch.Tensor
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    extend_prefix_lens: torch.Tensor
+    extend_seq_lens: torch.Tensor
+    qo_indptr: torch.Tensor
+    last_indices: torch.Tensor
+    seq_lens_cpu: tuple[int, ...]
+    extend_prefix_lens_cpu: tuple[int, ...]
+    extend_seq_lens_cpu: tuple[int, ...]
+    max_seq_len: int
+    max_extend_len: int
+    req_to_token_pool: ReqToTokenPool | None = None
+    token_to_kv_pool: MHATokenToKVPool | None = None
+    attn_metadata: Any = None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        input_ids: list[int],
+        out_cache_loc: torch.Tensor,
+        req_pool_indices: list[int],
+        extend_prefix_lens: list[int],
+        extend_seq_lens: list[int],
+        device: torch.device,
+        req_to_token_pool: ReqToTokenPool | None = None,
+        token_to_kv_pool: MHATokenToKVPool | None = None,
+    ) -> ForwardBatch:
+        """Build from host lists (one H2D copy per tensor). `out_cache_loc` may be a CPU or device tensor."""
+        bs = len(req_pool_indices)
+        if bs == 0:
+            raise ValueError("a ForwardBatch needs at least one row")
+        if not (len(extend_prefix_lens) == len(extend_seq_lens) == bs):
+            raise ValueError("row lists of a ForwardBatch differ in length")
+        if any(n < 1 for n in extend_seq_lens):
+            raise ValueError("every row of a ForwardBatch needs at least one new token")
+        num_tokens = sum(extend_seq_lens)
+        if len(input_ids) != num_tokens or out_cache_loc.numel() != num_tokens:
+            raise ValueError("input_ids / out_cache_loc do not match Σ extend_seq_lens")
+        positions: list[int] = []
+        for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True):
+            positions.extend(range(p, p + n))
+        seq_lens = [p + n for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True)]
+        indptr = [0]
+        for n in extend_seq_lens:
+            indptr.append(indptr[-1] + n)
+        if all(n == 1 for n in extend_seq_lens):
+            mode = ForwardMode.DECODE
+        elif all(n > 1 for n in extend_seq_lens):
+            mode = ForwardMode.EXTEND
+        else:
+            mode = ForwardMode.MIXED
+        # one pinned-free host tensor, one copy: [input_ids | positions | req | seq | prefix | ext | indptr]
+        host = torch.tensor(
+            input_ids
+            + positions
+            + req_pool_indices
+            + seq_lens
+            + extend_prefix_lens
+            + extend_seq_lens
+            + indptr,
+            dtype=torch.int64,
+        )
+        dev = host.to(device, non_blocking=True)
+        t, b = num_tokens, bs
+        cuts = [t, t, b, b, b, b, b + 1]
+        parts = torch.split(dev, cuts)
+        qo_indptr = parts[6]
+        return cls(
+            forward_mode=mode,
+            batch_size=bs,
+            num_tokens=num_tokens,
+            input_ids=parts[0],
+            positions=parts[1],
+            out_cache_loc=out_cache_loc.to(device=device, dtype=torch.int64, non_blocking=True),
+            req_pool_indices=parts[2],
+            seq_lens=parts[3],
+            extend_prefix_lens=parts[4],
+            extend_seq_lens=parts[5],
+            qo_indptr=qo_indptr,
+            last_indices=qo_indptr[1:] - 1,
+            seq_lens_cpu=tuple(seq_lens),
+            extend_prefix_lens_cpu=tuple(extend_prefix_lens),
+            extend_seq_lens_cpu=tuple(extend_seq_lens),
+            max_seq_len=max(seq_lens),
+            max_extend_len=max(extend_seq_lens),
+            req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool=token_to_kv_pool,
+        )
