@@ -1,0 +1,533 @@
+"""Triton kernels for the GPU fast path: paged attention over the request-to-token table (page size 1),
+and the small fused element-wise ops that keep a decode step's launch count low.
+
+Paged attention
+---------------
+One kernel serves decode, extend and prefill. A batch row `b` has `extend_lens[b]` new query tokens
+(1 for a decode) at the end of a sequence of `seq_lens[b]` tokens; the K/V of *all* `seq_lens[b]` tokens,
+the new ones included, are already in the KV buffers (the caller stores the new tokens' K/V at
+`out_cache_loc` before attention), and `req_to_token[req_pool_indices[b], i]` is the KV slot of token
+`i`. The new query token `j` sits at position `seq_lens[b] - extend_lens[b] + j` and attends causally to
+every position up to and including its own.
+
+Grouped-query attention is folded into the row dimension: one program handles `BLOCK_M` rows of one KV
+head, where row `r` is query token `r // GROUP` and query head `kv_head * GROUP + r % GROUP`, so every
+K/V tile is read once for the whole group. For long contexts and few rows (decode, small extends) the KV
+range is split over `NUM_SPLITS` programs (flash-decoding); a second kernel merges the partial results by
+their log-sum-exp. Everything the kernels read about the batch is in tensors, so a captured CUDA graph
+replays correctly for any sequence lengths that fit the captured shapes.
+
+Under `TRITON_INTERPRET=1` (set before this module is imported) the kernels run on CPU tensors, which is
+how CI tests them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _paged_attn_kernel(
+    Q,
+    K_buf,
+    V_buf,
+    Out,
+    Mid_O,
+    Mid_LSE,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    extend_start_loc,
+    extend_lens,
+    qk_scale,  # sm_scale * log2(e): the softmax runs in base 2
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_mt,
+    stride_mh,
+    stride_ms,
+    stride_lt,
+    stride_lh,
+    stride_r2t,
+    num_row_blocks,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1) // num_row_blocks
+    row_block = tl.program_id(1) % num_row_blocks
+    split = tl.program_id(2)
+
+    ext_len = tl.load(extend_lens + b)
+    if row_block * BLOCK_M >= ext_len * GROUP:
+        return
+    seq_len = tl.load(seq_lens + b)
+    q_start = tl.load(extend_start_loc + b)
+    req = tl.load(req_pool_indices + b).to(tl.int64)
+    prefix = seq_len - ext_len
+
+    rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    tok = rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    row_ok = tok < ext_len
+    q_pos = prefix + tok
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    q_row = (q_start + tok).to(tl.int64)
+
+    q = tl.load(
+        Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+
+    # The last KV position any row of this block may see (causal), then this program's share of it.
+    last_tok = tl.minimum(ext_len - 1, (row_block * BLOCK_M + BLOCK_M - 1) // GROUP)
+    kv_hi = prefix + last_tok + 1
+    chunk = tl.cdiv(tl.cdiv(kv_hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, kv_hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    r2t_row = req_to_token + req * stride_r2t
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < hi
+        loc = tl.load(r2t_row + offs_n, mask=n_ok, other=0).to(tl.int64)
+        k = tl.load(
+            K_buf + loc[None, :] * stride_kt + kv_head * stride_kh + offs_d[:, None],
+            mask=n_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, k) * qk_scale
+        visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            V_buf + loc[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
+            mask=n_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    has = l_i > 0.0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    if NUM_SPLITS == 1:
+        tl.store(
+            Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+            out.to(Out.dtype.element_ty),
+            mask=row_ok[:, None] & d_ok[None, :],
+        )
+    else:
+        tl.store(
+            Mid_O
+            + q_row[:, None] * stride_mt
+            + head[:, None] * stride_mh
+            + split * stride_ms
+            + offs_d[None, :],
+            out,
+            mask=row_ok[:, None] & d_ok[None, :],
+        )
+        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    Mid_O,
+    Mid_LSE,
+    Out,
+    stride_mt,
+    stride_mh,
+    stride_ms,
+    stride_lt,
+    stride_lh,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    s_ok = offs_s < NUM_SPLITS
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    lse = tl.load(Mid_LSE + t * stride_lt + h * stride_lh + offs_s, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m_safe)
+    part = tl.load(
+        Mid_O + t * stride_mt + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
+        mask=s_ok[:, None] & d_ok[None, :] & (lse[:, None] > float("-inf")),
+        other=0.0,
+    )
+    total = tl.sum(w, 0)
+    out = tl.sum(part * w[:, None], 0) / tl.where(total > 0.0, total, 1.0)
+    tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8
+
+
+def choose_num_splits(
+    batch_size: int, num_kv_heads: int, row_blocks: int, device: torch.device, max_splits: int = 16
+) -> int:
+    """How many programs share one row block's KV range: enough for about two waves on the GPU.
+
+    Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""
+    programs = max(1, batch_size * num_kv_heads * row_blocks)
+    want = math.ceil(2 * _num_sms(device) / programs)
+    return max(1, min(max_splits, triton.next_power_of_2(want)))
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    out: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    extend_lens: torch.Tensor,
+    max_extend_len: int,
+    sm_scale: float,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
+
+    q [T, q_heads, head_dim]: the batch's new tokens, request after request (`extend_start_loc[b]` is
+    row b's first). k_buffer / v_buffer [slots, kv_heads, head_dim] hold the K/V of every token the
+    batch attends to, the new ones included. `max_extend_len` bounds `extend_lens` (it sizes the grid).
+    `num_splits` None picks a split count from the launch shape (see `choose_num_splits`)."""
+    num_tokens, num_q_heads, head_dim = q.shape
+    if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
+        raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
+    num_kv_heads = k_buffer.shape[1]
+    group = num_q_heads // num_kv_heads
+    batch_size = seq_lens.shape[0]
+    if num_tokens == 0 or batch_size == 0:
+        return out
+    rows = max_extend_len * group
+    block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    row_blocks = triton.cdiv(rows, block_m)
+    if num_splits is None:
+        num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, q.device)
+    block_d = triton.next_power_of_2(head_dim)
+    block_n = 64 if block_d <= 128 else 32
+    if num_splits > 1:
+        mid_o = torch.empty(
+            (num_tokens, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
+        )
+        mid_lse = torch.empty((num_tokens, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        mid_o = mid_lse = out  # unused by the kernel when NUM_SPLITS == 1
+    _paged_attn_kernel[(batch_size, num_kv_heads * row_blocks, num_splits)](
+        q,
+        k_buffer,
+        v_buffer,
+        out,
+        mid_o,
+        mid_lse,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        extend_start_loc,
+        extend_lens,
+        sm_scale * _LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        out.stride(0),
+        out.stride(1),
+        mid_o.stride(0) if num_splits > 1 else 0,
+        mid_o.stride(1) if num_splits > 1 else 0,
+        mid_o.stride(2) if num_splits > 1 else 0,
+        mid_lse.stride(0) if num_splits > 1 else 0,
+        mid_lse.stride(1) if num_splits > 1 else 0,
+        req_to_token.stride(0),
+        row_blocks,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        NUM_SPLITS=num_splits,
+        num_warps=4,
+        num_stages=2,
+    )
+    if num_splits > 1:
+        _merge_splits_kernel[(num_tokens, num_q_heads)](
+            mid_o,
+            mid_lse,
+            out,
+            mid_o.stride(0),
+            mid_o.stride(1),
+            mid_o.stride(2),
+            mid_lse.stride(0),
+            mid_lse.stride(1),
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            NUM_SPLITS=num_splits,
+            BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            num_warps=4 if block_d >= 128 else 2,
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fused element-wise ops. In a CUDA-graph decode step of a small model (0.6B: 28 layers) the time goes to
+# the number of kernels, not to bytes: eager RMSNorm alone is ~7 launches. These fold each group of
+# element-wise ops into one launch. All math is in float32; results are cast to the input dtype once.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_kernel(
+    X,
+    Residual,
+    W,
+    Out,
+    stride_x,
+    stride_r,
+    stride_o,
+    n_cols,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    ok = offs < n_cols
+    x = tl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(Residual + row * stride_r + offs, mask=ok, other=0.0).to(tl.float32)
+        tl.store(Residual + row * stride_r + offs, x.to(Residual.dtype.element_ty), mask=ok)
+        x = x.to(Residual.dtype.element_ty).to(tl.float32)
+    var = tl.sum(x * x, 0) / n_cols
+    w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
+    y = x * tl.rsqrt(var + eps)
+    tl.store(Out + row * stride_o + offs, (y * w).to(Out.dtype.element_ty), mask=ok)
+
+
+def rmsnorm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """RMSNorm over the last dim of a 2-D `x`. With `residual`: `residual += x` in place first, then the
+    norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError("rmsnorm needs a 2-D tensor contiguous in its last dim")
+    out = torch.empty_like(x) if out is None else out
+    n_rows, n_cols = x.shape
+    if n_rows == 0:
+        return out
+    block = triton.next_power_of_2(n_cols)
+    _rmsnorm_kernel[(n_rows,)](
+        x,
+        residual if residual is not None else x,
+        weight,
+        out,
+        x.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        out.stride(0),
+        n_cols,
+        eps,
+        HAS_RESIDUAL=residual is not None,
+        BLOCK=block,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return out
+
+
+@triton.jit
+def _qk_norm_rope_store_kernel(
+    QKV,
+    Q_out,
+    K_buf,
+    V_buf,
+    out_cache_loc,
+    positions,
+    cos_sin,
+    QW,
+    KW,
+    stride_qkv,
+    stride_qo_t,
+    stride_qo_h,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cs,
+    eps,
+    NUM_Q_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)  # 0: query heads, 1: key heads (+ the values)
+    HALF: tl.constexpr = HEAD_DIM // 2
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, HALF)
+    pos = tl.load(positions + t).to(tl.int64)
+    cos = tl.load(cos_sin + pos * stride_cs + offs_d)[None, :]
+    sin = tl.load(cos_sin + pos * stride_cs + HALF + offs_d)[None, :]
+    if part == 0:
+        n_heads = NUM_Q_HEADS
+        head0 = 0
+    else:
+        n_heads = NUM_KV_HEADS
+        head0 = NUM_Q_HEADS
+    h_ok = (offs_h < n_heads)[:, None]
+    base = QKV + t * stride_qkv + (head0 + offs_h)[:, None] * HEAD_DIM
+    x1 = tl.load(base + offs_d[None, :], mask=h_ok, other=0.0).to(tl.float32)
+    x2 = tl.load(base + HALF + offs_d[None, :], mask=h_ok, other=0.0).to(tl.float32)
+    if HAS_NORM:
+        if part == 0:
+            w1 = tl.load(QW + offs_d).to(tl.float32)[None, :]
+            w2 = tl.load(QW + HALF + offs_d).to(tl.float32)[None, :]
+        else:
+            w1 = tl.load(KW + offs_d).to(tl.float32)[None, :]
+            w2 = tl.load(KW + HALF + offs_d).to(tl.float32)[None, :]
+        inv = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / HEAD_DIM + eps)[:, None]
+        x1 = x1 * inv * w1
+        x2 = x2 * inv * w2
+    y1 = x1 * cos - x2 * sin
+    y2 = x2 * cos + x1 * sin
+    if part == 0:
+        dst = Q_out + t * stride_qo_t + offs_h[:, None] * stride_qo_h
+        tl.store(dst + offs_d[None, :], y1.to(Q_out.dtype.element_ty), mask=h_ok)
+        tl.store(dst + HALF + offs_d[None, :], y2.to(Q_out.dtype.element_ty), mask=h_ok)
+    else:
+        loc = tl.load(out_cache_loc + t).to(tl.int64)
+        dst = K_buf + loc * stride_kt + offs_h[:, None] * stride_kh
+        tl.store(dst + offs_d[None, :], y1.to(K_buf.dtype.element_ty), mask=h_ok)
+        tl.store(dst + HALF + offs_d[None, :], y2.to(K_buf.dtype.element_ty), mask=h_ok)
+        offs_full = tl.arange(0, HEAD_DIM)
+        vsrc = QKV + t * stride_qkv + (NUM_Q_HEADS + NUM_KV_HEADS + offs_h)[:, None] * HEAD_DIM
+        v = tl.load(vsrc + offs_full[None, :], mask=h_ok, other=0.0)
+        vdst = V_buf + loc * stride_vt + offs_h[:, None] * stride_vh + offs_full[None, :]
+        tl.store(vdst, v.to(V_buf.dtype.element_ty), mask=h_ok)
+
+
+def qk_norm_rope_store(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    q_norm_weight: torch.Tensor | None = None,
+    k_norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    q_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """From the merged qkv projection [T, (Hq + 2 Hkv) * D]: per-head RMSNorm of q and k (Qwen3; skipped
+    when no weights are given), rotary embedding (rotate-half / NeoX layout) at `positions`, the new K and
+    V stored into the KV buffers at `out_cache_loc`, and the rotated queries returned as [T, Hq, D].
+
+    `cos_sin` [max_pos, D]: cos in the first half of a row, sin in the second, float32."""
+    if head_dim & (head_dim - 1) or head_dim < 2:
+        raise ValueError(f"qk_norm_rope_store needs a power-of-two head_dim, got {head_dim}")
+    if qkv.stride(1) != 1 or cos_sin.stride(1) != 1:
+        raise ValueError("qk_norm_rope_store needs qkv and cos_sin contiguous in their last dim")
+    num_tokens = qkv.shape[0]
+    if q_out is None:
+        q_out = torch.empty((num_tokens, num_q_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    if num_tokens == 0:
+        return q_out
+    has_norm = q_norm_weight is not None
+    _qk_norm_rope_store_kernel[(num_tokens, 2)](
+        qkv,
+        q_out,
+        k_buffer,
+        v_buffer,
+        out_cache_loc,
+        positions,
+        cos_sin,
+        q_norm_weight if has_norm else qkv,
+        k_norm_weight if has_norm else qkv,
+        qkv.stride(0),
+        q_out.stride(0),
+        q_out.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        cos_sin.stride(0),
+        eps,
+        NUM_Q_HEADS=num_q_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_H=triton.next_power_of_2(max(num_q_heads, num_kv_heads)),
+        HAS_NORM=has_norm,
+        num_warps=4,
+    )
+    return q_out
+
+
+@triton.jit
+def _silu_and_mul_kernel(X, Out, stride_x, stride_o, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n_cols
+    gate = tl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(tl.float32)
+    up = tl.load(X + row * stride_x + n_cols + offs, mask=ok, other=0.0).to(tl.float32)
+    y = gate / (1.0 + tl.exp(-gate)) * up
+    tl.store(Out + row * stride_o + offs, y.to(Out.dtype.element_ty), mask=ok)
+
+
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """SiLU(gate) * up for the merged gate_up projection [T, 2 I] -> [T, I]."""
+    if x.dim() != 2 or x.stride(1) != 1 or x.shape[1] % 2:
+        raise ValueError("silu_and_mul needs a 2-D [T, 2*I] tensor contiguous in its last dim")
+    n_rows, n_cols = x.shape[0], x.shape[1] // 2
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device) if out is None else out
+    if n_rows == 0:
+        return out
+    block = min(4096, triton.next_power_of_2(n_cols))
+    _silu_and_mul_kernel[(n_rows, triton.cdiv(n_cols, block))](
+        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=4
+    )
+    return out
