@@ -1,0 +1,99 @@
+"""The load generator's own logic: prompts, percentiles, SSE parsing and the report.
+
+The client is exercised here against a minimal scripted SSE endpoint (so that its parsing and arithmetic are
+checked on known numbers); runs against the real TokenRouter server live with the runtime's tests.
+"""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from tokenrouter.runtime.loadgen import LoadSpec, _percentile, format_report, make_prompts, run_load
+
+
+def test_percentile_interpolates():
+    assert _percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert _percentile([5.0], 0.99) == 5.0
+
+
+def test_synthetic_prompts_are_deterministic_and_in_range():
+    spec = LoadSpec(num_prompts=3, prompt_len=5, seed=7, vocab_low=10, vocab_high=20)
+    a, b = make_prompts(spec), make_prompts(spec)
+    assert a == b and len(a) == 3 and all(len(p) == 5 and all(10 <= t < 20 for t in p) for p in a)
+
+
+def test_bad_spec_rejected():
+    with pytest.raises(ValueError, match="concurrency"):
+        LoadSpec(concurrency=0)
+
+
+def _scripted_app(tokens: int, delay_s: float) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models():
+        return JSONResponse({"object": "list", "data": [{"id": "demo", "object": "model"}]})
+
+    @app.post("/v1/completions")
+    def completions(body: dict):
+        n = body["max_tokens"]
+
+        def gen():
+            for i in range(n):
+                time.sleep(delay_s)
+                who = "small" if i % 4 else "large"
+                chunk = {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": "x",
+                            "routing": {"tokens_per_model": {who: 1}, "hops": 1 if who == "large" else 0},
+                        }
+                    ]
+                }
+                yield f"data: {json.dumps(chunk)}\n\n"
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    return app
+
+
+def test_run_load_against_scripted_server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(_scripted_app(8, 0.002), port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        spec = LoadSpec(
+            url=f"http://127.0.0.1:{port}",
+            concurrency=3,
+            num_prompts=7,
+            output_len=8,
+            prompt_len=4,
+            progress=False,
+        )
+        report = asyncio.run(run_load(spec))
+    finally:
+        server.should_exit = True
+        thread.join(5)
+    assert report["completed"] == 7 and report["failed"] == 0
+    assert report["output_tokens"] == 56
+    assert report["tokens_per_model"] == {"small": 42, "large": 14}
+    assert report["hops"] == 14
+    assert report["decode_throughput_tok_s"] == pytest.approx(56 / report["wall_s"])
+    assert 0 < report["ttft_ms"]["p50"] <= 1e3 * report["e2e_s"]["p50"]
+    assert "decode throughput" in format_report(report)
