@@ -1,0 +1,165 @@
+"""Token sampling: greedy, temperature, top-k, top-p, with the per-request seed (docs/ir.md, "Randomness").
+
+`sample` is a pure function of tensors (logits, per-row parameters, positions), so the route-kernel
+renderers and every engine produce the same token for the same request whatever the batching:
+- temperature 0: argmax of the logits, ties to the lowest index;
+- temperature T > 0: top-k, then top-p (on softmax(logits / T), after top-k) restrict the candidates
+  (the rest become −inf), then Gumbel-max: argmax_v(logits_v / T − log(−log u_v)) with
+  u_v = u(seed, position, stream 0, v) from `tokenrouter.runtime.rng`.
+Top-k keeps the k largest logits; among equal logits the lower index wins a place. Top-p keeps the shortest
+prefix of the candidates sorted by descending probability (ties by index) whose mass reaches p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tokenrouter.runtime.rng import gumbel
+
+SEED_MIN = -(2**63)
+SEED_MAX = 2**64 - 1
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """One request's sampling settings. `top_k` 0 = off; `top_p` 1.0 = off; `seed` None = to be drawn by
+    whoever admits the request (the frontend). `max_tokens` counts generated tokens."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
+            raise ValueError(f"temperature must be a number, got {self.temperature!r}")
+        if not self.temperature >= 0.0 or self.temperature == float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float):
+            raise ValueError(f"top_p must be a number, got {self.top_p!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not SEED_MIN <= self.seed <= SEED_MAX
+        ):
+            raise ValueError(f"seed must be an int in [-2^63, 2^64), got {self.seed!r}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        self.stop_token_ids = tuple(self.stop_token_ids)
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be ints >= 0, got {list(self.stop_token_ids)}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def seed_to_int64(seed: int) -> int:
+    """The seed's 64-bit pattern as a signed int64 (what the rng's tensors hold)."""
+    seed &= 2**64 - 1
+    return seed - 2**64 if seed >= 2**63 else seed
+
+
+@dataclass(slots=True)
+class SamplingTensors:
+    """Per-row parameters as tensors on one device: temperature [B] f32, top_k [B] i64 (0 = off),
+    top_p [B] f32, seed [B] i64. `restrict`: whether any row uses top-k/top-p (host-side flag)."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    seed: torch.Tensor
+    restrict: bool
+    all_greedy: bool = False
+
+    @classmethod
+    def from_params(cls, params: Sequence[SamplingParams], device: torch.device | str) -> SamplingTensors:
+        for i, p in enumerate(params):
+            if p.seed is None and not p.greedy:
+                raise ValueError(f"row {i}: sampling at temperature {p.temperature} needs a seed")
+        return cls(
+            temperature=torch.tensor(
+                [float(p.temperature) for p in params], dtype=torch.float32, device=device
+            ),
+            top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
+            top_p=torch.tensor([float(p.top_p) for p in params], dtype=torch.float32, device=device),
+            seed=torch.tensor(
+                [seed_to_int64(p.seed if p.seed is not None else 0) for p in params],
+                dtype=torch.int64,
+                device=device,
+            ),
+            restrict=any(p.top_k > 0 or p.top_p < 1.0 for p in params if not p.greedy),
+            all_greedy=all(p.greedy for p in params),
+        )
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """Set the logits outside each row's top-k / top-p candidate set to −inf ([B, V] float32)."""
+    bsz, vocab = logits.shape
+    t = torch.where(temperature > 0, temperature, 1.0)[:, None]
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    rank = torch.arange(vocab, device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)[:, None]
+    keep = rank < k
+    probs = torch.softmax((sorted_logits / t).masked_fill(~keep, float("-inf")), dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs
+    keep &= (mass_before < top_p[:, None]) | (rank == 0)
+    keep_orig = torch.zeros_like(keep).scatter_(1, order, keep)
+    return logits.masked_fill(~keep_orig, float("-inf"))
+
+
+def sample(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    position: torch.Tensor,
+    *,
+    restrict: bool = True,
+    all_greedy: bool = False,
+) -> torch.Tensor:
+    """Tokens [B] int64 for logits [B, V]. `position` [B] int64: the sequence index of the token being
+    sampled (prompt length + tokens committed before it). `restrict=False` skips top-k/top-p (only valid
+    when no row uses them) and `all_greedy=True` skips the noise (only valid when every temperature is 0):
+    speed hints, not semantic switches."""
+    x = logits.float()
+    greedy_tok = torch.argmax(x, dim=-1)  # first maximal index on every device (documented by torch)
+    if all_greedy:
+        return greedy_tok
+    if restrict:
+        x = apply_top_k_top_p(x, temperature, top_k, top_p)
+    t = torch.where(temperature > 0, temperature, 1.0)[:, None]
+    scores = x / t + gumbel(seed, position, x.shape[-1])
+    sampled_tok = torch.argmax(scores, dim=-1)
+    return torch.where(temperature > 0, sampled_tok, greedy_tok)
+
+
+def sample_params(
+    logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int]
+) -> torch.Tensor:
+    """Convenience: `sample` with parameters from SamplingParams objects and positions from a list."""
+    st = SamplingTensors.from_params(params, logits.device)
+    pos = torch.tensor(list(positions), dtype=torch.int64, device=logits.device)
+    return sample(
+        logits,
+        st.temperature,
+        st.top_k,
+        st.top_p,
+        st.seed,
+        pos,
+        restrict=st.restrict,
+        all_greedy=st.all_greedy,
+    )
