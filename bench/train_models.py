@@ -1,0 +1,279 @@
+"""Train the demo pair (Qwen3 architecture): py-small (~1.3M parameters) and py-large (~11M).
+
+Reads the prepared corpus (``python -m tokenrouter.training.prepare --out .data/corpus``): ``train.npy`` and
+``val.npy`` (uint16 token ids) and ``tokenizer/``. Plain PyTorch on `transformers.Qwen3ForCausalLM`, fixed
+seed, AdamW, warmup + cosine, bf16 autocast on CUDA. Evaluates the held-out loss every ``--eval-every``
+steps and keeps the best checkpoint. Writes, per model, ``OUT/py-<name>/`` (an HF folder, fp16) and
+``OUT/py-<name>.curve.json`` (the loss curve).
+
+    python bench/train_models.py --data .data/corpus --out out/models              # both, on the GPU
+    python bench/train_models.py --data .data/corpus --out /tmp/m --tiny           # seconds, on a CPU
+    python bench/train_models.py --plot out/models                                 # loss curves -> PNG
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tokenrouter.training.lm import SHAPES, LMShape, save_hf_folder  # noqa: E402
+
+
+@dataclass(slots=True)
+class TrainConfig:
+    steps: int
+    batch: int  # sequences per step
+    seq_len: int
+    lr: float
+    warmup: int
+    weight_decay: float = 0.1
+    min_lr_frac: float = 0.1
+    eval_every: int = 100
+    eval_tokens: int = 400_000  # of val.npy, evaluated in full windows
+    max_seconds: float = 240.0  # a guard: stop at the next evaluation past this (and say so in the meta)
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch", "seq_len", "eval_every", "eval_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0 < self.lr < 1:
+            raise ValueError("lr must be in (0, 1)")
+
+
+RECIPES = {
+    "small": TrainConfig(steps=3000, batch=64, seq_len=512, lr=3e-3, warmup=150),
+    "large": TrainConfig(steps=2500, batch=64, seq_len=512, lr=1.5e-3, warmup=150),
+    "tiny-small": TrainConfig(
+        steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
+    ),
+    "tiny-large": TrainConfig(
+        steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
+    ),
+}
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def build_model(shape: LMShape, eos_id: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings,
+        rope_theta=shape.rope_theta,
+        rms_norm_eps=shape.rms_norm_eps,
+        tie_word_embeddings=True,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+    )
+    config._attn_implementation = "sdpa"
+    return Qwen3ForCausalLM(config)
+
+
+def train_one(name: str, data: Path, out: Path, device: str) -> dict:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from tokenrouter.training.tokenizer import EOS, load_tokenizer
+
+    shape, cfg = SHAPES[name], RECIPES[name]
+    tok = load_tokenizer(data / "tokenizer")
+    if tok.get_vocab_size() != shape.vocab_size:
+        shape = LMShape(**{**asdict(shape), "vocab_size": tok.get_vocab_size()})
+    eos_id = tok.token_to_id(EOS)
+    torch.manual_seed(cfg.seed)
+    dev = torch.device(device)
+    train = torch.from_numpy(np.load(data / "train.npy").astype(np.int64)).to(dev)
+    val = torch.from_numpy(np.load(data / "val.npy").astype(np.int64)).to(dev)
+    if train.numel() <= cfg.seq_len + 1 or val.numel() <= cfg.seq_len + 1:
+        raise ValueError(f"corpus in {data} is shorter than one training window")
+    n_val = min(cfg.eval_tokens, val.numel() - 1) // cfg.seq_len
+    val_x = val[: n_val * cfg.seq_len].view(n_val, cfg.seq_len)
+    val_y = val[1 : n_val * cfg.seq_len + 1].view(n_val, cfg.seq_len)
+
+    model = build_model(shape, eos_id).to(dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        fused=dev.type == "cuda",
+    )
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    offsets = torch.arange(cfg.seq_len + 1, device=dev)
+
+    def loss_of(x, y):
+        with amp:
+            logits = model(input_ids=x).logits
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+
+    @torch.no_grad()
+    def val_loss() -> float:
+        model.eval()
+        tot = 0.0
+        for i in range(0, n_val, 32):
+            tot += float(loss_of(val_x[i : i + 32], val_y[i : i + 32])) * val_x[i : i + 32].shape[0]
+        model.train()
+        return tot / n_val
+
+    curve: list[dict] = []
+    best = {"val_loss": float("inf"), "step": -1, "state": None}
+    t0 = time.perf_counter()
+    stopped_early = False
+    ema = None
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        starts = torch.randint(0, train.numel() - cfg.seq_len - 1, (cfg.batch, 1), device=dev, generator=gen)
+        win = train[starts + offsets]
+        loss = loss_of(win[:, :-1], win[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        last = step == cfg.steps - 1
+        if (step + 1) % cfg.eval_every == 0 or last:
+            lv = float(loss.detach())
+            ema = lv if ema is None else 0.8 * ema + 0.2 * lv
+            vl = val_loss()
+            elapsed = time.perf_counter() - t0
+            curve.append(
+                {
+                    "step": step + 1,
+                    "train_loss": lv,
+                    "val_loss": vl,
+                    "lr": lr_at(step, cfg),
+                    "seconds": round(elapsed, 2),
+                    "tokens": (step + 1) * cfg.batch * cfg.seq_len,
+                }
+            )
+            print(
+                f"[{name}] step {step + 1}/{cfg.steps} train {lv:.4f} val {vl:.4f} {elapsed:.1f}s", flush=True
+            )
+            if vl < best["val_loss"]:
+                best = {
+                    "val_loss": vl,
+                    "step": step + 1,
+                    "state": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+                }
+            if elapsed > cfg.max_seconds and not last:
+                stopped_early = True
+                print(f"[{name}] stopped at step {step + 1}: over max_seconds={cfg.max_seconds}", flush=True)
+                break
+    meta = {
+        "name": f"py-{name}",
+        "params": n_params,
+        "shape": asdict(shape),
+        "train": asdict(cfg),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "train_tokens_in_corpus": int(train.numel()),
+        "best_step": best["step"],
+        "best_val_loss": best["val_loss"],
+        "final_val_loss": curve[-1]["val_loss"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "stopped_early": stopped_early,
+        "val_tokens": n_val * cfg.seq_len,
+    }
+    folder = out / f"py-{name.removeprefix('tiny-')}"
+    save_hf_folder(best["state"], shape, data / "tokenizer", folder, eos_id, meta)
+    (out / f"{folder.name}.curve.json").write_text(
+        json.dumps({"meta": meta, "curve": curve}, indent=1) + "\n"
+    )
+    print(
+        json.dumps({k: meta[k] for k in ("name", "params", "best_step", "best_val_loss", "seconds")}),
+        flush=True,
+    )
+    return meta
+
+
+def plot(folder: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for path in sorted(folder.glob("py-*.curve.json")):
+        d = json.loads(path.read_text())
+        tokens = [p["tokens"] / 1e6 for p in d["curve"]]
+        name = d["meta"]["name"]
+        ax.plot(tokens, [p["train_loss"] for p in d["curve"]], alpha=0.5, label=f"{name} train")
+        ax.plot(tokens, [p["val_loss"] for p in d["curve"]], label=f"{name} held-out")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title("Demo pair on Python stdlib source")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = folder / "loss_curves.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Train the demo pair py-small / py-large.")
+    ap.add_argument("--data", type=Path, default=Path(".data/corpus"))
+    ap.add_argument("--out", type=Path, default=Path("out/models"))
+    ap.add_argument("--models", default="small,large", help="comma-separated: small, large")
+    ap.add_argument("--tiny", action="store_true", help="toy shapes and a dozen steps (CPU smoke test)")
+    ap.add_argument("--parallel", action="store_true", help="train the models at once, one process each")
+    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument("--plot", type=Path, default=None, help="only plot the curves found in this folder")
+    args = ap.parse_args(argv)
+    if args.plot is not None:
+        print(plot(args.plot))
+        return 0
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    bad = [n for n in names if n not in ("small", "large")]
+    if bad or not names:
+        print(f"error: --models takes small and/or large, got {args.models!r}", file=sys.stderr)
+        return 2
+    if not (args.data / "train.npy").is_file():
+        print(
+            f"error: no train.npy in {args.data}; run python -m tokenrouter.training.prepare first",
+            file=sys.stderr,
+        )
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.parallel and len(names) > 1:
+        base = [sys.executable, __file__, "--data", str(args.data), "--out", str(args.out)]
+        base += ["--tiny"] if args.tiny else []
+        base += ["--device", args.device] if args.device else []
+        procs = [subprocess.Popen([*base, "--models", n]) for n in names]
+        return max(p.wait() for p in procs)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    for n in names:
+        train_one(f"tiny-{n}" if args.tiny else n, args.data, args.out, device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
