@@ -5,21 +5,10 @@ CUDA they also run compiled, in bf16, at realistic shapes (marked gpu)."""
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # The interpreter is chosen when a kernel is decorated, so it must be on before the module loads.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _mod = "tokenrouter.runtime.engine.attention.triton_kernels"
-    if _mod in sys.modules:
-        importlib.reload(sys.modules[_mod])
-
-from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
+from tokenrouter.runtime.engine.attention import triton_kernels as tk
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -531,3 +531,60 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=4
     )
     return out
+
+
+@triton.jit
+def _store_kv_kernel(
+    K,
+    V,
+    K_buf,
+    V_buf,
+    loc_ptr,
+    stride_k,
+    stride_v,
+    stride_kb,
+    stride_vb,
+    ROW: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    loc = tl.load(loc_ptr + t).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < ROW
+    k = tl.load(K + t * stride_k + offs, mask=ok)
+    tl.store(K_buf + loc * stride_kb + offs, k.to(K_buf.dtype.element_ty), mask=ok)
+    v = tl.load(V + t * stride_v + offs, mask=ok)
+    tl.store(V_buf + loc * stride_vb + offs, v.to(V_buf.dtype.element_ty), mask=ok)
+
+
+def store_kv(
+    k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor
+) -> None:
+    """k_buffer[loc] = k; v_buffer[loc] = v in one launch (k, v [T, kv_heads, head_dim])."""
+    num_tokens = k.shape[0]
+    if num_tokens == 0:
+        return
+    k = k.reshape(num_tokens, -1)
+    v = v.reshape(num_tokens, -1)
+    if (
+        k.stride(1) != 1
+        or v.stride(1) != 1
+        or not (k_buffer[0].is_contiguous() and v_buffer[0].is_contiguous())
+    ):
+        raise ValueError("store_kv needs k, v and the buffers contiguous per token")
+    row = k.shape[1]
+    block = min(1024, triton.next_power_of_2(row))
+    _store_kv_kernel[(num_tokens, triton.cdiv(row, block))](
+        k,
+        v,
+        k_buffer,
+        v_buffer,
+        loc,
+        k.stride(0),
+        v.stride(0),
+        k_buffer.stride(0),
+        v_buffer.stride(0),
+        ROW=row,
+        BLOCK=block,
+        num_warps=4,
+    )

@@ -1,0 +1,19 @@
+"""Without CUDA, load the Triton kernels under Triton's interpreter (CPU tensors).
+
+The interpreter is chosen when a kernel is decorated, so the variable must be set while the kernels module
+is (re)loaded, and Triton reads it again at launch, so it stays set for the rest of the session."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import torch
+
+KERNELS = "tokenrouter.runtime.engine.attention.triton_kernels"
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read at decoration and again at launch: it stays set
+    if KERNELS in sys.modules:
+        importlib.reload(sys.modules[KERNELS])

@@ -1,0 +1,123 @@
+"""The fused element-wise Triton ops and the Triton attention backend against torch references
+(under the interpreter without CUDA; compiled on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
+from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _ref_rmsnorm(x, w, eps):
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
+def test_rmsnorm_and_add_rmsnorm():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 48, generator=g).to(DEVICE)
+    w = torch.randn(48, generator=g).to(DEVICE)
+    torch.testing.assert_close(tk.rmsnorm(x, w, 1e-6), _ref_rmsnorm(x, w, 1e-6), **TOL)
+    res = torch.randn(5, 48, generator=g).to(DEVICE)
+    want_res = res + x
+    got = tk.rmsnorm(x, w, 1e-6, residual=res)
+    torch.testing.assert_close(res, want_res, **TOL)  # residual updated in place
+    torch.testing.assert_close(got, _ref_rmsnorm(want_res, w, 1e-6), **TOL)
+
+
+def test_silu_and_mul():
+    x = torch.randn(3, 2 * 40, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    gate, up = x[:, :40], x[:, 40:]
+    torch.testing.assert_close(tk.silu_and_mul(x), torch.nn.functional.silu(gate) * up, **TOL)
+
+
+def _rotate(x, pos, theta=10000.0):
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+    ang = pos[:, None].float() * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+    return x * cos + rot * sin, torch.cat([ang.cos(), ang.sin()], -1)
+
+
+@pytest.mark.parametrize("with_norm", [True, False])
+def test_qk_norm_rope_store(with_norm):
+    g = torch.Generator().manual_seed(2)
+    hq, hkv, d, t = 4, 2, 16, 5
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(DEVICE)
+    pos = torch.tensor([0, 3, 4, 9, 2], device=DEVICE)
+    loc = torch.tensor([3, 1, 7, 2, 5], device=DEVICE)
+    qw = torch.randn(d, generator=g).to(DEVICE) if with_norm else None
+    kw = torch.randn(d, generator=g).to(DEVICE) if with_norm else None
+    k_buf = torch.zeros(9, hkv, d, device=DEVICE)
+    v_buf = torch.zeros(9, hkv, d, device=DEVICE)
+    q, k, v = qkv.view(t, hq + 2 * hkv, d).split([hq, hkv, hkv], dim=1)
+    if with_norm:
+        q, k = _ref_rmsnorm(q, qw, 1e-6), _ref_rmsnorm(k, kw, 1e-6)
+    want_q, cos_sin = _rotate(q, pos)
+    want_k, _ = _rotate(k, pos)
+    table = _rotate(torch.zeros(16, 1, d, device=DEVICE), torch.arange(16, device=DEVICE))[1]
+    got_q = tk.qk_norm_rope_store(qkv, pos, table, k_buf, v_buf, loc, hq, hkv, d, qw, kw, 1e-6)
+    torch.testing.assert_close(got_q, want_q, **TOL)
+    torch.testing.assert_close(k_buf[loc], want_k, **TOL)
+    torch.testing.assert_close(v_buf[loc], v, **TOL)
+    untouched = torch.ones(9, dtype=torch.bool)
+    untouched[loc.cpu()] = False
+    assert not k_buf[untouched.to(DEVICE)].any() and not v_buf[untouched.to(DEVICE)].any()
+
+
+def _batch(rows, heads, kv_heads, dim, layers, g):
+    r2t = ReqToTokenPool(8, 64, DEVICE)
+    pool = MHATokenToKVPool(128, torch.float32, kv_heads, dim, layers, DEVICE)
+    req_idx, locs, new_k, new_v = [], [], [], []
+    for prefix, new in rows:
+        r = r2t.alloc()
+        slots = pool.alloc(prefix + new)
+        slots = slots[torch.randperm(slots.numel(), generator=g)]
+        r2t.write(r, 0, slots)
+        kk = torch.randn(prefix + new, kv_heads, dim, generator=g).to(DEVICE)
+        vv = torch.randn(prefix + new, kv_heads, dim, generator=g).to(DEVICE)
+        for layer in range(layers):
+            pool.set_kv_buffer(layer, slots[:prefix].to(DEVICE), kk[:prefix], vv[:prefix])
+        req_idx.append(r)
+        locs.append(slots[prefix:])
+        new_k.append(kk[prefix:])
+        new_v.append(vv[prefix:])
+    fb = ForwardBatch.build(
+        input_ids=[0] * sum(n for _, n in rows),
+        out_cache_loc=torch.cat(locs),
+        req_pool_indices=req_idx,
+        extend_prefix_lens=[p for p, _ in rows],
+        extend_seq_lens=[n for _, n in rows],
+        device=DEVICE,
+        req_to_token_pool=r2t,
+        token_to_kv_pool=pool,
+    )
+    return fb, torch.cat(new_k), torch.cat(new_v)
+
+
+@pytest.mark.parametrize("rows", [[(9, 1), (0, 1), (30, 1)], [(0, 6), (11, 1), (4, 3)], [(20, 40)]])
+def test_triton_backend_matches_sdpa_backend(rows):
+    heads, kv_heads, dim, layers = 4, 2, 16, 2
+    cfg = AttentionConfig(heads, kv_heads, dim, dim**-0.5, layers, torch.float32, DEVICE)
+    outs, pools = [], []
+    for backend_cls in (SdpaAttnBackend, TritonAttnBackend):
+        g = torch.Generator().manual_seed(len(rows))
+        fb, k_new, v_new = _batch(rows, heads, kv_heads, dim, layers, g)
+        q = torch.randn(fb.num_tokens, heads, dim, generator=g).to(DEVICE)
+        backend = backend_cls(cfg)
+        backend.init_forward_metadata(fb)
+        outs.append(backend.forward(q, k_new, v_new, 1, fb))
+        pools.append(fb.token_to_kv_pool)
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(pools[1].k_buffer[1], pools[0].k_buffer[1])
+    torch.testing.assert_close(pools[1].v_buffer[1], pools[0].v_buffer[1])

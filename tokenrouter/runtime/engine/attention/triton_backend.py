@@ -1,0 +1,83 @@
+"""`TritonAttnBackend`: paged attention with the Triton kernels of `triton_kernels.py` (CUDA only).
+
+Its per-step metadata is two host integers (the grid bound `max_extend_len` and the KV split count); the
+kernels read everything else (`req_pool_indices`, `seq_lens`, `qo_indptr`, `extend_seq_lens`, the page
+table) from the batch's device tensors. So a forward captured in a CUDA graph with static batch tensors
+replays correctly for any sequence lengths: the graph runner only refills those tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+
+
+@dataclass(slots=True)
+class TritonMetadata:
+    max_extend_len: int  # bounds every row's new tokens; sizes the kernel grid
+    num_splits: int  # programs sharing one row block's KV range (flash-decoding)
+
+
+class TritonAttnBackend(AttentionBackend):
+    name = "triton"
+    supports_cuda_graph = True
+
+    def __init__(self, config: AttentionConfig) -> None:
+        super().__init__(config)
+        if config.head_dim < 16:
+            raise ValueError(f"the triton attention backend needs head_dim >= 16, got {config.head_dim}")
+
+    def metadata_for(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
+        """The metadata for a launch shape; a graph runner calls this once per captured shape."""
+        cfg = self.config
+        rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
+        if rows > 64:  # long extends / prefills: enough row blocks to fill the GPU without splitting
+            splits = 1
+        else:
+            block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+            row_blocks = -(-rows // block_m)
+            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device)
+        return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits)
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        fb = forward_batch
+        if fb.req_to_token_pool is None or fb.token_to_kv_pool is None:
+            raise ValueError("the triton backend needs a ForwardBatch with both pools set")
+        fb.attn_metadata = self.metadata_for(fb.batch_size, fb.max_extend_len)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
+        fb = forward_batch
+        k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer_id)
+        tk.store_kv(k, v, fb.out_cache_loc, k_buf, v_buf)
+        return self.attend(q, layer_id, fb)
+
+    def attend(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+        """Attention only, for callers that stored this step's K/V themselves (the fused
+        `qk_norm_rope_store` path)."""
+        fb = forward_batch
+        md: TritonMetadata = fb.attn_metadata
+        k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer_id)
+        if q.stride(2) != 1:
+            q = q.contiguous()
+        out = torch.empty_like(q)
+        return tk.paged_attention(
+            q,
+            k_buf,
+            v_buf,
+            out,
+            fb.req_to_token_pool.req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            fb.qo_indptr,
+            fb.extend_seq_lens,
+            max_extend_len=md.max_extend_len,
+            sm_scale=self.config.scaling,
+            num_splits=md.num_splits,
+        )
