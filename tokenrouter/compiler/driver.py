@@ -1,0 +1,118 @@
+"""The compiler driver: parse, run `PASSES` in order, lower, assemble the plan (docs/ir.md)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.compiler.lower import lower
+from tokenrouter.compiler.passes.bind_params import bind_params
+from tokenrouter.compiler.passes.check_feasibility import check_feasibility
+from tokenrouter.compiler.passes.check_options import check_options
+from tokenrouter.compiler.passes.check_progress import check_progress
+from tokenrouter.compiler.passes.check_reachability import check_reachability
+from tokenrouter.compiler.passes.check_routers import check_routers
+from tokenrouter.compiler.passes.check_rules import check_rules
+from tokenrouter.compiler.passes.check_types import check_types
+from tokenrouter.compiler.passes.load_imports import load_imports
+from tokenrouter.compiler.passes.resolve_names import resolve_names
+from tokenrouter.compiler.program import Program, Unit
+from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, sort_key
+from tokenrouter.dsl.parser import parse
+
+PLAN_FORMAT = "tokenrouter.plan/1"
+
+PASSES = (
+    load_imports,
+    resolve_names,
+    bind_params,
+    check_options,
+    check_types,
+    check_rules,
+    check_reachability,
+    check_progress,
+    check_feasibility,
+    check_routers,
+)
+
+
+@dataclass(slots=True)
+class CompileResult:
+    plan: dict[str, Any] | None  # None when there are errors
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+
+def compile_source(text: str, file: str, defines: dict[str, str] | None = None) -> CompileResult:
+    """Compile .tr source text; `file` names it in diagnostics and anchors its relative paths."""
+    parsed = parse(text, file)
+    if parsed.module is None:
+        return CompileResult(None, _tidy(parsed.diagnostics))
+    root = Unit(file=file, dir=Path(file).resolve().parent, text=text, module=parsed.module,
+                src=SourceMap(file, text), prefix="")  # fmt: skip
+    program = Program(root=root, defines=dict(defines or {}))
+    for compiler_pass in PASSES:
+        program = compiler_pass(program)
+    diagnostics = _tidy(list(program.diagnostics))
+    if program.has_errors:
+        return CompileResult(None, diagnostics)
+    return CompileResult(_plan(program, text, file), diagnostics)
+
+
+def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> CompileResult:
+    """Compile a .tr file. A file that cannot be read is a diagnostic, not an exception."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, "no such file")])
+    except (OSError, UnicodeDecodeError) as e:
+        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
+    return compile_source(text, str(path), defines)
+
+
+def _tidy(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Drop exact repeats (an error in an inlined fn shows once), sort by place."""
+    seen = set()
+    out = []
+    for d in diagnostics:
+        key = (d.severity, d.file, d.line, d.col, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return sorted(out, key=sort_key)
+
+
+def _plan(program: Program, text: str, file: str) -> dict[str, Any]:
+    root = program.root
+    assert root is not None
+    policy = root.decls(ast.PolicyDecl)[0]
+    root_params = {k: v for k, v in program.params.items()}
+    routers = {
+        name: {k: v for k, v in r.items() if not k.startswith("_")} for name, r in program.routers.items()
+    }
+    return {
+        "format": PLAN_FORMAT,
+        "policy": {"name": policy.name.name, "description": policy.description},
+        "source": {"path": file, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "text": text},
+        "params": root_params,
+        "models": program.models,
+        "entry": program.entry,
+        "serve": program.serve,
+        "routers": routers,
+        "routes": lower(program),
+        "checks": {
+            "feasibility": program.checks.get("feasibility"),
+            "progress": program.checks.get("progress", {"ok": True}),
+        },
+    }

@@ -1,0 +1,119 @@
+"""Params: apply `-D NAME=VALUE` overrides (parsed by the param's type), evaluate defaults (literals and
+other params), check each value against its declared type. Result: `program.params`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
+from tokenrouter.compiler.program import TYPES, Program, Unit
+from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
+
+_FAILED = object()
+
+
+def parse_define(type_name: str, raw: str) -> Any:
+    """A `-D` value as the param's type; ValueError with a message when it does not parse."""
+    text = raw.strip()
+    if type_name == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"'{raw}' is not an int") from None
+    if type_name == "float":
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"'{raw}' is not a float") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"'{raw}' is not a finite float")
+        return value
+    if type_name == "bool":
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"'{raw}' is not a bool (true or false)")
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    return raw
+
+
+def coerce(type_name: str, value: Any) -> Any:
+    """`value` as `type_name` (an int is accepted for a float); ValueError when it is another type."""
+    actual = type_of(value)
+    if actual == type_name:
+        return value
+    if type_name == "float" and actual == "int":
+        return float(value)
+    raise ValueError(f"expected {type_name}, got {actual}")
+
+
+def bind_params(program: Program) -> Program:
+    diags: list[Diagnostic] = []
+    decls: dict[str, tuple[Unit, ast.ParamDecl]] = {}
+    for unit in program.units:
+        for name, d in unit.table(ast.ParamDecl).items():
+            decls[unit.prefix + name] = (unit, d)
+    overrides: dict[str, Any] = {}
+    file = program.root.file if program.root else "<input>"
+    for key, raw in program.defines.items():
+        if key not in decls:
+            hint = did_you_mean(key, decls)
+            diags.append(Diagnostic("error", file, 0, 0, f"-D {key}={raw}: no param named '{key}'{hint}"))
+            continue
+        unit, d = decls[key]
+        if d.type.name not in TYPES:
+            continue
+        try:
+            overrides[key] = parse_define(d.type.name, raw)
+        except ValueError as e:
+            diags.append(
+                Diagnostic("error", file, 0, 0, f"-D {key}={raw}: {e} (param '{key}' is {d.type.name})")
+            )
+
+    values: dict[str, Any] = {}
+    busy: set[str] = set()
+
+    def value_of(unit: Unit, decl: ast.ParamDecl, use: ast.Span | None = None) -> Any:
+        key = unit.prefix + decl.name.name
+        if key in values:
+            if values[key] is _FAILED:
+                raise ConstError(use or decl.span, "")  # already reported
+            return values[key]
+        if key in busy:
+            raise ConstError(decl.value.span, f"param '{key}' depends on itself")
+        busy.add(key)
+        try:
+            if decl.type.name not in TYPES:
+                hint = did_you_mean(decl.type.name, TYPES)
+                raise ConstError(
+                    decl.type.span, f"unknown type '{decl.type.name}'; expected int, float, bool or str{hint}"
+                )
+            if key in overrides:
+                result = overrides[key]
+            else:
+                raw = evaluate(decl.value, unit, value_of)
+                try:
+                    result = coerce(decl.type.name, raw)
+                except ValueError as e:
+                    raise ConstError(
+                        decl.value.span, f"param '{decl.name.name}' is {decl.type.name}: {e}"
+                    ) from None
+            values[key] = result
+            return result
+        except ConstError:
+            values[key] = _FAILED
+            raise
+        finally:
+            busy.discard(key)
+
+    params: dict[str, dict[str, Any]] = {}
+    for key, (unit, d) in decls.items():
+        try:
+            params[key] = {"type": d.type.name, "value": value_of(unit, d)}
+        except ConstError as e:
+            if e.message:
+                diags.append(unit.src.error(e.span, e.message))
+    return program.with_(diags, params=params)

@@ -1,0 +1,178 @@
+"""Model options, `serve` and `entry`: each option known and of its type (LANGUAGE.md), model paths
+resolved. Result: `program.models`, `program.serve`, `program.entry` shaped as in docs/ir.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
+from tokenrouter.compiler.paths import resolve_source_path
+from tokenrouter.compiler.program import Program, Unit
+from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
+
+MODEL_OPTIONS = ("gpu", "gpus", "batch", "mem", "dtype", "max_len", "engine", "load")
+SERVE_OPTIONS = ("concurrency", "max_delay_ms")
+DTYPES = ("bfloat16", "float16", "float32")
+ENGINES = ("embedded", "sglang")
+LOADS = ("auto", "dummy")
+MODEL_DEFAULTS: dict[str, Any] = {
+    "gpus": [0], "batch": "auto", "mem": None, "dtype": "bfloat16", "max_len": None,
+    "engine": "embedded", "load": "auto",
+}  # fmt: skip
+SERVE_DEFAULTS: dict[str, Any] = {"concurrency": 8, "max_delay_ms": 5.0}
+
+
+def param_getter(program: Program):
+    def get(unit: Unit, decl: ast.ParamDecl, span: ast.Span) -> Any:
+        entry = program.params.get(unit.prefix + decl.name.name)
+        if entry is None:
+            raise ConstError(span, "")  # the param's own error is reported by bind_params
+        return entry["value"]
+
+    return get
+
+
+def check_options(program: Program) -> Program:
+    root = program.root
+    if root is None:
+        return program
+    diags: list[Diagnostic] = []
+    get = param_getter(program)
+    models: dict[str, dict[str, Any]] = {}
+    for name, decl in root.table(ast.ModelDecl).items():
+        models[name] = _model(root, decl, get, diags)
+    serve = dict(SERVE_DEFAULTS)
+    serves = root.decls(ast.ServeDecl)
+    for extra in serves[1:]:
+        diags.append(root.src.error(extra.span, "a policy has at most one `serve` block"))
+    if serves:
+        serve.update(_serve(root, serves[0], get, diags))
+    entries = root.decls(ast.EntryDecl)
+    entry = entries[0].model.name if entries and entries[0].model.name in models else None
+    decls = root.table(ast.ModelDecl)
+    return program.with_(diags, models=models, model_decls=decls, serve=serve, entry=entry)
+
+
+def _const(unit: Unit, expr: ast.Expr, get, diags: list[Diagnostic]) -> Any:
+    try:
+        return evaluate(expr, unit, get)
+    except ConstError as e:
+        if e.message:
+            diags.append(unit.src.error(e.span, e.message))
+        return None
+
+
+def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"path": None, **MODEL_DEFAULTS}
+    path = _const(root, decl.path, get, diags)
+    if path is not None:
+        if isinstance(path, str) and path.strip():
+            resolved, exists = resolve_source_path(path, root.dir)
+            spec["path"] = resolved
+            if not exists:
+                what = (
+                    "is not a local folder; kept as a hub id"
+                    if resolved == path
+                    else f"not found: {resolved}"
+                )
+                diags.append(root.src.warning(decl.path.span, f"model '{decl.name.name}': path {what}"))
+        else:
+            diags.append(
+                root.src.error(decl.path.span, f"a model path is a non-empty str, got {type_of(path)}")
+            )
+    seen: dict[str, ast.Option] = {}
+    for opt in decl.options or ():
+        key = opt.key.name
+        if key not in MODEL_OPTIONS:
+            diags.append(
+                root.src.error(
+                    opt.key.span,
+                    f"unknown model option '{key}'{did_you_mean(key, MODEL_OPTIONS)}; options are {', '.join(MODEL_OPTIONS)}",
+                )
+            )
+            continue
+        if key in seen or (key in ("gpu", "gpus") and ({"gpu", "gpus"} & set(seen))):
+            diags.append(
+                root.src.error(opt.key.span, f"option '{key}' given twice (gpu and gpus are one option)")
+            )
+            continue
+        seen[key] = opt
+        value = _const(root, opt.value, get, diags)
+        if value is None:
+            continue
+        problem = _set_model_option(spec, key, value)
+        if problem:
+            diags.append(root.src.error(opt.value.span, f"option '{key}': {problem}"))
+    return spec
+
+
+def _is_int(v: Any) -> bool:
+    return type_of(v) == "int"
+
+
+def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
+    if key == "gpu":
+        if not _is_int(v) or v < 0:
+            return f"expected a GPU index (int ≥ 0), got {v!r}"
+        spec["gpus"] = [v]
+    elif key == "gpus":
+        if not isinstance(v, list) or not v or not all(_is_int(g) and g >= 0 for g in v):
+            return f"expected a non-empty list of GPU indices, got {v!r}"
+        if len(set(v)) != len(v):
+            return "a GPU is listed twice"
+        spec["gpus"] = list(v)
+    elif key == "batch":
+        if v == "auto":
+            spec["batch"] = "auto"
+        elif not _is_int(v) or v < 1:
+            return f"expected an int ≥ 1 or auto, got {v!r}"
+        else:
+            spec["batch"] = v
+    elif key == "mem":
+        if type_of(v) not in ("int", "float") or not (0 < v <= 1):
+            return f"expected a fraction in (0, 1], got {v!r}"
+        spec["mem"] = float(v)
+    elif key == "max_len":
+        if not _is_int(v) or v < 1:
+            return f"expected an int ≥ 1, got {v!r}"
+        spec["max_len"] = v
+    else:
+        choices = {"dtype": DTYPES, "engine": ENGINES, "load": LOADS}[key]
+        if v not in choices or not isinstance(v, str):
+            return (
+                f"expected one of {', '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, got {v!r}"
+            )
+        spec[key] = v
+    return None
+
+
+def _serve(root: Unit, decl: ast.ServeDecl, get, diags: list[Diagnostic]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for opt in decl.options:
+        key = opt.key.name
+        if key not in SERVE_OPTIONS:
+            diags.append(
+                root.src.error(
+                    opt.key.span,
+                    f"unknown serve option '{key}'{did_you_mean(key, SERVE_OPTIONS)}; options are {', '.join(SERVE_OPTIONS)}",
+                )
+            )
+            continue
+        if key in out:
+            diags.append(root.src.error(opt.key.span, f"option '{key}' given twice"))
+            continue
+        v = _const(root, opt.value, get, diags)
+        if v is None:
+            continue
+        if key == "concurrency":
+            if not _is_int(v) or v < 1:
+                diags.append(root.src.error(opt.value.span, f"concurrency is an int ≥ 1, got {v!r}"))
+                continue
+            out[key] = v
+        else:
+            if type_of(v) not in ("int", "float") or v < 0:
+                diags.append(root.src.error(opt.value.span, f"max_delay_ms is a number ≥ 0, got {v!r}"))
+                continue
+            out[key] = float(v)
+    return out

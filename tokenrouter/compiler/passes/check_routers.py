@@ -1,0 +1,127 @@
+"""Router weights: when the safetensors file and the models' config.json are at hand, the tensors must
+fit the inputs (layout in docs/ir.md: D = Σ input widths). When they are not at hand: a warning.
+Fills `sha256` of every router file present."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.compiler.program import Program
+from tokenrouter.compiler.safetensors_header import HeaderError, read_header
+from tokenrouter.dsl.diagnostics import Diagnostic
+
+FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
+
+
+def hidden_size(model_path: str | None) -> int | None:
+    if not model_path:
+        return None
+    cfg = Path(model_path) / "config.json"
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("hidden_size", (data.get("text_config") or {}).get("hidden_size"))
+    return value if isinstance(value, int) else None
+
+
+def input_width(inp: dict[str, Any], models: dict[str, dict[str, Any]]) -> int | None:
+    if inp["kind"] in ("topk_logits", "topk_logprobs"):
+        return inp["k"]
+    return hidden_size(models.get(inp["model"], {}).get("path"))
+
+
+def layout_problem(kind: str, tensors: dict[str, dict[str, Any]], d: int | None) -> str | None:
+    """What is wrong with the tensors for a router of `kind` with input width `d` (None: width unknown)."""
+    shapes = {k: v["shape"] for k, v in tensors.items()}
+    for name, info in tensors.items():
+        if info["dtype"] not in FLOAT_DTYPES:
+            return f"tensor '{name}' has dtype {info['dtype']}, expected a float dtype"
+    if kind == "linear":
+        names = [("weight", "bias")]
+    else:
+        n = 0
+        while f"layers.{n}.weight" in shapes:
+            n += 1
+        if n == 0:
+            return "an mlp router needs tensors layers.0.weight, layers.0.bias, …"
+        names = [(f"layers.{i}.weight", f"layers.{i}.bias") for i in range(n)]
+    width = d
+    for w, b in names:
+        if w not in shapes or b not in shapes:
+            return f"missing tensor '{w if w not in shapes else b}'"
+        ws, bs = shapes[w], shapes[b]
+        if len(ws) != 2 or bs != [ws[0]]:
+            return f"'{w}' is {ws} and '{b}' is {bs}; expected [H, D] and [H]"
+        if width is not None and ws[1] != width:
+            return f"'{w}' is {ws}: it takes {ws[1]} inputs, but the router's inputs are {width} wide"
+        width = ws[0]
+    if width != 1:
+        return f"the last layer has {width} outputs; a router outputs 1"
+    for extra in ("input_mean", "input_std"):
+        if extra in shapes and d is not None and shapes[extra] != [d]:
+            return f"'{extra}' is {shapes[extra]}, expected [{d}]"
+    known = {x for pair in names for x in pair} | {"input_mean", "input_std"}
+    unknown = sorted(set(shapes) - known)
+    if unknown:
+        return f"unexpected tensor '{unknown[0]}'"
+    return None
+
+
+def check_routers(program: Program) -> Program:
+    diags: list[Diagnostic] = []
+    routers: dict[str, dict[str, Any]] = {}
+    for name, r in program.routers.items():
+        unit, decl = r["_decl"]
+        r = dict(r)
+        span = decl.call.args[0].span if decl.call.args else decl.span
+        path = Path(r["path"])
+        if not path.is_file():
+            diags.append(
+                unit.src.warning(
+                    span,
+                    f"router '{decl.name.name}': weights not found at {path}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
+                )
+            )
+            routers[name] = r
+            continue
+        try:
+            tensors, metadata = read_header(path)
+            r["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except (OSError, HeaderError) as e:
+            diags.append(unit.src.error(span, f"router '{decl.name.name}': {e}"))
+            routers[name] = r
+            continue
+        widths = [input_width(i, program.models) for i in r["inputs"]]
+        d = sum(widths) if all(w is not None for w in widths) else None
+        if d is None:
+            missing = sorted({i["model"] for i, w in zip(r["inputs"], widths, strict=False) if w is None})
+            diags.append(
+                unit.src.warning(
+                    span,
+                    f"router '{decl.name.name}': config.json of {', '.join(missing)} not at hand; input width not checked",
+                )
+            )
+        file_kind = metadata.get("kind")
+        if file_kind is not None and file_kind != r["kind"]:
+            diags.append(
+                unit.src.error(
+                    decl.call.func.span,
+                    f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds a {file_kind} router",
+                )
+            )
+        else:
+            problem = layout_problem(r["kind"], tensors, d)
+            if problem:
+                diags.append(
+                    unit.src.error(
+                        span, f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({path})"
+                    )
+                )
+        routers[name] = r
+    return program.with_(diags, routers=routers)

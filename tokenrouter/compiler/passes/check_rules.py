@@ -1,0 +1,37 @@
+"""Rules: an unconditional rule is the last of its block, no route to the model itself, `for K` with K ≥ 1."""
+
+from __future__ import annotations
+
+from tokenrouter.compiler.program import Program
+from tokenrouter.dsl.diagnostics import Diagnostic
+
+
+def check_rules(program: Program) -> Program:
+    diags: list[Diagnostic] = []
+    root = program.root
+    if root is None:
+        return program
+    for model, rules in program.routes.items():
+        unconditional = None
+        for r in rules:
+            if unconditional is not None:
+                line = unconditional.rule.span.line
+                diags.append(
+                    root.src.error(
+                        r.rule.span,
+                        f"this rule is never tried: the unconditional rule on line {line} always fires first",
+                    )
+                )
+            elif r.cond is None:
+                unconditional = r
+            if r.target == model:
+                diags.append(
+                    root.src.error(
+                        r.rule.target.span,
+                        f"route to the model itself ('{model}'); a request that stays needs no rule",
+                    )
+                )
+            if r.for_k is not None and r.for_k < 1:
+                assert r.rule.for_k is not None
+                diags.append(root.src.error(r.rule.for_k.span, f"`for K` needs K ≥ 1, got {r.for_k}"))
+    return program.with_(diags)

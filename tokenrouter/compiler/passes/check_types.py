@@ -1,0 +1,343 @@
+"""Types: elaborate every rule condition and router declaration into typed expressions (`TExpr`), with
+params folded to constants and `fn` calls inlined (arity and argument types checked). Also checks that
+a router is only read in the route block of the model it reads. Result: `program.routers`, `program.routes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
+from tokenrouter.compiler.passes.check_options import param_getter
+from tokenrouter.compiler.paths import resolve_source_path
+from tokenrouter.compiler.program import Program, TExpr, TypedRule, Unit
+from tokenrouter.compiler.scope import BUILTINS, Ref, lookup, plan_router_name
+from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic
+
+ERR = TExpr("error", "error")
+NUM = ("int", "float")
+ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+
+def check_types(program: Program) -> Program:
+    diags: list[Diagnostic] = []
+    routers = _routers(program, diags)
+    elab = _Elaborator(program, routers, diags)
+    for unit in program.units:
+        for fn in unit.decls(ast.FnDecl):
+            env = {
+                a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
+                for a in fn.args
+            }
+            for a in fn.args:
+                if a.type.name not in ("int", "float", "bool", "str"):
+                    diags.append(
+                        unit.src.error(
+                            a.type.span, f"unknown type '{a.type.name}'; expected int, float, bool or str"
+                        )
+                    )
+            elab.expr(fn.body, unit, env, None, (fn.name.name,))
+    routes: dict[str, tuple[TypedRule, ...]] = {name: () for name in program.models}
+    root = program.root
+    done: set[str] = set()
+    for block in root.decls(ast.RouteDecl) if root else ():
+        model = block.model.name
+        if model not in program.models or model in done:
+            continue
+        done.add(model)
+        routes[model] = tuple(_rule(elab, root, model, r, diags) for r in block.rules)
+    return program.with_(diags, routers=routers, routes=routes)
+
+
+def _rule(elab: _Elaborator, root: Unit, model: str, rule: ast.Rule, diags: list[Diagnostic]) -> TypedRule:
+    cond = None
+    if rule.cond is not None:
+        cond = elab.expr(rule.cond, root, {}, model, ())
+        if cond.type not in ("bool", "error"):
+            diags.append(root.src.error(rule.cond.span, f"a rule condition must be bool, got {cond.type}"))
+    for_k = None
+    if rule.for_k is not None:
+        try:
+            k = evaluate(rule.for_k, root, param_getter(elab.program))
+            if type_of(k) != "int":
+                diags.append(root.src.error(rule.for_k.span, f"`for K` needs an int K, got {type_of(k)}"))
+            else:
+                for_k = k
+        except ConstError as e:
+            if e.message:
+                diags.append(
+                    root.src.error(e.span, f"`for K` needs a literal int or an int param: {e.message}")
+                )
+    return TypedRule(cond, rule.target.name, rule.drop, for_k, rule)
+
+
+def _routers(program: Program, diags: list[Diagnostic]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    get = param_getter(program)
+    models = set(program.models)
+    for unit in program.units:
+        for name, decl in unit.table(ast.RouterDecl).items():
+            kind = decl.call.func.dotted
+            args = decl.call.args
+            if not args:
+                diags.append(
+                    unit.src.error(
+                        decl.call.span, f"{kind}(PATH, INPUTS…) needs a weights path and at least one input"
+                    )
+                )
+                continue
+            path = None
+            try:
+                value = evaluate(args[0], unit, get)
+                if isinstance(value, str) and value:
+                    path = resolve_source_path(value, unit.dir)[0]
+                else:
+                    diags.append(
+                        unit.src.error(
+                            args[0].span, f"the router's weights path is a str, got {type_of(value)}"
+                        )
+                    )
+            except ConstError as e:
+                if e.message:
+                    diags.append(unit.src.error(e.span, e.message))
+            if len(args) < 2:
+                diags.append(
+                    unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")
+                )
+            inputs = [_router_input(unit, a, models, get, diags) for a in args[1:]]
+            if any(i is None for i in inputs) or path is None or kind not in ("linear", "mlp"):
+                continue
+            owners = {i["model"] for i in inputs}
+            if len(owners) > 1:
+                diags.append(
+                    unit.src.error(
+                        decl.call.span,
+                        f"all inputs of a router must read one model, got {', '.join(sorted(owners))}",
+                    )
+                )
+                continue
+            out[plan_router_name(Ref("router", unit, name))] = {
+                "kind": kind, "path": path, "sha256": None, "model": owners.pop(), "inputs": inputs,
+                "_decl": (unit, decl),
+            }  # fmt: skip
+    return out
+
+
+def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[Diagnostic]) -> dict | None:
+    if not isinstance(arg, ast.Call):
+        return None  # reported by resolve_names
+    kind = arg.func.dotted
+    want = {"hidden": 1, "topk_logits": 2, "topk_logprobs": 2, "embedding": 2}.get(kind)
+    if want is None:
+        return None
+    usage = {"hidden": "hidden(MODEL)", "embedding": "embedding(MODEL, token)"}.get(kind, f"{kind}(MODEL, K)")
+    if len(arg.args) != want:
+        diags.append(
+            unit.src.error(
+                arg.span, f"{usage} takes {want} argument{'s' if want > 1 else ''}, got {len(arg.args)}"
+            )
+        )
+        return None
+    m = arg.args[0]
+    if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
+        from tokenrouter.dsl.diagnostics import did_you_mean
+
+        shown = m.dotted if isinstance(m, ast.Name) else "this"
+        diags.append(
+            unit.src.error(
+                m.span, f"{usage}: '{shown}' is not a model of the policy{did_you_mean(shown, models)}"
+            )
+        )
+        return None
+    out: dict[str, Any] = {"kind": kind, "model": m.parts[0]}
+    if kind == "embedding":
+        tok = arg.args[1]
+        if not (isinstance(tok, ast.Name) and tok.parts == ("token",)):
+            diags.append(
+                unit.src.error(tok.span, "embedding(MODEL, token): the second argument is the word `token`")
+            )
+            return None
+    elif kind != "hidden":
+        try:
+            k = evaluate(arg.args[1], unit, get)
+        except ConstError as e:
+            if e.message:
+                diags.append(unit.src.error(e.span, e.message))
+            return None
+        if type_of(k) != "int" or k < 1:
+            diags.append(unit.src.error(arg.args[1].span, f"{usage}: K is an int ≥ 1, got {k!r}"))
+            return None
+        out["k"] = k
+    return out
+
+
+class _Elaborator:
+    def __init__(self, program: Program, routers: dict[str, dict[str, Any]], diags: list[Diagnostic]) -> None:
+        self.program = program
+        self.routers = routers
+        self.diags = diags
+
+    def err(self, unit: Unit, span: ast.Span, message: str) -> TExpr:
+        self.diags.append(unit.src.error(span, message))
+        return ERR
+
+    def expr(self, e: ast.Expr, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
+        match e:
+            case ast.Bool(value=v):
+                return TExpr("const", "bool", value=v)
+            case ast.Number(value=v):
+                return TExpr("const", "int" if isinstance(v, int) else "float", value=v)
+            case ast.String():
+                return TExpr("const", "str", value=e.value)
+            case ast.Auto():
+                return self.err(unit, e.span, "`auto` is only allowed as `batch: auto`")
+            case ast.ListExpr():
+                return self.err(unit, e.span, "a list is only allowed after `in`")
+            case ast.Name():
+                return self.name(e, unit, env, model)
+            case ast.Unary(op=op, operand=x):
+                t = self.expr(x, unit, env, model, stack)
+                if t.type == "error":
+                    return ERR
+                if op == "-":
+                    if t.type not in NUM:
+                        return self.err(unit, e.span, f"'-' needs a number, got {t.type}")
+                    return TExpr("neg", t.type, (t,))
+                if t.type != "bool":
+                    return self.err(unit, e.span, f"'not' needs a bool, got {t.type}")
+                return TExpr("not", "bool", (t,))
+            case ast.Binary(op=op, left=lhs, right=rhs):
+                a = self.expr(lhs, unit, env, model, stack)
+                b = self.expr(rhs, unit, env, model, stack)
+                return self.binary(e, unit, op, a, b)
+            case ast.In(left=lhs, items=items):
+                a = self.expr(lhs, unit, env, model, stack)
+                if not items.items:
+                    return self.err(unit, items.span, "`in` needs a non-empty list")
+                out: TExpr | None = None
+                for item in items.items:
+                    b = self.expr(item, unit, env, model, stack)
+                    eq = self.binary(ast.Binary("==", lhs, item, e.span), unit, "==", a, b)
+                    out = eq if out is None else TExpr("or", "bool", (out, eq))
+                    if eq.type == "error":
+                        return ERR
+                assert out is not None
+                return out
+            case ast.Call():
+                return self.call(e, unit, env, model, stack)
+        return self.err(unit, e.span, "unsupported expression")
+
+    def name(self, e: ast.Name, unit: Unit, env: dict[str, TExpr], model: str | None) -> TExpr:
+        ref = lookup(unit, e, env)
+        if ref is None:
+            return ERR  # reported by resolve_names
+        if ref.kind == "local":
+            return ref.decl
+        if ref.kind == "feature":
+            from tokenrouter.compiler.program import FEATURES
+
+            return TExpr("feature", FEATURES[ref.name], name=ref.name)
+        if ref.kind == "param":
+            entry = self.program.params.get(ref.qualified)
+            if entry is None:
+                return ERR
+            return TExpr("const", entry["type"], value=entry["value"])
+        if ref.kind == "router":
+            name = plan_router_name(ref)
+            router = self.routers.get(name)
+            if router is None:
+                return ERR
+            if model is not None and router["model"] != model:
+                return self.err(
+                    unit,
+                    e.span,
+                    f"router '{e.dotted}' reads model '{router['model']}'; it cannot be used in the route block of '{model}'",
+                )
+            return TExpr("router", "float", name=name)
+        if ref.kind == "fn":
+            return self.err(unit, e.span, f"'{e.dotted}' is a fn; call it: {e.dotted}(...)")
+        if ref.kind == "import":
+            return ERR  # reported by resolve_names
+        return self.err(unit, e.span, f"'{e.dotted}' is a {ref.kind}, not a value")
+
+    def binary(self, e: ast.Binary, unit: Unit, op: str, a: TExpr, b: TExpr) -> TExpr:
+        if a.type == "error" or b.type == "error":
+            return ERR
+        if "str" in (a.type, b.type):
+            return self.err(
+                unit, e.span, f"strings cannot appear in rule conditions ('{op}' on {a.type} and {b.type})"
+            )
+        if op in ("and", "or"):
+            if a.type != "bool" or b.type != "bool":
+                return self.err(unit, e.span, f"'{op}' needs bools, got {a.type} and {b.type}")
+            return TExpr(op, "bool", (a, b))
+        if op in ("==", "!=") and a.type == b.type == "bool":
+            return TExpr(COMPARE[op], "bool", (a, b))
+        if a.type not in NUM or b.type not in NUM:
+            return self.err(unit, e.span, f"'{op}' needs numbers, got {a.type} and {b.type}")
+        if op in COMPARE:
+            return TExpr(COMPARE[op], "bool", (a, b))
+        t = "int" if a.type == b.type == "int" and op != "/" else "float"
+        return TExpr(ARITH[op], t, (a, b))
+
+    def call(self, e: ast.Call, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
+        fname = e.func.dotted
+        if len(e.func.parts) == 1 and fname in BUILTINS:
+            lo, hi = BUILTINS[fname]
+            n = len(e.args)
+            if n < lo or (hi is not None and n > hi):
+                want = f"{lo}" if lo == hi else f"at least {lo}"
+                return self.err(
+                    unit, e.span, f"{fname}() takes {want} argument{'s' if lo != 1 else ''}, got {n}"
+                )
+            args = [self.expr(a, unit, env, model, stack) for a in e.args]
+            if any(a.type == "error" for a in args):
+                return ERR
+            if fname == "uniform":
+                return TExpr("uniform", "float")
+            for a, node in zip(args, e.args, strict=False):
+                if a.type not in NUM:
+                    return self.err(unit, node.span, f"{fname}() needs numbers, got {a.type}")
+            if fname in ("min", "max"):
+                out = args[0]
+                for a in args[1:]:
+                    t = "int" if out.type == a.type == "int" else "float"
+                    out = TExpr(fname, t, (out, a))
+                return out
+            t = args[0].type if fname == "abs" else "float"
+            return TExpr(fname, t, (args[0],))
+        ref = lookup(unit, e.func)
+        if ref is None or ref.kind != "fn":
+            return ERR  # reported by resolve_names
+        fn: ast.FnDecl = ref.decl
+        key = ref.qualified
+        if key in stack:
+            return self.err(
+                unit, e.span, f"fn '{key}' calls itself (through {' → '.join(stack)}); fns cannot recurse"
+            )
+        if len(e.args) != len(fn.args):
+            return self.err(
+                unit,
+                e.span,
+                f"{fname}() takes {len(fn.args)} argument{'s' if len(fn.args) != 1 else ''}, got {len(e.args)}",
+            )
+        bound: dict[str, TExpr] = {}
+        ok = True
+        for param, arg in zip(fn.args, e.args, strict=False):
+            t = self.expr(arg, unit, env, model, stack)
+            want = param.type.name
+            if t.type == "error":
+                ok = False
+            elif not (t.type == want or (want == "float" and t.type == "int")):
+                self.err(unit, arg.span, f"argument '{param.name.name}' of {fname}() is {want}, got {t.type}")
+                ok = False
+            bound[param.name.name] = t
+        if not ok:
+            return ERR
+        n_before = len(self.diags)
+        body = self.expr(fn.body, ref.unit, bound, model, stack + (key,))
+        if body.type == "error" and len(self.diags) == n_before:
+            return ERR
+        return body

@@ -1,0 +1,114 @@
+"""Load every imported file: `import "file.tr" [as x]` (relative to the importing file) and
+`import stdlib.NAME`. Reports missing files, syntax errors in them, cycles and alias clashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenrouter.compiler.program import Program, Unit
+from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, did_you_mean
+from tokenrouter.dsl.parser import parse
+
+STDLIB_DIR = Path(__file__).resolve().parents[2] / "stdlib"
+MAX_DEPTH = 16
+
+
+def stdlib_names() -> list[str]:
+    return sorted(p.stem for p in STDLIB_DIR.glob("*.tr"))
+
+
+def load_imports(program: Program) -> Program:
+    if program.root is None:
+        return program
+    diags: list[Diagnostic] = []
+    units: list[Unit] = [program.root]
+    _load(program.root, [_key(program.root)], units, diags)
+    return program.with_(diags, units=tuple(units))
+
+
+def _key(unit: Unit) -> str:
+    return str(Path(unit.file).resolve())
+
+
+def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnostic]) -> None:
+    imports: dict[str, Unit] = {}
+    for decl in unit.decls(ast.ImportDecl):
+        target = _target(unit, decl, diags)
+        if target is None:
+            continue
+        key = str(target.resolve())
+        if key in stack:
+            chain = " → ".join(Path(k).name for k in stack[stack.index(key) :] + [key])
+            diags.append(unit.src.error(decl.span, f"import cycle: {chain}"))
+            continue
+        if len(stack) >= MAX_DEPTH:
+            diags.append(unit.src.error(decl.span, f"imports nested deeper than {MAX_DEPTH} files"))
+            continue
+        try:
+            text = target.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            diags.append(unit.src.error(decl.span, f"cannot read imported file {target}: {e}"))
+            continue
+        shown = _shown_path(target)
+        result = parse(text, shown)
+        if result.module is None:
+            diags.extend(result.diagnostics)
+            diags.append(unit.src.error(decl.span, f"imported file {shown} has syntax errors"))
+            continue
+        alias = decl.alias.name if decl.alias else _policy_name(result.module)
+        if alias is None:
+            diags.append(
+                unit.src.error(decl.span, f"{shown} has no `policy NAME` line; write `import ... as NAME`")
+            )
+            continue
+        if alias in imports:
+            diags.append(
+                unit.src.error(decl.span, f"import name '{alias}' is already used by another import")
+            )
+            continue
+        child = Unit(
+            file=shown,
+            dir=target.resolve().parent,
+            text=text,
+            module=result.module,
+            src=SourceMap(shown, text),
+            prefix=f"{unit.prefix}{alias}.",
+        )
+        imports[alias] = child
+        units.append(child)
+        _load(child, stack + [key], units, diags)
+    unit.imports = imports
+
+
+def _target(unit: Unit, decl: ast.ImportDecl, diags: list[Diagnostic]) -> Path | None:
+    if decl.stdlib is not None:
+        path = STDLIB_DIR / f"{decl.stdlib}.tr"
+        if not path.is_file():
+            hint = did_you_mean(decl.stdlib, stdlib_names())
+            diags.append(unit.src.error(decl.span, f"no stdlib policy named '{decl.stdlib}'{hint}"))
+            return None
+        return path
+    assert decl.path is not None
+    if not decl.path.endswith(".tr"):
+        diags.append(unit.src.error(decl.span, f'an imported file must end in .tr: "{decl.path}"'))
+        return None
+    path = unit.dir / decl.path
+    if not path.is_file():
+        diags.append(unit.src.error(decl.span, f"imported file not found: {path}"))
+        return None
+    return path
+
+
+def _policy_name(module: ast.Module) -> str | None:
+    for d in module.decls:
+        if isinstance(d, ast.PolicyDecl):
+            return d.name.name
+    return None
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,43 @@
+"""Model and router paths: relative to the file that names them; a hub id is kept as written."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+
+
+def looks_like_hub_id(text: str) -> bool:
+    return bool(_HUB_ID.match(text)) and not text.startswith(".") and not text.endswith(".safetensors")
+
+
+def resolve_source_path(written: str, base: Path) -> tuple[str, bool]:
+    """(path for the plan, exists). Existing or clearly local paths become absolute; an absent
+    `org/name` is kept as written (a hub id)."""
+    p = Path(written).expanduser()
+    full = p if p.is_absolute() else base / p
+    if full.exists():
+        return str(full.resolve()), True
+    if looks_like_hub_id(written):
+        return written, False
+    return str(full.resolve()), False
+
+
+def relative_to_plan(path: str, plan_dir: Path) -> str:
+    """An absolute path as stored in a plan: relative to the plan's directory. Hub ids stay as they are."""
+    if not os.path.isabs(path):
+        return path
+    return os.path.relpath(path, plan_dir.resolve())
+
+
+def absolute_from_plan(path: str, plan_dir: Path) -> str:
+    """A plan's stored path as an absolute path (a hub id that is not a local folder stays as it is)."""
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    full = plan_dir.resolve() / p
+    if full.exists() or not looks_like_hub_id(path):
+        return str(full.resolve())
+    return path
