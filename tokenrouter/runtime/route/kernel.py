@@ -1,0 +1,335 @@
+"""`RouteKernel`: a model's sampling-and-routing step, rendered from the plan's route IR at start."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tokenrouter.compiler.kernels import RouteIRError, check_route_ir, render_route_kernel
+from tokenrouter.runtime.route.loader import load_source
+from tokenrouter.runtime.route.routers import (
+    Router,
+    RouterFileError,
+    RouterSpec,
+    load_router,
+    model_hidden_size,
+)
+from tokenrouter.runtime.route.sampling_path import restricted_tokens
+
+
+class RouteKernelError(ValueError):
+    """A plan, model or input the route kernel cannot serve. The message is for users."""
+
+
+@dataclass(slots=True)
+class RouteBatchState:
+    """Per-row sampling and counter state of one step, tensors [B] on the kernel's device.
+
+    `position` is the index of the token being sampled (prompt length + tokens committed before it);
+    `run_length` and `generated` count tokens committed BEFORE this one (the kernel adds 1, docs/ir.md).
+    `any_sampling` / `any_restricted` are optional host-side hints (does any row have temperature > 0 /
+    top-k or top-p active?); None = find out from the tensors, which costs a device sync.
+    """
+
+    seed: torch.Tensor  # int64 (the 64-bit seed's bit pattern)
+    position: torch.Tensor  # int64
+    temperature: torch.Tensor  # float32, 0 = greedy
+    top_k: torch.Tensor  # int32, 0 = off
+    top_p: torch.Tensor  # float32, 1 = off
+    run_length: torch.Tensor  # int64
+    generated: torch.Tensor  # int64
+    any_sampling: bool | None = None
+    any_restricted: bool | None = None
+
+    @classmethod
+    def make(
+        cls,
+        rows: int,
+        device: torch.device | str = "cpu",
+        *,
+        seed=0,
+        position=0,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        run_length=0,
+        generated=0,
+    ) -> RouteBatchState:
+        """Build a state from scalars or per-row sequences (for tests, tools and engines)."""
+
+        def col(value, dtype):
+            t = torch.as_tensor(value, dtype=dtype)
+            return (t.expand(rows) if t.dim() == 0 else t).to(device).contiguous()
+
+        if isinstance(seed, int) or (not torch.is_tensor(seed) and not isinstance(seed, (list, tuple))):
+            seed = int(seed)
+        seeds = [seed] * rows if isinstance(seed, int) else list(seed)
+        seeds = [s - (1 << 64) if s >= (1 << 63) else s for s in (int(s) for s in seeds)]
+        return cls(
+            seed=torch.tensor(seeds, dtype=torch.int64, device=device),
+            position=col(position, torch.int64),
+            temperature=col(temperature, torch.float32),
+            top_k=col(top_k, torch.int32),
+            top_p=col(top_p, torch.float32),
+            run_length=col(run_length, torch.int64),
+            generated=col(generated, torch.int64),
+        )
+
+
+@dataclass(slots=True)
+class RouteResult:
+    token: torch.Tensor  # int64 [B]
+    logprob: torch.Tensor  # float32 [B]
+    rule: torch.Tensor  # int32 [B], index of the fired rule, -1 = stay
+    features: dict[str, torch.Tensor] | None = None  # with_features=True: name -> [B] (routers by name)
+
+
+class RouteKernel:
+    """The route kernel of one model of a plan.
+
+    `RouteKernel(plan, model, backend, device, embed=None)` renders the model's route IR with jinja2 (never
+    code from the plan), loads the routers its block reads (safetensors, shape-checked) and is then called
+    once per step: `kernel(logits [B, V], hidden [B, H] | None, state) -> RouteResult`.
+    `backend`: "torch" (reference, CPU/GPU), "triton" (fused, CUDA; on CPU only under TRITON_INTERPRET=1)
+    or "auto" (triton on CUDA when importable, else torch). `embed(token_ids [B]) -> [B, H]` is needed when a
+    router reads `embedding(MODEL, token)`. `hidden_size` overrides the one read from the model's config.json.
+    """
+
+    def __init__(
+        self,
+        plan: dict,
+        model: str,
+        backend: str = "auto",
+        device: torch.device | str = "cpu",
+        embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        *,
+        hidden_size: int | None = None,
+        split: int | None = None,
+        block: int | None = None,
+    ) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.embed = embed
+        self._init_spec(plan, model)
+        self.backend = self._init_backend(backend)
+        self.source = render_route_kernel(self.spec, self.backend)
+        self.module = load_source(self.source, f"{self.backend}_{model}")
+        self._init_routers(plan, hidden_size)
+        self._triton = None
+        if self.backend == "triton":
+            from tokenrouter.runtime.route.triton_backend import TritonRoute
+
+            self._triton = TritonRoute(self.module, self.device, split, block)
+
+    # --- construction steps ---
+    def _init_spec(self, plan: dict, model: str) -> None:
+        routes = plan.get("routes") if isinstance(plan, dict) else None
+        if not isinstance(routes, dict) or model not in routes:
+            known = ", ".join(sorted(routes)) if isinstance(routes, dict) else "none"
+            raise RouteKernelError(f"the plan has no route block for model {model!r} (models: {known})")
+        try:
+            self.spec = check_route_ir(routes[model], model)
+        except RouteIRError as exc:
+            raise RouteKernelError(str(exc)) from None
+
+    def _init_backend(self, backend: str) -> str:
+        if backend not in ("auto", "torch", "triton"):
+            raise RouteKernelError(f"unknown backend {backend!r}; expected auto, torch or triton")
+        if backend == "torch":
+            return backend
+        import os
+
+        interpret = os.environ.get("TRITON_INTERPRET") == "1"
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            if backend == "triton":
+                raise RouteKernelError("backend 'triton' needs the triton package") from None
+            return "torch"
+        if self.device.type == "cuda" or interpret:
+            return "triton"
+        if backend == "triton":
+            raise RouteKernelError(
+                "backend 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for the interpreter)"
+            )
+        return "torch"
+
+    def _init_routers(self, plan: dict, hidden_size: int | None) -> None:
+        entries = plan.get("routers") or {}
+        self.routers: list[Router] = []
+        self.hidden_size = hidden_size
+        if self.hidden_size is None and self.spec.routers:
+            model_entry = (plan.get("models") or {}).get(self.model) or {}
+            path = model_entry.get("path")
+            if isinstance(path, str):
+                try:
+                    self.hidden_size = model_hidden_size(path)
+                except ValueError as exc:
+                    raise RouteKernelError(str(exc)) from None
+        for name in self.spec.routers:
+            if name not in entries:
+                raise RouteKernelError(
+                    f"route block of {self.model!r} reads router {name!r}, which the plan lacks"
+                )
+            try:
+                rspec = RouterSpec.from_plan(name, entries[name])
+            except ValueError as exc:
+                raise RouteKernelError(str(exc)) from None
+            others = {i.model for i in rspec.inputs} - {self.model}
+            if others:
+                raise RouteKernelError(f"router {name!r} reads model(s) {sorted(others)}, not {self.model!r}")
+            router, implied = load_router(rspec, self.hidden_size, self.device)  # RouterFileError passes up
+            self.hidden_size = self.hidden_size or (implied or None)
+            self.routers.append(router)
+        kinds = {i.kind for r in self.routers for i in r.spec.inputs}
+        self.needs_hidden = "hidden" in kinds
+        self.needs_token_first = "embedding" in kinds
+        if self.needs_token_first and self.embed is None:
+            raise RouteKernelError(
+                f"a router of {self.model!r} reads embedding(token); the engine must pass `embed`"
+            )
+
+    # --- one step ---
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        hidden: torch.Tensor | None,
+        state: RouteBatchState,
+        *,
+        with_features: bool = False,
+    ) -> RouteResult:
+        self._check_inputs(logits, hidden, state)
+        sampling = state.any_sampling
+        if sampling is None:
+            sampling = bool((state.temperature > 0).any())
+        restricted = state.any_restricted
+        if restricted is None:
+            restricted = sampling and bool(((state.top_k > 0) | (state.top_p < 1)).any())
+        forced = None
+        if restricted:
+            forced = restricted_tokens(
+                logits, state.seed, state.position, state.temperature, state.top_k, state.top_p
+            )
+        if self.backend == "triton":
+            return self._run_triton(logits, hidden, state, forced, sampling, with_features)
+        return self._run_torch(logits, hidden, state, forced, sampling, with_features)
+
+    def _check_inputs(
+        self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState
+    ) -> None:
+        if logits.dim() != 2 or logits.shape[1] < 2:
+            raise RouteKernelError(f"logits must be [B, V] with V >= 2, got {list(logits.shape)}")
+        if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise RouteKernelError(f"logits must be float32, bfloat16 or float16, got {logits.dtype}")
+        if logits.stride(1) != 1:
+            raise RouteKernelError("logits rows must be contiguous")
+        rows = logits.shape[0]
+        for name in ("seed", "position", "temperature", "top_k", "top_p", "run_length", "generated"):
+            value = getattr(state, name)
+            if value.shape != (rows,):
+                raise RouteKernelError(f"state.{name} must have shape [{rows}], got {list(value.shape)}")
+        if self.needs_hidden:
+            if hidden is None:
+                raise RouteKernelError(
+                    f"the route block of {self.model!r} reads hidden(); pass hidden states"
+                )
+            if hidden.shape[0] != rows or (self.hidden_size and hidden.shape[1] != self.hidden_size):
+                raise RouteKernelError(
+                    f"hidden must be [{rows}, {self.hidden_size}] (the routers' hidden size), got {list(hidden.shape)}"
+                )
+
+    def _features_for_rules(self, f: dict, state: RouteBatchState) -> dict:
+        f["run_length"] = state.run_length + 1
+        f["generated"] = state.generated + 1
+        f["position"] = state.position + 1
+        return f
+
+    def _router_out(self, logits: torch.Tensor, hidden: torch.Tensor | None, token: torch.Tensor | None):
+        if not self.routers:
+            return None
+        cache: dict = {}
+
+        def value(inp) -> torch.Tensor:
+            key = (inp.kind, inp.k)
+            if key in cache:
+                return cache[key]
+            if inp.kind == "hidden":
+                out = hidden.float()
+            elif inp.kind == "embedding":
+                out = self.embed(token).float()
+                if out.shape != (logits.shape[0], self.hidden_size or out.shape[1]):
+                    raise RouteKernelError(
+                        f"embed() returned {list(out.shape)}, expected [{logits.shape[0]}, "
+                        f"{self.hidden_size}]"
+                    )
+            else:
+                if inp.k > logits.shape[1]:
+                    raise RouteKernelError(f"{inp.text()} asks for more values than the vocabulary has")
+                out = logits.float().topk(inp.k, dim=-1).values
+                if inp.kind == "topk_logprobs":
+                    if "lse" not in cache:
+                        cache["lse"] = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+                    out = out - cache["lse"]
+            cache[key] = out
+            return out
+
+        cols = []
+        for router in self.routers:
+            x = torch.cat([value(i) for i in router.spec.inputs], dim=-1)
+            cols.append(router(x))
+        return torch.stack(cols, dim=1)
+
+    def _run_torch(self, logits, hidden, state, forced, sampling, with_features) -> RouteResult:
+        mod = self.module
+        f = mod.route_stats(logits, state.seed, state.position, state.temperature, forced, sampling)
+        router_out = self._router_out(logits, hidden, f["token"])
+        f = self._features_for_rules(f, state)
+        rule = mod.route_rules(f, router_out, state.seed, state.position)
+        return RouteResult(
+            f["token"], f["logprob"], rule, self._debug(f, router_out, state) if with_features else None
+        )
+
+    def _run_triton(self, logits, hidden, state, forced, sampling, with_features) -> RouteResult:
+        tr = self._triton
+        if self.needs_token_first:
+            token, logprob, _, feats = tr.run(
+                logits, state, None, forced, sampling=sampling, eval_rules=False, write_features=True
+            )
+            router_out = self._router_out(logits, hidden, token)
+            rule = tr.rules(token, logprob, feats, state, router_out)
+        else:
+            router_out = self._router_out(logits, hidden, None)
+            token, logprob, rule, feats = tr.run(
+                logits,
+                state,
+                router_out,
+                forced,
+                sampling=sampling,
+                eval_rules=True,
+                write_features=with_features,
+            )
+        if not with_features:
+            return RouteResult(token, logprob, rule)
+        f = {name: feats[i] for i, name in enumerate(self.module.FLOAT_SLOTS)}
+        f.update(token=token, logprob=logprob)
+        return RouteResult(
+            token, logprob, rule, self._debug(self._features_for_rules(f, state), router_out, state)
+        )
+
+    def _debug(self, f: dict, router_out, state: RouteBatchState) -> dict:
+        from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
+
+        out = {name: f[name] for name in self.spec.features}
+        if self.spec.uses_uniform:
+            out["uniform"] = f.get(
+                "uniform",
+                uniform(state.seed, state.position, STREAM_UNIFORM, torch.zeros_like(state.position)),
+            )
+        for i, router in enumerate(self.routers):
+            out[router.spec.name] = router_out[:, i]
+        return out
+
+
+__all__ = ["RouteBatchState", "RouteKernel", "RouteKernelError", "RouteResult", "RouterFileError"]
