@@ -10,6 +10,7 @@ Who sends what (rid = request id, a str chosen by the frontend):
 - subserver → subserver: `PeerRequest` (a hop: the request continues on the receiver).
 - subserver → frontend: `StepOutputs` (tokens committed and requests finished in one step), `SubserverStats`.
 - any process → launcher: `Ready`, `Fatal`.
+- launcher → frontend: `Ready` (a subserver is ready), `Fatal` (a subserver failed or died).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class PeerRequest(msgspec.Struct, tag=True):
     for_k: int = 0
     return_to: str | None = None
     n_active: int = 0
+    seen: dict[str, int] = {}  # model -> tokens of this request it has seen, as the sender knows (so the
+    # next hop from the receiver sends each model only its unseen suffix)
 
 
 # ---- subservers → frontend ------------------------------------------------------------------------------
@@ -127,5 +130,5 @@ class Fatal(msgspec.Struct, tag=True):
 
 
 ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest
-ToFrontend = StepOutputs | SubserverStats | Fatal
+ToFrontend = StepOutputs | SubserverStats | Ready | Fatal  # Ready, Fatal: forwarded by the launcher
 ToLauncher = Ready | Fatal

@@ -1,0 +1,94 @@
+"""Delayed batching's threshold rule and run decision (pure functions; no engine)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenrouter.runtime.subserver.batching import (
+    BatchingConfig,
+    DelayedBatching,
+    effective_thresholds,
+    plan_thresholds,
+)
+
+thresholds = st.lists(st.integers(1, 40), min_size=1, max_size=5).map(
+    lambda bs: {f"m{i}": b for i, b in enumerate(bs)}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(thresholds, st.integers(0, 200))
+def test_effective_thresholds_fit_n_and_only_ever_lower(b, n):
+    eff = effective_thresholds(b, n)
+    assert list(eff) == list(b)
+    assert sum(v - 1 for v in eff.values()) < max(n, 1)
+    assert all(1 <= eff[k] <= b[k] for k in b)
+    if sum(v - 1 for v in b.values()) < max(n, 1):
+        assert eff == b  # already feasible: untouched
+    # lowering stops as soon as the sum fits: the slack is exactly used up
+    else:
+        assert sum(v - 1 for v in eff.values()) == max(n, 1) - 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(thresholds, st.integers(1, 100))
+def test_effective_thresholds_monotone_in_n(b, n):
+    lo, hi = effective_thresholds(b, n), effective_thresholds(b, n + 1)
+    assert all(lo[k] <= hi[k] for k in b)
+
+
+def test_largest_lowered_first_ties_in_model_order():
+    b = {"a": 4, "b": 4, "c": 2}
+    assert effective_thresholds(b, 8) == b  # Σ(B−1) = 7 < 8
+    assert effective_thresholds(b, 7) == {"a": 3, "b": 4, "c": 2}
+    assert effective_thresholds(b, 6) == {"a": 3, "b": 3, "c": 2}
+    assert effective_thresholds(b, 4) == {"a": 2, "b": 2, "c": 2}
+    assert effective_thresholds(b, 3) == {"a": 1, "b": 2, "c": 2}
+    assert effective_thresholds(b, 1) == {"a": 1, "b": 1, "c": 1}
+    assert effective_thresholds(b, 0) == {"a": 1, "b": 1, "c": 1}
+
+
+def test_plan_thresholds_auto_is_one():
+    plan = {"models": {"slm": {"batch": "auto"}, "llm": {"batch": 6}, "x": {}}}
+    assert plan_thresholds(plan) == {"slm": 1, "llm": 6, "x": 1}
+
+
+def test_should_run_threshold_and_timeout():
+    cfg = BatchingConfig({"a": 3, "b": 2}, max_delay_ms=5.0)
+    d = DelayedBatching(cfg, "a", n_active=10)
+    assert d.threshold == 3
+    assert not d.should_run(0, None, 100.0)
+    assert d.should_run(3, 99.0, 99.0)
+    assert not d.should_run(2, 99.0, 99.004)
+    assert d.should_run(2, 99.0, 99.005)  # the oldest waited max_delay
+    assert d.deadline(99.0) == pytest.approx(99.005)
+    d.set_active(2)  # Σ(B−1) must be < 2: a is lowered first
+    assert d.threshold == 1 and d.should_run(1, 0.0, 0.0)
+
+
+def test_no_timeout():
+    d = DelayedBatching(BatchingConfig({"a": 3}, max_delay_ms=None), "a", n_active=5)
+    assert d.deadline(0.0) is None
+    assert not d.should_run(2, 0.0, 1e9)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"thresholds": {}, "max_delay_ms": 1.0}, "at least one"),
+        ({"thresholds": {"a": 0}, "max_delay_ms": 1.0}, "int >= 1"),
+        ({"thresholds": {"a": 2.5}, "max_delay_ms": 1.0}, "int >= 1"),
+        ({"thresholds": {"a": 1}, "max_delay_ms": -1.0}, "max_delay_ms"),
+        ({"thresholds": {"a": 1}, "max_delay_ms": float("inf")}, "max_delay_ms"),
+    ],
+)
+def test_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BatchingConfig(**kwargs)
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="no batch threshold"):
+        DelayedBatching(BatchingConfig({"a": 1}, 1.0), "b")

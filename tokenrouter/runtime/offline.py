@@ -1,0 +1,172 @@
+"""The in-process executor: every model's `Scheduler` in one process, messages routed in memory.
+
+Same schedulers, same delayed batching, same hops as `tokenrouter serve`, without sockets or threads; used
+by `tokenrouter generate PLAN` and by the tests. It also plays the frontend's part: it publishes the number
+of active requests n (with `NewRequest` to the entry model and `ActiveCount` to every model), collects the
+`StepOutputs`, and broadcasts `Release` when a request finishes.
+
+Time is virtual: when no subserver is ready but one has a runnable request, the clock jumps to the earliest
+`max_delay_ms` deadline instead of sleeping. When none is ready, none has a deadline and no message is in
+flight while requests are still active, the run has stalled and `StallError` says where every request is
+(with the timeout enabled this cannot happen; the property test disables it to check the threshold rule).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine.base import Engine
+from tokenrouter.runtime.subserver.batching import BatchingConfig
+from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
+
+
+class StallError(RuntimeError):
+    """No subserver can run, nothing is in flight, and requests are still active."""
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(slots=True)
+class RequestResult:
+    rid: str
+    prompt_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # which model wrote each token
+    hops: list[tuple[str, str]] = field(default_factory=list)  # (from, to) per hand-off, in order
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class OfflineExecutor:
+    def __init__(
+        self,
+        plan: dict,
+        engines: dict[str, Engine],
+        kernels: dict[str, Callable],
+        *,
+        batching: BatchingConfig | None = None,
+        max_batch: int = 256,
+    ) -> None:
+        self.plan = plan
+        self.clock = VirtualClock()
+        self.schedulers = {
+            name: Scheduler(
+                name,
+                plan,
+                engines[name],
+                kernels[name],
+                batching=batching,
+                clock=self.clock,
+                max_batch=max_batch,
+            )
+            for name in plan["models"]
+        }
+        self.entry = plan["entry"]
+        self.queue: deque[tuple[str, object]] = deque()
+        self.results: dict[str, RequestResult] = {}
+        self.active: set[str] = set()
+        self.steps: dict[str, int] = {name: 0 for name in plan["models"]}
+
+    # ---- the frontend's part -----------------------------------------------------------------------------
+
+    def submit(self, rid: str, prompt_ids: Sequence[int], sampling: m.SamplingSpec) -> None:
+        if rid in self.results:
+            raise ValueError(f"request id {rid!r} was already submitted")
+        self.results[rid] = RequestResult(rid, list(prompt_ids))
+        self.active.add(rid)
+        self.queue.append((self.entry, m.NewRequest(rid, list(prompt_ids), sampling, len(self.active))))
+        self._publish_count()
+
+    def abort(self, rid: str) -> None:
+        if rid in self.active:
+            self.active.discard(rid)
+            self.results[rid].finish_reason = "abort"
+            for name in self.schedulers:
+                self.queue.append((name, m.Abort(rid)))
+            self._publish_count()
+
+    def _publish_count(self) -> None:
+        for name in self.schedulers:
+            self.queue.append((name, m.ActiveCount(len(self.active))))
+
+    def _on_outputs(self, out: m.StepOutputs) -> None:
+        for t in out.tokens:
+            res = self.results[t.rid]
+            if t.rid not in self.active:
+                continue
+            if t.index != len(res.token_ids):
+                raise RuntimeError(
+                    f"{out.model} sent token index {t.index} of {t.rid}, expected {len(res.token_ids)}"
+                )
+            res.token_ids.extend(t.token_ids)
+            res.models.extend([t.model] * len(t.token_ids))
+            if t.hop_to is not None:
+                res.hops.append((t.model, t.hop_to))
+        for f in out.finished:
+            if f.rid not in self.active:
+                continue
+            res = self.results[f.rid]
+            res.finish_reason, res.error = f.reason, f.error
+            self.active.discard(f.rid)
+            for name in self.schedulers:
+                self.queue.append((name, m.Release(f.rid)))
+            self._publish_count()
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+
+    def _deliver(self) -> None:
+        while self.queue:
+            dest, msg = self.queue.popleft()
+            if dest == FRONTEND:
+                self._on_outputs(msg)
+            else:
+                self.queue.extend(self.schedulers[dest].handle(msg))
+
+    def run(self, max_steps: int = 1_000_000) -> dict[str, RequestResult]:
+        """Run until every submitted request has finished; returns the results by rid."""
+        for _ in range(max_steps):
+            self._deliver()
+            if not self.active:
+                return self.results
+            ready = [s for s in self.schedulers.values() if s.ready()]
+            if not ready:
+                deadlines = [d for s in self.schedulers.values() if (d := s.next_deadline()) is not None]
+                if not deadlines:
+                    raise StallError(self._describe_stall())
+                self.clock.now = max(self.clock.now, min(deadlines))
+                continue
+            for s in ready:
+                self.queue.extend(s.step())
+                self.steps[s.model] += 1
+                self._deliver()
+        raise RuntimeError(
+            f"requests still active after {max_steps} scheduling rounds: {sorted(self.active)}"
+        )
+
+    def _describe_stall(self) -> str:
+        parts = [
+            f"{name}: threshold {s.batching.threshold}, runnable {len(s.runnable)}, {s.counts()}"
+            for name, s in self.schedulers.items()
+        ]
+        return f"delayed batching stalled with {len(self.active)} active requests; " + "; ".join(parts)
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: m.SamplingSpec | Sequence[m.SamplingSpec]
+    ) -> list[RequestResult]:
+        """Submit every prompt at once, run to completion, return results in prompt order."""
+        specs = list(sampling) if isinstance(sampling, Sequence) else [sampling] * len(prompts)
+        base = len(self.results)
+        rids = [f"req-{base + i}" for i in range(len(prompts))]
+        for rid, prompt, spec in zip(rids, prompts, specs, strict=True):
+            self.submit(rid, prompt, spec)
+        self.run()
+        return [self.results[rid] for rid in rids]

@@ -1,0 +1,113 @@
+"""A plain sequential reference of a policy: one request at a time, no batching, no KV cache.
+
+Every step recomputes the current model's whole sequence with `forward_full` (teacher forcing, no cache),
+runs the model's route kernel on that one row, and applies LANGUAGE.md's rule semantics directly:
+
+- no rule fires: commit the token, stay;
+- `-> T`: commit the token, continue on T; `-> T drop`: discard the token, T writes this position;
+- `for K`: T writes K tokens ignoring its own rules, then the request goes back;
+- finish when a committed token is EOS (unless ignore_eos) or a stop token ("stop"), or at max_tokens or the
+  current model's context end ("length").
+
+The executor (`offline.py`, `tokenrouter serve`) must produce the same tokens and per-token model trace under
+greedy decoding, whatever the batching: that is the "routing is exact" test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from tokenrouter.runtime.messages import SamplingSpec
+
+MAX_DROPS_IN_A_ROW = 1000  # a conditional drop cycle that never commits is a policy bug, not a hang
+
+
+@dataclass(slots=True)
+class ReferenceModel:
+    """What the reference needs of a model: a cache-free full forward, its stop tokens and context size."""
+
+    forward_full: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # ids [T] -> ([T, V], [T, H])
+    eos_token_ids: tuple[int, ...]
+    max_len: int
+
+    @classmethod
+    def from_engine(cls, engine) -> ReferenceModel:
+        """The engine's own model, run without its KV cache."""
+        return cls(engine.model.forward_full, tuple(engine.info.eos_token_ids), engine.info.max_len)
+
+
+@dataclass(slots=True)
+class ReferenceResult:
+    token_ids: list[int] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # which model wrote each token
+    hops: list[tuple[str, str]] = field(default_factory=list)
+    finish_reason: str = ""
+
+
+def reference_generate(
+    plan: dict,
+    models: dict[str, ReferenceModel],
+    kernels: dict[str, Callable],
+    prompt_ids: Sequence[int],
+    sampling: SamplingSpec,
+) -> ReferenceResult:
+    from tokenrouter.runtime.route import RouteBatchState
+
+    rules = {
+        name: [(r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]]
+        for name, route in plan["routes"].items()
+    }
+    seed = sampling.seed & ((1 << 64) - 1)
+    seed = seed - (1 << 64) if seed >= 1 << 63 else seed
+    tokens = list(prompt_ids)
+    res = ReferenceResult()
+    cur = plan["entry"]
+    run_length, for_left, return_to, drops = 0, 0, None, 0
+
+    def row(values, dtype, device):
+        return torch.tensor([values], dtype=dtype, device=device)
+
+    while True:
+        logits, hidden = models[cur].forward_full(torch.tensor(tokens, dtype=torch.int64))
+        dev = logits.device
+        state = RouteBatchState(
+            seed=row(seed, torch.int64, dev),
+            position=row(len(tokens), torch.int64, dev),
+            temperature=row(float(sampling.temperature), torch.float32, dev),
+            top_k=row(sampling.top_k, torch.int64, dev),
+            top_p=row(float(sampling.top_p), torch.float32, dev),
+            run_length=row(run_length, torch.int64, dev),
+            generated=row(len(res.token_ids), torch.int64, dev),
+        )
+        out = kernels[cur](logits[-1:], hidden[-1:], state)
+        tok, rule = int(out.token[0]), int(out.rule[0])
+        hop = rules[cur][rule] if (for_left == 0 and rule >= 0) else None
+        if hop is not None and hop[1]:  # drop
+            drops += 1
+            if drops > MAX_DROPS_IN_A_ROW:
+                raise RuntimeError(f"{MAX_DROPS_IN_A_ROW} drop hand-offs in a row without a committed token")
+            res.hops.append((cur, hop[0]))
+            cur, run_length, for_left, return_to = hop[0], 0, hop[2], (cur if hop[2] else None)
+            continue
+        drops = 0
+        tokens.append(tok)
+        res.token_ids.append(tok)
+        res.models.append(cur)
+        run_length += 1
+        m = models[cur]
+        if tok in sampling.stop_token_ids or (not sampling.ignore_eos and tok in m.eos_token_ids):
+            res.finish_reason = "stop"
+            return res
+        if len(res.token_ids) >= sampling.max_tokens or len(tokens) >= m.max_len:
+            res.finish_reason = "length"
+            return res
+        if for_left > 0:
+            for_left -= 1
+            if for_left == 0:
+                hop = (return_to, False, 0)
+        if hop is not None:
+            res.hops.append((cur, hop[0]))
+            cur, run_length, for_left, return_to = hop[0], 0, hop[2], (cur if hop[2] else None)

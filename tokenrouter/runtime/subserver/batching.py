@@ -1,0 +1,100 @@
+"""Delayed batching: when a subserver runs its next step.
+
+Subserver i runs a step when
+
+1. at least `B_i^eff` requests are runnable on it, or
+2. the oldest runnable request has waited at least `max_delay_ms` (unless the timeout is disabled).
+
+**The threshold rule.** `B_i` comes from the plan (`models.*.batch`: an int, or `"auto"`, read as 1 until the
+throughput model resolves it). With n active requests (published by the frontend), every subserver computes
+the same vector `B^eff` from the same inputs: start from `B`; while `Σ_i (B_i^eff − 1) ≥ max(n, 1)`, lower
+by one the largest `B_j^eff`, the first such j in the plan's model order on ties. The result is the unique
+fixed point of that procedure, so subservers that agree on n agree on `B^eff`, and it satisfies
+`Σ_i (B_i^eff − 1) < n` for every n ≥ 1 (all ones give 0).
+
+Why it cannot stall: each active request is runnable on exactly one subserver, pending on others, or in
+flight in a message. If no subserver could run, every subserver i would hold at most `B_i^eff − 1` runnable
+requests, so at most `Σ (B_i^eff − 1) < n` would be runnable in all, and some request would be in flight —
+its arrival changes the counts. A stale n (higher than the truth, e.g. before an `ActiveCount` arrives) can
+delay a step, but the `max_delay_ms` timeout bounds that delay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def effective_thresholds(thresholds: dict[str, int], n_active: int) -> dict[str, int]:
+    """The deterministic `B^eff` for `n_active` requests (see the module docstring). Order of `thresholds`
+    matters for ties: pass the plan's model order."""
+    eff = dict(thresholds)
+    budget = max(n_active, 1) - 1  # Σ(B_eff − 1) must be ≤ n − 1
+    excess = sum(b - 1 for b in eff.values()) - budget
+    while excess > 0:
+        name = max(eff, key=lambda k: eff[k])  # first of the largest, in order
+        eff[name] -= 1
+        excess -= 1
+    return eff
+
+
+def plan_thresholds(plan: dict) -> dict[str, int]:
+    """`B_i` per model in plan order; `"auto"` is 1 until the throughput model writes an int."""
+    out = {}
+    for name, spec in plan["models"].items():
+        b = spec.get("batch", "auto")
+        out[name] = 1 if b == "auto" else int(b)
+    return out
+
+
+@dataclass(slots=True)
+class BatchingConfig:
+    thresholds: dict[str, int]  # B_i per model, in plan order
+    max_delay_ms: float | None  # None: no timeout (only for tests of the threshold rule)
+
+    def __post_init__(self) -> None:
+        if not self.thresholds:
+            raise ValueError("batching needs at least one model threshold")
+        for name, b in self.thresholds.items():
+            if not isinstance(b, int) or b < 1:
+                raise ValueError(f"batch threshold of model {name!r} must be an int >= 1, got {b!r}")
+        if self.max_delay_ms is not None and not (
+            self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
+        ):
+            raise ValueError(f"max_delay_ms must be a finite number >= 0, got {self.max_delay_ms!r}")
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> BatchingConfig:
+        return cls(plan_thresholds(plan), float(plan.get("serve", {}).get("max_delay_ms", 5.0)))
+
+
+class DelayedBatching:
+    """One subserver's view: its threshold for the current n, and whether/when to run."""
+
+    def __init__(self, config: BatchingConfig, model: str, n_active: int = 1) -> None:
+        if model not in config.thresholds:
+            raise ValueError(f"model {model!r} has no batch threshold")
+        self.config = config
+        self.model = model
+        self.n_active = -1
+        self.threshold = 1
+        self.set_active(n_active)
+
+    def set_active(self, n_active: int) -> None:
+        if n_active != self.n_active:
+            self.n_active = n_active
+            self.threshold = effective_thresholds(self.config.thresholds, n_active)[self.model]
+
+    def should_run(self, n_runnable: int, oldest_ready_since: float | None, now: float) -> bool:
+        if n_runnable == 0:
+            return False
+        if n_runnable >= self.threshold:
+            return True
+        deadline = self.deadline(oldest_ready_since)
+        return deadline is not None and now >= deadline
+
+    def deadline(self, oldest_ready_since: float | None) -> float | None:
+        """When the timeout makes the oldest runnable request run (None: nothing runnable, or no timeout)."""
+        if oldest_ready_since is None or self.config.max_delay_ms is None:
+            return None
+        return oldest_ready_since + self.config.max_delay_ms / 1000.0

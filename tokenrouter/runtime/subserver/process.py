@@ -1,0 +1,317 @@
+"""One model subserver as an OS process: `run_subserver_process(SubserverArgs(...))`.
+
+Start it with `multiprocessing` (spawn) or any process launcher, one per model of the plan. It
+
+1. loads the plan, the model's engine (device: `args.device`, else `cuda:<first of the model's gpus>` when
+   CUDA is available, else `cpu`) and its route kernel;
+2. binds its PULL socket at `endpoints["subservers"][model]` and connects PUSH sockets to the frontend and
+   to every peer subserver;
+3. sends `Ready(name=model, info={"model", "device", "pid", "vocab_size", "max_len", "eos_token_ids"})` to the
+   launcher;
+4. runs until it receives `Shutdown` (or SIGTERM/SIGINT), then returns normally (exit status 0).
+On any crash, during loading or later, it logs the traceback and sends `Fatal(name=model, error=<traceback>)`
+to the launcher *and* to the frontend (so the frontend can fail that model's in-flight requests at once),
+then exits with status 1.
+
+What it expects from the frontend (see `tokenrouter.runtime.messages`): `NewRequest` to the plan's entry
+model only, with `n_active` = the active requests including the new one; `ActiveCount` to *every* subserver
+whenever n changes (on arrival, finish, abort) — delayed batching depends on it; `Release(rid)` to every
+subserver after a `Finished`; `Abort(rid)` to every subserver when a client goes away; `Shutdown` to stop.
+What it sends to the frontend: `StepOutputs` (per step: `TokenOut` per committed token, with `index` = the
+token's index among the request's generated tokens and `model` = who wrote it; `hop_to` set when the request
+left for another model after that token; a `TokenOut` with empty `token_ids` and `hop_to` set for a `drop`
+hop, which commits nothing; `Finished` from the model that committed the last token, or with reason
+"error" and a message when a request cannot run), and `SubserverStats` every `stats_interval_s`.
+
+Three loops, each in its own thread with its own sockets (ZeroMQ sockets are not thread-safe); messages are
+handed over through queues (a `queue.Queue` into the decode loop, `inproc://` PUSH/PULL pipes out of it):
+- the client loop reads the PULL socket (frontend messages and peers' `PeerRequest`s) into the decode loop's
+  inbox and forwards the decode loop's outputs to the frontend;
+- the decode loop (the main thread) applies messages to the `Scheduler` and runs a step whenever delayed
+  batching allows: schedule → forward → route kernel → commit/hop/finish;
+- the inter-model loop sends `PeerRequest`s to peers, so a slow or absent peer never blocks a step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
+
+logger = logging.getLogger(__name__)
+_encoder = msgspec.msgpack.Encoder()
+TO_FRONTEND = "inproc://to-frontend"
+TO_PEERS = "inproc://to-peers"
+POLL_MS = 100
+
+
+@dataclass(slots=True)
+class SubserverArgs:
+    plan_path: str
+    model: str
+    endpoints: dict  # Endpoints.to_dict()
+    device: str | None = None  # override the placement from the plan ("cpu", "cuda:1", ...)
+    log_level: str = "INFO"
+    stats_interval_s: float = 0.5
+    max_batch: int = 256
+    extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("SubserverArgs.model must name a model of the plan")
+        for key in ("launcher", "frontend", "subservers"):
+            if key not in self.endpoints:
+                raise ValueError(f"SubserverArgs.endpoints lacks {key!r} (use Endpoints.to_dict())")
+        if self.model not in self.endpoints["subservers"]:
+            raise ValueError(f"SubserverArgs.endpoints has no address for model {self.model!r}")
+        if self.stats_interval_s <= 0:
+            raise ValueError(f"stats_interval_s must be > 0, got {self.stats_interval_s}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if not isinstance(logging.getLevelName(self.log_level.upper()), int):
+            raise ValueError(f"unknown log level {self.log_level!r}")
+
+
+def pick_device(spec: dict, override: str | None) -> str:
+    import torch
+
+    if override:
+        return override
+    if torch.cuda.is_available():
+        return f"cuda:{(spec.get('gpus') or [0])[0]}"
+    return "cpu"
+
+
+def load_model_runtime(plan: dict, model: str, device: str, **engine_kwargs):
+    """The engine and route kernel of one model of a plan, on `device`."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+    from tokenrouter.runtime.route import RouteKernel
+
+    spec = plan["models"][model]
+    if spec.get("mem") is not None:
+        engine_kwargs.setdefault("mem_fraction", spec["mem"])
+    engine = load_engine(spec["path"], device=device, **engine_kwargs)
+    backend = "triton" if str(device).startswith("cuda") else "torch"
+    kernel = RouteKernel(plan, model, backend, device, engine.embed)
+    return engine, kernel
+
+
+class _ThreadCrash(Exception):
+    pass
+
+
+class Subserver:
+    """The decode loop and the two IO threads of one subserver process."""
+
+    def __init__(self, args: SubserverArgs, ctx: zmq.Context) -> None:
+        from tokenrouter.compiler.plan import read_plan
+
+        self.args = args
+        self.ctx = ctx
+        self.model = args.model
+        self.endpoints = Endpoints.from_dict(args.endpoints)
+        self.plan = read_plan(args.plan_path)
+        if self.model not in self.plan["models"]:
+            raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
+        self.device = pick_device(self.plan["models"][self.model], args.device)
+        self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
+        self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
+        self.inbox: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.init_threads()
+
+    def init_threads(self) -> None:
+        bound = [threading.Event(), threading.Event()]
+        self.threads = [
+            threading.Thread(
+                target=self._guard, args=(self.client_loop, bound[0]), name="client-loop", daemon=True
+            ),
+            threading.Thread(
+                target=self._guard,
+                args=(self.inter_model_loop, bound[1]),
+                name="inter-model-loop",
+                daemon=True,
+            ),
+        ]
+        for t in self.threads:
+            t.start()
+        for e in bound:
+            if not e.wait(30):
+                raise RuntimeError("an IO thread did not start within 30 s")
+        self.out_frontend = self.ctx.socket(zmq.PUSH)
+        self.out_frontend.connect(TO_FRONTEND)
+        self.out_peers = self.ctx.socket(zmq.PUSH)
+        self.out_peers.connect(TO_PEERS)
+
+    def info(self) -> dict:
+        i = self.engine.info
+        return {
+            "model": self.model,
+            "device": self.device,
+            "pid": os.getpid(),
+            "vocab_size": i.vocab_size,
+            "max_len": i.max_len,
+            "eos_token_ids": list(i.eos_token_ids),
+        }
+
+    # ---- IO threads --------------------------------------------------------------------------------------
+
+    def _guard(self, loop, bound: threading.Event) -> None:
+        try:
+            loop(bound)
+        except BaseException:
+            self.inbox.put(_ThreadCrash(traceback.format_exc()))
+            bound.set()
+
+    def client_loop(self, bound: threading.Event) -> None:
+        pull = Receiver(self.ctx, self.endpoints.subservers[self.model], m.ToSubserver)
+        frontend = Sender(self.ctx, self.endpoints.frontend)
+        outputs = self.ctx.socket(zmq.PULL)
+        outputs.bind(TO_FRONTEND)
+        poller = zmq.Poller()
+        poller.register(pull.sock, zmq.POLLIN)
+        poller.register(outputs, zmq.POLLIN)
+        bound.set()
+        try:
+            while not self.stop.is_set():
+                events = dict(poller.poll(POLL_MS))
+                if pull.sock in events:
+                    for msg in pull.drain():
+                        self.inbox.put(msg)
+                if outputs in events:
+                    while True:
+                        try:
+                            frontend.sock.send(outputs.recv(zmq.NOBLOCK))
+                        except zmq.Again:
+                            break
+        finally:
+            for s in (pull.sock, frontend.sock, outputs):
+                s.close(0)
+
+    def inter_model_loop(self, bound: threading.Event) -> None:
+        peers = {
+            name: Sender(self.ctx, addr)
+            for name, addr in self.endpoints.subservers.items()
+            if name != self.model
+        }
+        hops = self.ctx.socket(zmq.PULL)
+        hops.bind(TO_PEERS)
+        bound.set()
+        try:
+            while not self.stop.is_set():
+                if hops.poll(POLL_MS):
+                    while True:
+                        try:
+                            dest, data = hops.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        peers[dest.decode()].sock.send(data)
+        finally:
+            hops.close(0)
+            for s in peers.values():
+                s.sock.close(0)
+
+    # ---- the decode loop ---------------------------------------------------------------------------------
+
+    def event_loop(self) -> None:
+        next_stats = time.monotonic()
+        while not self.stop.is_set():
+            for msg in self._receive():
+                if isinstance(msg, m.Shutdown):
+                    self.stop.set()
+                    break
+                if isinstance(msg, _ThreadCrash):
+                    raise RuntimeError(f"IO thread crashed:\n{msg}")
+                self.dispatch(self.scheduler.handle(msg))
+            if self.stop.is_set():
+                break
+            if self.scheduler.ready():
+                self.dispatch(self.scheduler.step())
+            if time.monotonic() >= next_stats:
+                self.dispatch([(FRONTEND, self.scheduler.stats())])
+                next_stats = time.monotonic() + self.args.stats_interval_s
+
+    def _receive(self) -> list:
+        """Wait for messages, at most until the scheduler may run (0 when it can run now)."""
+        if self.scheduler.ready():
+            timeout = 0.0
+        else:
+            deadline = self.scheduler.next_deadline()
+            timeout = self.args.stats_interval_s if deadline is None else deadline - time.monotonic()
+            timeout = min(max(timeout, 0.0), self.args.stats_interval_s)
+        msgs = []
+        try:
+            msgs.append(self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait())
+        except queue.Empty:
+            return msgs
+        while True:
+            try:
+                msgs.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return msgs
+
+    def dispatch(self, out: Outbox) -> None:
+        for dest, msg in out:
+            data = _encoder.encode(msg)
+            if dest == FRONTEND:
+                self.out_frontend.send(data)
+            else:
+                self.out_peers.send_multipart([dest.encode(), data])
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=2)
+        self.out_frontend.close(0)
+        self.out_peers.close(0)
+
+
+def run_subserver_process(args: SubserverArgs) -> None:
+    """The entry function of one subserver process (see the module docstring for the protocol)."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s subserver[{args.model}] %(message)s"
+    )
+    ctx = zmq.Context()
+    launcher = Sender(ctx, args.endpoints["launcher"])
+    frontend = Sender(ctx, args.endpoints["frontend"])
+    sub = None
+    code = 0
+    try:
+        sub = Subserver(args, ctx)
+
+        def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
+            sub.stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _stop)
+            signal.signal(signal.SIGINT, _stop)
+        launcher.send(m.Ready(name=args.model, info=sub.info()))
+        logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
+        sub.event_loop()
+    except BaseException:
+        tb = traceback.format_exc()
+        logger.error("crashed:\n%s", tb)
+        for s in (launcher, frontend):
+            s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
+            s.send(m.Fatal(name=args.model, error=tb))
+        code = 1
+    finally:
+        if sub is not None:
+            sub.close()
+        launcher.sock.close(0)
+        frontend.sock.close(0)
+        ctx.term()
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,377 @@
+"""The subserver's scheduler: a transport-agnostic core (no sockets, no threads).
+
+`Scheduler(model, plan, engine, route_kernel)` holds the requests this model knows. Its owner (the process's
+decode loop, or the in-process executor) feeds it messages with `handle(msg)` and calls `step()` when
+`ready()`; both return the outbound messages as `(destination, message)` pairs, where destination is
+`FRONTEND` or a peer model's name. One step:
+
+    get_next_batch_to_run()  -> runnable requests (delayed batching decides whether it is time)
+    run_batch(batch)         -> engine.forward over each row's unseen tokens (prefill on a first visit,
+                                extend on a return, decode otherwise), then the route kernel (sample + rules)
+    process_batch_result()   -> per row: commit / hop (keep | drop | for K) / finish
+
+Outputs to the frontend: one `StepOutputs` per step with a `TokenOut` per committed token (`hop_to` set when
+the step also handed the request to another model) and a `TokenOut` with *no* tokens for a `drop` hop (the
+sampled token was discarded, only the hand-off is reported); `Finished` when this subserver committed the
+last token (EOS / stop token → "stop", max_tokens or the context end → "length") or could not run it
+("error"). The subserver that finishes a request frees its own KV at once; the others free theirs on
+`Release`/`Abort`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import msgspec
+import torch
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
+from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
+from tokenrouter.runtime.subserver.req import Req, ReqStatus
+
+logger = logging.getLogger(__name__)
+
+FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
+Outbox = list[tuple[str, msgspec.Struct]]
+TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
+
+
+def _seed64(seed: int) -> int:
+    seed &= (1 << 64) - 1
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: str,
+        plan: dict,
+        engine: Engine,
+        route_kernel: Callable,
+        *,
+        batching: BatchingConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_batch: int = 256,
+    ) -> None:
+        if model not in plan["models"]:
+            raise ValueError(f"model {model!r} is not in the plan (models: {', '.join(plan['models'])})")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model = model
+        self.engine = engine
+        self.kernel = route_kernel
+        self.clock = clock
+        self.max_batch = max_batch
+        self.init_routes(plan)
+        self.init_queues()
+        self.batching = DelayedBatching(batching or BatchingConfig.from_plan(plan), model)
+        self._handlers = {
+            m.NewRequest: self.handle_new_request,
+            m.PeerRequest: self.handle_peer_request,
+            m.Release: self.handle_release,
+            m.Abort: self.handle_release,
+            m.ActiveCount: self.handle_active_count,
+        }
+
+    def init_routes(self, plan: dict) -> None:
+        route = plan["routes"].get(self.model, {"rules": []})
+        self.rules = [
+            (r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]
+        ]
+        self.want_hidden = bool(route.get("routers")) or bool(getattr(self.kernel, "needs_hidden", False))
+        self.eos = frozenset(self.engine.info.eos_token_ids)
+        self.max_len = self.engine.info.max_len
+
+    def init_queues(self) -> None:
+        self.reqs: dict[str, Req] = {}
+        self.runnable: OrderedDict[str, Req] = OrderedDict()  # FIFO by ready_since
+        self.ended: OrderedDict[str, None] = OrderedDict()  # tombstones
+        self.steps = 0
+        self.last_batch_size = 0
+        self.last_step_ms = 0.0
+
+    # ---- incoming messages -------------------------------------------------------------------------------
+
+    def handle(self, msg: msgspec.Struct) -> Outbox:
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            raise TypeError(f"subserver {self.model}: no handler for {type(msg).__name__}")
+        return handler(msg)
+
+    def handle_new_request(self, msg: m.NewRequest) -> Outbox:
+        self.batching.set_active(msg.n_active)
+        if msg.rid in self.reqs or msg.rid in self.ended:
+            logger.warning("%s: duplicate or ended request %s ignored", self.model, msg.rid)
+            return []
+        if not msg.prompt_ids:
+            return self._fail_new(msg.rid, "the prompt is empty")
+        if len(msg.prompt_ids) >= self.max_len:
+            return self._fail_new(
+                msg.rid,
+                f"the prompt has {len(msg.prompt_ids)} tokens; {self.model} accepts at most "
+                f"{self.max_len - 1} before the first generated token",
+            )
+        now = self.clock()
+        req = Req(
+            msg.rid, list(msg.prompt_ids), len(msg.prompt_ids), msg.sampling, arrived_at=now, ready_since=now
+        )
+        req.seen_by[self.model] = len(req.tokens)
+        self._admit(req)
+        return []
+
+    def handle_peer_request(self, msg: m.PeerRequest) -> Outbox:
+        if msg.n_active > 0 and msg.n_active < self.batching.n_active:
+            self.batching.set_active(msg.n_active)  # a lower n is always safe; the frontend's count rules
+        if msg.rid in self.ended:
+            return []  # aborted or released while the hop was in flight
+        req = self.reqs.get(msg.rid)
+        if req is None:
+            req = Req(msg.rid, [], msg.prompt_len, msg.sampling)
+            self.reqs[msg.rid] = req
+        elif req.status != ReqStatus.PENDING:
+            return self._fail(req, f"{self.model} received request {msg.rid} while it was {req.status.value}")
+        overlap = len(req.tokens) - msg.start
+        if overlap < 0 or req.tokens[msg.start :] != msg.tokens[:overlap]:
+            return self._fail(
+                req,
+                f"{self.model}: hop of {msg.rid} from {msg.origin} does not continue its sequence "
+                f"(known {len(req.tokens)} tokens, got tokens from {msg.start})",
+            )
+        req.tokens.extend(msg.tokens[overlap:])
+        if len(req.tokens) >= self.max_len:
+            return self._fail(
+                req, f"request {msg.rid} has {len(req.tokens)} tokens, more than {self.model} accepts"
+            )
+        for peer, n in msg.seen.items():
+            req.seen_by[peer] = max(req.seen_by.get(peer, 0), n)
+        req.seen_by[self.model] = len(req.tokens)
+        req.run_length = 0
+        req.for_left = msg.for_k
+        req.return_to = msg.return_to if msg.for_k > 0 else None
+        req.arrived_at = req.ready_since = self.clock()
+        req.status = ReqStatus.WAITING
+        self._admit(req)
+        return []
+
+    def handle_release(self, msg: m.Release | m.Abort) -> Outbox:
+        req = self.reqs.get(msg.rid)
+        if req is not None:
+            self._drop(req)
+        else:
+            self._tombstone(msg.rid)
+        return []
+
+    def handle_active_count(self, msg: m.ActiveCount) -> Outbox:
+        self.batching.set_active(msg.n_active)
+        return []
+
+    # ---- one step ----------------------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        oldest = next(iter(self.runnable.values()), None)
+        return self.batching.should_run(
+            len(self.runnable), oldest.ready_since if oldest else None, self.clock()
+        )
+
+    def next_deadline(self) -> float | None:
+        """When the max_delay timeout makes `ready()` true (None: no runnable request or no timeout)."""
+        oldest = next(iter(self.runnable.values()), None)
+        return self.batching.deadline(oldest.ready_since if oldest else None)
+
+    def step(self) -> Outbox:
+        batch = self.get_next_batch_to_run()
+        if not batch:
+            return []
+        t0 = time.perf_counter()
+        batch, result, out = self.run_batch(batch)
+        if batch:
+            out += self.process_batch_result(batch, result)
+        self.steps += 1
+        self.last_batch_size = len(batch)
+        self.last_step_ms = (time.perf_counter() - t0) * 1000.0
+        return out
+
+    def get_next_batch_to_run(self) -> list[Req]:
+        if not self.ready():
+            return []
+        batch = []
+        for req in self.runnable.values():
+            batch.append(req)
+            if len(batch) == self.max_batch:
+                break
+        return batch
+
+    def run_batch(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
+        """Forward + route kernel. A row the engine can never run is failed; the others run."""
+        out: Outbox = []
+        try:
+            step = self._forward(batch)
+        except EngineError:
+            rows, logits, hidden = [], [], []
+            for r in batch:  # find the row(s) that cannot fit by running rows one at a time
+                try:
+                    s = self._forward([r])
+                except EngineError as e:
+                    out += self._fail(r, str(e))
+                    continue
+                rows.append(r)
+                logits.append(s.logits)
+                hidden.append(s.hidden)
+            batch = rows
+            if not batch:
+                return [], None, out
+            step = StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None)
+        for r in batch:
+            r.fed = len(r.tokens)
+        result = self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
+        return batch, result, out
+
+    def _forward(self, rows: list[Req]) -> StepOutput:
+        return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)
+
+    def _route_state(self, batch: list[Req], device: torch.device):
+        from tokenrouter.runtime.route import RouteBatchState
+
+        def col(values, dtype):
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return RouteBatchState(
+            seed=col([_seed64(r.sampling.seed) for r in batch], torch.int64),
+            position=col([len(r.tokens) for r in batch], torch.int64),  # index of the token being sampled
+            temperature=col([float(r.sampling.temperature) for r in batch], torch.float32),
+            top_k=col([r.sampling.top_k for r in batch], torch.int64),
+            top_p=col([float(r.sampling.top_p) for r in batch], torch.float32),
+            run_length=col([r.run_length for r in batch], torch.int64),
+            generated=col([r.generated for r in batch], torch.int64),
+        )
+
+    def process_batch_result(self, batch: list[Req], result) -> Outbox:
+        tokens = result.token.tolist()
+        rules = result.rule.tolist()
+        out: Outbox = []
+        emitted: list[m.TokenOut] = []
+        finished: list[m.Finished] = []
+        now = self.clock()
+        for req, tok, rule in zip(batch, tokens, rules, strict=True):
+            hop = None  # (target, drop, for_k, return_to)
+            if req.for_left == 0 and rule >= 0:
+                target, drop, for_k = self.rules[rule]
+                hop = (target, drop, for_k, self.model if for_k else None)
+            if hop is not None and hop[1]:  # drop: discard the sampled token, the target writes this position
+                emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop[0]))
+                out.append(self._hop(req, *hop))
+                continue
+            req.tokens.append(tok)
+            req.seen_by[self.model] = len(req.tokens)
+            req.run_length += 1
+            reason = self._finish_reason(req, tok)
+            if reason is None and req.for_left > 0:
+                req.for_left -= 1
+                if req.for_left == 0:
+                    hop = (req.return_to, False, 0, None)
+            emitted.append(
+                m.TokenOut(
+                    req.rid,
+                    req.generated - 1,
+                    [tok],
+                    self.model,
+                    hop_to=hop[0] if hop and not reason else None,
+                )
+            )
+            if reason is not None:
+                finished.append(m.Finished(req.rid, reason, self.model))
+                self._drop(req)
+            elif hop is not None:
+                out.append(self._hop(req, *hop))
+            else:
+                req.status = ReqStatus.RUNNING
+                req.ready_since = now
+                self.runnable.move_to_end(req.rid)
+        if emitted or finished:
+            out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished)))
+        return out
+
+    def _finish_reason(self, req: Req, tok: int) -> str | None:
+        s = req.sampling
+        if tok in s.stop_token_ids or (not s.ignore_eos and tok in self.eos):
+            return "stop"
+        if req.generated >= s.max_tokens or len(req.tokens) >= self.max_len:
+            return "length"
+        return None
+
+    def _hop(self, req: Req, target: str, drop: bool, for_k: int, return_to: str | None):
+        start = req.seen_by.get(target, 0)
+        msg = m.PeerRequest(
+            rid=req.rid,
+            origin=self.model,
+            start=start,
+            tokens=req.tokens[start:],
+            prompt_len=req.prompt_len,
+            generated=req.generated,
+            sampling=req.sampling,
+            drop=drop,
+            for_k=for_k,
+            return_to=return_to,
+            n_active=self.batching.n_active,
+            seen=dict(req.seen_by),
+        )
+        req.seen_by[target] = len(req.tokens)
+        msg.seen[target] = len(req.tokens)
+        req.status = ReqStatus.PENDING
+        self.runnable.pop(req.rid, None)
+        return (target, msg)
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+
+    def _admit(self, req: Req) -> None:
+        self.reqs[req.rid] = req
+        self.runnable[req.rid] = req
+        self.runnable.move_to_end(req.rid)
+
+    def _fail_new(self, rid: str, error: str) -> Outbox:
+        self._tombstone(rid)
+        return [(FRONTEND, m.StepOutputs(self.model, [], [m.Finished(rid, "error", self.model, error)]))]
+
+    def _fail(self, req: Req, error: str) -> Outbox:
+        logger.warning("%s: request %s failed: %s", self.model, req.rid, error)
+        self._drop(req)
+        return [(FRONTEND, m.StepOutputs(self.model, [], [m.Finished(req.rid, "error", self.model, error)]))]
+
+    def _drop(self, req: Req) -> None:
+        req.status = ReqStatus.FINISHED
+        self.reqs.pop(req.rid, None)
+        self.runnable.pop(req.rid, None)
+        self.engine.release(req.rid)
+        self._tombstone(req.rid)
+
+    def _tombstone(self, rid: str) -> None:
+        self.ended[rid] = None
+        if len(self.ended) > TOMBSTONES:
+            self.ended.popitem(last=False)
+
+    # ---- introspection -----------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in ReqStatus}
+        for r in self.reqs.values():
+            c[r.status] += 1
+        return {s.value: n for s, n in c.items()}
+
+    def stats(self) -> m.SubserverStats:
+        c = self.counts()
+        es = self.engine.stats()
+        return m.SubserverStats(
+            model=self.model,
+            waiting=c["waiting"],
+            running=c["running"],
+            pending=c["pending"],
+            last_batch_size=self.last_batch_size,
+            last_step_ms=self.last_step_ms,
+            steps=self.steps,
+            kv_pages_total=int(es.get("pages_total", 0)),
+            kv_pages_free=int(es.get("pages_free", 0)),
+        )
