@@ -23,6 +23,145 @@ app = typer.Typer(
 def _root() -> None:
     """Token-level LLM routing: check, compile and serve .tr policies."""
 
+# --- language commands ---
+
+
+def _defines(values: list[str] | None) -> dict[str, str]:
+    """`-D NAME=VALUE` options as a dict; a malformed one is a usage error (exit 2)."""
+    out: dict[str, str] = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            typer.echo(f"error: bad -D '{item}': expected NAME=VALUE", err=True)
+            raise typer.Exit(2)
+        out[name.strip()] = value
+    return out
+
+
+def _require_files(paths: list[str], what: str) -> None:
+    import os
+
+    for p in paths:
+        if not os.path.isfile(p):
+            typer.echo(f"error: no such {what}: {p}", err=True)
+            raise typer.Exit(2)
+
+
+@app.command()
+def check(
+    files: list[str] = typer.Argument(..., help="Policy files (.tr)."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
+    max_errors: int = typer.Option(50, help="Show at most this many diagnostics per file."),
+) -> None:
+    """Check policies: report every error (and warning) in each file. Exit 1 when any has errors."""
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.dsl.diagnostics import render_all
+
+    defines = _defines(define)
+    _require_files(files, "file")
+    failed = False
+    for path in files:
+        result = compile_file(path, defines)
+        if result.diagnostics:
+            typer.echo(render_all(result.diagnostics, limit=max_errors), err=True)
+        n_err, n_warn = len(result.errors), len(result.diagnostics) - len(result.errors)
+        if n_err:
+            failed = True
+            counts = f"{n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)}"
+            typer.echo(f"{path}: {counts}", err=True)
+        else:
+            typer.echo(f"{path}: ok" + (f" ({n_warn} warning{'s' * (n_warn != 1)})" if n_warn else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command(name="compile")
+def compile_(
+    file: str = typer.Argument(..., help="Policy file (.tr)."),
+    output: str = typer.Option(None, "-o", "--output", help="Plan file to write (default: FILE.plan beside FILE)."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
+) -> None:
+    """Compile a policy to a plan (JSON: the route IR and settings, no code)."""
+    from pathlib import Path
+
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.compiler.plan import PlanError, write_plan
+    from tokenrouter.dsl.diagnostics import render_all
+
+    defines = _defines(define)
+    _require_files([file], "file")
+    result = compile_file(file, defines)
+    if result.diagnostics:
+        typer.echo(render_all(result.diagnostics), err=True)
+    if result.plan is None:
+        typer.echo(f"{file}: not compiled ({len(result.errors)} errors)", err=True)
+        raise typer.Exit(1)
+    out = Path(output) if output else Path(file).with_suffix(".plan")
+    try:
+        write_plan(result.plan, out)
+    except (OSError, PlanError) as exc:
+        typer.echo(f"error: cannot write {out}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {out}")
+
+
+@app.command()
+def fmt(
+    files: list[str] = typer.Argument(..., help="Policy files (.tr) to format in place."),
+    check_only: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if a file would change."),
+) -> None:
+    """Format policies canonically (in place), or with --check report which would change."""
+    from pathlib import Path
+
+    from tokenrouter.dsl.diagnostics import render_all
+    from tokenrouter.dsl.formatter import format_module
+    from tokenrouter.dsl.parser import parse
+
+    _require_files(files, "file")
+    status = 0
+    for path in files:
+        text = Path(path).read_text(encoding="utf-8")
+        result = parse(text, path)
+        if result.module is None:
+            typer.echo(render_all(result.diagnostics), err=True)
+            status = 1
+            continue
+        formatted = format_module(result.module)
+        if formatted == text:
+            continue
+        if check_only:
+            typer.echo(f"{path}: would reformat")
+            status = 1
+        else:
+            Path(path).write_text(formatted, encoding="utf-8")
+            typer.echo(f"reformatted {path}")
+    if status:
+        raise typer.Exit(status)
+
+
+@app.command()
+def inspect(
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the validated plan as JSON (paths absolute)."),
+) -> None:
+    """Summarize a plan: models, entry, rules in source form, features per model, thresholds, feasibility."""
+    import json
+
+    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.summary import render
+
+    _require_files([plan_file], "plan file")
+    try:
+        plan = read_plan(plan_file)
+    except PlanError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(plan, indent=2, ensure_ascii=False))
+    else:
+        typer.echo(render(plan))
+
+
 
 # --- benchmark commands ---
 
