@@ -1,0 +1,410 @@
+"""`EmbeddedEngine`: the default engine, pure PyTorch, CPU and GPU (see `base.py` for the contract).
+
+Per step (`forward`): validate every row first (nothing changes when a row is refused), make room (evict
+held requests least-recently-used until the step's new KV slots and request rows fit; if even that is not
+enough, run the batch in two halves), allocate, write the request-to-token table, build one
+`ForwardBatch`, run the model, and record the new tokens. A request evicted while held keeps its token
+history on the host; its next step re-prefills history + new tokens, which gives the same logits.
+
+The model step itself is `_run_model`: when a graph runner is installed (`self.graph_runner`, built by
+`cuda_graph_runner.CudaGraphRunner(engine)` on CUDA) and `graph_runner.can_run(forward_batch)`, it returns
+`graph_runner.replay(forward_batch)` -> (logits [B, V], hidden [B, H]); otherwise the attention backend's
+`init_forward_metadata` and the eager `model(forward_batch)`. A graph runner may read `engine.model`,
+`engine.attn_backend`, `engine.req_to_token_pool`, `engine.token_to_kv_pool`, `engine.max_batch`,
+`engine.device`, `engine.dtype`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
+from tokenrouter.runtime.engine.base import Engine, EngineError, ModelInfo, StepInput, StepOutput
+from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
+from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+CPU_DEFAULT_KV_BYTES = 256 << 20
+CPU_DEFAULT_MAX_TOKENS = 65536
+GPU_KV_FRACTION = 0.8  # of the memory free after the weights, when no budget is given
+
+
+class EngineRowError(EngineError):
+    """One row of a step can never run (the message says why); `rid` names it."""
+
+    def __init__(self, rid: str, message: str) -> None:
+        super().__init__(f"request {rid!r}: {message}")
+        self.rid = rid
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Settings of one embedded engine (validated; every field may come from a user)."""
+
+    device: str = "cpu"
+    dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
+    max_tokens: int | None = None  # KV token slots; else from mem_bytes
+    mem_bytes: int | None = None  # KV budget in bytes; else a default per device
+    max_batch: int = 256  # rows per model forward (larger steps run in pieces)
+    max_reqs: int | None = None  # request rows (running + held); default 2 * max_batch
+    max_len: int | None = None  # longest sequence; default the model's max_position_embeddings
+    load: str = "auto"  # "auto" (safetensors) | "dummy" (random weights on the device)
+    attention: str = "auto"
+    cuda_graph: bool | None = None  # None: on CUDA when the graph runner is available
+    seed: int = 0  # for dummy weights
+
+    def __post_init__(self) -> None:
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"bad device {self.device!r}") from e
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, got {self.max_batch!r}")
+        if self.load not in ("auto", "dummy"):
+            raise ValueError(f"load must be 'auto' or 'dummy', got {self.load!r}")
+        if self.max_tokens is not None and self.mem_bytes is not None:
+            raise ValueError("give max_tokens or mem_bytes, not both")
+
+
+@dataclass(slots=True)
+class Req:
+    """One request as the engine sees it: its whole token history and, while resident, its KV."""
+
+    rid: str
+    token_ids: list[int] = field(default_factory=list)
+    kv_len: int = 0  # tokens of token_ids whose KV is in the pool (a prefix)
+    req_pool_idx: int = 0  # row in req_to_token; 0 = not resident (new or evicted)
+    slots: list[torch.Tensor] = field(default_factory=list)  # its KV slot ids, host copies, in order
+
+
+class EmbeddedEngine(Engine):
+    def __init__(
+        self, model: DecoderForCausalLM, config: ModelConfig, settings: EngineConfig, name: str
+    ) -> None:
+        self.model = model
+        self.model_config = config
+        self.settings = settings
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.max_batch = settings.max_batch
+        self._init_pools()
+        self._init_attention()
+        self.info = ModelInfo(
+            name=name,
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            max_len=self.max_len,
+            eos_token_ids=config.eos_token_ids,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self.reqs: dict[str, Req] = {}
+        self.lru: OrderedDict[str, None] = OrderedDict()  # resident rids, least recently used first
+        self.evictions = 0
+        self.reprefills = 0
+        self.steps = 0
+        self.graph_runner = None
+        self._init_graph_runner()
+
+    # --- construction -----------------------------------------------------------------------------
+    def _init_pools(self) -> None:
+        c, s = self.model_config, self.settings
+        if s.max_tokens is not None:
+            size = s.max_tokens
+        else:
+            budget = s.mem_bytes
+            if budget is None and self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget = int(free * GPU_KV_FRACTION)
+            elif budget is None:
+                budget = CPU_DEFAULT_KV_BYTES
+            size = MHATokenToKVPool.size_for_budget(
+                budget, self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
+            )
+            if s.mem_bytes is None and self.device.type != "cuda":
+                size = min(size, CPU_DEFAULT_MAX_TOKENS)
+            if size < 1:
+                per = MHATokenToKVPool.bytes_per_token(
+                    self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
+                )
+                raise EngineError(f"a KV budget of {budget} bytes holds no token ({per} bytes per token)")
+        self.max_len = min(s.max_len or c.max_position_embeddings, c.max_position_embeddings, size)
+        self.token_to_kv_pool = MHATokenToKVPool(
+            size, self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers, self.device
+        )
+        self.req_to_token_pool = ReqToTokenPool(s.max_reqs or 2 * s.max_batch, self.max_len, self.device)
+
+    def _init_attention(self) -> None:
+        c = self.model_config
+        attn_cfg = AttentionConfig(
+            num_heads=c.num_attention_heads,
+            num_kv_heads=c.num_key_value_heads,
+            head_dim=c.head_dim,
+            scaling=c.scaling,
+            num_layers=c.num_hidden_layers,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        try:
+            self.attn_backend = create_attention_backend(self.settings.attention, attn_cfg)
+        except ValueError as e:
+            raise EngineError(str(e)) from e
+        self.model.attn_backend = self.attn_backend
+
+    def _init_graph_runner(self) -> None:
+        want = self.settings.cuda_graph
+        if want is False or (want is None and self.device.type != "cuda"):
+            return
+        if self.device.type != "cuda":
+            raise EngineError("CUDA graphs need a CUDA device")
+        try:
+            from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphRunner
+        except ImportError as e:
+            if want:
+                raise EngineError(f"CUDA graphs are not available: {e}") from e
+            return
+        self.graph_runner = CudaGraphRunner(self)
+
+    # --- the Engine contract ------------------------------------------------------------------------
+    def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
+        rows = list(batch)
+        if not rows:
+            raise ValueError("forward needs at least one row")
+        self._validate(rows)
+        before = (self.evictions, self.reprefills)
+        outs = [self._forward_rows(rows[i : i + self.max_batch]) for i in range(0, len(rows), self.max_batch)]
+        outs = [o for chunk in outs for o in chunk]
+        self.steps += 1
+        logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
+        hidden = None
+        if want_hidden:
+            hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
+        new_tokens = [len(r.new_token_ids) for r in rows]
+        stats = {
+            "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
+            "rows": len(rows),
+            "tokens": sum(o[2] for o in outs),
+            "forwards": len(outs),
+            "evicted": self.evictions - before[0],
+            "reprefilled": self.reprefills - before[1],
+        }
+        return StepOutput(logits=logits, hidden=hidden, stats=stats)
+
+    def release(self, rid: str) -> None:
+        req = self.reqs.pop(rid, None)
+        if req is not None and req.req_pool_idx:
+            self._free_kv(req)
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return self.model.model.embed_tokens(token_ids.to(self.device, torch.int64))
+
+    def seq_len(self, rid: str) -> int:
+        req = self.reqs.get(rid)
+        return 0 if req is None else len(req.token_ids)
+
+    def stats(self) -> dict:
+        pool, r2t = self.token_to_kv_pool, self.req_to_token_pool
+        resident = sum(1 for r in self.reqs.values() if r.req_pool_idx)
+        return {
+            "pages_total": pool.size,
+            "pages_free": pool.available_size(),
+            "pages_used": pool.size - pool.available_size(),
+            "page_size": 1,
+            "req_slots_total": r2t.size,
+            "req_slots_free": r2t.available_size(),
+            "requests": len(self.reqs),
+            "held": resident,
+            "evicted_held": len(self.reqs) - resident,
+            "evictions": self.evictions,
+            "reprefills": self.reprefills,
+            "steps": self.steps,
+            "max_len": self.max_len,
+            "attention": self.attn_backend.name,
+            "cuda_graph": self.graph_runner is not None,
+        }
+
+    def forward_full(self, token_ids: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits [T, V] and hidden [T, H] of one sequence, without the KV cache."""
+        return self.model.forward_full(torch.as_tensor(token_ids, dtype=torch.int64))
+
+    # --- one step -------------------------------------------------------------------------------------
+    def _validate(self, rows: list[StepInput]) -> None:
+        seen: set[str] = set()
+        vocab = self.model_config.vocab_size
+        for row in rows:
+            if row.rid in seen:
+                raise EngineRowError(row.rid, "appears twice in one step")
+            seen.add(row.rid)
+            new = row.new_token_ids
+            if len(new) == 0:
+                raise EngineRowError(row.rid, "a step needs at least one new token")
+            if any(isinstance(t, bool) or not isinstance(t, int) for t in new):
+                raise EngineRowError(row.rid, "token ids must be ints")
+            if min(new) < 0 or max(new) >= vocab:
+                raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
+            total = self.seq_len(row.rid) + len(new)
+            if total > self.max_len:
+                raise EngineRowError(row.rid, f"{total} tokens exceed the engine's max_len {self.max_len}")
+
+    def _forward_rows(self, rows: list[StepInput]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+        """Run rows (≤ max_batch) in one forward if they fit, else in halves. Returns one
+        (logits, hidden, tokens) per model forward."""
+        reqs = [self.reqs.get(r.rid) or Req(r.rid) for r in rows]
+        need_tokens = sum(
+            len(r.new_token_ids) + (0 if q.req_pool_idx else len(q.token_ids))
+            for r, q in zip(rows, reqs, strict=True)
+        )
+        need_rows = sum(1 for q in reqs if not q.req_pool_idx)
+        if not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
+            if len(rows) == 1:  # cannot happen while max_len <= pool size; kept as a clear error
+                raise EngineRowError(rows[0].rid, "does not fit in the KV pool even alone")
+            half = len(rows) // 2
+            return self._forward_rows(rows[:half]) + self._forward_rows(rows[half:])
+        return [self._forward_fitting(rows, reqs, need_tokens)]
+
+    def _make_room(self, need_tokens: int, need_rows: int, keep: set[str]) -> bool:
+        pool, r2t = self.token_to_kv_pool, self.req_to_token_pool
+        while pool.available_size() < need_tokens or r2t.available_size() < need_rows:
+            victim = next((rid for rid in self.lru if rid not in keep), None)
+            if victim is None:
+                return False
+            self._free_kv(self.reqs[victim])
+            self.evictions += 1
+        return True
+
+    def _free_kv(self, req: Req) -> None:
+        if req.slots:
+            self.token_to_kv_pool.free(torch.cat(req.slots))
+        self.req_to_token_pool.free(req.req_pool_idx)
+        self.lru.pop(req.rid, None)
+        req.slots, req.kv_len, req.req_pool_idx = [], 0, 0
+
+    def _forward_fitting(
+        self, rows: list[StepInput], reqs: list[Req], need_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        locs = self.token_to_kv_pool.alloc_extend(need_tokens)
+        input_ids: list[int] = []
+        prefix_lens: list[int] = []
+        extend_lens: list[int] = []
+        pool_idx: list[int] = []
+        fresh: list[Req] = []  # rows that got a request row in this step
+        for row, req in zip(rows, reqs, strict=True):
+            new = list(row.new_token_ids)
+            if req.req_pool_idx:
+                tokens = new
+            else:
+                req.req_pool_idx = self.req_to_token_pool.alloc()
+                fresh.append(req)
+                if req.token_ids:
+                    self.reprefills += 1
+                tokens = req.token_ids + new
+            input_ids.extend(tokens)
+            prefix_lens.append(req.kv_len)
+            extend_lens.append(len(tokens))
+            pool_idx.append(req.req_pool_idx)
+        fb = ForwardBatch.build(
+            input_ids=input_ids,
+            out_cache_loc=locs,
+            req_pool_indices=pool_idx,
+            extend_prefix_lens=prefix_lens,
+            extend_seq_lens=extend_lens,
+            device=self.device,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+        )
+        try:
+            rows_of_tokens = fb.req_pool_indices.repeat_interleave(
+                fb.extend_seq_lens, output_size=fb.num_tokens
+            )
+            self.req_to_token_pool.req_to_token[rows_of_tokens, fb.positions] = fb.out_cache_loc.to(
+                torch.int32
+            )
+            logits, hidden = self._run_model(fb)
+        except BaseException:
+            self.token_to_kv_pool.free(locs)
+            for req in fresh:
+                self.req_to_token_pool.free(req.req_pool_idx)
+                req.req_pool_idx = 0
+                req.kv_len = 0
+            raise
+        start = 0
+        for row, req, n in zip(rows, reqs, extend_lens, strict=True):
+            req.slots.append(locs[start : start + n])
+            start += n
+            req.token_ids.extend(row.new_token_ids)
+            req.kv_len = len(req.token_ids)
+            self.reqs[req.rid] = req
+            self.lru[req.rid] = None
+            self.lru.move_to_end(req.rid)
+        return logits, hidden, fb.num_tokens
+
+    @torch.inference_mode()
+    def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.graph_runner is not None and self.graph_runner.can_run(fb):
+            return self.graph_runner.replay(fb)
+        self.attn_backend.init_forward_metadata(fb)
+        return self.model(fb)
+
+
+def resolve_dtype(name: str | None, device: torch.device, config: ModelConfig) -> torch.dtype:
+    if name is not None:
+        return DTYPES[name]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_engine(
+    path: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+    max_tokens: int | None = None,
+    mem_bytes: int | None = None,
+    load: str = "auto",
+    attention: str = "auto",
+    max_batch: int = 256,
+    max_reqs: int | None = None,
+    max_len: int | None = None,
+    cuda_graph: bool | None = None,
+    seed: int = 0,
+) -> EmbeddedEngine:
+    """Load a model folder into an `EmbeddedEngine`. Raises `ModelFolderError` (an EngineError) naming the
+    path for a missing or malformed folder, ValueError for bad settings."""
+    settings = EngineConfig(
+        device=device,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        mem_bytes=mem_bytes,
+        max_batch=max_batch,
+        max_reqs=max_reqs,
+        max_len=max_len,
+        load=load,
+        attention=attention,
+        cuda_graph=cuda_graph,
+        seed=seed,
+    )
+    folder = check_model_folder(path, need_weights=load != "dummy")
+    config = load_model_config(folder)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EngineError(f"device {device!r} requested but CUDA is not available")
+    model = build_empty(config, dev, resolve_dtype(dtype, dev, config))
+    if load == "dummy":
+        init_dummy_weights(model, seed)
+    else:
+        load_weights(model, folder)
+    return EmbeddedEngine(model, config, settings, name=folder.resolve().name)
