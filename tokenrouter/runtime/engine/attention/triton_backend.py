@@ -31,6 +31,18 @@ class TritonAttnBackend(AttentionBackend):
         super().__init__(config)
         if config.head_dim < 16:
             raise ValueError(f"the triton attention backend needs head_dim >= 16, got {config.head_dim}")
+        # the decoder runs `fused_decoder_forward` (fewer launches per layer) unless this is turned off
+        self.fused_ops = config.head_dim & (config.head_dim - 1) == 0
+        self._rope_tables: dict[int, torch.Tensor] = {}
+
+    def rope_table(self, rotary) -> torch.Tensor:
+        """[max_pos, head_dim] float32: cos of the first half-frequencies, then sin (built once)."""
+        table = self._rope_tables.get(id(rotary))
+        if table is None:
+            half = rotary.head_dim // 2
+            table = torch.cat([rotary.cos[:, :half], rotary.sin[:, :half]], dim=-1).float().contiguous()
+            self._rope_tables[id(rotary)] = table
+        return table
 
     def metadata_for(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
         """The metadata for a launch shape; a graph runner calls this once per captured shape."""
@@ -81,3 +93,42 @@ class TritonAttnBackend(AttentionBackend):
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
         )
+
+
+def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`DecoderForCausalLM.forward` with the element-wise ops fused (same math, float32 inside each fused op):
+    add+RMSNorm in one launch, q/k RMSNorm + rotary + the K/V store in one, SiLU*up in one. Per layer:
+    4 GEMMs, 3 fused ops, attention (1-2 launches). Returns (last-position logits [B, V], hidden [B, H])."""
+    backend: TritonAttnBackend = model.attn_backend
+    m = model.model
+    cfg = model.config
+    eps = cfg.rms_norm_eps
+    pool = fb.token_to_kv_pool
+    cos_sin = backend.rope_table(m.rotary)
+    layers = m.layers
+    residual = m.embed_tokens(fb.input_ids)
+    x = tk.rmsnorm(residual, layers[0].input_layernorm.weight, eps)
+    for i, layer in enumerate(layers):
+        attn = layer.self_attn
+        k_buf, v_buf = pool.get_kv_buffer(attn.layer_id)
+        q = tk.qk_norm_rope_store(
+            attn.qkv_proj(x),
+            fb.positions,
+            cos_sin,
+            k_buf,
+            v_buf,
+            fb.out_cache_loc,
+            attn.num_heads,
+            attn.num_kv_heads,
+            attn.head_dim,
+            attn.q_norm.weight if attn.q_norm is not None else None,
+            attn.k_norm.weight if attn.k_norm is not None else None,
+            eps,
+        )
+        o = attn.o_proj(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1))
+        x = tk.rmsnorm(o, layer.post_attention_layernorm.weight, eps, residual=residual)
+        d = layer.mlp.down_proj(tk.silu_and_mul(layer.mlp.gate_up_proj(x)))
+        next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else m.norm
+        x = tk.rmsnorm(d, next_norm.weight, eps, residual=residual)
+    last = x[fb.last_indices]
+    return model.logits(last), last

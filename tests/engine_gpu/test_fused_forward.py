@@ -1,0 +1,111 @@
+"""The fused decoder forward of the Triton path against the model's own forward on the SDPA backend,
+for a tiny random Qwen3- and Llama-style model: prefill, then a mixed extend/decode step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
+from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend, fused_decoder_forward
+from tokenrouter.runtime.engine.config import ModelConfig
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def tiny_model(family: str, seed: int = 0) -> DecoderForCausalLM:
+    cfg = ModelConfig(
+        family=family,
+        architecture=family,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=50,
+        max_position_embeddings=128,
+        tie_word_embeddings=family == "qwen3",
+        qk_norm=family == "qwen3",
+    )
+    torch.manual_seed(seed)
+    model = DecoderForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3 if p.dim() > 1 else 1.0)
+    model.to(DEVICE)
+    model.post_load(DEVICE)
+    return model
+
+
+def attn_config(cfg: ModelConfig) -> AttentionConfig:
+    return AttentionConfig(
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.scaling,
+        cfg.num_hidden_layers,
+        torch.float32,
+        DEVICE,
+    )
+
+
+def run_steps(model, backend, forward, steps):
+    """Run `steps` (lists of (row, new_ids)) on fresh pools; returns the logits of every step."""
+    cfg = model.config
+    r2t = ReqToTokenPool(4, 64, DEVICE)
+    pool = MHATokenToKVPool(
+        256, torch.float32, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, DEVICE
+    )
+    model.attn_backend = backend
+    rows: dict[int, tuple[int, int]] = {}  # row -> (req index, length)
+    out = []
+    for step in steps:
+        ids, req, prefix, ext, locs = [], [], [], [], []
+        for row, new in step:
+            if row not in rows:
+                rows[row] = (r2t.alloc(), 0)
+            r, n = rows[row]
+            slots = pool.alloc(len(new))
+            r2t.write(r, n, slots)
+            rows[row] = (r, n + len(new))
+            ids += new
+            req.append(r)
+            prefix.append(n)
+            ext.append(len(new))
+            locs.append(slots)
+        fb = ForwardBatch.build(
+            input_ids=ids,
+            out_cache_loc=torch.cat(locs),
+            req_pool_indices=req,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            device=DEVICE,
+            req_to_token_pool=r2t,
+            token_to_kv_pool=pool,
+        )
+        backend.init_forward_metadata(fb)
+        with torch.inference_mode():
+            out.append(forward(fb))
+    return out
+
+
+STEPS = [
+    [(0, [1, 2, 3, 4, 5]), (1, [7, 8, 9])],
+    [(0, [6]), (1, [10, 11, 12, 13]), (2, [3, 3])],
+    [(0, [1]), (1, [2]), (2, [4])],
+]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fused_forward_matches_model_forward(family):
+    model = tiny_model(family)
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    got = run_steps(model, TritonAttnBackend(cfg), lambda fb: fused_decoder_forward(model, fb), STEPS)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)

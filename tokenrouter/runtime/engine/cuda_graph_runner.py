@@ -1,0 +1,235 @@
+"""`CudaGraphRunner`: the model forward captured in CUDA graphs, for decode batches and for extend batches
+of small suffixes (every return of a request from a peer model is such an extend).
+
+A captured shape is (bs, q): bs rows with at most q new tokens each, laid out in static buffers of
+T = bs * q tokens. Decode shapes have q = 1; extend shapes q > 1 (they also serve mixed decode/extend
+batches). A batch runs in the smallest captured shape that holds it (fewest padded tokens); any other batch
+runs eagerly (`can_run` says which).
+
+Padding, as `ForwardBatch` defines it: the real rows come first with their tokens packed from token 0;
+each padding row owns one padding token right after them (`req_pool_indices` 0, `seq_lens` 1, position 0,
+`out_cache_loc` 0 — the reserved dummy KV slot); tokens left over after that belong to no row (the
+attention kernels never read them; their K/V goes to slot 0). Outputs of padding rows are dropped.
+
+The attention backend must declare `supports_cuda_graph` and keep every per-step value it reads inside
+the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
+pool; they are captured largest first, so the smaller ones reuse its blocks.
+
+The (logits, hidden) that `replay` returns are views of the graph's static outputs: valid until the next
+replay of any graph.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode
+
+DEFAULT_DECODE_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+DEFAULT_EXTEND_BS = (1, 2, 4, 8, 16)
+DEFAULT_EXTEND_LENS = (2, 4, 8)
+
+
+@dataclass(slots=True)
+class CudaGraphConfig:
+    decode_batch_sizes: tuple[int, ...] = DEFAULT_DECODE_BS
+    extend_batch_sizes: tuple[int, ...] = DEFAULT_EXTEND_BS
+    extend_lens: tuple[int, ...] = DEFAULT_EXTEND_LENS  # bucket sizes of new tokens per row (each > 1)
+
+    def __post_init__(self) -> None:
+        for name in ("decode_batch_sizes", "extend_batch_sizes", "extend_lens"):
+            vals = tuple(sorted(set(int(v) for v in getattr(self, name))))
+            if any(v < 1 for v in vals):
+                raise ValueError(f"cuda graph {name} must be positive integers, got {vals}")
+            setattr(self, name, vals)
+        if any(q < 2 for q in self.extend_lens):
+            raise ValueError("cuda graph extend_lens must be >= 2 (q = 1 is a decode shape)")
+        if self.extend_lens and not self.extend_batch_sizes:
+            raise ValueError("cuda graph extend_lens given without extend_batch_sizes")
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every (bs, q) to capture."""
+        out = [(bs, 1) for bs in self.decode_batch_sizes]
+        out += [(bs, q) for bs in self.extend_batch_sizes for q in self.extend_lens]
+        return out
+
+
+ModelForward = Callable[[ForwardBatch], tuple[torch.Tensor, torch.Tensor]]
+
+
+class CudaGraphRunner:
+    """Captures `model(fb) -> (logits [B, V], hidden [B, H])` for every shape of `config`."""
+
+    def __init__(
+        self,
+        model: ModelForward,
+        attn_backend,
+        req_to_token_pool,
+        token_to_kv_pool,
+        config: CudaGraphConfig | None = None,
+    ) -> None:
+        if not getattr(attn_backend, "supports_cuda_graph", False):
+            raise ValueError(f"the {attn_backend.name!r} attention backend cannot run in CUDA graphs")
+        self.model = model
+        self.attn_backend = attn_backend
+        self.req_to_token_pool = req_to_token_pool
+        self.token_to_kv_pool = token_to_kv_pool
+        self.config = config or CudaGraphConfig()
+        self.device = token_to_kv_pool.device
+        if self.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.capture_seconds = 0.0
+        self._init_buffers()
+        self._init_buckets()
+        self.capture()
+
+    # ---- set-up ---------------------------------------------------------------------------------------
+    def _init_buffers(self) -> None:
+        shapes = self.config.shapes()
+        self.max_bs = max(bs for bs, _ in shapes)
+        self.max_tokens = max(bs * q for bs, q in shapes)
+        t, b = self.max_tokens, self.max_bs
+        # tokens: input_ids | positions | out_cache_loc; rows: req | seq | prefix | ext | indptr(b+1) | last
+        self.tok = torch.zeros((3, t), dtype=torch.int64, device=self.device)
+        self.rows = torch.zeros(5 * b + b + 1, dtype=torch.int64, device=self.device)
+        # host staging for rows[b:] (all but req), a ring so a copy in flight is never overwritten
+        self._row_host = [torch.zeros(5 * b + 1, dtype=torch.int64).pin_memory() for _ in range(4)]
+        self._row_events: list[torch.cuda.Event | None] = [None] * len(self._row_host)
+        self._ring = 0
+
+    def _init_buckets(self) -> None:
+        self.decode_bs = list(self.config.decode_batch_sizes)
+        self.extend_shapes = sorted(
+            ((bs, q) for bs in self.config.extend_batch_sizes for q in self.config.extend_lens),
+            key=lambda s: (s[0] * s[1], s[1]),
+        )
+
+    def _static_batch(self, bs: int, q: int) -> ForwardBatch:
+        """A ForwardBatch over the static buffers for shape (bs, q), filled with padding rows."""
+        t = bs * q
+        b = self.max_bs
+        req, seq, prefix, ext = (self.rows[i * b : i * b + bs] for i in range(4))
+        indptr = self.rows[4 * b : 4 * b + bs + 1]
+        last = self.rows[5 * b + 1 : 5 * b + 1 + bs]
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.DECODE if q == 1 else ForwardMode.MIXED,
+            batch_size=bs,
+            num_tokens=t,
+            input_ids=self.tok[0, :t],
+            positions=self.tok[1, :t],
+            out_cache_loc=self.tok[2, :t],
+            req_pool_indices=req,
+            seq_lens=seq,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            qo_indptr=indptr,
+            last_indices=last,
+            seq_lens_cpu=(1,) * bs,
+            extend_prefix_lens_cpu=(0,) * bs,
+            extend_seq_lens_cpu=(1,) * bs,
+            max_seq_len=1,
+            max_extend_len=q,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+        )
+        fb.attn_metadata = self.attn_backend.metadata_for(bs, q)
+        return fb
+
+    def _fill_padding(self, bs: int, t: int) -> None:
+        """Every row a padding row: one token each, the rest unowned."""
+        b = self.max_bs
+        self.tok[:, :t].zero_()
+        host = torch.zeros(5 * b + b + 1, dtype=torch.int64)
+        host[b : 2 * b] = 1  # seq_lens
+        host[3 * b : 4 * b] = 1  # extend_seq_lens
+        host[4 * b : 5 * b + 1] = torch.arange(b + 1)  # qo_indptr
+        host[5 * b + 1 :] = torch.arange(b)  # last_indices
+        self.rows.copy_(host.to(self.device))
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        start = time.perf_counter()
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        shapes = sorted(self.config.shapes(), key=lambda s: s[0] * s[1], reverse=True)
+        with torch.cuda.stream(stream):
+            for bs, q in shapes:
+                fb = self._static_batch(bs, q)
+                self._fill_padding(bs, bs * q)
+                for _ in range(2):  # warm up: Triton compiles, cuBLAS picks its kernels
+                    self.model(fb)
+                stream.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, stream=stream):
+                    out = self.model(fb)
+                self.graphs[(bs, q)] = graph
+                self.outputs[(bs, q)] = out
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        self.capture_seconds = time.perf_counter() - start
+
+    # ---- per step -------------------------------------------------------------------------------------
+    def shape_for(self, fb: ForwardBatch) -> tuple[int, int] | None:
+        """The captured (bs, q) that runs `fb`, or None (then run it eagerly)."""
+        bs, q = fb.batch_size, fb.max_extend_len
+        if q == 1:
+            i = bisect.bisect_left(self.decode_bs, bs)
+            if i < len(self.decode_bs):
+                return (self.decode_bs[i], 1)
+        for cap_bs, cap_q in self.extend_shapes:  # ordered by padded token count
+            if cap_bs >= bs and cap_q >= q:
+                return (cap_bs, cap_q)
+        return None
+
+    def can_run(self, fb: ForwardBatch) -> bool:
+        return self.shape_for(fb) is not None
+
+    def replay(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run `fb` in its captured shape: logits [B, V] and hidden [B, H] (views; see the module doc)."""
+        shape = self.shape_for(fb)
+        if shape is None:
+            raise ValueError(f"no captured CUDA graph holds bs={fb.batch_size}, q={fb.max_extend_len}")
+        cap_bs, cap_q = shape
+        bs, t, cap_t, b = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs
+        # tokens: real ones, then zeros (padding rows' tokens and unowned ones)
+        self.tok[0, :t].copy_(fb.input_ids)
+        self.tok[1, :t].copy_(fb.positions)
+        self.tok[2, :t].copy_(fb.out_cache_loc)
+        if cap_t > t:
+            self.tok[:, t:cap_t].zero_()
+        # rows: built on the host from the batch's host copies, one H2D copy through a pinned ring buffer
+        slot = self._ring
+        self._ring = (slot + 1) % len(self._row_host)
+        if self._row_events[slot] is not None:
+            self._row_events[slot].synchronize()
+        host = self._row_host[slot]
+        pad = cap_bs - bs
+        h = host.numpy()
+        h[:] = 0
+        h[0:bs] = fb.seq_lens_cpu
+        h[0 + bs : cap_bs] = 1
+        h[b : b + bs] = fb.extend_prefix_lens_cpu
+        h[2 * b : 2 * b + bs] = fb.extend_seq_lens_cpu
+        h[2 * b + bs : 2 * b + cap_bs] = 1
+        indptr = h[3 * b : 3 * b + cap_bs + 1]
+        np.cumsum(h[2 * b : 2 * b + cap_bs], out=indptr[1:])
+        h[4 * b + 1 : 4 * b + 1 + cap_bs] = indptr[1:] - 1  # last_indices
+        self.rows[b:].copy_(host, non_blocking=True)
+        ev = torch.cuda.Event()
+        ev.record()
+        self._row_events[slot] = ev
+        self.rows[:bs].copy_(fb.req_pool_indices)
+        if pad:
+            self.rows[bs:cap_bs].zero_()
+        self.graphs[shape].replay()
+        logits, hidden = self.outputs[shape]
+        return logits[:bs], hidden[:bs]
