@@ -72,7 +72,7 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
             spec["path"] = resolved
             if not exists:
                 what = (
-                    "is not a local folder; kept as a hub id"
+                    f"'{path}' is not a local folder; kept as a hub id"
                     if resolved == path
                     else f"not found: {resolved}"
                 )
