@@ -64,26 +64,27 @@ ModelForward = Callable[[ForwardBatch], tuple[torch.Tensor, torch.Tensor]]
 
 
 class CudaGraphRunner:
-    """Captures `model(fb) -> (logits [B, V], hidden [B, H])` for every shape of `config`."""
+    """Captures the engine's `model(fb) -> (logits [B, V], hidden [B, H])` for every shape of `config`
+    (batch sizes above `engine.max_batch` are left out)."""
 
-    def __init__(
-        self,
-        model: ModelForward,
-        attn_backend,
-        req_to_token_pool,
-        token_to_kv_pool,
-        config: CudaGraphConfig | None = None,
-    ) -> None:
-        if not getattr(attn_backend, "supports_cuda_graph", False):
-            raise ValueError(f"the {attn_backend.name!r} attention backend cannot run in CUDA graphs")
-        self.model = model
-        self.attn_backend = attn_backend
-        self.req_to_token_pool = req_to_token_pool
-        self.token_to_kv_pool = token_to_kv_pool
-        self.config = config or CudaGraphConfig()
-        self.device = token_to_kv_pool.device
-        if self.device.type != "cuda":
+    def __init__(self, engine, config: CudaGraphConfig | None = None) -> None:
+        backend = engine.attn_backend
+        if not getattr(backend, "supports_cuda_graph", False):
+            raise ValueError(f"the {backend.name!r} attention backend cannot run in CUDA graphs")
+        if engine.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
+        self.model: ModelForward = engine.model
+        self.attn_backend = backend
+        self.req_to_token_pool = engine.req_to_token_pool
+        self.token_to_kv_pool = engine.token_to_kv_pool
+        self.device = engine.device
+        config = config or CudaGraphConfig()
+        cap = engine.max_batch
+        self.config = CudaGraphConfig(
+            tuple(b for b in config.decode_batch_sizes if b <= cap) or (1,),
+            tuple(b for b in config.extend_batch_sizes if b <= cap) or (1,),
+            config.extend_lens,
+        )
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0

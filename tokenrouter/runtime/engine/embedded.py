@@ -171,6 +171,12 @@ class EmbeddedEngine(Engine):
             return
         if self.device.type != "cuda":
             raise EngineError("CUDA graphs need a CUDA device")
+        if not getattr(self.attn_backend, "supports_cuda_graph", False):
+            if want:
+                raise EngineError(
+                    f"CUDA graphs need the triton attention backend, not {self.attn_backend.name!r}"
+                )
+            return
         try:
             from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphRunner
         except ImportError as e:

@@ -35,6 +35,10 @@ class TritonAttnBackend(AttentionBackend):
         self.fused_ops = config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
 
+    def fused_forward(self, model, forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's forward with fused element-wise ops (see `fused_decoder_forward`)."""
+        return fused_decoder_forward(model, forward_batch)
+
     def rope_table(self, rotary) -> torch.Tensor:
         """[max_pos, head_dim] float32: cos of the first half-frequencies, then sin (built once)."""
         table = self._rope_tables.get(id(rotary))

@@ -124,6 +124,8 @@ class DecoderForCausalLM(nn.Module):
     def forward(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """One paged step: last-position logits [B, V] and final-norm hidden states [B, H]."""
         backend = self.attn_backend
+        if getattr(backend, "fused_ops", False):  # the Triton path: same math, fused element-wise ops
+            return backend.fused_forward(self, fb)
         positions = fb.positions
         h = self.model.embed_tokens(fb.input_ids)
         for layer in self.model.layers:
