@@ -163,6 +163,38 @@ def inspect(
 
 
 
+# --- serving commands ---
+
+
+@app.command()
+def serve(
+    plan: str = typer.Argument(..., help="A plan (.plan, JSON) or a policy (.tr, compiled on the fly)."),
+    host: str = typer.Option("127.0.0.1", help="Address the HTTP server listens on."),
+    port: int = typer.Option(8000, help="HTTP port (0: any free port; the printed URL has it)."),
+    api_key: str = typer.Option(None, envvar="TOKENROUTER_API_KEY", help="Require 'Authorization: Bearer KEY'."),
+    tcp: bool = typer.Option(False, "--tcp", help="ZeroMQ over tcp://127.0.0.1 instead of ipc:// files."),
+    device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
+    startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
+    log_level: str = typer.Option("warning", help="Log level of all processes (debug, info, warning, error)."),
+) -> None:
+    """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
+    import os
+
+    from tokenrouter.runtime.launcher import ServeConfig
+    from tokenrouter.runtime.launcher import serve as run_serve
+
+    if not os.path.isfile(plan):
+        typer.echo(f"error: no such plan: {plan}", err=True)
+        raise typer.Exit(2)
+    try:
+        cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
+                          startup_timeout_s=startup_timeout, log_level=log_level)  # fmt: skip
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(run_serve(cfg))
+
+
 # --- benchmark commands ---
 
 

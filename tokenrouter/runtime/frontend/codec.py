@@ -1,0 +1,105 @@
+"""Text ↔ token ids for the frontend: the entry model's tokenizer, its chat template, incremental detokenizing.
+
+Only `tokenizers` and jinja2 are used (no transformers): `tokenizer.json` for encode/decode, and
+`tokenizer_config.json` for the chat template and the special tokens the template may reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+
+class TemplateError(ValueError):
+    """The chat template rejected the conversation (its raise_exception), or it failed to render."""
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _token_text(value: Any) -> str | None:
+    # tokenizer_config.json stores special tokens either as a string or as {"content": ...}.
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class TextCodec:
+    """Tokenizer, chat template and special tokens of one model folder."""
+
+    def __init__(self, model_dir: str | Path) -> None:
+        model_dir = Path(model_dir)
+        tok_file = model_dir / "tokenizer.json"
+        if not tok_file.is_file():
+            raise FileNotFoundError(f"no tokenizer.json in model folder {model_dir}")
+        self.tokenizer = Tokenizer.from_file(str(tok_file))
+        cfg_file = model_dir / "tokenizer_config.json"
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+        self.bos_token = _token_text(cfg.get("bos_token"))
+        self.eos_token = _token_text(cfg.get("eos_token"))
+        eos_id = self.tokenizer.token_to_id(self.eos_token) if self.eos_token else None
+        self.eos_token_ids: tuple[int, ...] = () if eos_id is None else (eos_id,)
+        template = cfg.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        self._template = None
+        if isinstance(template, str):
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise_exception
+            self._template = env.from_string(template)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._template is not None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if self._template is None:
+            raise TemplateError("the model has no chat template (tokenizer_config.json: chat_template)")
+        try:
+            return self._template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+            )
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as e:
+            raise TemplateError(f"the chat template failed: {e}") from e
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        # Like HF's apply_chat_template(tokenize=True): the template writes the special tokens itself.
+        return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
+
+    def decoder(self) -> Detokenizer:
+        return Detokenizer(self.tokenizer)
+
+
+class Detokenizer:
+    """Incremental detokenizing of one generation: feed token ids one by one, get the new text."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._stream = DecodeStream(skip_special_tokens=True)
+
+    def step(self, token_id: int) -> str:
+        """The text this token completes ('' while a multi-byte character is still incomplete)."""
+        try:
+            return self._stream.step(self._tokenizer, token_id) or ""
+        except Exception:  # an id outside the tokenizer's vocabulary (a model with a padded vocab)
+            return ""

@@ -1,0 +1,35 @@
+"""The frontend process's settings (built by the launcher from the plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class FrontendArgs:
+    policy: str  # the model id clients name in requests
+    entry: str  # the model that receives new requests
+    models: list[str]
+    model_dir: str  # the entry model's folder: tokenizer.json, tokenizer_config.json
+    endpoints: dict  # Endpoints.to_dict()
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the launcher prints the one chosen)
+    api_key: str | None = None
+    run_dir: str | None = None
+    max_len: int | None = None  # a cap on prompt + completion; the models' own limits (from Ready) also apply
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ValueError("policy name must not be empty")
+        if self.entry not in self.models:
+            raise ValueError(f"entry model {self.entry!r} is not one of the models {self.models}")
+        if self.max_len is not None and self.max_len < 2:
+            raise ValueError(f"max_len must be at least 2, got {self.max_len}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty (leave it unset to disable authentication)")
+        missing = [x for x in self.models if x not in self.endpoints.get("subservers", {})]
+        if missing or "frontend" not in self.endpoints or "launcher" not in self.endpoints:
+            raise ValueError(f"endpoints are incomplete (missing: {missing or 'frontend/launcher'})")

@@ -1,0 +1,98 @@
+"""One choice of one HTTP request: consume its tokens, detokenize incrementally, apply stop strings.
+
+Stop strings are matched on the detokenized text; on a match the text is cut before the stop string, the
+request is aborted on every subserver, and the choice finishes with `finish_reason="stop"`. While streaming,
+the last `len(longest stop) - 1` characters are held back, since they may be the start of a stop string.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from tokenrouter.runtime.frontend.codec import TextCodec
+from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
+
+
+@dataclass(slots=True)
+class Choice:
+    manager: RequestManager
+    codec: TextCodec
+    state: ReqState
+    index: int
+    stop: list[str]
+    models: list[str]
+    want_trace: bool = False
+    text: str = ""
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    per_model: Counter = field(default_factory=Counter)
+    trace: list[str] = field(default_factory=list)
+    _emitted: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.state.prompt_len
+
+    def routing(self) -> dict:
+        out: dict = {
+            "tokens_per_model": {x: self.per_model.get(x, 0) for x in self.models},
+            "hops": len(self.state.hops),
+        }
+        if self.want_trace:
+            out["trace"] = list(self.trace)
+        return out
+
+    async def deltas(self) -> AsyncIterator[str]:
+        """Text increments until the choice is finished; raises the request's APIError on failure. If the
+        consumer stops early (client gone, task cancelled), the request is aborted everywhere."""
+        detok = self.codec.decoder()
+        hold = max((len(s) for s in self.stop), default=1) - 1
+        st = self.state
+        try:
+            while True:
+                await st.event.wait()
+                st.event.clear()
+                if st.error is not None:
+                    raise st.error
+                for tok, model in st.take():
+                    self.completion_tokens += 1
+                    self.per_model[model] += 1
+                    if self.want_trace:
+                        self.trace.append(model)
+                    piece = detok.step(tok)
+                    if not piece:
+                        continue
+                    start = max(0, len(self.text) - hold)
+                    self.text += piece
+                    cut = self._find_stop(start)
+                    if cut is not None:
+                        self.text = self.text[:cut]
+                        self.finish_reason = "stop"
+                        self.manager.abort(st.rid, reason="stop")
+                        break
+                if self.finish_reason is None and st.done:
+                    self.finish_reason = st.finish_reason or "stop"
+                end = (
+                    len(self.text)
+                    if self.finish_reason is not None
+                    else max(self._emitted, len(self.text) - hold)
+                )
+                if end > self._emitted:
+                    piece, self._emitted = self.text[self._emitted : end], end
+                    yield piece
+                if self.finish_reason is not None:
+                    return
+        finally:
+            if self.finish_reason is None:
+                self.manager.abort(st.rid, reason="abort")
+
+    async def run(self) -> Choice:
+        async for _ in self.deltas():
+            pass
+        return self
+
+    def _find_stop(self, start: int) -> int | None:
+        hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        return min(hits) if hits else None

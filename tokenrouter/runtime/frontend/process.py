@@ -1,0 +1,100 @@
+"""The frontend process's entry function: bind the HTTP socket, serve, tell the launcher.
+
+Signals: SIGINT is ignored (Ctrl-C reaches the whole process group; the launcher coordinates shutdown),
+SIGTERM stops uvicorn gracefully. If the launcher disappears, the frontend exits on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import traceback
+
+import uvicorn
+import zmq
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.config import FrontendArgs
+from tokenrouter.runtime.ipc import Sender
+
+log = logging.getLogger("tokenrouter.frontend")
+
+
+def run_frontend_process(args: FrontendArgs) -> None:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s frontend %(levelname)s %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctx = zmq.Context()
+    to_launcher = Sender(ctx, args.endpoints["launcher"])
+    try:
+        sock = _listen(args.host, args.port)
+        asyncio.run(_serve(args, sock, to_launcher))
+    except Exception as e:
+        log.error("frontend failed:\n%s", traceback.format_exc())
+        to_launcher.send(m.Fatal(name="frontend", error=f"{type(e).__name__}: {e}"))
+        _flush(to_launcher)
+        raise SystemExit(1) from None
+    finally:
+        ctx.destroy(linger=500)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _serve(args: FrontendArgs, sock: socket.socket, to_launcher: Sender) -> None:
+    from tokenrouter.runtime.frontend.app import build_app
+    from tokenrouter.runtime.frontend.codec import TextCodec
+
+    codec = TextCodec(args.model_dir)
+    app = build_app(args, codec)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise RuntimeError("the HTTP server stopped during startup")
+        await asyncio.sleep(0.02)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    to_launcher.send(m.Ready(name="frontend", info={"url": f"http://{url_host}:{port}", "pid": os.getpid()}))
+    watchdog = asyncio.create_task(_exit_with_parent(server))
+    try:
+        await serving
+    finally:
+        watchdog.cancel()
+
+
+async def _exit_with_parent(server) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    log.error("the launcher is gone; stopping")
+    server.should_exit = True
+
+
+def _flush(sender: Sender) -> None:
+    with contextlib.suppress(zmq.ZMQError):
+        sender.sock.setsockopt(zmq.LINGER, 1000)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's Server without its own signal handlers (this process installs its own)."""
+
+    def capture_signals(self):  # type: ignore[override]
+        return contextlib.nullcontext()

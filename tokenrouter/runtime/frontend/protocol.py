@@ -1,0 +1,200 @@
+"""The OpenAI-compatible request bodies (validated with pydantic) and the OpenAI-style error.
+
+Types are strict: `"max_tokens": "5"` is a 400, not a silent conversion. Unknown fields are ignored (as vLLM
+and SGLang do); known OpenAI fields that TokenRouter does not implement are rejected with a 400 that says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class APIError(Exception):
+    """An error returned to the client as `{"error": {"message", "type", "param", "code"}}`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _default_type(status)
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _default_type(status: int) -> str:
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "invalid_request_error",
+        405: "invalid_request_error",
+        413: "invalid_request_error",
+    }.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Strict):
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # extension (vLLM/SGLang): 0 or -1 = off
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # extension
+    ignore_eos: bool = False  # extension, for benchmarks
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    return_routing_trace: bool = False  # extension: which model wrote each token
+
+    def check_common(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise APIError(400, f"max_tokens must be at least 1, got {self.max_tokens}", param="max_tokens")
+        if self.temperature is not None and not 0.0 <= self.temperature <= 100.0:
+            raise APIError(
+                400, f"temperature must be in [0, 100], got {self.temperature}", param="temperature"
+            )
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise APIError(400, f"top_p must be in (0, 1], got {self.top_p}", param="top_p")
+        if self.top_k is not None and self.top_k < -1:
+            raise APIError(
+                400, f"top_k must be -1 or 0 (off) or a positive int, got {self.top_k}", param="top_k"
+            )
+        if self.n != 1:
+            raise APIError(400, f"only n=1 is supported, got {self.n}", param="n")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise APIError(400, f"{name} is not supported by TokenRouter", param=name)
+        if self.logit_bias:
+            raise APIError(400, "logit_bias is not supported by TokenRouter", param="logit_bias")
+        for s in self.stop_strings():
+            if not s:
+                raise APIError(400, "stop strings must not be empty", param="stop")
+        if len(self.stop_strings()) > 16:
+            raise APIError(400, "at most 16 stop strings", param="stop")
+        for t in self.stop_token_ids or ():
+            if t < 0:
+                raise APIError(400, f"stop_token_ids must be >= 0, got {t}", param="stop_token_ids")
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def check(self) -> None:
+        self.check_common()
+        if self.echo:
+            raise APIError(400, "echo is not supported by TokenRouter", param="echo")
+        if self.logprobs is not None:
+            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        if self.best_of not in (None, 1):
+            raise APIError(400, "best_of is not supported by TokenRouter", param="best_of")
+        if self.suffix:
+            raise APIError(400, "suffix is not supported by TokenRouter", param="suffix")
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: str
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    response_format: dict | None = None
+
+    def check(self) -> None:
+        if self.max_tokens is None and self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        self.check_common()
+        if not self.messages:
+            raise APIError(400, "messages must not be empty", param="messages")
+        if self.logprobs or self.top_logprobs:
+            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        if self.tools:
+            raise APIError(400, "tools are not supported by TokenRouter", param="tools")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise APIError(400, "response_format other than text is not supported", param="response_format")
+
+    def template_messages(self) -> list[dict]:
+        return [
+            {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
+            for m in self.messages
+        ]
+
+
+def parse_body(model: type[_Strict], body: bytes) -> Any:
+    """Validate a raw JSON body, turning every problem into a 400 APIError."""
+    if not body.strip():
+        raise APIError(400, "the request body is empty; expected a JSON object")
+    try:
+        req = model.model_validate_json(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        if err["type"] == "json_invalid":
+            raise APIError(400, f"malformed JSON in the request body: {err['msg']}") from None
+        if err["type"] in ("model_type", "model_attributes_type") and not err["loc"]:
+            raise APIError(400, "the request body must be a JSON object") from None
+        loc = ".".join(str(x) for x in err["loc"] if not _is_union_tag(x))
+        raise APIError(400, f"{loc or 'body'}: {err['msg']}", param=loc or None) from None
+    req.check()
+    return req
+
+
+def _is_union_tag(x: Any) -> bool:
+    # pydantic names union branches in locations ("str", "list[int]", ...); the client only needs the field.
+    return isinstance(x, str) and (x in ("str", "int", "float", "bool") or "[" in x)
+
+
+__all__ = ["APIError", "ChatCompletionRequest", "ChatMessage", "CompletionRequest", "parse_body"]

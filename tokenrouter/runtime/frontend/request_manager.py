@@ -1,0 +1,235 @@
+"""The frontend's side of the ZeroMQ contract: submit requests, route subserver outputs to their requests.
+
+One `RequestManager` per frontend process, on the asyncio loop that serves HTTP. It owns the frontend's PULL
+socket (StepOutputs, SubserverStats, and — from the launcher — Ready and Fatal) and one PUSH socket per
+subserver. It knows the number of active requests n exactly and publishes every change: in `NewRequest`
+to the entry subserver, and as one coalesced `ActiveCount` per loop turn to the others.
+
+Tokens of one request may arrive out of order when it hops (two subservers, two sockets), so each request
+keeps a reorder buffer keyed by the token's index among the generated tokens; a request is complete when
+its `Finished` has arrived and no index below the highest one is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.runtime.frontend.protocol import APIError
+
+log = logging.getLogger("tokenrouter.frontend")
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+@dataclass(slots=True)
+class ReqState:
+    """What the frontend knows about one request; the HTTP handler consumes `ready` as it fills."""
+
+    rid: str
+    prompt_len: int
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # contiguous (token id, model), not yet consumed
+    next_index: int = 0
+    buffer: dict[int, tuple[int, str]] = field(default_factory=dict)  # tokens past a gap
+    hops: list[tuple[str, str]] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: APIError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or (self.finish_reason is not None and not self.buffer)
+
+    def add(self, out: m.TokenOut) -> None:
+        for i, tok in enumerate(out.token_ids):
+            idx = out.index + i
+            if idx >= self.next_index:
+                self.buffer[idx] = (tok, out.model)
+        while self.next_index in self.buffer:
+            self.ready.append(self.buffer.pop(self.next_index))
+            self.next_index += 1
+        if out.hop_to is not None:
+            self.hops.append((out.model, out.hop_to))
+
+    def take(self) -> list[tuple[int, str]]:
+        out, self.ready = self.ready, []
+        return out
+
+
+class RequestManager:
+    def __init__(self, endpoints: dict, models: list[str], entry: str) -> None:
+        self.models = list(models)
+        self.entry = entry
+        self.metrics = Metrics(models=self.models)
+        self.requests: dict[str, ReqState] = {}
+        self.ready_models: dict[str, dict] = {}
+        self.fatal: tuple[str, str] | None = None  # (process name, error)
+        self._ctx = zmq.asyncio.Context()
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self._pull.bind(endpoints["frontend"])
+        self._push: dict[str, zmq.asyncio.Socket] = {}
+        for name in self.models:
+            s = self._ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(endpoints["subservers"][name])
+            self._push[name] = s
+        self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
+        self._count_dirty = False
+        self._task: asyncio.Task | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._ctx.destroy(linger=0)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.fatal is None and all(x in self.ready_models for x in self.models)
+
+    @property
+    def n_active(self) -> int:
+        return len(self.requests)
+
+    # ---- requests -----------------------------------------------------------------------------------------
+    def submit(self, prompt_ids: list[int], sampling: m.SamplingSpec) -> ReqState:
+        if self.fatal is not None:
+            raise self._fatal_error()
+        if not self.is_ready:
+            raise APIError(503, "the server is still starting; retry when GET /health returns 200")
+        rid = secrets.token_hex(12)
+        st = ReqState(rid=rid, prompt_len=len(prompt_ids))
+        self.requests[rid] = st
+        self.metrics.requests_total += 1
+        self.metrics.prompt_tokens += len(prompt_ids)
+        self._send(
+            self.entry,
+            m.NewRequest(rid=rid, prompt_ids=prompt_ids, sampling=sampling, n_active=self.n_active),
+        )
+        self._count_changed()
+        return st
+
+    def abort(self, rid: str, reason: str = "abort") -> None:
+        """The client went away or a stop string matched: free the request everywhere."""
+        st = self.requests.pop(rid, None)
+        if st is None:
+            return
+        self.metrics.requests_finished["stop" if reason == "stop" else "abort"] += 1
+        self._broadcast(m.Abort(rid=rid, reason=reason))
+        self._count_changed()
+
+    def _finish(self, st: ReqState, reason: str) -> None:
+        self.requests.pop(st.rid, None)
+        self.metrics.requests_finished[reason] += 1
+        self._broadcast(m.Release(rid=st.rid))
+        self._count_changed()
+
+    # ---- sending ------------------------------------------------------------------------------------------
+    def _send(self, name: str, msg: msgspec.Struct) -> None:
+        try:  # never block the event loop on a dead or slow subserver
+            self._push[name].send(_encoder.encode(msg), zmq.NOBLOCK)
+        except zmq.Again:
+            log.error("dropped %s to subserver %r: its queue is full", type(msg).__name__, name)
+
+    def _broadcast(self, msg: msgspec.Struct) -> None:
+        for name in self.models:
+            self._send(name, msg)
+
+    def _count_changed(self) -> None:
+        # Coalesce: one ActiveCount per loop turn, whatever the number of arrivals and departures in it.
+        if not self._count_dirty:
+            self._count_dirty = True
+            asyncio.get_running_loop().call_soon(self._publish_count)
+
+    def _publish_count(self) -> None:
+        self._count_dirty = False
+        self._broadcast(m.ActiveCount(n_active=self.n_active))
+
+    # ---- receiving ----------------------------------------------------------------------------------------
+    async def _recv_loop(self) -> None:
+        while True:
+            data = await self._pull.recv()
+            try:
+                msg = self._decoder.decode(data)
+            except msgspec.DecodeError as e:
+                log.error("undecodable message on the frontend socket: %s", e)
+                continue
+            try:
+                self._dispatch[type(msg)](self, msg)
+            except Exception:
+                log.exception("failed to handle %s", type(msg).__name__)
+
+    def _on_step(self, msg: m.StepOutputs) -> None:
+        touched: set[str] = set()
+        for out in msg.tokens:
+            st = self.requests.get(out.rid)
+            self.metrics.tokens[out.model] += len(out.token_ids)
+            if out.hop_to is not None:
+                self.metrics.hops[(out.model, out.hop_to)] += 1
+            if st is not None:
+                st.add(out)
+                touched.add(out.rid)
+        for fin in msg.finished:
+            st = self.requests.get(fin.rid)
+            if st is None:
+                continue
+            if fin.reason == "error":
+                st.error = APIError(
+                    500, f"model {fin.model!r} failed the request: {fin.error or 'unknown error'}"
+                )
+            st.finish_reason = fin.reason
+            touched.add(fin.rid)
+        for rid in touched:
+            st = self.requests[rid]
+            if st.done:
+                self._finish(st, "error" if st.error else st.finish_reason or "stop")
+            st.event.set()
+
+    def _on_stats(self, msg: m.SubserverStats) -> None:
+        self.metrics.on_stats(msg)
+
+    def _on_ready(self, msg: m.Ready) -> None:
+        self.ready_models[msg.name] = dict(msg.info)
+
+    def _on_fatal(self, msg: m.Fatal) -> None:
+        if self.fatal is not None:
+            return
+        self.fatal = (msg.name, msg.error)
+        log.error("subserver %r failed; failing %d in-flight request(s)", msg.name, len(self.requests))
+        err = self._fatal_error()
+        for st in self.requests.values():
+            st.error = err
+            st.event.set()
+            self.metrics.requests_finished["error"] += 1
+        self.requests.clear()
+
+    def _fatal_error(self) -> APIError:
+        name, error = self.fatal or ("?", "")
+        last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+        return APIError(
+            503,
+            f"{'the frontend' if name == 'frontend' else f'subserver {name!r}'} failed: {last}; the server is shutting down",
+            type="server_error",
+            code="subserver_failed",
+        )
+
+    _dispatch = {
+        m.StepOutputs: _on_step,
+        m.SubserverStats: _on_stats,
+        m.Ready: _on_ready,
+        m.Fatal: _on_fatal,
+    }

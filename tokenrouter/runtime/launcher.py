@@ -1,0 +1,385 @@
+"""`tokenrouter serve`: start one subserver process per model and the frontend, supervise, shut down.
+
+The launcher is the parent of every process of a deployment. It
+1. reads the plan (a `.tr` source is compiled on the fly into the run directory), checks the model folders;
+2. creates a private (0700) run directory and the ZeroMQ endpoints (`ipc://` files in it, or `tcp://` on
+   127.0.0.1 with `--tcp`);
+3. starts the subservers and the frontend (multiprocessing *spawn*: never fork a process that may hold torch
+   state), waits until each one sends `Ready` (forwarding the subservers' `Ready` to the frontend, whose
+   /health turns 200 when all have arrived), writes `pids.json` into the run directory and prints one line
+   with the URL;
+4. supervises: SIGINT/SIGTERM → clean shutdown (`Shutdown` to the subservers, SIGTERM to the frontend, join,
+   kill stragglers, remove the run directory), exit status 0.
+
+Failures. A subserver that sends `Fatal` or exits is **not restarted**: its in-flight requests hold KV and
+state that died with it, and the other subservers may hold requests pending on it. The launcher tells the
+frontend (a `Fatal` naming the subserver: every in-flight request fails with a 503 at once, new ones are
+refused), gives it `FAIL_GRACE_S` to answer its clients, shuts the deployment down and exits with status 1
+and a message naming the subserver. The same holds for the frontend process. Run it under a supervisor
+(systemd, Kubernetes) to restart the whole deployment.
+
+The children are started in their own process group (Ctrl-C in a terminal reaches only the launcher, which
+coordinates shutdown), and each exits on its own if the launcher disappears.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+
+log = logging.getLogger("tokenrouter.launcher")
+
+FAIL_GRACE_S = 1.0  # time the frontend gets to fail in-flight requests before the deployment stops
+JOIN_TIMEOUT_S = 10.0  # then stragglers are killed
+POLL_MS = 100
+DEVICES = ("cpu", "cuda")
+
+
+class LaunchError(Exception):
+    """A problem with the user's input or environment; the message says what and where (exit status 1)."""
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    plan: str  # a .plan (JSON) file, or a .tr source compiled on the fly
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the printed URL has the one chosen)
+    api_key: str | None = None
+    tcp: bool = False
+    device: str | None = None  # None: the plan's placement (CUDA when available, else CPU)
+    startup_timeout_s: float = 600.0
+    log_level: str = "warning"
+    run_dir: str | None = None  # parent folder for the private run directory (default: the system temp dir)
+    extra_subserver: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be in [0, 65535], got {self.port}")
+        if self.device is not None and self.device not in DEVICES:
+            raise ValueError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("--api-key must not be empty")
+        if self.startup_timeout_s <= 0:
+            raise ValueError(f"the startup timeout must be > 0, got {self.startup_timeout_s}")
+        if not isinstance(logging.getLevelName(self.log_level.upper()), int):
+            raise ValueError(f"unknown log level {self.log_level!r}")
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------
+
+
+def load_plan(path: str, run_dir: Path) -> tuple[dict[str, Any], str]:
+    """(plan, path of a plan file the subservers can read). A .tr source is compiled into run_dir."""
+    from tokenrouter.compiler.plan import PlanError, read_plan, write_plan
+
+    p = Path(path)
+    if not p.exists():
+        raise LaunchError(f"{path}: no such file")
+    if p.suffix == ".tr":
+        from tokenrouter.compiler.driver import compile_file
+        from tokenrouter.dsl.diagnostics import render_all
+
+        result = compile_file(p)
+        if not result.ok:
+            raise LaunchError(render_all(result.diagnostics))
+        plan_path = run_dir / "plan.json"
+        write_plan(result.plan, plan_path)
+        path = str(plan_path)
+    try:
+        return read_plan(path), path
+    except PlanError as e:
+        raise LaunchError(str(e)) from None
+
+
+def check_models(plan: dict[str, Any]) -> None:
+    """Every model folder exists (the embedded engine loads local folders only); the entry has a tokenizer."""
+    for name, spec in plan["models"].items():
+        folder = Path(spec["path"])
+        if spec.get("engine", "embedded") == "embedded" and not folder.is_dir():
+            raise LaunchError(f"model {name!r}: no model folder at {folder}")
+    entry = Path(plan["models"][plan["entry"]]["path"])
+    if entry.is_dir() and not (entry / "tokenizer.json").is_file():
+        raise LaunchError(f"entry model {plan['entry']!r}: no tokenizer.json in {entry}")
+
+
+def make_endpoints(models: list[str], run_dir: Path, tcp: bool) -> Endpoints:
+    if not tcp:
+        return Endpoints.ipc(models, str(run_dir))
+    ports = _free_ports(2 + len(models))
+    return Endpoints(
+        launcher=f"tcp://127.0.0.1:{ports[0]}",
+        frontend=f"tcp://127.0.0.1:{ports[1]}",
+        subservers={x: f"tcp://127.0.0.1:{p}" for x, p in zip(models, ports[2:], strict=True)},
+    )
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# ---- child processes ---------------------------------------------------------------------------------------
+
+
+def _child_main(fn, args) -> None:
+    """Runs in each child: its own process group, and exit when the launcher is gone."""
+    os.setpgrp()
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    fn(args)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Launcher:
+    """One deployment. `run()` returns the process exit status."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        self.cfg = cfg
+        self.stop_signal: int | None = None
+        self.procs: dict[str, Any] = {}  # name → multiprocessing.Process ("frontend" or a model name)
+        self.ready: dict[str, dict] = {}
+        self.run_dir: Path | None = None
+        self.ctx: zmq.Context | None = None
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_signal = signum
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run()
+        except LaunchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        finally:
+            self._shutdown()
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> int:
+        cfg = self.cfg
+        self.run_dir = Path(tempfile.mkdtemp(prefix="tokenrouter-", dir=cfg.run_dir))
+        os.chmod(self.run_dir, 0o700)
+        plan, plan_path = load_plan(cfg.plan, self.run_dir)
+        check_models(plan)
+        models = list(plan["models"])
+        self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp)
+        self.ctx = zmq.Context()
+        self.inbox = Receiver(self.ctx, self.endpoints.launcher, m.ToLauncher)
+        self.to_frontend = Sender(self.ctx, self.endpoints.frontend)
+        self._start(plan, plan_path)
+        failure = self._wait_ready()
+        if failure is not None:
+            raise LaunchError(failure)
+        if self.stop_signal is not None:
+            return 0
+        self._write_pids()
+        url = self.ready["frontend"].get("url")
+        print(f"tokenrouter: serving {plan['policy']['name']!r} ({', '.join(models)}) at {url}", flush=True)
+        failure = self._supervise()
+        if failure is None:
+            return 0
+        print(f"error: {failure}; shutting down (a failed subserver is not restarted)", file=sys.stderr)
+        return 1
+
+    def _start(self, plan: dict, plan_path: str) -> None:
+        import multiprocessing as mp
+
+        from tokenrouter.runtime.frontend.config import FrontendArgs
+        from tokenrouter.runtime.frontend.process import run_frontend_process
+        from tokenrouter.runtime.subserver.process import SubserverArgs, run_subserver_process
+
+        cfg = self.cfg
+        spawn = mp.get_context("spawn")
+        eps = self.endpoints.to_dict()
+        caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
+        for name, spec in plan["models"].items():
+            device = None
+            if cfg.device == "cpu":
+                device = "cpu"
+            elif cfg.device == "cuda":
+                device = f"cuda:{(spec.get('gpus') or [0])[0]}"
+            args = SubserverArgs(
+                plan_path=plan_path,
+                model=name,
+                endpoints=eps,
+                device=device,
+                log_level=cfg.log_level.upper(),
+                extra=dict(cfg.extra_subserver),
+            )
+            self.procs[name] = spawn.Process(
+                target=_child_main, args=(run_subserver_process, args), name=f"tokenrouter-{name}"
+            )
+        fargs = FrontendArgs(
+            policy=plan["policy"]["name"],
+            entry=plan["entry"],
+            models=list(plan["models"]),
+            model_dir=plan["models"][plan["entry"]]["path"],
+            endpoints=eps,
+            host=cfg.host,
+            port=cfg.port,
+            api_key=cfg.api_key,
+            run_dir=str(self.run_dir),
+            max_len=min(caps) if caps else None,
+            log_level=cfg.log_level.lower(),
+        )
+        self.procs["frontend"] = spawn.Process(
+            target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
+        )
+        for p in self.procs.values():
+            p.start()
+
+    def _drain(self) -> list:
+        out = []
+        if self.inbox.poll(POLL_MS):
+            try:
+                out = self.inbox.drain()
+            except msgspec.DecodeError as e:
+                log.error("undecodable message to the launcher: %s", e)
+        return out
+
+    def _wait_ready(self) -> str | None:
+        """None when every process is ready (or a signal asked to stop), else what went wrong."""
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        while len(self.ready) < len(self.procs) and self.stop_signal is None:
+            for msg in self._drain():
+                if isinstance(msg, m.Fatal):
+                    return f"{_what(msg.name)} failed to start: {_last_line(msg.error)}"
+                self._on_ready(msg)
+            for name, p in self.procs.items():
+                if name not in self.ready and not p.is_alive():
+                    for msg in self._drain():  # a Fatal may be on its way
+                        if isinstance(msg, m.Fatal):
+                            return f"{_what(msg.name)} failed to start: {_last_line(msg.error)}"
+                        self._on_ready(msg)
+                    return f"{_what(name)} {_exit_text(p.exitcode)} during startup"
+            if time.monotonic() > deadline:
+                late = ", ".join(repr(x) for x in self.procs if x not in self.ready)
+                return f"not ready after {self.cfg.startup_timeout_s:g} s: {late}"
+        return None
+
+    def _on_ready(self, msg: m.Ready) -> None:
+        info = dict(msg.info)
+        info.setdefault("pid", self.procs[msg.name].pid if msg.name in self.procs else None)
+        self.ready[msg.name] = info
+        if msg.name != "frontend":
+            self.to_frontend.send(m.Ready(name=msg.name, info=info))
+
+    def _write_pids(self) -> None:
+        pids = {
+            "launcher": os.getpid(),
+            "frontend": self.procs["frontend"].pid,
+            "subservers": {x: p.pid for x, p in self.procs.items() if x != "frontend"},
+            "url": self.ready["frontend"].get("url"),
+        }
+        (self.run_dir / "pids.json").write_text(json.dumps(pids, indent=2) + "\n")
+
+    def _supervise(self) -> str | None:
+        """Until a signal (None) or a failure (its description)."""
+        while self.stop_signal is None:
+            failed: tuple[str, str] | None = None
+            for msg in self._drain():
+                if isinstance(msg, m.Fatal) and failed is None:
+                    failed = (msg.name, _last_line(msg.error))
+            if failed is None:
+                for name, p in self.procs.items():
+                    if not p.is_alive():
+                        failed = (name, _exit_text(p.exitcode))
+                        break
+            if failed is not None:
+                name, detail = failed
+                self.to_frontend.send(m.Fatal(name=name, error=detail))
+                time.sleep(FAIL_GRACE_S)
+                return f"{_what(name)} failed: {detail}"
+        return None
+
+    def _shutdown(self) -> None:
+        """Stop every child (gently, then by force), close sockets, remove the run directory. Idempotent."""
+        if self.ctx is not None:
+            for name, addr in self.endpoints.subservers.items():
+                if self.procs.get(name) is not None and self.procs[name].is_alive():
+                    s = self.ctx.socket(zmq.PUSH)
+                    s.setsockopt(zmq.LINGER, 500)
+                    s.connect(addr)
+                    try:
+                        s.send(msgspec.msgpack.encode(m.Shutdown()), zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                    s.close()
+        front = self.procs.get("frontend")
+        if front is not None and front.is_alive():
+            front.terminate()
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for p in self.procs.values():
+            if p.pid is not None:
+                p.join(max(0.0, deadline - time.monotonic()))
+        for name, p in self.procs.items():
+            if p.pid is not None and p.is_alive():
+                log.warning("%s did not stop in time; killing it", _what(name))
+                p.kill()
+                p.join(5.0)
+        self.procs.clear()
+        if self.ctx is not None:
+            self.ctx.destroy(linger=0)
+            self.ctx = None
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
+
+
+def _what(name: str) -> str:
+    return "the frontend" if name == "frontend" else f"subserver {name!r}"
+
+
+def _last_line(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip()]
+    return lines[-1].strip() if lines else "unknown error"
+
+
+def serve(cfg: ServeConfig) -> int:
+    """Run a deployment until a signal or a failure; the process exit status."""
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s launcher %(levelname)s %(message)s")
+    return Launcher(cfg).run()
