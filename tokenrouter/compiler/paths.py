@@ -41,3 +41,12 @@ def absolute_from_plan(path: str, plan_dir: Path) -> str:
     if full.exists() or not looks_like_hub_id(path):
         return str(full.resolve())
     return path
+
+
+def shown(path: str | Path) -> str:
+    """A path for messages: relative to the working directory when it lies below it, else absolute."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)

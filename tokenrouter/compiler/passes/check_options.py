@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
-from tokenrouter.compiler.paths import resolve_source_path
+from tokenrouter.compiler.paths import resolve_source_path, shown
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
@@ -74,7 +74,7 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
                 what = (
                     f"'{path}' is not a local folder; kept as a hub id"
                     if resolved == path
-                    else f"not found: {resolved}"
+                    else f"not found: {shown(resolved)}"
                 )
                 diags.append(root.src.warning(decl.path.span, f"model '{decl.name.name}': path {what}"))
         else:

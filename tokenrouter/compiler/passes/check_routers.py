@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tokenrouter.compiler.paths import shown
 from tokenrouter.compiler.program import Program
 from tokenrouter.compiler.safetensors_header import HeaderError, read_header
 from tokenrouter.dsl.diagnostics import Diagnostic
@@ -85,13 +86,13 @@ def check_routers(program: Program) -> Program:
             diags.append(
                 unit.src.warning(
                     span,
-                    f"router '{decl.name.name}': weights not found at {path}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
+                    f"router '{decl.name.name}': weights not found at {shown(path)}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
                 )
             )
             routers[name] = r
             continue
         try:
-            tensors, metadata = read_header(path)
+            tensors, metadata = read_header(shown(path))
             r["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         except (OSError, HeaderError) as e:
             diags.append(unit.src.error(span, f"router '{decl.name.name}': {e}"))
@@ -112,7 +113,7 @@ def check_routers(program: Program) -> Program:
             diags.append(
                 unit.src.error(
                     decl.call.func.span,
-                    f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds a {file_kind} router",
+                    f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds {'an' if file_kind == 'mlp' else 'a'} {file_kind} router",
                 )
             )
         else:
@@ -120,7 +121,8 @@ def check_routers(program: Program) -> Program:
             if problem:
                 diags.append(
                     unit.src.error(
-                        span, f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({path})"
+                        span,
+                        f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})",
                     )
                 )
         routers[name] = r

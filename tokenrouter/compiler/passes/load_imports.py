@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenrouter.compiler.paths import shown
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, did_you_mean
@@ -48,18 +49,18 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
         try:
             text = target.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            diags.append(unit.src.error(decl.span, f"cannot read imported file {target}: {e}"))
+            diags.append(unit.src.error(decl.span, f"cannot read imported file {shown(target)}: {e}"))
             continue
-        shown = _shown_path(target)
-        result = parse(text, shown)
+        shown_as = shown(target)
+        result = parse(text, shown_as)
         if result.module is None:
             diags.extend(result.diagnostics)
-            diags.append(unit.src.error(decl.span, f"imported file {shown} has syntax errors"))
+            diags.append(unit.src.error(decl.span, f"imported file {shown_as} has syntax errors"))
             continue
         alias = decl.alias.name if decl.alias else _policy_name(result.module)
         if alias is None:
             diags.append(
-                unit.src.error(decl.span, f"{shown} has no `policy NAME` line; write `import ... as NAME`")
+                unit.src.error(decl.span, f"{shown_as} has no `policy NAME` line; write `import ... as NAME`")
             )
             continue
         if alias in imports:
@@ -68,11 +69,11 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
             )
             continue
         child = Unit(
-            file=shown,
+            file=shown_as,
             dir=target.resolve().parent,
             text=text,
             module=result.module,
-            src=SourceMap(shown, text),
+            src=SourceMap(shown_as, text),
             prefix=f"{unit.prefix}{alias}.",
         )
         imports[alias] = child
@@ -95,7 +96,7 @@ def _target(unit: Unit, decl: ast.ImportDecl, diags: list[Diagnostic]) -> Path |
         return None
     path = unit.dir / decl.path
     if not path.is_file():
-        diags.append(unit.src.error(decl.span, f"imported file not found: {path}"))
+        diags.append(unit.src.error(decl.span, f"imported file not found: {shown(path)}"))
         return None
     return path
 
@@ -105,10 +106,3 @@ def _policy_name(module: ast.Module) -> str | None:
         if isinstance(d, ast.PolicyDecl):
             return d.name.name
     return None
-
-
-def _shown_path(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
