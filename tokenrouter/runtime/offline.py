@@ -55,8 +55,10 @@ class OfflineExecutor:
         *,
         batching: BatchingConfig | None = None,
         max_batch: int = 256,
+        publish_active: bool = True,
     ) -> None:
         self.plan = plan
+        self.publish_active = publish_active  # False: n is never lowered after a finish (a stale count)
         self.clock = VirtualClock()
         self.schedulers = {
             name: Scheduler(
@@ -119,7 +121,8 @@ class OfflineExecutor:
             self.active.discard(f.rid)
             for name in self.schedulers:
                 self.queue.append((name, m.Release(f.rid)))
-            self._publish_count()
+            if self.publish_active:
+                self._publish_count()
 
     # ---- the loop ----------------------------------------------------------------------------------------
 

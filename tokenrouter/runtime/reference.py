@@ -60,27 +60,23 @@ def reference_generate(
         name: [(r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]]
         for name, route in plan["routes"].items()
     }
-    seed = sampling.seed & ((1 << 64) - 1)
-    seed = seed - (1 << 64) if seed >= 1 << 63 else seed
     tokens = list(prompt_ids)
     res = ReferenceResult()
     cur = plan["entry"]
     run_length, for_left, return_to, drops = 0, 0, None, 0
 
-    def row(values, dtype, device):
-        return torch.tensor([values], dtype=dtype, device=device)
-
     while True:
         logits, hidden = models[cur].forward_full(torch.tensor(tokens, dtype=torch.int64))
-        dev = logits.device
-        state = RouteBatchState(
-            seed=row(seed, torch.int64, dev),
-            position=row(len(tokens), torch.int64, dev),
-            temperature=row(float(sampling.temperature), torch.float32, dev),
-            top_k=row(sampling.top_k, torch.int64, dev),
-            top_p=row(float(sampling.top_p), torch.float32, dev),
-            run_length=row(run_length, torch.int64, dev),
-            generated=row(len(res.token_ids), torch.int64, dev),
+        state = RouteBatchState.make(
+            1,
+            logits.device,
+            seed=sampling.seed,
+            position=len(tokens),
+            temperature=float(sampling.temperature),
+            top_k=sampling.top_k,
+            top_p=float(sampling.top_p),
+            run_length=run_length,
+            generated=len(res.token_ids),
         )
         out = kernels[cur](logits[-1:], hidden[-1:], state)
         tok, rule = int(out.token[0]), int(out.rule[0])

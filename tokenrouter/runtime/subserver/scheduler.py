@@ -30,6 +30,7 @@ import torch
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
+from tokenrouter.runtime.route import RouteBatchState
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 
@@ -38,11 +39,6 @@ logger = logging.getLogger(__name__)
 FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
 Outbox = list[tuple[str, msgspec.Struct]]
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
-
-
-def _seed64(seed: int) -> int:
-    seed &= (1 << 64) - 1
-    return seed - (1 << 64) if seed >= 1 << 63 else seed
 
 
 class Scheduler:
@@ -82,7 +78,7 @@ class Scheduler:
         self.rules = [
             (r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]
         ]
-        self.want_hidden = bool(route.get("routers")) or bool(getattr(self.kernel, "needs_hidden", False))
+        self.want_hidden = bool(getattr(self.kernel, "needs_hidden", True))
         self.eos = frozenset(self.engine.info.eos_token_ids)
         self.max_len = self.engine.info.max_len
 
@@ -233,20 +229,18 @@ class Scheduler:
     def _forward(self, rows: list[Req]) -> StepOutput:
         return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)
 
-    def _route_state(self, batch: list[Req], device: torch.device):
-        from tokenrouter.runtime.route import RouteBatchState
-
-        def col(values, dtype):
-            return torch.tensor(values, dtype=dtype, device=device)
-
-        return RouteBatchState(
-            seed=col([_seed64(r.sampling.seed) for r in batch], torch.int64),
-            position=col([len(r.tokens) for r in batch], torch.int64),  # index of the token being sampled
-            temperature=col([float(r.sampling.temperature) for r in batch], torch.float32),
-            top_k=col([r.sampling.top_k for r in batch], torch.int64),
-            top_p=col([float(r.sampling.top_p) for r in batch], torch.float32),
-            run_length=col([r.run_length for r in batch], torch.int64),
-            generated=col([r.generated for r in batch], torch.int64),
+    def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
+        sampling = [r.sampling for r in batch]
+        return RouteBatchState.make(
+            len(batch),
+            device,
+            seed=[s.seed for s in sampling],
+            position=[len(r.tokens) for r in batch],  # the index of the token being sampled
+            temperature=[float(s.temperature) for s in sampling],
+            top_k=[s.top_k for s in sampling],
+            top_p=[float(s.top_p) for s in sampling],
+            run_length=[r.run_length for r in batch],  # committed before this token (the kernel adds 1)
+            generated=[r.generated for r in batch],
         )
 
     def process_batch_result(self, batch: list[Req], result) -> Outbox:
