@@ -41,6 +41,20 @@ route a {{
 }}
 route b {{ when uniform() < 0.9 -> a drop }}
 """,
+    "three": """
+policy three_test
+model a = "{a}" {{ batch: {ba} }}
+model b = "{b}" {{ batch: {bb} }}
+model c = "{c}" {{ batch: {bc} }}
+serve {{ concurrency: 16, max_delay_ms: 5 }}
+entry a
+route a {{
+  when uniform() < 0.2 -> b
+  when uniform() < 0.4 -> c drop
+}}
+route b {{ when uniform() < 0.5 -> c }}
+route c {{ when uniform() < 0.6 -> a for 2 }}
+""",
 }
 
 
@@ -95,7 +109,12 @@ def compile_policy(tmp: Path, name: str, batch: dict[str, int] | None = None, **
 
     batch = batch or {}
     text = POLICIES[name].format(
-        a=paths.get("a", "a-model"), b=paths.get("b", "b-model"), ba=batch.get("a", 1), bb=batch.get("b", 1)
+        a=paths.get("a", "a-model"),
+        b=paths.get("b", "b-model"),
+        c=paths.get("c", "c-model"),
+        ba=batch.get("a", 1),
+        bb=batch.get("b", 1),
+        bc=batch.get("c", 1),
     )
     src = tmp / f"{name}.tr"
     src.write_text(text)

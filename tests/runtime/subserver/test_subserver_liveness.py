@@ -1,0 +1,96 @@
+"""Delayed batching never stalls, and aborts leave no request behind in any engine."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from subserver_helpers import RecomputeEngine, compile_policy, tiny_model
+
+from tokenrouter.runtime.messages import SamplingSpec
+from tokenrouter.runtime.offline import OfflineExecutor, StallError
+from tokenrouter.runtime.route import RouteKernel
+from tokenrouter.runtime.subserver.batching import BatchingConfig
+
+_cache: dict = {}
+
+
+def runtime(tmp_path_factory, policy: str):
+    if policy not in _cache:
+        plan = compile_policy(tmp_path_factory.mktemp(policy), policy)
+        engines = {name: RecomputeEngine(tiny_model(seed), name) for seed, name in enumerate(plan["models"])}
+        kernels = {name: RouteKernel(plan, name, "torch", "cpu") for name in plan["models"]}
+        _cache[policy] = (plan, engines, kernels)
+    return _cache[policy]
+
+
+@st.composite
+def feasible(draw):
+    """A policy, N, and thresholds B with Σ(B_i − 1) < N."""
+    policy = draw(st.sampled_from(["keep", "three"]))
+    models = ["a", "b"] if policy == "keep" else ["a", "b", "c"]
+    n = draw(st.integers(1, 10))
+    slack = n - 1
+    b = {}
+    for name in models:
+        extra = draw(st.integers(0, slack))
+        b[name] = 1 + extra
+        slack -= extra
+    return policy, n, b
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(feasible(), st.integers(0, 2**32))
+def test_delayed_batching_never_stalls_without_timeout(tmp_path_factory, case, seed):
+    policy, n, b = case
+    plan, engines, kernels = runtime(tmp_path_factory, policy)
+    ex = OfflineExecutor(plan, engines, kernels, batching=BatchingConfig(b, max_delay_ms=None))
+    prompts = [[(seed + 31 * i + j) % 90 + 2 for j in range(2 + i % 3)] for i in range(n)]
+    specs = [SamplingSpec(seed=seed + i, max_tokens=4 + i % 4, ignore_eos=i % 2 == 0) for i in range(n)]
+    results = ex.generate(prompts, specs)  # raises StallError if every subserver waits forever
+    assert all(r.finish_reason in ("stop", "length") for r in results)
+    assert all(len(r.token_ids) >= 1 for r in results)
+    assert ex.clock.now == 0.0  # no timeout fired: the thresholds alone made progress
+    assert all(e.stats()["held"] == 0 for e in engines.values())
+
+
+def test_a_stale_count_stalls_without_timeout_and_the_timeout_rescues_it(tmp_path_factory):
+    """Negative control: if n is never lowered after requests finish, fixed thresholds can stall (the
+    executor detects it); with max_delay_ms the same run completes."""
+    plan, engines, kernels = runtime(tmp_path_factory, "keep")
+    prompts = [[5 + i, 9] for i in range(4)]
+    specs = [SamplingSpec(seed=i, max_tokens=2 + 3 * i, ignore_eos=True) for i in range(4)]
+    b = {"a": 3, "b": 2}  # Σ(B − 1) = 3 < N = 4, fine while n = 4 is true
+    ex = OfflineExecutor(plan, engines, kernels, batching=BatchingConfig(b, None), publish_active=False)
+    with pytest.raises(StallError, match="stalled"):
+        ex.generate(prompts, specs)
+    for e in engines.values():
+        for rid in list(e.hist):
+            e.release(rid)
+    ex = OfflineExecutor(plan, engines, kernels, batching=BatchingConfig(b, 5.0), publish_active=False)
+    results = ex.generate(prompts, specs)
+    assert [len(r.token_ids) for r in results] == [2, 5, 8, 11]
+    assert ex.clock.now > 0.0  # the timeout did fire
+
+
+def test_aborts_free_every_engine(tmp_path_factory):
+    plan, engines, kernels = runtime(tmp_path_factory, "three")
+    ex = OfflineExecutor(plan, engines, kernels, batching=BatchingConfig({"a": 2, "b": 2, "c": 1}, 5.0))
+    specs = [SamplingSpec(seed=i, max_tokens=30, ignore_eos=True) for i in range(12)]
+    for i, s in enumerate(specs):
+        ex.submit(f"r{i}", [3 + i, 4, 5], s)
+    for _ in range(6):  # some requests are now pending on one model and running on another
+        ex._deliver()
+        for s in ex.schedulers.values():
+            if s.ready():
+                ex.queue.extend(s.step())
+    pending = sum(s.counts()["pending"] for s in ex.schedulers.values())
+    assert pending > 0
+    for i in range(0, 12, 2):
+        ex.abort(f"r{i}")
+    results = ex.run()
+    assert all(results[f"r{i}"].finish_reason == "abort" for i in range(0, 12, 2))
+    assert all(len(results[f"r{i}"].token_ids) == 30 for i in range(1, 12, 2))
+    for name, s in ex.schedulers.items():
+        assert s.reqs == {} and not s.runnable, name
+        assert engines[name].stats()["held"] == 0, name
