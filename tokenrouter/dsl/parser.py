@@ -36,6 +36,7 @@ def lark_parser(strict: bool | None = None) -> lark.Lark:
     return lark.Lark(
         GRAMMAR_PATH.read_text(encoding="utf-8"),
         parser="lalr",
+        lexer="basic",
         strict=strict,
         propagate_positions=True,
         maybe_placeholders=True,
@@ -130,8 +131,11 @@ def _offset_of(e: UnexpectedInput, text: str) -> int:
 def _blank_broken_decl(text: str, offset: int) -> str | None:
     """Replace the declaration holding `offset` by spaces (newlines kept); None when no progress is possible."""
     starts = [m.start(1) for m in _DECL_START.finditer(text) if m.group(1) is not None]
+    line_start = text.rfind("\n", 0, offset) + 1
+    # A keyword at the error that opens its line starts the next declaration; one mid-line is the error.
+    opens_line = text[line_start:offset].strip() == ""
     before = [s for s in starts if s < offset]
-    after = [s for s in starts if s >= offset]
+    after = [s for s in starts if s > offset or (s == offset and opens_line)]
     start = before[-1] if before else 0
     end = after[0] if after else len(text)
     if end <= start:
@@ -326,7 +330,7 @@ class _Builder(Transformer):
         return ast.In(c[0], c[1], _span_of(meta))
 
     def neg(self, meta, c):
-        return ast.Unary("-", c[0], _span_of(meta))
+        return ast.Unary("-", c[1], _span_of(meta))
 
     def number(self, meta, c):
         return ast.Number(_number(c[0]), str(c[0]), _span_of(c[0]))

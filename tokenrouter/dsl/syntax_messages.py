@@ -33,14 +33,14 @@ WORDS = {
     "TRUE": "'true'",
     "FALSE": "'false'",
     "MINUS": "'-'",
-    "ADD_OP": "'+' or '-'",
+    "PLUS": "'+'",
     "MUL_OP": "'*' or '/'",
     "COMP_OP": "a comparison",
     "$END": "end of file",
 }
 DECLS = {"POLICY", "PARAM", "MODEL", "ROUTER", "FN", "SERVE", "ENTRY", "ROUTE", "IMPORT"}
 EXPR_START = {"NUMBER", "STRING", "NAME", "LPAR", "LSQB", "MINUS", "TRUE", "FALSE", "NOT"}
-OPERATORS = {"ADD_OP", "MUL_OP", "COMP_OP", "AND", "OR", "IN"}
+OPERATORS = {"PLUS", "MINUS", "MUL_OP", "COMP_OP", "AND", "OR", "IN"}
 
 
 def _show(tok: Token) -> str:
@@ -78,7 +78,7 @@ def describe_expected(expected: set[str]) -> str:
 
 def describe_unexpected_token(tok: Token, expected: set[str]) -> str:
     value = str(tok.value) if tok.type != "$END" else ""
-    if value in KEYWORDS and "NAME" in expected:
+    if value in KEYWORDS and "NAME" in expected and not (EXPR_START - {"NOT"}) <= expected:
         return f"'{value}' is a keyword and cannot be used as a name"
     if tok.type == "COMP_OP" and "COMP_OP" not in expected and ({"AND", "OR"} & expected):
         return "comparisons cannot be chained; combine them with 'and'"
