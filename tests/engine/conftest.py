@@ -38,3 +38,14 @@ def build_variant(root: Path, name: str) -> Path:
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {name: build_variant(root, name) for name in VARIANTS}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    # tiny models: intra-op threads only add contention on the shared 2-core CI machine
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -27,10 +27,16 @@ SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def build_empty(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> DecoderForCausalLM:
-    """The model with uninitialised parameters allocated once, directly on `device` in `dtype`."""
-    with torch.device("meta"):
-        model = DecoderForCausalLM(config)
-    model = model.to(dtype=dtype).to_empty(device=device)
+    """The model with parameters allocated once, directly on `device` in `dtype` (their values are
+    torch's default init, to be overwritten by `load_weights` or `init_dummy_weights`). Not the meta
+    device: its first use costs seconds of lazy imports."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = DecoderForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
     model.post_load(device)
     model.eval().requires_grad_(False)
     return model
