@@ -41,6 +41,11 @@ route a {{
 }}
 route b {{ when uniform() < 0.9 -> a drop }}
 """,
+    "solo": """
+policy solo_test
+model a = "{a}" {{ batch: {ba} }}
+entry a
+""",
     "three": """
 policy three_test
 model a = "{a}" {{ batch: {ba} }}

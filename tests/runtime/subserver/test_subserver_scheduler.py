@@ -1,0 +1,114 @@
+"""The Scheduler core driven message by message: unseen-suffix hops, extends on return, tombstones, errors."""
+
+from __future__ import annotations
+
+import pytest
+from subserver_helpers import RecomputeEngine, compile_policy, tiny_model
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine.base import EngineError
+from tokenrouter.runtime.route import RouteKernel
+from tokenrouter.runtime.subserver.batching import BatchingConfig
+from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
+
+SPEC = m.SamplingSpec(seed=7, max_tokens=200, ignore_eos=True)
+
+
+class RecordingEngine(RecomputeEngine):
+    def __init__(self, *a, fail_rid: str | None = None, **k) -> None:
+        super().__init__(*a, **k)
+        self.calls: list[tuple[str, list[int]]] = []
+        self.fail_rid = fail_rid
+
+    def forward(self, batch, want_hidden=False):
+        if any(r.rid == self.fail_rid for r in batch):
+            raise EngineError(f"request {self.fail_rid} does not fit")
+        self.calls.extend((r.rid, list(r.new_token_ids)) for r in batch)
+        return super().forward(batch, want_hidden)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    plan = compile_policy(tmp_path, "keep")
+    engines = {"a": RecordingEngine(tiny_model(0), "a"), "b": RecordingEngine(tiny_model(1), "b")}
+    cfg = BatchingConfig({"a": 1, "b": 1}, 0.0)
+    return {
+        n: Scheduler(n, plan, engines[n], RouteKernel(plan, n, "torch", "cpu"), batching=cfg) for n in "ab"
+    }
+
+
+def run_until_hop(sched: Scheduler, limit: int = 200) -> m.PeerRequest:
+    for _ in range(limit):
+        hops = [msg for dest, msg in sched.step() if dest != FRONTEND]
+        if hops:
+            return hops[0]
+    raise AssertionError("no hop")
+
+
+def test_hops_send_only_the_unseen_suffix_and_returns_run_as_extends(pair):
+    a, b = pair["a"], pair["b"]
+    prompt = [5, 6, 7, 8]
+    a.handle(m.NewRequest("r", prompt, SPEC, n_active=1))
+    hop = run_until_hop(a)
+    assert a.engine.calls[0] == ("r", prompt)  # prefill, then decodes of one token
+    assert all(len(new) == 1 for _, new in a.engine.calls[1:])
+    full = list(a.reqs["r"].tokens)
+    assert (hop.start, hop.tokens) == (0, full) and hop.origin == "a"  # first visit: everything
+    assert a.reqs["r"].status.value == "pending" and not a.runnable
+    a_fed = a.reqs["r"].fed
+    b.handle(hop)
+    back = run_until_hop(b)
+    assert back.start == len(full)  # a has seen everything up to its hop
+    written_by_b = list(back.tokens)
+    assert b.reqs["r"].tokens == full + written_by_b
+    a.handle(back)
+    n_calls = len(a.engine.calls)
+    hop2 = run_until_hop(a)
+    assert a.engine.calls[n_calls] == ("r", (full + written_by_b)[a_fed:])  # extend: only unseen tokens
+    assert len(a.engine.calls[n_calls][1]) == len(written_by_b) + 1  # + a's own last token
+    assert hop2.start == len(full) + len(written_by_b)  # b's last known length
+    assert hop2.tokens == a.reqs["r"].tokens[hop2.start :]
+    b_fed, n_calls = b.reqs["r"].fed, len(b.engine.calls)
+    b.handle(hop2)
+    b.step()
+    assert b.engine.calls[n_calls] == ("r", (full + written_by_b + hop2.tokens)[b_fed:])
+    for s in (a, b):
+        s.handle(m.Release("r"))
+        assert s.reqs == {} and s.engine.seq_len("r") == 0
+
+
+def test_late_hop_of_an_aborted_request_is_dropped(pair):
+    a, b = pair["a"], pair["b"]
+    a.handle(m.NewRequest("r", [3, 4], SPEC, n_active=1))
+    hop = run_until_hop(a)
+    for s in (a, b):
+        s.handle(m.Abort("r"))
+    assert b.handle(hop) == [] and b.reqs == {} and not b.ready()
+    assert a.engine.seq_len("r") == 0 and b.engine.seq_len("r") == 0
+
+
+def test_bad_requests_fail_with_a_message(tmp_path):
+    plan = compile_policy(tmp_path, "solo")
+    eng = RecordingEngine(tiny_model(0), "a", max_len=8, fail_rid="bad")
+    s = Scheduler("a", plan, eng, RouteKernel(plan, "a", "torch", "cpu"))
+    ((dest, out),) = s.handle(m.NewRequest("long", list(range(2, 12)), SPEC, n_active=1))
+    assert dest == FRONTEND and out.finished[0].reason == "error" and "at most 7" in out.finished[0].error
+    ((_, out),) = s.handle(m.NewRequest("empty", [], SPEC, n_active=1))
+    assert "empty" in out.finished[0].error
+    s.handle(m.NewRequest("bad", [2, 3], SPEC, n_active=2))
+    s.handle(m.NewRequest("good", [2, 3], SPEC, n_active=2))
+    outs = [msg for _, msg in s.step()]
+    finished = {f.rid: f for o in outs for f in o.finished}
+    assert finished["bad"].reason == "error" and "does not fit" in finished["bad"].error
+    assert [t.rid for o in outs for t in o.tokens] == ["good"]  # the other row still ran
+    for _ in range(10):
+        outs += [msg for _, msg in s.step()]
+    tokens = [t for o in outs for t in o.tokens]
+    assert [t.index for t in tokens] == list(range(6))  # the context end (8) after 6 tokens
+    assert {f.rid: f.reason for o in outs for f in o.finished} == {"bad": "error", "good": "length"}
+    assert s.reqs == {} and eng.stats()["held"] == 0
+
+
+def test_unknown_model_and_message():
+    with pytest.raises(ValueError, match="not in the plan"):
+        Scheduler("zz", {"models": {"a": {}}, "routes": {}}, None, None)
