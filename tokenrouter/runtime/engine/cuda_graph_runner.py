@@ -88,6 +88,7 @@ class CudaGraphRunner:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0
+        self.replays_by_shape: dict[tuple[int, int], int] = {}
         self._init_buffers()
         self._init_buckets()
         self.capture()
@@ -232,5 +233,6 @@ class CudaGraphRunner:
         if pad:
             self.rows[bs:cap_bs].zero_()
         self.graphs[shape].replay()
+        self.replays_by_shape[shape] = self.replays_by_shape.get(shape, 0) + 1
         logits, hidden = self.outputs[shape]
         return logits[:bs], hidden[:bs]

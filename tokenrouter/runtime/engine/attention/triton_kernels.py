@@ -194,7 +194,7 @@ def _merge_splits_kernel(
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    return 8
+    return 1  # the CPU interpreter runs programs one by one: splitting only costs time there
 
 
 def choose_num_splits(

@@ -1,0 +1,93 @@
+"""The embedded engine on its fast paths against its reference path, on the committed tiny model:
+
+- the Triton attention backend + fused forward (under Triton's interpreter without CUDA) against SDPA;
+- on a GPU: CUDA-graph replay (decode and small-extend shapes, padded) against eager, same engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenrouter.runtime.engine.attention import AttentionConfig
+from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
+from tokenrouter.runtime.engine.base import StepInput
+from tokenrouter.runtime.engine.embedded import load_engine
+
+TINY = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
+CUDA = torch.cuda.is_available()
+
+
+def script(vocab: int) -> list[list[StepInput]]:
+    """Prefill, decodes, a hold, an extend next to a decode, a new request mid-way: a peer-return pattern."""
+    g = torch.Generator().manual_seed(5)
+
+    def ids(n):
+        return torch.randint(3, vocab, (n,), generator=g).tolist()
+
+    steps = [[StepInput("a", ids(13)), StepInput("b", ids(4))]]
+    steps += [[StepInput("a", ids(1)), StepInput("b", ids(1))]]
+    steps += [[StepInput("b", ids(1))]]  # a is held
+    steps += [[StepInput("b", ids(1)), StepInput("a", ids(5)), StepInput("c", ids(3))]]
+    steps += [[StepInput(r, ids(1)) for r in "abc"]]
+    return steps
+
+
+def use_triton(engine) -> None:
+    c = engine.model_config
+    cfg = AttentionConfig(
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.scaling,
+        c.num_hidden_layers,
+        engine.dtype,
+        engine.device,
+    )
+    engine.attn_backend = TritonAttnBackend(cfg)
+    engine.model.attn_backend = engine.attn_backend
+
+
+def run(engine, steps):
+    return [engine.forward(step, want_hidden=True) for step in steps]
+
+
+def test_triton_path_matches_sdpa_path():
+    device = "cuda" if CUDA else "cpu"
+    small = dict(max_tokens=256, max_len=64, max_batch=8)  # the interpreter copies the pools each launch
+    ref = load_engine(TINY, device=device, dtype="float32", attention="sdpa", cuda_graph=False, **small)
+    fast = load_engine(TINY, device=device, dtype="float32", attention="sdpa", cuda_graph=False, **small)
+    use_triton(fast)
+    steps = script(ref.info.vocab_size)
+    tol = dict(atol=1e-3, rtol=1e-3) if CUDA else dict(atol=1e-4, rtol=1e-4)  # TF32 dots on GPU
+    for want, got in zip(run(ref, steps), run(fast, steps), strict=True):
+        torch.testing.assert_close(got.logits, want.logits, **tol)
+        torch.testing.assert_close(got.hidden, want.hidden, **tol)
+    for rid in "abc":
+        fast.release(rid)
+    assert fast.stats()["pages_free"] == fast.stats()["pages_total"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_graph_replay_matches_eager_gpu(dtype):
+    eager = load_engine(TINY, device="cuda", dtype=dtype, cuda_graph=False)
+    graphs = load_engine(TINY, device="cuda", dtype=dtype, cuda_graph=True)
+    assert graphs.graph_runner is not None and eager.attn_backend.name == "triton"
+    runner = graphs.graph_runner
+    steps = script(eager.info.vocab_size)
+    # plus wide decode and extend batches that land in padded shapes (bs 5 -> 8, 3 tokens -> 4)
+    g = torch.Generator().manual_seed(9)
+    wide = [StepInput(f"w{i}", torch.randint(3, 500, (20 + i,), generator=g).tolist()) for i in range(5)]
+    steps += [wide, [StepInput(f"w{i}", [7]) for i in range(5)]]
+    steps += [[StepInput(f"w{i}", [8, 9, 10][: 1 + i % 3]) for i in range(5)]]
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == "bfloat16" else dict(atol=1e-4, rtol=1e-4)
+    for step in steps:
+        want = eager.forward(step, want_hidden=True)
+        got = graphs.forward(step, want_hidden=True)
+        torch.testing.assert_close(got.logits.float(), want.logits.float(), **tol)
+        torch.testing.assert_close(got.hidden.float(), want.hidden.float(), **tol)
+    # decode bs 1, 2, 3 -> 4, padded decode bs 5 -> 8, extends bs 3 x 5 -> (4, 8), bs 5 x 3 -> (8, 4)
+    assert {(1, 1), (2, 1), (4, 1), (8, 1), (4, 8), (8, 4)} <= set(runner.replays_by_shape)
