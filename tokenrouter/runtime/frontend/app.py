@@ -63,15 +63,8 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
         log.exception("internal error on %s", request.url.path)
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}").body(), status_code=500)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if args.api_key and request.url.path not in _OPEN_PATHS:
-            if request.headers.get("authorization", "") != f"Bearer {args.api_key}":
-                err = APIError(
-                    401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key"
-                )
-                return JSONResponse(err.body(), status_code=401)
-        return await call_next(request)
+    if args.api_key:
+        app.add_middleware(_ApiKeyMiddleware, key=args.api_key)
 
     @app.get("/health")
     async def health(request: Request) -> Response:
@@ -123,6 +116,26 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
         return await api.serve(request, req, chat=True)
 
     return app
+
+
+class _ApiKeyMiddleware:
+    """`Authorization: Bearer KEY` on every path but /health and /metrics. A plain ASGI middleware (Starlette's
+    BaseHTTPMiddleware would hide client disconnects from the handlers)."""
+
+    def __init__(self, app, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not secrets.compare_digest(auth, self.expected):
+                err = APIError(
+                    401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key"
+                )
+                await JSONResponse(err.body(), status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _Api:

@@ -1,0 +1,297 @@
+"""The HTTP API end to end: the `openai` client against a real `tokenrouter serve` (tiny models, CPU).
+
+One server for the whole module (started from a .tr source, so the on-the-fly compile is covered too), with an
+API key. Tests run in file order; each leaves no request active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+from conftest import Server, metrics, wait_all_pages_free, write_policy
+
+KEY = "sk-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MODELS = ["slm", "llm"]
+PROMPTS = ["def add(a, b):", "import os\n", "class Stack:", "for i in range(10):", "x = [", "# sort a list"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    srv = Server(write_policy(tmp), "--api-key", KEY, log_dir=tmp)
+    yield srv
+    run_dir = httpx.get(f"{srv.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
+    assert os.path.isdir(run_dir)
+    assert srv.stop() == 0, srv.stderr()
+    assert not os.path.exists(run_dir), "the run directory was not removed"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def _check_routing(choice_extra: dict, completion_tokens: int) -> dict:
+    routing = choice_extra["routing"]
+    assert set(routing["tokens_per_model"]) == set(MODELS)
+    assert sum(routing["tokens_per_model"].values()) == completion_tokens
+    assert routing["hops"] >= 0
+    return routing
+
+
+def test_health_models_and_auth(server, client):
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200  # open without the key
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["testmix"]
+    r = httpx.get(f"{server.url}/v1/models", timeout=10)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.completions.create(model="testmix", prompt="x", max_tokens=1)
+
+
+def test_completion_usage_and_routing(client):
+    r = client.completions.create(
+        model="testmix",
+        prompt=PROMPTS[0],
+        max_tokens=12,
+        temperature=0,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
+    (choice,) = r.choices
+    assert choice.finish_reason == "length"
+    assert r.usage.completion_tokens == 12
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 12
+    assert r.usage.prompt_tokens > 0
+    routing = _check_routing(choice.model_extra, 12)
+    assert "trace" not in routing
+    assert isinstance(choice.text, str)
+
+
+def test_routing_trace_and_both_models_write(client):
+    per_model = {x: 0 for x in MODELS}
+    for seed in range(3):
+        r = client.completions.create(
+            model="testmix",
+            prompt=PROMPTS[1],
+            max_tokens=8,
+            temperature=0,
+            seed=seed,
+            extra_body={"ignore_eos": True, "return_routing_trace": True},
+        )
+        routing = _check_routing(r.choices[0].model_extra, r.usage.completion_tokens)
+        trace = routing["trace"]
+        assert len(trace) == r.usage.completion_tokens == 8
+        assert {x: trace.count(x) for x in MODELS} == routing["tokens_per_model"]
+        for x in MODELS:
+            per_model[x] += trace.count(x)
+    assert per_model["slm"] > 0 and per_model["llm"] > 0, per_model
+
+
+def test_same_seed_same_output(client):
+    kw = dict(model="testmix", prompt=PROMPTS[2], max_tokens=8, temperature=1.0, seed=1234)
+    kw["extra_body"] = {"ignore_eos": True, "return_routing_trace": True}
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert a.choices[0].text == b.choices[0].text
+    assert a.choices[0].model_extra["routing"] == b.choices[0].model_extra["routing"]
+
+
+def test_chat_plain_and_streamed_agree(client):
+    kw = dict(model="testmix", messages=[{"role": "user", "content": "Write a function."}], max_tokens=10)
+    kw.update(temperature=0, seed=3, extra_body={"ignore_eos": True})
+    full = client.chat.completions.create(**kw)
+    assert full.choices[0].message.role == "assistant"
+    assert full.usage.completion_tokens == 10
+    _check_routing(full.choices[0].model_extra, 10)
+
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
+    assert finals[0].choices[0].model_extra["routing"] == full.choices[0].model_extra["routing"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+
+
+def test_completion_stream_without_usage(client):
+    chunks = list(
+        client.completions.create(
+            model="testmix", prompt=PROMPTS[3], max_tokens=6, temperature=0, stream=True
+        )
+    )
+    assert all(c.usage is None for c in chunks)
+    assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+
+
+def test_prompt_forms(client):
+    ids = [5, 17, 42, 99]
+    a = client.completions.create(model="testmix", prompt=ids, max_tokens=4, temperature=0, seed=1)
+    assert a.usage.prompt_tokens == 4
+    both = client.completions.create(
+        model="testmix",
+        prompt=[ids, [7, 8]],
+        max_tokens=4,
+        temperature=0,
+        seed=1,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in both.choices] == [0, 1]
+    assert both.usage.prompt_tokens == 6 and both.usage.completion_tokens == 8
+    texts = client.completions.create(model="testmix", prompt=PROMPTS[:3], max_tokens=3, temperature=0)
+    assert sorted(c.index for c in texts.choices) == [0, 1, 2]
+
+
+def test_stop_string_cuts_and_aborts(server, client):
+    kw = dict(model="testmix", prompt=PROMPTS[0], max_tokens=16, temperature=0, seed=5)
+    kw["extra_body"] = {"ignore_eos": True}
+    full = client.completions.create(**kw).choices[0].text
+    if len(full) < 4:
+        pytest.skip(f"the tiny model wrote too little text to pick a stop string from: {full!r}")
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
+    cut = full[: full.index(stop)]
+    before = metrics(server.url)
+    r = client.completions.create(**kw, stop=[stop])
+    assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens <= 16
+    _check_routing(r.choices[0].model_extra, r.usage.completion_tokens)
+    streamed = "".join(
+        c.choices[0].text for c in client.completions.create(**kw, stop=stop, stream=True) if c.choices
+    )
+    assert streamed == cut
+    after = wait_all_pages_free(server.url, MODELS)
+    key = 'tokenrouter_requests_finished_total{reason="stop"}'
+    assert after.get(key, 0) >= before.get(key, 0) + 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param"),
+    [
+        ("/v1/completions", "{not json", 400, None),
+        ("/v1/completions", "[1, 2]", 400, None),
+        ("/v1/completions", '{"prompt": 3}', 400, "prompt"),
+        ("/v1/completions", '{"prompt": "x", "max_tokens": "5"}', 400, "max_tokens"),
+        ("/v1/completions", '{"prompt": "x", "max_tokens": 0}', 400, "max_tokens"),
+        ("/v1/completions", '{"prompt": "x", "temperature": "hot"}', 400, "temperature"),
+        ("/v1/completions", '{"prompt": "x", "model": "gpt-4"}', 404, "model"),
+        ("/v1/completions", '{"prompt": ""}', 400, "prompt"),
+        ("/v1/completions", '{"prompt": []}', 400, "prompt"),
+        ("/v1/completions", '{"prompt": [1, -4]}', 400, "prompt"),
+        ("/v1/completions", '{"prompt": "x", "n": 3}', 400, "n"),
+        ("/v1/completions", '{"prompt": "x", "max_tokens": 100000}', 400, "max_tokens"),
+        ("/v1/completions", '{"prompt": "x", "logprobs": 2}', 400, "logprobs"),
+        ("/v1/chat/completions", '{"messages": []}', 400, "messages"),
+        ("/v1/chat/completions", '{"messages": [{"content": "hi"}]}', 400, "messages.0.role"),
+        ("/v1/chat/completions", '{"messages": "hi"}', 400, "messages"),
+    ],
+)
+def test_bad_requests_get_openai_errors(server, path, body, status, param):
+    r = httpx.post(f"{server.url}{path}", content=body, headers=AUTH, timeout=10)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and err["message"]
+    assert "Traceback" not in r.text
+
+
+def test_prompt_longer_than_context(server, client):
+    max_len = client.models.list().data[0].model_extra["max_model_len"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="testmix", prompt=[1] * max_len, max_tokens=1)
+    assert "context length" in str(e.value)
+    assert httpx.get(f"{server.url}/nope", timeout=10, headers=AUTH).status_code == 404
+
+
+def test_concurrent_requests_match_sequential(client):
+    kws = [
+        dict(model="testmix", prompt=p, max_tokens=8, temperature=0, seed=i,
+             extra_body={"ignore_eos": True, "return_routing_trace": True})
+        for i, p in enumerate(PROMPTS[:4])
+    ]  # fmt: skip
+    sequential = [client.completions.create(**kw) for kw in kws]
+    with ThreadPoolExecutor(len(kws)) as pool:
+        concurrent = list(pool.map(lambda kw: client.completions.create(**kw), kws))
+    for s, c in zip(sequential, concurrent, strict=True):
+        assert c.choices[0].text == s.choices[0].text
+        assert c.choices[0].model_extra["routing"] == s.choices[0].model_extra["routing"]
+
+
+def test_client_disconnects_free_every_kv_pool(server):
+    body = {"model": "testmix", "prompt": PROMPTS[4], "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    before = metrics(server.url)
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, headers=AUTH, timeout=30) as r:
+        assert r.status_code == 200
+        got = 0
+        for line in r.iter_lines():
+            got += line.startswith("data: {")
+            if got >= 3:
+                break  # leave mid-stream: closing the response disconnects
+    # A non-streamed request whose client gives up.
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/completions", json={**body, "stream": False}, headers=AUTH, timeout=1.0)
+    after = wait_all_pages_free(server.url, MODELS)
+    key = 'tokenrouter_requests_finished_total{reason="abort"}'
+    assert after.get(key, 0) >= before.get(key, 0) + 2
+
+
+def test_metrics_content(server):
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    for name in ("requests_total", "requests_active", "generation_tokens_total", "hops_total", "queue_waiting",
+                 "queue_pending", "batch_size", "step_latency_seconds", "kv_pages_free"):  # fmt: skip
+        assert f"# TYPE tokenrouter_{name} " in text, name
+    mt = metrics(server.url)
+    assert mt['tokenrouter_generation_tokens_total{model="slm"}'] > 0
+    assert mt['tokenrouter_generation_tokens_total{model="llm"}'] > 0
+    assert mt['tokenrouter_hops_total{from="slm",to="llm"}'] > 0
+    assert mt['tokenrouter_step_latency_seconds{model="slm"}'] > 0
+
+
+def test_soak_concurrency_32_no_error_no_leak(server):
+    n_requests, concurrency = 256, 32
+    aclient = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=120)
+    before = metrics(server.url)
+
+    async def one(i: int, sem: asyncio.Semaphore):
+        async with sem:
+            if i % 2:
+                r = await aclient.completions.create(
+                    model="testmix", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=3, temperature=0.8, seed=i,
+                    extra_body={"ignore_eos": True},
+                )  # fmt: skip
+                return r.usage.completion_tokens, r.choices[0].model_extra
+            chunks = [
+                c
+                async for c in await aclient.chat.completions.create(
+                    model="testmix", messages=[{"role": "user", "content": f"hi {i}"}], max_tokens=3, stream=True,
+                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+                )
+            ]  # fmt: skip
+            final = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+            return chunks[-1].usage.completion_tokens, final.choices[0].model_extra
+
+    async def main():
+        sem = asyncio.Semaphore(concurrency)
+        try:
+            return await asyncio.gather(*(one(i, sem) for i in range(n_requests)))
+        finally:
+            await aclient.close()
+
+    t0 = time.monotonic()
+    results = asyncio.run(main())
+    elapsed = time.monotonic() - t0
+    assert len(results) == n_requests
+    for tokens, extra in results:
+        assert tokens == 3
+        _check_routing(extra, 3)
+    after = wait_all_pages_free(server.url, MODELS)
+    assert after["tokenrouter_requests_total"] - before["tokenrouter_requests_total"] == n_requests
+    assert elapsed < 60, f"soak took {elapsed:.1f} s"
