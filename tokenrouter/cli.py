@@ -143,6 +143,7 @@ def fmt(
 def inspect(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
     as_json: bool = typer.Option(False, "--json", help="Print the validated plan as JSON (paths absolute)."),
+    kernels: bool = typer.Option(False, "--kernels", help="Print each model's route kernel as rendered from the IR."),
 ) -> None:
     """Summarize a plan: models, entry, rules in source form, features per model, thresholds, feasibility."""
     import json
@@ -156,11 +157,66 @@ def inspect(
     except PlanError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    if as_json:
+    if kernels:
+        _print_kernels(plan)
+    elif as_json:
         typer.echo(json.dumps(plan, indent=2, ensure_ascii=False))
     else:
         typer.echo(render(plan))
 
+
+
+# --- route kernel commands ---
+
+
+def _print_kernels(plan: dict) -> None:
+    """`inspect --kernels`: the torch and Triton source rendered from each model's route IR."""
+    from tokenrouter.compiler.kernels import BACKENDS, RouteIRError, render_route_kernel
+
+    for model, ir in plan["routes"].items():
+        for backend in BACKENDS:
+            try:
+                source = render_route_kernel(ir, backend, model)
+            except RouteIRError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(1) from None
+            typer.echo(f"# ===== model {model}: {backend} route kernel =====")
+            typer.echo(source)
+
+
+@app.command(name="init-router")
+def init_router(
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
+    router: str = typer.Argument(..., metavar="ROUTER_NAME", help="The router's name in the policy."),
+    output: str = typer.Option(..., "-o", "--output", help="The safetensors file to write."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
+    hidden_layers: str = typer.Option("256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."),
+    hidden_size: int = typer.Option(None, "--hidden-size", help="Override the model's hidden_size (config.json)."),
+) -> None:
+    """Write an untrained router file of the right shape (layout: docs/routers.md)."""
+    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.runtime.route.routers import init_router_file, parse_hidden_layers
+
+    _require_files([plan_file], "plan file")
+    try:
+        layers = parse_hidden_layers(hidden_layers)
+    except ValueError as exc:
+        typer.echo(f"error: --hidden-layers: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if hidden_size is not None and hidden_size < 1:
+        typer.echo("error: --hidden-size must be >= 1", err=True)
+        raise typer.Exit(2)
+    try:
+        plan = read_plan(plan_file)
+        spec, width = init_router_file(plan, router, output, seed=seed, hidden_layers=layers, hidden_size=hidden_size)
+    except (PlanError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"error: cannot write {output}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    shape = f"[1, {width}]" if spec.kind == "linear" else " -> ".join(str(n) for n in (width, *layers, 1))
+    typer.echo(f"wrote {output}: untrained {spec.kind} router {router!r}, D = {width} ({spec.inputs_text()}), {shape}")
 
 
 # --- serving commands ---
@@ -240,6 +296,112 @@ def bench(
             json.dump(report, f, indent=2)
     if report["failed"]:
         raise typer.Exit(1)
+
+
+# --- engine commands ---
+
+
+@app.command(name="make-model")
+def make_model_cmd(
+    out_dir: str = typer.Argument(..., help="Folder to write (created; must be empty unless --force)."),
+    shape: str = typer.Option("tiny", help="tiny | qwen3-0.6b | qwen3-1.7b | qwen3-8b | qwen3-32b."),
+    seed: int = typer.Option(0, help="Seed of the random weights."),
+    arch: str = typer.Option(None, help="Override the family: qwen3 | qwen2 | llama."),
+    hidden: int = typer.Option(None, help="Override hidden_size."),
+    intermediate: int = typer.Option(None, help="Override intermediate_size."),
+    layers: int = typer.Option(None, help="Override num_hidden_layers."),
+    heads: int = typer.Option(None, help="Override num_attention_heads."),
+    kv_heads: int = typer.Option(None, help="Override num_key_value_heads."),
+    head_dim: int = typer.Option(None, help="Override head_dim."),
+    vocab: int = typer.Option(None, help="Override vocab_size (>= 512, the tokenizer's size)."),
+    tie: bool = typer.Option(None, "--tie/--no-tie", help="Tie the lm_head to the embedding."),
+    weights: bool = typer.Option(None, "--weights/--no-weights", help="Write model.safetensors (default: small shapes only)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty folder."),
+) -> None:
+    """Write a random-weight HF-format model folder (config, tokenizer, and for small shapes weights)."""
+    from tokenrouter.runtime.engine.config import load_model_config
+    from tokenrouter.runtime.engine.make_model import make_model, shape_for
+
+    try:
+        spec = shape_for(shape, arch=arch, hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,
+                         kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, tie=tie)  # fmt: skip
+    except (ValueError, TypeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        out = make_model(out_dir, spec, seed=seed, weights=weights, force=force)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    config = load_model_config(out)
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    what = ", ".join(files) if files else "no weights (load with load='dummy')"
+    typer.echo(f"wrote {out}: {config.architecture}, {config.num_params() / 1e6:.2f}M parameters, {what}")
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        typer.echo(f"error: --prompt-ids must be comma-separated ints, got {text!r}", err=True)
+        raise typer.Exit(2) from None
+    if not ids:
+        typer.echo("error: --prompt-ids is empty", err=True)
+        raise typer.Exit(2)
+    return ids
+
+
+@app.command()
+def generate(
+    path: str = typer.Argument(..., help="A model folder (HF format: config.json, safetensors, tokenizer)."),
+    prompt: str = typer.Option(None, help="Prompt text (tokenized with the folder's tokenizer)."),
+    prompt_ids: str = typer.Option(None, help="Prompt token ids, e.g. 1,2,3."),
+    max_tokens: int = typer.Option(32, help="Tokens to generate at most."),
+    temperature: float = typer.Option(0.0, help="0 = greedy."),
+    top_k: int = typer.Option(0, help="0 = off."),
+    top_p: float = typer.Option(1.0, help="1.0 = off."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at EOS."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    dtype: str = typer.Option(None, help="bfloat16 | float16 | float32 (default: float32 on CPU, bfloat16 on CUDA)."),
+    load: str = typer.Option("auto", help="auto (safetensors) or dummy (random weights)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON with token_ids instead of text."),
+) -> None:
+    """Generate from one prompt in-process with the embedded engine."""
+    import json
+    import os
+
+    if not os.path.exists(path):
+        typer.echo(f"error: no such model folder: {path}", err=True)
+        raise typer.Exit(2)
+    if not os.path.isdir(path):
+        typer.echo(f"error: {path}: not a model folder (generate from a plan is not supported yet)", err=True)
+        raise typer.Exit(2)
+    if (prompt is None) == (prompt_ids is None):
+        typer.echo("error: give exactly one of --prompt or --prompt-ids", err=True)
+        raise typer.Exit(2)
+    ids = _parse_ids(prompt_ids) if prompt_ids is not None else None
+
+    from tokenrouter.runtime.engine.base import EngineError
+    from tokenrouter.runtime.engine.generate import generate_from_folder
+    from tokenrouter.runtime.sampling import SamplingParams
+
+    try:
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                max_tokens=max_tokens, ignore_eos=ignore_eos)  # fmt: skip
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        result = generate_from_folder(path, prompt=prompt, prompt_ids=ids, params=params, device=device,
+                                      dtype=dtype, load=load)  # fmt: skip
+    except (EngineError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if json_out:
+        typer.echo(json.dumps(result))
+    else:
+        typer.echo(result["text"] if result["text"] is not None else ",".join(map(str, result["token_ids"])))
 
 
 def main() -> None:

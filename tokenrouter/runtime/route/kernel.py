@@ -16,7 +16,7 @@ from tokenrouter.runtime.route.routers import (
     load_router,
     model_hidden_size,
 )
-from tokenrouter.runtime.route.sampling_path import restricted_tokens
+from tokenrouter.runtime.sampling import sample
 
 
 class RouteKernelError(ValueError):
@@ -148,7 +148,7 @@ class RouteKernel:
             if backend == "triton":
                 raise RouteKernelError("backend 'triton' needs the triton package") from None
             return "torch"
-        if self.device.type == "cuda" or interpret:
+        if self.device.type == "cuda" or (backend == "triton" and interpret):
             return "triton"
         if backend == "triton":
             raise RouteKernelError(
@@ -207,14 +207,14 @@ class RouteKernel:
         restricted = state.any_restricted
         if restricted is None:
             restricted = sampling and bool(((state.top_k > 0) | (state.top_p < 1)).any())
+        if self.backend == "torch":
+            return self._run_torch(logits, hidden, state, sampling, restricted, with_features)
         forced = None
-        if restricted:
-            forced = restricted_tokens(
-                logits, state.seed, state.position, state.temperature, state.top_k, state.top_p
-            )
-        if self.backend == "triton":
-            return self._run_triton(logits, hidden, state, forced, sampling, with_features)
-        return self._run_torch(logits, hidden, state, forced, sampling, with_features)
+        if restricted:  # the separate top-k / top-p path: the one sampler, for the rows that restrict
+            rows = (state.temperature > 0) & ((state.top_k > 0) | (state.top_p < 1))
+            tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position)
+            forced = torch.where(rows, tok, torch.full_like(tok, -1))
+        return self._run_triton(logits, hidden, state, forced, sampling, with_features)
 
     def _check_inputs(
         self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState
@@ -281,9 +281,18 @@ class RouteKernel:
             cols.append(router(x))
         return torch.stack(cols, dim=1)
 
-    def _run_torch(self, logits, hidden, state, forced, sampling, with_features) -> RouteResult:
+    def _run_torch(self, logits, hidden, state, sampling, restricted, with_features) -> RouteResult:
         mod = self.module
-        f = mod.route_stats(logits, state.seed, state.position, state.temperature, forced, sampling)
+        f = mod.route_stats(
+            logits,
+            state.seed,
+            state.position,
+            state.temperature,
+            state.top_k,
+            state.top_p,
+            sampling,
+            restricted,
+        )
         router_out = self._router_out(logits, hidden, f["token"])
         f = self._features_for_rules(f, state)
         rule = mod.route_rules(f, router_out, state.seed, state.position)

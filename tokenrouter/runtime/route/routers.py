@@ -268,3 +268,34 @@ def parse_hidden_layers(text: str) -> tuple[int, ...]:
     if any(s < 1 for s in sizes):
         raise ValueError(f"hidden layer sizes must be >= 1, got {text!r}")
     return sizes
+
+
+def init_router_file(
+    plan: dict,
+    name: str,
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    hidden_layers: tuple[int, ...] = (256,),
+    hidden_size: int | None = None,
+) -> tuple[RouterSpec, int]:
+    """Write an untrained router file for `plan["routers"][name]`; return its spec and input width D.
+    The hidden size comes from `hidden_size`, else the model's config.json. Raises ValueError for users."""
+    routers = plan.get("routers") or {}
+    if name not in routers:
+        known = ", ".join(sorted(routers)) or "none"
+        raise ValueError(f"the plan has no router {name!r} (routers: {known})")
+    spec = RouterSpec.from_plan(name, routers[name])
+    if spec.hidden_inputs and hidden_size is None:
+        model = spec.inputs[0].model
+        path = ((plan.get("models") or {}).get(model) or {}).get("path")
+        hidden_size = model_hidden_size(path) if isinstance(path, str) else None
+        if hidden_size is None:
+            raise ValueError(
+                f"router {name!r} reads hidden()/embedding() of model {model!r}, whose hidden_size is unknown: "
+                f"{path!r} is not a local folder with a config.json; pass --hidden-size"
+            )
+    width = spec.width(hidden_size or 0)
+    tensors = untrained_router_tensors(spec.kind, width, hidden_layers, seed)
+    write_router(out, spec, tensors)
+    return spec, width

@@ -1,0 +1,116 @@
+"""The Triton route kernel under Triton's interpreter against the torch renderer (run as a script, in a
+fresh process, with TRITON_INTERPRET=1 set before triton is imported; test_route_triton_interp.py runs it).
+Usage: python route_interp_check.py TMPDIR [cpu|cuda]. Exits non-zero with the first mismatch."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if len(sys.argv) < 3 or sys.argv[2] != "cuda":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+from route_cases import CASES, with_router  # noqa: E402
+from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
+
+from tokenrouter.runtime.route import RouteKernel  # noqa: E402
+from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
+
+HIDDEN = 16
+
+
+def compare(a, b, ir, label: str) -> None:
+    assert torch.equal(a.token.cpu(), b.token.cpu()), (
+        f"{label}: tokens {a.token.tolist()} != {b.token.tolist()}"
+    )
+    assert torch.equal(a.rule.cpu(), b.rule.cpu()), f"{label}: rules {a.rule.tolist()} != {b.rule.tolist()}"
+    assert torch.allclose(a.logprob.cpu(), b.logprob.cpu(), rtol=1e-5, atol=1e-4), f"{label}: logprob"
+    for name, want in a.features.items():
+        got = b.features[name].cpu()
+        want = want.cpu()
+        if want.dtype.is_floating_point:
+            ok = torch.allclose(want, got, rtol=1e-5, atol=2e-5)
+        else:
+            ok = torch.equal(want, got)
+        assert ok, f"{label}: feature {name}: {want.tolist()} != {got.tolist()}"
+
+
+def router_plan(tmp: str, kind: str, inputs: list[dict], ir: dict) -> dict:
+    spec = RouterSpec.from_plan("gate", {"kind": kind, "path": os.path.join(tmp, f"gate_{kind}.safetensors"),
+                                         "inputs": inputs})  # fmt: skip
+    tensors = untrained_router_tensors(kind, spec.width(HIDDEN), (8,), seed=1)
+    tensors = {k: v * 4 for k, v in tensors.items()}
+    write_router(spec.path, spec, tensors)
+    return tensors, spec,  {"routes": {"slm": ir}, "routers": {"gate": {"kind": kind, "path": spec.path, "inputs": inputs}},
+            "models": {}}  # fmt: skip
+
+
+def main() -> int:
+    tmp = sys.argv[1]
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    rows, vocab = 6, 150
+    checked = 0
+    for name, make in sorted(CASES.items()):
+        ir = make()
+        plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
+        ref = RouteKernel(plan, "slm", "torch", device)
+        for split, dtype in ((1, torch.float32), (4, torch.bfloat16)):
+            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=64)
+            for inputs, maker in (
+                ("random", random_logits),
+                ("ties", tie_logits),
+                ("extreme", extreme_logits),
+            ):
+                if True:
+                    logits = maker(rows, vocab, seed=len(name)).to(dtype).to(device)
+                    state = mixed_state(rows, restricted=inputs == "random")
+                    state = type(state)(*[getattr(state, f).to(device) for f in
+                                          ("seed", "position", "temperature", "top_k", "top_p", "run_length",
+                                           "generated")])  # fmt: skip
+                    label = f"{name} split={split} {inputs} {dtype}"
+                    compare(ref(logits, None, state, with_features=True),
+                            tri(logits, None, state, with_features=True), ir, label)  # fmt: skip
+                    checked += 1
+    # routers: hidden + top-k inputs (rules in the fused kernel), embedding(token) (the rules kernel)
+    table = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(5)).to(device)
+
+    def embed(tokens):
+        return table[tokens]
+
+    variants = [
+        ("linear", [{"kind": "hidden", "model": "slm"}, {"kind": "topk_logprobs", "model": "slm", "k": 4}]),
+        ("mlp", [{"kind": "topk_logits", "model": "slm", "k": 3}, {"kind": "embedding", "model": "slm"}]),
+    ]
+    for kind, inputs in variants:
+        ir = with_router()
+        tensors, spec, plan = router_plan(tmp, kind, inputs, ir)
+        logits = random_logits(rows, vocab, seed=9).to(device)
+        hidden = torch.randn(rows, HIDDEN, generator=torch.Generator().manual_seed(2)).to(device)
+        state = mixed_state(rows)
+        state = type(state)(*[getattr(state, f).to(device) for f in
+                              ("seed", "position", "temperature", "top_k", "top_p", "run_length", "generated")])  # fmt: skip
+        # centre the untrained router's outputs on this batch, so that every rule fires somewhere
+        gate = RouteKernel(plan, "slm", "torch", device, embed=embed, hidden_size=HIDDEN)(
+            logits, hidden, state, with_features=True
+        ).features["gate"]
+        tensors["bias" if kind == "linear" else "layers.1.bias"] -= float(gate.median()) + 0.1
+        write_router(spec.path, spec, tensors)
+        ref = RouteKernel(plan, "slm", "torch", device, embed=embed, hidden_size=HIDDEN)
+        for split in (1, 2):
+            tri = RouteKernel(
+                plan, "slm", "triton", device, embed=embed, hidden_size=HIDDEN, split=split, block=64
+            )
+            a = ref(logits, hidden, state, with_features=True)
+            b = tri(logits, hidden, state, with_features=True)
+            compare(a, b, ir, f"router {kind} split={split}")
+            assert len(set(a.rule.tolist())) > 1, (
+                f"router {kind}: every row took rule {a.rule.tolist()}: {a.features}"
+            )
+            checked += 1
+    print(f"OK {checked} comparisons")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
