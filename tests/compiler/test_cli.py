@@ -1,0 +1,116 @@
+"""`tokenrouter check | compile | fmt | inspect`: output and exit status (0 ok, 1 input errors, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+FIX = REPO / "tests" / "fixtures" / "diagnostics"
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_check_clean_files_exit_0() -> None:
+    r = run("check", str(REPO / "examples" / "bernoulli.tr"), str(REPO / "examples" / "r_stitch.tr"))
+    assert r.exit_code == 0, r.output
+    assert "bernoulli.tr: ok" in r.output and "r_stitch.tr: ok" in r.output
+
+
+def test_check_warnings_do_not_fail() -> None:
+    r = run("check", str(FIX / "warnings_only.tr"))
+    assert r.exit_code == 0
+    assert ": warning: router 'gate': weights not found" in r.output and "ok (3 warnings)" in r.output
+
+
+def test_check_reports_every_error_of_every_file() -> None:
+    r = run(
+        "check", str(FIX / "options.tr"), str(FIX / "rule_checks.tr"), str(REPO / "examples" / "bernoulli.tr")
+    )
+    assert r.exit_code == 1
+    assert r.output.count(": error: ") == 13 + 5
+    assert "options.tr: 13 errors, 0 warnings" in r.output and "bernoulli.tr: ok" in r.output
+
+
+def test_check_caps_the_list() -> None:
+    r = run("check", "--max-errors", "3", str(FIX / "options.tr"))
+    assert r.exit_code == 1
+    assert r.output.count(": error: ") == 3 and "… and 10 more" in r.output
+
+
+def test_missing_file_is_a_usage_error() -> None:
+    r = run("check", str(FIX / "does_not_exist.tr"))
+    assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_bad_define_syntax_is_a_usage_error_and_bad_value_an_input_error() -> None:
+    r = run("check", "-D", "novalue", str(REPO / "examples" / "bernoulli.tr"))
+    assert r.exit_code == 2 and "expected NAME=VALUE" in r.output
+    r = run("check", "-D", "p=lots", str(REPO / "examples" / "bernoulli.tr"))
+    assert r.exit_code == 1 and "-D p=lots: 'lots' is not a float" in r.output
+
+
+def test_compile_writes_the_plan_beside_the_source_and_inspect_reads_it(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "examples", tmp_path / "ex", ignore=shutil.ignore_patterns("*.plan", "models"))
+    (tmp_path / "ex" / "models").symlink_to(REPO / "examples" / "models")
+    src = tmp_path / "ex" / "citer.tr"
+    r = run("compile", str(src), "-D", "threshold=0.25")
+    assert r.exit_code == 0, r.output
+    plan = tmp_path / "ex" / "citer.plan"
+    assert plan.exists() and f"wrote {plan}" in r.output
+    r = run("inspect", str(plan))
+    assert r.exit_code == 0, r.output
+    for text in ["slm: ", "(entry)", "[0] line 21: when sigmoid(gate) > threshold -> llm drop",
+                 "threshold: float = 0.25", "feasibility: ok", "auto (resolved by tune; at least 1): llm, slm"]:  # fmt: skip
+        assert text in r.output
+    r = run("inspect", "--json", str(plan))
+    assert r.exit_code == 0 and json.loads(r.output)["params"]["threshold"]["value"] == 0.25
+
+
+def test_compile_with_errors_writes_nothing(tmp_path: Path) -> None:
+    r = run("compile", str(FIX / "deadlock.tr"), "-o", str(tmp_path / "x.plan"))
+    assert r.exit_code == 1 and "delayed batching can deadlock" in r.output
+    assert not (tmp_path / "x.plan").exists()
+
+
+def test_inspect_broken_plan_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "p.plan").write_text('{"format": "tokenrouter.plan/9"}')
+    r = run("inspect", str(tmp_path / "p.plan"))
+    assert r.exit_code == 1 and "not supported" in r.output and "Traceback" not in r.output
+
+
+def test_fmt_check_and_in_place(tmp_path: Path) -> None:
+    f = tmp_path / "m.tr"
+    f.write_text('policy m\nmodel a="x"{gpu:0}\nentry a\n')
+    r = run("fmt", "--check", str(f))
+    assert r.exit_code == 1 and "would reformat" in r.output
+    r = run("fmt", str(f))
+    assert r.exit_code == 0 and f.read_text() == 'policy m\nmodel a = "x" { gpu: 0 }\nentry a\n'
+    assert run("fmt", "--check", str(f)).exit_code == 0
+    f.write_text("policy m\nmodel a = \n")
+    r = run("fmt", str(f))
+    assert r.exit_code == 1 and ": error: " in r.output and f.read_text() == "policy m\nmodel a = \n"
+
+
+def test_no_subcommand_argument_is_usage_error() -> None:
+    assert run("compile").exit_code == 2
+
+
+@pytest.mark.parametrize("cmd", [["check", "tests/fixtures/diagnostics/syntax_errors.tr"]])
+def test_console_script_prints_no_traceback(cmd: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenrouter.cli", *cmd], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("tests/fixtures/diagnostics/syntax_errors.tr:3:9: error: unexpected 'int'")

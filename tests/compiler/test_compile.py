@@ -1,0 +1,164 @@
+"""Every stdlib and example policy compiles; the IR is what docs/ir.md says for each construct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.compiler.driver import compile_file, compile_source
+from tokenrouter.compiler.plan import validate_plan
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([*REPO.glob("tokenrouter/stdlib/*.tr"), *REPO.glob("examples/*.tr")])
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def compile_ok(src: str, defines: dict[str, str] | None = None, file: str | None = None) -> dict:
+    result = compile_source(src, file or str(FIXTURES / "diagnostics" / "inline.tr"), defines)
+    assert result.plan is not None, "\n".join(d.render() for d in result.diagnostics)
+    validate_plan(result.plan)
+    return result.plan
+
+
+def two_models(route_a: str, route_b: str = "-> a", head: str = "") -> str:
+    return (
+        f'policy t\n{head}\nmodel a = "../models/h4"\nmodel b = "../models/h4"\nentry a\n'
+        f"route a {{\n{route_a}\n}}\nroute b {{\n{route_b}\n}}\n"
+    )
+
+
+def test_stdlib_has_the_six_policies() -> None:
+    names = {p.stem for p in REPO.glob("tokenrouter/stdlib/*.tr")}
+    assert names >= {"r2r", "citer", "co_llm", "r_stitch", "multi_expert", "bernoulli"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_shipped_policies_compile(path: Path) -> None:
+    result = compile_file(path)
+    assert result.plan is not None, "\n".join(d.render() for d in result.diagnostics)
+    assert all(d.severity == "warning" for d in result.diagnostics)
+    validate_plan(result.plan)
+    assert "#" in path.read_text()  # every shipped policy says what it is
+    if path.parent.name == "stdlib":
+        assert (
+            "param threshold" in path.read_text()
+            or "param p:" in path.read_text()
+            or "param eta" in path.read_text()
+            or "param w_a" in path.read_text()
+        )
+
+
+def test_citer_lowers_to_the_ir_md_example() -> None:
+    plan = compile_file(REPO / "examples" / "citer.tr").plan
+    assert plan is not None
+    slm = plan["routes"]["slm"]
+    assert slm["nodes"] == [
+        {"op": "router", "name": "gate", "type": "float"},
+        {"op": "sigmoid", "args": [0], "type": "float"},
+        {"op": "const", "value": 0.5, "type": "float"},
+        {"op": "gt", "args": [1, 2], "type": "bool"},
+    ]
+    assert slm["rules"] == [
+        {"cond": 3, "target": "llm", "drop": True, "for": None,
+         "source": "when sigmoid(gate) > threshold -> llm drop", "line": 21}
+    ]  # fmt: skip
+    assert slm["routers"] == ["gate"] and slm["features"] == [] and slm["uses_uniform"] is False
+    assert plan["routes"]["llm"]["rules"][0]["cond"] is None
+    assert plan["routers"]["gate"]["inputs"] == [{"kind": "hidden", "model": "slm"}]
+    assert plan["models"]["slm"]["path"] == str((REPO / "examples" / "models" / "tiny-small").resolve())
+
+
+def test_defines_override_params_by_type() -> None:
+    plan = compile_file(REPO / "examples" / "bernoulli.tr", {"p": "0.25", "slm_batch": "3"}).plan
+    assert plan is not None
+    assert plan["params"]["p"] == {"type": "float", "value": 0.25}
+    assert plan["models"]["slm"]["batch"] == 3
+    assert plan["routes"]["slm"]["nodes"][1] == {"op": "const", "value": 0.25, "type": "float"}
+    assert plan["routes"]["slm"]["uses_uniform"] is True
+
+
+def test_imported_params_and_fns_are_qualified_and_overridable() -> None:
+    plan = compile_file(REPO / "examples" / "r_stitch.tr", {"rs.threshold": "0.4"}).plan
+    assert plan is not None
+    assert plan["params"]["rs.threshold"]["value"] == 0.4
+    nodes = plan["routes"]["llm"]["nodes"]
+    assert [n["op"] for n in nodes] == ["feature", "const", "gt", "not"]
+    assert nodes[1]["value"] == 0.4
+
+
+def test_fn_inlining_in_lowering_and_cse() -> None:
+    plan = compile_ok(
+        two_models("when f(margin) or f(margin) and token in [1, 2] -> b", head="fn f(x: float) = x * 2 > 1")
+    )
+    nodes = plan["routes"]["a"]["nodes"]
+    # f(margin) is inlined once and shared; the constants 1 and 2 are shared with `token in [1, 2]`
+    assert [(n["op"], n.get("args")) for n in nodes] == [
+        ("feature", None), ("const", None), ("mul", [0, 1]), ("const", None), ("gt", [2, 3]), ("feature", None),
+        ("eq", [5, 3]), ("eq", [5, 1]), ("or", [6, 7]), ("and", [4, 8]), ("or", [4, 9]),
+    ]  # fmt: skip
+    assert plan["routes"]["a"]["rules"][0]["cond"] == 10
+    assert plan["routes"]["a"]["features"] == ["margin", "token"]
+
+
+def test_types_promote_and_min_max_chain() -> None:
+    plan = compile_ok(two_models("when max(run_length, generated, 2.5) / 2 > abs(-position) -> b"))
+    nodes = plan["routes"]["a"]["nodes"]
+    by_op = {n["op"]: n for n in nodes}
+    assert [n["op"] for n in nodes].count("max") == 2
+    assert by_op["div"]["type"] == "float" and by_op["abs"]["type"] == "int" and by_op["neg"]["type"] == "int"
+
+
+def test_uniform_is_one_node_per_step() -> None:
+    plan = compile_ok(two_models("when uniform() < 0.5 -> b\nwhen uniform() < 0.8 -> b drop"))
+    assert [n["op"] for n in plan["routes"]["a"]["nodes"]].count("uniform") == 1
+
+
+def test_for_k_from_an_int_param_and_defaults() -> None:
+    plan = compile_ok(two_models("when margin < 0.1 -> b drop for k", "", head="param k: int = 3"))
+    assert plan["routes"]["a"]["rules"][0]["for"] == 3
+    assert plan["routes"]["b"]["rules"] == []
+    assert plan["models"]["a"] == {"path": str((FIXTURES / "models" / "h4").resolve()), "gpus": [0],
+        "batch": "auto", "mem": None, "dtype": "bfloat16", "max_len": None, "engine": "embedded", "load": "auto"}  # fmt: skip
+    assert plan["serve"] == {"concurrency": 8, "max_delay_ms": 5.0}
+
+
+def test_feasibility_check_in_plan() -> None:
+    src = two_models("when margin < 0.1 -> b").replace('h4"\nmodel b', 'h4" { batch: 3 }\nmodel b')
+    plan = compile_ok(src.replace("entry a", "entry a\nserve { concurrency: 4 }"))
+    assert plan["checks"]["feasibility"] == {"ok": True, "concurrency": 4, "fixed": {"a": 3}, "auto": ["b"],
+        "slack": 1, "message": "Σ(B_i − 1) = 2 < N = 4 (auto thresholds b counted as 1)"}  # fmt: skip
+
+
+def test_router_shapes_fit(tmp_path: Path) -> None:
+    plan = compile_ok(
+        two_models(
+            "when r > 0 -> b",
+            head='router r = mlp("../routers/mlp_d6.safetensors", hidden(a), topk_logits(a, 2))',
+        )
+    )
+    r = plan["routers"]["r"]
+    assert r["sha256"] and len(r["sha256"]) == 64 and r["model"] == "a"
+    assert r["inputs"] == [{"kind": "hidden", "model": "a"}, {"kind": "topk_logits", "model": "a", "k": 2}]
+
+
+def test_router_without_config_at_hand_only_warns() -> None:
+    src = two_models(
+        "when r > 0 -> b", head='router r = linear("../routers/linear_d5.safetensors", hidden(a))'
+    )
+    src = src.replace('model a = "../models/h4"', 'model a = "org/some-model"')
+    result = compile_source(src, str(FIXTURES / "diagnostics" / "inline.tr"))
+    assert result.plan is not None
+    assert any(
+        "config.json of a not at hand" in d.message and d.severity == "warning" for d in result.diagnostics
+    )
+
+
+def test_progress_allows_drop_cycles_with_for_or_conditions() -> None:
+    compile_ok(two_models("-> b drop for 1", "-> a drop"))
+    compile_ok(two_models("when margin < 0.5 -> b drop", "-> a drop"))
+
+
+def test_missing_file_is_a_diagnostic() -> None:
+    result = compile_file(FIXTURES / "nope.tr")
+    assert result.plan is None and "no such file" in result.diagnostics[0].message
