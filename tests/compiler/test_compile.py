@@ -162,3 +162,29 @@ def test_progress_allows_drop_cycles_with_for_or_conditions() -> None:
 def test_missing_file_is_a_diagnostic() -> None:
     result = compile_file(FIXTURES / "nope.tr")
     assert result.plan is None and "no such file" in result.diagnostics[0].message
+
+
+def test_imported_router_is_named_alias__name_and_reads_the_importers_model() -> None:
+    src = (
+        'policy t\nimport stdlib.citer as c\nmodel slm = "../models/h4"\nmodel llm = "../models/h4"\nentry slm\n'
+        "route slm {\n  when c.trust < c.threshold -> llm drop\n}\nroute llm {\n  -> slm\n}\n"
+    )
+    plan = compile_ok(src)
+    router = plan["routers"]["c__trust"]
+    assert router["model"] == "slm" and router["path"] == str(
+        REPO / "tokenrouter" / "stdlib" / "citer_router.safetensors"
+    )
+    assert plan["routes"]["slm"]["routers"] == ["c__trust"]
+    assert plan["params"]["c.threshold"] == {"type": "float", "value": 0.5}
+
+
+def test_imported_router_over_missing_models_fails_only_where_used() -> None:
+    head = "import stdlib.citer as c"
+    compile_ok(two_models("when c.threshold > margin -> b", head=head))  # unused: fine
+    result = compile_source(
+        two_models("when c.trust > 0 -> b", head=head), str(FIXTURES / "diagnostics" / "x.tr")
+    )
+    assert result.plan is None
+    assert [d.message for d in result.errors] == [
+        "router 'c.trust' reads model slm, which this policy does not declare"
+    ]

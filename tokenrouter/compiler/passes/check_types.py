@@ -23,8 +23,9 @@ COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 
 def check_types(program: Program) -> Program:
     diags: list[Diagnostic] = []
-    routers = _routers(program, diags)
-    elab = _Elaborator(program, routers, diags)
+    unavailable: dict[str, list[str]] = {}
+    routers = _routers(program, diags, unavailable)
+    elab = _Elaborator(program, routers, diags, unavailable)
     for unit in program.units:
         for fn in unit.decls(ast.FnDecl):
             env = {
@@ -73,7 +74,19 @@ def _rule(elab: _Elaborator, root: Unit, model: str, rule: ast.Rule, diags: list
     return TypedRule(cond, rule.target.name, rule.drop, for_k, rule)
 
 
-def _routers(program: Program, diags: list[Diagnostic]) -> dict[str, dict[str, Any]]:
+def _models_missing(decl: ast.RouterDecl, models: set[str]) -> list[str]:
+    names = []
+    for arg in decl.call.args[1:]:
+        if isinstance(arg, ast.Call) and arg.args and isinstance(arg.args[0], ast.Name):
+            name = arg.args[0].dotted
+            if name not in models and name not in names:
+                names.append(name)
+    return names
+
+
+def _routers(
+    program: Program, diags: list[Diagnostic], unavailable: dict[str, list[str]]
+) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     get = param_getter(program)
     models = set(program.models)
@@ -81,6 +94,10 @@ def _routers(program: Program, diags: list[Diagnostic]) -> dict[str, dict[str, A
         for name, decl in unit.table(ast.RouterDecl).items():
             kind = decl.call.func.dotted
             args = decl.call.args
+            missing = _models_missing(decl, models) if unit.prefix else []
+            if missing:  # an imported router over models this policy lacks: an error only where it is used
+                unavailable[plan_router_name(Ref("router", unit, name))] = missing
+                continue
             if not args:
                 diags.append(
                     unit.src.error(
@@ -174,10 +191,17 @@ def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[
 
 
 class _Elaborator:
-    def __init__(self, program: Program, routers: dict[str, dict[str, Any]], diags: list[Diagnostic]) -> None:
+    def __init__(
+        self,
+        program: Program,
+        routers: dict[str, dict[str, Any]],
+        diags: list[Diagnostic],
+        unavailable: dict[str, list[str]],
+    ) -> None:
         self.program = program
         self.routers = routers
         self.diags = diags
+        self.unavailable = unavailable
 
     def err(self, unit: Unit, span: ast.Span, message: str) -> TExpr:
         self.diags.append(unit.src.error(span, message))
@@ -247,6 +271,13 @@ class _Elaborator:
         if ref.kind == "router":
             name = plan_router_name(ref)
             router = self.routers.get(name)
+            if router is None and name in self.unavailable and model is not None:
+                missing = ", ".join(self.unavailable[name])
+                return self.err(
+                    unit,
+                    e.span,
+                    f"router '{e.dotted}' reads model {missing}, which this policy does not declare",
+                )
             if router is None:
                 return ERR
             if model is not None and router["model"] != model:
