@@ -13,6 +13,7 @@ import torch
 from tokenrouter.runtime.engine.attention import AttentionConfig
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
 from tokenrouter.runtime.engine.base import StepInput
+from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
 from tokenrouter.runtime.engine.embedded import load_engine
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
@@ -67,6 +68,44 @@ def test_triton_path_matches_sdpa_path():
     for rid in "abc":
         fast.release(rid)
     assert fast.stats()["pages_free"] == fast.stats()["pages_total"]
+
+
+class EagerPaddedRunner(CudaGraphRunner):
+    """The graph runner's padding and static buffers, with the static batch run eagerly instead of
+    replayed: checks the padded layout on any device."""
+
+    def capture(self) -> None:
+        self.static = {}
+        for bs, q in self.config.shapes():
+            self.static[(bs, q)] = self._static_batch(bs, q)
+
+    def _launch(self, shape):
+        with torch.inference_mode():
+            return self.model(self.static[shape])
+
+
+def test_padded_static_batches_match_unpadded():
+    small = dict(max_tokens=256, max_len=64, max_batch=8, device="cuda" if CUDA else "cpu", dtype="float32")
+    ref = load_engine(TINY, attention="sdpa", cuda_graph=False, **small)
+    fast = load_engine(TINY, attention="sdpa", cuda_graph=False, **small)
+    use_triton(fast)
+    fast.graph_runner = runner = EagerPaddedRunner(fast, CudaGraphConfig((4,), (2,), (4,)))
+    g = torch.Generator().manual_seed(11)
+
+    def ids(n):
+        return torch.randint(3, ref.info.vocab_size, (n,), generator=g).tolist()
+
+    steps = [
+        [StepInput("a", ids(6)), StepInput("b", ids(3)), StepInput("c", ids(2))],  # q 6 > 4: eager
+        [StepInput(r, ids(1)) for r in "abc"],  # decode bs 3 -> (4, 1)
+        [StepInput("a", ids(3)), StepInput("b", ids(1))],  # extend bs 2, q 3 -> (2, 4), 3 unowned tokens
+        [StepInput("a", ids(1))],  # decode bs 1 -> (4, 1), three padding rows
+    ]
+    tol = dict(atol=1e-3, rtol=1e-3) if CUDA else dict(atol=1e-4, rtol=1e-4)
+    for want, got in zip(run(ref, steps), run(fast, steps), strict=True):
+        torch.testing.assert_close(got.logits, want.logits, **tol)
+        torch.testing.assert_close(got.hidden, want.hidden, **tol)
+    assert runner.replays_by_shape == {(4, 1): 2, (2, 4): 1}
 
 
 @pytest.mark.gpu

@@ -71,8 +71,6 @@ class CudaGraphRunner:
         backend = engine.attn_backend
         if not getattr(backend, "supports_cuda_graph", False):
             raise ValueError(f"the {backend.name!r} attention backend cannot run in CUDA graphs")
-        if engine.device.type != "cuda":
-            raise ValueError("CUDA graphs need a CUDA device")
         self.model: ModelForward = engine.model
         self.attn_backend = backend
         self.req_to_token_pool = engine.req_to_token_pool
@@ -80,11 +78,14 @@ class CudaGraphRunner:
         self.device = engine.device
         config = config or CudaGraphConfig()
         cap = engine.max_batch
+        extend_bs = tuple(b for b in config.extend_batch_sizes if b <= cap)
         self.config = CudaGraphConfig(
-            tuple(b for b in config.decode_batch_sizes if b <= cap) or (1,),
-            tuple(b for b in config.extend_batch_sizes if b <= cap) or (1,),
-            config.extend_lens,
+            tuple(b for b in config.decode_batch_sizes if b <= cap),
+            extend_bs,
+            config.extend_lens if extend_bs else (),
         )
+        if not self.config.shapes():
+            raise ValueError(f"no CUDA graph shape fits max_batch={cap}")
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0
@@ -103,7 +104,8 @@ class CudaGraphRunner:
         self.tok = torch.zeros((3, t), dtype=torch.int64, device=self.device)
         self.rows = torch.zeros(5 * b + b + 1, dtype=torch.int64, device=self.device)
         # host staging for rows[b:] (all but req), a ring so a copy in flight is never overwritten
-        self._row_host = [torch.zeros(5 * b + 1, dtype=torch.int64).pin_memory() for _ in range(4)]
+        pin = self.device.type == "cuda"
+        self._row_host = [torch.zeros(5 * b + 1, dtype=torch.int64, pin_memory=pin) for _ in range(4)]
         self._row_events: list[torch.cuda.Event | None] = [None] * len(self._row_host)
         self._ring = 0
 
@@ -158,6 +160,8 @@ class CudaGraphRunner:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        if self.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
         start = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device=self.device)
@@ -200,6 +204,17 @@ class CudaGraphRunner:
         shape = self.shape_for(fb)
         if shape is None:
             raise ValueError(f"no captured CUDA graph holds bs={fb.batch_size}, q={fb.max_extend_len}")
+        self.load_batch(fb, shape)
+        logits, hidden = self._launch(shape)
+        self.replays_by_shape[shape] = self.replays_by_shape.get(shape, 0) + 1
+        return logits[: fb.batch_size], hidden[: fb.batch_size]
+
+    def _launch(self, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.graphs[shape].replay()
+        return self.outputs[shape]
+
+    def load_batch(self, fb: ForwardBatch, shape: tuple[int, int]) -> None:
+        """Copy `fb` into the static buffers of `shape`, padded (see the module doc)."""
         cap_bs, cap_q = shape
         bs, t, cap_t, b = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs
         # tokens: real ones, then zeros (padding rows' tokens and unowned ones)
@@ -226,13 +241,11 @@ class CudaGraphRunner:
         np.cumsum(h[2 * b : 2 * b + cap_bs], out=indptr[1:])
         h[4 * b + 1 : 4 * b + 1 + cap_bs] = indptr[1:] - 1  # last_indices
         self.rows[b:].copy_(host, non_blocking=True)
-        ev = torch.cuda.Event()
-        ev.record()
-        self._row_events[slot] = ev
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event()
+            ev.record()
+            self._row_events[slot] = ev
         self.rows[:bs].copy_(fb.req_pool_indices)
         if pad:
             self.rows[bs:cap_bs].zero_()
-        self.graphs[shape].replay()
-        self.replays_by_shape[shape] = self.replays_by_shape.get(shape, 0) + 1
-        logits, hidden = self.outputs[shape]
-        return logits[:bs], hidden[:bs]
+

@@ -23,6 +23,7 @@ how CI tests them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -191,6 +192,7 @@ def _merge_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
 
 
+@functools.lru_cache(maxsize=16)
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count

@@ -1,0 +1,334 @@
+"""Step latency of the embedded engine on one GPU, against the weight-read floor and HF transformers.
+
+For each model shape (random bf16 weights filled on the GPU, the engine's dummy load) and context length:
+- decode step latency at several batch sizes, with CUDA graphs and eager, against the floor of reading
+  every weight once (weight bytes / the copy bandwidth measured in the same run, read + write counted);
+- extend step latency (q new tokens per row on top of the context), with and without graphs, against a
+  decode step of the same batch size;
+- HF transformers eager (DynamicCache) on the same machine, fewer points;
+- for the first shape: the fused element-wise ops on/off, and a torch.profiler summary of a graph step.
+
+A "step" is the model forward the engine runs per scheduler step: for graphs `CudaGraphRunner.replay`
+(host-side input copies included), eagerly `init_forward_metadata` + `model(fb)`. Timing: `iters`
+back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs.
+
+    python bench/engine_bench.py --shapes qwen3-0.6b,qwen3-8b --out out/engine_bench
+Prints markdown tables; writes engine_bench.json (+ profile.txt) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tokenrouter.runtime.engine.config import ModelConfig
+from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
+from tokenrouter.runtime.engine.embedded import EmbeddedEngine, EngineConfig
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.make_model import config_dict, shape_for
+from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def measure_copy_bandwidth(device: torch.device, gib: float = 2.0) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read and written."""
+    n = int(gib * (1 << 30))
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3 / 5)
+    del src, dst
+    return 2 * n / best
+
+
+def time_step(fn, target_s: float = 0.25, reps: int = 3) -> float:
+    """Seconds per call of `fn`, calls back to back (median of `reps` runs of an adaptive count)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    est = max(time.perf_counter() - t0, 1e-5)
+    iters = int(min(200, max(5, target_s / est)))
+    runs = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0) / iters)
+    return statistics.median(runs)
+
+
+def build_engine(name: str, max_tokens: int, max_batch: int, graphs: bool) -> EmbeddedEngine:
+    config = ModelConfig.from_dict(config_dict(shape_for(name)), name)
+    device = torch.device("cuda")
+    model = build_empty(config, device, torch.bfloat16)
+    init_dummy_weights(model, seed=0)
+    settings = EngineConfig(
+        device="cuda",
+        dtype="bfloat16",
+        max_tokens=max_tokens,
+        max_batch=max_batch,
+        max_reqs=max_batch,
+        cuda_graph=graphs,
+    )
+    return EmbeddedEngine(model, config, settings, name=name)
+
+
+class Contexts:
+    """`rows` requests holding `ctx_max` KV slots each (written straight into the pools)."""
+
+    def __init__(self, engine: EmbeddedEngine, rows: int, ctx_max: int) -> None:
+        self.engine = engine
+        self.req = []
+        self.slots = []
+        for _ in range(rows):
+            r = engine.req_to_token_pool.alloc()
+            s = engine.token_to_kv_pool.alloc(ctx_max)
+            if r is None or s is None:
+                raise SystemExit(f"pool too small for {rows} x {ctx_max} tokens")
+            engine.req_to_token_pool.write(r, 0, s)
+            self.req.append(r)
+            self.slots.append(s)
+
+    def batch(self, bs: int, ctx: int, q: int) -> ForwardBatch:
+        """bs rows whose sequences end at `ctx` tokens, the last q of them new in this step."""
+        e = self.engine
+        gen = torch.Generator().manual_seed(bs * 1000 + q)
+        ids = torch.randint(0, e.model_config.vocab_size, (bs * q,), generator=gen).tolist()
+        return ForwardBatch.build(
+            input_ids=ids,
+            out_cache_loc=torch.cat([s[ctx - q : ctx] for s in self.slots[:bs]]),
+            req_pool_indices=self.req[:bs],
+            extend_prefix_lens=[ctx - q] * bs,
+            extend_seq_lens=[q] * bs,
+            device=e.device,
+            req_to_token_pool=e.req_to_token_pool,
+            token_to_kv_pool=e.token_to_kv_pool,
+        )
+
+
+def eager_step(engine: EmbeddedEngine, fb: ForwardBatch):
+    def run():
+        with torch.inference_mode():
+            engine.attn_backend.init_forward_metadata(fb)
+            return engine.model(fb)
+
+    return run
+
+
+def graph_step(runner: CudaGraphRunner, fb: ForwardBatch):
+    def run():
+        with torch.inference_mode():
+            return runner.replay(fb)
+
+    return run
+
+
+def weight_bytes(engine: EmbeddedEngine) -> int:
+    return sum(p.numel() * p.element_size() for p in engine.model.parameters())
+
+
+def bench_shape(name: str, args, bandwidth: float, results: dict, first: bool) -> None:
+    ctx_max = max(args.ctx)
+    rows = max(max(args.decode_bs), max(args.extend_bs))
+    t0 = time.perf_counter()
+    engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True)
+    runner = engine.graph_runner
+    setup_s = time.perf_counter() - t0
+    wbytes = weight_bytes(engine)
+    floor_ms = wbytes / bandwidth * 1e3
+    info = {"weight_bytes": wbytes, "floor_ms": floor_ms, "setup_s": setup_s, "capture_s": runner.capture_seconds}
+    results["shapes"][name] = info
+    print(f"\n### {name}: {wbytes / 1e9:.2f} GB of weights, floor {floor_ms:.3f} ms; "
+          f"built in {setup_s:.1f} s (graph capture {runner.capture_seconds:.1f} s, "
+          f"{len(runner.graphs)} graphs)\n", flush=True)  # fmt: skip
+    ctxs = Contexts(engine, rows, ctx_max)
+    decode: dict[tuple[int, int], float] = {}
+
+    print("| ctx | bs | decode, graphs (ms) | decode, eager (ms) | graphs / floor |")
+    print("| --- | --- | --- | --- | --- |")
+    for ctx in args.ctx:
+        for bs in args.decode_bs:
+            fb = ctxs.batch(bs, ctx, 1)
+            g = time_step(graph_step(runner, fb)) * 1e3
+            e = time_step(eager_step(engine, fb)) * 1e3 if not args.no_eager else float("nan")
+            decode[(ctx, bs)] = g
+            results["decode"].append(dict(shape=name, ctx=ctx, bs=bs, graph_ms=g, eager_ms=e, floor_ms=floor_ms))
+            print(f"| {ctx} | {bs} | {g:.3f} | {e:.3f} | {g / floor_ms:.2f} |", flush=True)
+
+    print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms) "
+          "| extend / decode (graphs) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for ctx in args.ctx:
+        for bs in args.extend_bs:
+            dec = decode.get((ctx, bs))
+            if dec is None:
+                dec = time_step(graph_step(runner, ctxs.batch(bs, ctx, 1))) * 1e3
+            for q in args.extend_q:
+                fb = ctxs.batch(bs, ctx, q)
+                shape = runner.shape_for(fb)
+                g = time_step(graph_step(runner, fb)) * 1e3 if shape else float("nan")
+                e = time_step(eager_step(engine, fb)) * 1e3
+                results["extend"].append(
+                    dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=e, decode_graph_ms=dec,
+                         graph_shape=shape)
+                )  # fmt: skip
+                print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
+
+    if first and args.ablation:
+        ablation(engine, ctxs, args, results)
+    if first and args.profile:
+        profile(runner, ctxs, args)
+    del runner, engine, ctxs
+    torch.cuda.empty_cache()
+
+
+def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict) -> None:
+    """Decode with graphs, fused element-wise ops on (the default) and off."""
+    ctx = min(args.ctx)
+    print(f"\nFused element-wise ops on/off (decode, graphs, ctx {ctx}):\n")
+    print("| bs | fused (ms) | unfused (ms) | unfused / fused |")
+    print("| --- | --- | --- | --- |")
+    sizes = tuple(b for b in (1, 8, 64) if b <= engine.max_batch)
+    fused = {bs: time_step(graph_step(engine.graph_runner, ctxs.batch(bs, ctx, 1))) * 1e3 for bs in sizes}
+    engine.attn_backend.fused_ops = False
+    try:
+        plain = CudaGraphRunner(engine, CudaGraphConfig(sizes, (), ()))
+        for bs in sizes:
+            u = time_step(graph_step(plain, ctxs.batch(bs, ctx, 1))) * 1e3
+            results["ablation"].append(dict(ctx=ctx, bs=bs, fused_ms=fused[bs], unfused_ms=u))
+            print(f"| {bs} | {fused[bs]:.3f} | {u:.3f} | {u / fused[bs]:.2f} |", flush=True)
+        del plain
+    finally:
+        engine.attn_backend.fused_ops = True
+
+
+def profile(runner: CudaGraphRunner, ctxs: Contexts, args) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    ctx = min(args.ctx)
+    fb = ctxs.batch(1, ctx, 1)
+    step = graph_step(runner, fb)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    try:
+        table = events.table(sort_by="self_device_time_total", row_limit=18, max_name_column_width=60)
+    except Exception:  # older torch names the key self_cuda_time_total
+        table = events.table(sort_by="self_cuda_time_total", row_limit=18, max_name_column_width=60)
+    text = f"torch.profiler, 20 graph replays, decode bs=1 ctx={ctx}\n{table}"
+    print("\n```\n" + text + "\n```", flush=True)
+    if args.out:
+        (Path(args.out) / "profile.txt").write_text(text)
+
+
+def bench_hf(name: str, args, results: dict) -> None:
+    """HF transformers eager, DynamicCache: decode and one extend size, at the smallest context."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    raw = config_dict(shape_for(name))
+    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "model_type")})
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            model = Qwen3ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(previous)
+    model.eval()
+    ctx = min(args.ctx)
+    print(f"\nHF transformers {name}, eager, DynamicCache, ctx {ctx}:\n")
+    print("| bs | new tokens / row | step (ms) |")
+    print("| --- | --- | --- |")
+    for bs in args.hf_bs:
+        for q in (1, max(args.extend_q)):
+            with torch.inference_mode():
+                prompt = torch.randint(0, cfg.vocab_size, (bs, ctx - q), device="cuda")
+                out = model(prompt, use_cache=True)
+                cache = out.past_key_values
+                new = torch.randint(0, cfg.vocab_size, (bs, q), device="cuda")
+                length = cache.get_seq_length()
+
+                def step(cache=cache, new=new, length=length):
+                    if hasattr(cache, "crop"):
+                        cache.crop(length)
+                    return model(new, past_key_values=cache, use_cache=True).logits
+
+                ms = time_step(step, target_s=0.3, reps=2) * 1e3
+            results["hf"].append(dict(shape=name, ctx=ctx, bs=bs, q=q, ms=ms))
+            print(f"| {bs} | {q} | {ms:.3f} |", flush=True)
+            del cache, out
+    del model
+    torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="qwen3-0.6b,qwen3-8b")
+    p.add_argument("--ctx", type=ints, default=[512, 4096])
+    p.add_argument("--decode-bs", type=ints, default=[1, 8, 32, 64])
+    p.add_argument("--extend-bs", type=ints, default=[1, 4, 16])
+    p.add_argument("--extend-q", type=ints, default=[2, 4, 8])
+    p.add_argument("--hf-bs", type=ints, default=[1, 8])
+    p.add_argument("--no-hf", action="store_true")
+    p.add_argument("--no-eager", action="store_true", help="skip eager decode (extend eager is kept)")
+    p.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--out", default="out/engine_bench")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("engine_bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    import triton
+
+    device = torch.device("cuda")
+    bandwidth = measure_copy_bandwidth(device)
+    env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:])  # fmt: skip
+    results: dict = {"env": env, "shapes": {}, "decode": [], "extend": [], "hf": [], "ablation": []}
+    print(f"## Engine step latency on {env['gpu']} (torch {env['torch']}, triton {env['triton']})\n")
+    print(f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s")
+    names = [s for s in args.shapes.split(",") if s]
+    for i, name in enumerate(names):
+        bench_shape(name, args, bandwidth, results, first=i == 0)
+        (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+    if not args.no_hf:
+        for name in names[:2]:
+            bench_hf(name, args, results)
+            (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
