@@ -192,3 +192,12 @@ def test_recovery_reports_each_broken_declaration() -> None:
 def test_render_has_header_source_line_and_caret() -> None:
     d = parse("policy p\nparam a int = 1\n", "t.tr").diagnostics[0]
     assert d.render() == "t.tr:2:9: error: unexpected 'int'; expected ':'\nparam a int = 1\n        ^~~"
+
+
+@pytest.mark.parametrize("body", ["+".join(["1"] * 3000), "not " * 3000 + "true", "-" * 3000 + "1"])
+def test_absurd_nesting_is_a_diagnostic_not_a_recursion_error(body: str) -> None:
+    from tokenrouter.compiler.driver import compile_source
+
+    result = compile_source(f"policy p\nparam x: int = {body}\n", "deep.tr")
+    assert result.plan is None
+    assert any("nested more than" in d.message for d in result.diagnostics)

@@ -24,6 +24,7 @@ from tokenrouter.dsl.syntax_messages import describe_unexpected_characters, desc
 GRAMMAR_PATH = Path(__file__).with_name("tr.lark")
 DECL_KEYWORDS = ("policy", "param", "model", "router", "fn", "serve", "entry", "route", "import")
 MAX_RECOVERIES = 64
+MAX_DEPTH = 100  # nesting of the syntax tree; keeps every later (recursive) stage far from Python's limit
 
 _DECL_START = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|\b(' + "|".join(DECL_KEYWORDS) + r")\b")
 
@@ -72,6 +73,17 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
             work = blanked
     if tree is None:
         return ParseResult(None, diagnostics)
+    too_deep = _too_deep(tree)
+    if too_deep is not None:
+        return ParseResult(
+            None,
+            diagnostics
+            + [
+                src.error(
+                    too_deep, f"nested more than {MAX_DEPTH} levels deep; split the expression with a fn"
+                )
+            ],
+        )
     builder = _Builder()
     try:
         decls = builder.transform(tree)
@@ -113,6 +125,17 @@ def _parse_collecting(text: str, comments: list[Token]) -> lark.Tree:
             col = m.start(1) - (text.rfind("\n", 0, m.start(1)) + 1) + 1
             comments.append(Token("COMMENT", m.group(1), m.start(1), line, col))
     return tree
+
+
+def _too_deep(tree: lark.Tree) -> ast.Span | None:
+    """The place of the first subtree nested deeper than MAX_DEPTH, found without recursion."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return _span_of(node.meta)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    return None
 
 
 def _offset_of(e: UnexpectedInput, text: str) -> int:
