@@ -120,7 +120,12 @@ def fmt(
     _require_files(files, "file")
     status = 0
     for path in files:
-        text = Path(path).read_text(encoding="utf-8")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"{path}: error: cannot read file: {exc}", err=True)
+            status = 1
+            continue
         result = parse(text, path)
         if result.module is None:
             typer.echo(render_all(result.diagnostics), err=True)
