@@ -161,7 +161,12 @@ def bench_shape(name: str, args, bandwidth: float, results: dict, first: bool) -
     setup_s = time.perf_counter() - t0
     wbytes = weight_bytes(engine)
     floor_ms = wbytes / bandwidth * 1e3
-    info = {"weight_bytes": wbytes, "floor_ms": floor_ms, "setup_s": setup_s, "capture_s": runner.capture_seconds}
+    info = {
+        "weight_bytes": wbytes,
+        "floor_ms": floor_ms,
+        "setup_s": setup_s,
+        "capture_s": runner.capture_seconds,
+    }
     results["shapes"][name] = info
     print(f"\n### {name}: {wbytes / 1e9:.2f} GB of weights, floor {floor_ms:.3f} ms; "
           f"built in {setup_s:.1f} s (graph capture {runner.capture_seconds:.1f} s, "
@@ -177,7 +182,9 @@ def bench_shape(name: str, args, bandwidth: float, results: dict, first: bool) -
             g = time_step(graph_step(runner, fb)) * 1e3
             e = time_step(eager_step(engine, fb)) * 1e3 if not args.no_eager else float("nan")
             decode[(ctx, bs)] = g
-            results["decode"].append(dict(shape=name, ctx=ctx, bs=bs, graph_ms=g, eager_ms=e, floor_ms=floor_ms))
+            results["decode"].append(
+                dict(shape=name, ctx=ctx, bs=bs, graph_ms=g, eager_ms=e, floor_ms=floor_ms)
+            )
             print(f"| {ctx} | {bs} | {g:.3f} | {e:.3f} | {g / floor_ms:.2f} |", flush=True)
 
     print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms) "
@@ -257,7 +264,9 @@ def bench_hf(name: str, args, results: dict) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     raw = config_dict(shape_for(name))
-    cfg = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "model_type")})
+    cfg = Qwen3Config(
+        **{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "model_type")}
+    )
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
@@ -279,7 +288,7 @@ def bench_hf(name: str, args, results: dict) -> None:
                 new = torch.randint(0, cfg.vocab_size, (bs, q), device="cuda")
                 length = cache.get_seq_length()
 
-                def step(cache=cache, new=new, length=length):
+                def step(cache=cache, new=new, length=length, model=model):
                     if hasattr(cache, "crop"):
                         cache.crop(length)
                     return model(new, past_key_values=cache, use_cache=True).logits

@@ -248,4 +248,3 @@ class CudaGraphRunner:
         self.rows[:bs].copy_(fb.req_pool_indices)
         if pad:
             self.rows[bs:cap_bs].zero_()
-
