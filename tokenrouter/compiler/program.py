@@ -40,6 +40,7 @@ class Unit:
     src: SourceMap
     prefix: str  # "" for the root, "alias." (or "a.b.") for an imported file
     imports: dict[str, Unit] = field(default_factory=dict)  # alias -> unit
+    import_decls: dict[str, ast.ImportDecl] = field(default_factory=dict)  # alias -> its import
 
     def decls(self, kind: type) -> list[Any]:
         return [d for d in self.module.decls if isinstance(d, kind)]

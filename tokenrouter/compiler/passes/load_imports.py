@@ -34,6 +34,7 @@ def _key(unit: Unit) -> str:
 
 def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnostic]) -> None:
     imports: dict[str, Unit] = {}
+    import_decls: dict[str, ast.ImportDecl] = {}
     for decl in unit.decls(ast.ImportDecl):
         target = _target(unit, decl, diags)
         if target is None:
@@ -77,9 +78,11 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
             prefix=f"{unit.prefix}{alias}.",
         )
         imports[alias] = child
+        import_decls[alias] = decl
         units.append(child)
         _load(child, stack + [key], units, diags)
     unit.imports = imports
+    unit.import_decls = import_decls
 
 
 def _target(unit: Unit, decl: ast.ImportDecl, diags: list[Diagnostic]) -> Path | None:

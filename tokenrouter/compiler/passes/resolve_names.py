@@ -46,6 +46,15 @@ def _declarations(unit: Unit) -> list[Diagnostic]:
             out.append(
                 unit.src.error(ident.span, f"'{ident.name}' is a built-in function and cannot be redeclared")
             )
+    for alias, decl in unit.import_decls.items():
+        if decl.alias is None and alias in seen:
+            first = seen[alias].span
+            out.append(
+                unit.src.error(
+                    decl.span,
+                    f"this import is named '{alias}' (its policy name), which is already declared at {first.line}:{first.col}; write `import ... as NAME`",
+                )
+            )
     for fn in unit.decls(ast.FnDecl):
         args: set[str] = set()
         for a in fn.args:
