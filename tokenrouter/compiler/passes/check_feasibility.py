@@ -54,8 +54,9 @@ def check_feasibility(program: Program) -> Program:
 
         serves = root.decls(ast.ServeDecl)
         span = serves[0].span if serves else None
-        if span is None:
-            first = next((d for d in program.model_decls.values() if d.options), None)
-            span = first.span if first else None
+        if span is None:  # no serve block (N = 8 by default): point at the largest fixed threshold
+            largest = max(result["fixed"], key=lambda m: result["fixed"][m])
+            options = program.model_decls[largest].options or ()
+            span = next((o.span for o in options if o.key.name == "batch"), program.model_decls[largest].span)
         diags.append(root.src.error(span, result["message"]))
     return program.with_(diags, checks={**program.checks, "feasibility": result})
