@@ -61,7 +61,7 @@ def measure_copy_bandwidth(device: torch.device, gib: float = 2.0) -> float:
     return 2 * n / best
 
 
-def time_step(fn, target_s: float = 0.25, reps: int = 3) -> float:
+def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
     """Seconds per call of `fn`, calls back to back (median of `reps` runs of an adaptive count)."""
     for _ in range(3):
         fn()

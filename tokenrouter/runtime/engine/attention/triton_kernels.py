@@ -68,6 +68,7 @@ def _paged_attn_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // num_row_blocks
@@ -117,7 +118,10 @@ def _paged_attn_kernel(
             mask=n_ok[None, :] & d_ok[:, None],
             other=0.0,
         )
-        qk = tl.dot(q, k) * qk_scale
+        if IEEE:
+            qk = tl.dot(q, k, input_precision="ieee") * qk_scale
+        else:
+            qk = tl.dot(q, k) * qk_scale
         visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
         qk = tl.where(visible, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -130,7 +134,10 @@ def _paged_attn_kernel(
             mask=n_ok[:, None] & d_ok[None, :],
             other=0.0,
         )
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
     has = l_i > 0.0
@@ -286,6 +293,7 @@ def paged_attention(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
+        IEEE=q.dtype == torch.float32,
         num_warps=4,
         num_stages=2,
     )
