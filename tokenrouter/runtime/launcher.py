@@ -119,6 +119,19 @@ def check_models(plan: dict[str, Any]) -> None:
         raise LaunchError(f"entry model {plan['entry']!r}: no tokenizer.json in {entry}")
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail before loading any model when the HTTP port is taken (the frontend still reports a later race)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise LaunchError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def make_endpoints(models: list[str], run_dir: Path, tcp: bool) -> Endpoints:
     if not tcp:
         return Endpoints.ipc(models, str(run_dir))
@@ -205,6 +218,7 @@ class Launcher:
         os.chmod(self.run_dir, 0o700)
         plan, plan_path = load_plan(cfg.plan, self.run_dir)
         check_models(plan)
+        check_port(cfg.host, cfg.port)
         models = list(plan["models"])
         self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp)
         self.ctx = zmq.Context()
@@ -340,7 +354,7 @@ class Launcher:
         """Stop every child (gently, then by force), close sockets, remove the run directory. Idempotent."""
         if self.ctx is not None:
             for name, addr in self.endpoints.subservers.items():
-                if self.procs.get(name) is not None and self.procs[name].is_alive():
+                if name in self.ready and self.procs.get(name) is not None and self.procs[name].is_alive():
                     s = self.ctx.socket(zmq.PUSH)
                     s.setsockopt(zmq.LINGER, 500)
                     s.connect(addr)
@@ -349,9 +363,9 @@ class Launcher:
                     except zmq.Again:
                         pass
                     s.close()
-        front = self.procs.get("frontend")
-        if front is not None and front.is_alive():
-            front.terminate()
+        for name, p in self.procs.items():  # the frontend, and any process still loading: SIGTERM
+            if p.pid is not None and p.is_alive() and (name == "frontend" or name not in self.ready):
+                p.terminate()
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         for p in self.procs.values():
             if p.pid is not None:

@@ -101,6 +101,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             "models": args.models,
             "max_model_len": api.max_len(mgr),
             "run_dir": args.run_dir,
+            "endpoints": args.endpoints,
             "ready": mgr.is_ready,
             "subservers": {x: mgr.ready_models.get(x) for x in args.models},
         }

@@ -1,0 +1,148 @@
+"""The launcher: usage errors, startup failures named clearly, and a subserver killed under load."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import MODELS, ROOT, Server, write_policy
+
+
+def _serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tokenrouter.cli", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["no/such.plan"], ["{policy}", "--device", "tpu"], ["{policy}", "--port", "70000"]],
+)
+def test_bad_usage_exits_2(tmp_path, args):
+    policy = str(write_policy(tmp_path))
+    r = _serve(*(a.format(policy=policy) for a in args), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_missing_model_folder_names_the_path(tmp_path):
+    missing = tmp_path / "models" / "nowhere"
+    r = _serve(str(write_policy(tmp_path, large=missing)), "--port", "0", timeout=60)
+    assert r.returncode == 1
+    assert "model 'llm'" in r.stderr and str(missing) in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_policy_with_errors_shows_diagnostics(tmp_path):
+    bad = tmp_path / "bad.tr"
+    bad.write_text(write_policy(tmp_path).read_text().replace("entry slm", "entry nosuch"))
+    r = _serve(str(bad), "--port", "0", timeout=60)
+    assert r.returncode == 1
+    assert f"{bad}:" in r.stderr and "error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_broken_model_folder_fails_startup_naming_the_subserver(tmp_path):
+    broken = tmp_path / "broken-large"
+    shutil.copytree(MODELS / "tiny-large", broken)
+    (broken / "config.json").write_text("{ this is not json")
+    r = _serve(str(write_policy(tmp_path, large=broken)), "--port", "0")
+    assert r.returncode == 1, r.stderr
+    assert "subserver 'llm' failed to start" in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_port_in_use_fails_before_loading_models(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = _serve(str(write_policy(tmp_path)), "--port", str(port))
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_killed_subserver_fails_requests_promptly_and_launcher_exits_nonzero(tmp_path):
+    srv = Server(write_policy(tmp_path), "--tcp", log_dir=tmp_path)
+    try:
+        info = httpx.get(f"{srv.url}/server_info", timeout=10).json()
+        eps = info["endpoints"]
+        assert all(
+            a.startswith("tcp://") for a in [eps["launcher"], eps["frontend"], *eps["subservers"].values()]
+        )
+        pids = json.loads((Path(info["run_dir"]) / "pids.json").read_text())
+        assert pids["subservers"]["llm"] == info["subservers"]["llm"]["pid"]
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
+        kw = dict(model="testmix", max_tokens=3000, extra_body={"ignore_eos": True})
+        errors: list[tuple[float, str]] = []
+
+        def streamed(i: int) -> None:
+            try:
+                for _ in client.completions.create(prompt=f"def f{i}():", stream=True, **kw):
+                    pass
+                errors.append((time.monotonic(), "no error"))
+            except openai.APIError as e:
+                errors.append((time.monotonic(), str(e)))
+
+        def plain(i: int) -> None:
+            try:
+                client.completions.create(prompt=f"x{i} =", **kw)
+                errors.append((time.monotonic(), "no error"))
+            except openai.APIStatusError as e:
+                errors.append((time.monotonic(), f"{e.status_code} {e}"))
+
+        threads = [threading.Thread(target=f, args=(i,)) for i in range(3) for f in (streamed, plain)]
+        for t in threads:
+            t.start()
+        _wait_tokens(srv.url)
+        os.kill(pids["subservers"]["llm"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        for t in threads:
+            t.join(30)
+        assert len(errors) == 6, errors
+        for at, text in errors:
+            assert "subserver 'llm'" in text, text
+            assert at - killed_at < 10, f"{at - killed_at:.1f} s to fail a request"
+        assert sum(t.startswith("503") for _, t in errors) == 3
+        assert srv.wait(30) == 1
+        assert "subserver 'llm' failed: killed by SIGKILL" in srv.stderr()
+        assert not os.path.exists(info["run_dir"])
+        for pid in [pids["frontend"], *pids["subservers"].values()]:
+            assert not _alive(pid), f"process {pid} survived the shutdown"
+    finally:
+        srv.stop()
+
+
+def _wait_tokens(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        if 'tokenrouter_generation_tokens_total{model="llm"} 0' not in text and "requests_active 6" in text:
+            return
+        time.sleep(0.1)
+    pytest.fail("requests did not get going")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
