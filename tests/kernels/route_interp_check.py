@@ -11,13 +11,13 @@ if len(sys.argv) < 3 or sys.argv[2] != "cuda":
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
-from route_cases import CASES, with_router  # noqa: E402
+from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies, with_router  # noqa: E402
 from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
 
 from tokenrouter.runtime.route import RouteKernel  # noqa: E402
 from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
 
-HIDDEN = 16
+HIDDEN = STDLIB_HIDDEN
 
 
 def compare(a, b, ir, label: str) -> None:
@@ -107,6 +107,21 @@ def main() -> int:
             assert len(set(a.rule.tolist())) > 1, (
                 f"router {kind}: every row took rule {a.rule.tolist()}: {a.features}"
             )
+            checked += 1
+    # every stdlib policy, compiled, every model
+    for path in stdlib_policies():
+        plan = runnable_stdlib_plan(path, tmp)
+        for model in plan["routes"]:
+            kw = dict(embed=embed, hidden_size=STDLIB_HIDDEN)
+            ref = RouteKernel(plan, model, "torch", device, **kw)
+            tri = RouteKernel(plan, model, "triton", device, split=2, block=64, **kw)
+            logits = random_logits(rows, vocab, seed=11).to(device)
+            hidden = torch.randn(rows, STDLIB_HIDDEN, generator=torch.Generator().manual_seed(4)).to(device)
+            a, b = (
+                ref(logits, hidden, state, with_features=True),
+                tri(logits, hidden, state, with_features=True),
+            )
+            compare(a, b, plan["routes"][model], f"{path.stem}:{model}")
             checked += 1
     print(f"OK {checked} comparisons")
     return 0

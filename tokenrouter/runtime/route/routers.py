@@ -238,6 +238,7 @@ def write_router(path: str | os.PathLike, spec: RouterSpec, tensors: dict[str, t
     from safetensors.torch import save_file
 
     metadata = {"format": ROUTER_FORMAT, "kind": spec.kind, "inputs": spec.inputs_text()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
 
 
