@@ -191,9 +191,9 @@ def _print_kernels(plan: dict) -> None:
 
 @app.command(name="init-router")
 def init_router(
-    plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan (or a .tr policy, compiled first)."),
     router: str = typer.Argument(..., metavar="ROUTER_NAME", help="The router's name in the policy."),
-    output: str = typer.Option(..., "-o", "--output", help="The safetensors file to write."),
+    output: str = typer.Option(None, "-o", "--output", help="File to write (default: the router's path)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
     hidden_layers: str = typer.Option("256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."),
     hidden_size: int = typer.Option(None, "--hidden-size", help="Override the model's hidden_size (config.json)."),
@@ -212,7 +212,19 @@ def init_router(
         typer.echo("error: --hidden-size must be >= 1", err=True)
         raise typer.Exit(2)
     try:
-        plan = read_plan(plan_file)
+        if plan_file.endswith(".tr"):
+            from tokenrouter.compiler.driver import compile_file
+            from tokenrouter.dsl.diagnostics import render_all
+
+            result = compile_file(plan_file)
+            if result.plan is None:
+                typer.echo(render_all(result.errors), err=True)
+                raise typer.Exit(1)
+            plan = result.plan
+        else:
+            plan = read_plan(plan_file)
+        if output is None:
+            output = (plan.get("routers") or {}).get(router, {}).get("path")
         spec, width = init_router_file(plan, router, output, seed=seed, hidden_layers=layers, hidden_size=hidden_size)
     except (PlanError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
