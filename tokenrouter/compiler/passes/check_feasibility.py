@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenrouter.compiler.program import Program
+from tokenrouter.dsl import ast
 
 
 def feasibility_error(thresholds: dict[str, int], concurrency: int) -> str | None:
@@ -50,8 +51,6 @@ def check_feasibility(program: Program) -> Program:
     result = feasibility(models, program.serve["concurrency"])
     diags = []
     if not result["ok"]:
-        from tokenrouter.dsl import ast
-
         serves = root.decls(ast.ServeDecl)
         span = serves[0].span if serves else None
         if span is None:  # no serve block (N = 8 by default): point at the largest fixed threshold

@@ -10,10 +10,10 @@ from typing import Any
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
 from tokenrouter.compiler.passes.check_options import param_getter
 from tokenrouter.compiler.paths import resolve_source_path
-from tokenrouter.compiler.program import Program, TExpr, TypedRule, Unit
+from tokenrouter.compiler.program import FEATURES, Program, TExpr, TypedRule, Unit
 from tokenrouter.compiler.scope import BUILTINS, Ref, lookup, plan_router_name
 from tokenrouter.dsl import ast
-from tokenrouter.dsl.diagnostics import Diagnostic
+from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
 
 ERR = TExpr("error", "error")
 NUM = ("int", "float")
@@ -159,8 +159,6 @@ def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[
         return None
     m = arg.args[0]
     if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
-        from tokenrouter.dsl.diagnostics import did_you_mean
-
         shown = m.dotted if isinstance(m, ast.Name) else "this"
         diags.append(
             unit.src.error(
@@ -260,8 +258,6 @@ class _Elaborator:
         if ref.kind == "local":
             return ref.decl
         if ref.kind == "feature":
-            from tokenrouter.compiler.program import FEATURES
-
             return TExpr("feature", FEATURES[ref.name], name=ref.name)
         if ref.kind == "param":
             entry = self.program.params.get(ref.qualified)
