@@ -1,0 +1,139 @@
+"""Frontend pieces without processes: token reordering, stop strings, request validation, chat template."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import MODELS
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
+from tokenrouter.runtime.frontend.generation import Choice
+from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.runtime.frontend.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse_body,
+)
+from tokenrouter.runtime.frontend.request_manager import ReqState
+
+CODEC = TextCodec(MODELS / "tiny-small")
+
+
+def test_tokens_out_of_order_are_reordered():
+    st = ReqState(rid="r", prompt_len=3)
+    st.add(m.TokenOut(rid="r", index=0, token_ids=[10, 11], model="slm", hop_to="llm"))
+    st.add(m.TokenOut(rid="r", index=3, token_ids=[13], model="slm"))  # arrives before index 2
+    assert st.take() == [(10, "slm"), (11, "slm")]
+    st.finish_reason = "length"
+    assert not st.done  # index 2 is still missing
+    st.add(m.TokenOut(rid="r", index=2, token_ids=[12], model="llm", hop_to="slm"))
+    assert st.take() == [(12, "llm"), (13, "slm")]
+    assert st.done and st.hops == [("slm", "llm"), ("llm", "slm")]
+    st.add(m.TokenOut(rid="r", index=1, token_ids=[11], model="slm"))  # a duplicate is ignored
+    assert st.take() == []
+
+
+class _Aborts:
+    """Stands in for the RequestManager: records the aborts a choice issues."""
+
+    def __init__(self) -> None:
+        self.aborted: list[tuple[str, str]] = []
+
+    def abort(self, rid: str, reason: str = "abort") -> None:
+        self.aborted.append((rid, reason))
+
+
+def _run_choice(text: str, stop: list[str], chunk: int = 1) -> tuple[list[str], Choice, _Aborts]:
+    ids = CODEC.encode(text, add_special_tokens=False)
+
+    async def go():
+        st = ReqState(rid="r", prompt_len=1)
+        mgr = _Aborts()
+        c = Choice(mgr, CODEC, st, 0, stop, ["slm", "llm"], want_trace=True)
+        for i in range(0, len(ids), chunk):
+            st.add(
+                m.TokenOut(rid="r", index=i, token_ids=ids[i : i + chunk], model="slm" if i % 2 else "llm")
+            )
+        st.finish_reason = "length"
+        st.event.set()
+        return [d async for d in c.deltas()], c, mgr
+
+    return asyncio.run(go())
+
+
+def test_stop_string_cuts_text_and_aborts_everywhere():
+    deltas, c, mgr = _run_choice("def add(a, b):\n    return a + b\n", stop=["return"])
+    assert "".join(deltas) == c.text == "def add(a, b):\n    "
+    assert c.finish_reason == "stop" and mgr.aborted == [("r", "stop")]
+    assert c.completion_tokens == len(c.trace) == sum(c.routing()["tokens_per_model"].values())
+
+
+def test_no_stop_string_keeps_everything_and_unicode():
+    text = "x = 'wörld' # 😀 done"
+    deltas, c, mgr = _run_choice(text, stop=["never"], chunk=3)
+    assert "".join(deltas) == c.text == text
+    assert c.finish_reason == "length" and mgr.aborted == []
+
+
+def test_stop_string_spanning_tokens_is_never_streamed():
+    deltas, c, _ = _run_choice("abcdefgh", stop=["def"])
+    assert c.text == "abc" and all("d" not in d for d in deltas)
+
+
+def test_parse_body_types_and_limits():
+    req = parse_body(CompletionRequest, b'{"prompt": [[1, 2], [3]], "top_k": 5, "seed": -3, "stop": "x"}')
+    assert req.prompt == [[1, 2], [3]] and req.stop_strings() == ["x"]
+    for body, param in [
+        (b'{"prompt": "a", "top_p": 0}', "top_p"),
+        (b'{"prompt": "a", "stream": "yes"}', "stream"),
+        (b'{"prompt": "a", "stop": ["", "b"]}', "stop"),
+        (b'{"prompt": "a", "presence_penalty": 0.5}', "presence_penalty"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "messages.0.content"),
+    ]:
+        model = ChatCompletionRequest if b"messages" in body else CompletionRequest
+        with pytest.raises(APIError) as e:
+            parse_body(model, body)
+        assert e.value.status == 400 and (e.value.param or "").startswith(param), (body, e.value.param)
+    chat = parse_body(
+        ChatCompletionRequest,
+        b'{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4}',
+    )
+    assert chat.max_tokens == 4
+
+
+def test_chat_template_from_the_model_folder():
+    text = CODEC.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = CODEC.encode_chat([{"role": "user", "content": "hi"}])
+    assert ids[0] == CODEC.tokenizer.token_to_id("<|im_start|>")
+
+
+def test_template_errors_are_user_errors(tmp_path):
+    (tmp_path / "tokenizer.json").write_text((MODELS / "tiny-small" / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(
+        "{\"chat_template\": \"{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok\"}"
+    )
+    codec = TextCodec(tmp_path)
+    with pytest.raises(TemplateError, match="first must be user"):
+        codec.apply_chat_template([{"role": "assistant", "content": "x"}])
+    with pytest.raises(FileNotFoundError):
+        TextCodec(tmp_path / "nope")
+
+
+def test_metrics_render_prometheus_text():
+    mt = Metrics(models=["slm", "llm"])
+    mt.tokens["slm"] += 5
+    mt.hops[("slm", "llm")] += 2
+    mt.on_stats(m.SubserverStats("slm", 1, 2, 3, 4, 12.5, 10, 100, 90))
+    text = mt.render(active=2)
+    assert "tokenrouter_requests_active 2\n" in text
+    assert 'tokenrouter_generation_tokens_total{model="slm"} 5\n' in text
+    assert 'tokenrouter_generation_tokens_total{model="llm"} 0\n' in text
+    assert 'tokenrouter_hops_total{from="slm",to="llm"} 2\n' in text
+    assert 'tokenrouter_step_latency_seconds{model="slm"} 0.0125\n' in text
+    assert 'tokenrouter_kv_pages_free{model="slm"} 90\n' in text
+    for line in text.splitlines():
+        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or line.startswith("tokenrouter_")
