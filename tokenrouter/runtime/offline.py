@@ -173,3 +173,18 @@ class OfflineExecutor:
             self.submit(rid, prompt, spec)
         self.run()
         return [self.results[rid] for rid in rids]
+
+
+def load_offline(
+    plan: dict, device: str | None = None, *, batching: BatchingConfig | None = None, **engine_overrides
+) -> OfflineExecutor:
+    """An executor with every model of the plan loaded in this process (device: as `serve` would place
+    each model, unless `device` is given)."""
+    from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+
+    engines, kernels = {}, {}
+    for name, spec in plan["models"].items():
+        engines[name], kernels[name] = load_model_runtime(
+            plan, name, pick_device(spec, device), **engine_overrides
+        )
+    return OfflineExecutor(plan, engines, kernels, batching=batching)

@@ -35,8 +35,8 @@ class ReferenceModel:
 
     @classmethod
     def from_engine(cls, engine) -> ReferenceModel:
-        """The engine's own model, run without its KV cache."""
-        return cls(engine.model.forward_full, tuple(engine.info.eos_token_ids), engine.info.max_len)
+        """The engine's own weights, run without its KV cache (`engine.forward_full`)."""
+        return cls(engine.forward_full, tuple(engine.info.eos_token_ids), engine.info.max_len)
 
 
 @dataclass(slots=True)

@@ -1,15 +1,19 @@
-"""Shared helpers of the subserver tests: tiny policies, compiling them, building executors."""
+"""Shared helpers of the subserver tests: policies on the tiny example models, stdlib plans, an engine spy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from tokenrouter.runtime.engine.base import Engine, StepOutput
+from tokenrouter.runtime.engine.embedded import EngineRowError
 
-from tokenrouter.runtime.engine.base import Engine, ModelInfo, StepOutput
+ROOT = Path(__file__).resolve().parents[3]
+SMALL = str(ROOT / "examples/models/tiny-small")
+LARGE = str(ROOT / "examples/models/tiny-large")
+STDLIB = ROOT / "tokenrouter/stdlib"
 
-# Policies exercising every hand-off form on random tiny models. `uniform()` is a pure function of
-# (seed, position), so the routing is the same whatever the batching, and it fires often.
+# Policies exercising every hand-off form. `uniform()` is a pure function of (seed, position), so the
+# routing is the same whatever the batching, and it fires often.
 POLICIES = {
     "keep": """
 policy keep_test
@@ -63,50 +67,40 @@ route c {{ when uniform() < 0.6 -> a for 2 }}
 }
 
 
-class RecomputeEngine(Engine):
-    """INTERIM, until the embedded engine lands: the Engine contract without a KV cache (every step
-    re-runs the request's whole history through the model's `forward_full`)."""
+class SpyEngine(Engine):
+    """The real engine, recording each step's rows (rid, new tokens); `fail_rid` makes it refuse that
+    request as one that can never fit."""
 
-    def __init__(self, model, name: str, max_len: int = 512) -> None:
-        self.model = model
-        cfg = model.config
-        self.info = ModelInfo(name, cfg.vocab_size, cfg.hidden_size, max_len, cfg.eos_token_ids,
-                              torch.float32, torch.device("cpu"))  # fmt: skip
-        self.hist: dict[str, list[int]] = {}
+    def __init__(self, inner: Engine, fail_rid: str | None = None) -> None:
+        self.inner = inner
+        self.info = inner.info
+        self.calls: list[tuple[str, list[int]]] = []
+        self.fail_rid = fail_rid
 
     def forward(self, batch, want_hidden: bool = False) -> StepOutput:
-        logits, hidden = [], []
-        for row in batch:
-            h = self.hist.setdefault(row.rid, [])
-            h.extend(row.new_token_ids)
-            lg, hd = self.model.forward_full(torch.tensor(h))
-            logits.append(lg[-1])
-            hidden.append(hd[-1])
-        return StepOutput(torch.stack(logits), torch.stack(hidden) if want_hidden else None)
+        for r in batch:
+            if r.rid == self.fail_rid:
+                raise EngineRowError(r.rid, "does not fit")
+        self.calls.extend((r.rid, list(r.new_token_ids)) for r in batch)
+        return self.inner.forward(batch, want_hidden)
 
     def release(self, rid: str) -> None:
-        self.hist.pop(rid, None)
+        self.inner.release(rid)
 
-    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.model.embed_tokens(token_ids)
+    def embed(self, token_ids):
+        return self.inner.embed(token_ids)
 
     def seq_len(self, rid: str) -> int:
-        return len(self.hist.get(rid, ()))
+        return self.inner.seq_len(rid)
 
     def stats(self) -> dict:
-        return {"pages_total": 0, "pages_free": 0, "held": len(self.hist), "evictions": 0}
+        return self.inner.stats()
 
 
-def tiny_model(seed: int):
-    from tokenrouter.runtime.engine.config import ModelConfig
-    from tokenrouter.runtime.engine.models.loader import build_empty, init_dummy_weights
-
-    cfg = ModelConfig(family="qwen3", architecture="Qwen3ForCausalLM", hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      vocab_size=96, qk_norm=True, eos_token_ids=(1,))  # fmt: skip
-    model = build_empty(cfg, torch.device("cpu"), torch.float32)
-    init_dummy_weights(model, seed=seed, std=0.3)
-    return model
+def all_free(engines) -> bool:
+    """Every engine's KV pool has all pages free and it holds no request."""
+    stats = [e.stats() for e in engines]
+    return all(s["pages_free"] == s["pages_total"] and s["requests"] == 0 for s in stats)
 
 
 def compile_policy(tmp: Path, name: str, batch: dict[str, int] | None = None, **paths) -> dict:
@@ -114,9 +108,9 @@ def compile_policy(tmp: Path, name: str, batch: dict[str, int] | None = None, **
 
     batch = batch or {}
     text = POLICIES[name].format(
-        a=paths.get("a", "a-model"),
-        b=paths.get("b", "b-model"),
-        c=paths.get("c", "c-model"),
+        a=paths.get("a", SMALL),
+        b=paths.get("b", LARGE),
+        c=paths.get("c", SMALL),
         ba=batch.get("a", 1),
         bb=batch.get("b", 1),
         bc=batch.get("c", 1),
@@ -125,4 +119,40 @@ def compile_policy(tmp: Path, name: str, batch: dict[str, int] | None = None, **
     src.write_text(text)
     res = compile_file(src)
     assert res.ok, [str(d) for d in res.diagnostics]
+    return res.plan
+
+
+STDLIB_DEFINES = {  # model params -> the tiny models (a third model: tiny-small again); routers -> tmp files
+    "bernoulli": {"slm_path": SMALL, "llm_path": LARGE},
+    "citer": {"slm_path": SMALL, "llm_path": LARGE, "router_path": "{tmp}/citer.safetensors"},
+    "co_llm": {"base_path": SMALL, "assistant_path": LARGE, "head_path": "{tmp}/co_llm.safetensors"},
+    "multi_expert": {"a_path": SMALL, "b_path": LARGE, "c_path": SMALL},
+    # the untrained router's sigmoid stays in (0.3, 0.45) on these prompts: 0.35 makes it fire sometimes
+    "r2r": {
+        "slm_path": SMALL,
+        "llm_path": LARGE,
+        "router_path": "{tmp}/r2r.safetensors",
+        "threshold": "0.35",
+    },
+    "r_stitch": {"slm_path": SMALL, "llm_path": LARGE},
+}
+
+
+def compile_stdlib(tmp: Path, name: str) -> dict:
+    """A stdlib policy on the tiny models, with untrained routers (what `tokenrouter init-router` writes)."""
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.runtime.route.routers import (
+        RouterSpec,
+        model_hidden_size,
+        untrained_router_tensors,
+        write_router,
+    )
+
+    defines = {k: v.format(tmp=tmp) for k, v in STDLIB_DEFINES[name].items()}
+    res = compile_file(STDLIB / f"{name}.tr", defines)
+    assert res.ok, [str(d) for d in res.diagnostics]
+    for rname, entry in res.plan["routers"].items():
+        spec = RouterSpec.from_plan(rname, entry)
+        width = spec.width(model_hidden_size(res.plan["models"][entry["model"]]["path"]))
+        write_router(entry["path"], spec, untrained_router_tensors(spec.kind, width, seed=1))
     return res.plan

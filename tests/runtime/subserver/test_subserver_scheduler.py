@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from subserver_helpers import RecomputeEngine, compile_policy, tiny_model
+from subserver_helpers import SpyEngine, all_free, compile_policy
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.engine.base import EngineError
+from tokenrouter.runtime.engine.embedded import load_engine
 from tokenrouter.runtime.route import RouteKernel
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
@@ -14,23 +14,10 @@ from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
 SPEC = m.SamplingSpec(seed=7, max_tokens=200, ignore_eos=True)
 
 
-class RecordingEngine(RecomputeEngine):
-    def __init__(self, *a, fail_rid: str | None = None, **k) -> None:
-        super().__init__(*a, **k)
-        self.calls: list[tuple[str, list[int]]] = []
-        self.fail_rid = fail_rid
-
-    def forward(self, batch, want_hidden=False):
-        if any(r.rid == self.fail_rid for r in batch):
-            raise EngineError(f"request {self.fail_rid} does not fit")
-        self.calls.extend((r.rid, list(r.new_token_ids)) for r in batch)
-        return super().forward(batch, want_hidden)
-
-
 @pytest.fixture
 def pair(tmp_path):
     plan = compile_policy(tmp_path, "keep")
-    engines = {"a": RecordingEngine(tiny_model(0), "a"), "b": RecordingEngine(tiny_model(1), "b")}
+    engines = {n: SpyEngine(load_engine(plan["models"][n]["path"])) for n in "ab"}
     cfg = BatchingConfig({"a": 1, "b": 1}, 0.0)
     return {
         n: Scheduler(n, plan, engines[n], RouteKernel(plan, n, "torch", "cpu"), batching=cfg) for n in "ab"
@@ -89,7 +76,7 @@ def test_late_hop_of_an_aborted_request_is_dropped(pair):
 
 def test_bad_requests_fail_with_a_message(tmp_path):
     plan = compile_policy(tmp_path, "solo")
-    eng = RecordingEngine(tiny_model(0), "a", max_len=8, fail_rid="bad")
+    eng = SpyEngine(load_engine(plan["models"]["a"]["path"], max_len=8), fail_rid="bad")
     s = Scheduler("a", plan, eng, RouteKernel(plan, "a", "torch", "cpu"))
     ((dest, out),) = s.handle(m.NewRequest("long", list(range(2, 12)), SPEC, n_active=1))
     assert dest == FRONTEND and out.finished[0].reason == "error" and "at most 7" in out.finished[0].error
@@ -106,7 +93,7 @@ def test_bad_requests_fail_with_a_message(tmp_path):
     tokens = [t for o in outs for t in o.tokens]
     assert [t.index for t in tokens] == list(range(6))  # the context end (8) after 6 tokens
     assert {f.rid: f.reason for o in outs for f in o.finished} == {"bad": "error", "good": "length"}
-    assert s.reqs == {} and eng.stats()["held"] == 0
+    assert s.reqs == {} and all_free([eng])
 
 
 def test_unknown_model_and_message():

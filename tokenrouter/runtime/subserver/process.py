@@ -48,6 +48,7 @@ import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -82,30 +83,6 @@ class SubserverArgs:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if not isinstance(logging.getLevelName(self.log_level.upper()), int):
             raise ValueError(f"unknown log level {self.log_level!r}")
-
-
-def pick_device(spec: dict, override: str | None) -> str:
-    import torch
-
-    if override:
-        return override
-    if torch.cuda.is_available():
-        return f"cuda:{(spec.get('gpus') or [0])[0]}"
-    return "cpu"
-
-
-def load_model_runtime(plan: dict, model: str, device: str, **engine_kwargs):
-    """The engine and route kernel of one model of a plan, on `device`."""
-    from tokenrouter.runtime.engine.embedded import load_engine
-    from tokenrouter.runtime.route import RouteKernel
-
-    spec = plan["models"][model]
-    if spec.get("mem") is not None:
-        engine_kwargs.setdefault("mem_fraction", spec["mem"])
-    engine = load_engine(spec["path"], device=device, **engine_kwargs)
-    backend = "triton" if str(device).startswith("cuda") else "torch"
-    kernel = RouteKernel(plan, model, backend, device, engine.embed)
-    return engine, kernel
 
 
 class _ThreadCrash(Exception):

@@ -202,29 +202,44 @@ class Scheduler:
         return batch
 
     def run_batch(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
-        """Forward + route kernel. A row the engine can never run is failed; the others run."""
+        """Forward + route kernel. A row the engine can never run is failed; the others run. Engines
+        validate a step before changing anything, so a refused step can be retried without the row."""
         out: Outbox = []
-        try:
-            step = self._forward(batch)
-        except EngineError:
-            rows, logits, hidden = [], [], []
-            for r in batch:  # find the row(s) that cannot fit by running rows one at a time
-                try:
-                    s = self._forward([r])
-                except EngineError as e:
-                    out += self._fail(r, str(e))
-                    continue
-                rows.append(r)
-                logits.append(s.logits)
-                hidden.append(s.hidden)
-            batch = rows
-            if not batch:
-                return [], None, out
-            step = StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None)
+        while True:
+            try:
+                step = self._forward(batch)
+                break
+            except EngineError as e:
+                bad = [r for r in batch if r.rid == getattr(e, "rid", None)]
+                if not bad:  # the engine did not say which row: find out one row at a time
+                    return self._run_rows_alone(batch)
+                out += self._fail(bad[0], str(e))
+                batch = [r for r in batch if r is not bad[0]]
+                if not batch:
+                    return [], None, out
+        return batch, self._route(batch, step), out
+
+    def _run_rows_alone(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
+        out: Outbox = []
+        rows, logits, hidden = [], [], []
+        for r in batch:
+            try:
+                s = self._forward([r])
+            except EngineError as e:
+                out += self._fail(r, str(e))
+                continue
+            rows.append(r)
+            logits.append(s.logits)
+            hidden.append(s.hidden)
+        if not rows:
+            return [], None, out
+        step = StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None)
+        return rows, self._route(rows, step), out
+
+    def _route(self, batch: list[Req], step: StepOutput):
         for r in batch:
             r.fed = len(r.tokens)
-        result = self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
-        return batch, result, out
+        return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
         return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)

@@ -1,0 +1,59 @@
+"""Loading one model of a plan: its engine (placement, dtype, memory share) and its route kernel."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+MEM_HEADROOM = 0.9  # of the model's share of GPU memory, for weights + KV (the rest: activations, graphs)
+
+
+def pick_device(spec: dict, override: str | None = None) -> str:
+    """`override`, else `cuda:<first of the model's gpus>` when CUDA is available, else `cpu`."""
+    import torch
+
+    if override:
+        return override
+    if torch.cuda.is_available():
+        return f"cuda:{(spec.get('gpus') or [0])[0]}"
+    return "cpu"
+
+
+def engine_kwargs(spec: dict, device: str) -> dict:
+    """load_engine settings from a plan's model entry. On CPU the engine computes in float32 (the plan's
+    dtype applies on CUDA). `mem` (a fraction of the GPU's memory) becomes a KV budget in bytes: that share
+    of the device's total memory, times MEM_HEADROOM, minus the weights."""
+    kw: dict = {"load": spec.get("load", "auto")}
+    if spec.get("max_len") is not None:
+        kw["max_len"] = int(spec["max_len"])
+    cuda = str(device).startswith("cuda")
+    if cuda:
+        kw["dtype"] = spec.get("dtype") or "bfloat16"
+    elif spec.get("dtype") not in (None, "float32"):
+        logger.info("model %s: computing in float32 on CPU (plan dtype %s)", spec.get("path"), spec["dtype"])
+    if cuda and spec.get("mem") is not None:
+        import torch
+
+        from tokenrouter.runtime.engine.config import load_model_config
+
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        width = 4 if kw["dtype"] == "float32" else 2
+        weights = load_model_config(spec["path"]).num_params() * width
+        kw["mem_bytes"] = max(int(spec["mem"] * total * MEM_HEADROOM) - weights, 64 << 20)
+    return kw
+
+
+def load_model_runtime(plan: dict, model: str, device: str, **overrides):
+    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+    from tokenrouter.runtime.route import RouteKernel
+
+    spec = plan["models"][model]
+    kind = spec.get("engine", "embedded")
+    if kind != "embedded":
+        raise ValueError(f"model {model!r}: engine {kind!r} is not available in this build (only 'embedded')")
+    if len(spec.get("gpus") or [0]) > 1:
+        logger.warning("model %s: tensor parallelism is not implemented; running on %s only", model, device)
+    engine = load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
+    kernel = RouteKernel(plan, model, "auto", device, engine.embed)
+    return engine, kernel
