@@ -421,6 +421,111 @@ def generate(
         typer.echo(result["text"] if result["text"] is not None else ",".join(map(str, result["token_ids"])))
 
 
+# --- training and quality commands ---
+
+
+def _teacher_settings(max_tokens: int, seq_len: int, prompt: int):
+    from tokenrouter.training.teacher import TeacherConfig
+
+    try:
+        return TeacherConfig(seq_len=seq_len, prompt=prompt, max_tokens=max_tokens)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command(name="train-router")
+def train_router_cmd(
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A policy (.tr) or a compiled plan."),
+    router: str = typer.Argument(..., metavar="ROUTER", help="The router's name in the policy."),
+    data: str = typer.Option(..., "--data", help="A folder of text files (held out from the models' training)."),
+    output: str = typer.Option(None, "-o", "--output", help="The safetensors file (default: the router's path)."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE (.tr only)."),
+    max_tokens: int = typer.Option(30_000, help="Teacher-forced positions to label at most."),
+    seq_len: int = typer.Option(256, help="Tokens per window of text."),
+    prompt: int = typer.Option(16, help="Leading tokens of each window used as context only."),
+    hidden_layers: str = typer.Option("256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."),
+    epochs: int = typer.Option(30, help="Training epochs (the best held-out epoch is kept)."),
+    seed: int = typer.Option(0, help="Seed of the split, the initial weights and the batches."),
+) -> None:
+    """Train a router on teacher-forced labels (small greedy != large greedy); print precision/recall."""
+    from pathlib import Path
+
+    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+    from tokenrouter.training.router_train import RouterTrainConfig, train_router
+
+    teacher = _teacher_settings(max_tokens, seq_len, prompt)
+    try:
+        layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
+        cfg = RouterTrainConfig(hidden_layers=layers, epochs=epochs, seed=seed)
+    except ValueError as exc:
+        typer.echo(f"error: bad training settings: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        plan = load_plan(plan_file, _defines(define))
+        rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg)
+    except (PolicyViewError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    sign = "high" if rep.polarity > 0 else "low"
+    typer.echo(f"wrote {rep.path}: router {router!r} trained on {rep.rows_train} positions, {rep.rows_val} held out")
+    typer.echo(f"label (small greedy != large greedy) rate on held-out: {rep.positive_rate:.3f}; "
+               f"a {sign} output routes; held-out BCE {rep.val_loss:.4f}")  # fmt: skip
+    typer.echo(f"at the plan's threshold ({rep.threshold_text}): routed {rep.routed_share:.3f} of positions, "
+               f"precision {rep.precision:.3f}, recall {rep.recall:.3f}")  # fmt: skip
+
+
+@app.command(name="eval")
+def eval_cmd(
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A policy (.tr) or a compiled plan."),
+    data: str = typer.Option(..., "--data", help="A folder of held-out text files."),
+    plot: str = typer.Option(None, "--plot", help="Write the quality/cost chart to this PNG file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full result as JSON instead of a table."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE (.tr only)."),
+    param: str = typer.Option("threshold", help="The param to sweep."),
+    shares: str = typer.Option("0.05,0.1,0.15,0.2,0.25,0.3,0.4,0.5", help="Target large-model shares."),
+    max_tokens: int = typer.Option(20_000, help="Teacher-forced positions to score at most."),
+    seq_len: int = typer.Option(256, help="Tokens per window of text."),
+    prompt: int = typer.Option(16, help="Leading tokens of each window used as context only."),
+    seed: int = typer.Option(0, help="Seed of the window sample and the random baseline."),
+) -> None:
+    """Teacher-forced quality vs large-model share: the policy's threshold sweep against baselines."""
+    import json
+    from pathlib import Path
+
+    from tokenrouter.training.evaluate import EvalConfig, evaluate, format_table
+    from tokenrouter.training.evaluate import plot as plot_curves
+    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+
+    teacher = _teacher_settings(max_tokens, seq_len, prompt)
+    try:
+        cfg = EvalConfig(param=param, shares=tuple(float(x) for x in shares.split(",") if x.strip()), seed=seed)
+    except ValueError as exc:
+        typer.echo(f"error: --shares: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if plot is not None and not plot.endswith(".png"):
+        typer.echo("error: --plot takes a .png file name", err=True)
+        raise typer.Exit(2)
+    try:
+        plan = load_plan(plan_file, _defines(define))
+        result = evaluate(plan, Path(data), teacher, cfg)
+    except (PolicyViewError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if plot is not None:
+        try:
+            plot_curves(result, Path(plot))
+        except OSError as exc:
+            typer.echo(f"error: cannot write {plot}: {exc}", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(json.dumps(result, indent=1) if json_out else format_table(result))
+    if plot is not None and not json_out:
+        typer.echo(f"wrote {plot}")
+
+
 def main() -> None:
     app()
 

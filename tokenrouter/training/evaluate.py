@@ -1,0 +1,260 @@
+"""`tokenrouter eval`: teacher-forced routing quality of a plan against baselines at equal large-model share.
+
+Per scored position the writer is the entry (small) model, or the target of the entry rule that fires
+(see `policy_view` for the supported shape). Quality of a routing = next-token accuracy of the writer's
+greedy token and NLL of the true token under the writer's distribution; "gap recovered" = how much of
+the small-to-large difference the routing recovers (0 = small alone, 1 = large alone).
+
+Methods, each at the same target shares of large-model positions:
+- ``policy``: the plan's own rules, sweeping one threshold param (bisection on its value);
+- ``confidence`` / ``entropy``: the small model's least confident / highest-entropy positions;
+- ``random``: a seeded random subset of positions;
+- ``query``: whole windows, highest mean small-model entropy over the window's prompt first
+  (RouteLLM-style query routing; its share moves in whole windows);
+- ``oracle``: the positions where the large model lowers the NLL most (an upper bound, not a method).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .policy_view import PolicyViewError, fired_rule, routed_shape, threshold_node
+from .teacher import TeacherConfig, TeacherData, make_windows, teacher_force
+
+DEFAULT_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
+METHODS = ("policy", "confidence", "entropy", "random", "query", "oracle")
+
+
+@dataclass(slots=True)
+class EvalConfig:
+    param: str = "threshold"
+    shares: tuple[float, ...] = DEFAULT_SHARES
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.shares or any(not 0 < s < 1 for s in self.shares):
+            raise ValueError("shares must be fractions in (0, 1)")
+
+
+class Scorer:
+    """Quality of routings over teacher-forced data: writer per row, -1 = the entry model."""
+
+    def __init__(self, data: TeacherData, entry: str, targets: list[str]) -> None:
+        self.data, self.entry, self.targets = data, entry, targets
+        self.correct = {m: data.correct(m).float() for m in data.models}
+        self.small = self.quality(torch.full((data.n,), -1))
+        self.large = self.quality(torch.zeros(data.n, dtype=torch.int64), [targets[0]])
+
+    def quality(self, writer: torch.Tensor, targets: list[str] | None = None) -> dict:
+        targets = targets or self.targets
+        acc = self.correct[self.entry].clone()
+        nll = self.data.nll[self.entry].clone()
+        for i, m in enumerate(targets):
+            mask = writer == i
+            acc[mask] = self.correct[m][mask]
+            nll[mask] = self.data.nll[m][mask]
+        return {
+            "share": float((writer >= 0).float().mean()),
+            "accuracy": float(acc.mean()),
+            "nll": float(nll.mean()),
+        }
+
+    def point(self, writer: torch.Tensor, **extra) -> dict:
+        q = self.quality(writer)
+        d_acc = self.large["accuracy"] - self.small["accuracy"]
+        d_nll = self.small["nll"] - self.large["nll"]
+        q["acc_gap_recovered"] = (q["accuracy"] - self.small["accuracy"]) / d_acc if d_acc else None
+        q["nll_gap_recovered"] = (self.small["nll"] - q["nll"]) / d_nll if d_nll else None
+        q.update(extra)
+        return q
+
+
+def top_share(score: torch.Tensor, share: float) -> torch.Tensor:
+    """Writer vector routing the round(share * N) rows of highest score to target 0."""
+    k = round(share * score.numel())
+    writer = torch.full(score.shape, -1, dtype=torch.int64)
+    writer[torch.argsort(score, descending=True, stable=True)[:k]] = 0
+    return writer
+
+
+def query_routing(data: TeacherData, share: float) -> torch.Tensor:
+    rows = torch.bincount(data.window, minlength=len(data.window_file))
+    order = torch.argsort(data.prompt_entropy, descending=True, stable=True)
+    cum = torch.cumsum(rows[order], 0)
+    want = share * data.n
+    k = int(torch.searchsorted(cum, torch.tensor(want)).item())
+    # the prefix of whole windows whose share is closest to the target
+    if k < len(cum) and k > 0 and abs(float(cum[k - 1]) - want) < abs(float(cum[k]) - want):
+        k -= 1
+    chosen = torch.zeros(len(rows), dtype=torch.bool)
+    chosen[order[: k + 1]] = True
+    return torch.where(chosen[data.window], 0, -1)
+
+
+def policy_values(plan: dict, entry: str, data: TeacherData, seed: int) -> dict[str, torch.Tensor]:
+    from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
+    from tokenrouter.runtime.route.routers import RouterSpec, load_router
+
+    values = dict(data.features)
+    pos = data.features["position"] - 1  # the index of the token being sampled
+    values["uniform"] = uniform(torch.full_like(pos, seed), pos, STREAM_UNIFORM, torch.zeros_like(pos))
+    for name in plan["routes"][entry]["routers"]:
+        spec = RouterSpec.from_plan(name, plan["routers"][name])
+        router, _ = load_router(spec, None, "cpu")
+        with torch.no_grad():
+            values[name] = router(data.router_inputs[name])
+    return values
+
+
+def sweep_policy(
+    plan: dict, entry: str, values: dict, n: int, node: int, shares, scorer: Scorer
+) -> list[dict]:
+    ir = plan["routes"][entry]
+
+    def share_at(v: float) -> tuple[float, torch.Tensor]:
+        w = fired_rule(ir, values, n, {node: v})
+        return float((w >= 0).float().mean()), w
+
+    nodes = ir["nodes"]
+    cmp = next(x for x in nodes if x["op"] in ("lt", "le", "gt", "ge") and node in x["args"])
+    other = cmp["args"][0] if cmp["args"][1] == node else cmp["args"][1]
+    from .policy_view import eval_ir
+
+    score = eval_ir(ir, values, n)[other].float()
+    lo, hi = float(score.min()) - 1e-6, float(score.max()) + 1e-6
+    s_lo, s_hi = share_at(lo)[0], share_at(hi)[0]
+    if s_lo == s_hi:
+        raise PolicyViewError(
+            f"the large-model share does not move with the swept threshold (stays {s_lo:.3f})"
+        )
+    increasing = s_hi > s_lo
+    out = []
+    for target in shares:
+        a, b = lo, hi
+        for _ in range(40):
+            mid = (a + b) / 2
+            s = share_at(mid)[0]
+            if (s < target) == increasing:
+                a = mid
+            else:
+                b = mid
+        best = min((a, b), key=lambda v: abs(share_at(v)[0] - target))
+        out.append(scorer.point(share_at(best)[1], target_share=target, threshold=best))
+    return out
+
+
+def evaluate(plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig) -> dict:
+    from tokenrouter.runtime.route.routers import RouterSpec
+
+    shape = routed_shape(plan)
+    entry, ir = shape.entry, shape.ir
+    node = threshold_node(plan, ir, cfg.param)
+    models = [entry, *dict.fromkeys(t for t in shape.targets if t != entry)]
+    specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in ir["routers"]}
+    windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
+    data = teacher_force(plan, entry, models, windows, teacher, routers=specs)
+    scorer = Scorer(data, entry, shape.targets)
+    values = policy_values(plan, entry, data, cfg.seed)
+    n = data.n
+    f = data.features
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rand_score = torch.rand(n, generator=gen)
+    gain = data.nll[entry] - data.nll[shape.targets[0]]
+    curves: dict[str, list[dict]] = {m: [] for m in METHODS}
+    curves["policy"] = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
+    for s in cfg.shares:
+        curves["confidence"].append(scorer.point(top_share(-f["confidence"], s), target_share=s))
+        curves["entropy"].append(scorer.point(top_share(f["entropy"], s), target_share=s))
+        curves["random"].append(scorer.point(top_share(rand_score, s), target_share=s))
+        curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
+        curves["oracle"].append(scorer.point(top_share(gain, s), target_share=s))
+    own = scorer.point(fired_rule(ir, values, n), threshold=plan["params"][cfg.param]["value"])
+    return {
+        "policy": plan["policy"]["name"],
+        "data": str(data_dir),
+        "param": cfg.param,
+        "tokens": n,
+        "windows": len(windows),
+        "files": len(set(data.window_file)),
+        "models": {"small": entry, "large": shape.targets[0]},
+        "small": scorer.small,
+        "large": scorer.large,
+        "label_rate": float((data.greedy[entry] != data.greedy[shape.targets[0]]).float().mean()),
+        "at_plan_threshold": own,
+        "curves": curves,
+    }
+
+
+def format_table(result: dict) -> str:
+    s, lg = result["small"], result["large"]
+    lines = [
+        f"policy {result['policy']}: {result['tokens']} positions in {result['windows']} windows of "
+        f"{result['files']} files ({result['data']})",
+        f"small {result['models']['small']}: accuracy {s['accuracy']:.4f}  NLL {s['nll']:.4f}",
+        f"large {result['models']['large']}: accuracy {lg['accuracy']:.4f}  NLL {lg['nll']:.4f}",
+        f"positions where the greedy tokens differ: {result['label_rate']:.3f}",
+        "",
+    ]
+    for metric, key in (("accuracy", "acc_gap_recovered"), ("NLL", "nll_gap_recovered")):
+        lines.append(f"{metric} (gap recovered) at equal large-model share:")
+        lines.append(f"{'share':>6} " + " ".join(f"{m:>17}" for m in METHODS))
+        for i, target in enumerate(result["curves"]["policy"]):
+            cells = []
+            for m in METHODS:
+                p = result["curves"][m][i]
+                v = p["accuracy"] if metric == "accuracy" else p["nll"]
+                g = p[key]
+                gtxt = f"{100 * g:5.1f}%" if g is not None else "   - "
+                star = "*" if abs(p["share"] - p["target_share"]) > 0.01 else " "
+                cells.append(f"{v:.4f} ({gtxt}){star}")
+            lines.append(f"{target['target_share']:6.2f} " + " ".join(f"{c:>17}" for c in cells))
+        lines.append("")
+    own = result["at_plan_threshold"]
+    lines.append(
+        f"at the plan's {result['param']} = {own['threshold']}: large share {own['share']:.3f}, accuracy "
+        f"{own['accuracy']:.4f}, NLL {own['nll']:.4f}"
+    )
+    lines.append("* = actual share more than 0.01 from the target (query routing moves in whole windows)")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    styles = {
+        "policy": "o-",
+        "confidence": "s--",
+        "entropy": "^--",
+        "random": "x:",
+        "query": "d:",
+        "oracle": ".",
+    }
+    for m in METHODS:
+        pts = result["curves"][m]
+        label = f"{m} ({result['policy']})" if m == "policy" else m
+        ax.plot(
+            [100 * p["share"] for p in pts],
+            [100 * p["accuracy"] for p in pts],
+            styles[m],
+            label=label,
+            alpha=0.5 if m == "oracle" else 1.0,
+        )
+    ax.axhline(100 * result["small"]["accuracy"], color="grey", ls="--", lw=0.8)
+    ax.axhline(100 * result["large"]["accuracy"], color="black", ls="--", lw=0.8)
+    ax.text(0.5, 100 * result["small"]["accuracy"], " small alone", va="bottom", fontsize=8)
+    ax.text(0.5, 100 * result["large"]["accuracy"], " large alone", va="bottom", fontsize=8)
+    ax.set_xlabel("large-model share of tokens (%)")
+    ax.set_ylabel("next-token accuracy of the routed prediction (%)")
+    ax.set_title(f"Teacher-forced routing quality, {result['tokens']} held-out positions")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

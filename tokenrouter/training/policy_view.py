@@ -1,0 +1,160 @@
+"""What `train-router` and `eval` need to know about a plan: load it, check that teacher forcing can
+evaluate it, find the threshold param inside the entry model's route IR, and evaluate route IR over arrays.
+
+Teacher-forced evaluation supports the policy shape of CITER and R2R: every rule of the entry model's
+route block hands over with ``drop`` to a model that writes exactly one token and comes back (``for 1``,
+or a route block that is just ``-> ENTRY``). Then each position of a text is written either by the entry
+model or by the fired rule's target, independently of the other positions. Other shapes are refused
+with a message (their teacher-forced meaning depends on the tokens they would have generated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class PolicyViewError(ValueError):
+    """A plan that train-router / eval cannot work with. The message is for users."""
+
+
+def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict:
+    """A plan from a ``.tr`` source (compiled now) or a plan file written by ``tokenrouter compile``."""
+    from tokenrouter.compiler.plan import PlanError, read_plan
+
+    p = Path(path)
+    if not p.is_file():
+        raise PolicyViewError(f"{p}: no such file")
+    if p.suffix == ".tr":
+        from tokenrouter.compiler.driver import compile_file
+        from tokenrouter.dsl.diagnostics import render_all
+
+        result = compile_file(p, defines)
+        if not result.ok:
+            raise PolicyViewError(render_all(result.errors).rstrip())
+        return result.plan
+    if defines:
+        raise PolicyViewError("-D overrides need the .tr source, not a compiled plan")
+    try:
+        return read_plan(p)
+    except PlanError as e:
+        raise PolicyViewError(str(e)) from None
+
+
+@dataclass(slots=True)
+class RoutedShape:
+    entry: str
+    targets: list[str]  # per entry rule, the model that writes the position when the rule fires
+    ir: dict  # the entry model's route IR
+
+
+def routed_shape(plan: dict) -> RoutedShape:
+    entry = plan["entry"]
+    ir = plan["routes"][entry]
+    rules = ir["rules"]
+    if not rules:
+        raise PolicyViewError(f"the entry model {entry!r} has no route rules: nothing is routed")
+    targets = []
+    for rule in rules:
+        where = f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')})"
+        if not rule["drop"]:
+            raise PolicyViewError(
+                f"{where}: teacher-forced evaluation supports `drop` hand-offs only (the target rewrites the "
+                "position); this rule keeps the entry model's token"
+            )
+        target = rule["target"]
+        back = plan["routes"][target]["rules"]
+        one_token = rule["for"] == 1 or (
+            rule["for"] is None
+            and len(back) == 1
+            and back[0]["cond"] is None
+            and back[0]["target"] == entry
+            and not back[0]["drop"]
+        )
+        if not one_token:
+            raise PolicyViewError(
+                f"{where}: teacher-forced evaluation supports hand-offs where {target!r} writes one token and "
+                f"returns (`for 1`, or `route {target} {{ -> {entry} }}`)"
+            )
+        targets.append(target)
+    return RoutedShape(entry, targets, ir)
+
+
+def eval_ir(ir: dict, values: dict[str, torch.Tensor], n: int, override: dict[int, float] | None = None):
+    """Values of every node of a route IR over n rows. ``values``: feature and router name -> [n]
+    tensors (and "uniform"). ``override``: node index -> a float that replaces that const."""
+    out: list[torch.Tensor] = []
+    override = override or {}
+    binary = {
+        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "min": torch.minimum, "max": torch.maximum,
+        "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne,
+        "and": torch.logical_and, "or": torch.logical_or,
+    }  # fmt: skip
+    unary = {"neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "log": torch.log, "exp": torch.exp,
+             "sigmoid": torch.sigmoid}  # fmt: skip
+    for i, node in enumerate(ir["nodes"]):
+        op = node["op"]
+        args = [out[a] for a in node.get("args", [])]
+        if op == "const":
+            v = override.get(i, node["value"])
+            dtype = {"int": torch.int64, "float": torch.float32, "bool": torch.bool}[node["type"]]
+            val = torch.full((n,), v, dtype=dtype)
+        elif op in ("feature", "router"):
+            if node["name"] not in values:
+                raise PolicyViewError(f"route IR reads {op} {node['name']!r}, which is not computed")
+            val = values[node["name"]]
+        elif op == "uniform":
+            val = values["uniform"]
+        elif op == "div":
+            val = args[0].float() / args[1].float()
+        elif op in binary:
+            a, b = args
+            if op in ("add", "sub", "mul", "min", "max") and (a.is_floating_point() or b.is_floating_point()):
+                a, b = a.float(), b.float()
+            val = binary[op](a, b)
+        elif op in unary:
+            a = args[0]
+            val = unary[op](a.float() if op in ("log", "exp", "sigmoid") else a)
+        else:
+            raise PolicyViewError(f"route IR operation {op!r} is not known to the evaluator")
+        out.append(val)
+    return out
+
+
+def fired_rule(ir: dict, values: dict[str, torch.Tensor], n: int, override: dict[int, float] | None = None):
+    """Index of the first rule whose condition holds per row, -1 = stay (as the route kernel outputs)."""
+    nodes = eval_ir(ir, values, n, override)
+    rule = torch.full((n,), -1, dtype=torch.int64)
+    for i in reversed(range(len(ir["rules"]))):
+        cond = ir["rules"][i]["cond"]
+        hit = torch.ones(n, dtype=torch.bool) if cond is None else nodes[cond].bool()
+        rule = torch.where(hit, torch.full_like(rule, i), rule)
+    return rule
+
+
+def threshold_node(plan: dict, ir: dict, param: str) -> int:
+    """The index of the const node that is ``param`` folded in, found as the one side of a comparison
+    whose value equals the param's. Raises PolicyViewError when there is no such node or several."""
+    params = plan.get("params") or {}
+    if param not in params:
+        known = ", ".join(n for n, p in params.items() if p.get("type") in ("int", "float")) or "none"
+        raise PolicyViewError(f"the policy has no param {param!r} to sweep (numeric params: {known})")
+    value = params[param]["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyViewError(f"param {param!r} is not numeric")
+    nodes = ir["nodes"]
+    found = set()
+    for node in nodes:
+        if node["op"] in ("lt", "le", "gt", "ge"):
+            for a in node["args"]:
+                if nodes[a]["op"] == "const" and nodes[a]["value"] == value:
+                    found.add(a)
+    if len(found) != 1:
+        why = "no comparison" if not found else "more than one comparison"
+        raise PolicyViewError(
+            f"cannot sweep {param!r}: {why} in the route block of {ir['model']!r} compares against its value "
+            f"{value} (eval sweeps a param used as one side of one comparison)"
+        )
+    return found.pop()

@@ -1,0 +1,212 @@
+"""`tokenrouter train-router`: fit a plan's router to the small model's divergence from the large one.
+
+Label of a position: the entry (small) model's greedy token differs from the large model's (R2R's and
+CITER's notion). Whether the router's output should be high or low on such positions is read from the
+policy itself: the rule that reads the router is evaluated with the router pinned high and low, and the
+router is trained so that a high label-probability makes that rule fire more. Training: BCE with
+positive-class weighting, Adam, early stopping on a held-out split by file; the file keeps the best
+epoch, with input_mean/input_std (docs/ir.md "Router weights").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .policy_view import PolicyViewError, fired_rule, routed_shape
+from .teacher import TeacherConfig, TeacherData, make_windows, teacher_force
+
+
+@dataclass(slots=True)
+class RouterTrainConfig:
+    hidden_layers: tuple[int, ...] = (256,)  # mlp only
+    epochs: int = 30
+    batch: int = 512
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    val_frac: float = 0.15  # of files
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if any(h < 1 for h in self.hidden_layers):
+            raise ValueError("hidden layer sizes must be >= 1")
+        if self.epochs < 1 or self.batch < 1:
+            raise ValueError("epochs and batch must be >= 1")
+        if not 0 < self.lr < 1:
+            raise ValueError("lr must be in (0, 1)")
+        if not 0 < self.val_frac < 1:
+            raise ValueError("val_frac must be in (0, 1)")
+
+
+@dataclass(slots=True)
+class RouterReport:
+    path: str
+    rows_train: int
+    rows_val: int
+    positive_rate: float  # share of val positions labelled (small greedy != large greedy)
+    polarity: int  # +1: a high router output fires the rule; -1: a low one does
+    val_loss: float
+    precision: float  # at the plan's threshold, on the val split: of the routed positions, labelled ones
+    recall: float  # of the labelled positions, routed ones
+    routed_share: float
+    threshold_text: str
+
+
+def router_rule(plan: dict, router: str) -> tuple[str, int, str]:
+    """(entry model, index of the entry rule that reads `router`, large model that rule targets)."""
+    shape = routed_shape(plan)
+    if router not in (plan.get("routers") or {}):
+        known = ", ".join(sorted(plan.get("routers") or {})) or "none"
+        raise PolicyViewError(f"the policy has no router {router!r} (routers: {known})")
+    spec = plan["routers"][router]
+    if spec["model"] != shape.entry:
+        raise PolicyViewError(
+            f"router {router!r} reads model {spec['model']!r}, not the entry model {shape.entry!r}"
+        )
+    nodes = shape.ir["nodes"]
+    reads = [i for i, n in enumerate(nodes) if n["op"] == "router" and n["name"] == router]
+
+    def uses(idx: int) -> bool:
+        stack, seen = [idx], set()
+        while stack:
+            i = stack.pop()
+            if i in reads:
+                return True
+            if i not in seen:
+                seen.add(i)
+                stack.extend(nodes[i].get("args", []))
+        return False
+
+    rules = [i for i, r in enumerate(shape.ir["rules"]) if r["cond"] is not None and uses(r["cond"])]
+    if not rules:
+        raise PolicyViewError(f"no rule of {shape.entry!r} reads router {router!r}")
+    return shape.entry, rules[0], shape.targets[rules[0]]
+
+
+def polarity(plan: dict, entry: str, router: str, rule: int, data: TeacherData) -> int:
+    ir = plan["routes"][entry]
+    n = min(data.n, 4096)
+    values = {k: v[:n] for k, v in data.features.items()}
+    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(0))
+    others = {r: torch.zeros(n) for r in ir["routers"]}
+    fires = []
+    for pinned in (20.0, -20.0):
+        vals = {**values, **others, router: torch.full((n,), pinned)}
+        fires.append(float((fired_rule(ir, vals, n) == rule).float().mean()))
+    if fires[0] == fires[1]:
+        raise PolicyViewError(
+            f"rule {rule} of {entry!r} fires as often with {router!r} high as low on this data"
+        )
+    return 1 if fires[0] > fires[1] else -1
+
+
+def _mlp(sizes: list[int]) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def file_split(data: TeacherData, val_frac: float, seed: int) -> torch.Tensor:
+    """A bool mask [N] of validation rows: whole files (or, with one file, whole windows) held out."""
+    import random
+
+    files = sorted(set(data.window_file))
+    if len(files) >= 2:
+        rng = random.Random(seed)
+        val_files = set(rng.sample(files, max(1, round(len(files) * val_frac))))
+        val_windows = torch.tensor([f in val_files for f in data.window_file])
+    else:
+        w = len(data.window_file)
+        if w < 2:
+            raise PolicyViewError("train-router needs at least two windows of text to hold one out")
+        val_windows = torch.zeros(w, dtype=torch.bool)
+        val_windows[: max(1, round(w * val_frac))] = True
+    return val_windows[data.window]
+
+
+def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: RouterTrainConfig):
+    """Train on rows ~val, early-stop on rows val. Returns (tensors in the docs/ir.md layout, val loss)."""
+    torch.manual_seed(cfg.seed)
+    xt, yt, xv, yv = x[~val], y[~val], x[val], y[val]
+    mean = xt.mean(0)
+    std = xt.std(0).clamp_min(1e-4)
+    sizes = [x.shape[1], 1] if kind == "linear" else [x.shape[1], *cfg.hidden_layers, 1]
+    net = _mlp(sizes)
+    pos = float(yt.sum())
+    pos_weight = torch.tensor((len(yt) - pos) / max(pos, 1.0))
+    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    xtn, xvn = (xt - mean) / std, (xv - mean) / std
+    best = (float("inf"), None)
+    for _ in range(cfg.epochs):
+        net.train()
+        for idx in torch.randperm(len(xtn), generator=gen).split(cfg.batch):
+            loss = loss_fn(net(xtn[idx])[:, 0], yt[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        net.eval()
+        with torch.no_grad():
+            vl = float(loss_fn(net(xvn)[:, 0], yv))
+        if vl < best[0]:
+            best = (vl, {k: v.detach().clone() for k, v in net.state_dict().items()})
+    net.load_state_dict(best[1])
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    tensors: dict[str, torch.Tensor] = {"input_mean": mean.contiguous(), "input_std": std.contiguous()}
+    for i, lin in enumerate(linears):
+        prefix = "" if kind == "linear" else f"layers.{i}."
+        tensors[prefix + "weight"] = lin.weight.detach().float().contiguous()
+        tensors[prefix + "bias"] = lin.bias.detach().float().contiguous()
+    return tensors, best[0]
+
+
+def train_router(
+    plan: dict, router: str, data_dir: Path, out: Path | None, teacher: TeacherConfig, cfg: RouterTrainConfig
+) -> RouterReport:
+    from tokenrouter.runtime.route.routers import RouterSpec, load_router, write_router
+
+    entry, rule, large = router_rule(plan, router)
+    spec = RouterSpec.from_plan(router, plan["routers"][router])
+    out = Path(out) if out is not None else Path(spec.path)
+    windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
+    data = teacher_force(plan, entry, [entry, large], windows, teacher, routers={router: spec})
+    sign = polarity(plan, entry, router, rule, data)
+    label = (data.greedy[entry] != data.greedy[large]).float()
+    val = file_split(data, cfg.val_frac, cfg.seed)
+    if val.all() or not val.any():
+        raise PolicyViewError("the held-out split is empty or takes every row; give more files")
+    target = label if sign > 0 else 1 - label
+    tensors, val_loss = fit(data.router_inputs[router], target, val, spec.kind, cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_router(out, spec, tensors)
+    # precision / recall of the rule (at the plan's own threshold) on the held-out rows, with the new file
+    loaded, _ = load_router(RouterSpec(spec.name, spec.kind, str(out), spec.inputs), None, "cpu")
+    xv = data.router_inputs[router][val]
+    ir = plan["routes"][entry]
+    n = int(val.sum())
+    values = {k: v[val] for k, v in data.features.items()}
+    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(cfg.seed))
+    values.update({r: torch.zeros(n) for r in ir["routers"]})
+    with torch.no_grad():
+        values[router] = loaded(xv)
+    routed = fired_rule(ir, values, n) == rule
+    lv = label[val].bool()
+    tp = float((routed & lv).sum())
+    return RouterReport(
+        path=str(out),
+        rows_train=int((~val).sum()),
+        rows_val=n,
+        positive_rate=float(lv.float().mean()),
+        polarity=sign,
+        val_loss=val_loss,
+        precision=tp / max(float(routed.sum()), 1.0),
+        recall=tp / max(float(lv.sum()), 1.0),
+        routed_share=float(routed.float().mean()),
+        threshold_text=ir["rules"][rule].get("source", ""),
+    )

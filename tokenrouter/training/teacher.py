@@ -1,0 +1,197 @@
+"""Teacher forcing over a folder of text files: windows of tokens, and per position what each model of a
+plan predicts (greedy token, NLL of the true next token) plus the entry model's per-step features
+(docs/ir.md semantics) and router inputs.
+
+Row t of a window holds the models' outputs after reading tokens 0..t, i.e. their prediction of token
+t+1. The first ``prompt`` rows of each window are context only (not scored; the query-level baseline
+reads the entry model's entropy over them). Features that depend on the request's history use:
+``position`` = t + 2 (the sequence length once the token is committed), ``generated`` = t + 2 - prompt,
+``run_length`` = ``generated`` (teacher forcing has no hand-off history; a policy reading run_length is
+approximated).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .corpus import read_text_dir
+from .policy_view import PolicyViewError
+
+
+@dataclass(slots=True)
+class TeacherConfig:
+    seq_len: int = 256  # tokens per window
+    prompt: int = 16  # leading rows of each window that are context only
+    max_tokens: int = 40_000  # scored positions at most (windows are sampled, seeded)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 8:
+            raise ValueError(f"seq_len must be >= 8, got {self.seq_len}")
+        if not 1 <= self.prompt < self.seq_len - 1:
+            raise ValueError(f"prompt must be in [1, seq_len - 2], got {self.prompt}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(slots=True)
+class Window:
+    file: str
+    ids: list[int]  # seq_len + 1 tokens at most: inputs ids[:-1], targets ids[1:]
+
+
+def make_windows(data_dir: Path, tokenizer_dir: Path, cfg: TeacherConfig) -> list[Window]:
+    from .tokenizer import encode_document, load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    windows: list[Window] = []
+    for name, text in read_text_dir(data_dir):
+        ids = encode_document(tok, text)
+        for s in range(0, len(ids) - 1, cfg.seq_len):
+            w = ids[s : s + cfg.seq_len + 1]
+            if len(w) - 1 >= cfg.prompt + 8:
+                windows.append(Window(name, w))
+    random.Random(cfg.seed).shuffle(windows)
+    out, scored = [], 0
+    for w in windows:
+        if scored >= cfg.max_tokens:
+            break
+        out.append(w)
+        scored += len(w.ids) - 1 - cfg.prompt
+    if not out:
+        raise ValueError(f"no window of at least {cfg.prompt + 8} tokens in {data_dir}")
+    return out
+
+
+def step_features(logits: torch.Tensor) -> dict[str, torch.Tensor]:
+    """docs/ir.md features of greedy steps over rows of logits [T, V] (float32)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    token = torch.argmax(lp, dim=-1)  # ties -> lowest index
+    p = lp.exp()
+    top2 = p.topk(2, dim=-1).values
+    ent = -(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum(-1)
+    return {
+        "token": token,
+        "logprob": lp.gather(1, token[:, None])[:, 0],
+        "confidence": top2[:, 0],
+        "margin": top2[:, 0] - top2[:, 1],
+        "entropy": ent,
+        "norm_entropy": ent / math.log(logits.shape[-1]),
+    }
+
+
+@dataclass(slots=True)
+class TeacherData:
+    """Per scored position (rows), concatenated over windows, plus per-window bookkeeping."""
+
+    models: list[str]
+    target: torch.Tensor  # [N] the true next token
+    greedy: dict[str, torch.Tensor] = field(default_factory=dict)  # model -> [N] argmax token
+    nll: dict[str, torch.Tensor] = field(default_factory=dict)  # model -> [N] -log p(target)
+    features: dict[str, torch.Tensor] = field(default_factory=dict)  # entry model's, by feature name
+    router_inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # router name -> [N, D]
+    window: torch.Tensor | None = None  # [N] window index of each row
+    window_file: list[str] = field(default_factory=list)
+    prompt_entropy: torch.Tensor | None = None  # [W] entry model's mean entropy over each window's prompt
+
+    @property
+    def n(self) -> int:
+        return int(self.target.shape[0])
+
+    def correct(self, model: str) -> torch.Tensor:
+        return self.greedy[model] == self.target
+
+
+def load_engines(plan: dict, models: list[str]) -> dict:
+    from tokenrouter.runtime.engine.base import EngineError
+    from tokenrouter.runtime.engine.embedded import load_engine
+
+    engines = {}
+    for m in models:
+        try:
+            engines[m] = load_engine(plan["models"][m]["path"], device="cpu", dtype="float32", max_tokens=64)
+        except (EngineError, ValueError) as e:
+            raise PolicyViewError(f"model {m!r}: {e}") from None
+    vocab = {m: e.info.vocab_size for m, e in engines.items()}
+    if len(set(vocab.values())) > 1:
+        raise PolicyViewError(f"the models must share one vocabulary to be routed per token, got {vocab}")
+    return engines
+
+
+def router_input_values(spec, logits: torch.Tensor, hidden: torch.Tensor, token: torch.Tensor, embed):
+    """The concatenated inputs of one router (a RouterSpec) for rows of one model's step outputs."""
+    cols = []
+    for inp in spec.inputs:
+        if inp.kind == "hidden":
+            cols.append(hidden.float())
+        elif inp.kind == "embedding":
+            cols.append(embed(token).float())
+        else:
+            vals = logits.float().topk(inp.k, dim=-1).values
+            if inp.kind == "topk_logprobs":
+                vals = vals - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+            cols.append(vals)
+    return torch.cat(cols, dim=-1)
+
+
+@torch.no_grad()
+def teacher_force(
+    plan: dict,
+    entry: str,
+    models: list[str],
+    windows: list[Window],
+    cfg: TeacherConfig,
+    routers: dict | None = None,
+) -> TeacherData:
+    """Run every model over every window. ``routers``: name -> RouterSpec whose inputs to collect."""
+    engines = load_engines(plan, models)
+    routers = routers or {}
+    parts: dict[str, list] = {}
+
+    def add(key: str, value: torch.Tensor) -> None:
+        parts.setdefault(key, []).append(value)
+
+    prompt_ent = []
+    for wi, w in enumerate(windows):
+        x = torch.tensor(w.ids[:-1], dtype=torch.int64)
+        y = torch.tensor(w.ids[1:], dtype=torch.int64)
+        s = slice(cfg.prompt, len(x))
+        add("target", y[s])
+        add("window", torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
+        for m in models:
+            logits, hidden = engines[m].forward_full(x)
+            logits = logits.float()
+            lp = torch.log_softmax(logits, dim=-1)
+            add(f"greedy/{m}", lp[s].argmax(-1))
+            add(f"nll/{m}", -lp[s].gather(1, y[s, None])[:, 0])
+            if m != entry:
+                continue
+            f = step_features(logits)
+            prompt_ent.append(f["entropy"][: cfg.prompt].mean())
+            t = torch.arange(len(x))
+            gen = t + 2 - cfg.prompt
+            f.update(position=t + 2, generated=gen, run_length=gen)
+            for k, v in f.items():
+                add(f"feat/{k}", v[s])
+            for name, spec in routers.items():
+                xs = router_input_values(spec, logits[s], hidden[s], f["token"][s], engines[m].embed)
+                add(f"router/{name}", xs)
+    cat = {k: torch.cat(v) for k, v in parts.items()}
+    data = TeacherData(models=list(models), target=cat["target"], window=cat["window"],
+                       window_file=[w.file for w in windows], prompt_entropy=torch.stack(prompt_ent))  # fmt: skip
+    for k, v in cat.items():
+        kind, _, name = k.partition("/")
+        if kind == "greedy":
+            data.greedy[name] = v
+        elif kind == "nll":
+            data.nll[name] = v
+        elif kind == "feat":
+            data.features[name] = v
+        elif kind == "router":
+            data.router_inputs[name] = v
+    return data
