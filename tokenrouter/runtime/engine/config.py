@@ -16,9 +16,8 @@ ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
 }
-MODEL_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama", "mistral": "llama"}
+MODEL_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama"}
 
 
 class ModelFolderError(EngineError):

@@ -403,8 +403,8 @@ def load_engine(
         cuda_graph=cuda_graph,
         seed=seed,
     )
+    config = load_model_config(path)  # the folder and its config.json first, then the weights
     folder = check_model_folder(path, need_weights=load != "dummy")
-    config = load_model_config(folder)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise EngineError(f"device {device!r} requested but CUDA is not available")

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from tokenrouter.runtime.engine.base import Engine, StepInput
+from tokenrouter.runtime.engine.config import ModelFolderError
 from tokenrouter.runtime.sampling import SamplingParams, SamplingTensors, sample
 
 
@@ -60,3 +62,57 @@ def generate(
         for i in pending:
             engine.release(rids[i])
     return results
+
+
+def load_tokenizer(folder: str | Path):
+    """The folder's tokenizer.json as a `tokenizers.Tokenizer`; ModelFolderError names a missing file."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise ModelFolderError(f"{Path(folder)}: no tokenizer.json in the model folder")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for malformed files
+        raise ModelFolderError(f"{path}: cannot read tokenizer ({e})") from e
+
+
+def generate_from_folder(
+    folder: str | Path,
+    *,
+    prompt: str | None,
+    prompt_ids: list[int] | None,
+    params: SamplingParams,
+    device: str = "cpu",
+    dtype: str | None = None,
+    load: str = "auto",
+) -> dict:
+    """`tokenrouter generate MODEL_DIR`: one prompt, in-process. Returns a JSON-able dict with `token_ids`
+    and `text`. Raises ModelFolderError / EngineError / ValueError with user-facing messages."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+
+    if (prompt is None) == (prompt_ids is None):
+        raise ValueError("give exactly one of a text prompt or prompt token ids")
+    engine = load_engine(folder, device=device, dtype=dtype, load=load, max_batch=1, max_reqs=1)
+    tokenizer = load_tokenizer(folder) if prompt is not None else None
+    if prompt is not None:
+        prompt_ids = tokenizer.encode(prompt).ids
+        if not prompt_ids:
+            raise ValueError("the prompt is empty after tokenization")
+    bad = [t for t in prompt_ids if not 0 <= t < engine.info.vocab_size]
+    if bad:
+        raise ValueError(f"prompt token id {bad[0]} is out of range 0..{engine.info.vocab_size - 1}")
+    (result,) = generate(engine, [prompt_ids], [params])
+    if tokenizer is None and (Path(folder) / "tokenizer.json").is_file():
+        tokenizer = load_tokenizer(folder)
+    text = None
+    if tokenizer is not None:
+        known = tokenizer.get_vocab_size()
+        text = tokenizer.decode([t for t in result.token_ids if t < known], skip_special_tokens=True)
+    return {
+        "model": str(folder),
+        "prompt_token_ids": result.prompt_token_ids,
+        "token_ids": result.token_ids,
+        "text": text,
+        "finish_reason": result.finish_reason,
+    }
