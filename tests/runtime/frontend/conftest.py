@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,15 +46,16 @@ def write_policy(
 class Server:
     """`tokenrouter serve PLAN --port 0 ...` in a subprocess; `url` is parsed from its one line of output."""
 
-    def __init__(self, plan: Path, *extra: str, log_dir: Path) -> None:
+    def __init__(self, plan: Path, *extra: str, log_dir: Path, port: int = 0) -> None:
         self.stderr_path = log_dir / "serve.stderr"
         self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--port", "0", *extra],
+            [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--port", str(port), *extra],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
+            start_new_session=True,  # like a terminal: stop(SIGINT) signals the launcher's whole group
         )
         self.url = self._read_url()
 
@@ -79,9 +82,9 @@ class Server:
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
-    def stop(self) -> int:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            os.killpg(self.proc.pid, sig)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -90,6 +93,12 @@ class Server:
         self._stderr.close()
         self.proc.stdout.close()
         return self.proc.returncode
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def metrics(url: str, headers: dict | None = None) -> dict[str, float]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import MODELS, ROOT, Server, write_policy
+from conftest import MODELS, ROOT, Server, free_port, write_policy
 
 
 def _serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -77,8 +77,17 @@ def test_port_in_use_fails_before_loading_models(tmp_path):
 
 
 def test_killed_subserver_fails_requests_promptly_and_launcher_exits_nonzero(tmp_path):
-    srv = Server(write_policy(tmp_path), "--tcp", log_dir=tmp_path)
+    port = free_port()
+    health: list[int] = []
+    starting = threading.Event()
+    watcher = threading.Thread(target=_watch_health, args=(port, health, starting), daemon=True)
+    watcher.start()
+    srv = Server(write_policy(tmp_path), "--tcp", log_dir=tmp_path, port=port)
+    starting.set()
+    watcher.join(10)
     try:
+        assert 503 in health, f"/health never said 'starting' (503) before ready: {health}"
+        assert httpx.get(f"{srv.url}/health", timeout=10).status_code == 200
         info = httpx.get(f"{srv.url}/server_info", timeout=10).json()
         eps = info["endpoints"]
         assert all(
@@ -125,6 +134,15 @@ def test_killed_subserver_fails_requests_promptly_and_launcher_exits_nonzero(tmp
             assert not _alive(pid), f"process {pid} survived the shutdown"
     finally:
         srv.stop()
+
+
+def _watch_health(port: int, statuses: list[int], done: threading.Event) -> None:
+    while not done.is_set():
+        try:
+            statuses.append(httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
 
 
 def _wait_tokens(url: str, timeout: float = 30) -> None:
