@@ -183,7 +183,11 @@ class EmbeddedEngine(Engine):
             if want:
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
             return
-        self.graph_runner = CudaGraphRunner(self)
+        try:
+            self.graph_runner = CudaGraphRunner(self)
+        except ValueError as e:  # e.g. an attention backend that cannot be captured
+            if want:
+                raise EngineError(f"CUDA graphs are not available: {e}") from e
 
     # --- the Engine contract ------------------------------------------------------------------------
     def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:

@@ -92,7 +92,8 @@ class ForwardBatch:
         req_to_token_pool: ReqToTokenPool | None = None,
         token_to_kv_pool: MHATokenToKVPool | None = None,
     ) -> ForwardBatch:
-        """Build from host lists (one H2D copy per tensor). `out_cache_loc` may be a CPU or device tensor."""
+        """Build from host lists with one host-to-device copy. `out_cache_loc`: the new tokens' KV slots
+        (a CPU tensor, as the pool's allocator hands them out)."""
         bs = len(req_pool_indices)
         if bs == 0:
             raise ValueError("a ForwardBatch needs at least one row")
@@ -117,19 +118,21 @@ class ForwardBatch:
         else:
             mode = ForwardMode.MIXED
         # one pinned-free host tensor, one copy: [input_ids | positions | req | seq | prefix | ext | indptr]
-        host = torch.tensor(
+        ints = (
             input_ids
             + positions
             + req_pool_indices
             + seq_lens
             + extend_prefix_lens
             + extend_seq_lens
-            + indptr,
-            dtype=torch.int64,
+            + indptr
+        )
+        host = torch.cat(
+            [torch.tensor(ints, dtype=torch.int64), out_cache_loc.to(device="cpu", dtype=torch.int64)]
         )
         dev = host.to(device, non_blocking=True)
         t, b = num_tokens, bs
-        cuts = [t, t, b, b, b, b, b + 1]
+        cuts = [t, t, b, b, b, b, b + 1, t]
         parts = torch.split(dev, cuts)
         qo_indptr = parts[6]
         return cls(
@@ -138,7 +141,7 @@ class ForwardBatch:
             num_tokens=num_tokens,
             input_ids=parts[0],
             positions=parts[1],
-            out_cache_loc=out_cache_loc.to(device=device, dtype=torch.int64, non_blocking=True),
+            out_cache_loc=parts[7],
             req_pool_indices=parts[2],
             seq_lens=parts[3],
             extend_prefix_lens=parts[4],
