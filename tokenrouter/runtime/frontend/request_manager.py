@@ -108,7 +108,7 @@ class RequestManager:
     # ---- requests -----------------------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], sampling: m.SamplingSpec) -> ReqState:
         if self.fatal is not None:
-            raise self._fatal_error()
+            raise self.fatal_error()
         if not self.is_ready:
             raise APIError(503, "the server is still starting; retry when GET /health returns 200")
         rid = secrets.token_hex(12)
@@ -210,14 +210,14 @@ class RequestManager:
             return
         self.fatal = (msg.name, msg.error)
         log.error("subserver %r failed; failing %d in-flight request(s)", msg.name, len(self.requests))
-        err = self._fatal_error()
+        err = self.fatal_error()
         for st in self.requests.values():
             st.error = err
             st.event.set()
             self.metrics.requests_finished["error"] += 1
         self.requests.clear()
 
-    def _fatal_error(self) -> APIError:
+    def fatal_error(self) -> APIError:
         name, error = self.fatal or ("?", "")
         last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
         return APIError(
