@@ -1,6 +1,7 @@
 """The Triton route kernel against the torch renderer: under Triton's interpreter on CPU (in a fresh
 process, since TRITON_INTERPRET must be set before triton is imported), compiled for sm_90 without a GPU,
-and compiled for real on a GPU (marked gpu)."""
+and compiled for real on a GPU (marked gpu; the small-shape script covers every case, routers and every
+stdlib policy, the full-vocabulary test the split choices of bs 1 / 8 / 64)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies
+from route_cases import CASES
 from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits
 
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel
@@ -62,7 +63,7 @@ def test_compiled_triton_matches_torch_small(tmp_path):
 def test_compiled_triton_matches_torch_full_vocab(rows, dtype):
     dev = torch.device("cuda")
     vocab = 151_936
-    for name in ("citer_like", "float_functions", "counters", "bernoulli_split"):
+    for name in ("citer_like", "float_functions"):
         plan = {"routes": {"slm": CASES[name]()}, "routers": {}, "models": {}}
         ref = RouteKernel(plan, "slm", "torch", dev)
         tri = RouteKernel(plan, "slm", "triton", dev)
@@ -80,22 +81,3 @@ def test_compiled_triton_matches_torch_full_vocab(rows, dtype):
                     torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-5, msg=f"{name} {key}")
                 else:
                     assert torch.equal(got, want), (name, key)
-
-
-@pytest.mark.gpu
-@cuda
-@pytest.mark.parametrize("path", stdlib_policies(), ids=[p.stem for p in stdlib_policies()])
-def test_compiled_triton_matches_torch_stdlib(path, tmp_path):
-    dev = torch.device("cuda")
-    plan = runnable_stdlib_plan(path, tmp_path)
-    vocab, rows = 4096, 16
-    table = torch.randn(vocab, STDLIB_HIDDEN, device=dev)
-    for model in plan["routes"]:
-        kw = dict(embed=lambda t: table[t], hidden_size=STDLIB_HIDDEN)
-        ref = RouteKernel(plan, model, "torch", dev, **kw)
-        tri = RouteKernel(plan, model, "triton", dev, **kw)
-        logits = random_logits(rows, vocab, 3).to(dev)
-        hidden = torch.randn(rows, STDLIB_HIDDEN, device=dev)
-        state = _to(mixed_state(rows), dev)
-        a, b = ref(logits, hidden, state), tri(logits, hidden, state)
-        assert torch.equal(a.token, b.token) and torch.equal(a.rule, b.rule), model

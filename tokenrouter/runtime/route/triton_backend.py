@@ -37,15 +37,15 @@ class TritonRoute:
 
     def config(self, rows: int, vocab: int) -> tuple[int, int, int]:
         """(split, block, num_warps) for a batch."""
-        block = self.block or (4096 if self.device.type == "cuda" else 256)
+        block = self.block or (2048 if self.device.type == "cuda" else 256)
         if self.split is not None:
             split = self.split
         elif self.device.type == "cuda":
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            split = min(_pow2_floor(2 * sms // rows), _pow2_floor(max(1, vocab // block)), 32)
+            split = min(_pow2_floor(2 * sms // rows), _pow2_floor(max(1, vocab // block)), 64)
         else:
             split = 1
-        return split, block, (8 if block >= 2048 else 4)
+        return split, block, max(1, min(16, block // 256))  # 8 elements per thread
 
     def run(
         self,
