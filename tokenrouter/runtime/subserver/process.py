@@ -67,6 +67,7 @@ class SubserverArgs:
     log_level: str = "INFO"
     stats_interval_s: float = 0.5
     max_batch: int = 256
+    cpu_threads: int | None = None  # torch intra-op threads (None: torch's default)
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
 
     def __post_init__(self) -> None:
@@ -81,6 +82,8 @@ class SubserverArgs:
             raise ValueError(f"stats_interval_s must be > 0, got {self.stats_interval_s}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if not isinstance(logging.getLevelName(self.log_level.upper()), int):
             raise ValueError(f"unknown log level {self.log_level!r}")
 
@@ -97,6 +100,10 @@ class Subserver:
 
         self.args = args
         self.ctx = ctx
+        if args.cpu_threads is not None:
+            import torch
+
+            torch.set_num_threads(args.cpu_threads)
         self.model = args.model
         self.endpoints = Endpoints.from_dict(args.endpoints)
         self.plan = read_plan(args.plan_path)

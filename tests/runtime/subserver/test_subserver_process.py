@@ -1,0 +1,184 @@
+"""Two subserver processes (`run_subserver_process`) over real ipc:// sockets, driven by a harness that
+plays the launcher and the frontend."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+
+import pytest
+import zmq
+from subserver_helpers import compile_policy
+
+from tokenrouter.compiler.plan import write_plan
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+from tokenrouter.runtime.offline import load_offline
+from tokenrouter.runtime.subserver.process import SubserverArgs, run_subserver_process
+
+TIMEOUT_S = 90
+
+
+class Harness:
+    def __init__(self, plan_path: str, models: list[str], entry: str) -> None:
+        self.run_dir = tempfile.mkdtemp(prefix="tr-test-")  # short: ipc paths have a length limit
+        self.eps = Endpoints.ipc(models, self.run_dir)
+        self.ctx = zmq.Context()
+        self.launcher = Receiver(self.ctx, self.eps.launcher, m.ToLauncher)
+        self.frontend = Receiver(self.ctx, self.eps.frontend, m.ToFrontend)
+        self.subs = {name: Sender(self.ctx, addr) for name, addr in self.eps.subservers.items()}
+        self.entry = entry
+        self.stats: dict[str, m.SubserverStats] = {}
+        spawn = mp.get_context("spawn")
+        self.procs = {
+            name: spawn.Process(
+                target=run_subserver_process,
+                args=(
+                    SubserverArgs(
+                        plan_path, name, self.eps.to_dict(), device="cpu", stats_interval_s=0.1, cpu_threads=1
+                    ),
+                ),
+            )
+            for name in models
+        }
+        for p in self.procs.values():
+            p.start()
+
+    def wait_ready(self) -> dict[str, m.Ready | m.Fatal]:
+        got: dict = {}
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < len(self.procs) and time.monotonic() < deadline:
+            if self.launcher.poll(100):
+                for msg in self.launcher.drain():
+                    got[msg.name] = msg
+        return got
+
+    def broadcast(self, msg) -> None:
+        for s in self.subs.values():
+            s.send(msg)
+
+    def run(
+        self, requests: dict[str, tuple[list[int], m.SamplingSpec]], abort_after: dict[str, int] | None = None
+    ):
+        """Play the frontend: submit, collect tokens (reordered by index), Release on finish."""
+        abort_after = abort_after or {}
+        tokens: dict[str, dict[int, tuple[int, str]]] = {rid: {} for rid in requests}
+        finished: dict[str, m.Finished] = {}
+        n = 0
+        for rid, (prompt, spec) in requests.items():
+            n += 1
+            self.subs[self.entry].send(m.NewRequest(rid, prompt, spec, n_active=n))
+        self.broadcast(m.ActiveCount(n))
+        active = set(requests)
+        deadline = time.monotonic() + TIMEOUT_S
+        while active and time.monotonic() < deadline:
+            if not self.frontend.poll(100):
+                continue
+            for msg in self.frontend.drain():
+                if isinstance(msg, m.SubserverStats):
+                    self.stats[msg.model] = msg
+                    continue
+                assert isinstance(msg, m.StepOutputs), msg
+                for t in msg.tokens:
+                    for k, tok in enumerate(t.token_ids):
+                        tokens[t.rid][t.index + k] = (tok, t.model)
+                    if t.rid in abort_after and t.rid in active and len(tokens[t.rid]) >= abort_after[t.rid]:
+                        active.discard(t.rid)
+                        self.broadcast(m.Abort(t.rid))
+                        self.broadcast(m.ActiveCount(len(active)))
+                for f in msg.finished:
+                    if f.rid in active:
+                        finished[f.rid] = f
+                        active.discard(f.rid)
+                        self.broadcast(m.Release(f.rid))
+                        self.broadcast(m.ActiveCount(len(active)))
+        assert not active, f"requests did not finish within {TIMEOUT_S} s: {sorted(active)}"
+        out = {}
+        for rid, by_index in tokens.items():
+            assert sorted(by_index) == list(range(len(by_index)))  # no gap, no duplicate
+            out[rid] = [by_index[i] for i in range(len(by_index))]
+        return out, finished
+
+    def wait_all_free(self) -> dict[str, m.SubserverStats]:
+        deadline = time.monotonic() + TIMEOUT_S
+        self.stats.clear()
+        while time.monotonic() < deadline:
+            if self.frontend.poll(100):
+                for msg in self.frontend.drain():
+                    if isinstance(msg, m.SubserverStats):
+                        self.stats[msg.model] = msg
+            if len(self.stats) == len(self.procs) and all(
+                s.kv_pages_free == s.kv_pages_total and s.waiting + s.running + s.pending == 0
+                for s in self.stats.values()
+            ):
+                return self.stats
+        raise AssertionError(f"KV not freed: {self.stats}")
+
+    def close(self) -> list[int | None]:
+        self.broadcast(m.Shutdown())
+        codes = []
+        for p in self.procs.values():
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+            codes.append(p.exitcode)
+        for s in (*self.subs.values(), self.launcher, self.frontend):
+            s.sock.close(0)
+        self.ctx.term()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        return codes
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    plan = compile_policy(tmp_path, "for_k", batch={"a": 2, "b": 1})
+    path = tmp_path / "for_k.plan"
+    write_plan(plan, path)
+    return plan, str(path)
+
+
+def test_two_subserver_processes_match_the_in_process_executor(plan_file):
+    plan, path = plan_file
+    h = Harness(path, list(plan["models"]), plan["entry"])
+    try:
+        ready = h.wait_ready()
+        assert {n: type(r) for n, r in ready.items()} == {"a": m.Ready, "b": m.Ready}, ready
+        assert ready["a"].info["device"] == "cpu" and ready["b"].info["vocab_size"] == 512
+        prompts = {f"r{i}": ([5 + i, 17, 300 - i], m.SamplingSpec(seed=i, max_tokens=10)) for i in range(4)}
+        got, finished = h.run(prompts)
+        expected = load_offline(plan, "cpu").generate(
+            [p for p, _ in prompts.values()], [s for _, s in prompts.values()]
+        )
+        for rid, exp in zip(prompts, expected, strict=True):
+            assert [t for t, _ in got[rid]] == exp.token_ids
+            assert [w for _, w in got[rid]] == exp.models
+            assert finished[rid].reason == exp.finish_reason
+        assert {w for r in got.values() for _, w in r} == {"a", "b"}  # both processes wrote tokens
+        # aborts mid-generation (some pending on the other model) free every KV pool
+        long = {
+            f"x{i}": ([7 + i, 8], m.SamplingSpec(seed=50 + i, max_tokens=400, ignore_eos=True))
+            for i in range(8)
+        }
+        got, finished = h.run(long, abort_after={rid: 5 + i for i, rid in enumerate(long)})
+        assert not finished and all(len(t) >= 5 for t in got.values())
+        h.wait_all_free()
+    finally:
+        codes = h.close()
+    assert codes == [0, 0]
+
+
+def test_a_subserver_that_cannot_start_reports_fatal(tmp_path):
+    h = Harness(str(tmp_path / "missing.plan"), ["a"], "a")
+    try:
+        ready = h.wait_ready()
+        assert isinstance(ready["a"], m.Fatal) and "no such plan file" in ready["a"].error
+        msg = None
+        if h.frontend.poll(10_000):
+            msg = h.frontend.recv()
+        assert isinstance(msg, m.Fatal) and msg.name == "a"  # the frontend hears it too
+    finally:
+        codes = h.close()
+    assert codes == [1]
