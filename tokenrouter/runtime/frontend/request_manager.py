@@ -116,10 +116,13 @@ class RequestManager:
         self.requests[rid] = st
         self.metrics.requests_total += 1
         self.metrics.prompt_tokens += len(prompt_ids)
-        self._send(
-            self.entry,
-            m.NewRequest(rid=rid, prompt_ids=prompt_ids, sampling=sampling, n_active=self.n_active),
-        )
+        new = m.NewRequest(rid=rid, prompt_ids=prompt_ids, sampling=sampling, n_active=self.n_active)
+        if not self._send(self.entry, new):
+            self.requests.pop(rid)
+            self.metrics.requests_finished["error"] += 1
+            raise APIError(
+                503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
+            )
         self._count_changed()
         return st
 
@@ -139,11 +142,13 @@ class RequestManager:
         self._count_changed()
 
     # ---- sending ------------------------------------------------------------------------------------------
-    def _send(self, name: str, msg: msgspec.Struct) -> None:
+    def _send(self, name: str, msg: msgspec.Struct) -> bool:
         try:  # never block the event loop on a dead or slow subserver
             self._push[name].send(_encoder.encode(msg), zmq.NOBLOCK)
+            return True
         except zmq.Again:
             log.error("dropped %s to subserver %r: its queue is full", type(msg).__name__, name)
+            return False
 
     def _broadcast(self, msg: msgspec.Struct) -> None:
         for name in self.models:
