@@ -6,19 +6,21 @@ For each model shape (random bf16 weights filled on the GPU, the engine's dummy 
 - extend step latency (q new tokens per row on top of the context), with and without graphs, against a
   decode step of the same batch size;
 - HF transformers eager (DynamicCache) on the same machine, fewer points;
-- for the first shape: the fused element-wise ops on/off, and a torch.profiler summary of a graph step.
+- an ablation (Triton small-M GEMM off; all fused ops off) and a torch.profiler summary of a graph step;
+- with --attention-sweep, the paged-attention kernel alone over its launch options.
 
 A "step" is the model forward the engine runs per scheduler step: for graphs `CudaGraphRunner.replay`
 (host-side input copies included), eagerly `init_forward_metadata` + `model(fb)`. Timing: `iters`
 back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs.
 
     python bench/engine_bench.py --shapes qwen3-0.6b,qwen3-8b --out out/engine_bench
-Prints markdown tables; writes engine_bench.json (+ profile.txt) under --out.
+Prints markdown tables; writes engine_bench.json (+ profile-SHAPE.txt) under --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -152,7 +154,7 @@ def weight_bytes(engine: EmbeddedEngine) -> int:
     return sum(p.numel() * p.element_size() for p in engine.model.parameters())
 
 
-def bench_shape(name: str, args, bandwidth: float, results: dict, first: bool) -> None:
+def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
     ctx_max = max(args.ctx)
     rows = max(max(args.decode_bs), max(args.extend_bs))
     t0 = time.perf_counter()
@@ -206,35 +208,81 @@ def bench_shape(name: str, args, bandwidth: float, results: dict, first: bool) -
                 )  # fmt: skip
                 print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
 
-    if first and args.ablation:
-        ablation(engine, ctxs, args, results)
-    if first and args.profile:
-        profile(runner, ctxs, args)
+    if args.ablation:
+        ablation(engine, ctxs, args, results, name)
+    if args.profile:
+        profile(runner, ctxs, args, name)
     del runner, engine, ctxs
     torch.cuda.empty_cache()
 
 
-def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict) -> None:
-    """Decode with graphs, fused element-wise ops on (the default) and off."""
+def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
+    """Decode with graphs: the default fast path against the same forward without the Triton small-M
+    GEMM (cuBLAS for every linear) and without any fused op (the model's plain forward)."""
     ctx = min(args.ctx)
-    print(f"\nFused element-wise ops on/off (decode, graphs, ctx {ctx}):\n")
-    print("| bs | fused (ms) | unfused (ms) | unfused / fused |")
+    sizes = tuple(b for b in (1, 8, 16) if b <= engine.max_batch)
+    print(f"\nAblation, {name} (decode, graphs, ctx {ctx}):\n")
+    print("| bs | default (ms) | no small-M GEMM (ms) | no fused ops (ms) |")
     print("| --- | --- | --- | --- |")
-    sizes = tuple(b for b in (1, 8, 64) if b <= engine.max_batch)
-    fused = {bs: time_step(graph_step(engine.graph_runner, ctxs.batch(bs, ctx, 1))) * 1e3 for bs in sizes}
-    engine.attn_backend.fused_ops = False
-    try:
-        plain = CudaGraphRunner(engine, CudaGraphConfig(sizes, (), ()))
-        for bs in sizes:
-            u = time_step(graph_step(plain, ctxs.batch(bs, ctx, 1))) * 1e3
-            results["ablation"].append(dict(ctx=ctx, bs=bs, fused_ms=fused[bs], unfused_ms=u))
-            print(f"| {bs} | {fused[bs]:.3f} | {u:.3f} | {u / fused[bs]:.2f} |", flush=True)
-        del plain
-    finally:
-        engine.attn_backend.fused_ops = True
+    backend = engine.attn_backend
+    times = {bs: [time_step(graph_step(engine.graph_runner, ctxs.batch(bs, ctx, 1))) * 1e3] for bs in sizes}
+    for fused, small in ((True, False), (False, False)):
+        backend.fused_ops, backend.small_m_gemm = fused, small
+        try:
+            runner = CudaGraphRunner(engine, CudaGraphConfig(sizes, (), ()))
+            for bs in sizes:
+                times[bs].append(time_step(graph_step(runner, ctxs.batch(bs, ctx, 1))) * 1e3)
+            del runner
+        finally:
+            backend.fused_ops, backend.small_m_gemm = True, True
+    for bs in sizes:
+        d, g, u = times[bs]
+        results["ablation"].append(
+            dict(shape=name, ctx=ctx, bs=bs, default_ms=d, no_small_m_ms=g, unfused_ms=u)
+        )
+        print(f"| {bs} | {d:.3f} | {g:.3f} | {u:.3f} |", flush=True)
 
 
-def profile(runner: CudaGraphRunner, ctxs: Contexts, args) -> None:
+def attention_sweep(args, results: dict) -> None:
+    """The paged-attention kernel alone, bs 16 x ctx 4096, over its launch options."""
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    bs, ctx, dim = 16, 4096, 128
+    print(f"\nPaged attention kernel alone, bs {bs}, ctx {ctx}, head_dim {dim}, bf16 (us per call):\n")
+    print("| heads / kv | new tokens | block_m | warps | stages | us | KV GB/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    dev = torch.device("cuda")
+    slots = bs * ctx + 1
+    kv_bytes = 2 * bs * ctx * 8 * dim * 2
+    k_buf = torch.randn(slots, 8, dim, device=dev, dtype=torch.bfloat16)
+    v_buf = torch.randn_like(k_buf)
+    table = torch.zeros(bs + 1, ctx, dtype=torch.int32, device=dev)
+    table[1:] = torch.randperm(slots - 1, device=dev).view(bs, ctx).to(torch.int32) + 1
+    req = torch.arange(1, bs + 1, device=dev)
+    seq = torch.full((bs,), ctx, device=dev)
+    for heads, q_len in ((32, 1), (32, 8), (16, 8)):
+        q = torch.randn(bs * q_len, heads, dim, device=dev, dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        starts = torch.arange(bs, device=dev) * q_len
+        ext = torch.full((bs,), q_len, device=dev)
+        rows = q_len * heads // 8
+        for block_m in [m for m in (16, 32, 64) if m <= max(16, rows)]:
+            for warps in (4, 8):
+                for stages in (1, 2, 3):
+                    call = functools.partial(
+                        tk.paged_attention, q, k_buf, v_buf, out, table, req, seq, starts, ext, q_len,
+                        dim**-0.5, block_m=block_m, num_warps=warps, num_stages=stages,
+                    )  # fmt: skip
+                    us = time_step(call, target_s=0.05) * 1e6
+                    results["attention"].append(dict(heads=heads, q=q_len, block_m=block_m, warps=warps,
+                                                     stages=stages, us=us))  # fmt: skip
+                    print(f"| {heads}/8 | {q_len} | {block_m} | {warps} | {stages} | {us:.1f} | "
+                          f"{kv_bytes / us / 1e3:.0f} |", flush=True)  # fmt: skip
+    del k_buf, v_buf
+    torch.cuda.empty_cache()
+
+
+def profile(runner: CudaGraphRunner, ctxs: Contexts, args, name: str) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -250,13 +298,13 @@ def profile(runner: CudaGraphRunner, ctxs: Contexts, args) -> None:
         torch.cuda.synchronize()
     events = prof.key_averages()
     try:
-        table = events.table(sort_by="self_device_time_total", row_limit=18, max_name_column_width=60)
+        table = events.table(sort_by="self_device_time_total", row_limit=14, max_name_column_width=60)
     except Exception:  # older torch names the key self_cuda_time_total
-        table = events.table(sort_by="self_cuda_time_total", row_limit=18, max_name_column_width=60)
-    text = f"torch.profiler, 20 graph replays, decode bs=1 ctx={ctx}\n{table}"
+        table = events.table(sort_by="self_cuda_time_total", row_limit=14, max_name_column_width=60)
+    text = f"{name}: torch.profiler, 20 graph replays, decode bs=1 ctx={ctx}\n{table}"
     print("\n```\n" + text + "\n```", flush=True)
     if args.out:
-        (Path(args.out) / "profile.txt").write_text(text)
+        (Path(args.out) / f"profile-{name}.txt").write_text(text)
 
 
 def bench_hf(name: str, args, results: dict) -> None:
@@ -313,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-eager", action="store_true", help="skip eager decode (extend eager is kept)")
     p.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--attention-sweep", action="store_true", help="time the attention kernel's options")
     p.add_argument("--out", default="out/engine_bench")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -325,12 +374,22 @@ def main(argv: list[str] | None = None) -> int:
     bandwidth = measure_copy_bandwidth(device)
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:])  # fmt: skip
-    results: dict = {"env": env, "shapes": {}, "decode": [], "extend": [], "hf": [], "ablation": []}
+    results: dict = {
+        "env": env,
+        "shapes": {},
+        "decode": [],
+        "extend": [],
+        "hf": [],
+        "ablation": [],
+        "attention": [],
+    }
     print(f"## Engine step latency on {env['gpu']} (torch {env['torch']}, triton {env['triton']})\n")
     print(f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s")
+    if args.attention_sweep:
+        attention_sweep(args, results)
     names = [s for s in args.shapes.split(",") if s]
-    for i, name in enumerate(names):
-        bench_shape(name, args, bandwidth, results, first=i == 0)
+    for name in names:
+        bench_shape(name, args, bandwidth, results)
         (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
     if not args.no_hf:
         for name in names[:2]:
