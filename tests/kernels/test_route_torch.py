@@ -106,3 +106,15 @@ def test_norm_entropy_of_a_flat_row_is_one():
     kernel = RouteKernel(plan_for(ir), "slm", "torch")
     result = kernel(torch.zeros(1, 1000), None, RouteBatchState.make(1), with_features=True)
     assert math.isclose(float(result.features["norm_entropy"][0]), 1.0, rel_tol=1e-5)
+
+
+def test_make_fills_host_hints_and_seed_bits():
+    st = RouteBatchState.make(
+        3, seed=[2**64 - 1, None, 5], temperature=[0.0, 0.5, 0.0], top_p=[0.9, 1.0, 1.0]
+    )
+    assert st.seed.tolist() == [-1, 0, 5]
+    assert st.any_sampling is True and st.any_restricted is False  # top_p on a greedy row restricts nothing
+    st = RouteBatchState.make(2, temperature=[0.0, 0.7], top_k=[0, 4])
+    assert st.any_restricted is True
+    with pytest.raises(ValueError, match="position has 3 values for 2 rows"):
+        RouteBatchState.make(2, position=[1, 2, 3])

@@ -57,18 +57,19 @@ class RouteBatchState:
         run_length=0,
         generated=0,
     ) -> RouteBatchState:
-        """Build a state from scalars or per-row sequences (for tests, tools and engines)."""
+        """Build a state from scalars or per-row sequences (for engines, tools and tests). The host-side
+        hints are filled in from the host values, so the kernel never syncs to find them. A seed of None
+        counts as 0; seeds may be given as unsigned 64-bit values."""
 
         def col(value, dtype):
             t = torch.as_tensor(value, dtype=dtype)
-            return (t.expand(rows) if t.dim() == 0 else t).to(device).contiguous()
+            return (t.expand(rows) if t.dim() == 0 else t).contiguous()
 
-        if isinstance(seed, int) or (not torch.is_tensor(seed) and not isinstance(seed, (list, tuple))):
-            seed = int(seed)
-        seeds = [seed] * rows if isinstance(seed, int) else list(seed)
-        seeds = [s - (1 << 64) if s >= (1 << 63) else s for s in (int(s) for s in seeds)]
-        return cls(
-            seed=torch.tensor(seeds, dtype=torch.int64, device=device),
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * rows
+        seeds = [int(x or 0) & (2**64 - 1) for x in seeds]
+        seeds = [x - 2**64 if x >= 2**63 else x for x in seeds]
+        host = dict(
+            seed=torch.tensor(seeds, dtype=torch.int64),
             position=col(position, torch.int64),
             temperature=col(temperature, torch.float32),
             top_k=col(top_k, torch.int32),
@@ -76,6 +77,13 @@ class RouteBatchState:
             run_length=col(run_length, torch.int64),
             generated=col(generated, torch.int64),
         )
+        for name, value in host.items():
+            if value.shape != (rows,):
+                raise ValueError(f"RouteBatchState.make: {name} has {value.shape[0]} values for {rows} rows")
+        hot = host["temperature"] > 0
+        restricted = hot & ((host["top_k"] > 0) | (host["top_p"] < 1))
+        return cls(**{k: v.to(device) for k, v in host.items()}, any_sampling=bool(hot.any()),
+                   any_restricted=bool(restricted.any()))  # fmt: skip
 
 
 @dataclass(slots=True)
