@@ -81,3 +81,24 @@ def test_one_assignment_per_node_and_only_needed_statistics(backend, case):
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown route-kernel backend"):
         render_route_kernel(CASES["citer_like"](), "cuda")
+
+
+def test_inspect_kernels_prints_both_renderers(tmp_path):
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+
+    policy = tmp_path / "p.tr"
+    policy.write_text(
+        'policy p "inspect test"\nmodel a = "x" { gpu: 0 }\nmodel b = "y" { gpu: 0 }\nentry a\n'
+        "route a {\n  when entropy > 2.5 or uniform() < 0.1 -> b\n}\n"
+    )
+    runner = CliRunner()
+    assert runner.invoke(app, ["compile", str(policy), "-o", str(tmp_path / "p.plan")]).exit_code == 0
+    res = runner.invoke(app, ["inspect", str(tmp_path / "p.plan"), "--kernels"])
+    assert res.exit_code == 0, res.output
+    for model in ("a", "b"):
+        for backend in BACKENDS:
+            assert f"# ===== model {model}: {backend} route kernel =====" in res.output
+    assert "def route_kernel(" in res.output and "def route_stats(" in res.output
+    assert "# rule 0: when entropy > 2.5 or uniform() < 0.1 -> b" in res.output
