@@ -210,3 +210,14 @@ def test_tiny_budget_is_a_clear_error():
         load_engine(TINY_SMALL, mem_bytes=100)
     with pytest.raises(EngineError, match="unknown attention backend"):
         load_engine(TINY_SMALL, attention="flash")
+
+
+def test_numpy_token_ids_are_accepted_and_floats_refused():
+    import numpy as np
+
+    engine = load_engine(TINY_SMALL)
+    a = engine.forward([StepInput("a", [np.int64(5), np.int32(6)])]).logits
+    b = engine.forward([StepInput("b", [5, 6])]).logits
+    torch.testing.assert_close(a, b)
+    with pytest.raises(EngineRowError, match="ints"):
+        engine.forward([StepInput("c", [1.0])])

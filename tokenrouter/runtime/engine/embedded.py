@@ -16,6 +16,7 @@ The model step itself is `_run_model`: when a graph runner is installed (`self.g
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -263,7 +264,7 @@ class EmbeddedEngine(Engine):
             new = row.new_token_ids
             if len(new) == 0:
                 raise EngineRowError(row.rid, "a step needs at least one new token")
-            if any(isinstance(t, bool) or not isinstance(t, int) for t in new):
+            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new):
                 raise EngineRowError(row.rid, "token ids must be ints")
             if min(new) < 0 or max(new) >= vocab:
                 raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
@@ -314,7 +315,7 @@ class EmbeddedEngine(Engine):
         pool_idx: list[int] = []
         fresh: list[Req] = []  # rows that got a request row in this step
         for row, req in zip(rows, reqs, strict=True):
-            new = list(row.new_token_ids)
+            new = [int(t) for t in row.new_token_ids]
             if req.req_pool_idx:
                 tokens = new
             else:
@@ -356,7 +357,7 @@ class EmbeddedEngine(Engine):
         for row, req, n in zip(rows, reqs, extend_lens, strict=True):
             req.slots.append(locs[start : start + n])
             start += n
-            req.token_ids.extend(row.new_token_ids)
+            req.token_ids.extend(int(t) for t in row.new_token_ids)
             req.kv_len = len(req.token_ids)
             self.reqs[req.rid] = req
             self.lru[req.rid] = None
