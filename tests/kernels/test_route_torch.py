@@ -118,3 +118,9 @@ def test_make_fills_host_hints_and_seed_bits():
     assert st.any_restricted is True
     with pytest.raises(ValueError, match="position has 3 values for 2 rows"):
         RouteBatchState.make(2, position=[1, 2, 3])
+
+
+def test_empty_batch():
+    kernel = RouteKernel(plan_for(CASES["citer_like"]()), "slm", "torch")
+    result = kernel(torch.zeros(0, 10), None, RouteBatchState.make(0))
+    assert result.token.shape == (0,) and result.rule.dtype == torch.int32

@@ -209,6 +209,9 @@ class RouteKernel:
         with_features: bool = False,
     ) -> RouteResult:
         self._check_inputs(logits, hidden, state)
+        if logits.shape[0] == 0:
+            empty = torch.empty(0, dtype=torch.int64, device=logits.device)
+            return RouteResult(empty, empty.float(), empty.int(), {} if with_features else None)
         sampling = state.any_sampling
         if sampling is None:
             sampling = bool((state.temperature > 0).any())
