@@ -370,7 +370,9 @@ def _parse_ids(text: str) -> list[int]:
 
 @app.command()
 def generate(
-    path: str = typer.Argument(..., help="A model folder (HF format: config.json, safetensors, tokenizer)."),
+    path: str = typer.Argument(
+        ..., help="A model folder (HF format), or a plan (.plan) / policy (.tr) to run with its routing."
+    ),
     prompt: str = typer.Option(None, help="Prompt text (tokenized with the folder's tokenizer)."),
     prompt_ids: str = typer.Option(None, help="Prompt token ids, e.g. 1,2,3."),
     max_tokens: int = typer.Option(32, help="Tokens to generate at most."),
@@ -383,21 +385,34 @@ def generate(
     dtype: str = typer.Option(None, help="bfloat16 | float16 | float32 (default: float32 on CPU, bfloat16 on CUDA)."),
     load: str = typer.Option("auto", help="auto (safetensors) or dummy (random weights)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON with token_ids instead of text."),
+    trace: bool = typer.Option(False, "--trace", help="Plan/policy only: show which model wrote each token."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Policy (.tr) only: override a param NAME=VALUE."),
 ) -> None:
-    """Generate from one prompt in-process with the embedded engine."""
+    """Generate from one prompt in-process with the embedded engine (a plan: every model, with routing)."""
     import json
     import os
 
     if not os.path.exists(path):
-        typer.echo(f"error: no such model folder: {path}", err=True)
+        typer.echo(f"error: no such model folder, plan or policy: {path}", err=True)
         raise typer.Exit(2)
-    if not os.path.isdir(path):
-        typer.echo(f"error: {path}: not a model folder (generate from a plan is not supported yet)", err=True)
+    is_plan = not os.path.isdir(path)
+    if is_plan and not path.endswith((".plan", ".tr")):
+        typer.echo(f"error: {path}: not a model folder, a plan (.plan) or a policy (.tr)", err=True)
+        raise typer.Exit(2)
+    if not is_plan and (trace or define):
+        typer.echo("error: --trace and -D apply to a plan or policy, not a model folder", err=True)
         raise typer.Exit(2)
     if (prompt is None) == (prompt_ids is None):
         typer.echo("error: give exactly one of --prompt or --prompt-ids", err=True)
         raise typer.Exit(2)
     ids = _parse_ids(prompt_ids) if prompt_ids is not None else None
+    if is_plan:
+        if dtype is not None or load != "auto":
+            typer.echo("error: --dtype and --load come from the plan's model options for a plan", err=True)
+            raise typer.Exit(2)
+        _generate_plan(path, prompt, ids, max_tokens, temperature, top_k, top_p, seed, ignore_eos, device,
+                       json_out, trace, _defines(define))  # fmt: skip
+        return
 
     from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.generate import generate_from_folder
@@ -419,6 +434,51 @@ def generate(
         typer.echo(json.dumps(result))
     else:
         typer.echo(result["text"] if result["text"] is not None else ",".join(map(str, result["token_ids"])))
+
+
+# --- subserver commands ---
+
+
+def _generate_plan(path: str, prompt: str | None, ids: list[int] | None, max_tokens: int, temperature: float,
+                   top_k: int, top_p: float, seed: int, ignore_eos: bool, device: str, json_out: bool,
+                   trace: bool, defines: dict[str, str]) -> None:  # fmt: skip
+    """`generate PLAN|POLICY`: every model of the plan in this process (runtime/offline.py)."""
+    import json
+
+    from tokenrouter.runtime.engine.base import EngineError
+    from tokenrouter.runtime.messages import SamplingSpec
+    from tokenrouter.runtime.offline import PlanInputError, generate_from_plan
+    from tokenrouter.runtime.sampling import SamplingParams
+
+    if defines and not path.endswith(".tr"):
+        typer.echo("error: -D applies to a .tr policy; a plan's params are already bound", err=True)
+        raise typer.Exit(2)
+    try:  # the same validation as a model folder's generate
+        SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_tokens=max_tokens)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    spec = SamplingSpec(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_tokens=max_tokens,
+                        ignore_eos=ignore_eos)  # fmt: skip
+    try:
+        out = generate_from_plan(path, prompt=prompt, prompt_ids=ids, sampling=spec,
+                                 device=None if device == "cuda" else device, defines=defines)  # fmt: skip
+    except PlanInputError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    except (EngineError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if json_out:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(out["text"] if out["text"] is not None else ",".join(map(str, out["token_ids"])))
+    if trace:
+        pieces = out["pieces"] or [""] * len(out["token_ids"])
+        for i, (tok, model, piece) in enumerate(zip(out["token_ids"], out["models"], pieces, strict=True)):
+            typer.echo(f"{i:4d}  {model:<12} {tok:>7}  {piece!r}")
+        per_model = ", ".join(f"{k} {v}" for k, v in out["tokens_per_model"].items())
+        typer.echo(f"tokens: {per_model}; hops: {len(out['hops'])}; finish: {out['finish_reason']}")
 
 
 # --- training and quality commands ---

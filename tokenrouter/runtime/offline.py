@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.engine.base import Engine
+from tokenrouter.runtime.engine.base import Engine, EngineError
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
 
@@ -188,3 +188,88 @@ def load_offline(
             plan, name, pick_device(spec, device), **engine_overrides
         )
     return OfflineExecutor(plan, engines, kernels, batching=batching)
+
+
+class PlanInputError(ValueError):
+    """A plan or policy that cannot be used (the message is for users; for a .tr, the diagnostics)."""
+
+
+def plan_from_path(path: str, defines: dict[str, str] | None = None) -> dict:
+    """A plan from a .plan file, or from a .tr policy compiled on the fly (with -D `defines`)."""
+    if str(path).endswith(".tr"):
+        from tokenrouter.compiler.driver import compile_file
+        from tokenrouter.dsl.diagnostics import render_all
+
+        res = compile_file(path, defines or {})
+        if res.plan is None:
+            raise PlanInputError(
+                render_all(res.diagnostics) + f"\n{path}: not compiled ({len(res.errors)} errors)"
+            )
+        return res.plan
+    if defines:
+        raise PlanInputError("-D applies to a .tr policy; a plan's params are already bound")
+    from tokenrouter.compiler.plan import PlanError, read_plan
+
+    try:
+        return read_plan(path)
+    except PlanError as e:
+        raise PlanInputError(str(e)) from None
+
+
+def generate_from_plan(
+    path: str,
+    *,
+    prompt: str | None,
+    prompt_ids: list[int] | None,
+    sampling: m.SamplingSpec,
+    device: str | None = None,
+    defines: dict[str, str] | None = None,
+) -> dict:
+    """`tokenrouter generate PLAN`: one prompt through every model of the plan, in this process, with the
+    same schedulers and routing as `serve`. Text prompts use the entry model's tokenizer. Returns a JSON-able
+    dict: token_ids, text, finish_reason, per-token `models`, `pieces` (text of each token), hops, and
+    tokens written per model. Raises PlanInputError / EngineError / ValueError with user-facing messages."""
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+
+    if (prompt is None) == (prompt_ids is None):
+        raise ValueError("give exactly one of a text prompt or prompt token ids")
+    plan = plan_from_path(path, defines)
+    entry_dir = plan["models"][plan["entry"]]["path"]
+    tokenizer = None
+    if prompt is not None:
+        tokenizer = load_tokenizer(entry_dir)
+        prompt_ids = tokenizer.encode(prompt).ids
+        if not prompt_ids:
+            raise ValueError("the prompt is empty after tokenization")
+    ex = load_offline(plan, device)
+    vocab = min(s.engine.info.vocab_size for s in ex.schedulers.values())
+    bad = [t for t in prompt_ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"prompt token id {bad[0]} is out of range 0..{vocab - 1}")
+    (res,) = ex.generate([prompt_ids], sampling)
+    if res.error:
+        raise ValueError(res.error)
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(entry_dir)
+        except EngineError:  # no tokenizer.json: token ids only
+            tokenizer = None
+    text, pieces = None, None
+    if tokenizer is not None:
+        known = tokenizer.get_vocab_size()
+        text = tokenizer.decode([t for t in res.token_ids if t < known], skip_special_tokens=True)
+        pieces = [
+            tokenizer.decode([t], skip_special_tokens=False) if t < known else "" for t in res.token_ids
+        ]
+    per_model = {name: res.models.count(name) for name in plan["models"]}
+    return {
+        "policy": plan["policy"]["name"],
+        "prompt_token_ids": list(prompt_ids),
+        "token_ids": res.token_ids,
+        "text": text,
+        "finish_reason": res.finish_reason,
+        "models": res.models,
+        "pieces": pieces,
+        "hops": [list(h) for h in res.hops],
+        "tokens_per_model": per_model,
+    }
