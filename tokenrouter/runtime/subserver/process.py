@@ -67,7 +67,7 @@ class SubserverArgs:
     log_level: str = "INFO"
     stats_interval_s: float = 0.5
     max_batch: int = 256
-    cpu_threads: int | None = None  # torch intra-op threads (None: torch's default)
+    cpu_threads: int | None = None  # torch intra-op threads (None: on CPU, cpu_count // models; else torch's)
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
 
     def __post_init__(self) -> None:
@@ -100,21 +100,29 @@ class Subserver:
 
         self.args = args
         self.ctx = ctx
-        if args.cpu_threads is not None:
-            import torch
-
-            torch.set_num_threads(args.cpu_threads)
         self.model = args.model
         self.endpoints = Endpoints.from_dict(args.endpoints)
         self.plan = read_plan(args.plan_path)
         if self.model not in self.plan["models"]:
             raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
         self.device = pick_device(self.plan["models"][self.model], args.device)
+        self.init_threads_per_process()
         self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
         self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
         self.inbox: queue.Queue = queue.Queue()
         self.stop = threading.Event()
         self.init_threads()
+
+    def init_threads_per_process(self) -> None:
+        """On CPU, subservers share the cores: each gets cpu_count // models torch threads unless
+        `cpu_threads` says otherwise (oversubscribed threads make every step many times slower)."""
+        import torch
+
+        threads = self.args.cpu_threads
+        if threads is None and self.device == "cpu":
+            threads = max(1, (os.cpu_count() or 1) // len(self.plan["models"]))
+        if threads is not None:
+            torch.set_num_threads(threads)
 
     def init_threads(self) -> None:
         bound = [threading.Event(), threading.Event()]
