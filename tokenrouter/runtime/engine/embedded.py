@@ -89,7 +89,7 @@ class Req:
     token_ids: list[int] = field(default_factory=list)
     kv_len: int = 0  # tokens of token_ids whose KV is in the pool (a prefix)
     req_pool_idx: int = 0  # row in req_to_token; 0 = not resident (new or evicted)
-    slots: list[torch.Tensor] = field(default_factory=list)  # its KV slot ids, host copies, in order
+    slots: list[int] = field(default_factory=list)  # its KV slot ids (host copy), in sequence order
 
 
 class EmbeddedEngine(Engine):
@@ -264,7 +264,9 @@ class EmbeddedEngine(Engine):
             new = row.new_token_ids
             if len(new) == 0:
                 raise EngineRowError(row.rid, "a step needs at least one new token")
-            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new):
+            if not all(type(t) is int for t in new) and any(
+                isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new
+            ):
                 raise EngineRowError(row.rid, "token ids must be ints")
             if min(new) < 0 or max(new) >= vocab:
                 raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
@@ -300,7 +302,7 @@ class EmbeddedEngine(Engine):
 
     def _free_kv(self, req: Req) -> None:
         if req.slots:
-            self.token_to_kv_pool.free(torch.cat(req.slots))
+            self.token_to_kv_pool.free(torch.tensor(req.slots, dtype=torch.int64))
         self.req_to_token_pool.free(req.req_pool_idx)
         self.lru.pop(req.rid, None)
         req.slots, req.kv_len, req.req_pool_idx = [], 0, 0
@@ -314,8 +316,11 @@ class EmbeddedEngine(Engine):
         extend_lens: list[int] = []
         pool_idx: list[int] = []
         fresh: list[Req] = []  # rows that got a request row in this step
+        news: list[list[int]] = []
         for row, req in zip(rows, reqs, strict=True):
-            new = [int(t) for t in row.new_token_ids]
+            new = row.new_token_ids
+            new = new if type(new) is list and all(type(t) is int for t in new) else [int(t) for t in new]
+            news.append(new)
             if req.req_pool_idx:
                 tokens = new
             else:
@@ -353,15 +358,17 @@ class EmbeddedEngine(Engine):
                 req.req_pool_idx = 0
                 req.kv_len = 0
             raise
+        slot_ids = locs.tolist()
         start = 0
-        for row, req, n in zip(rows, reqs, extend_lens, strict=True):
-            req.slots.append(locs[start : start + n])
+        lru = self.lru
+        for new, req, n in zip(news, reqs, extend_lens, strict=True):
+            req.slots.extend(slot_ids[start : start + n])
             start += n
-            req.token_ids.extend(int(t) for t in row.new_token_ids)
+            req.token_ids.extend(new)
             req.kv_len = len(req.token_ids)
             self.reqs[req.rid] = req
-            self.lru[req.rid] = None
-            self.lru.move_to_end(req.rid)
+            lru[req.rid] = None
+            lru.move_to_end(req.rid)
         return logits, hidden, fb.num_tokens
 
     @torch.inference_mode()

@@ -64,13 +64,11 @@ class SdpaAttnBackend(AttentionBackend):
         bs = md.kv_indices.shape[0]
         kk = k_buf[md.kv_indices].transpose(1, 2)  # [B, Hkv, max_kv, D]
         vv = v_buf[md.kv_indices].transpose(1, 2)
-        group = cfg.num_heads // cfg.num_kv_heads
-        if group > 1:
-            kk = kk.repeat_interleave(group, dim=1)
-            vv = vv.repeat_interleave(group, dim=1)
         qq = q.new_zeros(bs * md.max_q, cfg.num_heads, cfg.head_dim)
         qq[md.q_dst] = q
         qq = qq.view(bs, md.max_q, cfg.num_heads, cfg.head_dim).transpose(1, 2)  # [B, H, max_q, D]
-        out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=md.mask, scale=cfg.scaling)
+        out = F.scaled_dot_product_attention(
+            qq, kk, vv, attn_mask=md.mask, scale=cfg.scaling, enable_gqa=cfg.num_heads != cfg.num_kv_heads
+        )
         out = out.transpose(1, 2).reshape(bs * md.max_q, cfg.num_heads, cfg.head_dim)
         return out[md.q_dst]
