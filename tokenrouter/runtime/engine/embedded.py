@@ -138,6 +138,12 @@ class EmbeddedEngine(Engine):
             )
             if s.mem_bytes is None and self.device.type != "cuda":
                 size = min(size, CPU_DEFAULT_MAX_TOKENS)
+            # never more slots than every request row filled to max_len could use
+            size = min(
+                size,
+                (s.max_reqs or 2 * s.max_batch)
+                * min(s.max_len or c.max_position_embeddings, c.max_position_embeddings),
+            )
             if size < 1:
                 per = MHATokenToKVPool.bytes_per_token(
                     self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
