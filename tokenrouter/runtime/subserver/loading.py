@@ -55,5 +55,7 @@ def load_model_runtime(plan: dict, model: str, device: str, **overrides):
     if len(spec.get("gpus") or [0]) > 1:
         logger.warning("model %s: tensor parallelism is not implemented; running on %s only", model, device)
     engine = load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
-    kernel = RouteKernel(plan, model, "auto", device, engine.embed)
+    # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
+    backend = "auto" if str(device).startswith("cuda") else "torch"
+    kernel = RouteKernel(plan, model, backend, device, engine.embed)
     return engine, kernel
