@@ -58,6 +58,22 @@ def test_unsupported_architecture(folder):
     expect(folder, "unsupported architecture", "GPT2LMHeadModel")
 
 
+@pytest.mark.parametrize(
+    "patch, words",
+    [
+        ({"hidden_act": "gelu"}, ("hidden_act", "gelu")),
+        ({"use_sliding_window": True}, ("sliding-window",)),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ("rope type", "yarn")),
+        ({"num_key_value_heads": 3}, ("multiple",)),
+    ],
+)
+def test_unsupported_or_invalid_config(folder, patch, words):
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(patch)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    expect(folder, *words)
+
+
 def test_missing_fields(folder):
     cfg = json.loads((folder / "config.json").read_text())
     del cfg["hidden_size"], cfg["vocab_size"]

@@ -143,6 +143,10 @@ class ModelConfig:
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         bias = bool(raw.get("attention_bias", False))
+        if raw.get("mlp_bias"):
+            raise ModelFolderError(f"{where}: mlp_bias is not supported")
+        if raw.get("use_sliding_window") or (family == "llama" and raw.get("sliding_window")):
+            raise ModelFolderError(f"{where}: sliding-window attention is not supported")
         act = raw.get("hidden_act", "silu")
         if act != "silu":
             raise ModelFolderError(f"{where}: unsupported hidden_act {act!r} (only silu)")
