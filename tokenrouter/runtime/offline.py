@@ -134,25 +134,33 @@ class OfflineExecutor:
             else:
                 self.queue.extend(self.schedulers[dest].handle(msg))
 
-    def run(self, max_steps: int = 1_000_000) -> dict[str, RequestResult]:
-        """Run until every submitted request has finished; returns the results by rid."""
-        for _ in range(max_steps):
+    def round(self) -> None:
+        """One scheduling round: deliver every queued message, then step each subserver that is ready (in
+        plan order). When none is ready, advance the virtual clock to the earliest max_delay deadline;
+        when there is none either and requests are active, raise StallError."""
+        self._deliver()
+        if not self.active:
+            return
+        ready = [s for s in self.schedulers.values() if s.ready()]
+        if not ready:
+            deadlines = [d for s in self.schedulers.values() if (d := s.next_deadline()) is not None]
+            if not deadlines:
+                raise StallError(self._describe_stall())
+            self.clock.now = max(self.clock.now, min(deadlines))
+            return
+        for s in ready:
+            self.queue.extend(s.step())
+            self.steps[s.model] += 1
             self._deliver()
+
+    def run(self, max_rounds: int = 1_000_000) -> dict[str, RequestResult]:
+        """Run until every submitted request has finished; returns the results by rid."""
+        for _ in range(max_rounds):
+            self.round()
             if not self.active:
                 return self.results
-            ready = [s for s in self.schedulers.values() if s.ready()]
-            if not ready:
-                deadlines = [d for s in self.schedulers.values() if (d := s.next_deadline()) is not None]
-                if not deadlines:
-                    raise StallError(self._describe_stall())
-                self.clock.now = max(self.clock.now, min(deadlines))
-                continue
-            for s in ready:
-                self.queue.extend(s.step())
-                self.steps[s.model] += 1
-                self._deliver()
         raise RuntimeError(
-            f"requests still active after {max_steps} scheduling rounds: {sorted(self.active)}"
+            f"requests still active after {max_rounds} scheduling rounds: {sorted(self.active)}"
         )
 
     def _describe_stall(self) -> str:

@@ -79,10 +79,7 @@ def test_aborts_free_every_engine(tmp_path_factory):
     for i, s in enumerate(specs):
         ex.submit(f"r{i}", [3 + i, 4, 5], s)
     for _ in range(6):  # some requests are now pending on one model and running on another
-        ex._deliver()
-        for s in ex.schedulers.values():
-            if s.ready():
-                ex.queue.extend(s.step())
+        ex.round()
     pending = sum(s.counts()["pending"] for s in ex.schedulers.values())
     assert pending > 0
     for i in range(0, 12, 2):
@@ -93,3 +90,42 @@ def test_aborts_free_every_engine(tmp_path_factory):
     for name, s in ex.schedulers.items():
         assert s.reqs == {} and not s.runnable, name
     assert all_free(engines.values())
+
+
+def test_soak_rolling_concurrency_32_with_aborts(tmp_path_factory):
+    """300 requests, 32 active at any time (a new one arrives as one ends), ~10% aborted mid-way, timeout
+    disabled: every request ends, every pool is freed, and sampled survivors equal the reference."""
+    import random
+
+    from tokenrouter.runtime.reference import ReferenceModel, reference_generate
+
+    plan, engines, kernels = runtime(tmp_path_factory, "three")
+    ex = OfflineExecutor(plan, engines, kernels, batching=BatchingConfig({"a": 4, "b": 3, "c": 2}, None))
+    rng = random.Random(0)
+    total, submitted, aborted = 300, 0, set()
+    specs = {}
+    while submitted < total or ex.active:
+        while submitted < total and len(ex.active) < 32:
+            rid = f"s{submitted}"
+            specs[rid] = ([rng.randrange(3, 500) for _ in range(rng.randint(1, 12))],
+                          SamplingSpec(seed=submitted, max_tokens=rng.randint(1, 40)))  # fmt: skip
+            ex.submit(rid, *specs[rid])
+            submitted += 1
+        ex.round()
+        for rid in list(ex.active):
+            if rid not in aborted and rng.random() < 0.002:
+                aborted.add(rid)
+                ex.abort(rid)
+    assert len(ex.results) == total and not ex.active
+    assert all(
+        r.finish_reason in ("stop", "length", "abort") and r.error is None for r in ex.results.values()
+    )
+    assert 10 < len(aborted) < 100
+    assert all_free(engines.values())
+    for s in ex.schedulers.values():
+        assert s.reqs == {} and not s.runnable
+    refs = {name: ReferenceModel.from_engine(e) for name, e in engines.items()}
+    survivors = [rid for rid in ex.results if rid not in aborted]
+    for rid in rng.sample(survivors, 12):
+        ref = reference_generate(plan, refs, kernels, *specs[rid])
+        assert (ex.results[rid].token_ids, ex.results[rid].models) == (ref.token_ids, ref.models)
