@@ -96,4 +96,6 @@ def load_tokenizer(folder: Path) -> Tokenizer:
 def encode_document(tok: Tokenizer, text: str) -> list[int]:
     """Token ids of one document as the models were trained on it: EOS, the text, EOS."""
     eos = tok.token_to_id(EOS)
+    if eos is None:
+        raise ValueError(f"the tokenizer has no {EOS} token (teacher forcing needs the demo tokenizer's EOS)")
     return [eos, *tok.encode(text, add_special_tokens=False).ids, eos]

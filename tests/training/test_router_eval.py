@@ -1,0 +1,170 @@
+import json
+
+import pytest
+import torch
+
+from tokenrouter.training.policy_view import PolicyViewError, fired_rule, load_plan, routed_shape
+
+R2R = """policy tiny_r2r "test"
+param threshold: float = 0.5
+model slm = "{small}" {{ gpu: 0 }}
+model llm = "{large}" {{ gpu: 0 }}
+router div = mlp("{router}", hidden(slm), topk_logits(slm, 8), embedding(slm, token))
+entry slm
+route slm {{
+  when sigmoid(div) >= threshold -> llm drop for 1
+}}
+"""
+
+CITER = """policy tiny_citer "test"
+param threshold: float = 0.5
+model slm = "{small}" {{ gpu: 0 }}
+model llm = "{large}" {{ gpu: 0 }}
+router trust = linear("{router}", hidden(slm), topk_logprobs(slm, 4))
+entry slm
+route slm {{
+  when sigmoid(trust) < threshold and confidence < 0.99 -> llm drop
+}}
+route llm {{
+  -> slm
+}}
+"""
+
+KEEP = """policy tiny_keep "test"
+param threshold: float = 0.5
+model slm = "{small}" {{ gpu: 0 }}
+model llm = "{large}" {{ gpu: 0 }}
+entry slm
+route slm {{
+  when entropy > threshold -> llm
+}}
+"""
+
+
+def write(tmp_path, template, name, tiny_pair):
+    p = tmp_path / f"{name}.tr"
+    p.write_text(template.format(small=tiny_pair / "py-small", large=tiny_pair / "py-large",
+                                 router=tmp_path / f"{name}.safetensors"))  # fmt: skip
+    return p
+
+
+class Result:
+    def __init__(self, r) -> None:
+        self.returncode, self.stdout, self.stderr = r.exit_code, r.stdout, r.stderr
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception  # no traceback
+
+
+def cli(*args):
+    """The real command line, in-process (a subprocess per call would re-import torch each time)."""
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+
+    return Result(CliRunner().invoke(app, [str(a) for a in args]))
+
+
+SMALL = ["--max-tokens", "700", "--seq-len", "64", "--prompt", "8"]
+
+
+@pytest.fixture(scope="module")
+def trained_r2r(tmp_path_factory, tiny_pair, tiny_corpus):
+    tmp = tmp_path_factory.mktemp("r2r")
+    policy = write(tmp, R2R, "r2r", tiny_pair)
+    proc = cli("train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--epochs", "3")
+    assert proc.returncode == 0, proc.stderr
+    return policy, proc.stdout
+
+
+def test_train_router_writes_the_documented_layout(trained_r2r):
+    from safetensors import safe_open
+
+    policy, out = trained_r2r
+    assert "precision" in out and "recall" in out
+    with safe_open(str(policy.with_suffix(".safetensors")), "pt") as f:
+        meta = f.metadata()
+        shapes = {k: list(f.get_tensor(k).shape) for k in f.keys()}
+    assert meta["format"] == "tokenrouter.router/1" and meta["kind"] == "mlp"
+    d = 32 + 8 + 32  # hidden(tiny-small) + top-8 logits + embedding
+    assert shapes == {"layers.0.weight": [256, d], "layers.0.bias": [256], "layers.1.weight": [1, 256],
+                      "layers.1.bias": [1], "input_mean": [d], "input_std": [d]}  # fmt: skip
+
+
+def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
+    policy, _ = trained_r2r
+    png = tmp_path / "q.png"
+    proc = cli("eval", policy, "--data", tiny_corpus / "eval", "--json", "--plot", png, "--shares", "0.1,0.25,0.5",
+               *SMALL)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert png.stat().st_size > 10_000
+    assert set(res["curves"]) == {"policy", "confidence", "entropy", "random", "query", "oracle"}
+    n = res["tokens"]
+    assert 600 <= n <= 700 + 64
+    for method, pts in res["curves"].items():
+        assert [p["target_share"] for p in pts] == [0.1, 0.25, 0.5]
+        for p in pts:
+            assert 0 <= p["accuracy"] <= 1 and p["nll"] > 0
+            if method != "query":  # query moves in whole windows
+                assert abs(p["share"] - p["target_share"]) <= 0.02, (method, p)
+    # the oracle is an upper bound on NLL at every share; shares rise monotonically along the sweep
+    for i in range(3):
+        assert (
+            res["curves"]["oracle"][i]["nll"] <= min(res["curves"][m][i]["nll"] for m in res["curves"]) + 1e-9
+        )
+    th = [p["threshold"] for p in res["curves"]["policy"]]
+    assert th[0] > th[1] > th[2]  # `>= threshold`: a lower threshold routes more
+
+
+def test_eval_table_and_errors(trained_r2r, tiny_corpus):
+    policy, _ = trained_r2r
+    proc = cli("eval", policy, "--data", tiny_corpus / "eval", "--shares", "0.2", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "gap recovered" in proc.stdout and "small " in proc.stdout
+    bad = cli("eval", policy, "--data", tiny_corpus / "eval", "--param", "nope", *SMALL)
+    assert bad.returncode == 1 and "no param 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = cli("eval", policy, "--data", tiny_corpus / "nowhere", *SMALL)
+    assert bad.returncode == 1 and "does not exist" in bad.stderr
+    bad = cli("eval", policy, "--data", tiny_corpus / "eval", "--shares", "1.5")
+    assert bad.returncode == 2
+
+
+def test_citer_polarity_and_rule_matches_the_route_kernel(tmp_path, tiny_pair, tiny_corpus):
+    """A policy where a LOW router output routes; the evaluator's decisions equal the real route kernel's."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+    from tokenrouter.runtime.route.kernel import RouteBatchState, RouteKernel
+    from tokenrouter.training.evaluate import policy_values
+    from tokenrouter.training.router_train import RouterTrainConfig, train_router
+    from tokenrouter.training.teacher import TeacherConfig, make_windows, teacher_force
+
+    policy = write(tmp_path, CITER, "citer", tiny_pair)
+    plan = load_plan(policy)
+    teacher = TeacherConfig(seq_len=64, prompt=8, max_tokens=500)
+    rep = train_router(plan, "trust", tiny_corpus / "router", None, teacher, RouterTrainConfig(epochs=2))
+    assert rep.polarity == -1 and 0 <= rep.precision <= 1 and 0 <= rep.recall <= 1
+    windows = make_windows(tiny_corpus / "eval", tiny_pair / "py-small", teacher)[:2]
+    from tokenrouter.runtime.route.routers import RouterSpec
+
+    spec = RouterSpec.from_plan("trust", plan["routers"]["trust"])
+    data = teacher_force(plan, "slm", ["slm", "llm"], windows, teacher, routers={"trust": spec})
+    ours = fired_rule(plan["routes"]["slm"], policy_values(plan, "slm", data, 0), data.n)
+    engine = load_engine(tiny_pair / "py-small", device="cpu", dtype="float32", max_tokens=64)
+    kernel = RouteKernel(plan, "slm", "torch", "cpu", engine.embed)
+    got = []
+    for w in windows:
+        logits, hidden = engine.forward_full(w.ids[:-1])
+        t = torch.arange(8, len(w.ids) - 1)
+        state = RouteBatchState.make(len(t), position=(t + 1).tolist(), generated=(t - 7).tolist(),
+                                     run_length=(t - 7).tolist())  # fmt: skip
+        got.append(kernel(logits[8:].contiguous(), hidden[8:], state).rule)
+    assert torch.equal(ours, torch.cat(got).to(ours.dtype))
+    assert (ours == 0).any() or (ours == -1).all()
+
+
+def test_unsupported_policy_shape_is_a_clear_error(tmp_path, tiny_pair, tiny_corpus):
+    policy = write(tmp_path, KEEP, "keep", tiny_pair)
+    with pytest.raises(PolicyViewError, match="supports `drop` hand-offs only"):
+        routed_shape(load_plan(policy))
+    proc = cli("eval", policy, "--data", tiny_corpus / "eval", *SMALL)
+    assert proc.returncode == 1 and "drop" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("train-router", policy, "nope", "--data", tiny_corpus / "router", *SMALL)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
