@@ -100,3 +100,15 @@ def test_generate_user_errors(tmp_path):
         assert out.exit_code == code, (args, out.output)
         assert word in out.output, (args, out.output)
         assert "Traceback" not in out.output
+
+
+def test_tiny_tokenizer_loads_in_transformers_with_chat_template():
+    transformers = __import__("pytest").importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(str(TINY_SMALL))
+    assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok("The small model writes")["input_ids"]
+    assert tok.decode(ids) == "The small model writes" and max(ids) < 512
