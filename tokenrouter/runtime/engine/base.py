@@ -44,7 +44,8 @@ class StepInput:
 
 @dataclass(slots=True)
 class StepOutput:
-    """Per input row, in the order given: last-position logits and (if asked) last-layer hidden state."""
+    """Per input row, in the order given: last-position logits and (if asked) last-layer hidden state.
+    The tensors belong to the caller: later steps never overwrite them."""
 
     logits: torch.Tensor  # [B, vocab_size], the model's dtype, on the engine's device
     hidden: torch.Tensor | None = None  # [B, hidden_size] (after the final norm), when want_hidden

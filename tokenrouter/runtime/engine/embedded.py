@@ -380,7 +380,9 @@ class EmbeddedEngine(Engine):
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         if self.graph_runner is not None and self.graph_runner.can_run(fb):
-            return self.graph_runner.replay(fb)
+            # replay returns views of the graph's static outputs; the caller owns what forward returns
+            logits, hidden = self.graph_runner.replay(fb)
+            return logits.clone(), hidden.clone()
         self.attn_backend.init_forward_metadata(fb)
         return self.model(fb)
 
