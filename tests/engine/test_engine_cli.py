@@ -112,3 +112,16 @@ def test_tiny_tokenizer_loads_in_transformers_with_chat_template():
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     ids = tok("The small model writes")["input_ids"]
     assert tok.decode(ids) == "The small model writes" and max(ids) < 512
+
+
+def test_committed_example_models_are_what_make_model_writes(tmp_path):
+    from tokenrouter.runtime.engine.make_model import EXAMPLE_MODELS
+
+    for name, (overrides, seed) in EXAMPLE_MODELS.items():
+        args = ["make-model", tmp_path / name, "--shape", "tiny", "--seed", seed]
+        for key, value in overrides.items():
+            args += [f"--{key.replace('_', '-')}", value]
+        assert invoke(*args).exit_code == 0
+        committed = TINY_SMALL.parent / name
+        for f in sorted(committed.iterdir()):
+            assert f.read_bytes() == (tmp_path / name / f.name).read_bytes(), f

@@ -29,6 +29,15 @@ SHAPES: dict[str, dict] = {
     "qwen3-32b": dict(hidden=5120, intermediate=25600, layers=64, heads=64, kv_heads=8, head_dim=128, vocab=151936, tie=False),
 }  # fmt: skip
 
+# the two committed example models (examples/models/NAME): make-model arguments and seed; regenerate with
+#   tokenrouter make-model examples/models/tiny-small --shape tiny --seed 0 --force
+#   tokenrouter make-model examples/models/tiny-large --shape tiny --hidden 128 --intermediate 256 \
+#       --layers 4 --heads 8 --kv-heads 4 --seed 1 --force
+EXAMPLE_MODELS: dict[str, tuple[dict, int]] = {
+    "tiny-small": ({}, 0),
+    "tiny-large": ({"hidden": 128, "intermediate": 256, "layers": 4, "heads": 8, "kv_heads": 4}, 1),
+}
+
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -178,6 +187,7 @@ def make_model(
             f"a {config.num_params() / 1e9:.2f}B-parameter shape gets no weights file; "
             "load it with the engine's dummy load"
         )
+    raw["torch_dtype"] = "float32" if weights else "bfloat16"  # the dtype of the weights file, if any
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.safetensors"):
         stale.unlink()
