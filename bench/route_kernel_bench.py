@@ -176,26 +176,26 @@ def main() -> int:
             del bufs
     if args.sweep:
         rows = max(int(b) for b in args.batches.split(","))
-        print(f"\n# sweep at bs={rows}, sampled rows: fused µs (fused / floor)")
-        print("| logits | block | " + " | ".join(f"split {s}" for s in (4, 8, 16)) + " |")
-        print("|" + "---|" * 5)
+        greedy = make_state(rows, False)
+        print(f"\n# sweep at bs={rows}, greedy rows: fused µs (fused / floor) per block × split")
+        configs = [(2048, 1), (2048, 2), (2048, 4), (2048, 8), (2048, 16), (1024, 8), (4096, 4)]
+        print("| logits | " + " | ".join(f"{b}×{sp}" for b, sp in configs) + " |")
+        print("|" + "---|" * (len(configs) + 1))
         for dtype in (torch.float32, torch.bfloat16):
             nbytes = rows * args.vocab * dtype.itemsize
             n_buf = max(1, min(16, math.ceil(4 * l2 / nbytes)))
             bufs = [(torch.randn(rows, args.vocab, device="cuda") * 4).to(dtype) for _ in range(n_buf)]
-            st = make_state(rows, True)
             floor = nbytes / (best_bw * 1e9) * 1e6
-            for block in (1024, 2048):
-                cells = []
-                for split in (4, 8, 16):
-                    k = RouteKernel(plan, "slm", "triton", "cuda", split=split, block=block)
-                    if not torch.equal(k(bufs[0], None, st).token, torch_ref(bufs[0], None, st).token):
-                        print(f"# CHECK FAILED sweep {dtype} block={block} split={split}")
-                    t = graph_time_us(lambda i, k=k, bufs=bufs, st=st: k(bufs[i], None, st), n_buf, args.reps)
-                    rows_out.append(dict(bs=rows, dtype=str(dtype).split(".")[1], sampled=True, fused_us=t,
-                                         floor_us=floor, split=split, block=block, sweep=True))  # fmt: skip
-                    cells.append(f"{t:.1f} ({t / floor:.2f}×)")
-                print(f"| {str(dtype).split('.')[1]} | {block} | " + " | ".join(cells) + " |")
+            cells = []
+            for block, split in configs:
+                k = RouteKernel(plan, "slm", "triton", "cuda", split=split, block=block)
+                if not torch.equal(k(bufs[0], None, greedy).rule, torch_ref(bufs[0], None, greedy).rule):
+                    print(f"# CHECK FAILED sweep {dtype} block={block} split={split}")
+                g = graph_time_us(lambda i, k=k, bufs=bufs: k(bufs[i], None, greedy), n_buf, args.reps)
+                rows_out.append(dict(bs=rows, dtype=str(dtype).split(".")[1], fused_greedy_us=g, floor_us=floor,
+                                     split=split, block=block, sweep=True))  # fmt: skip
+                cells.append(f"{g:.1f} ({g / floor:.2f}×)")
+            print(f"| {str(dtype).split('.')[1]} | " + " | ".join(cells) + " |")
             del bufs
     if args.json:
         with open(args.json, "w") as f:

@@ -31,7 +31,7 @@ def compile_kernel(fn, logits_type: str, constexprs: dict, num_warps: int):
     if "logits_ptr" in sig:
         sig["logits_ptr"] = logits_type
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, enable_fp_fusion=False))
+    return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps))
 
 
 def main() -> int:

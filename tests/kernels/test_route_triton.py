@@ -63,7 +63,7 @@ def test_compiled_triton_matches_torch_small(tmp_path):
 def test_compiled_triton_matches_torch_full_vocab(rows, dtype):
     dev = torch.device("cuda")
     vocab = 151_936
-    for name in ("citer_like", "float_functions"):
+    for name in ("citer_like",):  # every statistic; the small-shape script covers the other cases
         plan = {"routes": {"slm": CASES[name]()}, "routers": {}, "models": {}}
         ref = RouteKernel(plan, "slm", "torch", dev)
         tri = RouteKernel(plan, "slm", "triton", dev)

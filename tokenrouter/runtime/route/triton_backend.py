@@ -78,8 +78,8 @@ class TritonRoute:
             token, logprob, rule, feats,
             math.log(vocab),
             SPLIT=split, BLOCK=block, SAMPLING=sampling, HAS_FORCED=forced is not None,
-            EVAL_RULES=eval_rules, WRITE_FEATURES=write_features,
-            num_warps=warps, enable_fp_fusion=False,
+            EVAL_RULES=eval_rules, WRITE_FEATURES=write_features, FAST_MATH=dev.type == "cuda",
+            num_warps=warps,
         )  # fmt: skip
         return token, logprob, rule, feats
 
@@ -90,6 +90,6 @@ class TritonRoute:
         n_routers = router_out.shape[1] if router_out is not None else 1
         self.module.rules_kernel[(rows,)](
             token, logprob, feats, rows, state.seed, state.position, state.run_length, state.generated,
-            routers, n_routers, rule, num_warps=1, enable_fp_fusion=False,
+            routers, n_routers, rule, num_warps=1,
         )  # fmt: skip
         return rule
