@@ -44,13 +44,25 @@ def write_policy(
 
 
 class Server:
-    """`tokenrouter serve PLAN --port 0 ...` in a subprocess; `url` is parsed from its one line of output."""
+    """`tokenrouter serve PLAN --port 0 --device cpu ...` in a subprocess; `url` is parsed from its one line of
+    output. CPU even where a GPU is present, so timings stay comparable (the first GPU steps compile kernels)."""
 
     def __init__(self, plan: Path, *extra: str, log_dir: Path, port: int = 0) -> None:
         self.stderr_path = log_dir / "serve.stderr"
         self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--port", str(port), *extra],
+            [
+                sys.executable,
+                "-m",
+                "tokenrouter.cli",
+                "serve",
+                str(plan),
+                "--port",
+                str(port),
+                "--device",
+                "cpu",
+                *extra,
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -76,7 +88,8 @@ class Server:
         raise RuntimeError(f"tokenrouter serve did not start:\n{self.stderr()}")
 
     def stderr(self) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         return self.stderr_path.read_text()
 
     def wait(self, timeout: float) -> int:
