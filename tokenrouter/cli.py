@@ -387,6 +387,7 @@ def generate(
     json_out: bool = typer.Option(False, "--json", help="Print JSON with token_ids instead of text."),
     trace: bool = typer.Option(False, "--trace", help="Plan/policy only: show which model wrote each token."),
     define: list[str] = typer.Option(None, "-D", "--define", help="Policy (.tr) only: override a param NAME=VALUE."),
+    chat: bool = typer.Option(False, "--chat", help="Model folder only: wrap --prompt in its chat template."),
 ) -> None:
     """Generate from one prompt in-process with the embedded engine (a plan: every model, with routing)."""
     import json
@@ -410,6 +411,9 @@ def generate(
         if dtype is not None or load != "auto":
             typer.echo("error: --dtype and --load come from the plan's model options for a plan", err=True)
             raise typer.Exit(2)
+        if chat:
+            typer.echo("error: --chat applies to a model folder (not supported for plans yet)", err=True)
+            raise typer.Exit(2)
         _generate_plan(path, prompt, ids, max_tokens, temperature, top_k, top_p, seed, ignore_eos, device,
                        json_out, trace, _defines(define))  # fmt: skip
         return
@@ -417,6 +421,10 @@ def generate(
     from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.generate import generate_from_folder
     from tokenrouter.runtime.sampling import SamplingParams
+
+    if chat and prompt is None:
+        typer.echo("error: --chat needs --prompt (a chat template applies to text)", err=True)
+        raise typer.Exit(2)
 
     try:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
@@ -426,7 +434,7 @@ def generate(
         raise typer.Exit(2) from None
     try:
         result = generate_from_folder(path, prompt=prompt, prompt_ids=ids, params=params, device=device,
-                                      dtype=dtype, load=load)  # fmt: skip
+                                      dtype=dtype, load=load, chat=chat)  # fmt: skip
     except (EngineError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -551,6 +559,8 @@ def eval_cmd(
     seq_len: int = typer.Option(256, help="Tokens per window of text."),
     prompt: int = typer.Option(16, help="Leading tokens of each window used as context only."),
     seed: int = typer.Option(0, help="Seed of the window sample and the random baseline."),
+    generate_n: int = typer.Option(0, "--generate", help="Also complete N held-out function headers (routed vs alone)."),
+    max_new: int = typer.Option(48, "--max-new-tokens", help="--generate: tokens per completion."),
 ) -> None:
     """Teacher-forced quality vs large-model share: the policy's threshold sweep against baselines."""
     import json
@@ -575,6 +585,18 @@ def eval_cmd(
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    if generate_n < 0 or max_new < 1:
+        typer.echo("error: --generate must be >= 0 and --max-new-tokens >= 1", err=True)
+        raise typer.Exit(2)
+    if generate_n:
+        from tokenrouter.runtime.engine.base import EngineError
+        from tokenrouter.training.gencheck import format_check, generated_check
+
+        try:
+            result["generated"] = generated_check(plan, Path(data), generate_n, max_new, seed)
+        except (EngineError, ValueError) as exc:
+            typer.echo(f"error: generated check: {exc}", err=True)
+            raise typer.Exit(1) from None
     if plot is not None:
         try:
             plot_curves(result, Path(plot))
@@ -582,6 +604,8 @@ def eval_cmd(
             typer.echo(f"error: cannot write {plot}: {exc}", err=True)
             raise typer.Exit(1) from None
     typer.echo(json.dumps(result, indent=1) if json_out else format_table(result))
+    if generate_n and not json_out:
+        typer.echo(format_check(result["generated"]))
     if plot is not None and not json_out:
         typer.echo(f"wrote {plot}")
 

@@ -125,3 +125,17 @@ def test_committed_example_models_are_what_make_model_writes(tmp_path):
         committed = TINY_SMALL.parent / name
         for f in sorted(committed.iterdir()):
             assert f.read_bytes() == (tmp_path / name / f.name).read_bytes(), f
+
+
+def test_generate_chat_uses_the_template_like_transformers():
+    transformers = __import__("pytest").importorskip("transformers")
+    out = invoke("generate", TINY_SMALL, "--prompt", "hi there", "--chat", "--max-tokens", 2, "--json")
+    assert out.exit_code == 0, out.output
+    tok = transformers.AutoTokenizer.from_pretrained(str(TINY_SMALL))
+    want = tok.apply_chat_template(
+        [{"role": "user", "content": "hi there"}], tokenize=True, add_generation_prompt=True
+    )
+    want = want["input_ids"] if isinstance(want, dict) or hasattr(want, "keys") else want
+    assert json.loads(out.output)["prompt_token_ids"] == list(want)
+    bad = invoke("generate", TINY_SMALL, "--prompt-ids", "1", "--chat")
+    assert bad.exit_code == 2 and "--chat needs --prompt" in bad.output

@@ -77,6 +77,26 @@ def load_tokenizer(folder: str | Path):
         raise ModelFolderError(f"{path}: cannot read tokenizer ({e})") from e
 
 
+def apply_chat_template(folder: str | Path, messages: list[dict]) -> str:
+    """Render the folder's chat template (tokenizer_config.json) in a sandbox, with the generation prompt."""
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from tokenrouter.runtime.engine.config import read_json
+
+    path = Path(folder) / "tokenizer_config.json"
+    if not path.is_file():
+        raise ModelFolderError(f"{Path(folder)}: no tokenizer_config.json (needed for a chat template)")
+    template = read_json(path).get("chat_template")
+    if not isinstance(template, str):
+        raise ModelFolderError(f"{path}: no chat_template")
+    try:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(template).render(messages=messages, add_generation_prompt=True)
+    except TemplateError as e:
+        raise ModelFolderError(f"{path}: chat_template does not render: {e}") from e
+
+
 def generate_from_folder(
     folder: str | Path,
     *,
@@ -86,6 +106,7 @@ def generate_from_folder(
     device: str = "cpu",
     dtype: str | None = None,
     load: str = "auto",
+    chat: bool = False,
 ) -> dict:
     """`tokenrouter generate MODEL_DIR`: one prompt, in-process. Returns a JSON-able dict with `token_ids`
     and `text`. Raises ModelFolderError / EngineError / ValueError with user-facing messages."""
@@ -93,10 +114,13 @@ def generate_from_folder(
 
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of a text prompt or prompt token ids")
+    if chat and prompt is None:
+        raise ValueError("a chat template applies to a text prompt, not to token ids")
     engine = load_engine(folder, device=device, dtype=dtype, load=load, max_batch=1, max_reqs=1)
     tokenizer = load_tokenizer(folder) if prompt is not None else None
     if prompt is not None:
-        prompt_ids = tokenizer.encode(prompt).ids
+        text = apply_chat_template(folder, [{"role": "user", "content": prompt}]) if chat else prompt
+        prompt_ids = tokenizer.encode(text).ids
         if not prompt_ids:
             raise ValueError("the prompt is empty after tokenization")
     bad = [t for t in prompt_ids if not 0 <= t < engine.info.vocab_size]
