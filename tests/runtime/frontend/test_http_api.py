@@ -51,6 +51,9 @@ def test_health_models_and_auth(server, client):
     assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200  # open without the key
     models = client.models.list()
     assert [m.id for m in models.data] == ["testmix"]
+    assert client.models.retrieve("testmix").id == "testmix"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
     r = httpx.get(f"{server.url}/v1/models", timeout=10)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
     bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)

@@ -72,9 +72,8 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
         mgr: RequestManager = request.app.state.manager
         return PlainTextResponse(mgr.metrics.render(mgr.n_active), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> dict:
-        card = {
+    def model_card(request: Request) -> dict:
+        return {
             "id": args.policy,
             "object": "model",
             "created": api.created,
@@ -82,7 +81,17 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             "root": args.policy,
             "max_model_len": api.max_len(request.app.state.manager),
         }
-        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict:
+        return {"object": "list", "data": [model_card(request)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(request: Request, model_id: str) -> dict:
+        if model_id != args.policy:
+            raise APIError(404, f"the model {model_id!r} does not exist; this server serves {args.policy!r}",
+                           param="model", code="model_not_found")  # fmt: skip
+        return model_card(request)
 
     @app.get("/server_info")
     async def server_info(request: Request) -> dict:
