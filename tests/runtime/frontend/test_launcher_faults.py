@@ -18,6 +18,9 @@ import openai
 import pytest
 from conftest import MODELS, ROOT, Server, free_port, write_policy
 
+from tokenrouter.compiler.driver import compile_file
+from tokenrouter.compiler.plan import write_plan
+
 
 def _serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -60,7 +63,10 @@ def test_broken_model_folder_fails_startup_naming_the_subserver(tmp_path):
     broken = tmp_path / "broken-large"
     shutil.copytree(MODELS / "tiny-large", broken)
     (broken / "config.json").write_text("{ this is not json")
-    r = _serve(str(write_policy(tmp_path, large=broken)), "--port", "0")
+    result = compile_file(write_policy(tmp_path, large=broken))  # served as a .plan this time
+    assert result.ok, result.diagnostics
+    write_plan(result.plan, tmp_path / "testmix.plan")
+    r = _serve(str(tmp_path / "testmix.plan"), "--port", "0")
     assert r.returncode == 1, r.stderr
     assert "subserver 'llm' failed to start" in r.stderr, r.stderr
     assert r.stdout == ""
