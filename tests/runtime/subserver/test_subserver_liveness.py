@@ -38,7 +38,7 @@ def feasible(draw):
     return policy, n, b
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(feasible(), st.integers(0, 2**32))
 def test_delayed_batching_never_stalls_without_timeout(tmp_path_factory, case, seed):
     policy, n, b = case
@@ -112,15 +112,15 @@ def test_soak_rolling_concurrency_32_with_aborts(tmp_path_factory):
             ex.submit(rid, *specs[rid])
             submitted += 1
         ex.round()
-        for rid in list(ex.active):
-            if rid not in aborted and rng.random() < 0.002:
+        for rid in sorted(ex.active):  # every 10th request is aborted once it has written 2 tokens
+            if int(rid[1:]) % 10 == 3 and len(ex.results[rid].token_ids) >= 2:
                 aborted.add(rid)
                 ex.abort(rid)
     assert len(ex.results) == total and not ex.active
     assert all(
         r.finish_reason in ("stop", "length", "abort") and r.error is None for r in ex.results.values()
     )
-    assert 10 < len(aborted) < 100
+    assert len(aborted) >= 15  # most of the 30 (a short one may finish first)
     assert all_free(engines.values())
     for s in ex.schedulers.values():
         assert s.reqs == {} and not s.runnable
