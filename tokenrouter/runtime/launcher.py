@@ -132,6 +132,14 @@ def check_port(host: str, port: int) -> None:
             raise LaunchError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def check_device(device: str | None) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LaunchError("--device cuda: no CUDA device is available here (use --device cpu)")
+
+
 def make_endpoints(models: list[str], run_dir: Path, tcp: bool) -> Endpoints:
     if not tcp:
         return Endpoints.ipc(models, str(run_dir))
@@ -219,6 +227,7 @@ class Launcher:
         plan, plan_path = load_plan(cfg.plan, self.run_dir)
         check_models(plan)
         check_port(cfg.host, cfg.port)
+        check_device(cfg.device)
         models = list(plan["models"])
         self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp)
         self.ctx = zmq.Context()
@@ -236,7 +245,7 @@ class Launcher:
         failure = self._supervise()
         if failure is None:
             return 0
-        print(f"error: {failure}; shutting down (a failed subserver is not restarted)", file=sys.stderr)
+        print(f"error: {failure}; shut down (failed processes are not restarted)", file=sys.stderr)
         return 1
 
     def _start(self, plan: dict, plan_path: str) -> None:

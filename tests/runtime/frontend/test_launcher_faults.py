@@ -51,6 +51,15 @@ def test_missing_model_folder_names_the_path(tmp_path):
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
+def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    r = _serve(str(write_policy(tmp_path)), "--device", "cuda", "--port", "0", timeout=60)
+    assert r.returncode == 1 and "no CUDA device" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_policy_with_errors_shows_diagnostics(tmp_path):
     bad = tmp_path / "bad.tr"
     bad.write_text(write_policy(tmp_path).read_text().replace("entry slm", "entry nosuch"))
