@@ -50,11 +50,17 @@ def load_model_runtime(plan: dict, model: str, device: str, **overrides):
 
     spec = plan["models"][model]
     kind = spec.get("engine", "embedded")
-    if kind != "embedded":
-        raise ValueError(f"model {model!r}: engine {kind!r} is not available in this build (only 'embedded')")
+    if kind not in ("embedded", "sglang"):
+        raise ValueError(f"model {model!r}: unknown engine {kind!r} (expected 'embedded' or 'sglang')")
     if len(spec.get("gpus") or [0]) > 1:
         logger.warning("model %s: tensor parallelism is not implemented; running on %s only", model, device)
-    engine = load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
+    if kind == "sglang":  # SGLang is optional: imported only here, its absence is an EngineError
+        from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
+
+        kw = {**engine_kwargs(spec, device), **overrides}
+        engine = load_sglang_engine(spec["path"], model=model, device=device, **kw)
+    else:
+        engine = load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)

@@ -1,0 +1,559 @@
+"""`SGLangEngine`: the Engine seam (`base.py`) on SGLang's model runner, kernels, KV pools and CUDA graphs.
+
+All SGLang-specific code of TokenRouter lives in this one module, and SGLang is imported only inside it, when
+an engine is built: without SGLang, everything else works and asking for `engine: "sglang"` raises an
+`EngineError` that names the model and says how to install it. Pinned to SGLang `SGLANG_VERSION` (0.5.17, the
+release built for torch 2.11); a version bump touches this file only.
+
+## The seam: SGLang's `ModelRunner`, driven one ragged step at a time
+SGLang's own scheduler is bypassed; TokenRouter's subserver scheduler stays in charge. This engine builds one
+SGLang `ModelRunner` (the object SGLang's TP worker owns: weights, `ReqToTokenPool`, the token-to-KV pool and its
+allocator, the attention backend, the decode CUDA graphs) the way SGLang's `benchmark/one_batch.py` does, and per
+`forward` it
+1. allocates KV slots for the step's new tokens from SGLang's `token_to_kv_pool_allocator` and a request row
+   from its `req_to_token_pool` for a request seen for the first time,
+2. writes `req_to_token[row, positions] = slots` (SGLang's request-to-token table),
+3. builds one `ForwardBatch` (`ForwardMode.DECODE` when every row brings one token, so SGLang's decode CUDA
+   graphs replay; else `ForwardMode.EXTEND`, a ragged prefill/extend/decode mix, eager) and calls
+   `ModelRunner.forward`, which returns SGLang's `LogitsProcessorOutput`: last-position logits per row and,
+   with `return_hidden_states_mode="last"`, the last position's final-norm hidden state.
+A request that hops away is simply not in the next batch: its row and slots stay in SGLang's pools, and its
+return is an extend of the new tokens only. `release` frees both. Sampling stays in TokenRouter.
+
+Why not `sglang.Engine` with sessions and a `custom_logit_processor`: it exposes sampled tokens and logprobs,
+not the raw per-step logits and hidden states that the route kernel reads, and every step would be a request
+through SGLang's tokenizer manager and scheduler processes (ZMQ hops per token). The runner seam is the one
+that gives per-step logits + hidden states for a ragged batch with the KV kept in SGLang's pools. Its cost:
+`ModelRunner` / `ForwardBatch` signatures change between SGLang releases (hence the pin and the version check).
+
+Limits (said, not hidden): one SGLang engine per process (SGLang keeps process-wide state: its torch.distributed
+group and published server args), tensor parallelism 1, CUDA only, attention backend "triton" (the FA3 default
+needs a library the H200 bundle leaves out), page size 1, no prefill/extend CUDA graphs (SGLang's piecewise
+prefill graphs compile with torch.compile; extends run eagerly), Qwen3/Qwen2/Llama-family decoders as SGLang
+loads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tokenrouter.runtime.engine.base import Engine, EngineError, ModelInfo, StepInput, StepOutput
+from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
+from tokenrouter.runtime.engine.embedded import EngineRowError
+from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool
+
+logger = logging.getLogger(__name__)
+
+SGLANG_VERSION = "0.5.17"
+INSTALL_HINT = (
+    f"install it on a CUDA machine with `pip install 'sglang=={SGLANG_VERSION}'`, or unpack the bundle that "
+    "shared/device/sglang-bundle.sh builds and put it on PYTHONPATH (see docs/sglang.md)"
+)
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_GRAPH_MAX_BS = 64  # decode CUDA graphs captured up to this batch size (bigger decodes run eagerly)
+
+_started_in_process: str | None = None  # the model of the one SGLang runner this process holds
+
+
+def import_sglang(model: str):
+    """The `sglang` package at the pinned version, or an EngineError naming `model` that says how to get it."""
+    try:
+        import sglang
+    except ImportError as e:
+        raise EngineError(
+            f"model {model!r}: engine 'sglang' needs SGLang {SGLANG_VERSION}, which is not installed here "
+            f'({e}); {INSTALL_HINT}, or use engine: "embedded"'
+        ) from None
+    version = getattr(sglang, "__version__", "unknown")
+    if version != SGLANG_VERSION:
+        raise EngineError(
+            f"model {model!r}: engine 'sglang' is written against SGLang {SGLANG_VERSION}, found {version}; "
+            f"{INSTALL_HINT}"
+        )
+    return sglang
+
+
+@dataclass(slots=True)
+class SGLangSettings:
+    """Settings of one SGLang engine (validated; every field may come from a user)."""
+
+    device: str = "cuda:0"
+    dtype: str | None = None  # None: bfloat16
+    max_tokens: int | None = None  # KV token slots; else from mem_bytes; else SGLang's own sizing
+    mem_bytes: int | None = None  # KV budget in bytes
+    max_batch: int = 256  # rows per model forward (larger steps run in pieces)
+    max_reqs: int | None = None  # request rows (running + held); default 2 * max_batch
+    max_len: int | None = None  # longest sequence; default the model's max_position_embeddings
+    load: str = "auto"  # "auto" (safetensors in the folder) | "dummy" (SGLang's random weights)
+    attention: str = "auto"  # "auto" = "triton"
+    cuda_graph: bool | None = None  # None/True: SGLang's decode CUDA graphs; False: eager
+    seed: int = 0
+    mem_fraction_static: float | None = None  # SGLang's share of the GPU for weights + KV (None: its default)
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"engine 'sglang': dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, got {self.max_batch!r}")
+        if self.load not in ("auto", "dummy"):
+            raise ValueError(f"load must be 'auto' or 'dummy', got {self.load!r}")
+        if self.attention not in ("auto", "triton"):
+            raise ValueError(f"engine 'sglang' supports attention 'triton' only, got {self.attention!r}")
+        if self.max_tokens is not None and self.mem_bytes is not None:
+            raise ValueError("give max_tokens or mem_bytes, not both")
+        if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
+            raise ValueError(f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static!r}")
+        if self.max_reqs is not None and self.max_reqs < self.max_batch:
+            raise ValueError(f"max_reqs ({self.max_reqs}) must be >= max_batch ({self.max_batch})")
+
+
+@dataclass(slots=True, eq=False)
+class Req:
+    """One request as the engine sees it: its token history and, while resident, its SGLang row and slots.
+    `req_pool_idx` is the attribute SGLang's `ReqToTokenPool.alloc/free` read and write (None: not resident)."""
+
+    rid: str
+    token_ids: list[int] = field(default_factory=list)
+    kv_len: int = 0  # tokens of token_ids whose KV is in SGLang's pool (a prefix)
+    req_pool_idx: int | None = None
+    slot_chunks: list[torch.Tensor] = field(default_factory=list)  # its KV slots on the device, in order
+
+
+class SGLangEngine(Engine):
+    """The Engine contract over one SGLang `ModelRunner` (see the module docstring)."""
+
+    def __init__(self, runner, config: ModelConfig, settings: SGLangSettings, name: str, sgl) -> None:
+        self.runner = runner
+        self.model_config = config
+        self.settings = settings
+        self._sgl = sgl  # the SGLang names this engine uses per step
+        self.device = torch.device(f"cuda:{runner.gpu_id}")
+        self.dtype = DTYPES[settings.dtype or "bfloat16"]
+        self.max_batch = min(settings.max_batch, runner.req_to_token_pool.size)
+        self.req_to_token_pool = runner.req_to_token_pool
+        self.allocator = runner.token_to_kv_pool_allocator
+        self.pages_total = self.allocator.available_size()
+        context = int(getattr(runner.model_config, "context_len", config.max_position_embeddings))
+        self.max_len = min(settings.max_len or context, context, self.pages_total)
+        self.graphs = getattr(runner, "decode_cuda_graph_runner", None) is not None
+        self.info = ModelInfo(
+            name=name,
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            max_len=self.max_len,
+            eos_token_ids=config.eos_token_ids,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self.reqs: dict[str, Req] = {}
+        self.lru: OrderedDict[str, None] = OrderedDict()  # resident rids, least recently used first
+        self.evictions = 0
+        self.reprefills = 0
+        self.steps = 0
+        self.graph_steps = 0
+
+    # --- the Engine contract ------------------------------------------------------------------------
+    def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
+        rows = list(batch)
+        if not rows:
+            raise ValueError("forward needs at least one row")
+        self._validate(rows)
+        before = (self.evictions, self.reprefills, self.graph_steps)
+        outs = [
+            self._forward_rows(rows[i : i + self.max_batch], want_hidden)
+            for i in range(0, len(rows), self.max_batch)
+        ]
+        outs = [o for chunk in outs for o in chunk]
+        self.steps += 1
+        logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
+        hidden = None
+        if want_hidden:
+            hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
+        new_tokens = [len(r.new_token_ids) for r in rows]
+        stats = {
+            "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
+            "rows": len(rows),
+            "tokens": sum(o[2] for o in outs),
+            "forwards": len(outs),
+            "evicted": self.evictions - before[0],
+            "reprefilled": self.reprefills - before[1],
+            "cuda_graph": self.graph_steps - before[2],
+        }
+        return StepOutput(logits=logits, hidden=hidden, stats=stats)
+
+    def release(self, rid: str) -> None:
+        req = self.reqs.pop(rid, None)
+        if req is not None and req.req_pool_idx is not None:
+            self._free_kv(req)
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            layer = self.runner.model.get_input_embeddings()
+            return layer(token_ids.to(self.device, torch.int64))
+
+    def seq_len(self, rid: str) -> int:
+        req = self.reqs.get(rid)
+        return 0 if req is None else len(req.token_ids)
+
+    def stats(self) -> dict:
+        resident = sum(1 for r in self.reqs.values() if r.req_pool_idx is not None)
+        free = self.allocator.available_size()
+        return {
+            "pages_total": self.pages_total,
+            "pages_free": free,
+            "pages_used": self.pages_total - free,
+            "page_size": 1,
+            "req_slots_total": self.req_to_token_pool.size,
+            "req_slots_free": self.req_to_token_pool.available_size(),
+            "requests": len(self.reqs),
+            "held": resident,
+            "evicted_held": len(self.reqs) - resident,
+            "evictions": self.evictions,
+            "reprefills": self.reprefills,
+            "steps": self.steps,
+            "graph_steps": self.graph_steps,
+            "max_len": self.max_len,
+            "attention": "sglang-triton",
+            "cuda_graph": self.graphs,
+            "sglang": SGLANG_VERSION,
+        }
+
+    # --- one step -------------------------------------------------------------------------------------
+    def _validate(self, rows: list[StepInput]) -> None:
+        seen: set[str] = set()
+        vocab = self.model_config.vocab_size
+        for row in rows:
+            if row.rid in seen:
+                raise EngineRowError(row.rid, "appears twice in one step")
+            seen.add(row.rid)
+            new = row.new_token_ids
+            if len(new) == 0:
+                raise EngineRowError(row.rid, "a step needs at least one new token")
+            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new):
+                raise EngineRowError(row.rid, "token ids must be ints")
+            if min(new) < 0 or max(new) >= vocab:
+                raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
+            total = self.seq_len(row.rid) + len(new)
+            if total > self.max_len:
+                raise EngineRowError(row.rid, f"{total} tokens exceed the engine's max_len {self.max_len}")
+
+    def _forward_rows(
+        self, rows: list[StepInput], want_hidden: bool
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None, int]]:
+        """Run rows (<= max_batch) in one forward if they fit, else in halves."""
+        reqs = [self.reqs.get(r.rid) or Req(r.rid) for r in rows]
+        need_tokens = sum(
+            len(r.new_token_ids) + (0 if q.req_pool_idx is not None else len(q.token_ids))
+            for r, q in zip(rows, reqs, strict=True)
+        )
+        need_rows = sum(1 for q in reqs if q.req_pool_idx is None)
+        if not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
+            if len(rows) == 1:
+                raise EngineRowError(rows[0].rid, "does not fit in the KV pool even alone")
+            half = len(rows) // 2
+            return self._forward_rows(rows[:half], want_hidden) + self._forward_rows(rows[half:], want_hidden)
+        return [self._forward_fitting(rows, reqs, need_tokens, want_hidden)]
+
+    def _make_room(self, need_tokens: int, need_rows: int, keep: set[str]) -> bool:
+        while (
+            self.allocator.available_size() < need_tokens
+            or self.req_to_token_pool.available_size() < need_rows
+        ):
+            victim = next((rid for rid in self.lru if rid not in keep), None)
+            if victim is None:
+                return False
+            self._free_kv(self.reqs[victim])
+            self.evictions += 1
+        return True
+
+    def _free_kv(self, req: Req) -> None:
+        if req.slot_chunks:
+            self.allocator.free(torch.cat(req.slot_chunks))
+        self.req_to_token_pool.free(req)  # sets req.req_pool_idx = None
+        self.lru.pop(req.rid, None)
+        req.slot_chunks, req.kv_len = [], 0
+
+    def _forward_fitting(
+        self, rows: list[StepInput], reqs: list[Req], need_tokens: int, want_hidden: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        is_fresh = [q.req_pool_idx is None for q in reqs]
+        fresh = [q for q, f in zip(reqs, is_fresh, strict=True) if f]
+        if fresh and self.req_to_token_pool.alloc(fresh) is None:
+            raise EngineError("SGLang's request pool refused rows that _make_room had freed")
+        locs = self.allocator.alloc(need_tokens)
+        if locs is None:
+            self._undo(fresh, None)
+            raise EngineError("SGLang's KV allocator refused slots that _make_room had freed")
+        input_ids: list[int] = []
+        positions: list[int] = []
+        token_rows: list[int] = []
+        prefix_lens: list[int] = []
+        extend_lens: list[int] = []
+        news: list[list[int]] = []
+        for row, req, was_fresh in zip(rows, reqs, is_fresh, strict=True):
+            new = [int(t) for t in row.new_token_ids]
+            news.append(new)
+            if was_fresh:
+                if req.token_ids:
+                    self.reprefills += 1
+                tokens = req.token_ids + new
+            else:
+                tokens = new
+            input_ids.extend(tokens)
+            positions.extend(range(req.kv_len, req.kv_len + len(tokens)))
+            token_rows.extend([req.req_pool_idx] * len(tokens))
+            prefix_lens.append(req.kv_len)
+            extend_lens.append(len(tokens))
+        try:
+            logits, hidden = self._run(
+                reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden
+            )
+        except BaseException:
+            self._undo(fresh, locs)
+            raise
+        start = 0
+        for new, req, n in zip(news, reqs, extend_lens, strict=True):
+            req.slot_chunks.append(locs[start : start + n])
+            start += n
+            req.token_ids.extend(new)
+            req.kv_len = len(req.token_ids)
+            self.reqs[req.rid] = req
+            self.lru[req.rid] = None
+            self.lru.move_to_end(req.rid)
+        return logits, hidden, len(input_ids)
+
+    def _undo(self, fresh: list[Req], locs: torch.Tensor | None) -> None:
+        if locs is not None:
+            self.allocator.free(locs)
+        for req in fresh:
+            if req.req_pool_idx is not None:
+                self.req_to_token_pool.free(req)
+            req.kv_len = 0
+
+    @torch.inference_mode()
+    def _run(self, reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden):
+        sgl = self._sgl
+        dev = self.device
+        bs, num_tokens = len(reqs), len(input_ids)
+        seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)]
+        starts = [0] * bs
+        for i in range(1, bs):
+            starts[i] = starts[i - 1] + extend_lens[i - 1]
+        # one host->device copy for everything the step needs
+        host = torch.tensor(
+            input_ids + positions + token_rows + [r.req_pool_idx for r in reqs] + seq_lens
+            + prefix_lens + extend_lens + starts,
+            dtype=torch.int64,
+        )  # fmt: skip
+        packed = host.to(dev, non_blocking=True)
+        ids_d, pos_d, rows_d = (
+            packed[:num_tokens],
+            packed[num_tokens : 2 * num_tokens],
+            packed[2 * num_tokens : 3 * num_tokens],
+        )
+        o = 3 * num_tokens
+        pool_d, seq_d = packed[o : o + bs], packed[o + bs : o + 2 * bs]
+        prefix_d, ext_d, start_d = (
+            packed[o + 2 * bs : o + 3 * bs],
+            packed[o + 3 * bs : o + 4 * bs],
+            packed[o + 4 * bs : o + 5 * bs],
+        )
+        out_loc = locs.to(torch.int64)
+        self.req_to_token_pool.req_to_token[rows_d, pos_d] = out_loc.to(torch.int32)
+        decode = all(e == 1 for e in extend_lens)
+        fb = sgl.ForwardBatch(
+            forward_mode=sgl.ForwardMode.DECODE if decode else sgl.ForwardMode.EXTEND,
+            batch_size=bs,
+            input_ids=ids_d,
+            req_pool_indices=pool_d,
+            seq_lens=seq_d,
+            out_cache_loc=out_loc,
+            seq_lens_sum=sum(seq_lens),
+            seq_lens_cpu=host[o + bs : o + 2 * bs],
+            return_logprob=False,
+            spec_algorithm=sgl.SpeculativeAlgorithm.NONE,
+            capture_hidden_mode=sgl.CaptureHiddenMode.LAST if want_hidden else sgl.CaptureHiddenMode.NULL,
+            positions=pos_d,
+            lora_ids=[None] * bs,
+            rids=[r.rid for r in reqs],
+            num_token_non_padded_cpu=num_tokens,
+        )
+        if not decode:
+            fb.extend_num_tokens = num_tokens
+            fb.extend_seq_lens = ext_d.to(torch.int32)
+            fb.extend_prefix_lens = prefix_d.to(torch.int32)
+            fb.extend_start_loc = start_d.to(torch.int32)
+            fb.extend_seq_lens_cpu = list(extend_lens)
+            fb.extend_prefix_lens_cpu = list(prefix_lens)
+            fb.extend_logprob_start_lens_cpu = list(extend_lens)
+        result = self.runner.forward(fb)
+        out = result.logits_output
+        logits = out.next_token_logits[:, : self.model_config.vocab_size]
+        hidden = out.hidden_states if want_hidden else None
+        if result.can_run_graph:  # graph outputs live in static buffers the next replay overwrites
+            self.graph_steps += 1
+            logits = logits.clone()
+            hidden = None if hidden is None else hidden.clone()
+        return logits, hidden
+
+
+class _SGLangNames:
+    """The SGLang classes one step uses, imported once (keeps `_run` free of imports)."""
+
+    def __init__(self) -> None:
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        self.ForwardBatch = ForwardBatch
+        self.ForwardMode = ForwardMode
+        self.CaptureHiddenMode = CaptureHiddenMode
+        self.SpeculativeAlgorithm = SpeculativeAlgorithm
+
+
+def _kv_tokens(settings: SGLangSettings, config: ModelConfig) -> int | None:
+    if settings.max_tokens is not None:
+        return settings.max_tokens
+    if settings.mem_bytes is None:
+        return None
+    per = MHATokenToKVPool.bytes_per_token(
+        DTYPES[settings.dtype or "bfloat16"],
+        config.num_key_value_heads,
+        config.head_dim,
+        config.num_hidden_layers,
+    )
+    tokens = settings.mem_bytes // per
+    if tokens < 1:
+        raise EngineError(f"a KV budget of {settings.mem_bytes} bytes holds no token ({per} bytes per token)")
+    return tokens
+
+
+def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
+    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.entrypoints.engine import _set_envs_and_config
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
+    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.server_args import PortArgs, ServerArgs
+
+    max_reqs = settings.max_reqs or 2 * settings.max_batch
+    kw = dict(
+        model_path=str(folder),
+        skip_tokenizer_init=True,
+        load_format="dummy" if settings.load == "dummy" else "auto",
+        dtype=settings.dtype or "bfloat16",
+        attention_backend="triton",
+        page_size=1,
+        tp_size=1,
+        base_gpu_id=gpu_id,
+        random_seed=settings.seed,
+        max_running_requests=max_reqs,
+        disable_radix_cache=True,
+        return_hidden_states_mode="last",
+        disable_prefill_cuda_graph=True,
+        log_level="error",
+    )
+    tokens = _kv_tokens(settings, config)
+    if tokens is not None:
+        kw["max_total_tokens"] = tokens
+    if settings.max_len is not None and settings.max_len <= config.max_position_embeddings:
+        kw["context_length"] = settings.max_len
+    if settings.mem_fraction_static is not None:
+        kw["mem_fraction_static"] = settings.mem_fraction_static
+    if settings.cuda_graph is False:
+        kw["disable_cuda_graph"] = True
+    else:
+        kw["cuda_graph_max_bs_decode"] = min(settings.max_batch, max_reqs, DEFAULT_GRAPH_MAX_BS)
+    server_args = ServerArgs(**kw)
+    _set_envs_and_config(server_args)
+    port_args = PortArgs.init_new(server_args)
+    initialize_moe_config(server_args)
+    initialize_fp8_gemm_config(server_args)
+    initialize_fp4_gemm_config(server_args)
+    runner = ModelRunner(
+        model_config=SGLModelConfig.from_server_args(server_args),
+        mem_fraction_static=server_args.mem_fraction_static,
+        gpu_id=gpu_id,
+        ps=ParallelState.trivial(gpu_id=gpu_id),
+        nccl_port=port_args.nccl_port,
+        server_args=server_args,
+    )
+    runner.alloc_memory_pool()
+    runner.init_attention_backends()
+    runner.init_cuda_graphs()
+    return runner
+
+
+def load_sglang_engine(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    device: str = "cuda:0",
+    dtype: str | None = None,
+    max_tokens: int | None = None,
+    mem_bytes: int | None = None,
+    load: str = "auto",
+    attention: str = "auto",
+    max_batch: int = 256,
+    max_reqs: int | None = None,
+    max_len: int | None = None,
+    cuda_graph: bool | None = None,
+    seed: int = 0,
+    mem_fraction_static: float | None = None,
+) -> SGLangEngine:
+    """Load a model folder into an `SGLangEngine` (same keywords as `embedded.load_engine`, plus `model`, the
+    plan's name for it, used in errors). Raises EngineError when SGLang is absent or the wrong version, when
+    there is no CUDA device, when the folder is unusable, or when SGLang fails to start; ValueError for bad
+    settings."""
+    global _started_in_process
+    settings = SGLangSettings(
+        device=device,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        mem_bytes=mem_bytes,
+        max_batch=max_batch,
+        max_reqs=max_reqs,
+        max_len=max_len,
+        load=load,
+        attention=attention,
+        cuda_graph=cuda_graph,
+        seed=seed,
+        mem_fraction_static=mem_fraction_static,
+    )
+    name = model or Path(path).resolve().name
+    import_sglang(name)  # first: without SGLang nothing else about this model matters
+    config = load_model_config(path)
+    folder = check_model_folder(path, need_weights=load != "dummy")
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        raise EngineError(f"model {name!r}: engine 'sglang' needs a CUDA device (asked for {device!r})")
+    if _started_in_process is not None:
+        raise EngineError(
+            f"model {name!r}: this process already runs SGLang for {_started_in_process!r}; SGLang keeps "
+            "process-wide state, so each SGLang model needs its own process (one subserver per model does this)"
+        )
+    gpu_id = dev.index if dev.index is not None else torch.cuda.current_device()
+    try:
+        runner = _start_runner(folder, settings, config, gpu_id)
+    except EngineError:
+        raise
+    except Exception as e:
+        logger.exception("SGLang failed to start for model %s", name)
+        raise EngineError(
+            f"model {name!r}: SGLang {SGLANG_VERSION} failed to start: {type(e).__name__}: {e}"
+        ) from e
+    _started_in_process = name
+    return SGLangEngine(runner, config, settings, name, _SGLangNames())
