@@ -93,10 +93,15 @@ def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
     policy, _ = trained_r2r
     png = tmp_path / "q.png"
     proc = cli("eval", policy, "--data", tiny_corpus / "eval", "--json", "--plot", png, "--shares", "0.1,0.25,0.5",
-               *SMALL)  # fmt: skip
+               "--generate", "2", "--max-new-tokens", "6", *SMALL)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert png.stat().st_size > 10_000
+    gen = res["generated"]
+    assert set(gen["runs"]) == {"routed", "slm alone", "llm alone"} and gen["prompts"] == 2
+    for r in gen["runs"].values():
+        assert 0 < r["tokens"] <= 12 and r["large_nll_per_token"] > 0
+    assert 0 <= gen["runs"]["routed"]["large_share"] <= 1
     assert set(res["curves"]) == {"policy", "confidence", "entropy", "random", "query", "oracle"}
     n = res["tokens"]
     assert 600 <= n <= 700 + 64
