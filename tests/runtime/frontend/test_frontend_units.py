@@ -137,3 +137,24 @@ def test_metrics_render_prometheus_text():
     assert 'tokenrouter_kv_pages_free{model="slm"} 90\n' in text
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or line.startswith("tokenrouter_")
+
+
+def test_a_token_that_never_arrives_fails_the_request(monkeypatch):
+    import tokenrouter.runtime.frontend.generation as gen
+
+    monkeypatch.setattr(gen, "GAP_TIMEOUT_S", 0.05)
+
+    async def go():
+        st = ReqState(rid="r", prompt_len=1)
+        mgr = _Aborts()
+        c = Choice(mgr, CODEC, st, 0, [], ["slm", "llm"])
+        st.add(m.TokenOut(rid="r", index=0, token_ids=[300], model="slm", hop_to="llm"))
+        st.add(m.TokenOut(rid="r", index=2, token_ids=[301], model="slm"))  # index 1 is lost
+        st.finish_reason = "length"
+        st.event.set()
+        with pytest.raises(APIError, match="token 1 missing"):
+            async for _ in c.deltas():
+                pass
+        return mgr.aborted
+
+    assert asyncio.run(go()) == [("r", "abort")]

@@ -7,12 +7,16 @@ the last `len(longest stop) - 1` characters are held back, since they may be the
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from tokenrouter.runtime.frontend.codec import TextCodec
+from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
+
+GAP_TIMEOUT_S = 10.0  # after Finished, how long a missing earlier token may take to arrive
 
 
 @dataclass(slots=True)
@@ -52,7 +56,15 @@ class Choice:
         st = self.state
         try:
             while True:
-                await st.event.wait()
+                if st.finish_reason is None:
+                    await st.event.wait()
+                else:  # finished, but a token sent by another subserver is still on its way
+                    try:
+                        await asyncio.wait_for(st.event.wait(), GAP_TIMEOUT_S)
+                    except asyncio.TimeoutError:
+                        raise APIError(
+                            500, f"the request finished with token {st.next_index} missing"
+                        ) from None
                 st.event.clear()
                 if st.error is not None:
                     raise st.error
