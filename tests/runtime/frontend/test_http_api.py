@@ -259,13 +259,22 @@ def test_metrics_content(server):
     assert mt['tokenrouter_step_latency_seconds{model="slm"}'] > 0
 
 
-def test_soak_concurrency_32_no_error_no_leak(server):
+def test_soak_concurrency_32_with_leavers_no_error_no_leak(server):
     n_requests, concurrency = 200, 32
     aclient = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=120)
     before = metrics(server.url)
 
     async def one(i: int, sem: asyncio.Semaphore):
         async with sem:
+            if i % 10 == 5:  # a client that leaves after its first chunk
+                stream = await aclient.completions.create(
+                    model="testmix", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=4000, stream=True,
+                    extra_body={"ignore_eos": True},
+                )  # fmt: skip
+                async for _ in stream:
+                    break
+                await stream.close()
+                return None
             if i % 2:
                 r = await aclient.completions.create(
                     model="testmix", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=3, temperature=0.8, seed=i,
@@ -293,9 +302,13 @@ def test_soak_concurrency_32_no_error_no_leak(server):
     results = asyncio.run(main())
     elapsed = time.monotonic() - t0
     assert len(results) == n_requests
-    for tokens, extra in results:
+    left = [r for r in results if r is None]
+    assert len(left) == n_requests // 10
+    for tokens, extra in (r for r in results if r is not None):
         assert tokens == 3
         _check_routing(extra, 3)
     after = wait_all_pages_free(server.url, MODELS)
     assert after["tokenrouter_requests_total"] - before["tokenrouter_requests_total"] == n_requests
+    key = 'tokenrouter_requests_finished_total{reason="abort"}'
+    assert after[key] - before.get(key, 0) == len(left)
     assert elapsed < 60, f"soak took {elapsed:.1f} s"
