@@ -135,6 +135,14 @@ def test_metrics_render_prometheus_text():
     assert 'tokenrouter_hops_total{from="slm",to="llm"} 2\n' in text
     assert 'tokenrouter_step_latency_seconds{model="slm"} 0.0125\n' in text
     assert 'tokenrouter_kv_pages_free{model="slm"} 90\n' in text
+    mt.ttft.observe(0.02)
+    mt.ttft.observe(100.0)
+    text = mt.render(active=2)
+    assert 'tokenrouter_time_to_first_token_seconds_bucket{le="0.01"} 0\n' in text
+    assert 'tokenrouter_time_to_first_token_seconds_bucket{le="0.025"} 1\n' in text
+    assert 'tokenrouter_time_to_first_token_seconds_bucket{le="+Inf"} 2\n' in text
+    assert "tokenrouter_time_to_first_token_seconds_count 2\n" in text
+    assert "tokenrouter_e2e_request_latency_seconds_count 0\n" in text
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or line.startswith("tokenrouter_")
 

@@ -257,6 +257,9 @@ def test_metrics_content(server):
     assert mt['tokenrouter_generation_tokens_total{model="llm"}'] > 0
     assert mt['tokenrouter_hops_total{from="slm",to="llm"}'] > 0
     assert mt['tokenrouter_step_latency_seconds{model="slm"}'] > 0
+    done = mt['tokenrouter_requests_finished_total{reason="length"}']
+    assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
+    assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done
 
 
 def test_soak_concurrency_32_with_leavers_no_error_no_leak(server):

@@ -14,6 +14,31 @@ from tokenrouter.runtime import messages as m
 PREFIX = "tokenrouter_"
 
 
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(slots=True)
+class Histogram:
+    buckets: tuple[float, ...] = LATENCY_BUCKETS_S
+    counts: list[int] = field(default_factory=list)  # per bucket, not cumulative; the last is +Inf
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets) + 1)
+        i = next((k for k, b in enumerate(self.buckets) if value <= b), len(self.buckets))
+        self.counts[i] += 1
+        self.total += value
+
+    def lines(self, name: str) -> list[str]:
+        counts = self.counts or [0] * (len(self.buckets) + 1)
+        out, acc = [], 0
+        for b, c in zip((*map(repr, self.buckets), "+Inf"), counts, strict=True):
+            acc += c
+            out.append(f'{name}_bucket{{le="{b}"}} {acc}')
+        return [*out, f"{name}_sum {self.total!r}", f"{name}_count {acc}"]
+
+
 @dataclass(slots=True)
 class Metrics:
     models: list[str]
@@ -25,6 +50,8 @@ class Metrics:
     stats: dict[str, m.SubserverStats] = field(default_factory=dict)
     step_ms_sum: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     step_count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ttft: Histogram = field(default_factory=Histogram)  # request arrival → its first token at the frontend
+    e2e: Histogram = field(default_factory=Histogram)  # request arrival → finished (not aborted)
 
     def on_stats(self, s: m.SubserverStats) -> None:
         prev = self.stats.get(s.model)
@@ -114,6 +141,17 @@ class Metrics:
                 if n
             ],
         )
+        for name, help_, h in (
+            ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),
+            (
+                "e2e_request_latency_seconds",
+                "From a request's arrival to its end (finished requests).",
+                self.e2e,
+            ),
+        ):
+            out.append(f"# HELP {PREFIX}{name} {help_}")
+            out.append(f"# TYPE {PREFIX}{name} histogram")
+            out.extend(h.lines(PREFIX + name))
         return "\n".join(out) + "\n"
 
 

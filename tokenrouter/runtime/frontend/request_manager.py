@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 
 import msgspec
@@ -45,6 +46,8 @@ class ReqState:
     hops: list[tuple[str, str]] = field(default_factory=list)
     finish_reason: str | None = None
     error: APIError | None = None
+    t_arrival: float = field(default_factory=time.monotonic)
+    got_first: bool = False
 
     @property
     def done(self) -> bool:
@@ -138,6 +141,7 @@ class RequestManager:
     def _finish(self, st: ReqState, reason: str) -> None:
         self.requests.pop(st.rid, None)
         self.metrics.requests_finished[reason] += 1
+        self.metrics.e2e.observe(time.monotonic() - st.t_arrival)
         self._broadcast(m.Release(rid=st.rid))
         self._count_changed()
 
@@ -186,6 +190,9 @@ class RequestManager:
             if out.hop_to is not None:
                 self.metrics.hops[(out.model, out.hop_to)] += 1
             if st is not None:
+                if out.token_ids and not st.got_first:
+                    st.got_first = True
+                    self.metrics.ttft.observe(time.monotonic() - st.t_arrival)
                 st.add(out)
                 touched.add(out.rid)
         for fin in msg.finished:
