@@ -22,7 +22,8 @@ from tokenrouter.runtime.engine.embedded import load_engine
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SMALL = REPO / "examples" / "models" / "tiny-small"
-POOL = 256  # KV slots of every engine under test: small, so that eviction is cheap to provoke
+POOL = 256  # KV slots of the CPU engine: small, so that eviction is cheap to provoke
+POOL_GPU = 4096  # on the GPU (SGLang sizes some buffers from its pool: not too small)
 GPU_SHAPE = dict(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, head_dim=64)
 
 ENGINES = [
@@ -50,12 +51,12 @@ def engine(request, tmp_path_factory):
         pytest.skip("needs a CUDA device")
     folder = _gpu_model(tmp_path_factory.getbasetemp())
     if kind == "embedded-cuda":
-        return load_engine(folder, device="cuda", dtype="bfloat16", max_tokens=POOL, max_batch=8)
+        return load_engine(folder, device="cuda", dtype="bfloat16", max_tokens=POOL_GPU, max_batch=8)
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed (docs/sglang.md)")
     from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
 
-    return load_sglang_engine(folder, device="cuda:0", max_tokens=POOL, max_batch=8)
+    return load_sglang_engine(folder, device="cuda:0", max_tokens=POOL_GPU, max_batch=8)
 
 
 def tol(engine) -> float:
@@ -117,6 +118,7 @@ def test_mixed_steps_equal_one_prefill(engine):
     ]
     done = dict.fromkeys(seqs, 0)
     checks = []
+    graph_steps = base.get("graph_steps")
     for rows, mode in plan:
         batch = [StepInput(rid, seqs[rid][done[rid] : done[rid] + n]) for rid, n in rows.items()]
         out = engine.forward(batch, want_hidden=True)
@@ -126,6 +128,8 @@ def test_mixed_steps_equal_one_prefill(engine):
             done[rid] += n
             checks.append((rid, done[rid], out.logits[i].clone(), out.hidden[i].clone()))
             assert engine.seq_len(rid) == done[rid]
+    if graph_steps is not None and base.get("cuda_graph"):  # engines that count graph replays (SGLang)
+        assert engine.stats()["graph_steps"] >= graph_steps + 2  # the two all-decode steps replayed graphs
     for rid in seqs:
         engine.release(rid)
     assert_idle(engine, base)
