@@ -1,0 +1,98 @@
+import pytest
+
+from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
+from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+from tokenrouter.compiler.throughput.optimize import TuneError, candidates, tune
+from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+
+def r2r(n: int, p: float = 0.35):
+    return make_inputs(["slm", "llm"], {"slm": 6.0, "llm": 27.9}, [[1 - p, p], [1, 0]], [[1, 0], [1, 0]], n)
+
+
+@pytest.mark.parametrize(("n", "expected"), [(2, 2), (3, 2), (4, 3)])
+def test_paper_validation(n, expected):
+    result = tune(r2r(n), fixed={"slm": 1}, delta_ms=0.1)
+    assert result.method == "exhaustive"
+    assert result.best_thresholds() == {"slm": 1, "llm": expected}
+    assert len(result.results) == n  # B_llm in 1..N, all feasible with B_slm = 1
+
+
+def test_single_model_is_exact():
+    # one model, B = 1: a batch of all N every L ms, each request commits c tokens per step
+    inp = make_inputs(["a"], {"a": 5.0}, [[1.0]], [[1.0]], 7)
+    r = analyze(inp, (1,))
+    assert r.throughput == pytest.approx(7 / 5.0 * 1000)
+    assert r.utilization == pytest.approx((1.0,))
+    assert r.mean_batch == pytest.approx((7.0,))
+
+
+def test_batch_dependent_latency_changes_throughput():
+    flat = r2r(4)
+    steep = make_inputs(
+        ["slm", "llm"],
+        {"slm": 6.0, "llm": StepLatency(((1, 27.9), (4, 40.0)))},
+        [[0.65, 0.35], [1, 0]],
+        [[1, 0], [1, 0]],
+        4,
+    )
+    assert analyze(steep, (1, 2)).throughput < analyze(flat, (1, 2)).throughput
+
+
+GRID = [
+    # (latencies, p, c, N, B)
+    ({"a": 6.0, "b": 27.9}, [[0.65, 0.35], [1, 0]], [[1, 0], [1, 0]], 3, (1, 2)),
+    ({"a": 6.0, "b": 27.9}, [[0.65, 0.35], [1, 0]], [[1, 0], [1, 0]], 6, (2, 3)),
+    ({"a": 2.0, "b": 9.0}, [[0.9, 0.1], [0.5, 0.5]], [[1, 1], [1, 1]], 5, (1, 1)),
+    ({"a": 2.0, "b": StepLatency(((1, 9.0), (5, 14.0)))}, [[0.8, 0.2], [1, 0]], [[1, 0], [1, 0]], 5, (1, 3)),
+    (
+        {"a": 3.0, "b": 5.0, "c": 11.0},
+        [[0.8, 0.15, 0.05], [0.7, 0.3, 0], [1, 0, 0]],
+        [[1, 1, 0], [1, 1, 0], [1, 0, 0]],
+        4,
+        (1, 2, 2),
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("case", GRID)
+def test_chain_and_simulator_agree(case):
+    lat, p, c, n, b = case
+    inp = make_inputs(list(lat), lat, p, c, n)
+    chain = analyze(inp, b).throughput
+    sim = simulate(inp, SimConfig(b, horizon_ms=40_000, seed=1)).throughput
+    assert sim == pytest.approx(chain, rel=0.03)
+
+
+def test_simulator_detects_a_different_policy():
+    # negative control: the 3% agreement is not automatic
+    inp = r2r(4)
+    assert simulate(inp, SimConfig((1, 1), horizon_ms=20_000)).throughput != pytest.approx(
+        analyze(inp, (1, 3)).throughput, rel=0.03
+    )
+
+
+def test_infeasible_fixed_thresholds_refused_with_check_message():
+    with pytest.raises(TuneError) as exc:
+        tune(r2r(4), fixed={"slm": 3, "llm": 3})
+    assert str(exc.value) == feasibility_error({"slm": 3, "llm": 3}, 4)
+
+
+def test_deadlocking_thresholds_raise():
+    with pytest.raises(ChainError, match="deadlock"):
+        analyze(r2r(3), (2, 3))  # Σ(B−1) = 3 is not < 3
+
+
+def test_candidates_respect_feasibility_and_fixed():
+    cands = candidates(3, 4, {0: 1})
+    assert all(b[0] == 1 and sum(x - 1 for x in b) < 4 for b in cands)
+    assert len(cands) == 10  # (x, y) >= 0 with x + y <= 3
+
+
+def test_coordinate_search_when_the_set_is_large():
+    result = tune(r2r(6), exhaustive_limit=5)
+    assert result.method == "coordinate"
+    exhaustive = tune(r2r(6))
+    assert result.best.throughput == pytest.approx(exhaustive.best.throughput)
+    assert len(result.results) < len(exhaustive.results)

@@ -1,0 +1,270 @@
+"""The discrete-time Markov chain of delayed batching (the paper's appendix D).
+
+State at a batch-completion epoch, per model i: the queue `k_i` (runnable requests waiting), the running
+batch `b_i` (0 = idle) and its remaining time `r_i` in ticks of δ (0 when idle). Time is discretized:
+a step of b requests at model i takes `ℓ_i(b) = max(1, round(L_i(b) / δ))` ticks.
+
+One transition = from one epoch to the next: the time to it is `τ(s) = min_{i: b_i > 0} r_i`; every model
+whose batch ends then completes (simultaneous completions are handled together); each of its `b_i`
+requests independently routes to model j with probability `p_ij` (multinomial), committing `c_ij` tokens;
+self-transitions re-queue at i. Then every idle model whose queue holds at least `B_i` starts a batch at
+once with **all** its queued requests (continuous batching: a step takes every runnable request), and the
+other running batches advance by τ. The chain is enumerated from the state where all N requests are queued
+at the entry model.
+
+Throughput is a renewal-reward ratio over the stationary distribution π:
+`T(B) = Σ_s π(s) Σ_{i completes at s} b_i Σ_j p_ij c_ij / Σ_s π(s) τ(s)`. The sum over i runs over the
+models whose batch *ends* at the next epoch (counting every running model at every epoch counts a long
+batch many times, and does not reproduce the paper's validation). See docs/throughput.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+import scipy.sparse.linalg as spla
+
+from tokenrouter.compiler.throughput.inputs import SystemInputs
+
+DEFAULT_DELTA_MS = 0.1
+DEFAULT_MAX_STATES = 1_500_000
+
+
+class ChainError(ValueError):
+    """The chain cannot be built or solved for these inputs (the message says why)."""
+
+
+@dataclass(slots=True)
+class ChainResult:
+    thresholds: tuple[int, ...]
+    throughput: float  # committed tokens per second
+    n_states: int
+    utilization: tuple[float, ...]  # fraction of time each model is running a batch
+    mean_batch: tuple[float, ...]  # time-average batch size while running (0 if never runs)
+    mean_queue: tuple[float, ...]  # time-average number of queued (runnable, waiting) requests
+    steps_per_s: tuple[float, ...]  # batches completed per second
+
+    def as_dict(self, models: tuple[str, ...]) -> dict:
+        return {
+            "thresholds": dict(zip(models, self.thresholds, strict=True)),
+            "throughput_tok_s": self.throughput,
+            "n_states": self.n_states,
+            "utilization": dict(zip(models, self.utilization, strict=True)),
+            "mean_batch": dict(zip(models, self.mean_batch, strict=True)),
+            "mean_queue": dict(zip(models, self.mean_queue, strict=True)),
+            "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
+        }
+
+
+def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
+    """`ℓ_i(b)` in ticks for b = 0..N (index 0 unused)."""
+    if not (isinstance(delta_ms, (int, float)) and math.isfinite(delta_ms) and delta_ms > 0):
+        raise ValueError(f"δ must be a finite number of ms > 0, got {delta_ms!r}")
+    n = inputs.concurrency
+    return [[0] + [max(1, round(s.at(b) / delta_ms)) for b in range(1, n + 1)] for s in inputs.step]
+
+
+def _compositions(b: int, weights: tuple[float, ...]) -> list[tuple[tuple[int, ...], float]]:
+    """Multinomial(b, weights) as (counts, probability), zero-probability targets skipped."""
+    m = len(weights)
+    support = [j for j in range(m) if weights[j] > 0]
+    out: list[tuple[tuple[int, ...], float]] = []
+    counts = [0] * m
+
+    def rec(pos: int, left: int, logp: float) -> None:
+        j = support[pos]
+        if pos == len(support) - 1:
+            counts[j] = left
+            out.append((tuple(counts), math.exp(logp + left * math.log(weights[j]) - math.lgamma(left + 1))))
+            counts[j] = 0
+            return
+        lw = math.log(weights[j])
+        for x in range(left + 1):
+            counts[j] = x
+            rec(pos + 1, left - x, logp + x * lw - math.lgamma(x + 1))
+        counts[j] = 0
+
+    rec(0, b, math.lgamma(b + 1))
+    return out
+
+
+class _Outcomes:
+    """Routing outcomes of the batches that complete together, cached by (model, batch) set."""
+
+    def __init__(self, p: np.ndarray) -> None:
+        self.rows = [tuple(float(x) for x in row) for row in p]
+        self.single = lru_cache(maxsize=None)(self._single)
+        self.joint = lru_cache(maxsize=None)(self._joint)
+
+    def _single(self, i: int, b: int) -> list[tuple[tuple[int, ...], float]]:
+        return _compositions(b, self.rows[i])
+
+    def _joint(self, done: tuple[tuple[int, int], ...]) -> list[tuple[tuple[int, ...], float]]:
+        dist = {(0,) * len(self.rows): 1.0}
+        for i, b in done:
+            nxt: dict[tuple[int, ...], float] = {}
+            for add, pa in dist.items():
+                for counts, pc in self.single(i, b):
+                    key = tuple(x + y for x, y in zip(add, counts, strict=True))
+                    nxt[key] = nxt.get(key, 0.0) + pa * pc
+            dist = nxt
+        return list(dist.items())
+
+
+def build_chain(
+    inputs: SystemInputs,
+    thresholds: tuple[int, ...],
+    delta_ms: float = DEFAULT_DELTA_MS,
+    max_states: int = DEFAULT_MAX_STATES,
+):
+    """Enumerate the reachable states. Returns (states [n, 3M] int array, transition matrix CSR,
+    reward per state (expected committed tokens at the next epoch), τ per state in ticks, done mask [n, M])."""
+    m, n_req = inputs.n_models, inputs.concurrency
+    bvec = tuple(int(b) for b in thresholds)
+    if len(bvec) != m or any(b < 1 for b in bvec):
+        raise ValueError(f"expected {m} thresholds >= 1, got {thresholds!r}")
+    ticks = step_ticks(inputs, delta_ms)
+    tps = inputs.tokens_per_step()
+    outcomes = _Outcomes(inputs.p)
+
+    def start(k: list[int], b: list[int], r: list[int]) -> tuple[int, ...]:
+        for i in range(m):
+            if b[i] == 0 and k[i] >= bvec[i] and k[i] > 0:
+                b[i], k[i], r[i] = k[i], 0, ticks[i][k[i]]
+        return tuple(x for i in range(m) for x in (k[i], b[i], r[i]))
+
+    k0 = [0] * m
+    k0[inputs.entry] = n_req
+    s0 = start(k0, [0] * m, [0] * m)
+    index = {s0: 0}
+    states = [s0]
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    reward: list[float] = []
+    tau: list[int] = []
+    done_rows: list[tuple[int, ...]] = []
+    q = 0
+    while q < len(states):
+        s = states[q]
+        k = list(s[0::3])
+        b = list(s[1::3])
+        r = list(s[2::3])
+        active = [i for i in range(m) if b[i] > 0]
+        if not active:
+            raise ChainError(
+                "delayed batching deadlocks: every model is idle and no queue reaches its threshold "
+                f"(queues {dict(zip(inputs.models, k, strict=True))}, thresholds {dict(zip(inputs.models, bvec, strict=True))})"
+            )
+        t = min(r[i] for i in active)
+        done = tuple((i, b[i]) for i in active if r[i] == t)
+        tau.append(t)
+        reward.append(sum(bi * tps[i] for i, bi in done))
+        done_rows.append(tuple(int(any(i == d for d, _ in done)) for i in range(m)))
+        nb = [0 if r[i] == t else b[i] for i in range(m)]
+        nr = [r[i] - t if nb[i] else 0 for i in range(m)]
+        for add, prob in outcomes.joint(done):
+            ns = start([k[j] + add[j] for j in range(m)], nb.copy(), nr.copy())
+            col = index.get(ns)
+            if col is None:
+                col = index[ns] = len(states)
+                states.append(ns)
+                if len(states) > max_states:
+                    raise ChainError(
+                        f"the chain has more than {max_states} states; use a coarser δ (--delta-ms) "
+                        "or fewer requests"
+                    )
+            rows.append(q)
+            cols.append(col)
+            vals.append(prob)
+        q += 1
+    n = len(states)
+    mat = sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(n, n))
+    return (
+        np.array(states, dtype=np.int64),
+        mat,
+        np.array(reward),
+        np.array(tau, dtype=float),
+        np.array(done_rows, dtype=bool),
+    )
+
+
+def _stationary_irreducible(mat: sp.csr_matrix) -> np.ndarray:
+    """π of an irreducible chain: fix π_0 = 1 and solve the other balance equations by sparse LU."""
+    n = mat.shape[0]
+    if n == 1:
+        return np.ones(1)
+    a = (sp.identity(n, format="csr") - mat).T.tocsc()
+    rhs = -a[1:, 0].toarray().ravel()
+    x = spla.splu(a[1:, 1:].tocsc(), permc_spec="MMD_AT_PLUS_A").solve(rhs)
+    pi = np.clip(np.concatenate([[1.0], x]), 0.0, None)
+    return pi / pi.sum()
+
+
+def stationary(mat: sp.csr_matrix, start: int = 0) -> np.ndarray:
+    """The long-run (Cesàro) state distribution from `start`: the stationary distribution of the closed
+    class the chain ends in, weighted by the probability of ending there when there are several."""
+    n = mat.shape[0]
+    n_cls, labels = csgraph.connected_components(mat, directed=True, connection="strong")
+    coo = mat.tocoo()
+    leaving = labels[coo.row] != labels[coo.col]
+    open_cls = np.zeros(n_cls, dtype=bool)
+    open_cls[labels[coo.row[leaving]]] = True
+    closed = [c for c in range(n_cls) if not open_cls[c]]
+    pi = np.zeros(n)
+    if len(closed) == 1:
+        idx = np.flatnonzero(labels == closed[0])
+        pi[idx] = _stationary_irreducible(mat[idx][:, idx].tocsr())
+        return pi
+    # Several closed classes: absorption probabilities from `start` over the transient states.
+    recurrent = np.isin(labels, closed)
+    trans = np.flatnonzero(~recurrent)
+    weight = {}
+    for c in closed:
+        idx = np.flatnonzero(labels == c)
+        if recurrent[start]:
+            weight[c] = 1.0 if labels[start] == c else 0.0
+        else:
+            q = mat[trans][:, trans]
+            rvec = np.asarray(mat[trans][:, idx].sum(axis=1)).ravel()
+            h = spla.spsolve((sp.identity(len(trans)) - q).tocsc(), rvec)
+            weight[c] = float(np.atleast_1d(h)[np.searchsorted(trans, start)])
+        if weight[c] > 0:
+            pi[idx] = weight[c] * _stationary_irreducible(mat[idx][:, idx].tocsr())
+    return pi / pi.sum()
+
+
+def analyze(
+    inputs: SystemInputs,
+    thresholds: tuple[int, ...],
+    delta_ms: float = DEFAULT_DELTA_MS,
+    max_states: int = DEFAULT_MAX_STATES,
+) -> ChainResult:
+    """Long-run throughput and per-model statistics of delayed batching with thresholds B."""
+    states, mat, reward, tau, done = build_chain(inputs, tuple(thresholds), delta_ms, max_states)
+    pi = stationary(mat)
+    m = inputs.n_models
+    wt = pi * tau  # time weight of each state (ticks)
+    total_time = float(wt.sum())  # ticks per epoch
+    k = states[:, 0::3]
+    b = states[:, 1::3]
+    busy = (b > 0).astype(float)
+    util = wt @ busy / total_time
+    busy_time = wt @ busy
+    mean_batch = np.divide(wt @ b, busy_time, out=np.zeros(m), where=busy_time > 0)
+    mean_queue = wt @ k / total_time
+    per_s = 1000.0 / (total_time * delta_ms)
+    return ChainResult(
+        thresholds=tuple(int(x) for x in thresholds),
+        throughput=float(pi @ reward) * per_s,
+        n_states=int(states.shape[0]),
+        utilization=tuple(float(x) for x in util),
+        mean_batch=tuple(float(x) for x in mean_batch),
+        mean_queue=tuple(float(x) for x in mean_queue),
+        steps_per_s=tuple(float(x) for x in (pi @ done.astype(float)) * per_s),
+    )

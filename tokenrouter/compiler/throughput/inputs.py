@@ -1,0 +1,138 @@
+"""The inputs of the throughput model: a closed system of M models and N requests.
+
+`SystemInputs` is what the DTMC (`dtmc.py`) and the simulator (`simulate.py`) read: per model a step
+latency `L_i(b)` (ms, by batch size b), the routing matrix `p[i][j]` (after one step at model i, the
+probability that the request's next step is at model j; `p[i][i]` = it stays), the committed tokens
+`c[i][j]` of that transition (1 for a kept token, 0 for a dropped one), the concurrency N and the entry
+model. Routing is geometric: every step's decision is independent of the past.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True, frozen=True)
+class StepLatency:
+    """A model's step latency in ms as a function of the batch size b: linear between the measured
+    points, constant beyond the last (and before the first) one. One point = a constant latency."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise ValueError("a step latency needs at least one (batch, ms) point")
+        seen = set()
+        for b, ms in self.points:
+            if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+                raise ValueError(f"step latency batch size must be an int >= 1, got {b!r}")
+            if b in seen:
+                raise ValueError(f"step latency lists batch size {b} twice")
+            seen.add(b)
+            if not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
+                raise ValueError(f"step latency must be a finite number of ms > 0, got {ms!r} at batch {b}")
+        object.__setattr__(self, "points", tuple(sorted((b, float(ms)) for b, ms in self.points)))
+
+    @classmethod
+    def constant(cls, ms: float) -> StepLatency:
+        return cls(((1, ms),))
+
+    def at(self, b: int) -> float:
+        pts = self.points
+        if b <= pts[0][0]:
+            return pts[0][1]
+        for (b0, l0), (b1, l1) in zip(pts, pts[1:], strict=False):
+            if b <= b1:
+                return l0 + (l1 - l0) * (b - b0) / (b1 - b0)
+        return pts[-1][1]
+
+    def describe(self) -> str:
+        if len(self.points) == 1:
+            return f"{self.points[0][1]:g} ms"
+        return ", ".join(f"b={b}: {ms:g} ms" for b, ms in self.points)
+
+
+@dataclass(slots=True)
+class SystemInputs:
+    models: tuple[str, ...]
+    step: tuple[StepLatency, ...]
+    p: np.ndarray  # M x M routing probabilities, rows sum to 1
+    c: np.ndarray  # M x M committed tokens per transition
+    concurrency: int
+    entry: int = 0
+
+    def __post_init__(self) -> None:
+        m = len(self.models)
+        if m < 1:
+            raise ValueError("the system needs at least one model")
+        if len(set(self.models)) != m:
+            raise ValueError(f"model names must be distinct, got {list(self.models)}")
+        if len(self.step) != m:
+            raise ValueError(f"expected {m} step latencies, got {len(self.step)}")
+        if (
+            not isinstance(self.concurrency, int)
+            or isinstance(self.concurrency, bool)
+            or self.concurrency < 1
+        ):
+            raise ValueError(f"concurrency N must be an int >= 1, got {self.concurrency!r}")
+        if not (isinstance(self.entry, int) and 0 <= self.entry < m):
+            raise ValueError(f"entry must be a model index in 0..{m - 1}, got {self.entry!r}")
+        self.p = np.asarray(self.p, dtype=float)
+        self.c = np.asarray(self.c, dtype=float)
+        for name, mat in (("p", self.p), ("c", self.c)):
+            if mat.shape != (m, m):
+                raise ValueError(f"{name} must be {m}x{m}, got shape {mat.shape}")
+            if not np.all(np.isfinite(mat)):
+                raise ValueError(f"{name} has a non-finite entry")
+        if np.any(self.p < -1e-12) or np.any(self.p > 1 + 1e-12):
+            raise ValueError("routing probabilities must lie in [0, 1]")
+        for i, row in enumerate(self.p):
+            if abs(row.sum() - 1.0) > 1e-6:
+                raise ValueError(
+                    f"routing probabilities from {self.models[i]} sum to {row.sum():.6g}, expected 1"
+                )
+        self.p = np.clip(self.p, 0.0, 1.0)
+        self.p /= self.p.sum(axis=1, keepdims=True)
+        if np.any(self.c < 0):
+            raise ValueError("committed tokens c must be >= 0")
+
+    @property
+    def n_models(self) -> int:
+        return len(self.models)
+
+    def index(self, model: str) -> int:
+        try:
+            return self.models.index(model)
+        except ValueError:
+            raise ValueError(f"unknown model {model!r} (models: {', '.join(self.models)})") from None
+
+    def tokens_per_step(self) -> np.ndarray:
+        """Expected committed tokens per request-step at each model: Σ_j p_ij c_ij."""
+        return (self.p * self.c).sum(axis=1)
+
+
+def make_inputs(
+    models: Sequence[str],
+    step_ms: Mapping[str, float | StepLatency],
+    p: Sequence[Sequence[float]],
+    c: Sequence[Sequence[float]],
+    concurrency: int,
+    entry: str | None = None,
+) -> SystemInputs:
+    """Convenience constructor from names: `step_ms` maps each model to ms or a `StepLatency`."""
+    models = tuple(models)
+    missing = [m for m in models if m not in step_ms]
+    if missing:
+        raise ValueError(f"no step latency for {', '.join(missing)}")
+    step = tuple(
+        s if isinstance(s, StepLatency) else StepLatency.constant(float(s))
+        for s in (step_ms[m] for m in models)
+    )
+    e = 0 if entry is None else models.index(entry) if entry in models else -1
+    if e < 0:
+        raise ValueError(f"entry {entry!r} is not one of the models")
+    return SystemInputs(models, step, np.array(p, float), np.array(c, float), concurrency, e)

@@ -1,0 +1,215 @@
+"""A discrete-event simulation of the same closed system as the chain, in continuous time.
+
+Same inputs as `dtmc.py` (step latencies L_i(b), geometric routing p_ij, committed tokens c_ij, N requests,
+thresholds B) and the same scheduling rule: an idle model whose queue holds at least B_i starts a step with
+every queued request; completions at the same instant are processed together. It is independent code (no
+discretization, sampled routing), so it checks the chain; and it covers what the chain does not:
+
+- `request_tokens` + `think_ms`: a request leaves after committing that many tokens and a new one arrives
+  at the entry model after a think time with mean `think_ms` (exponential, or hyperexponential with
+  squared coefficient of variation `burstiness` > 1 for bursty arrivals). While fewer than N requests are
+  active the thresholds are lowered by the runtime's rule (`effective_thresholds`, restated here because
+  the compiler does not import the runtime), and `max_delay_ms` starts a waiting queue anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenrouter.compiler.throughput.inputs import SystemInputs
+
+_EPS = 1e-9  # ms: events closer than this are simultaneous
+
+
+@dataclass(slots=True)
+class SimConfig:
+    thresholds: tuple[int, ...]
+    horizon_ms: float = 60_000.0  # simulated time measured (after the warm-up)
+    warmup_ms: float = 2_000.0
+    seed: int = 0
+    request_tokens: int | None = None  # None: requests never finish (the chain's closed system)
+    think_ms: float = 0.0
+    burstiness: float = 1.0  # squared coefficient of variation of think times (>= 1)
+    max_delay_ms: float | None = None  # None: no timeout
+
+    def __post_init__(self) -> None:
+        if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
+            raise ValueError(f"thresholds must be ints >= 1, got {self.thresholds!r}")
+        for name in ("horizon_ms", "warmup_ms", "think_ms"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.horizon_ms <= 0:
+            raise ValueError("horizon_ms must be > 0")
+        if self.request_tokens is not None and (
+            not isinstance(self.request_tokens, int) or self.request_tokens < 1
+        ):
+            raise ValueError(f"request_tokens must be an int >= 1 or None, got {self.request_tokens!r}")
+        if not (
+            isinstance(self.burstiness, (int, float))
+            and self.burstiness >= 1
+            and math.isfinite(self.burstiness)
+        ):
+            raise ValueError(
+                f"burstiness (squared coefficient of variation) must be >= 1, got {self.burstiness!r}"
+            )
+        if self.max_delay_ms is not None and not (
+            self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
+        ):
+            raise ValueError(f"max_delay_ms must be a finite number >= 0, got {self.max_delay_ms!r}")
+
+
+@dataclass(slots=True)
+class SimResult:
+    thresholds: tuple[int, ...]
+    throughput: float  # committed tokens per second
+    tokens: float
+    time_ms: float
+    utilization: tuple[float, ...]
+    mean_batch: tuple[float, ...]
+    mean_queue: tuple[float, ...]
+    steps_per_s: tuple[float, ...]
+    finished_requests: int
+    stalled: bool  # every model idle with nothing able to start (only without a timeout)
+
+    def as_dict(self, models: tuple[str, ...]) -> dict:
+        return {
+            "thresholds": dict(zip(models, self.thresholds, strict=True)),
+            "throughput_tok_s": self.throughput,
+            "simulated_ms": self.time_ms,
+            "utilization": dict(zip(models, self.utilization, strict=True)),
+            "mean_batch": dict(zip(models, self.mean_batch, strict=True)),
+            "mean_queue": dict(zip(models, self.mean_queue, strict=True)),
+            "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
+            "finished_requests": self.finished_requests,
+            "stalled": self.stalled,
+        }
+
+
+def effective_thresholds(thresholds: tuple[int, ...], n_active: int) -> tuple[int, ...]:
+    """The runtime's rule: while Σ(B_i − 1) ≥ max(n, 1), lower the first largest B_i by one."""
+    eff = list(thresholds)
+    excess = sum(b - 1 for b in eff) - (max(n_active, 1) - 1)
+    while excess > 0:
+        j = eff.index(max(eff))
+        eff[j] -= 1
+        excess -= 1
+    return tuple(eff)
+
+
+def _think_sampler(cfg: SimConfig, rng: np.random.Generator):
+    mean, c2 = cfg.think_ms, cfg.burstiness
+    if mean <= 0:
+        return lambda: 0.0
+    if c2 <= 1.0 + 1e-12:
+        return lambda: float(rng.exponential(mean))
+    p1 = 0.5 * (1.0 + math.sqrt((c2 - 1.0) / (c2 + 1.0)))  # balanced-means H2
+    m1, m2 = mean / (2 * p1), mean / (2 * (1 - p1))
+    return lambda: float(rng.exponential(m1 if rng.random() < p1 else m2))
+
+
+def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
+    m, n = inputs.n_models, inputs.concurrency
+    if len(cfg.thresholds) != m:
+        raise ValueError(f"expected {m} thresholds, got {len(cfg.thresholds)}")
+    rng = np.random.default_rng(cfg.seed)
+    think = _think_sampler(cfg, rng)
+    cum = np.cumsum(inputs.p, axis=1)
+    queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request, ready since)
+    running: list[list[int]] = [[] for _ in range(m)]
+    end = [math.inf] * m
+    tokens_of = [0.0] * n
+    returns: list[tuple[float, int]] = []  # (time, request) of requests thinking
+    queue[inputs.entry] = [(r, 0.0) for r in range(n)]
+    active = n
+    now = 0.0
+    t_end = cfg.warmup_ms + cfg.horizon_ms
+    tokens = 0.0
+    busy = np.zeros(m)
+    batch_time = np.zeros(m)
+    queue_time = np.zeros(m)
+    steps = np.zeros(m)
+    finished = 0
+    stalled = False
+    eff = tuple(cfg.thresholds)
+
+    def start_ready(t: float) -> None:
+        for i in range(m):
+            if running[i] or not queue[i]:
+                continue
+            waited = t - queue[i][0][1]
+            if len(queue[i]) >= eff[i] or (
+                cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS
+            ):
+                running[i] = [r for r, _ in queue[i]]
+                queue[i] = []
+                end[i] = t + inputs.step[i].at(len(running[i]))
+
+    start_ready(now)
+    while now < t_end:
+        candidates = [e for e in end if e < math.inf]
+        if returns:
+            candidates.append(min(returns)[0])
+        if cfg.max_delay_ms is not None:
+            for i in range(m):
+                if not running[i] and queue[i]:
+                    candidates.append(queue[i][0][1] + cfg.max_delay_ms)
+        if not candidates:
+            stalled = True
+            break
+        nxt = min(min(candidates), t_end)
+        lo, hi = max(now, cfg.warmup_ms), nxt
+        if hi > lo:
+            for i in range(m):
+                if running[i]:
+                    busy[i] += hi - lo
+                    batch_time[i] += (hi - lo) * len(running[i])
+                queue_time[i] += (hi - lo) * len(queue[i])
+        now = nxt
+        if now >= t_end:
+            break
+        measuring = now > cfg.warmup_ms
+        for i in range(m):
+            if end[i] <= now + _EPS:
+                batch, running[i], end[i] = running[i], [], math.inf
+                if measuring:
+                    steps[i] += 1
+                dests = np.searchsorted(cum[i], rng.random(len(batch)) * cum[i][-1], side="right")
+                for r, j in zip(batch, dests, strict=True):
+                    j = min(int(j), m - 1)
+                    got = inputs.c[i, j]
+                    tokens_of[r] += got
+                    if measuring:
+                        tokens += got
+                    if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
+                        finished += 1
+                        active -= 1
+                        tokens_of[r] = 0.0
+                        returns.append((now + think(), r))
+                    else:
+                        queue[j].append((r, now))
+        back = [x for x in returns if x[0] <= now + _EPS]
+        if back:
+            returns = [x for x in returns if x[0] > now + _EPS]
+            for _, r in sorted(back):
+                queue[inputs.entry].append((r, now))
+                active += 1
+        eff = effective_thresholds(tuple(cfg.thresholds), active) if active < n else tuple(cfg.thresholds)
+        start_ready(now)
+    span = max(now - cfg.warmup_ms, 0.0) if stalled else cfg.horizon_ms
+    span = span or 1.0
+    return SimResult(
+        thresholds=tuple(cfg.thresholds),
+        throughput=tokens / span * 1000.0,
+        tokens=tokens,
+        time_ms=span,
+        utilization=tuple(float(x) for x in busy / span),
+        mean_batch=tuple(float(x) for x in np.divide(batch_time, busy, out=np.zeros(m), where=busy > 0)),
+        mean_queue=tuple(float(x) for x in queue_time / span),
+        steps_per_s=tuple(float(x) for x in steps / span * 1000.0),
+        finished_requests=finished,
+        stalled=stalled,
+    )
