@@ -166,3 +166,14 @@ def test_a_token_that_never_arrives_fails_the_request(monkeypatch):
         return mgr.aborted
 
     assert asyncio.run(go()) == [("r", "abort")]
+
+
+def test_detokenizer_pieces_add_up_to_the_full_decode():
+    ids = CODEC.encode("naïve 😀 text", add_special_tokens=False)
+    end = CODEC.tokenizer.token_to_id("<|im_end|>")
+    # every prefix: some end inside a multi-byte character (decode gives U+FFFD there)
+    for seq in [ids[:k] for k in range(1, len(ids) + 1)] + [[*ids, end]]:
+        d = CODEC.decoder()
+        text = "".join(d.step(t) for t in seq) + d.flush()
+        assert text == CODEC.tokenizer.decode(seq, skip_special_tokens=True)
+        assert d.flush() == ""

@@ -229,6 +229,47 @@ def test_concurrent_requests_match_sequential(client):
         assert c.choices[0].model_extra["routing"] == s.choices[0].model_extra["routing"]
 
 
+def test_server_matches_the_sequential_reference(server, client):
+    """Routing is exact through HTTP: greedy text and per-token model trace equal the plain sequential reference
+    (one request at a time, no batching, no KV cache) of the very plan the server runs, at concurrency 1 and 8."""
+    from tokenrouter.compiler.plan import read_plan
+    from tokenrouter.runtime.frontend.codec import TextCodec
+    from tokenrouter.runtime.messages import SamplingSpec
+    from tokenrouter.runtime.reference import ReferenceModel, reference_generate
+    from tokenrouter.runtime.subserver.loading import load_model_runtime
+
+    run_dir = httpx.get(f"{server.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
+    plan = read_plan(os.path.join(run_dir, "plan.json"))
+    loaded = {x: load_model_runtime(plan, x, "cpu") for x in plan["models"]}
+    refs = {x: ReferenceModel.from_engine(engine) for x, (engine, _) in loaded.items()}
+    kernels = {x: kernel for x, (_, kernel) in loaded.items()}
+    codec = TextCodec(plan["models"][plan["entry"]]["path"])
+    prompts = [[(7 * i + j * 5) % 500 + 3 for j in range(2 + i % 5)] for i in range(8)]
+
+    def ask(i: int):
+        return client.completions.create(
+            model="testmix", prompt=prompts[i], max_tokens=10, temperature=0, seed=100 + i,
+            extra_body={"ignore_eos": True, "return_routing_trace": True},
+        )  # fmt: skip
+
+    alone = [ask(i) for i in range(2)]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, range(8)))
+    hops = 0
+    for i, r in enumerate(together):
+        spec = SamplingSpec(temperature=0.0, seed=100 + i, max_tokens=10, ignore_eos=True)
+        ref = reference_generate(plan, refs, kernels, prompts[i], spec)
+        choice = r.choices[0]
+        assert choice.model_extra["routing"]["trace"] == ref.models, i
+        assert choice.model_extra["routing"]["hops"] == len(ref.hops), i
+        assert choice.text == codec.tokenizer.decode(ref.token_ids, skip_special_tokens=True), i
+        assert choice.finish_reason == ref.finish_reason
+        hops += len(ref.hops)
+    assert hops > 0
+    for a, b in zip(alone, together, strict=False):
+        assert (a.choices[0].text, a.choices[0].model_extra) == (b.choices[0].text, b.choices[0].model_extra)
+
+
 def test_client_disconnects_free_every_kv_pool(server):
     body = {"model": "testmix", "prompt": PROMPTS[4], "max_tokens": 2000, "ignore_eos": True, "stream": True}
     before = metrics(server.url)

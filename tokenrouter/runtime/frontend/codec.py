@@ -91,15 +91,29 @@ class TextCodec:
 
 
 class Detokenizer:
-    """Incremental detokenizing of one generation: feed token ids one by one, get the new text."""
+    """Incremental detokenizing of one generation: feed token ids one by one, get the new text; `flush()` at
+    the end gives what is still held back, so that the pieces add up to `decode(all ids)`."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tokenizer = tokenizer
         self._stream = DecodeStream(skip_special_tokens=True)
+        self._ids: list[int] = []
+        self._pieces: list[str] = []  # text returned so far
 
     def step(self, token_id: int) -> str:
         """The text this token completes ('' while a multi-byte character is still incomplete)."""
+        self._ids.append(token_id)
         try:
-            return self._stream.step(self._tokenizer, token_id) or ""
+            piece = self._stream.step(self._tokenizer, token_id) or ""
         except Exception:  # an id outside the tokenizer's vocabulary (a model with a padded vocab)
-            return ""
+            piece = ""
+        self._pieces.append(piece)
+        return piece
+
+    def flush(self) -> str:
+        """The rest of `decode(all ids)` (e.g. U+FFFD for a trailing incomplete UTF-8 sequence), once."""
+        full = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        emitted = "".join(self._pieces)
+        rest = full[len(emitted) :] if full.startswith(emitted) else ""
+        self._pieces = [full] if rest else [emitted]
+        return rest

@@ -73,19 +73,12 @@ class Choice:
                     self.per_model[model] += 1
                     if self.want_trace:
                         self.trace.append(model)
-                    piece = detok.step(tok)
-                    if not piece:
-                        continue
-                    start = max(0, len(self.text) - hold)
-                    self.text += piece
-                    cut = self._find_stop(start)
-                    if cut is not None:
-                        self.text = self.text[:cut]
-                        self.finish_reason = "stop"
-                        self.manager.abort(st.rid, reason="stop")
+                    if self._append(detok.step(tok), hold):
                         break
                 if self.finish_reason is None and st.done:
-                    self.finish_reason = st.finish_reason or "stop"
+                    # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
+                    if not self._append(detok.flush(), hold):
+                        self.finish_reason = st.finish_reason or "stop"
                 end = (
                     len(self.text)
                     if self.finish_reason is not None
@@ -99,6 +92,20 @@ class Choice:
         finally:
             if self.finish_reason is None:
                 self.manager.abort(st.rid, reason="abort")
+
+    def _append(self, piece: str, hold: int) -> bool:
+        """Add text; on a stop string, cut before it, abort the request everywhere and return True."""
+        if not piece:
+            return False
+        start = max(0, len(self.text) - hold)
+        self.text += piece
+        cut = self._find_stop(start)
+        if cut is None:
+            return False
+        self.text = self.text[:cut]
+        self.finish_reason = "stop"
+        self.manager.abort(self.state.rid, reason="stop")
+        return True
 
     async def run(self) -> Choice:
         async for _ in self.deltas():
