@@ -1,7 +1,9 @@
 """The Engine seam's contract (`tokenrouter/runtime/engine/base.py`), one suite for every implementation.
 
 Parameterized over engines: the embedded engine on CPU (always), and on a CUDA machine the embedded engine in
-bf16 and `SGLangEngine` (marked `gpu`; skipped without CUDA, and the SGLang one without SGLang). Every check
+bf16 and `SGLangEngine` (marked `gpu`; skipped without CUDA, and the SGLang one without SGLang). On CPU,
+`SGLangEngine` itself also runs over a stand-in for SGLang's runner and pools (`fake_sglang.py`), which checks
+its slot / row / position bookkeeping against the same contract. Every check
 compares an engine with itself: the last-position logits of a sequence must not depend on how its tokens were
 split into prefill / extend / decode steps, on which other rows shared a step, on holds between steps, or on
 evictions. Tolerances: float32 1e-4 relative, bf16 3e-2 relative (batch-shape-dependent kernels); a wrong
@@ -28,6 +30,7 @@ GPU_SHAPE = dict(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, he
 
 ENGINES = [
     pytest.param("embedded-cpu", id="embedded-cpu"),
+    pytest.param("sglang-fake", id="sglang-fake"),  # SGLangEngine's bookkeeping over a CPU stand-in runner
     pytest.param("embedded-cuda", id="embedded-cuda", marks=pytest.mark.gpu),
     pytest.param("sglang", id="sglang", marks=pytest.mark.gpu),
 ]
@@ -47,6 +50,10 @@ def engine(request, tmp_path_factory):
     kind = request.param
     if kind == "embedded-cpu":
         return load_engine(TINY_SMALL, max_tokens=POOL, max_batch=8)
+    if kind == "sglang-fake":
+        from fake_sglang import fake_sglang_engine
+
+        return fake_sglang_engine(load_engine(TINY_SMALL), pool=POOL)
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     folder = _gpu_model(tmp_path_factory.getbasetemp())

@@ -138,8 +138,9 @@ class SGLangEngine(Engine):
         self.model_config = config
         self.settings = settings
         self._sgl = sgl  # the SGLang names this engine uses per step
-        self.device = torch.device(f"cuda:{runner.gpu_id}")
-        self.dtype = DTYPES[settings.dtype or "bfloat16"]
+        kind = str(runner.device)  # SGLang's ModelRunner: "cuda" and its gpu_id
+        self.device = torch.device(f"{kind}:{runner.gpu_id}" if kind == "cuda" else kind)
+        self.dtype = runner.dtype
         self.max_batch = min(settings.max_batch, runner.req_to_token_pool.size)
         self.req_to_token_pool = runner.req_to_token_pool
         self.allocator = runner.token_to_kv_pool_allocator
