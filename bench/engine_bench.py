@@ -217,29 +217,28 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
 
 
 def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
-    """Decode with graphs: the default fast path against the same forward without the Triton small-M
-    GEMM (cuBLAS for every linear) and without any fused op (the model's plain forward)."""
+    """Decode with graphs: the default fast path against the same forward without the Triton GEMV
+    (cuBLAS for every linear; the GEMV only serves one-row steps) and without any fused op (the
+    model's plain forward)."""
     ctx = min(args.ctx)
-    sizes = tuple(b for b in (1, 8, 16) if b <= engine.max_batch)
+    sizes = tuple(b for b in (1, 8) if b <= engine.max_batch)
     print(f"\nAblation, {name} (decode, graphs, ctx {ctx}):\n")
-    print("| bs | default (ms) | no small-M GEMM (ms) | no fused ops (ms) |")
+    print("| bs | default (ms) | no GEMV (ms) | no fused ops (ms) |")
     print("| --- | --- | --- | --- |")
     backend = engine.attn_backend
     times = {bs: [time_step(graph_step(engine.graph_runner, ctxs.batch(bs, ctx, 1))) * 1e3] for bs in sizes}
     for fused, small in ((True, False), (False, False)):
-        backend.fused_ops, backend.small_m_gemm = fused, small
+        backend.fused_ops, backend.gemv = fused, small
         try:
             runner = CudaGraphRunner(engine, CudaGraphConfig(sizes, (), ()))
             for bs in sizes:
                 times[bs].append(time_step(graph_step(runner, ctxs.batch(bs, ctx, 1))) * 1e3)
             del runner
         finally:
-            backend.fused_ops, backend.small_m_gemm = True, True
+            backend.fused_ops, backend.gemv = True, True
     for bs in sizes:
         d, g, u = times[bs]
-        results["ablation"].append(
-            dict(shape=name, ctx=ctx, bs=bs, default_ms=d, no_small_m_ms=g, unfused_ms=u)
-        )
+        results["ablation"].append(dict(shape=name, ctx=ctx, bs=bs, default_ms=d, no_gemv_ms=g, unfused_ms=u))
         print(f"| {bs} | {d:.3f} | {g:.3f} | {u:.3f} |", flush=True)
 
 

@@ -33,8 +33,8 @@ class TritonAttnBackend(AttentionBackend):
             raise ValueError(f"the triton attention backend needs head_dim >= 16, got {config.head_dim}")
         # the decoder runs `fused_decoder_forward` (fewer launches per layer) unless this is turned off
         self.fused_ops = config.head_dim & (config.head_dim - 1) == 0
-        # in the fused forward, linear layers of at most tk.SMALL_M_MAX rows use the Triton GEMV
-        self.small_m_gemm = True
+        # in the fused forward, a one-token step runs its linear layers as the Triton GEMV
+        self.gemv = True
         self._rope_tables: dict[int, torch.Tensor] = {}
 
     def fused_forward(self, model, forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,9 +104,8 @@ class TritonAttnBackend(AttentionBackend):
 def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`DecoderForCausalLM.forward` with the element-wise ops fused (same math, float32 inside each fused op):
     add+RMSNorm in one launch, q/k RMSNorm + rotary + the K/V store in one, SiLU*up in one. Per layer:
-    4 GEMMs, 3 fused ops, attention (1-2 launches). With at most `tk.SMALL_M_MAX` tokens the GEMMs are the
-    Triton small-M kernel and SiLU*up rides in the down projection's input load. Returns (last-position
-    logits [B, V], hidden [B, H])."""
+    4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, with
+    SiLU*up in the down projection's input load. Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
@@ -114,10 +113,10 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     pool = fb.token_to_kv_pool
     cos_sin = backend.rope_table(m.rotary)
     layers = m.layers
-    small = backend.small_m_gemm and fb.input_ids.shape[0] <= tk.SMALL_M_MAX
+    one_row = backend.gemv and fb.input_ids.shape[0] == 1
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        return tk.small_m_linear(x, layer.weight, layer.bias) if small else layer(x)
+        return tk.gemv(x, layer.weight, layer.bias) if one_row else layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
     x = tk.rmsnorm(residual, layers[0].input_layernorm.weight, eps)
@@ -142,8 +141,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         x = tk.rmsnorm(o, layer.post_attention_layernorm.weight, eps, residual=residual)
         gate_up = linear(x, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
-        if small:  # SiLU(gate) * up fused into the GEMV's input load
-            d = tk.small_m_linear(gate_up, down.weight, down.bias, silu_mul=True)
+        if one_row:  # SiLU(gate) * up fused into the GEMV's input load
+            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True)
         else:
             d = down(tk.silu_and_mul(gate_up))
         next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else m.norm

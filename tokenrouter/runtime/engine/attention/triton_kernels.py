@@ -233,7 +233,7 @@ def paged_attention(
     num_splits: int | None = None,
     block_m: int | None = None,
     num_warps: int = 4,
-    num_stages: int = 2,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -253,6 +253,10 @@ def paged_attention(
     rows = max_extend_len * group
     if block_m is None:
         block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    if num_stages is None:
+        # from the H200 sweep in docs/benchmarks.md (bs 16, ctx 4096): decode rows (<= 8) fastest
+        # unpipelined, 16-row blocks with 2 stages, 32-row blocks with 3
+        num_stages = 1 if rows <= 8 else (3 if block_m == 32 else 2)
     row_blocks = triton.cdiv(rows, block_m)
     if num_splits is None:
         num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, q.device)
@@ -607,13 +611,13 @@ def store_kv(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Small-M linear layers. A decode step of a small model multiplies 1-16 rows by each weight matrix; cuBLAS
-# runs these few-megabyte GEMVs far below the copy bandwidth (measured: 12 us for Qwen3-0.6B's 12.6 MB
-# gate_up, about 1 TB/s). This kernel spreads the output columns over many programs, reads each weight
-# tile once with wide contiguous loads, and can fuse SiLU(gate) * up into its input load (down_proj).
+# One-row linear layers (GEMV). A batch-1 decode step multiplies one row by each weight matrix; cuBLAS runs
+# these few-megabyte GEMVs far below the copy bandwidth (measured on the H200: 12.4 us for Qwen3-0.6B's
+# 12.6 MB gate_up, about 1 TB/s). This kernel spreads the output columns over many programs, reads each
+# weight tile once with wide contiguous loads, and can fuse SiLU(gate) * up into its input load
+# (down_proj). Only for one row: a tensor-core variant for 2-16 rows measured slower than cuBLAS (see
+# docs/benchmarks.md), so more rows go to cuBLAS.
 # ---------------------------------------------------------------------------------------------------------
-
-SMALL_M_MAX = 16
 
 _GEMV_CONFIGS = [
     triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
@@ -628,122 +632,71 @@ _GEMV_CONFIGS = [
         (32, 256, 4, 3),
     ]
 ]
-_SMALL_M_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-    for bn, bk, w, s in [
-        (16, 256, 4, 3),
-        (16, 512, 4, 3),
-        (32, 128, 4, 4),
-        (32, 256, 4, 3),
-        (64, 128, 4, 4),
-        (64, 256, 8, 3),
-    ]
-]
 
 
 @triton.jit
-def _small_m_linear_kernel(
+def _gemv_kernel(
     X,
     W,
     Bias,
     Y,
-    M,
     N,
     K,
-    stride_xm,
     stride_wn,
-    stride_ym,
     HAS_BIAS: tl.constexpr,
-    SILU_MUL: tl.constexpr,  # X rows are [gate | up] of width 2K: the input is SiLU(gate) * up
-    BLOCK_M: tl.constexpr,  # 1: a GEMV with plain FMAs; 16: tensor-core dots for M in 2..16
+    SILU_MUL: tl.constexpr,  # X is [gate | up] of width 2K: the input is SiLU(gate) * up
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
-    offs_m = tl.arange(0, BLOCK_M)
-    m_ok = offs_m < M
     w_rows = W + offs_n.to(tl.int64)[:, None] * stride_wn
-    if BLOCK_M == 1:
-        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
         w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        x_ptr = X + offs_m[:, None] * stride_xm + offs_k[None, :]
-        x_mask = m_ok[:, None] & k_ok[None, :]
-        x = tl.load(x_ptr, mask=x_mask, other=0.0)
+        x = tl.load(X + offs_k, mask=k_ok, other=0.0).to(tl.float32)
         if SILU_MUL:
-            gate = x.to(tl.float32)
-            up = tl.load(x_ptr + K, mask=x_mask, other=0.0).to(tl.float32)
-            x = (gate / (1.0 + tl.exp(-gate)) * up).to(w.dtype)
-        if BLOCK_M == 1:
-            acc2 += w.to(tl.float32) * x.to(tl.float32)
-        else:
-            if IEEE:
-                acc += tl.dot(x.to(w.dtype), tl.trans(w), input_precision="ieee")
-            else:
-                acc += tl.dot(x.to(w.dtype), tl.trans(w))
-    if BLOCK_M == 1:
-        out = tl.sum(acc2, 1)[None, :]
-    else:
-        out = acc
+            up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+            x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
+        acc += w.to(tl.float32) * x[None, :]
+    out = tl.sum(acc, 1)
     if HAS_BIAS:
-        out += tl.load(Bias + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(
-        Y + offs_m[:, None] * stride_ym + offs_n[None, :],
-        out.to(Y.dtype.element_ty),
-        mask=m_ok[:, None] & n_ok[None, :],
-    )
+        out += tl.load(Bias + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+    tl.store(Y + offs_n, out.to(Y.dtype.element_ty), mask=n_ok)
 
 
-if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config each
-    _gemv = _small_m = _small_m_linear_kernel
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
+    _gemv = _gemv_kernel
     _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
 else:
-    _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=["N", "K", "SILU_MUL", "IEEE"])(_small_m_linear_kernel)
-    _small_m = triton.autotune(configs=_SMALL_M_CONFIGS, key=["N", "K", "SILU_MUL", "IEEE"])(
-        _small_m_linear_kernel
-    )
+    _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=["N", "K", "SILU_MUL"])(_gemv_kernel)
     _FIXED = {}
 
 
-def small_m_linear(
+def gemv(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, silu_mul: bool = False
 ) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` for x [M <= SMALL_M_MAX, K]; with `silu_mul`, x is [M, 2K] = [gate | up]
-    and the input is SiLU(gate) * up. Autotuned per (N, K) on first use (run it once before a graph
-    capture)."""
-    m = x.shape[0]
+    """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]; with `silu_mul`, x is [1, 2K] =
+    [gate | up] and the input is SiLU(gate) * up. Autotuned per (N, K) on first use (so run it once
+    before a CUDA graph capture)."""
     n, k = weight.shape
-    if m > SMALL_M_MAX or x.stride(-1) != 1 or weight.stride(-1) != 1:
-        raise ValueError(f"small_m_linear takes at most {SMALL_M_MAX} rows, contiguous in the last dim")
+    if x.dim() != 2 or x.shape[0] != 1 or x.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("gemv takes one row [1, K], contiguous in the last dim")
     if x.shape[1] != (2 * k if silu_mul else k):
-        raise ValueError(
-            f"small_m_linear: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}"
-        )
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return y
-    kernel = _gemv if m == 1 else _small_m
-    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+        raise ValueError(f"gemv: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}")
+    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    _gemv[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         bias if bias is not None else weight,
         y,
-        m,
         n,
         k,
-        x.stride(0),
         weight.stride(0),
-        y.stride(0),
         HAS_BIAS=bias is not None,
         SILU_MUL=silu_mul,
-        BLOCK_M=1 if m == 1 else 16,
-        IEEE=weight.dtype == torch.float32,
         **_FIXED,
     )
     return y
