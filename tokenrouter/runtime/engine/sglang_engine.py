@@ -126,8 +126,7 @@ class Req:
     rid: str
     token_ids: list[int] = field(default_factory=list)
     kv_len: int = 0  # tokens of token_ids whose KV is in SGLang's pool (a prefix)
-    req_pool_idx: int | None = None
-    slot_chunks: list[torch.Tensor] = field(default_factory=list)  # its KV slots on the device, in order
+    req_pool_idx: int | None = None  # its slots are req_to_token[req_pool_idx, :kv_len] (as in SGLang)
 
 
 class SGLangEngine(Engine):
@@ -279,11 +278,13 @@ class SGLangEngine(Engine):
         return True
 
     def _free_kv(self, req: Req) -> None:
-        if req.slot_chunks:
-            self.allocator.free(torch.cat(req.slot_chunks))
+        if req.kv_len:  # a copy: the allocator keeps what it is given
+            self.allocator.free(
+                self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].to(torch.int64)
+            )
         self.req_to_token_pool.free(req)  # sets req.req_pool_idx = None
         self.lru.pop(req.rid, None)
-        req.slot_chunks, req.kv_len = [], 0
+        req.kv_len = 0
 
     def _forward_fitting(
         self, rows: list[StepInput], reqs: list[Req], need_tokens: int, want_hidden: bool
@@ -323,10 +324,7 @@ class SGLangEngine(Engine):
         except BaseException:
             self._undo(fresh, locs)
             raise
-        start = 0
-        for new, req, n in zip(news, reqs, extend_lens, strict=True):
-            req.slot_chunks.append(locs[start : start + n])
-            start += n
+        for new, req in zip(news, reqs, strict=True):
             req.token_ids.extend(new)
             req.kv_len = len(req.token_ids)
             self.reqs[req.rid] = req
