@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,11 +28,10 @@ PROMPTS = ["def add(a, b):", "import os\n", "class Stack:", "for i in range(10):
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     srv = Server(write_policy(tmp), "--api-key", KEY, log_dir=tmp)
+    srv.run_dir = httpx.get(f"{srv.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
+    assert os.path.isdir(srv.run_dir)
     yield srv
-    run_dir = httpx.get(f"{srv.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
-    assert os.path.isdir(run_dir)
-    assert srv.stop(signal.SIGINT) == 0, srv.stderr()  # Ctrl-C
-    assert not os.path.exists(run_dir), "the run directory was not removed"
+    assert srv.stop(signal.SIGINT) == 0, srv.stderr()  # (the last test already stopped it, with Ctrl-C)
 
 
 @pytest.fixture(scope="module")
@@ -238,8 +238,7 @@ def test_server_matches_the_sequential_reference(server, client):
     from tokenrouter.runtime.reference import ReferenceModel, reference_generate
     from tokenrouter.runtime.subserver.loading import load_model_runtime
 
-    run_dir = httpx.get(f"{server.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
-    plan = read_plan(os.path.join(run_dir, "plan.json"))
+    plan = read_plan(os.path.join(server.run_dir, "plan.json"))
     loaded = {x: load_model_runtime(plan, x, "cpu") for x in plan["models"]}
     refs = {x: ReferenceModel.from_engine(engine) for x, (engine, _) in loaded.items()}
     kernels = {x: kernel for x, (_, kernel) in loaded.items()}
@@ -356,3 +355,33 @@ def test_soak_concurrency_32_with_leavers_no_error_no_leak(server):
     key = 'tokenrouter_requests_finished_total{reason="abort"}'
     assert after[key] - before.get(key, 0) == len(left)
     assert elapsed < 60, f"soak took {elapsed:.1f} s"
+
+
+def test_ctrl_c_fails_requests_in_flight_and_shuts_down_cleanly(server, client):
+    """Last in this module: Ctrl-C (SIGINT to the launcher's process group) while requests are in flight."""
+    outcomes: list[str] = []
+
+    def streamed() -> None:
+        try:
+            for _ in client.completions.create(
+                model="testmix",
+                prompt=PROMPTS[0],
+                max_tokens=4000,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            ):
+                started.set()
+            outcomes.append("finished")
+        except openai.APIError as e:
+            outcomes.append(str(e))
+
+    started = threading.Event()
+    t = threading.Thread(target=streamed)
+    t.start()
+    assert started.wait(30)
+    t0 = time.monotonic()
+    assert server.stop(signal.SIGINT) == 0, server.stderr()
+    t.join(10)
+    assert outcomes and "shutting down" in outcomes[0], outcomes
+    assert time.monotonic() - t0 < 20
+    assert not os.path.exists(server.run_dir), "the run directory was not removed"

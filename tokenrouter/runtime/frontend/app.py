@@ -61,6 +61,8 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
     @app.get("/health")
     async def health(request: Request) -> Response:
         mgr: RequestManager = request.app.state.manager
+        if mgr.closing is not None:
+            raise mgr.closing
         if mgr.fatal is not None:
             raise mgr.fatal_error()
         if not mgr.is_ready:

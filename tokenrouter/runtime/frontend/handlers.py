@@ -113,6 +113,8 @@ class GenerationHandler:
         if req.model is not None and req.model != self.args.policy:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.args.policy!r}",
                            param="model", code="model_not_found")  # fmt: skip
+        if mgr.closing is not None:
+            raise mgr.closing
         if mgr.fatal is not None:
             raise mgr.fatal_error()
         max_len = self.max_len(mgr)

@@ -1,7 +1,7 @@
 """The frontend process's entry function: bind the HTTP socket, serve, tell the launcher.
 
 Signals: SIGINT is ignored (Ctrl-C reaches the whole process group; the launcher coordinates shutdown),
-SIGTERM stops uvicorn gracefully. If the launcher disappears, the frontend exits on its own.
+SIGTERM fails the requests in flight (503, "shutting down") and stops uvicorn. If the launcher disappears, the frontend exits on its own.
 """
 
 from __future__ import annotations
@@ -60,10 +60,17 @@ async def _serve(args: FrontendArgs, sock: socket.socket, to_launcher: Sender) -
 
     codec = TextCodec(args.model_dir)
     app = build_app(args, codec)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=0.5)
     server = _Server(config)
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+
+    def on_sigterm() -> None:  # fail in-flight requests with a clear 503 before the connections close
+        manager = getattr(app.state, "manager", None)
+        if manager is not None:
+            manager.shutdown()
+        server.should_exit = True
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if serving.done():

@@ -77,6 +77,7 @@ class RequestManager:
         self.requests: dict[str, ReqState] = {}
         self.ready_models: dict[str, dict] = {}
         self.fatal: tuple[str, str] | None = None  # (process name, error)
+        self.closing: APIError | None = None  # set by shutdown()
         self._ctx = zmq.asyncio.Context()
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
@@ -110,6 +111,8 @@ class RequestManager:
 
     # ---- requests -----------------------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], sampling: m.SamplingSpec) -> ReqState:
+        if self.closing is not None:
+            raise self.closing
         if self.fatal is not None:
             raise self.fatal_error()
         if not self.is_ready:
@@ -221,8 +224,15 @@ class RequestManager:
         if self.fatal is not None:
             return
         self.fatal = (msg.name, msg.error)
-        log.error("subserver %r failed; failing %d in-flight request(s)", msg.name, len(self.requests))
-        err = self.fatal_error()
+        log.error("%r failed; failing %d in-flight request(s)", msg.name, len(self.requests))
+        self._fail_all(self.fatal_error())
+
+    def shutdown(self) -> None:
+        """The server is stopping: fail what is in flight (503) and refuse new requests."""
+        self.closing = APIError(503, "the server is shutting down", code="shutting_down")
+        self._fail_all(self.closing)
+
+    def _fail_all(self, err: APIError) -> None:
         for st in self.requests.values():
             st.error = err
             st.event.set()
