@@ -248,8 +248,9 @@ def plot(result: dict, path: Path) -> None:
         )
     ax.axhline(100 * result["small"]["accuracy"], color="grey", ls="--", lw=0.8)
     ax.axhline(100 * result["large"]["accuracy"], color="black", ls="--", lw=0.8)
-    ax.text(0.5, 100 * result["small"]["accuracy"], " small alone", va="bottom", fontsize=8)
-    ax.text(0.5, 100 * result["large"]["accuracy"], " large alone", va="bottom", fontsize=8)
+    for key in ("small", "large"):
+        ax.text(0.99, 100 * result[key]["accuracy"], f"{key} alone ", va="bottom", ha="right", fontsize=8,
+                transform=ax.get_yaxis_transform())  # fmt: skip
     ax.set_xlabel("large-model share of tokens (%)")
     ax.set_ylabel("next-token accuracy of the routed prediction (%)")
     ax.set_title(f"Teacher-forced routing quality, {result['tokens']} held-out positions")
