@@ -610,6 +610,88 @@ def eval_cmd(
         typer.echo(f"wrote {plot}")
 
 
+# --- throughput commands ---
+
+
+def _throughput_call(fn, *args, **kwargs):
+    """Run a throughput command body; the user's mistakes become a message and exit 1 (input) or 2 (usage)."""
+    from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError, ThroughputUsageError
+
+    try:
+        return fn(*args, **kwargs)
+    except ThroughputUsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ThroughputInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def tune(
+    plan: str = typer.Argument(..., help="Plan file (.plan) or policy source (.tr)."),
+    concurrency: int = typer.Option(
+        None, "--concurrency", "-n", help="N concurrent requests (default: the plan's)."
+    ),
+    step_ms: list[str] = typer.Option(
+        None, "--step-ms", help="MODEL=MS or MODEL=B:MS,B:MS,… (step latency)."
+    ),
+    p: list[str] = typer.Option(None, "--p", help="FROM:TO=PROB routing probability per step."),
+    delta_ms: float = typer.Option(0.1, "--delta-ms", help="Time step δ of the chain, ms."),
+    profile: str = typer.Option(None, "--profile", help="Profile JSON from `tokenrouter profile`."),
+    json_out: bool = typer.Option(False, "--json", help="Print the tuning record as JSON."),
+    output: str = typer.Option(
+        None, "-o", "--output", help="Plan to write (default: the input plan, or FILE.plan)."
+    ),
+    plot: str = typer.Option(None, "--plot", help="Write a PNG of T(B) over the candidates."),
+    top: int = typer.Option(10, "--top", help="Show this many candidates."),
+) -> None:
+    """Choose delayed-batching thresholds B* with the DTMC throughput model; write them into the plan."""
+    from tokenrouter.compiler.throughput.commands import SystemArgs, run_tune
+
+    args = SystemArgs(plan, concurrency, step_ms, p, profile)
+    text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top)
+    typer.echo(text)
+
+
+@app.command()
+def simulate(
+    plan: str = typer.Argument(..., help="Plan file (.plan) or policy source (.tr)."),
+    concurrency: int = typer.Option(
+        None, "--concurrency", "-n", help="N concurrent requests (default: the plan's)."
+    ),
+    step_ms: list[str] = typer.Option(
+        None, "--step-ms", help="MODEL=MS or MODEL=B:MS,B:MS,… (step latency)."
+    ),
+    p: list[str] = typer.Option(None, "--p", help="FROM:TO=PROB routing probability per step."),
+    profile: str = typer.Option(None, "--profile", help="Profile JSON from `tokenrouter profile`."),
+    batch: list[str] = typer.Option(None, "--batch", help="MODEL=B threshold (default: the plan's)."),
+    horizon_ms: float = typer.Option(60_000.0, "--horizon-ms", help="Simulated time measured, ms."),
+    warmup_ms: float = typer.Option(2_000.0, "--warmup-ms", help="Simulated time discarded first, ms."),
+    seed: int = typer.Option(0, "--seed"),
+    request_tokens: int = typer.Option(
+        None, "--request-tokens", help="Tokens per request (default: endless)."
+    ),
+    think_ms: float = typer.Option(
+        0.0, "--think-ms", help="Mean think time before a finished request returns."
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Squared CV of think times (1 = exponential)."
+    ),
+    max_delay_ms: float = typer.Option(None, "--max-delay-ms", help="Start a waiting queue after this long."),
+    delta_ms: float = typer.Option(0.1, "--delta-ms", help="δ of the chain shown for comparison, ms."),
+    no_chain: bool = typer.Option(False, "--no-chain", help="Do not compute the chain's prediction."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Discrete-event simulation of the plan's closed system: throughput, utilization, queueing."""
+    from tokenrouter.compiler.throughput.commands import SystemArgs, run_simulate
+
+    args = SystemArgs(plan, concurrency, step_ms, p, profile)
+    cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
+           "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms}  # fmt: skip
+    typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms))
+
+
 def main() -> None:
     app()
 

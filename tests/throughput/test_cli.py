@@ -1,0 +1,118 @@
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+from tokenrouter.compiler.plan import read_plan
+
+runner = CliRunner()
+
+R2R_LIKE = """policy r2rlike
+model slm = "s" { batch: 1 }
+model llm = "l" { batch: auto }
+serve { concurrency: 4 }
+entry slm
+route slm {
+  when uniform() < 0.35 -> llm drop
+}
+route llm { -> slm }
+"""
+
+FIXED = R2R_LIKE.replace("batch: auto", "batch: 2").replace("batch: 1", "batch: 2")
+
+
+def write(tmp_path: Path, text: str, name: str = "p.tr") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_tune_writes_best_threshold_into_plan(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    out = tmp_path / "out.plan"
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "B* = slm 1, llm 3" in res.output
+    plan = read_plan(out)
+    assert plan["models"]["llm"]["batch"] == 3 and plan["models"]["slm"]["batch"] == 1
+    assert plan["tuning"]["auto"] == ["llm"]
+    assert plan["tuning"]["p"]["slm"] == pytest.approx({"slm": 0.65, "llm": 0.35})
+    assert plan["tuning"]["c"]["slm"]["llm"] == 0.0
+    assert plan["checks"]["feasibility"]["ok"] is True
+    # re-tuning the tuned plan at another N re-chooses the auto model's threshold
+    res = runner.invoke(
+        app, ["tune", str(out), "-n", "3", "--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["tuning"]["result"]["best"] == {"slm": 1, "llm": 2}
+    assert read_plan(out)["serve"]["concurrency"] == 3
+
+
+def test_tune_plot_writes_png(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    png = tmp_path / "t.png"
+    res = runner.invoke(
+        app,
+        [
+            "tune",
+            src,
+            "--step-ms",
+            "slm=6",
+            "--step-ms",
+            "llm=27.9",
+            "--plot",
+            str(png),
+            "-o",
+            str(tmp_path / "x.plan"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tune_refuses_infeasible_fixed_thresholds_like_check(tmp_path):
+    src = write(tmp_path, FIXED)
+    res = runner.invoke(app, ["tune", src, "-n", "2", "--step-ms", "slm=6", "--step-ms", "llm=27.9"])
+    assert res.exit_code == 1
+    assert feasibility_error({"slm": 2, "llm": 2}, 2) in res.output
+    assert "Traceback" not in res.output
+
+
+def test_tune_errors_are_messages_with_exit_codes(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6"])
+    assert res.exit_code == 1 and "no step latency for llm" in res.output
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=x"])
+    assert res.exit_code == 2 and "bad --step-ms" in res.output
+    res = runner.invoke(app, ["tune", str(tmp_path / "missing.plan"), "--step-ms", "slm=6"])
+    assert res.exit_code == 1 and "no such plan file" in res.output
+
+
+def test_simulate_reports_throughput_and_chain(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    res = runner.invoke(app, ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--batch", "llm=3",
+                              "--horizon-ms", "20000", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    sim, chain = data["simulation"]["throughput_tok_s"], data["chain"]["throughput_tok_s"]
+    assert chain == pytest.approx(207.95, abs=0.01)
+    assert sim == pytest.approx(chain, rel=0.03)
+    res = runner.invoke(app, ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9"])
+    assert res.exit_code == 1 and "batch: auto" in res.output
+
+
+def test_simulate_think_times_and_bursts_lower_throughput(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    base = ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--batch", "llm=3", "--horizon-ms", "20000",
+            "--json", "--max-delay-ms", "5"]  # fmt: skip
+    closed = json.loads(runner.invoke(app, base).output)["simulation"]
+    thinking = json.loads(
+        runner.invoke(app, [*base, "--request-tokens", "50", "--think-ms", "200", "--burstiness", "4"]).output
+    )["simulation"]
+    assert thinking["finished_requests"] > 10
+    assert not thinking["stalled"]
+    assert thinking["throughput_tok_s"] < closed["throughput_tok_s"]

@@ -1,0 +1,243 @@
+"""The bodies of `tokenrouter tune` and `tokenrouter simulate` (cli.py holds only their signatures)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenrouter.compiler.throughput.dtmc import DEFAULT_DELTA_MS, DEFAULT_MAX_STATES, ChainError, analyze
+from tokenrouter.compiler.throughput.optimize import TuneError, TuneResult, tune
+from tokenrouter.compiler.throughput.plan_inputs import (
+    PlanSystem,
+    ThroughputInputError,
+    ThroughputUsageError,
+    apply_tuning,
+    parse_p,
+    parse_step_ms,
+    system_from_plan,
+)
+from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
+from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+
+def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
+    """A plan from a `.plan` file, or compiled from a `.tr` source."""
+    if path.endswith(".tr"):
+        from tokenrouter.compiler.driver import compile_file
+        from tokenrouter.dsl.diagnostics import render_all
+
+        result = compile_file(path, defines)
+        if result.plan is None:
+            raise ThroughputInputError(render_all(result.diagnostics) + f"\n{path}: not compiled")
+        return result.plan
+    from tokenrouter.compiler.plan import PlanError, read_plan
+
+    try:
+        return read_plan(path)
+    except PlanError as e:
+        raise ThroughputInputError(str(e)) from None
+
+
+def default_output(path: str) -> Path:
+    return Path(path).with_suffix(".plan") if path.endswith(".tr") else Path(path)
+
+
+@dataclass(slots=True)
+class SystemArgs:
+    plan_path: str
+    concurrency: int | None
+    step_ms: list[str] | None
+    p: list[str] | None
+    profile: str | None
+
+
+def build_system(args: SystemArgs) -> tuple[dict, PlanSystem]:
+    plan = load_plan(args.plan_path)
+    profile = None
+    if args.profile:
+        try:
+            profile = read_profile(args.profile)
+        except ProfileError as e:
+            raise ThroughputInputError(str(e)) from None
+    system = system_from_plan(plan, args.concurrency, parse_step_ms(args.step_ms), parse_p(args.p), profile)
+    return plan, system
+
+
+def describe_inputs(system: PlanSystem) -> list[str]:
+    inp = system.inputs
+    steps = ", ".join(
+        f"{m} {s.describe()} ({system.sources['step_ms'][m]})"
+        for m, s in zip(inp.models, inp.step, strict=True)
+    )
+    probs = []
+    for i, a in enumerate(inp.models):
+        row = ", ".join(
+            f"{a}→{b} {inp.p[i, j]:.4g}" + (" drop" if inp.c[i, j] == 0 else "")
+            for j, b in enumerate(inp.models)
+            if inp.p[i, j] > 0
+        )
+        probs.append(f"{row} ({system.sources['p'][a]})")
+    return [f"step latency: {steps}", "routing: " + "; ".join(probs)]
+
+
+def format_table(result: TuneResult, top: int) -> str:
+    models = result.models
+    head = ["rank", "B (" + ",".join(models) + ")", "T tok/s", "states"] + [f"util {m}" for m in models]
+    rows = [
+        [str(k + 1), ",".join(map(str, r.thresholds)), f"{r.throughput:.2f}", str(r.n_states)]
+        + [f"{u:.2f}" for u in r.utilization]
+        for k, r in enumerate(result.results[:top])
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *rows]
+    )
+
+
+def run_tune(
+    args: SystemArgs,
+    delta_ms: float = DEFAULT_DELTA_MS,
+    output: str | None = None,
+    as_json: bool = False,
+    plot: str | None = None,
+    top: int = 10,
+    max_states: int = DEFAULT_MAX_STATES,
+    write: bool = True,
+) -> tuple[str, dict]:
+    """Returns (text to print, the tuned plan). Raises ThroughputInputError for the user's mistakes."""
+    if not (delta_ms > 0):
+        raise ThroughputUsageError(f"--delta-ms must be > 0, got {delta_ms}")
+    if top < 1:
+        raise ThroughputUsageError(f"--top must be >= 1, got {top}")
+    plan, system = build_system(args)
+    try:
+        result = tune(system.inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)
+    except TuneError as e:
+        raise ThroughputInputError(str(e)) from None
+    tuned = apply_tuning(plan, system, result, top=top)
+    out_path = Path(output) if output else default_output(args.plan_path)
+    lines: list[str] = []
+    if write:
+        from tokenrouter.compiler.plan import PlanError, write_plan
+
+        try:
+            write_plan(tuned, out_path)
+        except (OSError, PlanError) as e:
+            raise ThroughputInputError(f"cannot write {out_path}: {e}") from None
+    if plot:
+        from tokenrouter.compiler.throughput.plot import plot_tuning
+
+        try:
+            plot_tuning(result, plot, title=f"{plan['policy']['name']}: T(B) at N = {result.concurrency}")
+        except OSError as e:
+            raise ThroughputInputError(f"cannot write {plot}: {e}") from None
+    if as_json:
+        payload = {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": plot}
+        return json.dumps(payload, indent=2), tuned
+    best = result.best
+    lines.append(
+        f"tune {plan['policy']['name']}: N = {result.concurrency}, δ = {result.delta_ms:g} ms, {result.method} "
+        f"search: {len(result.results)} of {result.n_feasible} feasible candidates evaluated in {result.seconds:.2f} s"
+    )
+    lines += describe_inputs(system)
+    if system.fixed:
+        lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
+    lines.append(format_table(result, top))
+    for b, msg in result.failed.items():
+        lines.append(f"not evaluated: B = {','.join(map(str, b))}: {msg}")
+    lines.append(
+        "B* = "
+        + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
+        + f" (T = {best.throughput:.2f} tok/s)"
+    )
+    if write:
+        lines.append(f"wrote {out_path} (batch for {', '.join(system.auto) or 'no auto model'})")
+    if plot:
+        lines.append(f"wrote {plot}")
+    return "\n".join(lines), tuned
+
+
+def parse_batch(values: list[str] | None, models: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for item in values or []:
+        name, sep, val = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ThroughputUsageError(f"bad --batch '{item}': expected MODEL=B")
+        if name not in models:
+            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {', '.join(models)})")
+        try:
+            b = int(val)
+        except ValueError:
+            raise ThroughputUsageError(f"bad --batch '{item}': {val!r} is not an int") from None
+        if b < 1:
+            raise ThroughputUsageError(f"bad --batch '{item}': a threshold must be >= 1")
+        out[name] = b
+    return out
+
+
+def run_simulate(
+    args: SystemArgs,
+    batch: list[str] | None = None,
+    cfg_kw: dict | None = None,
+    as_json: bool = False,
+    chain: bool = True,
+    delta_ms: float = DEFAULT_DELTA_MS,
+) -> str:
+    from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+
+    plan, system = build_system(args)
+    inp = system.inputs
+    given = parse_batch(batch, inp.models)
+    thresholds = {}
+    for m in inp.models:
+        if m in given:
+            thresholds[m] = given[m]
+        elif plan["models"][m].get("batch") != "auto":
+            thresholds[m] = int(plan["models"][m]["batch"])
+        else:
+            raise ThroughputInputError(
+                f"model {m} has batch: auto; give --batch {m}=B or run `tokenrouter tune` on the plan first"
+            )
+    err = feasibility_error(thresholds, inp.concurrency)
+    if err:
+        raise ThroughputInputError(err)
+    b = tuple(thresholds[m] for m in inp.models)
+    try:
+        cfg = SimConfig(b, **(cfg_kw or {}))
+    except ValueError as e:
+        raise ThroughputUsageError(str(e)) from None
+    sim = simulate(inp, cfg)
+    pred = None
+    if chain and cfg.request_tokens is None and cfg.max_delay_ms is None:
+        try:
+            pred = analyze(inp, b, delta_ms)
+        except ChainError as e:
+            pred = str(e)
+    if as_json:
+        out = {"simulation": sim.as_dict(inp.models)}
+        if pred is not None:
+            out["chain"] = pred if isinstance(pred, str) else pred.as_dict(inp.models)
+        return json.dumps(out, indent=2)
+    lines = [
+        f"simulate {plan['policy']['name']}: N = {inp.concurrency}, B = "
+        + ", ".join(f"{m} {x}" for m, x in thresholds.items())
+        + f", {cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up, seed {cfg.seed}",
+        *describe_inputs(system),
+        f"throughput: {sim.throughput:.2f} tok/s"
+        + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),
+    ]
+    if isinstance(pred, str):
+        lines.append(f"chain: not evaluated: {pred}")
+    elif pred is not None:
+        diff = (sim.throughput - pred.throughput) / pred.throughput * 100
+        lines.append(f"chain (δ = {delta_ms:g} ms): {pred.throughput:.2f} tok/s (simulation {diff:+.2f}%)")
+    for i, m in enumerate(inp.models):
+        lines.append(
+            f"  {m}: utilization {sim.utilization[i]:.3f}, mean batch {sim.mean_batch[i]:.2f}, "
+            f"mean queue {sim.mean_queue[i]:.2f}, {sim.steps_per_s[i]:.1f} steps/s"
+        )
+    if cfg.request_tokens is not None:
+        lines.append(f"finished requests: {sim.finished_requests}")
+    return "\n".join(lines)

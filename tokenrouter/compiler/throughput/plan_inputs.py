@@ -1,0 +1,208 @@
+"""From a plan (+ command-line values + a profile) to the throughput model's inputs, and back: B* and the
+tuning record written into the plan.
+
+Precedence, per model: step latency from `--step-ms`, else the profile; routing row from `--p`, else the
+profile, else what the policy implies (`policy.py`). Committed tokens always come from the policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokenrouter.compiler.passes.check_feasibility import feasibility
+from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.optimize import TuneResult
+from tokenrouter.compiler.throughput.policy import policy_routing
+from tokenrouter.compiler.throughput.profile_format import Profile
+
+
+class ThroughputInputError(ValueError):
+    """Missing or inconsistent inputs for the throughput model (the message says what to give)."""
+
+
+class ThroughputUsageError(ThroughputInputError):
+    """A malformed command-line value (`--p`, `--step-ms`, `--batch`)."""
+
+
+def parse_step_ms(values: list[str] | None) -> dict[str, StepLatency]:
+    """`MODEL=MS` (constant) or `MODEL=B:MS,B:MS,…` (by batch size)."""
+    out: dict[str, StepLatency] = {}
+    for item in values or []:
+        name, sep, rest = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not rest.strip():
+            raise ThroughputUsageError(f"bad --step-ms '{item}': expected MODEL=MS or MODEL=B:MS,B:MS,…")
+        try:
+            if ":" in rest:
+                pts = []
+                for part in rest.split(","):
+                    b, _, ms = part.partition(":")
+                    pts.append((int(b), float(ms)))
+                out[name] = StepLatency(tuple(pts))
+            else:
+                out[name] = StepLatency.constant(float(rest))
+        except ValueError as e:
+            raise ThroughputUsageError(f"bad --step-ms '{item}': {e}") from None
+    return out
+
+
+def parse_p(values: list[str] | None) -> dict[str, dict[str, float]]:
+    """`FROM:TO=PROB` items, grouped by FROM."""
+    out: dict[str, dict[str, float]] = {}
+    for item in values or []:
+        pair, sep, prob = item.partition("=")
+        src, colon, dst = pair.partition(":")
+        src, dst = src.strip(), dst.strip()
+        if not sep or not colon or not src or not dst:
+            raise ThroughputUsageError(f"bad --p '{item}': expected FROM:TO=PROB")
+        try:
+            v = float(prob)
+        except ValueError:
+            raise ThroughputUsageError(f"bad --p '{item}': {prob!r} is not a number") from None
+        if not (0.0 <= v <= 1.0):
+            raise ThroughputUsageError(f"bad --p '{item}': a probability must lie in [0, 1]")
+        out.setdefault(src, {})[dst] = v
+    return out
+
+
+@dataclass(slots=True)
+class PlanSystem:
+    inputs: SystemInputs
+    fixed: dict[str, int]
+    auto: list[str]
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)  # {"p"|"step_ms": {model: source}}
+    warnings: list[str] = field(default_factory=list)
+
+
+def auto_models(plan: dict) -> list[str]:
+    """Models whose threshold is chosen by `tune`: `batch: auto`, or recorded as auto by an earlier tune."""
+    earlier = set(plan.get("tuning", {}).get("auto", []))
+    return [m for m, s in plan["models"].items() if s.get("batch") == "auto" or m in earlier]
+
+
+def system_from_plan(
+    plan: dict,
+    concurrency: int | None = None,
+    step_ms: dict[str, StepLatency] | None = None,
+    p: dict[str, dict[str, float]] | None = None,
+    profile: Profile | None = None,
+) -> PlanSystem:
+    models = tuple(plan["models"])
+    known = ", ".join(models)
+    step_ms, p = dict(step_ms or {}), dict(p or {})
+    for name in [*step_ms, *p, *(t for row in p.values() for t in row)]:
+        if name not in models:
+            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {known})")
+    n = plan["serve"]["concurrency"] if concurrency is None else concurrency
+    if not isinstance(n, int) or n < 1:
+        raise ThroughputInputError(f"--concurrency must be an int >= 1, got {n!r}")
+    warnings = []
+    if profile is not None:
+        sha = plan.get("source", {}).get("sha256")
+        if profile.source_sha256 and sha and profile.source_sha256 != sha:
+            warnings.append("the profile was made for another version of the policy (source sha256 differs)")
+    implied = policy_routing(plan)
+    sources: dict[str, dict[str, str]] = {"step_ms": {}, "p": {}}
+    steps: list[StepLatency] = []
+    missing_steps = []
+    for m in models:
+        if m in step_ms:
+            steps.append(step_ms[m])
+            sources["step_ms"][m] = "--step-ms"
+        elif profile is not None and m in profile.step_ms:
+            steps.append(profile.step_ms[m])
+            sources["step_ms"][m] = "profile"
+        else:
+            missing_steps.append(m)
+    if missing_steps:
+        raise ThroughputInputError(
+            f"no step latency for {', '.join(missing_steps)}: give --step-ms MODEL=MS (or MODEL=B:MS,B:MS,…) "
+            "or --profile FILE"
+        )
+    pm = np.zeros((len(models), len(models)))
+    missing_rows = []
+    for i, m in enumerate(models):
+        if m in p:
+            row = dict(p[m])
+            off = sum(v for t, v in row.items() if t != m)
+            if m in row:
+                if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
+                    raise ThroughputInputError(
+                        f"--p from {m} sums to {sum(row.values()):.6g}; with {m}:{m} given the row must sum to 1"
+                    )
+            elif off > 1.0 + 1e-9:
+                raise ThroughputInputError(f"--p from {m} sums to {off:.6g} > 1")
+            else:
+                row[m] = max(0.0, 1.0 - off)
+            for t, v in row.items():
+                if t != m and v > 0 and t not in implied.keep[m]:
+                    raise ThroughputInputError(f"--p {m}:{t}: the policy never routes from {m} to {t}")
+            src = "--p"
+        elif profile is not None and m in profile.routing:
+            row, src = profile.routing[m], "profile"
+            for t in row:
+                if t not in models:
+                    raise ThroughputInputError(
+                        f"the profile routes {m} to unknown model '{t}' (models: {known})"
+                    )
+        elif m in implied.rows:
+            row, src = implied.rows[m], "policy"
+        else:
+            missing_rows.append(f"{m} ({implied.unknown.get(m, 'not implied')})")
+            continue
+        sources["p"][m] = src
+        for t, v in row.items():
+            pm[i, models.index(t)] = v
+    if missing_rows:
+        raise ThroughputInputError(
+            "routing probabilities are not implied by the policy for "
+            + "; ".join(missing_rows)
+            + ": give them with --p FROM:TO=PROB or --profile FILE"
+        )
+    cm = np.array([[implied.keep[a].get(b, 0.0) for b in models] for a in models])
+    try:
+        inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
+    except ValueError as e:
+        raise ThroughputInputError(str(e)) from None
+    auto = auto_models(plan)
+    fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
+    return PlanSystem(inputs, fixed, auto, sources, warnings)
+
+
+def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 5) -> dict:
+    """A copy of `plan` with B* for every auto model, the feasibility check redone for the tuned
+    concurrency, and the inputs and result recorded under `tuning` (docs/ir.md)."""
+    out = copy.deepcopy(plan)
+    best = result.best_thresholds()
+    for m in system.auto:
+        out["models"][m]["batch"] = best[m]
+    n = system.inputs.concurrency
+    out["serve"]["concurrency"] = n
+    out["checks"]["feasibility"] = feasibility(out["models"], n)
+    inp = system.inputs
+    out["tuning"] = {
+        "auto": list(system.auto),
+        "concurrency": n,
+        "delta_ms": result.delta_ms,
+        "step_ms": {m: [[b, ms] for b, ms in s.points] for m, s in zip(inp.models, inp.step, strict=True)},
+        "p": {
+            a: {b: float(inp.p[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
+            for i, a in enumerate(inp.models)
+        },  # fmt: skip
+        "c": {
+            a: {b: float(inp.c[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
+            for i, a in enumerate(inp.models)
+        },  # fmt: skip
+        "sources": system.sources,
+        "result": result.as_dict(top=top),
+    }
+    return out
+
+
+def summary_rows(result: TuneResult, top: int) -> list[dict[str, Any]]:
+    return [r.as_dict(result.models) for r in result.results[:top]]

@@ -1,0 +1,194 @@
+"""The routing matrices a policy implies, read from its route IR (docs/ir.md).
+
+A rule's probability is known when its condition depends on nothing but `uniform()` and constants: the
+condition is evaluated symbolically as a set of intervals of u ∈ [0, 1) (numbers are affine in u:
+`a·u + b`; comparisons of two affine values give an interval; `and`/`or`/`not` are intersection, union,
+complement). Rules are tried in order on the same draw, so rule k fires on `cond_k ∖ (cond_1 ∪ … ∪ cond_{k−1})`;
+an unconditional rule takes what is left; the rest is the probability of staying. Anything else (features,
+routers) makes that model's row unknown: it must come from `--p` or a profile.
+
+Committed tokens: staying commits the token (c_ii = 1); a hop commits it unless the rule says `drop`
+(c_ij = probability-weighted share of kept hops to j). `-> j for K` sends the request to j for K tokens and
+back: j's row is then implied as back with probability 1/K (a geometric run with the right mean, K tokens on
+average, each committed) — when every hop into j is such a `for K` hop from one model with one K and j has no
+rules of its own; otherwise j's row must be given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Interval = tuple[float, float]
+_FULL: list[Interval] = [(0.0, 1.0)]
+
+
+class _Unknown(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class PolicyRouting:
+    models: tuple[str, ...]
+    rows: dict[str, dict[str, float]]  # model -> {target: probability} (target == model: stay)
+    keep: dict[str, dict[str, float]]  # model -> {target: committed tokens of that transition}
+    unknown: dict[str, str] = field(default_factory=dict)  # model -> why its row is not implied
+
+
+def _norm(iv: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for lo, hi in sorted((max(lo, 0.0), min(hi, 1.0)) for lo, hi in iv):
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _inter(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    return _norm([(max(x0, y0), min(x1, y1)) for x0, x1 in a for y0, y1 in b])
+
+
+def _compl(a: list[Interval]) -> list[Interval]:
+    out, cur = [], 0.0
+    for lo, hi in _norm(a):
+        out.append((cur, lo))
+        cur = hi
+    out.append((cur, 1.0))
+    return _norm(out)
+
+
+def _measure(a: list[Interval]) -> float:
+    return sum(hi - lo for lo, hi in _norm(a))
+
+
+_FOLD = {"abs": abs, "exp": math.exp, "log": math.log, "sigmoid": lambda x: 1 / (1 + math.exp(-x))}
+
+
+def _value(nodes: list[dict], idx: int, memo: dict[int, Any]) -> Any:
+    """Affine (a, b) meaning a·u + b, or ("bool", intervals); raises _Unknown."""
+    if idx in memo:
+        return memo[idx]
+    n = nodes[idx]
+    op = n["op"]
+    args = [_value(nodes, a, memo) for a in n.get("args", [])]
+    if op == "const":
+        v = n["value"]
+        out: Any = ("bool", _FULL if v else []) if isinstance(v, bool) else (0.0, float(v))
+    elif op == "uniform":
+        out = (1.0, 0.0)
+    elif op in ("feature", "router"):
+        raise _Unknown(f"{op} {n.get('name')}")
+    elif op in ("add", "sub"):
+        (a1, b1), (a2, b2) = args
+        s = 1.0 if op == "add" else -1.0
+        out = (a1 + s * a2, b1 + s * b2)
+    elif op == "neg":
+        out = (-args[0][0], -args[0][1])
+    elif op == "mul":
+        (a1, b1), (a2, b2) = args
+        if a1 and a2:
+            raise _Unknown("uniform() squared")
+        out = (a1 * b2 + a2 * b1, b1 * b2)
+    elif op == "div":
+        (a1, b1), (a2, b2) = args
+        if a2 or b2 == 0:
+            raise _Unknown("division by uniform() or zero")
+        out = (a1 / b2, b1 / b2)
+    elif op in ("min", "max"):
+        (a1, b1), (a2, b2) = args
+        if a1 or a2:
+            raise _Unknown(f"{op} of uniform()")
+        out = (0.0, (min if op == "min" else max)(b1, b2))
+    elif op in _FOLD:
+        a1, b1 = args[0]
+        if a1:
+            raise _Unknown(f"{op} of uniform()")
+        out = (0.0, float(_FOLD[op](b1)))
+    elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
+        (a1, b1), (a2, b2) = args
+        a, b = a1 - a2, b1 - b2  # compare a·u + b with 0
+        out = ("bool", _compare(op, a, b))
+    elif op in ("and", "or"):
+        x, y = args[0][1], args[1][1]
+        out = ("bool", _inter(x, y) if op == "and" else _norm(x + y))
+    elif op == "not":
+        out = ("bool", _compl(args[0][1]))
+    else:
+        raise _Unknown(f"operation {op}")
+    memo[idx] = out
+    return out
+
+
+def _compare(op: str, a: float, b: float) -> list[Interval]:
+    if op in ("eq", "ne"):  # a set of measure zero (or everything)
+        hit = a == 0 and b == 0
+        return _FULL if (hit if op == "eq" else not hit) else ([] if op == "eq" else _FULL)
+    if a == 0:
+        holds = {"lt": b < 0, "le": b <= 0, "gt": b > 0, "ge": b >= 0}[op]
+        return _FULL if holds else []
+    root = -b / a
+    below = (op in ("lt", "le")) == (a > 0)  # the condition holds for u below the root
+    return _norm([(0.0, root)] if below else [(root, 1.0)])
+
+
+def policy_routing(plan: dict) -> PolicyRouting:
+    """The routing rows and committed tokens the plan's route blocks imply (see the module docstring)."""
+    models = tuple(plan["models"])
+    rows: dict[str, dict[str, float]] = {}
+    keep: dict[str, dict[str, float]] = {m: {m: 1.0} for m in models}
+    unknown: dict[str, str] = {}
+    for_hops: dict[str, list[tuple[str, int]]] = {}
+    plain_into: set[str] = set()
+    for m in models:
+        route = plan["routes"][m]
+        nodes, memo = route["nodes"], {}
+        remaining = list(_FULL)
+        row: dict[str, float] = {}
+        kept: dict[str, list[tuple[float, bool]]] = {}
+        why = None
+        for rule in route["rules"]:
+            tgt = rule["target"]
+            if rule.get("for") is not None:
+                for_hops.setdefault(tgt, []).append((m, int(rule["for"])))
+            else:
+                plain_into.add(tgt)
+            try:
+                region = (
+                    remaining
+                    if rule["cond"] is None
+                    else _inter(_value(nodes, rule["cond"], memo)[1], remaining)
+                )
+                prob = _measure(region)
+            except _Unknown as exc:
+                why = (
+                    why or f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')}) depends on {exc}"
+                )
+                prob, region = math.nan, []
+            kept.setdefault(tgt, []).append((prob, not rule["drop"]))
+            if not math.isnan(prob):
+                row[tgt] = row.get(tgt, 0.0) + prob
+                remaining = _inter(remaining, _compl(region))
+        for tgt, parts in kept.items():
+            known = [(w, k) for w, k in parts if not math.isnan(w) and w > 0]
+            if known:
+                keep[m][tgt] = sum(w for w, k in known if k) / sum(w for w, _ in known)
+            else:
+                keep[m][tgt] = sum(1.0 for _, k in parts if k) / len(parts)
+        if why:
+            unknown[m] = why
+        else:
+            row[m] = _measure(remaining)
+            rows[m] = {k: v for k, v in row.items() if v > 0}
+    for j, hops in for_hops.items():
+        if plan["routes"][j]["rules"] or j in plain_into or len(set(hops)) != 1:
+            unknown.setdefault(j, f"requests arrive with `for K` hops ({sorted(set(hops))}) and otherwise")
+            rows.pop(j, None)
+            continue
+        (i, k) = hops[0]
+        rows[j] = {i: 1.0 / k} | ({j: 1.0 - 1.0 / k} if k > 1 else {})
+        keep[j] = {i: 1.0, j: 1.0}
+    return PolicyRouting(models, rows, keep, unknown)

@@ -1,0 +1,115 @@
+"""The profile file (`tokenrouter.profile/1`): measured step latencies L_i(b) and routing frequencies.
+
+```json
+{"format": "tokenrouter.profile/1",
+ "policy": "bernoulli", "source_sha256": "<the plan's source.sha256>",
+ "device": "cpu", "created": "2026-11-30T12:00:00Z",
+ "step_ms": {"slm": {"1": 6.0, "2": 6.4, "4": 7.1}, "llm": {"1": 27.9}},
+ "routing": {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}},
+ "counts": {"slm": {"slm": 650, "llm": 350}, "llm": {"slm": 350}},
+ "workload": {"prompts": 8, "max_tokens": 32}}
+```
+`step_ms` keys are batch sizes; `routing` rows sum to 1 (a model that never ran has no row);
+`counts` are the observed decisions behind `routing`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.compiler.throughput.inputs import StepLatency
+
+PROFILE_FORMAT = "tokenrouter.profile/1"
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and the field."""
+
+
+@dataclass(slots=True)
+class Profile:
+    policy: str
+    source_sha256: str | None
+    step_ms: dict[str, StepLatency]
+    routing: dict[str, dict[str, float]]
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    device: str = ""
+    created: str = ""
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT,
+            "policy": self.policy,
+            "source_sha256": self.source_sha256,
+            "device": self.device,
+            "created": self.created,
+            "step_ms": {m: {str(b): ms for b, ms in s.points} for m, s in self.step_ms.items()},
+            "routing": self.routing,
+            "counts": self.counts,
+            "workload": self.workload,
+        }
+
+
+def write_profile(profile: Profile, path: str | Path) -> None:
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(profile.to_json(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(p)
+
+
+def read_profile(path: str | Path) -> Profile:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such profile file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{p}: cannot read profile: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+
+    def fail(where: str, msg: str) -> ProfileError:
+        return ProfileError(f"{p}: field {where}: {msg}")
+
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        raise fail("format", f'expected "{PROFILE_FORMAT}": not a tokenrouter profile')
+    for key in ("policy", "step_ms", "routing"):
+        if key not in data:
+            raise fail(key, "missing")
+    step: dict[str, StepLatency] = {}
+    if not isinstance(data["step_ms"], dict):
+        raise fail("step_ms", "expected an object")
+    for m, table in data["step_ms"].items():
+        if not isinstance(table, dict) or not table:
+            raise fail(f"step_ms.{m}", "expected a non-empty object {batch: ms}")
+        try:
+            step[m] = StepLatency(tuple((int(b), ms) for b, ms in table.items()))
+        except (TypeError, ValueError) as e:
+            raise fail(f"step_ms.{m}", str(e)) from None
+    routing: dict[str, dict[str, float]] = {}
+    if not isinstance(data["routing"], dict):
+        raise fail("routing", "expected an object")
+    for m, row in data["routing"].items():
+        ok = isinstance(row, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in row.values()
+        )
+        if not ok:
+            raise fail(f"routing.{m}", "expected an object {target: probability in [0, 1]}")
+        if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
+            raise fail(f"routing.{m}", f"probabilities sum to {sum(row.values()):.6g}, expected 1")
+        routing[m] = {k: float(v) for k, v in row.items()}
+    return Profile(
+        policy=str(data["policy"]),
+        source_sha256=data.get("source_sha256"),
+        step_ms=step,
+        routing=routing,
+        counts=data.get("counts") or {},
+        device=str(data.get("device", "")),
+        created=str(data.get("created", "")),
+        workload=data.get("workload") or {},
+    )
