@@ -1,7 +1,8 @@
 """The Triton route kernel against the torch renderer: under Triton's interpreter on CPU (in a fresh
 process, since TRITON_INTERPRET must be set before triton is imported), compiled for sm_90 without a GPU,
-and compiled for real on a GPU (marked gpu; the small-shape script covers every case, routers and every
-stdlib policy, the full-vocabulary test the split choices of bs 1 / 8 / 64)."""
+and compiled for real on a GPU (marked gpu: the small-shape script covers every hand-written case and the
+routers, the full-vocabulary test the split choices of bs 1 / 8 / 64; every stdlib policy runs under the
+interpreter)."""
 
 from __future__ import annotations
 
