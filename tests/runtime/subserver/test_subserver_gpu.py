@@ -22,7 +22,7 @@ def test_gpu_float32_matches_reference(tmp_path, policy):
     plan = compile_stdlib(tmp_path, policy)
     for spec in plan["models"].values():
         spec["dtype"] = "float32"
-    ex = load_offline(plan)
+    ex = load_offline(plan, "cuda:0")
     assert all(s.engine.info.device.type == "cuda" for s in ex.schedulers.values())
     results = ex.generate(PROMPTS, SPECS)
     refs = {name: ReferenceModel.from_engine(s.engine) for name, s in ex.schedulers.items()}
@@ -34,7 +34,7 @@ def test_gpu_float32_matches_reference(tmp_path, policy):
 
 
 def test_gpu_bfloat16_completes_and_frees(tmp_path):
-    ex = load_offline(compile_stdlib(tmp_path, "citer"))
+    ex = load_offline(compile_stdlib(tmp_path, "citer"), "cuda:0")
     results = ex.generate(PROMPTS * 4, SPECS * 4)
     assert all(r.finish_reason in ("stop", "length") for r in results)
     assert sum(len(r.hops) for r in results) > 0

@@ -15,7 +15,13 @@ def pick_device(spec: dict, override: str | None = None) -> str:
     if override:
         return override
     if torch.cuda.is_available():
-        return f"cuda:{(spec.get('gpus') or [0])[0]}"
+        gpu = (spec.get("gpus") or [0])[0]
+        if gpu >= torch.cuda.device_count():
+            raise ValueError(
+                f"model {spec.get('path')} is placed on GPU {gpu}, but {torch.cuda.device_count()} GPU(s) are "
+                "visible (change its `gpu:` option, or pass a device)"
+            )
+        return f"cuda:{gpu}"
     return "cpu"
 
 
