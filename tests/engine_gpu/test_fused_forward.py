@@ -1,5 +1,6 @@
 """The fused decoder forward of the Triton path against the model's own forward on the SDPA backend,
-for a tiny random Qwen3- and Llama-style model: prefill, then a mixed extend/decode step."""
+for tiny random Qwen3 (q/k norm), Qwen2 (qkv bias) and Llama models: prefill, a mixed extend/decode
+step, and a one-token step (which runs the linear layers as the Triton GEMV)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
+from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend, fused_decoder_forward
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
@@ -30,6 +32,7 @@ def tiny_model(family: str, seed: int = 0) -> DecoderForCausalLM:
         max_position_embeddings=128,
         tie_word_embeddings=family == "qwen3",
         qk_norm=family == "qwen3",
+        qkv_bias=family == "qwen2",
     )
     torch.manual_seed(seed)
     model = DecoderForCausalLM(cfg)
@@ -96,15 +99,20 @@ def run_steps(model, backend, forward, steps):
 STEPS = [
     [(0, [1, 2, 3, 4, 5]), (1, [7, 8, 9])],
     [(0, [6]), (1, [10, 11, 12]), (2, [3, 3])],
+    [(1, [4])],  # one token: the GEMV path
 ]
 
 
-@pytest.mark.parametrize("family", ["qwen3", "llama"])
-def test_fused_forward_matches_model_forward(family):
+@pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
+def test_fused_forward_matches_model_forward(family, monkeypatch):
     model = tiny_model(family)
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    gemv_calls = []
+    real_gemv = tk.gemv
+    monkeypatch.setattr(tk, "gemv", lambda *a, **k: gemv_calls.append(1) or real_gemv(*a, **k))
     got = run_steps(model, TritonAttnBackend(cfg), lambda fb: fused_decoder_forward(model, fb), STEPS)
+    assert len(gemv_calls) == 4 * model.config.num_hidden_layers  # the one-token step only
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
