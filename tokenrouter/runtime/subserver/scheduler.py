@@ -246,7 +246,7 @@ class Scheduler:
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
         sampling = [r.sampling for r in batch]
-        return RouteBatchState.make(
+        state = RouteBatchState.make(
             len(batch),
             device,
             seed=[s.seed for s in sampling],
@@ -257,6 +257,10 @@ class Scheduler:
             run_length=[r.run_length for r in batch],  # committed before this token (the kernel adds 1)
             generated=[r.generated for r in batch],
         )
+        # host-side hints, so the kernel need not sync on the device to find them out
+        state.any_sampling = any(s.temperature > 0 for s in sampling)
+        state.any_restricted = state.any_sampling and any(s.top_k > 0 or s.top_p < 1 for s in sampling)
+        return state
 
     def process_batch_result(self, batch: list[Req], result) -> Outbox:
         tokens = result.token.tolist()
