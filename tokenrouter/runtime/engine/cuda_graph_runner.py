@@ -15,8 +15,7 @@ The attention backend must declare `supports_cuda_graph` and keep every per-step
 the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
 pool; they are captured largest first, so the smaller ones reuse its blocks.
 
-The (logits, hidden) that `replay` returns are views of the graph's static outputs: valid until the next
-replay of any graph.
+`replay` returns copies of the graph's static outputs (which the next replay overwrites).
 """
 
 from __future__ import annotations
@@ -200,14 +199,15 @@ class CudaGraphRunner:
         return self.shape_for(fb) is not None
 
     def replay(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run `fb` in its captured shape: logits [B, V] and hidden [B, H] (views; see the module doc)."""
+        """Run `fb` in its captured shape: logits [B, V] and hidden [B, H] (copies the caller owns)."""
         shape = self.shape_for(fb)
         if shape is None:
             raise ValueError(f"no captured CUDA graph holds bs={fb.batch_size}, q={fb.max_extend_len}")
         self.load_batch(fb, shape)
         logits, hidden = self._launch(shape)
         self.replays_by_shape[shape] = self.replays_by_shape.get(shape, 0) + 1
-        return logits[: fb.batch_size], hidden[: fb.batch_size]
+        # copies: the static outputs are overwritten by the next replay, and callers may keep a step's rows
+        return logits[: fb.batch_size].clone(), hidden[: fb.batch_size].clone()
 
     def _launch(self, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         self.graphs[shape].replay()
