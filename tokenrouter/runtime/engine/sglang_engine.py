@@ -437,17 +437,8 @@ def _kv_tokens(settings: SGLangSettings, config: ModelConfig) -> int | None:
     return tokens
 
 
-def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
-    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
-    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
-    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
-    from sglang.srt.entrypoints.engine import _set_envs_and_config
-    from sglang.srt.layers.moe import initialize_moe_config
-    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
-    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
-    from sglang.srt.model_executor.model_runner import ModelRunner
-    from sglang.srt.server_args import PortArgs, ServerArgs
-
+def server_args_kwargs(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int) -> dict:
+    """SGLang `ServerArgs` for one model run through its ModelRunner (no SGLang import: tests check the names)."""
     max_reqs = settings.max_reqs or 2 * settings.max_batch
     kw = dict(
         model_path=str(folder),
@@ -476,7 +467,21 @@ def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, g
         kw["disable_cuda_graph"] = True
     else:
         kw["cuda_graph_max_bs_decode"] = min(settings.max_batch, max_reqs, DEFAULT_GRAPH_MAX_BS)
-    server_args = ServerArgs(**kw)
+    return kw
+
+
+def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
+    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.entrypoints.engine import _set_envs_and_config
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
+    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.server_args import PortArgs, ServerArgs
+
+    server_args = ServerArgs(**server_args_kwargs(folder, settings, config, gpu_id))
     _set_envs_and_config(server_args)
     port_args = PortArgs.init_new(server_args)
     initialize_moe_config(server_args)
