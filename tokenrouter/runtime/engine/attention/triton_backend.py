@@ -57,8 +57,7 @@ class TritonAttnBackend(AttentionBackend):
         if rows > 64:  # long extends / prefills: enough row blocks to fill the GPU without splitting
             splits = 1
         else:
-            block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
-            row_blocks = -(-rows // block_m)
+            row_blocks = -(-rows // tk.row_block_size(rows))
             splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device)
         return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits)
 

@@ -207,6 +207,11 @@ def _num_sms(device: torch.device) -> int:
     return 1  # the CPU interpreter runs programs one by one: splitting only costs time there
 
 
+def row_block_size(rows: int) -> int:
+    """Query rows (new tokens x query heads per KV head) one attention program takes."""
+    return 16 if rows <= 16 else (32 if rows <= 32 else 64)
+
+
 def choose_num_splits(
     batch_size: int, num_kv_heads: int, row_blocks: int, device: torch.device, max_splits: int = 16
 ) -> int:
@@ -252,7 +257,7 @@ def paged_attention(
         return out
     rows = max_extend_len * group
     if block_m is None:
-        block_m = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+        block_m = row_block_size(rows)
     if num_stages is None:
         # from the H200 sweep in docs/benchmarks.md (bs 16, ctx 4096): decode rows (<= 8) fastest
         # unpipelined, 16-row blocks with 2 stages, 32-row blocks with 3
