@@ -249,6 +249,8 @@ def serve(
     device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
     startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
     log_level: str = typer.Option("warning", help="Log level of all processes (debug, info, warning, error)."),
+    mode: str = typer.Option("tokenrouter", help="tokenrouter, or a baseline: llm-only, lockstep, std-serving, eager, no-graphs (docs/benchmarks.md)."),
+    llm: str = typer.Option(None, help="--mode llm-only: the model to serve (default: the one with the most parameters)."),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -261,7 +263,7 @@ def serve(
         raise typer.Exit(2)
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
-                          startup_timeout_s=startup_timeout, log_level=log_level)  # fmt: skip
+                          startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -690,6 +692,47 @@ def simulate(
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
            "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms}  # fmt: skip
     typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms))
+
+
+@app.command()
+def profile(
+    plan: str = typer.Argument(..., help="Plan file (.plan) or policy source (.tr)."),
+    output: str = typer.Option(
+        None, "-o", "--output", help="Profile JSON to write (default: PLAN.profile.json)."
+    ),
+    batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes", help="Batch sizes to time, e.g. 1,2,4,8."),
+    prompts: int = typer.Option(8, "--prompts", help="Sample requests for the routing counts."),
+    prompt_len: int = typer.Option(
+        16, "--prompt-len", help="Tokens per random prompt (and per timed prefill)."
+    ),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens generated per sample request."),
+    prompts_file: str = typer.Option(
+        None, "--prompts-file", help="Text prompts, one per line (else random ids)."
+    ),
+    device: str = typer.Option(
+        None, "--device", help="Run every model here (default: as `serve` places them)."
+    ),
+    repeats: int = typer.Option(5, "--repeats", help="Timed steps per batch size (the median is kept)."),
+    warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
+    from tokenrouter.compiler.throughput.commands import run_profile_command
+
+    args = (
+        plan,
+        output,
+        batch_sizes,
+        prompts,
+        prompt_len,
+        max_tokens,
+        prompts_file,
+        device,
+        repeats,
+        warmup,
+        seed,
+    )
+    typer.echo(_throughput_call(run_profile_command, *args))
 
 
 def main() -> None:

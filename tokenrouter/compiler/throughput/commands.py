@@ -241,3 +241,61 @@ def run_simulate(
     if cfg.request_tokens is not None:
         lines.append(f"finished requests: {sim.finished_requests}")
     return "\n".join(lines)
+
+
+def run_profile_command(
+    plan_path: str,
+    output: str | None,
+    batch_sizes: str,
+    prompts: int,
+    prompt_len: int,
+    max_tokens: int,
+    prompts_file: str | None,
+    device: str | None,
+    repeats: int,
+    warmup: int,
+    seed: int,
+) -> str:
+    from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
+    from tokenrouter.compiler.throughput.profile_format import write_profile
+
+    try:
+        sizes = tuple(int(x) for x in batch_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ThroughputUsageError(f"bad --batch-sizes '{batch_sizes}': expected ints like 1,2,4,8") from None
+    texts: list[str] = []
+    if prompts_file:
+        try:
+            texts = [
+                line for line in Path(prompts_file).read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
+        except (OSError, UnicodeDecodeError) as e:
+            raise ThroughputInputError(f"cannot read {prompts_file}: {e}") from None
+        if not texts:
+            raise ThroughputInputError(f"{prompts_file} holds no prompts (one per line)")
+    try:
+        cfg = ProfileConfig(sizes, prompts, prompt_len, max_tokens, repeats, warmup, seed, 0.0, device, texts)
+    except ValueError as e:
+        raise ThroughputUsageError(str(e)) from None
+    plan = load_plan(plan_path)
+    try:
+        profile = run_profile(plan, cfg)
+    except ProfileRunError as e:
+        raise ThroughputInputError(str(e)) from None
+    out = Path(output) if output else Path(plan_path).with_suffix(".profile.json")
+    try:
+        write_profile(profile, out)
+    except OSError as e:
+        raise ThroughputInputError(f"cannot write {out}: {e}") from None
+    lines = [
+        f"profile {profile.policy} on {profile.device}: {profile.workload['generated_tokens']} tokens generated"
+    ]
+    for m, s in profile.step_ms.items():
+        lines.append(f"  {m}: step " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
+    for m, row in profile.routing.items():
+        n = sum(profile.counts[m].values())
+        lines.append(
+            f"  {m}: " + ", ".join(f"→{t} {p:.3f}" for t, p in sorted(row.items())) + f" ({n} decisions)"
+        )
+    lines.append(f"wrote {out}")
+    return "\n".join(lines)
