@@ -86,8 +86,6 @@ def test_server_args_fields(root):
     ):
         kw = server_args_kwargs(TINY_SMALL, settings, config, 0)
         assert set(kw) <= fields, set(kw) - fields
-    assert {"PortArgs"} <= top_level_names(root, "srt/server_args.py")
-    assert "init_new" in members(root, "srt/server_args.py", "PortArgs")
 
 
 def test_runner_construction_names(root):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import socket
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -470,6 +471,12 @@ def server_args_kwargs(folder: Path, settings: SGLangSettings, config: ModelConf
     return kw
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
     """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
     from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
@@ -479,11 +486,10 @@ def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, g
     from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
     from sglang.srt.model_executor.model_runner import ModelRunner
-    from sglang.srt.server_args import PortArgs, ServerArgs
+    from sglang.srt.server_args import ServerArgs
 
     server_args = ServerArgs(**server_args_kwargs(folder, settings, config, gpu_id))
     _set_envs_and_config(server_args)
-    port_args = PortArgs.init_new(server_args)
     initialize_moe_config(server_args)
     initialize_fp8_gemm_config(server_args)
     initialize_fp4_gemm_config(server_args)
@@ -492,7 +498,7 @@ def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, g
         mem_fraction_static=server_args.mem_fraction_static,
         gpu_id=gpu_id,
         ps=ParallelState.trivial(gpu_id=gpu_id),
-        nccl_port=port_args.nccl_port,
+        nccl_port=_free_port(),  # its torch.distributed group of one (PortArgs would also make IPC temp files)
         server_args=server_args,
     )
     runner.alloc_memory_pool()
