@@ -556,6 +556,12 @@ def load_sglang_engine(
             "process-wide state, so each SGLang model needs its own process (one subserver per model does this)"
         )
     gpu_id = dev.index if dev.index is not None else torch.cuda.current_device()
+    if max_tokens is None and mem_bytes is None and mem_fraction_static is None:
+        logger.warning(
+            "model %s: no KV budget (plan option mem): SGLang sizes its KV pool to most of the GPU's free "
+            "memory, leaving little for other models on the same GPU",
+            name,
+        )
     try:
         runner = _start_runner(folder, settings, config, gpu_id)
     except EngineError:
