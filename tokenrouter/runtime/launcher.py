@@ -68,8 +68,16 @@ class ServeConfig:
     log_level: str = "warning"
     run_dir: str | None = None  # parent folder for the private run directory (default: the system temp dir)
     extra_subserver: dict = field(default_factory=dict)
+    mode: str = "tokenrouter"  # or a baseline (runtime/modes.py)
+    llm: str | None = None  # --mode llm-only: the model to serve (default: the largest)
 
     def __post_init__(self) -> None:
+        from tokenrouter.runtime.modes import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.llm is not None and self.mode != "llm-only":
+            raise ValueError("--llm applies to --mode llm-only only")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be in [0, 65535], got {self.port}")
         if self.device is not None and self.device not in DEVICES:
@@ -204,6 +212,7 @@ class Launcher:
         self.ready: dict[str, dict] = {}
         self.run_dir: Path | None = None
         self.ctx: zmq.Context | None = None
+        self.setup = None  # the mode's ModeSetup, from _apply_mode
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -226,10 +235,14 @@ class Launcher:
         os.chmod(self.run_dir, 0o700)
         plan, plan_path = load_plan(cfg.plan, self.run_dir)
         check_models(plan)
+        plan, plan_path = self._apply_mode(plan, plan_path)
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
         models = list(plan["models"])
         self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp)
+        if self.setup.lockstep:  # one process serves every model: every model's address is the entry's
+            entry = self.endpoints.subservers[plan["entry"]]
+            self.endpoints.subservers = {x: entry for x in models}
         self.ctx = zmq.Context()
         self.inbox = Receiver(self.ctx, self.endpoints.launcher, m.ToLauncher)
         self.to_frontend = Sender(self.ctx, self.endpoints.frontend)
@@ -248,6 +261,21 @@ class Launcher:
         print(f"error: {failure}; shut down (failed processes are not restarted)", file=sys.stderr)
         return 1
 
+    def _apply_mode(self, plan: dict, plan_path: str) -> tuple[dict, str]:
+        """The plan the processes run for `--mode` (a rewritten plan is written into the run directory)."""
+        from tokenrouter.compiler.plan import write_plan
+        from tokenrouter.runtime.modes import ModeError, prepare
+
+        try:
+            self.setup = prepare(plan, self.cfg.mode, self.cfg.llm)
+        except ModeError as e:
+            raise LaunchError(str(e)) from None
+        if self.setup.plan is plan:
+            return plan, plan_path
+        path = self.run_dir / f"plan-{self.cfg.mode}.json"
+        write_plan(self.setup.plan, path)
+        return self.setup.plan, str(path)
+
     def _start(self, plan: dict, plan_path: str) -> None:
         import multiprocessing as mp
 
@@ -259,7 +287,10 @@ class Launcher:
         spawn = mp.get_context("spawn")
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
+        extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
         for name, spec in plan["models"].items():
+            if self.setup.lockstep and name != plan["entry"]:
+                continue  # the entry's process drives every model
             device = None
             if cfg.device == "cpu":
                 device = "cpu"
@@ -271,10 +302,14 @@ class Launcher:
                 endpoints=eps,
                 device=device,
                 log_level=cfg.log_level.upper(),
-                extra=dict(cfg.extra_subserver),
+                extra=dict(extra),
+                scheduler=self.setup.scheduler,
             )
+            target = run_subserver_process
+            if self.setup.lockstep:
+                from tokenrouter.runtime.lockstep import run_lockstep_process as target
             self.procs[name] = spawn.Process(
-                target=_child_main, args=(run_subserver_process, args), name=f"tokenrouter-{name}"
+                target=_child_main, args=(target, args), name=f"tokenrouter-{name}"
             )
         fargs = FrontendArgs(
             policy=plan["policy"]["name"],
@@ -307,7 +342,11 @@ class Launcher:
     def _wait_ready(self) -> str | None:
         """None when every process is ready (or a signal asked to stop), else what went wrong."""
         deadline = time.monotonic() + self.cfg.startup_timeout_s
-        while len(self.ready) < len(self.procs) and self.stop_signal is None:
+        # every process, and every model (the lockstep process serves several), must say Ready
+        while (
+            not (set(self.procs) | set(self.endpoints.subservers)) <= set(self.ready)
+            and self.stop_signal is None
+        ):
             for msg in self._drain():
                 if isinstance(msg, m.Fatal):
                     return f"{_what(msg.name)} failed to start: {_last_line(msg.error)}"

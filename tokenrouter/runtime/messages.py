@@ -114,6 +114,9 @@ class SubserverStats(msgspec.Struct, tag=True):
     steps: int
     kv_pages_total: int
     kv_pages_free: int
+    # std-serving's prefix cache (runtime/prefix_cache.py): tokens reused vs prefilled on arrivals
+    prefix_matched_tokens: int = 0
+    prefix_computed_tokens: int = 0
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

@@ -407,9 +407,11 @@ def load_engine(
     max_len: int | None = None,
     cuda_graph: bool | None = None,
     seed: int = 0,
+    engine_class: type[EmbeddedEngine] | None = None,
 ) -> EmbeddedEngine:
     """Load a model folder into an `EmbeddedEngine`. Raises `ModelFolderError` (an EngineError) naming the
-    path for a missing or malformed folder, ValueError for bad settings."""
+    path for a missing or malformed folder, ValueError for bad settings. `engine_class`: a subclass of
+    EmbeddedEngine to build instead (e.g. the std-serving baseline's prefix-caching engine)."""
     settings = EngineConfig(
         device=device,
         dtype=dtype,
@@ -433,4 +435,4 @@ def load_engine(
         init_dummy_weights(model, seed)
     else:
         load_weights(model, folder)
-    return EmbeddedEngine(model, config, settings, name=folder.resolve().name)
+    return (engine_class or EmbeddedEngine)(model, config, settings, name=folder.resolve().name)

@@ -111,6 +111,16 @@ class Metrics:
             ("batch_size", "Requests in the subserver's last step.", "last_batch_size"),
             ("kv_pages_total", "Pages of the subserver's KV pool.", "kv_pages_total"),
             ("kv_pages_free", "Free pages of the subserver's KV pool.", "kv_pages_free"),
+            (
+                "prefix_matched_tokens",
+                "std-serving: tokens whose KV came from the prefix cache when requests arrived.",
+                "prefix_matched_tokens",
+            ),
+            (
+                "prefix_computed_tokens",
+                "std-serving: tokens prefilled when requests arrived (not found in the prefix cache).",
+                "prefix_computed_tokens",
+            ),
         ]
         for name, help_, attr in gauges:
             metric(

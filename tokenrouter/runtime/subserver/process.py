@@ -69,6 +69,7 @@ class SubserverArgs:
     max_batch: int = 256
     cpu_threads: int | None = None  # torch intra-op threads (None: on CPU, cpu_count // models; else torch's)
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
+    scheduler: str = "tokenrouter"  # "std-serving": the baseline's scheduler and prefix-caching engine
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -86,6 +87,8 @@ class SubserverArgs:
             raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if not isinstance(logging.getLevelName(self.log_level.upper()), int):
             raise ValueError(f"unknown log level {self.log_level!r}")
+        if self.scheduler not in ("tokenrouter", "std-serving"):
+            raise ValueError(f"scheduler must be 'tokenrouter' or 'std-serving', got {self.scheduler!r}")
 
 
 class _ThreadCrash(Exception):
@@ -107,8 +110,15 @@ class Subserver:
             raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
         self.device = pick_device(self.plan["models"][self.model], args.device)
         self.init_threads_per_process()
-        self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
-        self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
+        if args.scheduler == "std-serving":  # the baseline of runtime/std_serving.py
+            from tokenrouter.runtime.std_serving import load_std_serving
+
+            self.engine, self.scheduler = load_std_serving(
+                self.plan, self.model, self.device, args.extra, max_batch=args.max_batch
+            )
+        else:
+            self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
+            self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
         self.inbox: queue.Queue = queue.Queue()
         self.stop = threading.Event()
         self.init_threads()

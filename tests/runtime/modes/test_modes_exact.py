@@ -1,0 +1,114 @@
+"""The baselines route exactly like TokenRouter: under greedy decoding, lockstep and std-serving write the
+same tokens, by the same models, with the same hand-offs, as the in-process executor of the tokenrouter
+mode (itself checked against the sequential reference in tests/runtime/subserver/test_subserver_exact.py);
+llm-only writes every token on the large model."""
+
+from __future__ import annotations
+
+import pytest
+from modes_helpers import load_lockstep, load_std, run_lockstep
+from subserver_helpers import all_free, compile_policy, compile_stdlib
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.messages import SamplingSpec
+from tokenrouter.runtime.modes import ModeError, largest_model, prepare
+from tokenrouter.runtime.offline import load_offline
+
+PROMPTS = [[(7 * i + j * 5) % 500 + 3 for j in range(2 + i % 6)] for i in range(8)]
+GREEDY = [SamplingSpec(seed=i, max_tokens=24, ignore_eos=True) for i in range(8)]
+PLANS = {
+    "bernoulli": lambda tmp: compile_stdlib(tmp, "bernoulli"),
+    "r2r": lambda tmp: compile_stdlib(tmp, "r2r"),
+    "r_stitch": lambda tmp: compile_stdlib(tmp, "r_stitch"),
+    "for_k": lambda tmp: compile_policy(tmp, "for_k", batch={"a": 3, "b": 2}),
+    "three": lambda tmp: compile_policy(tmp, "three", batch={"a": 3, "b": 2}),
+}
+
+
+def key(results):
+    return [(r.token_ids, r.models, r.hops, r.finish_reason) for r in results]
+
+
+@pytest.mark.parametrize("policy", sorted(PLANS))
+def test_lockstep_and_std_serving_equal_tokenrouter(tmp_path, policy):
+    plan = PLANS[policy](tmp_path)
+    want = load_offline(plan, "cpu").generate(PROMPTS, GREEDY)
+    assert sum(len(r.hops) for r in want) > 0  # the policy really routes on these prompts
+    core = load_lockstep(plan)
+    assert key(run_lockstep(core, PROMPTS, GREEDY)) == key(want)
+    assert all_free(s.engine for s in core.schedulers.values())
+    std = load_std(plan, block_size=4)
+    assert key(std.generate(PROMPTS, GREEDY)) == key(want)
+
+
+def test_lockstep_runs_the_large_model_in_the_same_global_step(tmp_path):
+    """A row the small model hands over (drop) is written by the large model before the next global step:
+    with `-> b drop` and `b -> a`, every step of b follows a step of a in the same global step."""
+    core = load_lockstep(compile_policy(tmp_path, "drop"))
+    a, b = core.schedulers["a"], core.schedulers["b"]
+    for i, p in enumerate(PROMPTS):
+        core.handle(m.NewRequest(f"r{i}", p, GREEDY[i], i + 1))
+    seen_b = 0
+    for _ in range(12):
+        steps_a, steps_b = a.steps, b.steps
+        core.step()
+        assert a.steps == steps_a + 1  # the small model runs every global step, on all it holds
+        assert not b.runnable and not any(r.runnable for r in b.reqs.values())  # nothing left waiting on b
+        seen_b += b.steps - steps_b
+    assert seen_b > 0
+
+
+def test_std_serving_reuses_cached_prefixes(tmp_path):
+    """Hops are new requests: the sender forgets the request and its KV goes to the prefix cache; the
+    receiver matches the cached prefix and prefills only the rest. The counters add up, the cache holds
+    every page that is not free, and a cache too coarse to match anything (block 64) matches nothing."""
+    plan = compile_policy(tmp_path, "keep")
+    ex = load_std(plan, block_size=4)
+    res = ex.generate(PROMPTS, GREEDY)
+    hops = sum(len(r.hops) for r in res)
+    assert hops > 0
+    stats = {x: s.engine.stats() for x, s in ex.schedulers.items()}
+    matched = sum(s["prefix_matched_tokens"] for s in stats.values())
+    computed = sum(s["prefix_computed_tokens"] for s in stats.values())
+    assert sum(s["prefix_arrivals"] for s in stats.values()) == len(PROMPTS) + hops
+    # every arrival presents its whole sequence: the prompt, then at a hop (keep: the hop follows the
+    # token that changes hands) the prompt and every token generated so far
+    presented = 0
+    for r in res:
+        changes = [i for i in range(len(r.models) - 1) if r.models[i] != r.models[i + 1]]
+        assert len(changes) == len(r.hops)
+        presented += len(r.prompt_ids) * (1 + len(changes)) + sum(i + 1 for i in changes)
+    assert matched + computed == presented
+    assert matched > computed / 4  # returns find most of their sequence in the cache
+    for s in stats.values():
+        assert s["requests"] == 0 and s["pages_free"] + s["prefix_cached_tokens"] == s["pages_total"]
+    coarse = load_std(plan, block_size=64).generate(PROMPTS, GREEDY)
+    assert key(coarse) == key(res)
+
+
+def test_llm_only_writes_every_token_on_the_large_model(tmp_path):
+    plan = compile_stdlib(tmp_path, "r2r")
+    assert largest_model(plan) == "llm"  # tiny-large has more parameters than tiny-small
+    setup = prepare(plan, "llm-only")
+    assert list(setup.plan["models"]) == ["llm"] and setup.plan["entry"] == "llm"
+    assert setup.plan["models"]["llm"]["batch"] == 1
+    res = load_offline(setup.plan, "cpu").generate(PROMPTS[:4], GREEDY[:4])
+    assert all(r.models == ["llm"] * 24 and not r.hops for r in res)
+    chosen = prepare(plan, "llm-only", llm="slm").plan  # --llm picks another model explicitly
+    assert list(chosen["models"]) == ["slm"]
+    with pytest.raises(ModeError, match="not a model of the plan"):
+        prepare(plan, "llm-only", llm="big")
+
+
+def test_mode_plans(tmp_path):
+    plan = compile_policy(tmp_path, "keep", batch={"a": 3, "b": 2})
+    for mode in ("eager", "lockstep", "std-serving"):
+        assert {x: s["batch"] for x, s in prepare(plan, mode).plan["models"].items()} == {"a": 1, "b": 1}
+    same = prepare(plan, "no-graphs")
+    assert same.plan is plan and same.engine_overrides == {"cuda_graph": False}
+    assert prepare(plan, "tokenrouter").plan is plan
+    assert prepare(plan, "lockstep").lockstep and prepare(plan, "std-serving").scheduler == "std-serving"
+    with pytest.raises(ModeError, match="unknown mode"):
+        prepare(plan, "fast")
+    with pytest.raises(ModeError, match="--llm applies"):
+        prepare(plan, "eager", llm="a")

@@ -1,0 +1,184 @@
+"""The `lockstep` baseline: how the algorithms' reference code serves token routing.
+
+One process holds every model and drives them synchronously, one global step at a time: the entry model
+(the small one) runs on every request it holds, then each other model, in plan order, runs on the rows
+routed to it in that same step; hops are delivered in memory at once, so a row the small model hands over
+is written by the large model before the next global step. No model runs while another does, no delayed
+batching (each model's threshold is 1), and the process loops are those of a subserver.
+
+`LockstepCore` has the shape of a `Scheduler` (`handle`, `ready`, `next_deadline`, `step`, `stats`), so the
+subserver's decode loop and IO threads (`subserver/process.py`) drive it unchanged; it reuses the
+schedulers' routing, so under greedy decoding its tokens and per-token model trace equal TokenRouter's.
+The launcher maps every model's endpoint to this one process; `Release`, `Abort` and `ActiveCount`
+therefore arrive once per model and are applied to every scheduler (the repeats are no-ops).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+
+import msgspec
+import zmq
+
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine.base import Engine
+from tokenrouter.runtime.ipc import Endpoints, Sender
+from tokenrouter.runtime.subserver.batching import BatchingConfig
+from tokenrouter.runtime.subserver.process import Subserver, SubserverArgs
+from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
+
+logger = logging.getLogger(__name__)
+
+
+class LockstepCore:
+    def __init__(
+        self,
+        plan: dict,
+        engines: dict[str, Engine],
+        kernels: dict[str, Callable],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_batch: int = 256,
+    ) -> None:
+        self.model = plan["entry"]
+        self.order = [self.model, *(x for x in plan["models"] if x != self.model)]
+        every_step = BatchingConfig({x: 1 for x in plan["models"]}, max_delay_ms=0.0)
+        self.schedulers = {
+            x: Scheduler(
+                x, plan, engines[x], kernels[x], batching=every_step, clock=clock, max_batch=max_batch
+            )
+            for x in self.order
+        }
+        self.steps = 0
+        self._stats_turn = 0
+
+    def handle(self, msg: msgspec.Struct) -> Outbox:
+        if isinstance(msg, m.NewRequest):
+            return self._deliver(self.schedulers[self.model].handle(msg))
+        out: Outbox = []
+        for s in self.schedulers.values():
+            out += self._deliver(s.handle(msg))
+        return out
+
+    def ready(self) -> bool:
+        return any(s.runnable for s in self.schedulers.values())
+
+    def next_deadline(self) -> float | None:
+        return None  # ready() is true whenever any request is runnable
+
+    def step(self) -> Outbox:
+        """One global step: each model in turn (entry first) on every row runnable on it now."""
+        out: Outbox = []
+        for name in self.order:
+            s = self.schedulers[name]
+            if s.runnable:
+                out += self._deliver(s.step())
+        self.steps += 1
+        return out
+
+    def _deliver(self, outbox: Outbox) -> Outbox:
+        """Hand peer messages to their schedulers now; return what goes to the frontend."""
+        to_frontend: Outbox = []
+        todo = deque(outbox)
+        while todo:
+            dest, msg = todo.popleft()
+            if dest == FRONTEND:
+                to_frontend.append((dest, msg))
+            else:
+                todo.extend(self.schedulers[dest].handle(msg))
+        return to_frontend
+
+    def stats(self) -> m.SubserverStats:
+        """One model's stats per call, in turn (the decode loop sends one report per interval)."""
+        name = self.order[self._stats_turn % len(self.order)]
+        self._stats_turn += 1
+        return self.schedulers[name].stats()
+
+
+class LockstepServer(Subserver):
+    """A subserver process whose scheduler is a `LockstepCore` over every model of the plan."""
+
+    def __init__(self, args: SubserverArgs, ctx: zmq.Context) -> None:  # noqa: D107 (no super().__init__)
+        import torch
+
+        from tokenrouter.compiler.plan import read_plan
+        from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+
+        self.args = args
+        self.ctx = ctx
+        self.plan = read_plan(args.plan_path)
+        self.model = self.plan["entry"]
+        self.endpoints = Endpoints.from_dict(args.endpoints)
+        self.devices = {x: pick_device(spec, args.device) for x, spec in self.plan["models"].items()}
+        self.device = self.devices[self.model]
+        if args.cpu_threads is not None or self.device == "cpu":  # one process: all the cores are its own
+            torch.set_num_threads(args.cpu_threads or os.cpu_count() or 1)
+        engines, kernels = {}, {}
+        for x in self.plan["models"]:
+            engines[x], kernels[x] = load_model_runtime(self.plan, x, self.devices[x], **args.extra)
+        self.engines = engines
+        self.engine = engines[self.model]
+        self.scheduler = LockstepCore(self.plan, engines, kernels, max_batch=args.max_batch)
+        self.inbox: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.init_threads()
+
+    def infos(self) -> dict[str, dict]:
+        out = {}
+        for x, e in self.engines.items():
+            i = e.info
+            out[x] = {
+                "model": x,
+                "device": self.devices[x],
+                "pid": os.getpid(),
+                "vocab_size": i.vocab_size,
+                "max_len": i.max_len,
+                "eos_token_ids": list(i.eos_token_ids),
+                "mode": "lockstep",
+            }
+        return out
+
+
+def run_lockstep_process(args: SubserverArgs) -> None:
+    """The entry function of the lockstep process: as `run_subserver_process`, with a `Ready` per model."""
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s lockstep %(message)s")
+    ctx = zmq.Context()
+    launcher = Sender(ctx, args.endpoints["launcher"])
+    frontend = Sender(ctx, args.endpoints["frontend"])
+    sub = None
+    code = 0
+    try:
+        sub = LockstepServer(args, ctx)
+
+        def _stop(signum, frame):
+            sub.stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _stop)
+            signal.signal(signal.SIGINT, _stop)
+        for name, info in sub.infos().items():
+            launcher.send(m.Ready(name=name, info=info))
+        sub.event_loop()
+    except BaseException:
+        tb = traceback.format_exc()
+        logger.error("crashed:\n%s", tb)
+        for s in (launcher, frontend):
+            s.sock.setsockopt(zmq.LINGER, 2000)
+            s.send(m.Fatal(name=args.model, error=tb))
+        code = 1
+    finally:
+        if sub is not None:
+            sub.close()
+        launcher.sock.close(0)
+        frontend.sock.close(0)
+        ctx.term()
+    if code:
+        raise SystemExit(code)
