@@ -121,6 +121,7 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sweep", action="store_true", help="also sweep BLOCK x SPLIT at the largest batch")
+    ap.add_argument("--only-sweep", action="store_true", help="skip the main table")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -143,7 +144,7 @@ def main() -> int:
     print("|" + "---|" * 10)
     torch_ref = RouteKernel(plan, "slm", "torch", "cuda")
     fused = RouteKernel(plan, "slm", "triton", "cuda")
-    for rows in [int(b) for b in args.batches.split(",")]:
+    for rows in [] if args.only_sweep else [int(b) for b in args.batches.split(",")]:
         for dtype in (torch.float32, torch.bfloat16):
             nbytes = rows * args.vocab * dtype.itemsize
             n_buf = max(1, min(16, math.ceil(4 * l2 / nbytes)))
@@ -174,7 +175,7 @@ def main() -> int:
                       f"{t_ref:.1f} | {t_unf:.1f} | {floor:.2f} | {t_unf / t_fused:.1f}× | {t_fused / floor:.2f}× | "
                       f"{split} × {block} |")  # fmt: skip
             del bufs
-    if args.sweep:
+    if args.sweep or args.only_sweep:
         rows = max(int(b) for b in args.batches.split(","))
         greedy = make_state(rows, False)
         print(f"\n# sweep at bs={rows}, greedy rows: fused µs (fused / floor) per block × split")
