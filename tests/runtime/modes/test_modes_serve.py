@@ -1,0 +1,137 @@
+"""Every mode serves the OpenAI API: `tokenrouter serve PLAN --mode MODE` on the tiny models (all six
+deployments started at once, to keep the test short). The same greedy requests (same seeds) get the same
+tokens and per-token model traces in every mode but llm-only, which writes every token on the large
+model; std-serving's prefix counters reach /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
+POLICY = """\
+policy modes_test
+model slm = "{root}/examples/models/tiny-small" {{ gpu: 0, batch: 2 }}
+model llm = "{root}/examples/models/tiny-large" {{ gpu: 0, batch: 2 }}
+serve {{ concurrency: 4, max_delay_ms: 5 }}
+entry slm
+route slm {{ when uniform() < 0.3 -> llm }}
+route llm {{ when uniform() < 0.6 -> slm }}
+"""
+PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18]]
+
+
+def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, object]:
+    err = open(log_dir / f"{mode}.stderr", "w")  # noqa: SIM115 - closed in the fixture
+    cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0"]
+    proc = subprocess.Popen(
+        [*cmd, "--device", "cpu"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        start_new_session=True,
+    )
+    return proc, err
+
+
+def _url(proc: subprocess.Popen, deadline: float) -> str | None:
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if found := re.search(r"http://\S+", line):
+                return found.group(0)
+            if not line:
+                return None
+        elif proc.poll() is not None:
+            return None
+    return None
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("modes")
+    plan = tmp / "modes_test.tr"
+    plan.write_text(POLICY.format(root=ROOT))
+    started = {mode: _start(plan, mode, tmp) for mode in MODES}
+    deadline = time.monotonic() + 240
+    urls = {mode: _url(proc, deadline) for mode, (proc, _) in started.items()}
+    try:
+        failed = [mode for mode, url in urls.items() if url is None]
+        if failed:
+            logs = "\n".join((tmp / f"{x}.stderr").read_text()[-2000:] for x in failed)
+            pytest.fail(f"modes {failed} did not start:\n{logs}")
+        yield urls
+    finally:
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+        for mode, (proc, err) in started.items():
+            assert proc.wait(30) == 0, f"{mode} did not exit cleanly"
+            err.close()
+            proc.stdout.close()
+
+
+async def _complete(url: str) -> list[dict]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        bodies = [
+            {
+                "prompt": p,
+                "max_tokens": 12,
+                "temperature": 0,
+                "seed": 100 + i,
+                "ignore_eos": True,
+                "return_routing_trace": True,
+            }  # fmt: skip
+            for i, p in enumerate(PROMPTS)
+        ]
+        rs = await asyncio.gather(*(client.post(f"{url}/v1/completions", json=b) for b in bodies))
+    for r in rs:
+        assert r.status_code == 200, r.text
+    return [r.json()["choices"][0] for r in rs]
+
+
+def _tokens(choice: dict) -> tuple[str, list[str]]:
+    return choice["text"], choice["routing"]["trace"]
+
+
+def test_every_mode_answers_with_tokenrouters_tokens(servers):
+    got = {mode: asyncio.run(_complete(url)) for mode, url in servers.items()}
+    want = [_tokens(c) for c in got["tokenrouter"]]
+    assert any("llm" in trace for _, trace in want) and any("slm" in trace for _, trace in want)
+    for mode in ("lockstep", "std-serving", "eager", "no-graphs"):
+        assert [_tokens(c) for c in got[mode]] == want, mode
+    for c in got["llm-only"]:
+        assert c["routing"]["trace"] == ["llm"] * 12 and c["routing"]["hops"] == 0
+    models = httpx.get(f"{servers['llm-only']}/server_info", timeout=10).json()["models"]
+    assert models == ["llm"]
+
+
+def test_std_serving_reports_prefix_reuse(servers):
+    url = servers["std-serving"]
+    asyncio.run(_complete(url))
+    deadline = time.monotonic() + 10
+    while True:  # subservers report stats every 0.5 s
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        matched = sum(
+            float(v) for v in re.findall(r"^tokenrouter_prefix_matched_tokens\{.*\} (\S+)$", text, re.M)
+        )
+        computed = sum(
+            float(v) for v in re.findall(r"^tokenrouter_prefix_computed_tokens\{.*\} (\S+)$", text, re.M)
+        )
+        if matched > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert matched > 0 and computed > 0
