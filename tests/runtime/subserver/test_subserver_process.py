@@ -185,27 +185,29 @@ def test_a_subserver_that_cannot_start_reports_fatal(tmp_path):
 
 
 def test_a_hop_to_an_absent_peer_never_blocks_the_decode_loop(tmp_path):
-    """Only subserver `a` runs; `b`'s address has no process behind it. Requests that hop to `b` wait
-    there (in the inter-model loop's socket), while `a` keeps stepping and finishing the others."""
+    """Only subserver `a` runs; `b`'s address has no process behind it. Requests with a 2-token prompt hop
+    to `b` after their first token (position 3) and wait there, in the inter-model loop's socket; the
+    others (5-token prompts never reach position 3) keep being stepped by `a` and finish."""
     from subserver_helpers import LARGE, SMALL
 
     from tokenrouter.compiler.driver import compile_file
 
-    src = tmp_path / "rare.tr"
-    src.write_text(f'policy rare\nmodel a = "{SMALL}"\nmodel b = "{LARGE}"\nentry a\n'
-                   "route a { when uniform() < 0.08 -> b }\nroute b { -> a }\n")  # fmt: skip
+    src = tmp_path / "early.tr"
+    src.write_text(f'policy early\nmodel a = "{SMALL}"\nmodel b = "{LARGE}"\nentry a\n'
+                   "route a { when position == 3 -> b }\nroute b { -> a }\n")  # fmt: skip
     plan = compile_file(src).plan
-    path = tmp_path / "rare.plan"
+    path = tmp_path / "early.plan"
     write_plan(plan, path)
     h = Harness(str(path), ["a", "b"], "a")
     h.procs.pop("b")  # never started: nobody is bound at b's address
     try:
         assert isinstance(h.wait_ready()["a"], m.Ready)
-        n = 12
-        for i in range(n):
-            h.subs["a"].send(
-                m.NewRequest(f"r{i}", [9 + i, 4], m.SamplingSpec(seed=i, max_tokens=8), n_active=n)
-            )
+        hoppers = [f"h{i}" for i in range(4)]
+        others = [f"o{i}" for i in range(8)]
+        n = len(hoppers) + len(others)
+        for rid in hoppers + others:
+            prompt = [9, 4] if rid in hoppers else [9, 4, 5, 6, 7]
+            h.subs["a"].send(m.NewRequest(rid, prompt, m.SamplingSpec(seed=1, max_tokens=8), n_active=n))
         h.broadcast(m.ActiveCount(n))
         events = []  # ("hop" | "finished", rid) in arrival order
         deadline = time.monotonic() + TIMEOUT_S
@@ -215,9 +217,9 @@ def test_a_hop_to_an_absent_peer_never_blocks_the_decode_loop(tmp_path):
                     if isinstance(msg, m.StepOutputs):
                         events += [("hop", t.rid) for t in msg.tokens if t.hop_to == "b"]
                         events += [("finished", f.rid) for f in msg.finished]
-        kinds = [k for k, _ in events]
-        assert len(events) == n and "hop" in kinds and "finished" in kinds, events
-        assert kinds.index("hop") < len(kinds) - 1 - kinds[::-1].index("finished")  # finished after a hop
+        assert sorted(rid for k, rid in events if k == "hop") == hoppers, events
+        assert sorted(rid for k, rid in events if k == "finished") == others, events
+        assert [k for k, _ in events] == ["hop"] * 4 + ["finished"] * 8  # finished after the hops
     finally:
         codes = h.close()
     assert codes == [0]
