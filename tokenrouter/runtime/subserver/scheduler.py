@@ -24,6 +24,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 import torch
@@ -39,6 +40,15 @@ logger = logging.getLogger(__name__)
 FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
 Outbox = list[tuple[str, msgspec.Struct]]
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
+
+
+@dataclass(slots=True, frozen=True)
+class Hop:
+    """A hand-off: a rule's action (`-> target [drop] [for K]`), or the return at the end of a `for K` visit."""
+
+    target: str
+    drop: bool = False
+    for_k: int = 0
 
 
 class Scheduler:
@@ -76,7 +86,7 @@ class Scheduler:
     def init_routes(self, plan: dict) -> None:
         route = plan["routes"].get(self.model, {"rules": []})
         self.rules = [
-            (r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]
+            Hop(r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]
         ]
         self.want_hidden = bool(getattr(self.kernel, "needs_hidden", True))
         self.eos = frozenset(self.engine.info.eos_token_ids)
@@ -263,43 +273,31 @@ class Scheduler:
         return state
 
     def process_batch_result(self, batch: list[Req], result) -> Outbox:
-        tokens = result.token.tolist()
-        rules = result.rule.tolist()
+        """Per row: the fired rule (ignored on a `for K` visit) decides stay / hop; a `drop` hop discards
+        the token, anything else commits it; a committed token may finish the request (finish wins over a
+        hop); the K-th token of a `for K` visit hands the request back."""
         out: Outbox = []
         emitted: list[m.TokenOut] = []
         finished: list[m.Finished] = []
         now = self.clock()
-        for req, tok, rule in zip(batch, tokens, rules, strict=True):
-            hop = None  # (target, drop, for_k, return_to)
-            if req.for_left == 0 and rule >= 0:
-                target, drop, for_k = self.rules[rule]
-                hop = (target, drop, for_k, self.model if for_k else None)
-            if hop is not None and hop[1]:  # drop: discard the sampled token, the target writes this position
-                emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop[0]))
-                out.append(self._hop(req, *hop))
+        for req, tok, rule in zip(batch, result.token.tolist(), result.rule.tolist(), strict=True):
+            hop = self.rules[rule] if (req.for_left == 0 and rule >= 0) else None
+            if hop is not None and hop.drop:
+                emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop.target))
+                out.append(self._hop(req, hop))
                 continue
-            req.tokens.append(tok)
-            req.seen_by[self.model] = len(req.tokens)
-            req.run_length += 1
-            reason = self._finish_reason(req, tok)
+            reason = self._commit(req, tok)
             if reason is None and req.for_left > 0:
                 req.for_left -= 1
                 if req.for_left == 0:
-                    hop = (req.return_to, False, 0, None)
-            emitted.append(
-                m.TokenOut(
-                    req.rid,
-                    req.generated - 1,
-                    [tok],
-                    self.model,
-                    hop_to=hop[0] if hop and not reason else None,
-                )
-            )
+                    hop = Hop(req.return_to)
+            hop_to = hop.target if hop is not None and reason is None else None
+            emitted.append(m.TokenOut(req.rid, req.generated - 1, [tok], self.model, hop_to=hop_to))
             if reason is not None:
                 finished.append(m.Finished(req.rid, reason, self.model))
                 self._drop(req)
             elif hop is not None:
-                out.append(self._hop(req, *hop))
+                out.append(self._hop(req, hop))
             else:
                 req.status = ReqStatus.RUNNING
                 req.ready_since = now
@@ -307,6 +305,13 @@ class Scheduler:
         if emitted or finished:
             out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished)))
         return out
+
+    def _commit(self, req: Req, tok: int) -> str | None:
+        """Append the token; returns the finish reason, if it ends the request."""
+        req.tokens.append(tok)
+        req.seen_by[self.model] = len(req.tokens)
+        req.run_length += 1
+        return self._finish_reason(req, tok)
 
     def _finish_reason(self, req: Req, tok: int) -> str | None:
         s = req.sampling
@@ -316,7 +321,9 @@ class Scheduler:
             return "length"
         return None
 
-    def _hop(self, req: Req, target: str, drop: bool, for_k: int, return_to: str | None):
+    def _hop(self, req: Req, hop: Hop) -> tuple[str, m.PeerRequest]:
+        """Make the request pending here and send the target the tokens it has not seen."""
+        target = hop.target
         start = req.seen_by.get(target, 0)
         msg = m.PeerRequest(
             rid=req.rid,
@@ -326,9 +333,9 @@ class Scheduler:
             prompt_len=req.prompt_len,
             generated=req.generated,
             sampling=req.sampling,
-            drop=drop,
-            for_k=for_k,
-            return_to=return_to,
+            drop=hop.drop,
+            for_k=hop.for_k,
+            return_to=self.model if hop.for_k else None,
             n_active=self.batching.n_active,
             seen=dict(req.seen_by),
         )
