@@ -119,8 +119,11 @@ class LockstepServer(Subserver):
         self.endpoints = Endpoints.from_dict(args.endpoints)
         self.devices = {x: pick_device(spec, args.device) for x, spec in self.plan["models"].items()}
         self.device = self.devices[self.model]
-        if args.cpu_threads is not None or self.device == "cpu":  # one process: all the cores are its own
-            torch.set_num_threads(args.cpu_threads or os.cpu_count() or 1)
+        if args.cpu_threads is not None or self.device == "cpu":
+            # each forward gets the threads a subserver of the tokenrouter mode gets (cpu_count // models):
+            # more, with the frontend and the clients on the same cores, spin-waits and is many times slower
+            n = args.cpu_threads or max(1, (os.cpu_count() or 1) // len(self.plan["models"]))
+            torch.set_num_threads(n)
         engines, kernels = {}, {}
         for x in self.plan["models"]:
             engines[x], kernels[x] = load_model_runtime(self.plan, x, self.devices[x], **args.extra)

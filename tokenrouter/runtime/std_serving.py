@@ -25,8 +25,8 @@ from tokenrouter.runtime.subserver.scheduler import Scheduler
 
 
 class StdServingScheduler(Scheduler):
-    def _hop(self, req: Req, target: str, drop: bool, for_k: int, return_to: str | None):
-        dest, msg = super()._hop(req, target, drop, for_k, return_to)
+    def _hop(self, req: Req, *args, **kwargs):  # the hop's description is passed through as is
+        dest, msg = super()._hop(req, *args, **kwargs)
         msg = msgspec.structs.replace(msg, start=0, tokens=list(req.tokens), seen={})
         self.reqs.pop(req.rid, None)  # the request left this server; it may come back as a new one
         self.engine.release(req.rid)  # into the prefix cache

@@ -1,0 +1,576 @@
+"""The serving matrix of issue 7: TokenRouter against its baselines (`serve --mode`), under the loadgen.
+
+For one model pair and one policy, a *part* serves each mode in turn (`tokenrouter serve PLAN --mode M`, a
+real deployment: launcher, frontend, subservers), warms it up, runs `tokenrouter bench` (closed loop,
+concurrency N, `rounds x N` requests, fixed output length with `ignore_eos`, greedy) at each N, scrapes
+/metrics, and stops it. Before that, `tokenrouter profile` measures the plan's step latencies L_i(b) (and
+the routing p_ij) and `tokenrouter tune -n N` picks the delayed-batching thresholds per N and predicts the
+throughput (the DTMC): the tokenrouter and no-graphs modes serve the tuned plan for their N, and the
+summary sets measured against predicted.
+
+Models: random-weight Qwen3 shapes (`make-model`, config only; the engine's `dummy` load fills bf16
+weights on the GPU). Policies: the stdlib's `bernoulli` (p = 0.1, 0.35; q = 1), `r2r` (an untrained MLP
+router from `init-router`) and `r_stitch` (entropy switching; no router).
+
+    python bench/matrix.py --list                       # the named parts, what they run, rough time
+    python bench/matrix.py --part 8b-bern0.1-targets --out $OUT
+    python bench/matrix.py --pair 0.6b+8b --policy r2r --run tokenrouter:4,8 --run llm-only:4 --out $OUT
+    python bench/matrix.py --cpu-smoke --out /tmp/smoke  # tiny models on CPU, a minute or two
+    python bench/matrix.py --report results-*.tar.gz     # tables (markdown) and a chart from raw results
+
+Each part writes under --out at most 5 files: `results-PART.tar.gz` (every raw file: a JSON record per
+run with the loadgen report, the plan's thresholds, the prediction and /metrics; the profile, the tuning
+records, the plans and every server's stderr), `summary-PART.md`, `summary-PART.json`, `chart-PART.png`
+and `matrix-PART.log`. Exit status: 0 when every run completed, 1 when one failed (the others still run),
+2 for bad usage. The run plan for the device machine is in docs/benchmarks.md ("Baselines and the serving
+matrix").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
+TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
+
+
+@dataclass(frozen=True)
+class Pair:
+    small: str  # make-model shape, or a model folder
+    large: str
+    mem: tuple[float, float]  # GPU memory shares (small, large); None on CPU
+    gpus: tuple[int, int] = (0, 0)
+
+
+PAIRS = {
+    "0.6b+8b": Pair("qwen3-0.6b", "qwen3-8b", (0.15, 0.7)),
+    "0.6b+32b": Pair("qwen3-0.6b", "qwen3-32b", (0.12, 0.8)),
+    "0.6b+8b-2gpu": Pair("qwen3-0.6b", "qwen3-8b", (0.8, 0.8), gpus=(0, 1)),
+    "tiny": Pair(
+        str(ROOT / "examples/models/tiny-small"), str(ROOT / "examples/models/tiny-large"), (0.5, 0.5)
+    ),
+}
+POLICIES = {  # name -> (stdlib policy, -D defines)
+    "bern0.1": ("bernoulli", {"p": "0.1", "q": "1.0"}),
+    "bern0.35": ("bernoulli", {"p": "0.35", "q": "1.0"}),
+    "r2r": ("r2r", {}),
+    "r_stitch": ("r_stitch", {}),
+}
+
+
+@dataclass
+class Part:
+    pair: str
+    policy: str
+    runs: dict[str, tuple[int, ...]]  # mode -> concurrencies
+    note: str = ""
+    minutes: float = 0.0  # rough device time (to be replaced by the first measured parts)
+
+
+def _parts() -> dict[str, Part]:
+    parts = {}
+    for pol in POLICIES:
+        parts[f"8b-{pol}-targets"] = Part(
+            "0.6b+8b",
+            pol,
+            {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+            "the target ratios side by side: TR vs llm-only and lockstep at N=4, vs eager at N=8",
+            7.0,
+        )
+        parts[f"8b-{pol}-rest"] = Part(
+            "0.6b+8b",
+            pol,
+            {
+                "tokenrouter": (1, 16),
+                "llm-only": (1, 16),
+                "lockstep": (8,),
+                "eager": (4,),
+                "no-graphs": (4, 8),
+                "std-serving": (4, 8),
+            },
+            "the rest of the 0.6B+8B matrix",
+            9.0,
+        )
+        parts[f"32b-{pol}"] = Part(
+            "0.6b+32b", pol, {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,)}, "0.6B+32B, N=4", 7.0
+        )
+    parts["8b-2gpu-bern0.1"] = Part(
+        "0.6b+8b-2gpu",
+        "bern0.1",
+        {"tokenrouter": (4, 8), "llm-only": (4, 8)},
+        "one model per GPU (kind nvidia-h200-x2)",
+        5.0,
+    )
+    return parts
+
+
+PARTS = _parts()
+
+
+@dataclass
+class Settings:
+    out: Path
+    work: Path
+    device: str | None  # "cpu" for the smoke run; None: the plan's placement (CUDA)
+    output_len: int = 512
+    prompt_len: int = 32
+    rounds: int = 2  # requests per run = rounds x N
+    warmup_len: int = 16
+    batch_sizes: str = "1,2,4,8,16"
+    startup_timeout: float = 300.0
+    r2r_threshold: str | None = None
+    r_stitch_threshold: str | None = None
+    log: list[str] = field(default_factory=list)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+
+def say(s: Settings, text: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {text}"
+    print(line, flush=True)
+    s.log.append(line)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tokenrouter.cli", *args]
+
+
+def run_cmd(s: Settings, cmd: list[str], log: Path, timeout: float = 900.0) -> subprocess.CompletedProcess:
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=f, text=True, timeout=timeout)
+        f.write(proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:4])} failed (status {proc.returncode}); see {log.name}")
+    return proc
+
+
+def model_folder(s: Settings, shape: str) -> str:
+    if Path(shape).is_dir():
+        return shape
+    from tokenrouter.runtime.engine.make_model import make_model, shape_for
+
+    folder = s.work.parent / "models" / shape
+    if not (folder / "config.json").is_file():
+        make_model(folder, shape_for(shape), seed=0, weights=False, force=True)
+    return str(folder)
+
+
+def base_plan(s: Settings, pair_name: str, policy: str, raw: Path) -> Path:
+    """The stdlib policy on this pair: placement, memory shares, dummy weights; untrained routers."""
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.compiler.passes.check_feasibility import feasibility
+    from tokenrouter.compiler.plan import write_plan
+    from tokenrouter.runtime.route.routers import init_router_file
+
+    pair = PAIRS[pair_name]
+    stdlib, defines = POLICIES[policy]
+    defines = dict(defines)
+    small, large = model_folder(s, pair.small), model_folder(s, pair.large)
+    names = ("base_path", "assistant_path") if stdlib == "co_llm" else ("slm_path", "llm_path")
+    defines.update({names[0]: small, names[1]: large})
+    if stdlib == "r2r":
+        defines["router_path"] = str(raw / "r2r_router.safetensors")
+        if s.r2r_threshold:
+            defines["threshold"] = s.r2r_threshold
+    if stdlib == "r_stitch" and s.r_stitch_threshold:
+        defines["threshold"] = s.r_stitch_threshold
+    res = compile_file(ROOT / "tokenrouter/stdlib" / f"{stdlib}.tr", defines)
+    if res.plan is None:
+        raise RuntimeError(f"{stdlib}.tr did not compile: {[str(d) for d in res.diagnostics]}")
+    plan = res.plan
+    for (name, spec), gpu, mem, folder in zip(
+        plan["models"].items(), pair.gpus, pair.mem, (small, large), strict=True
+    ):
+        spec["gpus"] = [gpu]
+        spec["max_len"] = 4096
+        if s.device != "cpu":
+            spec.update(
+                mem=mem,
+                dtype="bfloat16",
+                load="dummy" if not Path(folder, "model.safetensors").exists() else "auto",
+            )
+        assert spec["path"] == folder, (name, spec["path"])
+    plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
+    for router, entry in plan["routers"].items():
+        init_router_file(plan, router, entry["path"], seed=0)
+    path = raw / f"{pair_name}-{policy}.plan"
+    write_plan(plan, path)
+    return path
+
+
+def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, dict]:
+    """`tokenrouter profile` once, then `tokenrouter tune -n N` per N: {N: {"plan", "thresholds",
+    "predicted_tok_s"}}."""
+    prof = raw / "profile.json"
+    dev = ["--device", s.device] if s.device else []
+    say(s, f"profile {plan.name} (batch sizes {s.batch_sizes})")
+    run_cmd(
+        s, cli("profile", str(plan), "-o", str(prof), "--batch-sizes", s.batch_sizes, *dev), raw / "tune.log"
+    )
+    out = {}
+    for n in ns:
+        tuned = raw / f"{plan.stem}-n{n}.plan"
+        proc = run_cmd(
+            s,
+            cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "--json", "-o", str(tuned)),
+            raw / "tune.log",
+        )
+        rec = json.loads(proc.stdout)
+        (raw / f"tune-n{n}.json").write_text(json.dumps(rec, indent=2))
+        result = rec["tuning"]["result"]
+        out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
+                  "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"]}  # fmt: skip
+        say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
+    return out
+
+
+class Server:
+    def __init__(self, s: Settings, plan: Path, mode: str, log: Path) -> None:
+        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
+        dev = ["--device", s.device] if s.device else []
+        cmd = cli(
+            "serve",
+            str(plan),
+            "--mode",
+            mode,
+            "--port",
+            "0",
+            "--startup-timeout",
+            str(s.startup_timeout),
+            *dev,
+        )
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     start_new_session=True)  # fmt: skip
+        self.url = self._url(t0 + s.startup_timeout + 30)
+        self.startup_s = time.monotonic() - t0
+
+    def _url(self, deadline: float) -> str:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                line = self.proc.stdout.readline()
+                if found := re.search(r"http://\S+", line):
+                    return found.group(0)
+                if not line:
+                    break
+            elif self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError("the server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.err.close()
+
+
+def scrape(url: str) -> dict[str, float]:
+    import httpx
+
+    keep = ("step_latency_seconds_mean", "steps_total", "generation_tokens_total", "hops_total", "prefix_")
+    out = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line and not line.startswith("#") and any(k in line for k in keep):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def bench(
+    s: Settings, url: str, n: int, num: int, length: int, json_out: Path | None, log: Path
+) -> dict | None:
+    cmd = cli("bench", "--url", url, "-c", str(n), "-n", str(num), "--output-len", str(length),
+              "--prompt-len", str(s.prompt_len), "--temperature", "0", "--no-progress")  # fmt: skip
+    if json_out is not None:
+        cmd += ["--json", str(json_out)]
+    run_cmd(s, cmd, log, timeout=1800)
+    return json.loads(json_out.read_text()) if json_out is not None else None
+
+
+# ---- one part ---------------------------------------------------------------------------------------------
+
+
+def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]:
+    raw = s.work / f"raw-{name}"
+    raw.mkdir(parents=True, exist_ok=True)
+    t_part = time.monotonic()
+    say(s, f"part {name}: {part.pair}, {part.policy}: {part.runs}")
+    plan = base_plan(s, part.pair, part.policy, raw)
+    tuned_ns = sorted({n for mode, ns in part.runs.items() if mode in TUNED for n in ns})
+    tuning = profile_and_tune(s, plan, tuned_ns, raw) if tuned_ns else {}
+    records, failures = [], []
+    servers: list[tuple[str, Path, tuple[int, ...]]] = []  # (mode, plan, Ns): one server per entry
+    for mode, ns in part.runs.items():
+        if mode in TUNED:
+            servers += [(mode, tuning[n]["plan"], (n,)) for n in ns]
+        else:
+            servers.append((mode, plan, tuple(ns)))
+    for mode, plan_path, ns in servers:
+        tag = f"{mode}-n{'-'.join(map(str, ns))}"
+        try:
+            srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr")
+        except RuntimeError as e:
+            failures.append(f"{tag}: {e}")
+            say(s, f"FAILED {tag}: {e}")
+            continue
+        say(s, f"serving {mode} ({plan_path.name}) after {srv.startup_s:.1f} s")
+        try:
+            for n in ns:
+                bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")  # compile kernels, fill graphs
+                before = scrape(srv.url)
+                report = bench(s, srv.url, n, s.rounds * n, s.output_len, raw / f"bench-{mode}-n{n}.json",
+                               raw / "bench.log")  # fmt: skip
+                rec = {
+                    "part": name, "pair": part.pair, "policy": part.policy, "mode": mode, "n": n,
+                    "output_len": s.output_len, "requests": s.rounds * n, "device": s.device or "cuda",
+                    "startup_s": srv.startup_s, "report": report, "metrics_before": before,
+                    "metrics_after": scrape(srv.url),
+                    "thresholds": tuning[n]["thresholds"] if mode in TUNED else None,
+                    "predicted_tok_s": tuning[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
+                    "tuning_p": tuning[n]["p"] if mode in TUNED else None,
+                }  # fmt: skip
+                (raw / f"record-{mode}-n{n}.json").write_text(json.dumps(rec, indent=2))
+                records.append(rec)
+                tok = report["decode_throughput_tok_s"]
+                say(s, f"  {mode} N={n}: {tok:.1f} tok/s, tokens {report['tokens_per_model']}, "
+                       f"failed {report['failed']}")  # fmt: skip
+                if report["failed"]:
+                    failures.append(f"{mode} N={n}: {report['failed']} requests failed: {report['errors']}")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            failures.append(f"{tag}: {e}")
+            say(s, f"FAILED {tag}: {e}")
+        finally:
+            srv.stop()
+    say(s, f"part {name} done in {time.monotonic() - t_part:.0f} s")
+    return records, failures
+
+
+# ---- tables and chart ---------------------------------------------------------------------------------
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def tables(records: list[dict]) -> str:
+    out = []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["pair"], r["policy"]), []).append(r)
+    for (pair, policy), recs in sorted(groups.items()):
+        ns = sorted({r["n"] for r in recs})
+        modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
+        tok = {(r["mode"], r["n"]): r["report"]["decode_throughput_tok_s"] for r in recs}
+        out.append(f"### {pair}, {policy} (decode tok/s; {recs[0]['output_len']} tokens per request)\n")
+        out.append("| mode | " + " | ".join(f"N={n}" for n in ns) + " |")
+        out.append("| --- |" + " ---: |" * len(ns))
+        for m in modes:
+            out.append(
+                f"| {m} | " + " | ".join(f"{tok[(m, n)]:.1f}" if (m, n) in tok else "-" for n in ns) + " |"
+            )
+        rows = [("TR / llm-only", "llm-only"), ("TR / lockstep", "lockstep"), ("TR / eager", "eager"),
+                ("TR / std-serving", "std-serving"), ("TR / no-graphs", "no-graphs")]  # fmt: skip
+        for label, m in rows:
+            if m in modes:
+                out.append(
+                    f"| {label} | "
+                    + " | ".join(ratio(tok.get(("tokenrouter", n)), tok.get((m, n))) for n in ns)
+                    + " |"
+                )
+        pred = {
+            r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
+        }
+        if pred:
+            out.append(
+                "| DTMC predicted (TR) | "
+                + " | ".join(f"{pred[n]:.1f}" if n in pred else "-" for n in ns)
+                + " |"
+            )
+            out.append(
+                "| measured / predicted | "
+                + " | ".join(ratio(tok.get(("tokenrouter", n)), pred.get(n)) for n in ns)
+                + " |"
+            )
+        out.append("")
+        out.append(
+            "| mode | N | TTFT p50 ms | TPOT p50 ms | E2E p99 s | tokens per model | hops | B | start s |"
+        )
+        out.append("| --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
+        for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
+            rep = r["report"]
+            out.append(
+                f"| {r['mode']} | {r['n']} | {rep['ttft_ms']['p50']:.1f} | {rep['tpot_ms']['p50']:.2f} | "
+                f"{rep['e2e_s']['p99']:.2f} | {rep['tokens_per_model']} | {rep['hops']} | "
+                f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def chart(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["pair"], r["policy"]) for r in records})
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (pair, policy) in zip(axes[0], groups, strict=True):
+        recs = [r for r in records if (r["pair"], r["policy"]) == (pair, policy)]
+        ns = sorted({r["n"] for r in recs})
+        modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
+        width = 0.8 / len(modes)
+        for i, m in enumerate(modes):
+            tok = {r["n"]: r["report"]["decode_throughput_tok_s"] for r in recs if r["mode"] == m}
+            xs = [k + i * width for k, n in enumerate(ns) if n in tok]
+            ax.bar(xs, [tok[n] for n in ns if n in tok], width, label=m)
+        pred = {
+            r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
+        }
+        if pred:
+            ax.scatter(
+                [ns.index(n) for n in pred], list(pred.values()), marker="_", s=400, c="k", label="DTMC (TR)"
+            )
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(ns))], [f"N={n}" for n in ns])
+        ax.set_title(f"{pair}, {policy}")
+        ax.set_ylabel("decode tok/s")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def load_records(paths: list[str]) -> list[dict]:
+    records = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            records += [json.loads(f.read_text()) for f in sorted(p.rglob("record-*.json"))]
+        elif p.suffixes[-2:] == [".tar", ".gz"]:
+            with tarfile.open(p) as tar:
+                for m in tar.getmembers():
+                    if Path(m.name).name.startswith("record-") and m.name.endswith(".json"):
+                        records.append(json.load(tar.extractfile(m)))
+        else:
+            records.append(json.loads(p.read_text()))
+    return records
+
+
+def finish(s: Settings, name: str, records: list[dict], failures: list[str]) -> None:
+    s.out.mkdir(parents=True, exist_ok=True)
+    text = tables(records)
+    if failures:
+        text += "\n**Failed:**\n" + "\n".join(f"- {f}" for f in failures) + "\n"
+    (s.out / f"summary-{name}.md").write_text(text)
+    (s.out / f"summary-{name}.json").write_text(
+        json.dumps({"records": records, "failures": failures}, indent=1)
+    )
+    if records:
+        chart(records, s.out / f"chart-{name}.png")
+    (s.out / f"matrix-{name}.log").write_text("\n".join(s.log) + "\n")
+    with tarfile.open(s.out / f"results-{name}.tar.gz", "w:gz") as tar:
+        for raw in sorted(s.work.glob("raw-*")):
+            tar.add(raw, arcname=raw.name)
+    print(text)
+
+
+# ---- entry ------------------------------------------------------------------------------------------------
+
+
+def parse_runs(values: list[str]) -> dict[str, tuple[int, ...]]:
+    runs = {}
+    for v in values:
+        mode, _, ns = v.partition(":")
+        if mode not in MODES or not ns:
+            raise ValueError(f"--run {v!r}: expected MODE:N[,N...] with MODE one of {', '.join(MODES)}")
+        runs[mode] = tuple(int(n) for n in ns.split(","))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", action="append", default=[], help="a named part (see --list); repeatable")
+    ap.add_argument("--pair", choices=sorted(PAIRS))
+    ap.add_argument("--policy", choices=sorted(POLICIES))
+    ap.add_argument("--run", action="append", default=[], help="MODE:N[,N...] (with --pair and --policy)")
+    ap.add_argument("--cpu-smoke", action="store_true", help="a tiny matrix on the tiny models, on CPU")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--report", nargs="+", metavar="RESULTS", help="tables and a chart from raw results")
+    ap.add_argument("--chart", default=None, help="with --report: PNG to write")
+    ap.add_argument("--out", default="out/matrix")
+    ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
+    ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
+    ap.add_argument("--r2r-threshold", default=None, help="-D threshold= for r2r (default: the stdlib's)")
+    ap.add_argument("--r-stitch-threshold", default=None, help="-D threshold= for r_stitch")
+    a = ap.parse_args(argv)
+    if a.list:
+        for name, p in PARTS.items():
+            print(f"{name:24} ~{p.minutes:.0f} min  {p.pair:14} {p.policy:9} {p.runs}  ({p.note})")
+        return 0
+    if a.report:
+        records = load_records(a.report)
+        print(tables(records))
+        if a.chart:
+            chart(records, Path(a.chart))
+        return 0
+    try:
+        jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
+        if a.run:
+            if not (a.pair and a.policy):
+                raise ValueError("--run needs --pair and --policy")
+            jobs.append((f"{a.pair}-{a.policy}-custom", Part(a.pair, a.policy, parse_runs(a.run))))
+        if a.cpu_smoke:
+            smoke = {"tokenrouter": (1, 4), "llm-only": (4,), "lockstep": (4,), "std-serving": (4,),
+                     "eager": (4,), "no-graphs": (4,)}  # fmt: skip
+            jobs += [("smoke-bern0.35", Part("tiny", "bern0.35", smoke)),
+                     ("smoke-r2r", Part("tiny", "r2r", {"tokenrouter": (4,), "lockstep": (4,)}))]  # fmt: skip
+        if not jobs:
+            raise ValueError("nothing to run: give --part, --run or --cpu-smoke (or --list, --report)")
+    except (KeyError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    failed = False
+    for name, part in jobs:
+        s = Settings(out=out, work=Path(a.work) / name, device=None,
+                     output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
+                     r_stitch_threshold=a.r_stitch_threshold)  # fmt: skip
+        if part.pair == "tiny":
+            s.device, s.batch_sizes, s.warmup_len = "cpu", "1,2,4", 4
+            if a.output_len == 512:
+                s.output_len = 32
+            if a.r2r_threshold is None:
+                s.r2r_threshold = "0.35"  # the untrained router's sigmoid sits near 0.4 on the tiny models
+        try:
+            records, failures = run_part(s, name, part)
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
+            records, failures = [], [f"part {name}: {e}"]
+            say(s, f"FAILED part {name}: {e}")
+        finish(s, name, records, failures)
+        failed |= bool(failures)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
