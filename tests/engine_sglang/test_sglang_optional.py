@@ -68,6 +68,7 @@ def test_present_sglang_still_needs_cuda(monkeypatch):
     ("kw", "word"),
     [
         (dict(attention="sdpa"), "attention 'triton' only"),
+        (dict(device="gpu0"), "bad device"),
         (dict(dtype="float32"), "dtype"),
         (dict(max_batch=0), "max_batch"),
         (dict(max_tokens=64, mem_bytes=1 << 20), "not both"),

@@ -99,6 +99,10 @@ class SGLangSettings:
     mem_fraction_static: float | None = None  # SGLang's share of the GPU for weights + KV (None: its default)
 
     def __post_init__(self) -> None:
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"bad device {self.device!r}") from e
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"engine 'sglang': dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len"):
