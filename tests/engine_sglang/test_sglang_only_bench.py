@@ -8,6 +8,7 @@ real server would get, PYTHONPATH given to the server only, readiness, the load'
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_runs_the_load_against_the_server_it_starts(tmp_path):
          "--sglang-path", str(site), "-c", "2", "-c", "4", "-n", "6", "--output-len", "5",
          "--start-timeout", "60", "--json", str(report)],
         capture_output=True, text=True, timeout=120,
-        env={"FAKE_ARGV_OUT": str(argv_out), "PATH": "/usr/bin:/bin"},
+        env={"FAKE_ARGV_OUT": str(argv_out), "PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     started = json.loads(argv_out.read_text())
