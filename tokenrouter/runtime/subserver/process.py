@@ -152,10 +152,18 @@ class Subserver:
         for e in bound:
             if not e.wait(30):
                 raise RuntimeError("an IO thread did not start within 30 s")
-        self.out_frontend = self.ctx.socket(zmq.PUSH)
+        self.out_frontend = self._pipe_end(zmq.PUSH)
         self.out_frontend.connect(TO_FRONTEND)
-        self.out_peers = self.ctx.socket(zmq.PUSH)
+        self.out_peers = self._pipe_end(zmq.PUSH)
         self.out_peers.connect(TO_PEERS)
+
+    def _pipe_end(self, kind: int) -> zmq.Socket:
+        """An end of an inproc pipe between threads, unbounded: a slow or absent peer (or frontend) makes
+        the IO thread wait, never the decode loop."""
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        return sock
 
     def info(self) -> dict:
         i = self.engine.info
@@ -180,7 +188,7 @@ class Subserver:
     def client_loop(self, bound: threading.Event) -> None:
         pull = Receiver(self.ctx, self.endpoints.subservers[self.model], m.ToSubserver)
         frontend = Sender(self.ctx, self.endpoints.frontend)
-        outputs = self.ctx.socket(zmq.PULL)
+        outputs = self._pipe_end(zmq.PULL)
         outputs.bind(TO_FRONTEND)
         poller = zmq.Poller()
         poller.register(pull.sock, zmq.POLLIN)
@@ -208,7 +216,7 @@ class Subserver:
             for name, addr in self.endpoints.subservers.items()
             if name != self.model
         }
-        hops = self.ctx.socket(zmq.PULL)
+        hops = self._pipe_end(zmq.PULL)
         hops.bind(TO_PEERS)
         bound.set()
         try:
