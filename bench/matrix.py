@@ -77,6 +77,8 @@ class Part:
     runs: dict[str, tuple[int, ...]]  # mode -> concurrencies
     note: str = ""
     minutes: float = 0.0  # rough device time (to be replaced by the first measured parts)
+    output_len: int | None = None  # None: --output-len (512)
+    rounds: int | None = None  # None: --rounds
 
 
 def _parts() -> dict[str, Part]:
@@ -106,6 +108,15 @@ def _parts() -> dict[str, Part]:
         parts[f"32b-{pol}"] = Part(
             "0.6b+32b", pol, {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,)}, "0.6B+32B, N=4", 7.0
         )
+    parts["8b-check"] = Part(
+        "0.6b+8b",
+        "bern0.1",
+        {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,), "std-serving": (4,)},
+        "a first short GPU check of every code path (64 tokens, one round): run it before the others",
+        4.0,
+        output_len=64,
+        rounds=1,
+    )
     parts["8b-2gpu-bern0.1"] = Part(
         "0.6b+8b-2gpu",
         "bern0.1",
@@ -338,6 +349,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
         try:
             for n in ns:
                 bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")  # compile kernels, fill graphs
+                time.sleep(1.0)  # the subservers' stats (every 0.5 s) catch up with the warm-up
                 before = scrape(srv.url)
                 report = bench(s, srv.url, n, s.rounds * n, s.output_len, raw / f"bench-{mode}-n{n}.json",
                                raw / "bench.log")  # fmt: skip
@@ -345,7 +357,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "part": name, "pair": part.pair, "policy": part.policy, "mode": mode, "n": n,
                     "output_len": s.output_len, "requests": s.rounds * n, "device": s.device or "cuda",
                     "startup_s": srv.startup_s, "report": report, "metrics_before": before,
-                    "metrics_after": scrape(srv.url),
+                    "metrics_after": (time.sleep(1.0), scrape(srv.url))[1],
                     "thresholds": tuning[n]["thresholds"] if mode in TUNED else None,
                     "predicted_tok_s": tuning[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
                     "tuning_p": tuning[n]["p"] if mode in TUNED else None,
@@ -486,7 +498,13 @@ def finish(s: Settings, name: str, records: list[dict], failures: list[str]) -> 
         json.dumps({"records": records, "failures": failures}, indent=1)
     )
     if records:
-        chart(records, s.out / f"chart-{name}.png")
+        try:
+            chart(records, s.out / f"chart-{name}.png")
+        except ImportError:  # the GPU machine has no matplotlib: draw it here with --report --chart
+            say(
+                s,
+                "no matplotlib: chart skipped (python bench/matrix.py --report results-*.tar.gz --chart X.png)",
+            )
     (s.out / f"matrix-{name}.log").write_text("\n".join(s.log) + "\n")
     with tarfile.open(s.out / f"results-{name}.tar.gz", "w:gz") as tar:
         for raw in sorted(s.work.glob("raw-*")):
@@ -526,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.list:
         for name, p in PARTS.items():
-            print(f"{name:24} ~{p.minutes:.0f} min  {p.pair:14} {p.policy:9} {p.runs}  ({p.note})")
+            print(
+                f"{name:22} ~{p.minutes:.0f} min (unmeasured guess)  {p.pair:13} {p.policy:9} {p.runs}  ({p.note})"
+            )
         return 0
     if a.report:
         records = load_records(a.report)
@@ -535,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
             chart(records, Path(a.chart))
         return 0
     try:
+        unknown = [x for x in a.part if x not in PARTS]
+        if unknown:
+            raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):
@@ -556,6 +579,10 @@ def main(argv: list[str] | None = None) -> int:
         s = Settings(out=out, work=Path(a.work) / name, device=None,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold)  # fmt: skip
+        if part.output_len is not None:
+            s.output_len = part.output_len
+        if part.rounds is not None:
+            s.rounds = part.rounds
         if part.pair == "tiny":
             s.device, s.batch_sizes, s.warmup_len = "cpu", "1,2,4", 4
             if a.output_len == 512:
