@@ -1,0 +1,73 @@
+"""bench/matrix.py without serving anything: usage errors, run specs, the parts' shape, and the tables it
+builds from raw records (the --cpu-smoke run exercises the serving side; see docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("matrix", ROOT / "bench" / "matrix.py")
+matrix = importlib.util.module_from_spec(spec)
+sys.modules["matrix"] = matrix  # dataclasses look their module up there
+spec.loader.exec_module(matrix)
+
+
+def record(mode: str, n: int, tok: float, predicted: float | None = None) -> dict:
+    report = {"decode_throughput_tok_s": tok, "ttft_ms": {"p50": 1.0}, "tpot_ms": {"p50": 2.0},
+              "e2e_s": {"p99": 3.0}, "tokens_per_model": {"slm": 9, "llm": 1}, "hops": 2}  # fmt: skip
+    return {"pair": "0.6b+8b", "policy": "bern0.1", "mode": mode, "n": n, "output_len": 512, "report": report,
+            "thresholds": None, "predicted_tok_s": predicted, "startup_s": 20.0}  # fmt: skip
+
+
+def test_usage_errors_exit_2(capsys):
+    assert matrix.main([]) == 2
+    assert matrix.main(["--part", "8b-nope"]) == 2
+    assert "unknown part '8b-nope'" in capsys.readouterr().err
+    assert matrix.main(["--pair", "0.6b+8b", "--policy", "r2r", "--run", "fast:4"]) == 2
+    assert matrix.main(["--run", "tokenrouter:4"]) == 2  # needs --pair and --policy
+
+
+def test_parts_cover_the_issue_matrix():
+    runs = {}
+    for part in matrix.PARTS.values():
+        for mode, ns in part.runs.items():
+            for n in ns:
+                runs.setdefault((part.pair, part.policy, mode), set()).add(n)
+    for policy in matrix.POLICIES:
+        for mode in matrix.MODES:  # 0.6B + 8B, N = 4 and 8: every mode
+            assert {4, 8} <= runs[("0.6b+8b", policy, mode)], (policy, mode)
+        for mode in ("tokenrouter", "llm-only"):
+            assert {1, 16} <= runs[("0.6b+8b", policy, mode)]
+        for mode in ("tokenrouter", "llm-only", "lockstep"):  # 0.6B + 32B, N = 4
+            assert 4 in runs[("0.6b+32b", policy, mode)]
+    assert matrix.parse_runs(["lockstep:4,8"]) == {"lockstep": (4, 8)}
+
+
+def test_tables_ratios_and_prediction(tmp_path):
+    recs = [record("tokenrouter", 4, 300.0, predicted=400.0), record("llm-only", 4, 150.0),
+            record("lockstep", 4, 100.0), record("tokenrouter", 8, 500.0), record("eager", 8, 400.0)]  # fmt: skip
+    text = matrix.tables(recs)
+    assert "| TR / llm-only | 2.00x | - |" in text
+    assert "| TR / lockstep | 3.00x | - |" in text
+    assert "| TR / eager | - | 1.25x |" in text
+    assert "| measured / predicted | 0.75x | - |" in text
+    raw = tmp_path / "raw-x"
+    raw.mkdir()
+    for i, r in enumerate(recs):
+        (raw / f"record-{i}.json").write_text(json.dumps(r))
+    with tarfile.open(tmp_path / "results-x.tar.gz", "w:gz") as tar:
+        tar.add(raw, arcname=raw.name)
+    assert matrix.load_records([str(tmp_path / "results-x.tar.gz")]) == recs
+    assert matrix.load_records([str(raw)]) == recs
+
+
+@pytest.mark.parametrize("bad", ["tokenrouter", "tokenrouter:", "warp:4"])
+def test_bad_run_specs(bad):
+    with pytest.raises(ValueError, match="MODE:N"):
+        matrix.parse_runs([bad])
