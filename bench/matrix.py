@@ -469,6 +469,7 @@ def chart(records: list[dict], path: Path) -> None:
         ax.set_ylabel("decode tok/s")
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
