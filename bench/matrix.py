@@ -467,7 +467,8 @@ def chart(records: list[dict], path: Path) -> None:
         ax.set_xticks([k + 0.4 - width / 2 for k in range(len(ns))], [f"N={n}" for n in ns])
         ax.set_title(f"{pair}, {policy}")
         ax.set_ylabel("decode tok/s")
-    axes[0][-1].legend(fontsize=8)
+    for ax in axes[0]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
