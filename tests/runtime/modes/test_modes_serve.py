@@ -29,7 +29,7 @@ entry slm
 route slm {{ when uniform() < 0.3 -> llm }}
 route llm {{ when uniform() < 0.6 -> slm }}
 """
-PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18]]
+PROMPTS = [[5 + (7 * i + 3 * j) % 400 for j in range(18 + 3 * i)] for i in range(4)]  # > 1 cache block (16)
 
 
 def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, object]:
