@@ -40,12 +40,12 @@ def run_lockstep(core: LockstepCore, prompts, sampling) -> list[RequestResult]:
     return list(results.values())
 
 
-def load_std(plan: dict, block_size: int = 16) -> OfflineExecutor:
+def load_std(plan: dict, block_size: int = 16, **engine_overrides) -> OfflineExecutor:
     """The executor with std-serving schedulers and prefix-caching engines."""
     from tokenrouter.runtime.prefix_cache import BlockPrefixCache
 
     plan = prepare(plan, "std-serving").plan
-    loaded = {x: load_std_serving(plan, x, "cpu") for x in plan["models"]}
+    loaded = {x: load_std_serving(plan, x, "cpu", engine_overrides) for x in plan["models"]}
     for engine, _ in loaded.values():
         engine.cache = BlockPrefixCache(block_size)
     ex = OfflineExecutor(

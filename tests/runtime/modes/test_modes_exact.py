@@ -112,3 +112,17 @@ def test_mode_plans(tmp_path):
         prepare(plan, "fast")
     with pytest.raises(ModeError, match="--llm applies"):
         prepare(plan, "eager", llm="a")
+
+
+def test_std_serving_under_memory_pressure(tmp_path):
+    """A KV pool of 96 slots for 8 requests of up to 31 tokens: the prefix cache gives blocks back (and the
+    engine evicts held requests) to make room; the tokens do not change and no slot leaks."""
+    plan = compile_policy(tmp_path, "keep")
+    want = load_offline(plan, "cpu").generate(PROMPTS, GREEDY)
+    ex = load_std(plan, block_size=4, max_tokens=96)
+    assert key(ex.generate(PROMPTS, GREEDY)) == key(want)
+    stats = [s.engine.stats() for s in ex.schedulers.values()]
+    assert sum(s["prefix_evicted_blocks"] for s in stats) > 0
+    assert sum(s["prefix_matched_tokens"] for s in stats) > 0
+    for s in stats:
+        assert s["pages_total"] == 96 and s["pages_free"] + s["prefix_cached_tokens"] == 96
