@@ -96,3 +96,30 @@ def test_coordinate_search_when_the_set_is_large():
     exhaustive = tune(r2r(6))
     assert result.best.throughput == pytest.approx(exhaustive.best.throughput)
     assert len(result.results) < len(exhaustive.results)
+
+
+def test_vectorized_chain_equals_reference():
+    import numpy as np
+
+    from tokenrouter.compiler.throughput.dtmc import build_chain
+
+    inp = make_inputs(["a", "b", "c"], {"a": 3.0, "b": 5.0, "c": 11.0},
+                      [[0.8, 0.15, 0.05], [0.7, 0.3, 0], [1, 0, 0]], [[1, 1, 0], [1, 1, 0], [1, 0, 0]], 5)  # fmt: skip
+    ref = build_chain(inp, (1, 2, 2), 1.0, reference=True)
+    fast = build_chain(inp, (1, 2, 2), 1.0)
+    pos = {tuple(s): i for i, s in enumerate(fast[0].tolist())}
+    perm = np.array([pos[tuple(s)] for s in ref[0].tolist()])
+    assert len(perm) == fast[0].shape[0]
+    assert np.allclose(ref[1].toarray(), fast[1].toarray()[np.ix_(perm, perm)])
+    assert np.allclose(ref[2], fast[2][perm]) and np.allclose(ref[3], fast[3][perm])
+
+
+def test_power_iteration_matches_direct_solve():
+    import numpy as np
+
+    from tokenrouter.compiler.throughput.dtmc import _stationary_irreducible, build_chain
+
+    _, mat, *_ = build_chain(r2r(6), (1, 2), 0.1)
+    direct = _stationary_irreducible(mat, direct_limit=10**9)
+    power = _stationary_irreducible(mat, direct_limit=0)
+    assert np.abs(direct - power).sum() < 1e-8

@@ -32,7 +32,7 @@ import scipy.sparse.linalg as spla
 from tokenrouter.compiler.throughput.inputs import SystemInputs
 
 DEFAULT_DELTA_MS = 0.1
-DEFAULT_MAX_STATES = 1_500_000
+DEFAULT_MAX_STATES = 250_000
 
 
 class ChainError(ValueError):
@@ -121,8 +121,9 @@ def build_chain(
     thresholds: tuple[int, ...],
     delta_ms: float = DEFAULT_DELTA_MS,
     max_states: int = DEFAULT_MAX_STATES,
+    reference: bool = False,
 ):
-    """Enumerate the reachable states. Returns (states [n, 3M] int array, transition matrix CSR,
+    """Enumerate the reachable states (vectorized in `chain_fast`; `reference=True`: the plain loop below). Returns (states [n, 3M] int array, transition matrix CSR,
     reward per state (expected committed tokens at the next epoch), τ per state in ticks, done mask [n, M])."""
     m, n_req = inputs.n_models, inputs.concurrency
     bvec = tuple(int(b) for b in thresholds)
@@ -131,6 +132,12 @@ def build_chain(
     ticks = step_ticks(inputs, delta_ms)
     tps = inputs.tokens_per_step()
     outcomes = _Outcomes(inputs.p)
+    if not reference:
+        from tokenrouter.compiler.throughput.chain_fast import build_chain_fast
+
+        fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError)
+        if fast is not None:
+            return fast
 
     def start(k: list[int], b: list[int], r: list[int]) -> tuple[int, ...]:
         for i in range(m):
@@ -194,11 +201,21 @@ def build_chain(
     )
 
 
-def _stationary_irreducible(mat: sp.csr_matrix) -> np.ndarray:
-    """π of an irreducible chain: fix π_0 = 1 and solve the other balance equations by sparse LU."""
+def _stationary_irreducible(mat: sp.csr_matrix, direct_limit: int = 4000, tol: float = 1e-10) -> np.ndarray:
+    """π of an irreducible chain. Small chains: fix π_0 = 1 and solve the other balance equations by
+    sparse LU. Large ones (LU fill-in grows fast): power iteration on the lazy chain (P + I) / 2 (same π,
+    aperiodic), until successive iterates differ by < `tol` in L1; LU if that does not converge."""
     n = mat.shape[0]
     if n == 1:
         return np.ones(1)
+    if n > direct_limit:
+        pt = mat.T.tocsr()
+        x = np.full(n, 1.0 / n)
+        for it in range(200_000):
+            y = 0.5 * (x + pt @ x)
+            if it % 25 == 0 and np.abs(y - x).sum() < tol:
+                return y / y.sum()
+            x = y
     a = (sp.identity(n, format="csr") - mat).T.tocsc()
     rhs = -a[1:, 0].toarray().ravel()
     x = spla.splu(a[1:, 1:].tocsc(), permc_spec="MMD_AT_PLUS_A").solve(rhs)
