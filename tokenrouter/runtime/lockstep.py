@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import signal
 import threading
 import time
@@ -30,7 +29,7 @@ import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine
-from tokenrouter.runtime.ipc import Endpoints, Sender
+from tokenrouter.runtime.ipc import Sender
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.process import Subserver, SubserverArgs
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
@@ -104,35 +103,25 @@ class LockstepCore:
 
 
 class LockstepServer(Subserver):
-    """A subserver process whose scheduler is a `LockstepCore` over every model of the plan."""
+    """A subserver process whose scheduler is a `LockstepCore` over every model of the plan. On CPU each
+    forward gets the torch threads a subserver gets (cpu_count // models, inherited): more, with the
+    frontend and the clients on the same cores, spin-waits and runs many times slower."""
 
-    def __init__(self, args: SubserverArgs, ctx: zmq.Context) -> None:  # noqa: D107 (no super().__init__)
-        import torch
-
-        from tokenrouter.compiler.plan import read_plan
+    def init_scheduler(self) -> None:
+        """Every model's engine and kernel in this process, driven by one LockstepCore. `args.model` is
+        the plan's entry (the launcher starts this process under the entry's name)."""
         from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 
-        self.args = args
-        self.ctx = ctx
-        self.plan = read_plan(args.plan_path)
-        self.model = self.plan["entry"]
-        self.endpoints = Endpoints.from_dict(args.endpoints)
+        args = self.args
+        if self.model != self.plan["entry"]:
+            raise ValueError(f"the lockstep process runs as the entry model {self.plan['entry']!r}")
         self.devices = {x: pick_device(spec, args.device) for x, spec in self.plan["models"].items()}
-        self.device = self.devices[self.model]
-        if args.cpu_threads is not None or self.device == "cpu":
-            # each forward gets the threads a subserver of the tokenrouter mode gets (cpu_count // models):
-            # more, with the frontend and the clients on the same cores, spin-waits and is many times slower
-            n = args.cpu_threads or max(1, (os.cpu_count() or 1) // len(self.plan["models"]))
-            torch.set_num_threads(n)
         engines, kernels = {}, {}
         for x in self.plan["models"]:
             engines[x], kernels[x] = load_model_runtime(self.plan, x, self.devices[x], **args.extra)
         self.engines = engines
         self.engine = engines[self.model]
         self.scheduler = LockstepCore(self.plan, engines, kernels, max_batch=args.max_batch)
-        self.inbox: queue.Queue = queue.Queue()
-        self.stop = threading.Event()
-        self.init_threads()
 
     def infos(self) -> dict[str, dict]:
         out = {}

@@ -110,6 +110,14 @@ class Subserver:
             raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
         self.device = pick_device(self.plan["models"][self.model], args.device)
         self.init_threads_per_process()
+        self.init_scheduler()
+        self.inbox: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.init_threads()
+
+    def init_scheduler(self) -> None:
+        """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/lockstep.py)."""
+        args = self.args
         if args.scheduler == "std-serving":  # the baseline of runtime/std_serving.py
             from tokenrouter.runtime.std_serving import load_std_serving
 
@@ -119,9 +127,6 @@ class Subserver:
         else:
             self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
-        self.inbox: queue.Queue = queue.Queue()
-        self.stop = threading.Event()
-        self.init_threads()
 
     def init_threads_per_process(self) -> None:
         """On CPU, subservers share the cores: each gets cpu_count // models torch threads unless
