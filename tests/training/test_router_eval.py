@@ -116,6 +116,12 @@ def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
         assert (
             res["curves"]["oracle"][i]["nll"] <= min(res["curves"][m][i]["nll"] for m in res["curves"]) + 1e-9
         )
+    for base in ("confidence", "entropy"):
+        for i, r in enumerate(res["policy_minus"][base]):
+            lo, hi = r["accuracy_ci95"]
+            assert lo <= r["accuracy"] <= hi
+            want = res["curves"]["policy"][i]["accuracy"] - res["curves"][base][i]["accuracy"]
+            assert abs(r["accuracy"] - want) < 1e-6
     th = [p["threshold"] for p in res["curves"]["policy"]]
     assert th[0] > th[1] > th[2]  # `>= threshold`: a lower threshold routes more
 

@@ -49,18 +49,43 @@ class Scorer:
         self.large = self.quality(torch.zeros(data.n, dtype=torch.int64), [targets[0]])
 
     def quality(self, writer: torch.Tensor, targets: list[str] | None = None) -> dict:
-        targets = targets or self.targets
-        acc = self.correct[self.entry].clone()
-        nll = self.data.nll[self.entry].clone()
-        for i, m in enumerate(targets):
-            mask = writer == i
-            acc[mask] = self.correct[m][mask]
-            nll[mask] = self.data.nll[m][mask]
+        acc, nll = self.per_row(writer, targets)
         return {
             "share": float((writer >= 0).float().mean()),
             "accuracy": float(acc.mean()),
             "nll": float(nll.mean()),
         }
+
+    def per_row(
+        self, writer: torch.Tensor, targets: list[str] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: is the writer's greedy token right, and the writer's NLL of the true token."""
+        acc = self.correct[self.entry].clone()
+        nll = self.data.nll[self.entry].clone()
+        for i, m in enumerate(targets or self.targets):
+            mask = writer == i
+            acc[mask] = self.correct[m][mask]
+            nll[mask] = self.data.nll[m][mask]
+        return acc, nll
+
+    def paired(self, a: torch.Tensor, b: torch.Tensor, share: float, seed: int, rounds: int = 1000) -> dict:
+        """Routing a minus routing b: accuracy and NLL differences with 95 % intervals from a bootstrap
+        over windows (rows of one window move together)."""
+        acc_a, nll_a = self.per_row(a)
+        acc_b, nll_b = self.per_row(b)
+        w = self.data.window
+        nw = len(self.data.window_file)
+        rows = torch.bincount(w, minlength=nw).double()
+        d_acc = torch.zeros(nw, dtype=torch.float64).index_add_(0, w, (acc_a - acc_b).double())
+        d_nll = torch.zeros(nw, dtype=torch.float64).index_add_(0, w, (nll_a - nll_b).double())
+        idx = torch.randint(0, nw, (rounds, nw), generator=torch.Generator().manual_seed(seed))
+        den = rows[idx].sum(1)
+        out = {"target_share": share}
+        for key, d in (("accuracy", d_acc), ("nll", d_nll)):
+            boot = (d[idx].sum(1) / den).sort().values
+            out[key] = float(d.sum() / rows.sum())
+            out[f"{key}_ci95"] = [float(boot[int(0.025 * rounds)]), float(boot[int(0.975 * rounds) - 1])]
+        return out
 
     def point(self, writer: torch.Tensor, **extra) -> dict:
         q = self.quality(writer)
@@ -142,7 +167,8 @@ def sweep_policy(
             else:
                 b = mid
         best = min((a, b), key=lambda v: abs(share_at(v)[0] - target))
-        out.append(scorer.point(share_at(best)[1], target_share=target, threshold=best))
+        writer = share_at(best)[1]
+        out.append((scorer.point(writer, target_share=target, threshold=best), writer))
     return out
 
 
@@ -164,13 +190,18 @@ def evaluate(plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig
     rand_score = torch.rand(n, generator=gen)
     gain = data.nll[entry] - data.nll[shape.targets[0]]
     curves: dict[str, list[dict]] = {m: [] for m in METHODS}
-    curves["policy"] = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
-    for s in cfg.shares:
-        curves["confidence"].append(scorer.point(top_share(-f["confidence"], s), target_share=s))
-        curves["entropy"].append(scorer.point(top_share(f["entropy"], s), target_share=s))
+    swept = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
+    curves["policy"] = [p for p, _ in swept]
+    versus: dict[str, list[dict]] = {"confidence": [], "entropy": []}
+    for (_, w_policy), s in zip(swept, cfg.shares, strict=True):
+        w_conf, w_ent = top_share(-f["confidence"], s), top_share(f["entropy"], s)
+        curves["confidence"].append(scorer.point(w_conf, target_share=s))
+        curves["entropy"].append(scorer.point(w_ent, target_share=s))
         curves["random"].append(scorer.point(top_share(rand_score, s), target_share=s))
         curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
         curves["oracle"].append(scorer.point(top_share(gain, s), target_share=s))
+        versus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
+        versus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
     own = scorer.point(fired_rule(ir, values, n), threshold=plan["params"][cfg.param]["value"])
     return {
         "policy": plan["policy"]["name"],
@@ -185,6 +216,7 @@ def evaluate(plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig
         "label_rate": float((data.greedy[entry] != data.greedy[shape.targets[0]]).float().mean()),
         "at_plan_threshold": own,
         "curves": curves,
+        "policy_minus": versus,
     }
 
 
@@ -211,6 +243,15 @@ def format_table(result: dict) -> str:
                 star = "*" if abs(p["share"] - p["target_share"]) > 0.01 else " "
                 cells.append(f"{v:.4f} ({gtxt}){star}")
             lines.append(f"{target['target_share']:6.2f} " + " ".join(f"{c:>17}" for c in cells))
+        lines.append("")
+    for base, rows in result.get("policy_minus", {}).items():
+        lines.append(f"policy minus {base} (95 % bootstrap interval over windows):")
+        for r in rows:
+            a, n = r["accuracy_ci95"], r["nll_ci95"]
+            lines.append(
+                f"  share {r['target_share']:.2f}: accuracy {100 * r['accuracy']:+.2f} points "
+                f"[{100 * a[0]:+.2f}, {100 * a[1]:+.2f}], NLL {r['nll']:+.4f} [{n[0]:+.4f}, {n[1]:+.4f}]"
+            )
         lines.append("")
     own = result["at_plan_threshold"]
     lines.append(
