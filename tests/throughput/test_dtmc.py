@@ -123,3 +123,14 @@ def test_power_iteration_matches_direct_solve():
     direct = _stationary_irreducible(mat, direct_limit=10**9)
     power = _stationary_irreducible(mat, direct_limit=0)
     assert np.abs(direct - power).sum() < 1e-8
+
+
+def test_stationary_weights_several_closed_classes_by_absorption():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from tokenrouter.compiler.throughput.dtmc import stationary
+
+    # 0 -> {1 (absorbing), 2}; 2 <-> 3 a periodic class
+    mat = sp.csr_matrix(np.array([[0, 0.25, 0.75, 0], [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0]], dtype=float))
+    assert stationary(mat) == pytest.approx([0, 0.25, 0.375, 0.375])
