@@ -141,6 +141,7 @@ class Settings:
     warmup_len: int = 16
     batch_sizes: str = "1,2,4,8,16"
     startup_timeout: float = 300.0
+    deadline_s: float | None = None  # start no server after this many seconds of the part
     r2r_threshold: str | None = None
     r_stitch_threshold: str | None = None
     log: list[str] = field(default_factory=list)
@@ -339,6 +340,11 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
             servers.append((mode, plan, tuple(ns)))
     for mode, plan_path, ns in servers:
         tag = f"{mode}-n{'-'.join(map(str, ns))}"
+        finish(s, name, records, failures, quiet=True)  # what is done so far survives a killed command
+        if s.deadline_s is not None and time.monotonic() - t_part > s.deadline_s:
+            failures.append(f"{tag}: skipped, the part passed --deadline-s {s.deadline_s:g}")
+            say(s, f"SKIPPED {tag}: out of time")
+            continue
         try:
             srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr")
         except RuntimeError as e:
@@ -490,7 +496,7 @@ def load_records(paths: list[str]) -> list[dict]:
     return records
 
 
-def finish(s: Settings, name: str, records: list[dict], failures: list[str]) -> None:
+def finish(s: Settings, name: str, records: list[dict], failures: list[str], quiet: bool = False) -> None:
     s.out.mkdir(parents=True, exist_ok=True)
     text = tables(records)
     if failures:
@@ -503,15 +509,17 @@ def finish(s: Settings, name: str, records: list[dict], failures: list[str]) -> 
         try:
             chart(records, s.out / f"chart-{name}.png")
         except ImportError:  # the GPU machine has no matplotlib: draw it here with --report --chart
-            say(
-                s,
-                "no matplotlib: chart skipped (python bench/matrix.py --report results-*.tar.gz --chart X.png)",
-            )
+            if not quiet:
+                say(
+                    s,
+                    "no matplotlib: chart skipped (bench/matrix.py --report results-*.tar.gz --chart X.png)",
+                )
     (s.out / f"matrix-{name}.log").write_text("\n".join(s.log) + "\n")
     with tarfile.open(s.out / f"results-{name}.tar.gz", "w:gz") as tar:
         for raw in sorted(s.work.glob("raw-*")):
             tar.add(raw, arcname=raw.name)
-    print(text)
+    if not quiet:
+        print(text)
 
 
 # ---- entry ------------------------------------------------------------------------------------------------
@@ -543,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
     ap.add_argument("--r2r-threshold", default=None, help="-D threshold= for r2r (default: the stdlib's)")
     ap.add_argument("--r-stitch-threshold", default=None, help="-D threshold= for r_stitch")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.list:
         for name, p in PARTS.items():
@@ -580,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, part in jobs:
         s = Settings(out=out, work=Path(a.work) / name, device=None,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
-                     r_stitch_threshold=a.r_stitch_threshold)  # fmt: skip
+                     r_stitch_threshold=a.r_stitch_threshold, deadline_s=a.deadline_s)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len
         if part.rounds is not None:
