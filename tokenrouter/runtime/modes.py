@@ -35,10 +35,6 @@ class ModeSetup:
     lockstep: bool = False  # one process drives every model (lockstep.py) instead of one per model
     scheduler: str = "tokenrouter"  # the subservers' scheduler: "tokenrouter" or "std-serving"
 
-    @property
-    def rewritten(self) -> bool:
-        return self.mode in ("llm-only", "eager", "std-serving", "lockstep")
-
 
 def largest_model(plan: dict) -> str:
     """The model with the most parameters per its config.json (the first of equals in plan order)."""
