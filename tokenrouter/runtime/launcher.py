@@ -1,7 +1,9 @@
 """`tokenrouter serve`: start one subserver process per model and the frontend, supervise, shut down.
 
 The launcher is the parent of every process of a deployment. It
-1. reads the plan (a `.tr` source is compiled on the fly into the run directory), checks the model folders;
+1. reads the plan (a `.tr` source is compiled on the fly into the run directory), checks the model folders,
+   and applies `--mode` (`runtime/modes.py`: a baseline may rewrite the plan, override engine settings, or
+   start one lockstep process for every model, whose endpoints then all point at it);
 2. creates a private (0700) run directory and the ZeroMQ endpoints (`ipc://` files in it, or `tcp://` on
    127.0.0.1 with `--tcp`);
 3. starts the subservers and the frontend (multiprocessing *spawn*: never fork a process that may hold torch
