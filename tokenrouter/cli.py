@@ -647,12 +647,13 @@ def tune(
     ),
     plot: str = typer.Option(None, "--plot", help="Write a PNG of T(B) over the candidates."),
     top: int = typer.Option(10, "--top", help="Show this many candidates."),
+    max_states: int = typer.Option(250_000, "--max-states", help="Skip candidates whose chain is larger."),
 ) -> None:
     """Choose delayed-batching thresholds B* with the DTMC throughput model; write them into the plan."""
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_tune
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile)
-    text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top)
+    text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)
     typer.echo(text)
 
 

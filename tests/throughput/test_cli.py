@@ -116,3 +116,12 @@ def test_simulate_think_times_and_bursts_lower_throughput(tmp_path):
     assert thinking["finished_requests"] > 10
     assert not thinking["stalled"]
     assert thinking["throughput_tok_s"] < closed["throughput_tok_s"]
+
+
+def test_tune_skips_candidates_over_the_state_cap(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--max-states", "20",
+                              "-o", str(tmp_path / "o.plan")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "not evaluated: B = 1,1: the chain has more than 20 states" in res.output
+    assert "B* = slm 1, llm 3" in res.output  # 14 states: still evaluated

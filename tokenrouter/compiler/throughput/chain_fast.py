@@ -120,7 +120,7 @@ def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: l
         count += len(fresh)
         if count > max_states:
             raise error_cls(
-                f"the chain has more than {max_states} states; use a coarser δ (--delta-ms) or fewer requests"
+                f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
             )
         rows_l.append(np.concatenate(src_all))
         cols_l.append(ids[kinv])

@@ -110,6 +110,8 @@ def run_tune(
         raise ThroughputUsageError(f"--delta-ms must be > 0, got {delta_ms}")
     if top < 1:
         raise ThroughputUsageError(f"--top must be >= 1, got {top}")
+    if max_states < 1:
+        raise ThroughputUsageError(f"--max-states must be >= 1, got {max_states}")
     plan, system = build_system(args)
     try:
         result = tune(system.inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)

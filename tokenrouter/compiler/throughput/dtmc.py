@@ -183,8 +183,7 @@ def build_chain(
                 states.append(ns)
                 if len(states) > max_states:
                     raise ChainError(
-                        f"the chain has more than {max_states} states; use a coarser δ (--delta-ms) "
-                        "or fewer requests"
+                        f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
                     )
             rows.append(q)
             cols.append(col)
