@@ -66,7 +66,7 @@ def test_citer_lowers_to_the_ir_md_example() -> None:
     assert slm["routers"] == ["gate"] and slm["features"] == [] and slm["uses_uniform"] is False
     assert plan["routes"]["llm"]["rules"][0]["cond"] is None
     assert plan["routers"]["gate"]["inputs"] == [{"kind": "hidden", "model": "slm"}]
-    assert plan["models"]["slm"]["path"] == str((REPO / "examples" / "models" / "tiny-small").resolve())
+    assert plan["models"]["slm"]["path"] == str((REPO / "examples" / "models" / "py-small").resolve())
 
 
 def test_defines_override_params_by_type() -> None:

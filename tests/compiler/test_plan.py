@@ -38,7 +38,7 @@ def test_relative_paths_move_with_the_plan(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "b.plan"
     out.parent.mkdir()
     write_plan(plan, out)
-    assert read_plan(out)["models"]["slm"]["path"] == str((REPO / "examples/models/tiny-small").resolve())
+    assert read_plan(out)["models"]["slm"]["path"] == str((REPO / "examples/models/py-small").resolve())
 
 
 def test_hub_ids_stay_as_written(tmp_path: Path) -> None:

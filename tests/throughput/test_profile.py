@@ -12,8 +12,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_profile_then_tune_reads_it(tmp_path):
-    if not (EXAMPLES / "models" / "tiny-small" / "model.safetensors").is_file():
-        pytest.skip("tiny example models absent")
+    if not (EXAMPLES / "models" / "py-small" / "model.safetensors").is_file():
+        pytest.skip("demo example models absent")
     out = tmp_path / "b.profile.json"
     args = ["profile", str(EXAMPLES / "bernoulli.tr"), "-o", str(out), "--batch-sizes", "1,2", "--prompts", "4",
             "--max-tokens", "8", "--repeats", "1", "--warmup", "0", "--device", "cpu"]  # fmt: skip
