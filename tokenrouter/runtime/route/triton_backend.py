@@ -65,7 +65,10 @@ class TritonRoute:
         dev = logits.device
         token = torch.empty(rows, dtype=torch.int64, device=dev)
         logprob = torch.empty(rows, dtype=torch.float32, device=dev)
-        rule = torch.full((rows,), -1, dtype=torch.int32, device=dev)
+        if eval_rules:  # the kernel writes every row's rule
+            rule = torch.empty(rows, dtype=torch.int32, device=dev)
+        else:
+            rule = torch.full((rows,), -1, dtype=torch.int32, device=dev)
         feats = torch.empty((max(1, self.n_slots), rows), dtype=torch.float32, device=dev)
         routers = router_out.contiguous() if router_out is not None else self._dummy_router
         n_routers = router_out.shape[1] if router_out is not None else 1
