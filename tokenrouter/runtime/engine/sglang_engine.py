@@ -31,6 +31,9 @@ group and published server args), tensor parallelism 1, CUDA only, attention bac
 needs a library the H200 bundle leaves out), page size 1, no prefill/extend CUDA graphs (SGLang's piecewise
 prefill graphs compile with torch.compile; extends run eagerly), Qwen3/Qwen2/Llama-family decoders as SGLang
 loads them.
+
+Status: verified on CPU against a stand-in runner (tests/engine_sglang/fake_sglang.py) and by reading 0.5.17's
+source; not yet run against SGLang on a GPU (docs/sglang.md says what that run must check).
 """
 
 from __future__ import annotations
