@@ -104,12 +104,17 @@ def test_generate_with_an_sglang_model_says_so_without_a_traceback(tmp_path):
     pytest.importorskip("lark")
     if _sglang_installed():
         pytest.skip("SGLang is installed here: the absence cannot be shown through a subprocess")
-    policy = (REPO / "examples" / "bernoulli.tr").read_text()
-    policy = policy.replace('"models/tiny-small"', f'"{TINY_SMALL}"').replace(
-        'model llm = "models/tiny-large" { gpu: 0,',
-        f'model llm = "{TINY_LARGE}" {{ engine: "sglang", gpu: 0,',
-    )
-    assert 'engine: "sglang"' in policy
+    policy = f"""policy p "absent sglang"
+model slm = "{TINY_SMALL}" {{ gpu: 0, batch: 1 }}
+model llm = "{TINY_LARGE}" {{ gpu: 0, batch: 1, engine: "sglang" }}
+entry slm
+route slm {{
+  when uniform() < 0.5 -> llm
+}}
+route llm {{
+  -> slm
+}}
+"""
     path = tmp_path / "p.tr"
     path.write_text(policy)
     out = subprocess.run(
