@@ -18,10 +18,10 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Token-level LLM routing: check, compile and serve .tr policies."""
+
 
 # --- language commands ---
 
@@ -78,7 +78,9 @@ def check(
 @app.command(name="compile")
 def compile_(
     file: str = typer.Argument(..., help="Policy file (.tr)."),
-    output: str = typer.Option(None, "-o", "--output", help="Plan file to write (default: FILE.plan beside FILE)."),
+    output: str = typer.Option(
+        None, "-o", "--output", help="Plan file to write (default: FILE.plan beside FILE)."
+    ),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
 ) -> None:
     """Compile a policy to a plan (JSON: the route IR and settings, no code)."""
@@ -148,7 +150,9 @@ def fmt(
 def inspect(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
     as_json: bool = typer.Option(False, "--json", help="Print the validated plan as JSON (paths absolute)."),
-    kernels: bool = typer.Option(False, "--kernels", help="Print each model's route kernel as rendered from the IR."),
+    kernels: bool = typer.Option(
+        False, "--kernels", help="Print each model's route kernel as rendered from the IR."
+    ),
 ) -> None:
     """Summarize a plan: models, entry, rules in source form, features per model, thresholds, feasibility."""
     import json
@@ -168,7 +172,6 @@ def inspect(
         typer.echo(json.dumps(plan, indent=2, ensure_ascii=False))
     else:
         typer.echo(render(plan))
-
 
 
 # --- route kernel commands ---
@@ -195,8 +198,12 @@ def init_router(
     router: str = typer.Argument(..., metavar="ROUTER_NAME", help="The router's name in the policy."),
     output: str = typer.Option(None, "-o", "--output", help="File to write (default: the router's path)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
-    hidden_layers: str = typer.Option("256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."),
-    hidden_size: int = typer.Option(None, "--hidden-size", help="Override the model's hidden_size (config.json)."),
+    hidden_layers: str = typer.Option(
+        "256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."
+    ),
+    hidden_size: int = typer.Option(
+        None, "--hidden-size", help="Override the model's hidden_size (config.json)."
+    ),
 ) -> None:
     """Write an untrained router file of the right shape (layout: docs/routers.md)."""
     from tokenrouter.compiler.plan import PlanError, read_plan
@@ -225,7 +232,9 @@ def init_router(
             plan = read_plan(plan_file)
         if output is None:
             output = (plan.get("routers") or {}).get(router, {}).get("path")
-        spec, width = init_router_file(plan, router, output, seed=seed, hidden_layers=layers, hidden_size=hidden_size)
+        spec, width = init_router_file(
+            plan, router, output, seed=seed, hidden_layers=layers, hidden_size=hidden_size
+        )
     except (PlanError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -233,7 +242,9 @@ def init_router(
         typer.echo(f"error: cannot write {output}: {exc}", err=True)
         raise typer.Exit(1) from None
     shape = f"[1, {width}]" if spec.kind == "linear" else " -> ".join(str(n) for n in (width, *layers, 1))
-    typer.echo(f"wrote {output}: untrained {spec.kind} router {router!r}, D = {width} ({spec.inputs_text()}), {shape}")
+    typer.echo(
+        f"wrote {output}: untrained {spec.kind} router {router!r}, D = {width} ({spec.inputs_text()}), {shape}"
+    )
 
 
 # --- serving commands ---
@@ -244,13 +255,22 @@ def serve(
     plan: str = typer.Argument(..., help="A plan (.plan, JSON) or a policy (.tr, compiled on the fly)."),
     host: str = typer.Option("127.0.0.1", help="Address the HTTP server listens on."),
     port: int = typer.Option(8000, help="HTTP port (0: any free port; the printed URL has it)."),
-    api_key: str = typer.Option(None, envvar="TOKENROUTER_API_KEY", help="Require 'Authorization: Bearer KEY'."),
+    api_key: str = typer.Option(
+        None, envvar="TOKENROUTER_API_KEY", help="Require 'Authorization: Bearer KEY'."
+    ),
     tcp: bool = typer.Option(False, "--tcp", help="ZeroMQ over tcp://127.0.0.1 instead of ipc:// files."),
     device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
     startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
-    log_level: str = typer.Option("warning", help="Log level of all processes (debug, info, warning, error)."),
-    mode: str = typer.Option("tokenrouter", help="tokenrouter, or a baseline: llm-only, lockstep, std-serving, eager, no-graphs (docs/benchmarks.md)."),
-    llm: str = typer.Option(None, help="--mode llm-only: the model to serve (default: the one with the most parameters)."),
+    log_level: str = typer.Option(
+        "warning", help="Log level of all processes (debug, info, warning, error)."
+    ),
+    mode: str = typer.Option(
+        "tokenrouter",
+        help="tokenrouter, or a baseline: llm-only, lockstep, std-serving, eager, no-graphs (docs/benchmarks.md).",
+    ),
+    llm: str = typer.Option(
+        None, help="--mode llm-only: the model to serve (default: the one with the most parameters)."
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -280,7 +300,9 @@ def bench(
     num_prompts: int = typer.Option(32, "--num-prompts", "-n", help="Requests to send in all."),
     output_len: int = typer.Option(128, help="Tokens to generate per request (max_tokens)."),
     prompt_len: int = typer.Option(32, help="Length of synthetic token-id prompts."),
-    prompts_file: str = typer.Option(None, help="Text file, one prompt per line, instead of synthetic prompts."),
+    prompts_file: str = typer.Option(
+        None, help="Text file, one prompt per line, instead of synthetic prompts."
+    ),
     ignore_eos: bool = typer.Option(True, help="Ask the server to ignore EOS (fixed output length)."),
     temperature: float = typer.Option(0.0),
     seed: int = typer.Option(0),
@@ -297,9 +319,18 @@ def bench(
 
     try:
         spec = LoadSpec(
-            url=url, model=model, concurrency=concurrency, num_prompts=num_prompts, output_len=output_len,
-            prompt_len=prompt_len, prompts_file=prompts_file, ignore_eos=ignore_eos, temperature=temperature,
-            seed=seed, api_key=api_key, progress=progress,
+            url=url,
+            model=model,
+            concurrency=concurrency,
+            num_prompts=num_prompts,
+            output_len=output_len,
+            prompt_len=prompt_len,
+            prompts_file=prompts_file,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            seed=seed,
+            api_key=api_key,
+            progress=progress,
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -334,7 +365,9 @@ def make_model_cmd(
     head_dim: int = typer.Option(None, help="Override head_dim."),
     vocab: int = typer.Option(None, help="Override vocab_size (>= 512, the tokenizer's size)."),
     tie: bool = typer.Option(None, "--tie/--no-tie", help="Tie the lm_head to the embedding."),
-    weights: bool = typer.Option(None, "--weights/--no-weights", help="Write model.safetensors (default: small shapes only)."),
+    weights: bool = typer.Option(
+        None, "--weights/--no-weights", help="Write model.safetensors (default: small shapes only)."
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty folder."),
 ) -> None:
     """Write a random-weight HF-format model folder (config, tokenizer, and for small shapes weights)."""
@@ -384,11 +417,15 @@ def generate(
     seed: int = typer.Option(0, help="Sampling seed."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at EOS."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str = typer.Option(None, help="bfloat16 | float16 | float32 (default: float32 on CPU, bfloat16 on CUDA)."),
+    dtype: str = typer.Option(
+        None, help="bfloat16 | float16 | float32 (default: float32 on CPU, bfloat16 on CUDA)."
+    ),
     load: str = typer.Option("auto", help="auto (safetensors) or dummy (random weights)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON with token_ids instead of text."),
     trace: bool = typer.Option(False, "--trace", help="Plan/policy only: show which model wrote each token."),
-    define: list[str] = typer.Option(None, "-D", "--define", help="Policy (.tr) only: override a param NAME=VALUE."),
+    define: list[str] = typer.Option(
+        None, "-D", "--define", help="Policy (.tr) only: override a param NAME=VALUE."
+    ),
     chat: bool = typer.Option(False, "--chat", help="Model folder only: wrap --prompt in its chat template."),
 ) -> None:
     """Generate from one prompt in-process with the embedded engine (a plan: every model, with routing)."""
@@ -508,13 +545,19 @@ def _teacher_settings(max_tokens: int, seq_len: int, prompt: int):
 def train_router_cmd(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="A policy (.tr) or a compiled plan."),
     router: str = typer.Argument(..., metavar="ROUTER", help="The router's name in the policy."),
-    data: str = typer.Option(..., "--data", help="A folder of text files (held out from the models' training)."),
-    output: str = typer.Option(None, "-o", "--output", help="The safetensors file (default: the router's path)."),
+    data: str = typer.Option(
+        ..., "--data", help="A folder of text files (held out from the models' training)."
+    ),
+    output: str = typer.Option(
+        None, "-o", "--output", help="The safetensors file (default: the router's path)."
+    ),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE (.tr only)."),
     max_tokens: int = typer.Option(30_000, help="Teacher-forced positions to label at most."),
     seq_len: int = typer.Option(256, help="Tokens per window of text."),
     prompt: int = typer.Option(16, help="Leading tokens of each window used as context only."),
-    hidden_layers: str = typer.Option("256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."),
+    hidden_layers: str = typer.Option(
+        "256", "--hidden-layers", help="mlp only: hidden layer sizes, e.g. 256,128."
+    ),
     epochs: int = typer.Option(30, help="Training epochs (the best held-out epoch is kept)."),
     seed: int = typer.Option(0, help="Seed of the split, the initial weights and the batches."),
 ) -> None:
@@ -541,7 +584,9 @@ def train_router_cmd(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     sign = "high" if rep.polarity > 0 else "low"
-    typer.echo(f"wrote {rep.path}: router {router!r} trained on {rep.rows_train} positions, {rep.rows_val} held out")
+    typer.echo(
+        f"wrote {rep.path}: router {router!r} trained on {rep.rows_train} positions, {rep.rows_val} held out"
+    )
     typer.echo(f"label (small greedy != large greedy) rate on held-out: {rep.positive_rate:.3f}; "
                f"a {sign} output routes; held-out BCE {rep.val_loss:.4f}")  # fmt: skip
     typer.echo(f"at the plan's threshold ({rep.threshold_text}): routed {rep.routed_share:.3f} of positions, "
@@ -561,7 +606,9 @@ def eval_cmd(
     seq_len: int = typer.Option(256, help="Tokens per window of text."),
     prompt: int = typer.Option(16, help="Leading tokens of each window used as context only."),
     seed: int = typer.Option(0, help="Seed of the window sample and the random baseline."),
-    generate_n: int = typer.Option(0, "--generate", help="Also complete N held-out function headers (routed vs alone)."),
+    generate_n: int = typer.Option(
+        0, "--generate", help="Also complete N held-out function headers (routed vs alone)."
+    ),
     max_new: int = typer.Option(48, "--max-new-tokens", help="--generate: tokens per completion."),
 ) -> None:
     """Teacher-forced quality vs large-model share: the policy's threshold sweep against baselines."""
@@ -574,7 +621,9 @@ def eval_cmd(
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
-        cfg = EvalConfig(param=param, shares=tuple(float(x) for x in shares.split(",") if x.strip()), seed=seed)
+        cfg = EvalConfig(
+            param=param, shares=tuple(float(x) for x in shares.split(",") if x.strip()), seed=seed
+        )
     except ValueError as exc:
         typer.echo(f"error: --shares: {exc}", err=True)
         raise typer.Exit(2) from None
