@@ -50,7 +50,7 @@ import torch
 
 from tokenrouter.runtime.engine.base import Engine, EngineError, ModelInfo, StepInput, StepOutput
 from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
-from tokenrouter.runtime.engine.embedded import EngineRowError
+from tokenrouter.runtime.engine.embedded import EngineConfig, EngineRowError
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool
 
 logger = logging.getLogger(__name__)
@@ -85,41 +85,20 @@ def import_sglang(model: str):
 
 
 @dataclass(slots=True)
-class SGLangSettings:
-    """Settings of one SGLang engine (validated; every field may come from a user)."""
+class SGLangSettings(EngineConfig):
+    """Settings of one SGLang engine: the embedded engine's (validated the same way), with SGLang's defaults
+    and its own memory knob. `max_tokens` unset: from `mem_bytes`, else SGLang's own sizing; `load="dummy"`:
+    SGLang's random weights; `cuda_graph` None/True: SGLang's decode CUDA graphs, False: eager."""
 
     device: str = "cuda:0"
-    dtype: str | None = None  # None: bfloat16
-    max_tokens: int | None = None  # KV token slots; else from mem_bytes; else SGLang's own sizing
-    mem_bytes: int | None = None  # KV budget in bytes
-    max_batch: int = 256  # rows per model forward (larger steps run in pieces)
-    max_reqs: int | None = None  # request rows (running + held); default 2 * max_batch
-    max_len: int | None = None  # longest sequence; default the model's max_position_embeddings
-    load: str = "auto"  # "auto" (safetensors in the folder) | "dummy" (SGLang's random weights)
-    attention: str = "auto"  # "auto" = "triton"
-    cuda_graph: bool | None = None  # None/True: SGLang's decode CUDA graphs; False: eager
-    seed: int = 0
     mem_fraction_static: float | None = None  # SGLang's share of the GPU for weights + KV (None: its default)
 
     def __post_init__(self) -> None:
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError(f"bad device {self.device!r}") from e
+        EngineConfig.__post_init__(self)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"engine 'sglang': dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ValueError(f"max_batch must be a positive int, got {self.max_batch!r}")
-        if self.load not in ("auto", "dummy"):
-            raise ValueError(f"load must be 'auto' or 'dummy', got {self.load!r}")
         if self.attention not in ("auto", "triton"):
             raise ValueError(f"engine 'sglang' supports attention 'triton' only, got {self.attention!r}")
-        if self.max_tokens is not None and self.mem_bytes is not None:
-            raise ValueError("give max_tokens or mem_bytes, not both")
         if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static < 1.0:
             raise ValueError(f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static!r}")
         if self.max_reqs is not None and self.max_reqs < self.max_batch:
