@@ -206,7 +206,8 @@ def init_router(
     ),
 ) -> None:
     """Write an untrained router file of the right shape (layout: docs/routers.md)."""
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import PlanError
     from tokenrouter.runtime.route.routers import init_router_file, parse_hidden_layers
 
     _require_files([plan_file], "plan file")
@@ -219,17 +220,7 @@ def init_router(
         typer.echo("error: --hidden-size must be >= 1", err=True)
         raise typer.Exit(2)
     try:
-        if plan_file.endswith(".tr"):
-            from tokenrouter.compiler.driver import compile_file
-            from tokenrouter.dsl.diagnostics import render_all
-
-            result = compile_file(plan_file)
-            if result.plan is None:
-                typer.echo(render_all(result.errors), err=True)
-                raise typer.Exit(1)
-            plan = result.plan
-        else:
-            plan = read_plan(plan_file)
+        plan = load_plan(plan_file)
         if output is None:
             output = (plan.get("routers") or {}).get(router, {}).get("path")
         spec, width = init_router_file(

@@ -116,3 +116,25 @@ def _plan(program: Program, text: str, file: str) -> dict[str, Any]:
             "progress": program.checks.get("progress", {"ok": True}),
         },
     }
+
+
+def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict[str, Any]:
+    """The plan behind a command-line argument: a `.tr` policy compiled now (with `-D` `defines`), or a plan
+    file written by `compile` (read and validated). Raises `PlanError` with a message for users: for a policy
+    that does not compile, its rendered diagnostics."""
+    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.dsl.diagnostics import render_all
+
+    p = Path(path)
+    if p.suffix == ".tr":
+        if not p.is_file():
+            raise PlanError(f"{p}: no such file")
+        result = compile_file(p, defines or {})
+        if result.plan is None:
+            raise PlanError(
+                render_all(result.diagnostics).rstrip() + f"\n{p}: not compiled ({len(result.errors)} errors)"
+            )
+        return result.plan
+    if defines:
+        raise PlanError("-D applies to a .tr policy; a plan's params are already bound")
+    return read_plan(p)

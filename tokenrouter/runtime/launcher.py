@@ -97,25 +97,20 @@ class ServeConfig:
 
 def load_plan(path: str, run_dir: Path) -> tuple[dict[str, Any], str]:
     """(plan, path of a plan file the subservers can read). A .tr source is compiled into run_dir."""
-    from tokenrouter.compiler.plan import PlanError, read_plan, write_plan
+    from tokenrouter.compiler.driver import load_plan as load
+    from tokenrouter.compiler.plan import PlanError, write_plan
 
-    p = Path(path)
-    if not p.exists():
+    if not Path(path).exists():
         raise LaunchError(f"{path}: no such file")
-    if p.suffix == ".tr":
-        from tokenrouter.compiler.driver import compile_file
-        from tokenrouter.dsl.diagnostics import render_all
-
-        result = compile_file(p)
-        if not result.ok:
-            raise LaunchError(render_all(result.diagnostics))
-        plan_path = run_dir / "plan.json"
-        write_plan(result.plan, plan_path)
-        path = str(plan_path)
     try:
-        return read_plan(path), path
+        plan = load(path)
     except PlanError as e:
         raise LaunchError(str(e)) from None
+    if Path(path).suffix == ".tr":
+        path = str(run_dir / "plan.json")
+        write_plan(plan, path)
+        plan = load(path)  # as the subservers will read it
+    return plan, path
 
 
 def check_models(plan: dict[str, Any]) -> None:

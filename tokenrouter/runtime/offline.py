@@ -204,22 +204,11 @@ class PlanInputError(ValueError):
 
 def plan_from_path(path: str, defines: dict[str, str] | None = None) -> dict:
     """A plan from a .plan file, or from a .tr policy compiled on the fly (with -D `defines`)."""
-    if str(path).endswith(".tr"):
-        from tokenrouter.compiler.driver import compile_file
-        from tokenrouter.dsl.diagnostics import render_all
-
-        res = compile_file(path, defines or {})
-        if res.plan is None:
-            raise PlanInputError(
-                render_all(res.diagnostics) + f"\n{path}: not compiled ({len(res.errors)} errors)"
-            )
-        return res.plan
-    if defines:
-        raise PlanInputError("-D applies to a .tr policy; a plan's params are already bound")
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import PlanError
 
     try:
-        return read_plan(path)
+        return load_plan(path, defines)
     except PlanError as e:
         raise PlanInputError(str(e)) from None
 

@@ -22,23 +22,11 @@ class PolicyViewError(ValueError):
 
 def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict:
     """A plan from a ``.tr`` source (compiled now) or a plan file written by ``tokenrouter compile``."""
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.driver import load_plan as load
+    from tokenrouter.compiler.plan import PlanError
 
-    p = Path(path)
-    if not p.is_file():
-        raise PolicyViewError(f"{p}: no such file")
-    if p.suffix == ".tr":
-        from tokenrouter.compiler.driver import compile_file
-        from tokenrouter.dsl.diagnostics import render_all
-
-        result = compile_file(p, defines)
-        if not result.ok:
-            raise PolicyViewError(render_all(result.errors).rstrip())
-        return result.plan
-    if defines:
-        raise PolicyViewError("-D overrides need the .tr source, not a compiled plan")
     try:
-        return read_plan(p)
+        return load(path, defines)
     except PlanError as e:
         raise PolicyViewError(str(e)) from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import MODELS
+from frontend_helpers import MODELS
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-from conftest import Server, metrics, wait_all_pages_free, write_policy
+from frontend_helpers import Server, metrics, wait_all_pages_free, write_policy
 
 KEY = "sk-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

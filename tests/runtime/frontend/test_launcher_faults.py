@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import MODELS, ROOT, Server, free_port, write_policy
+from frontend_helpers import MODELS, ROOT, Server, free_port, write_policy
 
 from tokenrouter.compiler.driver import compile_file
 from tokenrouter.compiler.plan import write_plan

@@ -23,18 +23,11 @@ from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
     """A plan from a `.plan` file, or compiled from a `.tr` source."""
-    if path.endswith(".tr"):
-        from tokenrouter.compiler.driver import compile_file
-        from tokenrouter.dsl.diagnostics import render_all
-
-        result = compile_file(path, defines)
-        if result.plan is None:
-            raise ThroughputInputError(render_all(result.diagnostics) + f"\n{path}: not compiled")
-        return result.plan
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.driver import load_plan as load
+    from tokenrouter.compiler.plan import PlanError
 
     try:
-        return read_plan(path)
+        return load(path, defines)
     except PlanError as e:
         raise ThroughputInputError(str(e)) from None
 
