@@ -11,17 +11,8 @@ import math
 import re
 from dataclasses import dataclass
 
-FEATURES: dict[str, str] = {
-    "token": "int",
-    "logprob": "float",
-    "confidence": "float",
-    "margin": "float",
-    "entropy": "float",
-    "norm_entropy": "float",
-    "run_length": "int",
-    "generated": "int",
-    "position": "int",
-}
+from tokenrouter.compiler.program import FEATURES  # the feature vocabulary, one definition
+
 ARITY: dict[str, int] = {
     "const": 0,
     "feature": 0,
