@@ -249,7 +249,20 @@ def serve(
     api_key: str = typer.Option(
         None, envvar="TOKENROUTER_API_KEY", help="Require 'Authorization: Bearer KEY'."
     ),
-    tcp: bool = typer.Option(False, "--tcp", help="ZeroMQ over tcp://127.0.0.1 instead of ipc:// files."),
+    tcp: bool = typer.Option(
+        False, "--tcp", help="ZeroMQ over tcp:// (on --bind-host) instead of ipc:// files."
+    ),
+    bind_host: str = typer.Option(
+        "127.0.0.1", help="With --tcp: this host's address for ZeroMQ (remote subservers connect to it)."
+    ),
+    remote: list[str] = typer.Option(
+        None,
+        help="MODEL=HOST:PORT: that model's subserver runs on another host (started with the printed "
+        "`tokenrouter subserver` command). Repeatable; needs --tcp.",
+    ),  # fmt: skip
+    heartbeat_timeout: float = typer.Option(
+        10.0, help="Seconds without a remote subserver's stats before it counts as failed."
+    ),
     device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
     startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
     log_level: str = typer.Option(
@@ -272,13 +285,83 @@ def serve(
     if not os.path.isfile(plan):
         typer.echo(f"error: no such plan: {plan}", err=True)
         raise typer.Exit(2)
+    remotes: dict[str, str] = {}
+    for item in remote or []:
+        name, sep, addr = item.partition("=")
+        if not sep or not name.strip() or not addr.strip():
+            typer.echo(f"error: bad --remote '{item}': expected MODEL=HOST:PORT", err=True)
+            raise typer.Exit(2)
+        remotes[name.strip()] = addr.strip()
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
-                          startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm)  # fmt: skip
+                          startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
+                          bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(run_serve(cfg))
+
+
+@app.command("subserver")
+def subserver_cmd(
+    plan: str = typer.Argument(
+        ..., help="The plan (.plan) or policy (.tr) that `serve` runs, copied to this host."
+    ),
+    model: str = typer.Option(..., "--model", help="The model of the plan this subserver runs."),
+    endpoints: str = typer.Option(
+        ..., "--endpoints", help="The endpoints JSON that `serve --remote` prints (or a file holding it)."
+    ),
+    device: str = typer.Option(None, help="cpu, cuda or cuda:N (default: the plan's placement)."),
+    log_level: str = typer.Option("warning", help="Log level (debug, info, warning, error)."),
+) -> None:
+    """Run one model's subserver in the foreground, for `serve --remote` (docs/serving.md, "Subservers on
+    other hosts"). Exits 0 on the launcher's Shutdown or SIGINT/SIGTERM, 1 on a failure."""
+    import tempfile
+    from pathlib import Path
+
+    from tokenrouter.runtime.ipc import Endpoints
+    from tokenrouter.runtime.launcher import LaunchError, load_plan
+    from tokenrouter.runtime.subserver.process import SubserverArgs, run_subserver_process
+
+    try:
+        eps = Endpoints.parse(endpoints)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if device is not None and device != "cpu" and not device.startswith("cuda"):
+        typer.echo(f"error: --device must be cpu, cuda or cuda:N, got {device!r}", err=True)
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="tokenrouter-subserver-") as tmp:
+        try:
+            spec, plan_path = load_plan(plan, Path(tmp))
+            if model not in spec["models"]:
+                raise LaunchError(f"{plan}: no model {model!r} (models: {', '.join(spec['models'])})")
+            if model not in eps.subservers or set(eps.subservers) != set(spec["models"]):
+                raise LaunchError(
+                    f"--endpoints names models {sorted(eps.subservers)}, the plan {sorted(spec['models'])}: "
+                    "is this the plan `serve` runs?"
+                )
+            folder = Path(spec["models"][model]["path"])
+            if spec["models"][model].get("engine", "embedded") == "embedded" and not folder.is_dir():
+                raise LaunchError(f"model {model!r}: no model folder at {folder}")
+        except LaunchError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        if device == "cuda":
+            device = f"cuda:{(spec['models'][model].get('gpus') or [0])[0]}"
+        try:
+            args = SubserverArgs(plan_path=plan_path, model=model, endpoints=eps.to_dict(), device=device,
+                                 log_level=log_level.upper())  # fmt: skip
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"tokenrouter: subserver {model!r} on {eps.subservers[model]}", err=True)
+        try:
+            run_subserver_process(args)
+        except SystemExit as exc:
+            typer.echo(f"error: subserver {model!r} failed (see the log above)", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(f"tokenrouter: subserver {model!r} stopped", err=True)
 
 
 # --- benchmark commands ---

@@ -7,6 +7,7 @@ subservers on other hosts, `tcp://HOST:PORT`.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -45,8 +46,42 @@ class Endpoints:
         return {"launcher": self.launcher, "frontend": self.frontend, "subservers": dict(self.subservers)}
 
     @classmethod
+    def parse(cls, text: str) -> Endpoints:
+        """The endpoints given on a command line: `to_dict()` as JSON, or the path of a file holding it.
+        Raises ValueError with a message for users."""
+        source = "--endpoints"
+        if not text.lstrip().startswith("{"):
+            try:
+                text, source = open(text, encoding="utf-8").read(), text  # noqa: SIM115
+            except OSError as e:
+                raise ValueError(
+                    f"--endpoints: neither JSON nor a readable file: {text} ({e.strerror})"
+                ) from None
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}: not valid JSON: {e}") from None
+        if (
+            not isinstance(d, dict)
+            or not all(isinstance(d.get(k), str) for k in ("launcher", "frontend"))
+            or not isinstance(d.get("subservers"), dict)
+            or not all(isinstance(v, str) for v in d["subservers"].values())
+        ):
+            raise ValueError(
+                f'{source}: expected {{"launcher": URL, "frontend": URL, "subservers": {{MODEL: URL}}}} '
+                "(the JSON that `tokenrouter serve` prints)"
+            )
+        return cls.from_dict(d)
+
+    @classmethod
     def from_dict(cls, d: dict) -> Endpoints:
         return cls(launcher=d["launcher"], frontend=d["frontend"], subservers=dict(d["subservers"]))
+
+
+def tcp_url(host: str, port: int) -> str:
+    """`tcp://HOST:PORT` (an IPv6 address in brackets)."""
+    host = host.strip("[]")
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -94,4 +129,4 @@ def decode_union(data: bytes, union: type):
     return msgspec.msgpack.decode(data, type=union)
 
 
-__all__ = ["Endpoints", "Receiver", "Sender", "decode_union", "m"]
+__all__ = ["Endpoints", "Receiver", "Sender", "decode_union", "m", "tcp_url"]

@@ -5,9 +5,10 @@ The launcher is the parent of every process of a deployment. It
    and applies `--mode` (`runtime/modes.py`: a baseline may rewrite the plan, override engine settings, or
    start one lockstep process for every model, whose endpoints then all point at it);
 2. creates a private (0700) run directory and the ZeroMQ endpoints (`ipc://` files in it, or `tcp://` on
-   127.0.0.1 with `--tcp`);
-3. starts the subservers and the frontend (multiprocessing *spawn*: never fork a process that may hold torch
-   state), waits until each one sends `Ready` (forwarding the subservers' `Ready` to the frontend, whose
+   `--bind-host` (127.0.0.1) with `--tcp`; a `--remote MODEL=HOST:PORT` model's endpoint is `tcp://HOST:PORT`);
+3. starts the local subservers and the frontend (multiprocessing *spawn*: never fork a process that may hold
+   torch state), prints (stderr) for each remote model the `tokenrouter subserver` command to run on its
+   host, waits until each one sends `Ready` (forwarding the subservers' `Ready` to the frontend, whose
    /health turns 200 when all have arrived), writes `pids.json` into the run directory and prints one line
    with the URL;
 4. supervises: SIGINT/SIGTERM → clean shutdown (`Shutdown` to the subservers, SIGTERM to the frontend, join,
@@ -22,6 +23,13 @@ and a message naming the subserver. The same holds for the frontend process. Run
 
 The children are started in their own process group (Ctrl-C in a terminal reaches only the launcher, which
 coordinates shutdown), and each exits on its own if the launcher disappears.
+
+Remote subservers (`--remote`, docs/serving.md "Subservers on other hosts") are started by the user on their
+own hosts; the launcher waits for their `Ready` like a local one's. Their death is not a process exit the
+launcher can see: a crash sends `Fatal` (to the launcher and the frontend), and the frontend treats a remote
+model whose `SubserverStats` heartbeat (every 0.5 s) stops for `--heartbeat-timeout` seconds as failed (it
+fails its requests and sends the launcher a `Fatal` naming it). Both then follow the failure path above;
+on shutdown the launcher sends `Shutdown` to the remote subservers too.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, tcp_url
 
 log = logging.getLogger("tokenrouter.launcher")
 
@@ -72,9 +80,29 @@ class ServeConfig:
     extra_subserver: dict = field(default_factory=dict)
     mode: str = "tokenrouter"  # or a baseline (runtime/modes.py)
     llm: str | None = None  # --mode llm-only: the model to serve (default: the largest)
+    bind_host: str = "127.0.0.1"  # with tcp: launcher, frontend, local subservers bind (and are reached) here
+    remote: dict[str, str] = field(default_factory=dict)  # model → "HOST:PORT": started by hand on that host
+    heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
+
+        if self.remote:
+            if not self.tcp:
+                raise ValueError("--remote needs --tcp (subservers on other hosts talk over tcp://)")
+            if self.mode != "tokenrouter":
+                raise ValueError("--remote works with --mode tokenrouter only")
+            for model, addr in self.remote.items():
+                host, sep, port = addr.rpartition(":")
+                if not model or not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                    raise ValueError(f"--remote {model}={addr}: expected MODEL=HOST:PORT")
+        if self.bind_host.strip("[]") in ("0.0.0.0", "::", "*", ""):
+            raise ValueError(
+                "--bind-host must be an address of this host that the remote hosts can reach (it is also the "
+                f"address they connect to), not {self.bind_host!r}"
+            )
+        if self.heartbeat_timeout_s <= 0:
+            raise ValueError(f"--heartbeat-timeout must be > 0, got {self.heartbeat_timeout_s}")
 
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
@@ -145,23 +173,34 @@ def check_device(device: str | None) -> None:
             raise LaunchError("--device cuda: no CUDA device is available here (use --device cpu)")
 
 
-def make_endpoints(models: list[str], run_dir: Path, tcp: bool) -> Endpoints:
+def make_endpoints(
+    models: list[str], run_dir: Path, tcp: bool, bind_host: str = "127.0.0.1", remote: dict | None = None
+) -> Endpoints:
+    """ipc:// files in run_dir, or tcp:// on free ports of bind_host; a remote model's is tcp://HOST:PORT."""
+    remote = remote or {}
     if not tcp:
         return Endpoints.ipc(models, str(run_dir))
-    ports = _free_ports(2 + len(models))
+    local = [x for x in models if x not in remote]
+    try:
+        ports = _free_ports(2 + len(local), bind_host)
+    except OSError as e:
+        raise LaunchError(f"--bind-host {bind_host}: cannot bind there: {e.strerror or e}") from None
+    subservers = {x: tcp_url(bind_host, p) for x, p in zip(local, ports[2:], strict=True)}
+    subservers.update({x: f"tcp://{remote[x]}" for x in models if x in remote})
     return Endpoints(
-        launcher=f"tcp://127.0.0.1:{ports[0]}",
-        frontend=f"tcp://127.0.0.1:{ports[1]}",
-        subservers={x: f"tcp://127.0.0.1:{p}" for x, p in zip(models, ports[2:], strict=True)},
+        launcher=tcp_url(bind_host, ports[0]),
+        frontend=tcp_url(bind_host, ports[1]),
+        subservers={x: subservers[x] for x in models},
     )
 
 
-def _free_ports(n: int) -> list[int]:
+def _free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     socks = []
+    host = host.strip("[]")
     try:
         for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            s.bind((host, 0))
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
@@ -236,7 +275,12 @@ class Launcher:
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
         models = list(plan["models"])
-        self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp)
+        unknown = [x for x in cfg.remote if x not in plan["models"]]
+        if unknown:
+            raise LaunchError(
+                f"--remote {unknown[0]}: no such model in the plan (models: {', '.join(models)})"
+            )
+        self.endpoints = make_endpoints(models, self.run_dir, cfg.tcp, cfg.bind_host, cfg.remote)
         if self.setup.lockstep:  # one process serves every model: every model's address is the entry's
             entry = self.endpoints.subservers[plan["entry"]]
             self.endpoints.subservers = {x: entry for x in models}
@@ -244,6 +288,7 @@ class Launcher:
         self.inbox = Receiver(self.ctx, self.endpoints.launcher, m.ToLauncher)
         self.to_frontend = Sender(self.ctx, self.endpoints.frontend)
         self._start(plan, plan_path)
+        self._print_remote_commands()
         failure = self._wait_ready()
         if failure is not None:
             raise LaunchError(failure)
@@ -288,6 +333,8 @@ class Launcher:
         for name, spec in plan["models"].items():
             if self.setup.lockstep and name != plan["entry"]:
                 continue  # the entry's process drives every model
+            if name in cfg.remote:
+                continue  # started by hand on its host (_print_remote_commands)
             device = None
             if cfg.device == "cpu":
                 device = "cpu"
@@ -320,12 +367,35 @@ class Launcher:
             run_dir=str(self.run_dir),
             max_len=min(caps) if caps else None,
             log_level=cfg.log_level.lower(),
+            remote=list(cfg.remote),
+            heartbeat_timeout_s=cfg.heartbeat_timeout_s,
         )
         self.procs["frontend"] = spawn.Process(
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
         )
         for p in self.procs.values():
             p.start()
+
+    def remote_command(self, model: str) -> str:
+        """The command that starts a remote model's subserver on its host (the plan copied to the same path)."""
+        import shlex
+
+        cmd = ["tokenrouter", "subserver", self.cfg.plan, "--model", model]
+        cmd += ["--endpoints", json.dumps(self.endpoints.to_dict(), separators=(",", ":"))]
+        if self.cfg.device is not None:
+            cmd += ["--device", self.cfg.device]
+        cmd += ["--log-level", self.cfg.log_level]
+        return shlex.join(cmd)
+
+    def _print_remote_commands(self) -> None:
+        for model in self.cfg.remote:
+            print(
+                f"tokenrouter: waiting for remote subserver {model!r} at {self.endpoints.subservers[model]}; "
+                f"start it on that host (with the plan and model folders copied there) with:\n"
+                f"  {self.remote_command(model)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _drain(self) -> list:
         out = []
@@ -356,8 +426,14 @@ class Launcher:
                         self._on_ready(msg)
                     return f"{_what(name)} {_exit_text(p.exitcode)} during startup"
             if time.monotonic() > deadline:
-                late = ", ".join(repr(x) for x in self.procs if x not in self.ready)
-                return f"not ready after {self.cfg.startup_timeout_s:g} s: {late}"
+                late = [repr(x) for x in self.procs if x not in self.ready]
+                late += [
+                    f"remote subserver {x!r} (no Ready from {self.endpoints.subservers[x]}: was "
+                    "`tokenrouter subserver` started on its host, and can it reach --bind-host?)"
+                    for x in self.cfg.remote
+                    if x not in self.ready
+                ]
+                return f"not ready after {self.cfg.startup_timeout_s:g} s: {', '.join(late)}"
         return None
 
     def _on_ready(self, msg: m.Ready) -> None:
@@ -372,6 +448,7 @@ class Launcher:
             "launcher": os.getpid(),
             "frontend": self.procs["frontend"].pid,
             "subservers": {x: p.pid for x, p in self.procs.items() if x != "frontend"},
+            "remote": {x: self.endpoints.subservers[x] for x in self.cfg.remote},
             "url": self.ready["frontend"].get("url"),
         }
         (self.run_dir / "pids.json").write_text(json.dumps(pids, indent=2) + "\n")
@@ -399,7 +476,8 @@ class Launcher:
         """Stop every child (gently, then by force), close sockets, remove the run directory. Idempotent."""
         if self.ctx is not None:
             for name, addr in self.endpoints.subservers.items():
-                if name in self.ready and self.procs.get(name) is not None and self.procs[name].is_alive():
+                local = self.procs.get(name) is not None and self.procs[name].is_alive()
+                if name in self.ready and (local or name in self.cfg.remote):
                     s = self.ctx.socket(zmq.PUSH)
                     s.setsockopt(zmq.LINGER, 500)
                     s.connect(addr)

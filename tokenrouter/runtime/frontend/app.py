@@ -31,7 +31,13 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        manager = RequestManager(args.endpoints, args.models, args.entry)
+        manager = RequestManager(
+            args.endpoints,
+            args.models,
+            args.entry,
+            remote=args.remote,
+            heartbeat_timeout_s=args.heartbeat_timeout_s,
+        )
         manager.start()
         app.state.manager = manager
         yield

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -18,6 +18,8 @@ class FrontendArgs:
     run_dir: str | None = None
     max_len: int | None = None  # a cap on prompt + completion; the models' own limits (from Ready) also apply
     log_level: str = "warning"
+    remote: list[str] = field(default_factory=list)  # models on other hosts: watched by heartbeat
+    heartbeat_timeout_s: float = 10.0  # a remote model whose SubserverStats stop this long has failed
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -30,6 +32,8 @@ class FrontendArgs:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty (leave it unset to disable authentication)")
+        if self.heartbeat_timeout_s <= 0:
+            raise ValueError(f"heartbeat_timeout_s must be > 0, got {self.heartbeat_timeout_s}")
         missing = [x for x in self.models if x not in self.endpoints.get("subservers", {})]
         if missing or "frontend" not in self.endpoints or "launcher" not in self.endpoints:
             raise ValueError(f"endpoints are incomplete (missing: {missing or 'frontend/launcher'})")

@@ -5,6 +5,11 @@ socket (StepOutputs, SubserverStats, and — from the launcher — Ready and Fat
 subserver. It knows the number of active requests n exactly and publishes every change: in `NewRequest`
 to the entry subserver, and as one coalesced `ActiveCount` per loop turn to the others.
 
+Remote subservers (on other hosts; `remote`) cannot be watched as processes by the launcher: their periodic
+`SubserverStats` are a heartbeat. A remote model that is ready and silent for `heartbeat_timeout_s` is
+treated as failed exactly like a `Fatal` naming it (in-flight requests fail with a 503), and the launcher is
+sent that `Fatal` so that it shuts the deployment down.
+
 Tokens of one request may arrive out of order when it hops (two subservers, two sockets), so each request
 keeps a reorder buffer keyed by the token's index among the generated tokens; a request is complete when
 its `Finished` has arrived and no index below the highest one is missing.
@@ -70,9 +75,20 @@ class ReqState:
 
 
 class RequestManager:
-    def __init__(self, endpoints: dict, models: list[str], entry: str) -> None:
+    def __init__(
+        self,
+        endpoints: dict,
+        models: list[str],
+        entry: str,
+        remote: list[str] = (),
+        heartbeat_timeout_s: float = 10.0,
+    ) -> None:
         self.models = list(models)
         self.entry = entry
+        self.endpoints = endpoints
+        self.remote = [x for x in models if x in remote]
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.last_heard: dict[str, float] = {}  # model → monotonic time of its last Ready or stats
         self.metrics = Metrics(models=self.models)
         self.requests: dict[str, ReqState] = {}
         self.ready_models: dict[str, dict] = {}
@@ -91,14 +107,19 @@ class RequestManager:
         self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
         self._count_dirty = False
         self._task: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._recv_loop())
+        if self.remote:
+            self._watch = loop.create_task(self._watch_heartbeats())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._watch):
+            if task is not None:
+                task.cancel()
         self._ctx.destroy(linger=0)
 
     @property
@@ -215,10 +236,31 @@ class RequestManager:
             st.event.set()
 
     def _on_stats(self, msg: m.SubserverStats) -> None:
+        self.last_heard[msg.model] = time.monotonic()
         self.metrics.on_stats(msg)
 
     def _on_ready(self, msg: m.Ready) -> None:
+        self.last_heard[msg.name] = time.monotonic()
         self.ready_models[msg.name] = dict(msg.info)
+
+    async def _watch_heartbeats(self) -> None:
+        """A ready remote model whose stats stop for heartbeat_timeout_s has failed (see the module doc)."""
+        while self.fatal is None:
+            await asyncio.sleep(min(0.25, self.heartbeat_timeout_s / 4))
+            now = time.monotonic()
+            for name in self.remote:
+                if name in self.ready_models and now - self.last_heard[name] > self.heartbeat_timeout_s:
+                    error = (
+                        f"remote subserver at {self.endpoints['subservers'][name]} sent no heartbeat for "
+                        f"{self.heartbeat_timeout_s:g} s (dead or unreachable)"
+                    )
+                    self._on_fatal(m.Fatal(name=name, error=error))
+                    launcher = self._ctx.socket(zmq.PUSH)
+                    launcher.setsockopt(zmq.LINGER, 1000)
+                    launcher.connect(self.endpoints["launcher"])
+                    await launcher.send(_encoder.encode(m.Fatal(name=name, error=error)))
+                    launcher.close()
+                    return
 
     def _on_fatal(self, msg: m.Fatal) -> None:
         if self.fatal is not None:
