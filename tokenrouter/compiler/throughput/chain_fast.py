@@ -2,7 +2,8 @@
 
 Breadth-first by levels with numpy: every state of the frontier is processed at once. States are encoded
 as one int64 in mixed radix (k_i, b_i ∈ 0..N, r_i ∈ 0..max ticks); states whose batches complete with the
-same sizes share one routing-outcome table, applied to all of them together. `dtmc.build_chain` is the
+same sizes share one routing-outcome table; the tables are concatenated once per chain and every row of a level is
+expanded by its own table in one gather (no per-group loop). `dtmc.build_chain` is the
 plain reference; a test checks that both give the same chain.
 """
 
@@ -71,6 +72,12 @@ def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: l
     frontier, frontier_idx = s0, np.array([0])
     count = 1
     rows_l, cols_l, vals_l, reward_l, tau_l, done_l, order_l = [], [], [], [], [], [], []
+    # routing-outcome tables by completion signature (the completed batch size of each model), concatenated
+    sig_radix = np.int64(n + 1) ** np.arange(m, dtype=np.int64)
+    table_at: dict[int, tuple[int, int]] = {}
+    adds_l: list[tuple[int, ...]] = []
+    probs_l: list[float] = []
+    all_adds = all_probs = None
     while len(frontier):
         k, b, r = frontier[:, cols_k], frontier[:, cols_b], frontier[:, cols_r]
         active = b > 0
@@ -91,25 +98,31 @@ def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: l
         nb = np.where(done, 0, b)
         nr = np.where(nb > 0, r - t[:, None], 0)
         sig = np.where(done, b, 0)
-        sig_key = sig @ (np.int64(n + 1) ** np.arange(m, dtype=np.int64))
-        uniq_sig, inv = np.unique(sig_key, return_inverse=True)
-        new_keys_all, src_all, prob_all = [], [], []
-        for g in range(len(uniq_sig)):
-            members = np.flatnonzero(inv == g)
-            first = sig[members[0]]
-            done_set = tuple((i, int(first[i])) for i in range(m) if first[i] > 0)
-            table = outcomes.joint(done_set)
-            adds = np.array([a for a, _ in table], dtype=np.int64)  # [O, M]
-            probs = np.array([p for _, p in table])
-            g_rows, n_out = len(members), len(table)
-            nxt = np.empty((g_rows, n_out, 3 * m), dtype=np.int64)
-            nxt[:, :, cols_k] = k[members][:, None, :] + adds[None, :, :]
-            nxt[:, :, cols_b] = nb[members][:, None, :]
-            nxt[:, :, cols_r] = nr[members][:, None, :]
-            nxt = start(nxt.reshape(g_rows * n_out, 3 * m))
-            new_keys_all.append(codec.encode(nxt))
-            src_all.append(np.repeat(frontier_idx[members], n_out))
-            prob_all.append(np.tile(probs, g_rows))
+        sig_key = sig @ sig_radix
+        uniq_sig, first_row, inv = np.unique(sig_key, return_index=True, return_inverse=True)
+        for key, row in zip(uniq_sig.tolist(), first_row.tolist(), strict=True):
+            if key not in table_at:
+                done_set = tuple((i, int(sig[row, i])) for i in range(m) if sig[row, i] > 0)
+                table = outcomes.joint(done_set)
+                table_at[key] = (len(probs_l), len(table))
+                adds_l.extend(a for a, _ in table)
+                probs_l.extend(p for _, p in table)
+                all_adds, all_probs = None, None
+        if all_adds is None:
+            all_adds, all_probs = np.array(adds_l, dtype=np.int64).reshape(-1, m), np.array(probs_l)
+        # every row of the frontier expanded by its outcome table, all groups at once
+        off_c = np.array([table_at[x] for x in uniq_sig.tolist()], dtype=np.int64).reshape(-1, 2)
+        row_off, row_cnt = off_c[inv, 0], off_c[inv, 1]
+        rep = np.repeat(np.arange(len(frontier)), row_cnt)
+        first_out = np.cumsum(row_cnt) - row_cnt
+        out = row_off[rep] + np.arange(len(rep)) - first_out[rep]
+        nxt = np.empty((len(rep), 3 * m), dtype=np.int64)
+        nxt[:, cols_k] = k[rep] + all_adds[out]
+        nxt[:, cols_b] = nb[rep]
+        nxt[:, cols_r] = nr[rep]
+        new_keys_all = [codec.encode(start(nxt))]
+        src_all = [frontier_idx[rep]]
+        prob_all = [all_probs[out]]
         keys = np.concatenate(new_keys_all)
         uniq, kinv = np.unique(keys, return_inverse=True)
         ids = np.fromiter((index.get(x, -1) for x in uniq.tolist()), dtype=np.int64, count=len(uniq))
