@@ -330,7 +330,7 @@ class Launcher:
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
         extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
-        for name, spec in plan["models"].items():
+        for name in plan["models"]:
             if self.setup.lockstep and name != plan["entry"]:
                 continue  # the entry's process drives every model
             if name in cfg.remote:
@@ -338,8 +338,7 @@ class Launcher:
             device = None
             if cfg.device == "cpu":
                 device = "cpu"
-            elif cfg.device == "cuda":
-                device = f"cuda:{(spec.get('gpus') or [0])[0]}"
+            # --device cuda: None = the model's own `gpu:`, which the subserver checks against the visible GPUs
             args = SubserverArgs(
                 plan_path=plan_path,
                 model=name,
