@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenrouter.runtime.engine.base import EngineError, StepInput
-from tokenrouter.runtime.engine.embedded import EngineRowError, load_engine
+from tokenrouter.runtime.engine.embedded import load_engine
 from tokenrouter.runtime.engine.generate import generate
+from tokenrouter.runtime.engine.held import EngineRowError
 from tokenrouter.runtime.sampling import SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]

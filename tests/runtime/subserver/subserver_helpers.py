@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenrouter.runtime.engine.base import Engine, StepOutput
-from tokenrouter.runtime.engine.embedded import EngineRowError
+from tokenrouter.runtime.engine.held import EngineRowError
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = str(ROOT / "examples/models/tiny-small")

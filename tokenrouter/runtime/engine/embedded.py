@@ -16,8 +16,6 @@ The model step itself is `_run_model`: when a graph runner is installed (`self.g
 
 from __future__ import annotations
 
-import numbers
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +23,10 @@ from pathlib import Path
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
-from tokenrouter.runtime.engine.base import Engine, EngineError, ModelInfo, StepInput, StepOutput
+from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
 from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
@@ -36,14 +35,6 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 CPU_DEFAULT_KV_BYTES = 256 << 20
 CPU_DEFAULT_MAX_TOKENS = 65536
 GPU_KV_FRACTION = 0.8  # of the memory free after the weights, when no budget is given
-
-
-class EngineRowError(EngineError):
-    """One row of a step can never run (the message says why); `rid` names it."""
-
-    def __init__(self, rid: str, message: str) -> None:
-        super().__init__(f"request {rid!r}: {message}")
-        self.rid = rid
 
 
 @dataclass(slots=True)
@@ -92,7 +83,7 @@ class Req:
     slots: list[int] = field(default_factory=list)  # its KV slot ids (host copy), in sequence order
 
 
-class EmbeddedEngine(Engine):
+class EmbeddedEngine(HeldRequestsEngine):
     def __init__(
         self, model: DecoderForCausalLM, config: ModelConfig, settings: EngineConfig, name: str
     ) -> None:
@@ -113,11 +104,7 @@ class EmbeddedEngine(Engine):
             dtype=self.dtype,
             device=self.device,
         )
-        self.reqs: dict[str, Req] = {}
-        self.lru: OrderedDict[str, None] = OrderedDict()  # resident rids, least recently used first
-        self.evictions = 0
-        self.reprefills = 0
-        self.steps = 0
+        self._init_requests()
         self.graph_runner = None
         self._init_graph_runner()
 
@@ -197,115 +184,31 @@ class EmbeddedEngine(Engine):
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
 
     # --- the Engine contract ------------------------------------------------------------------------
-    def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
-        rows = list(batch)
-        if not rows:
-            raise ValueError("forward needs at least one row")
-        self._validate(rows)
-        before = (self.evictions, self.reprefills)
-        outs = [self._forward_rows(rows[i : i + self.max_batch]) for i in range(0, len(rows), self.max_batch)]
-        outs = [o for chunk in outs for o in chunk]
-        self.steps += 1
-        logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
-        hidden = None
-        if want_hidden:
-            hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
-        new_tokens = [len(r.new_token_ids) for r in rows]
-        stats = {
-            "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
-            "rows": len(rows),
-            "tokens": sum(o[2] for o in outs),
-            "forwards": len(outs),
-            "evicted": self.evictions - before[0],
-            "reprefilled": self.reprefills - before[1],
-        }
-        return StepOutput(logits=logits, hidden=hidden, stats=stats)
-
-    def release(self, rid: str) -> None:
-        req = self.reqs.pop(rid, None)
-        if req is not None and req.req_pool_idx:
-            self._free_kv(req)
-
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
             return self.model.model.embed_tokens(token_ids.to(self.device, torch.int64))
-
-    def seq_len(self, rid: str) -> int:
-        req = self.reqs.get(rid)
-        return 0 if req is None else len(req.token_ids)
-
-    def stats(self) -> dict:
-        pool, r2t = self.token_to_kv_pool, self.req_to_token_pool
-        resident = sum(1 for r in self.reqs.values() if r.req_pool_idx)
-        return {
-            "pages_total": pool.size,
-            "pages_free": pool.available_size(),
-            "pages_used": pool.size - pool.available_size(),
-            "page_size": 1,
-            "req_slots_total": r2t.size,
-            "req_slots_free": r2t.available_size(),
-            "requests": len(self.reqs),
-            "held": resident,
-            "evicted_held": len(self.reqs) - resident,
-            "evictions": self.evictions,
-            "reprefills": self.reprefills,
-            "steps": self.steps,
-            "max_len": self.max_len,
-            "attention": self.attn_backend.name,
-            "cuda_graph": self.graph_runner is not None,
-        }
 
     def forward_full(self, token_ids: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced logits [T, V] and hidden [T, H] of one sequence, without the KV cache."""
         return self.model.forward_full(torch.as_tensor(token_ids, dtype=torch.int64))
 
+    # --- HeldRequestsEngine hooks ---------------------------------------------------------------------
+    def _new_req(self, rid: str) -> Req:
+        return Req(rid)
+
+    def _resident(self, req: Req) -> bool:
+        return req.req_pool_idx != 0
+
+    def _kv_available(self) -> int:
+        return self.token_to_kv_pool.available_size()
+
+    def _pages_total(self) -> int:
+        return self.token_to_kv_pool.size
+
+    def _extra_stats(self) -> dict:
+        return {"attention": self.attn_backend.name, "cuda_graph": self.graph_runner is not None}
+
     # --- one step -------------------------------------------------------------------------------------
-    def _validate(self, rows: list[StepInput]) -> None:
-        seen: set[str] = set()
-        vocab = self.model_config.vocab_size
-        for row in rows:
-            if row.rid in seen:
-                raise EngineRowError(row.rid, "appears twice in one step")
-            seen.add(row.rid)
-            new = row.new_token_ids
-            if len(new) == 0:
-                raise EngineRowError(row.rid, "a step needs at least one new token")
-            if not all(type(t) is int for t in new) and any(
-                isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new
-            ):
-                raise EngineRowError(row.rid, "token ids must be ints")
-            if min(new) < 0 or max(new) >= vocab:
-                raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
-            total = self.seq_len(row.rid) + len(new)
-            if total > self.max_len:
-                raise EngineRowError(row.rid, f"{total} tokens exceed the engine's max_len {self.max_len}")
-
-    def _forward_rows(self, rows: list[StepInput]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-        """Run rows (≤ max_batch) in one forward if they fit, else in halves. Returns one
-        (logits, hidden, tokens) per model forward."""
-        reqs = [self.reqs.get(r.rid) or Req(r.rid) for r in rows]
-        need_tokens = sum(
-            len(r.new_token_ids) + (0 if q.req_pool_idx else len(q.token_ids))
-            for r, q in zip(rows, reqs, strict=True)
-        )
-        need_rows = sum(1 for q in reqs if not q.req_pool_idx)
-        if not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
-            if len(rows) == 1:  # cannot happen while max_len <= pool size; kept as a clear error
-                raise EngineRowError(rows[0].rid, "does not fit in the KV pool even alone")
-            half = len(rows) // 2
-            return self._forward_rows(rows[:half]) + self._forward_rows(rows[half:])
-        return [self._forward_fitting(rows, reqs, need_tokens)]
-
-    def _make_room(self, need_tokens: int, need_rows: int, keep: set[str]) -> bool:
-        pool, r2t = self.token_to_kv_pool, self.req_to_token_pool
-        while pool.available_size() < need_tokens or r2t.available_size() < need_rows:
-            victim = next((rid for rid in self.lru if rid not in keep), None)
-            if victim is None:
-                return False
-            self._free_kv(self.reqs[victim])
-            self.evictions += 1
-        return True
-
     def _free_kv(self, req: Req) -> None:
         if req.slots:
             self.token_to_kv_pool.free(torch.tensor(req.slots, dtype=torch.int64))
@@ -314,8 +217,8 @@ class EmbeddedEngine(Engine):
         req.slots, req.kv_len, req.req_pool_idx = [], 0, 0
 
     def _forward_fitting(
-        self, rows: list[StepInput], reqs: list[Req], need_tokens: int
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        self, rows: list[StepInput], reqs: list[Req], need_tokens: int, want_hidden: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:  # the model always yields the hidden state
         locs = self.token_to_kv_pool.alloc_extend(need_tokens)
         input_ids: list[int] = []
         prefix_lens: list[int] = []

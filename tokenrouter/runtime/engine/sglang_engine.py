@@ -39,18 +39,16 @@ source; not yet run against SGLang on a GPU (docs/sglang.md says what that run m
 from __future__ import annotations
 
 import logging
-import numbers
 import socket
-from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from tokenrouter.runtime.engine.base import Engine, EngineError, ModelInfo, StepInput, StepOutput
+from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
 from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
-from tokenrouter.runtime.engine.embedded import EngineConfig, EngineRowError
+from tokenrouter.runtime.engine.embedded import EngineConfig
+from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool
 
 logger = logging.getLogger(__name__)
@@ -116,7 +114,7 @@ class Req:
     req_pool_idx: int | None = None  # its slots are req_to_token[req_pool_idx, :kv_len] (as in SGLang)
 
 
-class SGLangEngine(Engine):
+class SGLangEngine(HeldRequestsEngine):
     """The Engine contract over one SGLang `ModelRunner` (see the module docstring)."""
 
     def __init__(self, runner, config: ModelConfig, settings: SGLangSettings, name: str, sgl) -> None:
@@ -143,127 +141,40 @@ class SGLangEngine(Engine):
             dtype=self.dtype,
             device=self.device,
         )
-        self.reqs: dict[str, Req] = {}
-        self.lru: OrderedDict[str, None] = OrderedDict()  # resident rids, least recently used first
-        self.evictions = 0
-        self.reprefills = 0
-        self.steps = 0
+        self._init_requests()
         self.graph_steps = 0
 
     # --- the Engine contract ------------------------------------------------------------------------
-    def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
-        rows = list(batch)
-        if not rows:
-            raise ValueError("forward needs at least one row")
-        self._validate(rows)
-        before = (self.evictions, self.reprefills, self.graph_steps)
-        outs = [
-            self._forward_rows(rows[i : i + self.max_batch], want_hidden)
-            for i in range(0, len(rows), self.max_batch)
-        ]
-        outs = [o for chunk in outs for o in chunk]
-        self.steps += 1
-        logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
-        hidden = None
-        if want_hidden:
-            hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
-        new_tokens = [len(r.new_token_ids) for r in rows]
-        stats = {
-            "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
-            "rows": len(rows),
-            "tokens": sum(o[2] for o in outs),
-            "forwards": len(outs),
-            "evicted": self.evictions - before[0],
-            "reprefilled": self.reprefills - before[1],
-            "cuda_graph": self.graph_steps - before[2],
-        }
-        return StepOutput(logits=logits, hidden=hidden, stats=stats)
-
-    def release(self, rid: str) -> None:
-        req = self.reqs.pop(rid, None)
-        if req is not None and req.req_pool_idx is not None:
-            self._free_kv(req)
-
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
             layer = self.runner.model.get_input_embeddings()
             return layer(token_ids.to(self.device, torch.int64))
 
-    def seq_len(self, rid: str) -> int:
-        req = self.reqs.get(rid)
-        return 0 if req is None else len(req.token_ids)
+    # --- HeldRequestsEngine hooks ---------------------------------------------------------------------
+    def _new_req(self, rid: str) -> Req:
+        return Req(rid)
 
-    def stats(self) -> dict:
-        resident = sum(1 for r in self.reqs.values() if r.req_pool_idx is not None)
-        free = self.allocator.available_size()
+    def _resident(self, req: Req) -> bool:
+        return req.req_pool_idx is not None
+
+    def _kv_available(self) -> int:
+        return self.allocator.available_size()
+
+    def _pages_total(self) -> int:
+        return self.pages_total
+
+    def _counters(self) -> dict[str, int]:
+        return {**HeldRequestsEngine._counters(self), "cuda_graph": self.graph_steps}
+
+    def _extra_stats(self) -> dict:
         return {
-            "pages_total": self.pages_total,
-            "pages_free": free,
-            "pages_used": self.pages_total - free,
-            "page_size": 1,
-            "req_slots_total": self.req_to_token_pool.size,
-            "req_slots_free": self.req_to_token_pool.available_size(),
-            "requests": len(self.reqs),
-            "held": resident,
-            "evicted_held": len(self.reqs) - resident,
-            "evictions": self.evictions,
-            "reprefills": self.reprefills,
-            "steps": self.steps,
             "graph_steps": self.graph_steps,
-            "max_len": self.max_len,
             "attention": "sglang-triton",
             "cuda_graph": self.graphs,
             "sglang": SGLANG_VERSION,
         }
 
     # --- one step -------------------------------------------------------------------------------------
-    def _validate(self, rows: list[StepInput]) -> None:
-        seen: set[str] = set()
-        vocab = self.model_config.vocab_size
-        for row in rows:
-            if row.rid in seen:
-                raise EngineRowError(row.rid, "appears twice in one step")
-            seen.add(row.rid)
-            new = row.new_token_ids
-            if len(new) == 0:
-                raise EngineRowError(row.rid, "a step needs at least one new token")
-            if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in new):
-                raise EngineRowError(row.rid, "token ids must be ints")
-            if min(new) < 0 or max(new) >= vocab:
-                raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
-            total = self.seq_len(row.rid) + len(new)
-            if total > self.max_len:
-                raise EngineRowError(row.rid, f"{total} tokens exceed the engine's max_len {self.max_len}")
-
-    def _forward_rows(
-        self, rows: list[StepInput], want_hidden: bool
-    ) -> list[tuple[torch.Tensor, torch.Tensor | None, int]]:
-        """Run rows (<= max_batch) in one forward if they fit, else in halves."""
-        reqs = [self.reqs.get(r.rid) or Req(r.rid) for r in rows]
-        need_tokens = sum(
-            len(r.new_token_ids) + (0 if q.req_pool_idx is not None else len(q.token_ids))
-            for r, q in zip(rows, reqs, strict=True)
-        )
-        need_rows = sum(1 for q in reqs if q.req_pool_idx is None)
-        if not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
-            if len(rows) == 1:
-                raise EngineRowError(rows[0].rid, "does not fit in the KV pool even alone")
-            half = len(rows) // 2
-            return self._forward_rows(rows[:half], want_hidden) + self._forward_rows(rows[half:], want_hidden)
-        return [self._forward_fitting(rows, reqs, need_tokens, want_hidden)]
-
-    def _make_room(self, need_tokens: int, need_rows: int, keep: set[str]) -> bool:
-        while (
-            self.allocator.available_size() < need_tokens
-            or self.req_to_token_pool.available_size() < need_rows
-        ):
-            victim = next((rid for rid in self.lru if rid not in keep), None)
-            if victim is None:
-                return False
-            self._free_kv(self.reqs[victim])
-            self.evictions += 1
-        return True
-
     def _free_kv(self, req: Req) -> None:
         if req.kv_len:  # a copy: the allocator keeps what it is given
             self.allocator.free(
