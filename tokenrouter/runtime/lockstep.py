@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 
 import msgspec
-import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine
-from tokenrouter.runtime.ipc import Sender
 from tokenrouter.runtime.subserver.batching import BatchingConfig
-from tokenrouter.runtime.subserver.process import Subserver, SubserverArgs
+from tokenrouter.runtime.subserver.process import Subserver, SubserverArgs, run_server_process
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -141,36 +136,4 @@ class LockstepServer(Subserver):
 
 def run_lockstep_process(args: SubserverArgs) -> None:
     """The entry function of the lockstep process: as `run_subserver_process`, with a `Ready` per model."""
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s lockstep %(message)s")
-    ctx = zmq.Context()
-    launcher = Sender(ctx, args.endpoints["launcher"])
-    frontend = Sender(ctx, args.endpoints["frontend"])
-    sub = None
-    code = 0
-    try:
-        sub = LockstepServer(args, ctx)
-
-        def _stop(signum, frame):
-            sub.stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _stop)
-            signal.signal(signal.SIGINT, _stop)
-        for name, info in sub.infos().items():
-            launcher.send(m.Ready(name=name, info=info))
-        sub.event_loop()
-    except BaseException:
-        tb = traceback.format_exc()
-        logger.error("crashed:\n%s", tb)
-        for s in (launcher, frontend):
-            s.sock.setsockopt(zmq.LINGER, 2000)
-            s.send(m.Fatal(name=args.model, error=tb))
-        code = 1
-    finally:
-        if sub is not None:
-            sub.close()
-        launcher.sock.close(0)
-        frontend.sock.close(0)
-        ctx.term()
-    if code:
-        raise SystemExit(code)
+    run_server_process(args, "lockstep", LockstepServer, LockstepServer.infos)

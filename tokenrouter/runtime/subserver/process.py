@@ -295,16 +295,21 @@ class Subserver:
 
 def run_subserver_process(args: SubserverArgs) -> None:
     """The entry function of one subserver process (see the module docstring for the protocol)."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s subserver[{args.model}] %(message)s"
-    )
+    run_server_process(args, f"subserver[{args.model}]", Subserver, lambda sub: {args.model: sub.info()})
+
+
+def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> None:
+    """The life of a process that serves models: build `make_server(args, ctx)`, send one `Ready` per model
+    (`infos(server)`: model -> info), run its event loop until Shutdown or SIGTERM/SIGINT; on a crash, log the
+    traceback and send `Fatal` to the launcher and the frontend, and exit 1."""
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {label} %(message)s")
     ctx = zmq.Context()
     launcher = Sender(ctx, args.endpoints["launcher"])
     frontend = Sender(ctx, args.endpoints["frontend"])
     sub = None
     code = 0
     try:
-        sub = Subserver(args, ctx)
+        sub = make_server(args, ctx)
 
         def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
             sub.stop.set()
@@ -312,7 +317,8 @@ def run_subserver_process(args: SubserverArgs) -> None:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _stop)
             signal.signal(signal.SIGINT, _stop)
-        launcher.send(m.Ready(name=args.model, info=sub.info()))
+        for name, info in infos(sub).items():
+            launcher.send(m.Ready(name=name, info=info))
         logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
         sub.event_loop()
     except BaseException:
