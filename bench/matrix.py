@@ -253,6 +253,7 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
 
 class Server:
     def __init__(self, s: Settings, plan: Path, mode: str, log: Path) -> None:
+        self.log = log
         self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
         dev = ["--device", s.device] if s.device else []
         cmd = cli(
@@ -284,7 +285,9 @@ class Server:
             elif self.proc.poll() is not None:
                 break
         self.stop()
-        raise RuntimeError("the server did not start")
+        errors = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        last = f": {errors[-1].strip()[:300]}" if errors else ""
+        raise RuntimeError(f"the server did not start{last}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
