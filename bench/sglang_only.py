@@ -93,15 +93,18 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-path", required=True, help="HF-format model folder (the large model)")
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("-c", "--concurrency", type=int, action="append", help="repeatable (default 4)")
     p.add_argument("-n", "--num-prompts", type=int, default=32)
+    p.add_argument("--rounds", type=int, help="requests per run = ROUNDS x concurrency (instead of -n)")
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--warmup-len", type=int, default=0,
+                   help="before each run, `concurrency` requests of this many tokens (0: none)")  # fmt: skip
     p.add_argument("--vocab-high", type=int, default=200, help="synthetic prompt ids are drawn below this")
     p.add_argument("--mem-fraction-static", type=float)
     p.add_argument("--max-running-requests", type=int)
@@ -111,25 +114,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--json", dest="json_out", help="write the reports here")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    if not Path(args.model_path, "config.json").is_file():
-        print(f"error: {args.model_path}: not a model folder (no config.json)", file=sys.stderr)
-        return 2
-    why = sglang_available(args.sglang_path)
-    if why:
-        print(f"sglang-only baseline skipped: {why}", file=sys.stderr)
-        return EXIT_NO_SGLANG
-    try:
-        specs = [
-            LoadSpec(url="", concurrency=c, num_prompts=args.num_prompts, output_len=args.output_len,
-                     prompt_len=args.prompt_len, vocab_high=args.vocab_high, progress=False)
-            for c in (args.concurrency or [4])
-        ]  # fmt: skip
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
+def load_specs(args: argparse.Namespace) -> list[tuple[LoadSpec | None, LoadSpec]]:
+    """Per concurrency: (warm-up or None, measured run). ValueError for bad numbers."""
+    out = []
+    for c in args.concurrency or [4]:
+        num = args.rounds * c if args.rounds else args.num_prompts
+        common = dict(url="", concurrency=c, prompt_len=args.prompt_len, vocab_high=args.vocab_high,
+                      progress=False)  # fmt: skip
+        warm = LoadSpec(num_prompts=c, output_len=args.warmup_len, **common) if args.warmup_len else None
+        out.append((warm, LoadSpec(num_prompts=num, output_len=args.output_len, **common)))
+    return out
+
+
+def run(args: argparse.Namespace, on_start=None) -> tuple[list[dict], float]:
+    """Start the server, run every load, stop it: (reports, server start-up seconds). `on_start(pgid)` is
+    called with the server's process group once it is started. Raises RuntimeError if it never answers."""
+    specs = load_specs(args)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
@@ -139,20 +142,45 @@ def main(argv: list[str] | None = None) -> int:
     print("starting:", " ".join(cmd), file=sys.stderr)
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    if on_start is not None:
+        on_start(proc.pid)
     reports = []
     try:
         wait_ready(proc, url, args.start_timeout)
-        print(f"SGLang server ready after {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        for spec in specs:
+        startup_s = time.perf_counter() - started
+        print(f"SGLang server ready after {startup_s:.0f} s", file=sys.stderr)
+        for warm, spec in specs:
+            if warm is not None:
+                warm.url = url
+                asyncio.run(run_load(warm))
             spec.url = url
             report = asyncio.run(run_load(spec)) | {"mode": "sglang-only", "sglang": SGLANG_VERSION}
             print(f"\n## sglang-only, concurrency {spec.concurrency}\n{format_report(report)}")
             reports.append(report)
+    finally:
+        stop(proc)
+    return reports, startup_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not Path(args.model_path, "config.json").is_file():
+        print(f"error: {args.model_path}: not a model folder (no config.json)", file=sys.stderr)
+        return 2
+    why = sglang_available(args.sglang_path)
+    if why:
+        print(f"sglang-only baseline skipped: {why}", file=sys.stderr)
+        return EXIT_NO_SGLANG
+    try:
+        load_specs(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        reports, _ = run(args)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    finally:
-        stop(proc)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(reports, indent=2))
