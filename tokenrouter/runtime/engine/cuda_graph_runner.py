@@ -32,7 +32,10 @@ from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode
 
 DEFAULT_DECODE_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 DEFAULT_EXTEND_BS = (1, 2, 4, 8, 16)
-DEFAULT_EXTEND_LENS = (2, 4, 8)
+# A request that comes back from a peer brings every token written while it was away: about 1/p of them
+# for a hop rate p (12 at p = 0.1 on the large model), so extends reach well past 8 tokens per row.
+DEFAULT_EXTEND_LENS = (2, 4, 8, 16, 32, 64)
+DEFAULT_MAX_EXTEND_TOKENS = 512  # extend shapes with bs * q above this are not captured
 
 
 @dataclass(slots=True)
@@ -40,6 +43,7 @@ class CudaGraphConfig:
     decode_batch_sizes: tuple[int, ...] = DEFAULT_DECODE_BS
     extend_batch_sizes: tuple[int, ...] = DEFAULT_EXTEND_BS
     extend_lens: tuple[int, ...] = DEFAULT_EXTEND_LENS  # bucket sizes of new tokens per row (each > 1)
+    max_extend_tokens: int = DEFAULT_MAX_EXTEND_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("decode_batch_sizes", "extend_batch_sizes", "extend_lens"):
@@ -55,7 +59,12 @@ class CudaGraphConfig:
     def shapes(self) -> list[tuple[int, int]]:
         """Every (bs, q) to capture."""
         out = [(bs, 1) for bs in self.decode_batch_sizes]
-        out += [(bs, q) for bs in self.extend_batch_sizes for q in self.extend_lens]
+        out += [
+            (bs, q)
+            for bs in self.extend_batch_sizes
+            for q in self.extend_lens
+            if bs * q <= self.max_extend_tokens
+        ]
         return out
 
 
@@ -82,6 +91,7 @@ class CudaGraphRunner:
             tuple(b for b in config.decode_batch_sizes if b <= cap),
             extend_bs,
             config.extend_lens if extend_bs else (),
+            config.max_extend_tokens,
         )
         if not self.config.shapes():
             raise ValueError(f"no CUDA graph shape fits max_batch={cap}")
@@ -111,7 +121,7 @@ class CudaGraphRunner:
     def _init_buckets(self) -> None:
         self.decode_bs = list(self.config.decode_batch_sizes)
         self.extend_shapes = sorted(
-            ((bs, q) for bs in self.config.extend_batch_sizes for q in self.config.extend_lens),
+            ((bs, q) for bs, q in self.config.shapes() if q > 1),
             key=lambda s: (s[0] * s[1], s[1]),
         )
 
