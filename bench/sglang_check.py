@@ -59,9 +59,10 @@ route llm {{
   when norm_entropy <= threshold -> slm
 }}
 """
-# minimum seconds a stage needs to be worth starting
-MIN_S = {"env": 5, "api": 120, "perf": 150, "decode": 60, "contract": 60}
-ORDER = ("env", "api", "perf", "decode", "contract")
+# seconds a stage needs to be worth starting, and the most it may take (a hang must not eat the later stages)
+MIN_S = {"env": 5, "api": 100, "perf": 150, "contract": 60, "decode": 60}
+MAX_S = {"env": 60, "api": 180, "perf": 300, "contract": 150, "decode": 150}
+ORDER = ("env", "api", "perf", "contract", "decode")
 PGIDS = "pgids.txt"  # process groups a stage started (servers), killed by the orchestrator if left running
 
 
@@ -379,7 +380,9 @@ def stage_api(st: Stage) -> None:
             API_POLICY.format(engine=engine, threshold=repr(threshold), slm=slm, llm=llm, opt=opt)
         )
         t0 = time.monotonic()
-        srv = Server(st, policy, out / f"serve-{engine}.stderr", timeout=max(60.0, st.left() - 60))
+        srv = Server(
+            st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, min(150.0, st.left() - 40))
+        )
         st.res[f"startup_s_{engine}"] = srv.startup_s
         st.say(f"serving both models on {engine} after {srv.startup_s:.0f} s")
         try:
@@ -417,6 +420,62 @@ def _run_record(mode: str, n: int, report: dict, startup_s: float) -> dict:
     }  # fmt: skip
 
 
+def _perf_tokenrouter(
+    st: Stage, mode: str, plan: Path, raw: Path, output_len: int, ns: tuple[int, ...]
+) -> None:
+    if st.left() < 60:
+        st.res.setdefault("skipped", []).append(mode)
+        return
+    try:
+        srv = Server(st, plan, raw / f"serve-{mode}.stderr", timeout=max(30.0, min(160.0, st.left() - 40)))
+    except Exception as e:  # noqa: BLE001 - the next mode still runs
+        st.res.setdefault("errors", {})[mode] = traceback.format_exc()
+        st.say(f"{mode} failed to start: {e}")
+        st.save()
+        return
+    st.say(f"{mode} serving after {srv.startup_s:.0f} s")
+    try:
+        for n in ns:
+            _load_report(srv.url, n, n, 16)  # warm-up: kernels, graphs
+            report = _load_report(srv.url, n, 2 * n, output_len)
+            rec = _run_record(mode, n, report, srv.startup_s)
+            rec["metrics"] = {k: v for k, v in _metrics(srv.url).items()
+                              if "step_latency_seconds_mean" in k or "steps_total" in k or "hops_total" in k}  # fmt: skip
+            st.res["runs"].append(rec)
+            st.save()
+            st.say(
+                f"{mode} N={n}: {rec['tok_s']:.1f} tok/s, {rec['tokens_per_model']}, failed {rec['failed']}"
+            )
+    except Exception:  # noqa: BLE001
+        st.res.setdefault("errors", {})[mode] = traceback.format_exc()
+        st.save()
+    finally:
+        srv.stop()
+
+
+def _perf_sglang_only(st: Stage, folder: str, output_len: int, ns: tuple[int, ...]) -> None:
+    if st.left() < 60:
+        st.res.setdefault("skipped", []).append("sglang-only")
+        return
+    import sglang_only
+
+    args = sglang_only.parse_args(
+        ["--model-path", folder, "--load-format", "dummy", "--output-len", str(output_len),
+         "--rounds", "2", "--warmup-len", "16", "--server-arg=--cuda-graph-max-bs-decode",
+         "--server-arg=16", "--start-timeout", str(max(30.0, min(160.0, st.left() - 40)))]
+        + [f"-c{n}" for n in ns]
+    )  # fmt: skip
+    try:
+        reports, startup_s = sglang_only.run(args, on_start=st.track)
+        for rep in reports:
+            rec = _run_record("sglang-only", rep["spec"]["concurrency"], rep, startup_s)
+            st.res["runs"].append(rec)
+            st.say(f"sglang-only N={rec['n']}: {rec['tok_s']:.1f} tok/s, failed {rec['failed']}")
+    except Exception:  # noqa: BLE001
+        st.res.setdefault("errors", {})["sglang-only"] = traceback.format_exc()
+    st.save()
+
+
 def stage_perf(st: Stage, output_len: int, ns: tuple[int, ...]) -> None:
     import matrix
 
@@ -433,55 +492,10 @@ def stage_perf(st: Stage, output_len: int, ns: tuple[int, ...]) -> None:
     write_plan(plan, plan_s)
     st.res.update(runs=[], output_len=output_len, requests_per_run="2N", plans=[str(plan_e), str(plan_s)])
     st.save()
-    for mode, path in (("tr-embedded", plan_e), ("tr-sglang", plan_s)):
-        if st.left() < 60:
-            st.res.setdefault("skipped", []).append(mode)
-            continue
-        try:
-            srv = Server(st, path, raw / f"serve-{mode}.stderr", timeout=max(60.0, st.left() - 30))
-        except Exception as e:  # noqa: BLE001 - the next mode still runs
-            st.res.setdefault("errors", {})[mode] = traceback.format_exc()
-            st.say(f"{mode} failed to start: {e}")
-            st.save()
-            continue
-        st.say(f"{mode} serving after {srv.startup_s:.0f} s")
-        try:
-            for n in ns:
-                _load_report(srv.url, n, n, 16)  # warm-up: kernels, graphs
-                report = _load_report(srv.url, n, 2 * n, output_len)
-                rec = _run_record(mode, n, report, srv.startup_s)
-                rec["metrics"] = {k: v for k, v in _metrics(srv.url).items()
-                                  if "step_latency_seconds_mean" in k or "steps_total" in k or "hops_total" in k}  # fmt: skip
-                st.res["runs"].append(rec)
-                st.save()
-                st.say(
-                    f"{mode} N={n}: {rec['tok_s']:.1f} tok/s, {rec['tokens_per_model']}, failed {rec['failed']}"
-                )
-        except Exception:  # noqa: BLE001
-            st.res.setdefault("errors", {})[mode] = traceback.format_exc()
-            st.save()
-        finally:
-            srv.stop()
-    if st.left() >= 60:
-        import sglang_only
-
-        folder = matrix.model_folder(s, "qwen3-8b")
-        args = sglang_only.parse_args(
-            ["--model-path", folder, "--load-format", "dummy", "--output-len", str(output_len),
-             "--rounds", "2", "--warmup-len", "16", "--server-arg=--cuda-graph-max-bs-decode",
-             "--server-arg=16", "--start-timeout", str(max(60.0, st.left() - 30))]
-            + [f"-c{n}" for n in ns]
-        )  # fmt: skip
-        try:
-            reports, startup_s = sglang_only.run(args, on_start=st.track)
-            for rep in reports:
-                rec = _run_record("sglang-only", rep["spec"]["concurrency"], rep, startup_s)
-                st.res["runs"].append(rec)
-                st.say(f"sglang-only N={rec['n']}: {rec['tok_s']:.1f} tok/s, failed {rec['failed']}")
-        except Exception:  # noqa: BLE001
-            st.res.setdefault("errors", {})["sglang-only"] = traceback.format_exc()
-    else:
-        st.res.setdefault("skipped", []).append("sglang-only")
+    # the two references first, so that a TokenRouter-on-SGLang start that hangs cannot cost them
+    _perf_tokenrouter(st, "tr-embedded", plan_e, raw, output_len, ns)
+    _perf_sglang_only(st, matrix.model_folder(s, "qwen3-8b"), output_len, ns)
+    _perf_tokenrouter(st, "tr-sglang", plan_s, raw, output_len, ns)
     st.res["ratios"] = perf_ratios(st.res["runs"])
     st.save()
 
@@ -665,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         result.unlink(missing_ok=True)
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] stage {name}: {left:.0f} s left", flush=True)
+        left = min(left, MAX_S[name])
         cmd = [sys.executable, __file__, "--stage", name, "--work", str(work), "--result", str(result),
                "--stage-deadline", str(left - 10), "--output-len", str(args.output_len)]  # fmt: skip
         cmd += [f"-n{n}" for n in args.n]
@@ -686,8 +701,11 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads(result.read_text()) if result.exists() else {}
         err = res.pop("error", None)
         status = "ok" if rc == 0 and not err else f"failed (exit {rc})"
-        if name == "perf" and res.get("errors"):
-            status = f"partial ({', '.join(res['errors'])} failed)"
+        failed_parts = list(res.get("errors", {})) + [
+            f"{d['shape']} {d['engine']}" for d in res.get("steps", []) if d.get("error")
+        ]
+        if status == "ok" and failed_parts:
+            status = f"partial ({', '.join(failed_parts)} failed)"
         summary["stages"][name] = {"status": status, "seconds": time.monotonic() - t0, "result": res,
                                    "error": err, "killed_left_pgids": killed}  # fmt: skip
         if err is None and rc != 0:
