@@ -44,8 +44,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SMALL = dict(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, head_dim=64)
-LARGE = dict(hidden=512, intermediate=1024, layers=4, heads=8, kv_heads=4, head_dim=64)
+# the tiny pair has the attention shapes of Qwen3-0.6B / -8B (heads, KV heads, head dim): SGLang's Triton
+# attention kernels are specialized on them, so the api stage's compiles serve the perf stage's models too
+SMALL = dict(hidden=256, intermediate=512, layers=2, heads=16, kv_heads=8, head_dim=128)
+LARGE = dict(hidden=512, intermediate=1024, layers=4, heads=32, kv_heads=8, head_dim=128, tie=False)
 API_POLICY = """policy check "R-Stitch on the tiny pair, engine {engine}"
 param threshold: float = {threshold}
 model slm = "{slm}" {{ gpu: 0, batch: 2, mem: 0.02, max_len: 2048{opt} }}

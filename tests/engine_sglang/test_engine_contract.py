@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_SMALL = REPO / "examples" / "models" / "tiny-small"
 POOL = 256  # KV slots of the CPU engine: small, so that eviction is cheap to provoke
 POOL_GPU = 4096  # on the GPU (SGLang sizes some buffers from its pool: not too small)
-GPU_SHAPE = dict(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, head_dim=64)
+GPU_SHAPE = dict(
+    hidden=256, intermediate=512, layers=2, heads=16, kv_heads=8, head_dim=128
+)  # 0.6B's attention
 
 ENGINES = [
     pytest.param("embedded-cpu", id="embedded-cpu"),
