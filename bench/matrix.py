@@ -303,7 +303,7 @@ class Server:
 def scrape(url: str) -> dict[str, float]:
     import httpx
 
-    keep = ("step_latency_seconds_mean", "steps_total", "generation_tokens_total", "hops_total", "prefix_")
+    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "prefix_")
     out = {}
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line and not line.startswith("#") and any(k in line for k in keep):
@@ -446,7 +446,51 @@ def tables(records: list[dict]) -> str:
                 f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
             )
         out.append("")
+        out.extend(time_table(recs))
     return "\n".join(out)
+
+
+def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
+    """Per model, what its subserver did during the measured run (/metrics after minus before)."""
+    before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
+    out: dict[str, dict[str, float]] = {}
+    for key, value in after.items():
+        found = re.fullmatch(r'tokenrouter_(step_seconds_total|steps_total|step_rows_total|step_tokens_total)'
+                             r'\{model="([^"]+)"\}', key)  # fmt: skip
+        if found:
+            name, model = found.groups()
+            out.setdefault(model, {})[name] = value - before.get(key, 0.0)
+    return out
+
+
+def time_table(recs: list[dict]) -> list[str]:
+    """Where the time goes: each model's busy share of the run's wall time, ms per step, rows and tokens
+    per step (tokens > rows: prefills and extends of returning requests)."""
+    rows = []
+    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
+        wall = r["report"].get("wall_s") or 0.0
+        for model, d in sorted(step_deltas(r).items()):
+            steps = d.get("steps_total", 0.0)
+            if not steps or "step_seconds_total" not in d:
+                continue
+            busy = d["step_seconds_total"]
+            rows.append(
+                f"| {r['mode']} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | "
+                f"{busy / wall:.0%} | {1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
+                f"{d.get('step_tokens_total', 0) / steps:.2f} |"
+                if wall
+                else ""
+            )
+    if not rows:
+        return []
+    return [
+        "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
+        "of the run's wall time, ms per step, rows and tokens per step.\n",
+        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[x for x in rows if x],
+        "",
+    ]
 
 
 def chart(records: list[dict], path: Path) -> None:

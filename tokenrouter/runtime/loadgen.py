@@ -128,7 +128,9 @@ async def _one_request(
                     result.error = str(chunk["error"])
                     return result
                 for choice in chunk.get("choices") or []:
-                    if choice.get("text") and first is None:
+                    # the first chunk that carries tokens (its text may be empty: a token that is not
+                    # yet decodable text, as with the random-weight models' small tokenizers)
+                    if first is None and choice.get("finish_reason") is None and "text" in choice:
                         first = time.perf_counter()
                     _merge_routing(result, choice.get("routing"))
                 usage = chunk.get("usage")

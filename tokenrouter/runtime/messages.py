@@ -117,6 +117,11 @@ class SubserverStats(msgspec.Struct, tag=True):
     # std-serving's prefix cache (runtime/prefix_cache.py): tokens reused vs prefilled on arrivals
     prefix_matched_tokens: int = 0
     prefix_computed_tokens: int = 0
+    # exact totals since start: step wall time (forward + route kernel), rows, tokens run, per batch size
+    busy_ms: float = 0.0
+    rows_total: int = 0
+    new_tokens_total: int = 0
+    step_ms_by_bs: dict[int, tuple[int, float]] = {}  # batch size -> (steps, ms)
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

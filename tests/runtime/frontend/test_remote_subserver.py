@@ -136,7 +136,9 @@ def test_remote_that_never_starts_is_a_readiness_error_naming_it(tmp_path):
     )  # fmt: skip
     assert r.returncode == 1 and r.stdout == "", r.stderr
     assert "tokenrouter subserver" in r.stderr
-    assert "not ready after 3 s: remote subserver 'llm'" in r.stderr and "Traceback" not in r.stderr
+    # on a loaded machine the local 'slm' may be late too: it is listed first then
+    assert "not ready after 3 s: " in r.stderr and "remote subserver 'llm' (no Ready" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -71,3 +71,14 @@ def test_tables_ratios_and_prediction(tmp_path):
 def test_bad_run_specs(bad):
     with pytest.raises(ValueError, match="MODE:N"):
         matrix.parse_runs([bad])
+
+
+def test_time_table_from_metrics_deltas():
+    rec = record("tokenrouter", 4, 300.0)
+    rec["report"]["wall_s"] = 2.0
+    m = 'tokenrouter_{}{{model="llm"}}'
+    rec["metrics_before"] = {m.format("steps_total"): 10.0, m.format("step_seconds_total"): 0.5}
+    rec["metrics_after"] = {m.format("steps_total"): 110.0, m.format("step_seconds_total"): 1.5,
+                            m.format("step_rows_total"): 150.0, m.format("step_tokens_total"): 1200.0}  # fmt: skip
+    assert matrix.step_deltas(rec)["llm"]["steps_total"] == 100.0
+    assert "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 |" in matrix.tables([rec])

@@ -99,3 +99,25 @@ def test_bad_requests_fail_with_a_message(tmp_path):
 def test_unknown_model_and_message():
     with pytest.raises(ValueError, match="not in the plan"):
         Scheduler("zz", {"models": {"a": {}}, "routes": {}}, None, None)
+
+
+def test_step_accounting_is_exact(pair):
+    """stats() carries exact totals: steps by batch size, rows, and the tokens the engine actually ran."""
+    from tokenrouter.runtime.frontend.metrics import Metrics
+
+    a = pair["a"]
+    for i, prompt in enumerate(([5, 6, 7], [8, 9], [10, 11, 12, 13])):
+        a.handle(m.NewRequest(f"r{i}", prompt, SPEC, n_active=3))
+    for _ in range(6):
+        a.step()
+    s = a.stats()
+    assert s.steps == sum(n for n, _ in s.step_ms_by_bs.values()) > 0
+    assert s.rows_total == sum(bs * n for bs, (n, _) in s.step_ms_by_bs.items())
+    assert s.rows_total == sum(1 for _ in a.engine.calls)  # one engine row per request per step
+    assert s.new_tokens_total == sum(len(new) for _, new in a.engine.calls)
+    assert s.busy_ms == pytest.approx(sum(ms for _, ms in s.step_ms_by_bs.values()))
+    metrics = Metrics(models=["a", "b"])
+    metrics.on_stats(s)
+    out = metrics.render(active=0)
+    assert f'tokenrouter_step_tokens_total{{model="a"}} {s.new_tokens_total}' in out
+    assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.step_ms_by_bs[3][0]}' in out

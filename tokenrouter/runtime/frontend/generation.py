@@ -68,6 +68,7 @@ class Choice:
                 st.event.clear()
                 if st.error is not None:
                     raise st.error
+                before = self.completion_tokens
                 for tok, model in st.take():
                     self.completion_tokens += 1
                     self.per_model[model] += 1
@@ -84,8 +85,10 @@ class Choice:
                     if self.finish_reason is not None
                     else max(self._emitted, len(self.text) - hold)
                 )
-                if end > self._emitted:
-                    piece, self._emitted = self.text[self._emitted : end], end
+                if end > self._emitted or self.completion_tokens > before:
+                    # a chunk per batch of new tokens, even when they add no text yet (held back by the
+                    # detokenizer or a possible stop string), so streaming clients see every step
+                    piece, self._emitted = self.text[self._emitted : end], max(end, self._emitted)
                     yield piece
                 if self.finish_reason is not None:
                     return

@@ -48,17 +48,10 @@ class Metrics:
     tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # by model
     hops: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (from, to)
     stats: dict[str, m.SubserverStats] = field(default_factory=dict)
-    step_ms_sum: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    step_count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ttft: Histogram = field(default_factory=Histogram)  # request arrival → its first token at the frontend
     e2e: Histogram = field(default_factory=Histogram)  # request arrival → finished (not aborted)
 
     def on_stats(self, s: m.SubserverStats) -> None:
-        prev = self.stats.get(s.model)
-        new_steps = s.steps - (prev.steps if prev else 0)
-        if new_steps > 0:  # approximate the latency sum by the last step's latency for the steps in between
-            self.step_ms_sum[s.model] += s.last_step_ms * new_steps
-            self.step_count[s.model] += new_steps
         self.stats[s.model] = s
 
     def render(self, active: int) -> str:
@@ -141,15 +134,36 @@ class Metrics:
             "Steps run by the subserver.",
             [({"model": x}, s.steps) for x, s in sorted(self.stats.items())],
         )
+        stats = sorted(self.stats.items())
         metric(
             "step_latency_seconds_mean",
             "gauge",
-            "Mean step latency since start (each stats report weighs its last step by the steps since the previous report).",
-            [
-                ({"model": x}, self.step_ms_sum[x] / 1000.0 / n)
-                for x, n in sorted(self.step_count.items())
-                if n
-            ],
+            "Mean step latency since start (forward + route kernel).",
+            [({"model": x}, s.busy_ms / 1000.0 / s.steps) for x, s in stats if s.steps],
+        )
+        for name, help_, attr, scale in (
+            ("step_seconds_total", "Time spent in steps (forward + route kernel).", "busy_ms", 1e-3),
+            ("step_rows_total", "Rows run, summed over steps.", "rows_total", 1),
+            (
+                "step_tokens_total",
+                "Tokens run: prefills, extend suffixes, one per decode row.",
+                "new_tokens_total",
+                1,
+            ),
+        ):
+            metric(name, "counter", help_, [({"model": x}, getattr(s, attr) * scale) for x, s in stats])
+        by_bs = [(x, bs, n, ms) for x, s in stats for bs, (n, ms) in sorted(s.step_ms_by_bs.items())]
+        metric(
+            "steps_by_batch_total",
+            "counter",
+            "Steps run, by batch size.",
+            [({"model": x, "bs": str(bs)}, n) for x, bs, n, _ in by_bs],
+        )
+        metric(
+            "step_seconds_by_batch_total",
+            "counter",
+            "Time spent in steps, by batch size.",
+            [({"model": x, "bs": str(bs)}, ms / 1000.0) for x, bs, _, ms in by_bs],
         )
         for name, help_, h in (
             ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),

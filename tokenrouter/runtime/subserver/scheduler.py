@@ -99,6 +99,11 @@ class Scheduler:
         self.steps = 0
         self.last_batch_size = 0
         self.last_step_ms = 0.0
+        # exact totals since start, for /metrics and the benchmarks (the step time includes the route kernel)
+        self.busy_ms = 0.0
+        self.rows_total = 0
+        self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
+        self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms]
 
     # ---- incoming messages -------------------------------------------------------------------------------
 
@@ -193,12 +198,20 @@ class Scheduler:
         if not batch:
             return []
         t0 = time.perf_counter()
+        new_tokens = sum(len(r.tokens) - r.fed for r in batch)
         batch, result, out = self.run_batch(batch)
         if batch:
             out += self.process_batch_result(batch, result)
+        ms = (time.perf_counter() - t0) * 1000.0
         self.steps += 1
         self.last_batch_size = len(batch)
-        self.last_step_ms = (time.perf_counter() - t0) * 1000.0
+        self.last_step_ms = ms
+        self.busy_ms += ms
+        self.rows_total += len(batch)
+        self.new_tokens_total += new_tokens
+        acc = self.step_ms_by_bs.setdefault(len(batch), [0, 0.0])
+        acc[0] += 1
+        acc[1] += ms
         return out
 
     def get_next_batch_to_run(self) -> list[Req]:
@@ -394,4 +407,8 @@ class Scheduler:
             steps=self.steps,
             kv_pages_total=int(es.get("pages_total", 0)),
             kv_pages_free=int(es.get("pages_free", 0)),
+            busy_ms=self.busy_ms,
+            rows_total=self.rows_total,
+            new_tokens_total=self.new_tokens_total,
+            step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.step_ms_by_bs.items()},
         )
