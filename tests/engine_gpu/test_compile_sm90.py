@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,8 +45,8 @@ def compile_all() -> list[str]:
     for name in ("qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh", "mt", "mh", "ms", "lt", "lh", "r2t"):
         scalars[f"stride_{name}"] = "i32"
     scalars["num_row_blocks"] = "i32"
-    # decode rows (1 stage), 32-row extend blocks (3 stages), a prefill (no split)
-    for group, block_m, splits, stages in ((2, 16, 16, 1), (4, 32, 4, 3), (4, 64, 1, 2)):
+    # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
+    for group, block_m, splits, stages in ((2, 16, tk.MAX_SPLITS, 1), (4, 32, 4, 3), (4, 64, 1, 2)):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
                       IEEE=False)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
@@ -53,17 +54,21 @@ def compile_all() -> list[str]:
         tk._merge_splits_kernel,
         dict(Mid_O="*fp32", Mid_LSE="*fp32", Out="*bf16"),
         {f"stride_{n}": "i32" for n in ("mt", "mh", "ms", "lt", "lh", "ot", "oh")},
-        dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=16, BLOCK_S=16),
+        dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=tk.MAX_SPLITS, BLOCK_S=tk.MAX_SPLITS),
     )
-    for cfg in tk._GEMV_CONFIGS:
-        build(
-            tk._gemv_kernel,
-            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16"),
-            dict(N="i32", K="i32", stride_wn="i32"),
-            dict(HAS_BIAS=True, SILU_MUL=True, **cfg.kwargs),
-            cfg.num_warps,
-            cfg.num_stages,
-        )
+    for cfg in tk._GEMV_CONFIGS:  # every tile shape, with SiLU*up, and with add & RMSNorm folded in
+        for variant in (
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True),
+        ):
+            build(
+                tk._gemv_kernel,
+                dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
+                dict(N="i32", K="i32", stride_wn="i32", eps="fp32"),
+                dict(HAS_BIAS=True, **variant, **cfg.kwargs),
+                cfg.num_warps,
+                cfg.num_stages,
+            )
     build(
         tk._rmsnorm_kernel,
         dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16"),
@@ -107,9 +112,15 @@ def compile_all() -> list[str]:
 def test_kernels_compile_for_sm90():
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's package, installed or not
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.count("\n") == 3 + 1 + 8 + 4, proc.stdout  # every configuration above compiled
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    gemvs = 2 * len(tk._GEMV_CONFIGS)
+    assert gemvs == 2 * 14
+    assert proc.stdout.count("\n") == 3 + 1 + gemvs + 4, proc.stdout  # every configuration above compiled
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The fused decoder forward of the Triton path against the model's own forward on the SDPA backend,
 for tiny random Qwen3 (q/k norm), Qwen2 (qkv bias) and Llama models: prefill, a mixed extend/decode
-step, and a one-token step (which runs the linear layers as the Triton GEMV)."""
+step, and a one-token step (which runs the linear layers as the Triton GEMV, with add & RMSNorm folded
+into the GEMVs or not)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
-from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend, fused_decoder_forward
+from tokenrouter.runtime.engine.attention.triton_backend import (
+    ENGINE_OFF_ENV,
+    FAST_PATH_OPTIONS,
+    TritonAttnBackend,
+    fused_decoder_forward,
+)
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
@@ -103,16 +109,49 @@ STEPS = [
 ]
 
 
+@pytest.mark.parametrize("fold", [True, False], ids=["gemv_norm", "no_gemv_norm"])
 @pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
-def test_fused_forward_matches_model_forward(family, monkeypatch):
+def test_fused_forward_matches_model_forward(family, fold, monkeypatch):
     model = tiny_model(family)
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
-    gemv_calls = []
-    real_gemv = tk.gemv
-    monkeypatch.setattr(tk, "gemv", lambda *a, **k: gemv_calls.append(1) or real_gemv(*a, **k))
-    got = run_steps(model, TritonAttnBackend(cfg), lambda fb: fused_decoder_forward(model, fb), STEPS)
-    assert len(gemv_calls) == 4 * model.config.num_hidden_layers  # the one-token step only
+    calls = {"gemv": 0, "rmsnorm": 0}
+
+    def counted(name):
+        real = getattr(tk, name)
+
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+
+        return wrapper
+
+    backend = TritonAttnBackend(cfg)
+    backend.gemv_norm = fold
+
+    def forward(fb):
+        if fb.num_tokens == 1:  # count the launches of the one-token step only
+            monkeypatch.setattr(tk, "gemv", counted("gemv"))
+            monkeypatch.setattr(tk, "rmsnorm", counted("rmsnorm"))
+        return fused_decoder_forward(model, fb)
+
+    got = run_steps(model, backend, forward, STEPS)
+    layers = model.config.num_hidden_layers
+    assert calls["gemv"] == 4 * layers
+    # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
+    assert calls["rmsnorm"] == (1 if fold else 1 + 2 * layers)
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
+def test_options_off_from_the_environment(monkeypatch):
+    cfg = attn_config(tiny_model("qwen3").config)
+    assert all(TritonAttnBackend(cfg).options().values())
+    monkeypatch.setenv(ENGINE_OFF_ENV, "gemv_norm, wide_splits")
+    backend = TritonAttnBackend(cfg)
+    assert {n for n, on in backend.options().items() if not on} == {"gemv_norm", "wide_splits"}
+    assert set(backend.options()) == set(FAST_PATH_OPTIONS)
+    monkeypatch.setenv(ENGINE_OFF_ENV, "gemv,no_such_thing")
+    with pytest.raises(ValueError, match="no_such_thing"):
+        TritonAttnBackend(cfg)

@@ -136,3 +136,41 @@ def test_gemv(bias, silu_mul):
     torch.testing.assert_close(tk.gemv(x, w, b, silu_mul=silu_mul), want, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError):
         tk.gemv(torch.zeros(2, k, device=DEVICE), w)
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_gemv_with_folded_rmsnorm(with_residual):
+    g = torch.Generator().manual_seed(7 + with_residual)
+    n, k = 40, 72
+    x = torch.randn(1, k, generator=g).to(DEVICE)
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    nw = torch.randn(k, generator=g).to(DEVICE)
+    b = torch.randn(n, generator=g).to(DEVICE)
+    if with_residual:
+        res = torch.randn(1, k, generator=g).to(DEVICE)
+        res_before = res.clone()
+        res_out = torch.full_like(res, float("nan"))
+        got = tk.gemv(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
+        torch.testing.assert_close(res, res_before)  # the old stream is left as it was
+        torch.testing.assert_close(res_out, res_before + x, **TOL)
+        want = torch.nn.functional.linear(_ref_rmsnorm(res_before + x, nw, 1e-6), w, b)
+    else:
+        got = tk.gemv(x, w, b, norm_weight=nw, eps=1e-6)
+        want = torch.nn.functional.linear(_ref_rmsnorm(x, nw, 1e-6), w, b)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    # the same as the two launches it replaces
+    r = res_before.clone() if with_residual else None
+    two = tk.gemv(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b)
+    torch.testing.assert_close(got, two, atol=1e-5, rtol=1e-5)
+
+
+def test_gemv_folded_norm_argument_errors():
+    x = torch.zeros(1, 8, device=DEVICE)
+    w = torch.zeros(4, 8, device=DEVICE)
+    nw = torch.ones(8, device=DEVICE)
+    with pytest.raises(ValueError, match="residual_out must not be residual"):
+        tk.gemv(x, w, norm_weight=nw, residual=x, residual_out=x)
+    with pytest.raises(ValueError, match="residual needs"):
+        tk.gemv(x, w, residual=x.clone(), residual_out=x.clone())
+    with pytest.raises(ValueError, match="do not combine"):
+        tk.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)

@@ -89,13 +89,25 @@ def test_split_count_does_not_change_the_result():
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     q, k_buf, v_buf, t = _make_batch([50, 3], [2, 3], 1, 16, 2, dtype, DEVICE, gen)
     outs = []
-    for splits in (1, 2, 8):
+    for splits in (1, 2, 8, 64):  # 64: one busy split of 64 tokens, 63 empty ones
         out = torch.empty_like(q)
         tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=3, sm_scale=0.25, num_splits=splits)
         outs.append(out.float())
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     torch.testing.assert_close(outs[0], outs[1], atol=tol, rtol=tol)
     torch.testing.assert_close(outs[0], outs[2], atol=tol, rtol=tol)
+    torch.testing.assert_close(outs[0], outs[3], atol=tol, rtol=tol)
+
+
+def test_decode_split_count_on_an_h200(monkeypatch):
+    """bs 1 decode with 8 KV heads on 132 SMs: 64 splits (the cap) instead of the old 16; larger batches
+    keep about two waves; the count depends only on the launch shape."""
+    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert tk.choose_num_splits(1, 8, 1, cpu) == 64
+    assert tk.choose_num_splits(1, 8, 1, cpu, tk.MAX_SPLITS_OLD) == 16
+    assert tk.choose_num_splits(8, 8, 1, cpu) == 8
+    assert tk.choose_num_splits(64, 8, 1, cpu) == 1
 
 
 @pytest.mark.gpu

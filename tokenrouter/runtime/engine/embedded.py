@@ -283,9 +283,7 @@ class EmbeddedEngine(HeldRequestsEngine):
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         if self.graph_runner is not None and self.graph_runner.can_run(fb):
-            # replay returns views of the graph's static outputs; the caller owns what forward returns
-            logits, hidden = self.graph_runner.replay(fb)
-            return logits.clone(), hidden.clone()
+            return self.graph_runner.replay(fb)  # copies of the graph's outputs: the caller's own
         self.attn_backend.init_forward_metadata(fb)
         return self.model(fb)
 

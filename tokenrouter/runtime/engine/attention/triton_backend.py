@@ -8,6 +8,7 @@ replays correctly for any sequence lengths: the graph runner only refills those 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,32 @@ import torch
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+
+# The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
+# turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
+# or set the attribute and capture the graphs again (bench/engine_bench.py's ablation does this).
+FAST_PATH_OPTIONS = {
+    "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
+    "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
+    "gemv_norm": "one-token steps fold add & RMSNorm into the next GEMV's prologue (off: an rmsnorm launch)",
+    "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
+    "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
+    "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
+    "decode_no_gather": "decode steps take the final hidden rows as they are (off: a gather of last tokens)",
+}
+ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
+
+
+def options_off_from_env() -> set[str]:
+    """The option names TOKENROUTER_ENGINE_OFF turns off (ValueError naming an unknown one)."""
+    names = {n.strip() for n in os.environ.get(ENGINE_OFF_ENV, "").split(",") if n.strip()}
+    unknown = names - FAST_PATH_OPTIONS.keys()
+    if unknown:
+        raise ValueError(
+            f"{ENGINE_OFF_ENV}: unknown option(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(FAST_PATH_OPTIONS)})"
+        )
+    return names
 
 
 @dataclass(slots=True)
@@ -31,11 +58,17 @@ class TritonAttnBackend(AttentionBackend):
         super().__init__(config)
         if config.head_dim < 16:
             raise ValueError(f"the triton attention backend needs head_dim >= 16, got {config.head_dim}")
-        # the decoder runs `fused_decoder_forward` (fewer launches per layer) unless this is turned off
-        self.fused_ops = config.head_dim & (config.head_dim - 1) == 0
-        # in the fused forward, a one-token step runs its linear layers as the Triton GEMV
-        self.gemv = True
+        for name in FAST_PATH_OPTIONS:  # see FAST_PATH_OPTIONS
+            setattr(self, name, True)
+        for name in options_off_from_env():
+            setattr(self, name, False)
+        # the fused ops need a power-of-two head_dim
+        self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
+
+    def options(self) -> dict[str, bool]:
+        """The state of every switchable part (for benchmark records)."""
+        return {name: getattr(self, name) for name in FAST_PATH_OPTIONS}
 
     def fused_forward(self, model, forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder's forward with fused element-wise ops (see `fused_decoder_forward`)."""
@@ -58,7 +91,8 @@ class TritonAttnBackend(AttentionBackend):
             splits = 1
         else:
             row_blocks = -(-rows // tk.row_block_size(rows))
-            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device)
+            cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
+            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
         return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits)
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
@@ -97,6 +131,7 @@ class TritonAttnBackend(AttentionBackend):
             max_extend_len=md.max_extend_len,
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
+            num_stages=None if self.attn_stages else 2,
         )
 
 
@@ -104,26 +139,55 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     """`DecoderForCausalLM.forward` with the element-wise ops fused (same math, float32 inside each fused op):
     add+RMSNorm in one launch, q/k RMSNorm + rotary + the K/V store in one, SiLU*up in one. Per layer:
     4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, with
-    SiLU*up in the down projection's input load. Returns (last-position logits [B, V], hidden [B, H])."""
+    SiLU*up in the down projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the
+    GEMV after it: 4 GEMVs, 1 fused op and attention per layer. Returns (last-position logits [B, V],
+    hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
     eps = cfg.rms_norm_eps
     pool = fb.token_to_kv_pool
     cos_sin = backend.rope_table(m.rotary)
-    layers = m.layers
     one_row = backend.gemv and fb.input_ids.shape[0] == 1
+    fold = one_row and backend.gemv_norm
+    tiles = backend.gemv_tiles
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        return tk.gemv(x, layer.weight, layer.bias) if one_row else layer(x)
+        return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles) if one_row else layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
-    x = tk.rmsnorm(residual, layers[0].input_layernorm.weight, eps)
-    for i, layer in enumerate(layers):
+
+    def normed_linear(delta: torch.Tensor | None, norm, layer: torch.nn.Linear) -> torch.Tensor:
+        """linear(rmsnorm(residual += delta)); delta None: linear(rmsnorm(residual))."""
+        nonlocal residual
+        if not fold:
+            if delta is None:
+                return linear(tk.rmsnorm(residual, norm.weight, eps), layer)
+            return linear(tk.rmsnorm(delta, norm.weight, eps, residual=residual), layer)
+        if delta is None:
+            return tk.gemv(
+                residual, layer.weight, layer.bias, norm_weight=norm.weight, eps=eps, extra_tiles=tiles
+            )
+        new = torch.empty_like(residual)  # the GEMV's other programs still read the old stream
+        y = tk.gemv(
+            delta,
+            layer.weight,
+            layer.bias,
+            norm_weight=norm.weight,
+            eps=eps,
+            residual=residual,
+            residual_out=new,
+            extra_tiles=tiles,
+        )
+        residual = new
+        return y
+
+    d = None  # the last layer's MLP output, not yet added to the residual stream
+    for layer in m.layers:
         attn = layer.self_attn
         k_buf, v_buf = pool.get_kv_buffer(attn.layer_id)
         q = tk.qk_norm_rope_store(
-            linear(x, attn.qkv_proj),
+            normed_linear(d, layer.input_layernorm, attn.qkv_proj),
             fb.positions,
             cos_sin,
             k_buf,
@@ -137,14 +201,15 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             eps,
         )
         o = linear(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
-        x = tk.rmsnorm(o, layer.post_attention_layernorm.weight, eps, residual=residual)
-        gate_up = linear(x, layer.mlp.gate_up_proj)
+        gate_up = normed_linear(o, layer.post_attention_layernorm, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
         if one_row:  # SiLU(gate) * up fused into the GEMV's input load
-            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True)
+            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True, extra_tiles=tiles)
         else:
             d = down(tk.silu_and_mul(gate_up))
-        next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else m.norm
-        x = tk.rmsnorm(d, next_norm.weight, eps, residual=residual)
-    last = x[fb.last_indices]
+    x = tk.rmsnorm(d, m.norm.weight, eps, residual=residual)
+    if backend.decode_no_gather and fb.num_tokens == fb.batch_size:
+        last = x  # one token per row (decode): the last token of row b is token b
+    else:
+        last = x[fb.last_indices]
     return model.logits(last), last

@@ -93,18 +93,22 @@ def _paged_attn_kernel(
     d_ok = offs_d < HEAD_DIM
     q_row = (q_start + tok).to(tl.int64)
 
-    q = tl.load(
-        Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
-
     # The last KV position any row of this block may see (causal), then this program's share of it.
     last_tok = tl.minimum(ext_len - 1, (row_block * BLOCK_M + BLOCK_M - 1) // GROUP)
     kv_hi = prefix + last_tok + 1
     chunk = tl.cdiv(tl.cdiv(kv_hi, NUM_SPLITS), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, kv_hi)
+    if NUM_SPLITS > 1:
+        if lo >= hi:  # a short sequence leaves the last splits empty: mark them so the merge skips them
+            tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, float("-inf"), mask=row_ok)
+            return
+
+    q = tl.load(
+        Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -212,8 +216,20 @@ def row_block_size(rows: int) -> int:
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 
+# Split cap for decode-sized row blocks. A split's KV range is ceil(kv_len / splits) rounded up to the
+# kernel's 64-token tile, so the splits that do work grow with the context (ctx 512: 8 busy programs per
+# KV head, ctx 4096: 64) while the grid stays fixed for a captured graph; empty splits return at once.
+# 16 (the cap measured in runs A and B) left bs-1 steps at ctx 4096 with 4 serial tiles per program.
+MAX_SPLITS = 64
+MAX_SPLITS_OLD = 16
+
+
 def choose_num_splits(
-    batch_size: int, num_kv_heads: int, row_blocks: int, device: torch.device, max_splits: int = 16
+    batch_size: int,
+    num_kv_heads: int,
+    row_blocks: int,
+    device: torch.device,
+    max_splits: int = MAX_SPLITS,
 ) -> int:
     """How many programs share one row block's KV range: enough for about two waves on the GPU.
 
@@ -624,18 +640,32 @@ def store_kv(
 # docs/benchmarks.md), so more rows go to cuBLAS.
 # ---------------------------------------------------------------------------------------------------------
 
-_GEMV_CONFIGS = [
+_GEMV_TILES_BASE = [  # the tile shapes of runs A/B (docs/benchmarks.md)
+    (4, 1024, 4, 1),
+    (8, 512, 4, 2),
+    (8, 1024, 4, 1),
+    (8, 1024, 8, 2),
+    (16, 256, 4, 3),
+    (16, 512, 4, 2),
+    (16, 512, 8, 3),
+    (32, 256, 4, 3),
+]
+_GEMV_TILES_EXTRA = [  # more rows per program with more warps (the 0.6B matrices are 1024 wide), and
+    # fewer rows with wider loads (more bytes in flight per program)
+    (2, 1024, 4, 1),
+    (4, 2048, 8, 1),
+    (8, 2048, 8, 1),
+    (16, 1024, 8, 1),
+    (32, 512, 8, 1),
+    (64, 256, 8, 2),
+]
+_GEMV_CONFIGS_BASE = [
     triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-    for bn, bk, w, s in [
-        (4, 1024, 4, 1),
-        (8, 512, 4, 2),
-        (8, 1024, 4, 1),
-        (8, 1024, 8, 2),
-        (16, 256, 4, 3),
-        (16, 512, 4, 2),
-        (16, 512, 8, 3),
-        (32, 256, 4, 3),
-    ]
+    for bn, bk, w, s in _GEMV_TILES_BASE
+]
+_GEMV_CONFIGS = _GEMV_CONFIGS_BASE + [
+    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+    for bn, bk, w, s in _GEMV_TILES_EXTRA
 ]
 
 
@@ -645,17 +675,27 @@ def _gemv_kernel(
     W,
     Bias,
     Y,
+    R,
+    R_out,
+    NW,
     N,
     K,
     stride_wn,
+    eps,
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,  # X is [gate | up] of width 2K: the input is SiLU(gate) * up
+    NORM: tl.constexpr,  # the input is RMSNorm(h) * NW, h = X (+ R when HAS_RES)
+    HAS_RES: tl.constexpr,  # h = X + R, and program 0 writes h to R_out (the new residual stream)
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     w_rows = W + offs_n.to(tl.int64)[:, None] * stride_wn
+    # NORM in one pass: out = rstd * sum_k w_k * (h_k * nw_k), with rstd = rsqrt(mean(h^2) + eps) from the
+    # same pass (a scalar: it factors out of the dot). No pass before the weight loads start.
+    ss = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -665,43 +705,90 @@ def _gemv_kernel(
         if SILU_MUL:
             up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
             x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
+        if NORM:
+            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+                h = (x + tl.load(R + offs_k, mask=k_ok, other=0.0).to(tl.float32)).to(R_out.dtype.element_ty)
+                if pid == 0:
+                    tl.store(R_out + offs_k, h, mask=k_ok)
+                x = h.to(tl.float32)
+            ss += x * x
+            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
         acc += w.to(tl.float32) * x[None, :]
     out = tl.sum(acc, 1)
+    if NORM:
+        out = out * tl.rsqrt(tl.sum(ss, 0) / K + eps)
     if HAS_BIAS:
         out += tl.load(Bias + offs_n, mask=n_ok, other=0.0).to(tl.float32)
     tl.store(Y + offs_n, out.to(Y.dtype.element_ty), mask=n_ok)
 
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
-    _gemv = _gemv_kernel
+    _gemv = _gemv_base = _gemv_kernel
     _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
 else:
-    _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=["N", "K", "SILU_MUL"])(_gemv_kernel)
+    _KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES"]
+    _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=_KEY)(_gemv_kernel)
+    _gemv_base = triton.autotune(configs=_GEMV_CONFIGS_BASE, key=_KEY)(_gemv_kernel)
     _FIXED = {}
 
 
 def gemv(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, silu_mul: bool = False
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    silu_mul: bool = False,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    extra_tiles: bool = True,
 ) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]; with `silu_mul`, x is [1, 2K] =
-    [gate | up] and the input is SiLU(gate) * up. Autotuned per (N, K) on first use (so run it once
-    before a CUDA graph capture)."""
+    """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]. Autotuned per (N, K, variant) on first
+    use (so run it once before a CUDA graph capture); `extra_tiles=False` autotunes over the tile shapes
+    of the measured runs A/B only (for side-by-side timing).
+
+    Input variants: with `silu_mul`, x is [1, 2K] = [gate | up] and the input is SiLU(gate) * up. With
+    `norm_weight`, the input is `rmsnorm(h, norm_weight, eps)` of h = x, or with `residual` h = x +
+    residual (rounded to the model dtype, as `rmsnorm` keeps the stream), which is also written to
+    `residual_out` (a different [1, K] tensor): the decoder's add & norm folded into the next linear
+    layer, one launch fewer. The normed row is not rounded to the model dtype before the product (the
+    norm's scale is applied to the dot product's float32 result), so in bf16 the result differs from
+    `gemv(rmsnorm(...))` by that rounding."""
     n, k = weight.shape
     if x.dim() != 2 or x.shape[0] != 1 or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("gemv takes one row [1, K], contiguous in the last dim")
     if x.shape[1] != (2 * k if silu_mul else k):
         raise ValueError(f"gemv: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}")
+    norm = norm_weight is not None
+    if norm and silu_mul:
+        raise ValueError("gemv: norm_weight and silu_mul do not combine")
+    if (residual is None) != (residual_out is None) or (residual is not None and not norm):
+        raise ValueError("gemv: residual needs residual_out and norm_weight")
+    if residual is not None:
+        for t in (residual, residual_out):
+            if t.shape != x.shape or not t.is_contiguous():
+                raise ValueError("gemv: residual and residual_out must be contiguous [1, K] like x")
+        if residual_out.data_ptr() == residual.data_ptr():
+            raise ValueError("gemv: residual_out must not be residual (other programs still read it)")
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
-    _gemv[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    kernel = _gemv if extra_tiles else _gemv_base
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         bias if bias is not None else weight,
         y,
+        residual if residual is not None else x,
+        residual_out if residual_out is not None else x,
+        norm_weight if norm else weight,
         n,
         k,
         weight.stride(0),
+        eps,
         HAS_BIAS=bias is not None,
         SILU_MUL=silu_mul,
+        NORM=norm,
+        HAS_RES=residual is not None,
         **_FIXED,
     )
     return y
