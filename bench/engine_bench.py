@@ -6,15 +6,22 @@ For each model shape (random bf16 weights filled on the GPU, the engine's dummy 
 - extend step latency (q new tokens per row on top of the context), with and without graphs, against a
   decode step of the same batch size;
 - HF transformers eager (DynamicCache) on the same machine, fewer points;
-- an ablation (Triton small-M GEMM off; all fused ops off) and a torch.profiler summary of a graph step;
-- with --attention-sweep, the paged-attention kernel alone over its launch options.
+- an ablation (Triton GEMV off; all fused ops off) and a torch.profiler summary of a graph step;
+- with --attention-sweep, the paged-attention kernel alone over its launch options;
+- with --targets, only the issue's target points (decode bs 1/8/32/64, extend bs 1/4/16 x q 2/4/8, ctx
+  512 and 4096, 0.6B and 8B; graphs for those shapes only; no HF, no eager) and an ablation of every
+  switchable part of the fast path (`FAST_PATH_OPTIONS` in attention/triton_backend.py) side by side:
+  each one off alone, and all parts added after runs A/B off together ("before"), at the points they
+  act on; then the target verdicts. About 3-4 minutes on an H200.
 
 A "step" is the model forward the engine runs per scheduler step: for graphs `CudaGraphRunner.replay`
 (host-side input copies included), eagerly `init_forward_metadata` + `model(fb)`. Timing: `iters`
 back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs.
 
     python bench/engine_bench.py --shapes qwen3-0.6b,qwen3-8b --out out/engine_bench
-Prints markdown tables; writes engine_bench.json (+ profile-SHAPE.txt) under --out.
+    python bench/engine_bench.py --targets --out out/engine_bench
+Prints markdown tables; writes engine_bench.json (+ profile-SHAPE.txt) under --out (rewritten after
+every table, so a run cut short keeps what it measured).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
 from tokenrouter.runtime.engine.embedded import EmbeddedEngine, EngineConfig
@@ -84,7 +92,10 @@ def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
     return statistics.median(runs)
 
 
-def build_engine(name: str, max_tokens: int, max_batch: int, graphs: bool) -> EmbeddedEngine:
+def build_engine(
+    name: str, max_tokens: int, max_batch: int, graphs: bool, graph_config: CudaGraphConfig | None = None
+) -> EmbeddedEngine:
+    """The engine on random weights; with `graph_config`, graphs for those shapes only."""
     config = ModelConfig.from_dict(config_dict(shape_for(name)), name)
     device = torch.device("cuda")
     model = build_empty(config, device, torch.bfloat16)
@@ -95,9 +106,12 @@ def build_engine(name: str, max_tokens: int, max_batch: int, graphs: bool) -> Em
         max_tokens=max_tokens,
         max_batch=max_batch,
         max_reqs=max_batch,
-        cuda_graph=graphs,
+        cuda_graph=graphs and graph_config is None,
     )
-    return EmbeddedEngine(model, config, settings, name=name)
+    engine = EmbeddedEngine(model, config, settings, name=name)
+    if graphs and graph_config is not None:
+        engine.graph_runner = CudaGraphRunner(engine, graph_config)
+    return engine
 
 
 class Contexts:
@@ -158,7 +172,11 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
     ctx_max = max(args.ctx)
     rows = max(max(args.decode_bs), max(args.extend_bs))
     t0 = time.perf_counter()
-    engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True)
+    graph_config = None
+    if args.targets:  # only the measured shapes; decode also at the extend sizes (the ratios' denominators)
+        decode_sizes = tuple(sorted(set(args.decode_bs) | set(args.extend_bs)))
+        graph_config = CudaGraphConfig(decode_sizes, tuple(args.extend_bs), tuple(args.extend_q))
+    engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
     runner = engine.graph_runner
     setup_s = time.perf_counter() - t0
     wbytes = weight_bytes(engine)
@@ -168,6 +186,7 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
         "floor_ms": floor_ms,
         "setup_s": setup_s,
         "capture_s": runner.capture_seconds,
+        "options": engine.attn_backend.options(),
     }
     results["shapes"][name] = info
     print(f"\n### {name}: {wbytes / 1e9:.2f} GB of weights, floor {floor_ms:.3f} ms; "
@@ -201,14 +220,16 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
                 fb = ctxs.batch(bs, ctx, q)
                 shape = runner.shape_for(fb)
                 g = time_step(graph_step(runner, fb)) * 1e3 if shape else float("nan")
-                e = time_step(eager_step(engine, fb)) * 1e3
+                e = time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
                 results["extend"].append(
                     dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=e, decode_graph_ms=dec,
                          graph_shape=shape)
                 )  # fmt: skip
                 print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
 
-    if args.ablation:
+    if args.targets:
+        target_ablation(engine, ctxs, args, results, name)
+    elif args.ablation:
         ablation(engine, ctxs, args, results, name)
     if args.profile:
         profile(runner, ctxs, args, name)
@@ -240,6 +261,99 @@ def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: 
         d, g, u = times[bs]
         results["ablation"].append(dict(shape=name, ctx=ctx, bs=bs, default_ms=d, no_gemv_ms=g, unfused_ms=u))
         print(f"| {bs} | {d:.3f} | {g:.3f} | {u:.3f} |", flush=True)
+
+
+# The parts added after the measured runs A/B (docs/benchmarks.md): "before" turns all of them off.
+NEW_SINCE_AB = ("gemv_norm", "gemv_tiles", "wide_splits", "decode_no_gather")
+
+
+def ablation_plan(
+    ctxs: list[int], extend_bs: list[int], extend_q: list[int]
+) -> list[tuple[str, tuple, list]]:
+    """(label, options off, points) for the target ablation; a point is (ctx, bs, q). Each part is timed
+    where it acts: the one-token parts and the split cap at decode bs 1, the attention stage choice at the
+    largest extend (32-row blocks)."""
+    decode = [(ctx, 1, 1) for ctx in ctxs]
+    plan = [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
+    plan.append(("before (" + ", ".join(NEW_SINCE_AB) + " off)", NEW_SINCE_AB, decode))
+    if extend_bs and extend_q:
+        plan.append(
+            ("no attn_stages", ("attn_stages",), [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs])
+        )
+    for _, off, _ in plan:
+        unknown = set(off) - FAST_PATH_OPTIONS.keys()
+        if unknown:
+            raise ValueError(f"ablation names unknown options {unknown}")
+    return plan
+
+
+def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
+    """Each planned variant: the options off, graphs captured again for its points' shapes only, the
+    points timed next to the default (the main runner, timed again here: same minute, same GPU state)."""
+    backend = engine.attn_backend
+    print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off), ms:\n")
+    print("| parts off | ctx | bs | q | default | parts off | off / default |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    default_ms: dict[tuple[int, int, int], float] = {}
+    for label, off, points in ablation_plan(args.ctx, args.extend_bs, args.extend_q):
+        saved = backend.options()
+        for o in off:
+            setattr(backend, o, False)
+        try:
+            shapes = sorted({(bs, q) for _, bs, q in points})
+            runner = CudaGraphRunner(
+                engine,
+                CudaGraphConfig(
+                    tuple(bs for bs, q in shapes if q == 1),
+                    tuple(bs for bs, q in shapes if q > 1),
+                    tuple(sorted({q for _, q in shapes if q > 1})),
+                ),
+            )
+            off_ms = {
+                pt: time_step(graph_step(runner, ctxs.batch(pt[1], pt[0], pt[2]))) * 1e3 for pt in points
+            }
+            del runner
+        finally:
+            for o, on in saved.items():
+                setattr(backend, o, on)
+        for pt in points:
+            if pt not in default_ms:
+                default_ms[pt] = (
+                    time_step(graph_step(engine.graph_runner, ctxs.batch(pt[1], pt[0], pt[2]))) * 1e3
+                )
+            ctx, bs, q = pt
+            d, o = default_ms[pt], off_ms[pt]
+            results["ablation"].append(
+                dict(shape=name, parts_off=list(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o)
+            )
+            print(f"| {label} | {ctx} | {bs} | {q} | {d:.3f} | {o:.3f} | {o / d:.3f} |", flush=True)
+        torch.cuda.empty_cache()
+
+
+def target_verdicts(results: dict) -> list[dict]:
+    """The issue's three targets from the measured rows: 0.6B bs 1 decode <= 1.0 ms; 8B bs 1 decode
+    <= 1.25 x floor; extend <= 1.3 x decode of the same bs (graphs)."""
+    out = []
+    for row in results["decode"]:
+        if row["bs"] != 1:
+            continue
+        if row["shape"] == "qwen3-0.6b":
+            out.append(dict(target="0.6B bs 1 decode <= 1.0 ms", ctx=row["ctx"], value=row["graph_ms"],
+                            limit=1.0, met=row["graph_ms"] <= 1.0))  # fmt: skip
+        elif row["shape"] == "qwen3-8b":
+            ratio = row["graph_ms"] / row["floor_ms"]
+            out.append(dict(target="8B bs 1 decode <= 1.25 x floor", ctx=row["ctx"], value=ratio, limit=1.25,
+                            met=ratio <= 1.25))  # fmt: skip
+    ext = [r for r in results["extend"] if r["graph_ms"] == r["graph_ms"]]  # not NaN
+    if ext:
+        worst = max(ext, key=lambda r: r["graph_ms"] / r["decode_graph_ms"])
+        ratio = worst["graph_ms"] / worst["decode_graph_ms"]
+        over = sum(1 for r in ext if r["graph_ms"] / r["decode_graph_ms"] > 1.3)
+        out.append(dict(target="extend <= 1.3 x decode (worst point)",
+                        ctx=worst["ctx"], value=ratio, limit=1.3, met=over == 0,
+                        point=f"{worst['shape']} bs {worst['bs']} q {worst['q']}",
+                        points_over=over, points=len(ext)))  # fmt: skip
+    return out
 
 
 def attention_sweep(args, results: dict) -> None:
@@ -360,10 +474,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-hf", action="store_true")
     p.add_argument("--no-eager", action="store_true", help="skip eager decode (extend eager is kept)")
     p.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: on, off with --targets",
+    )
     p.add_argument("--attention-sweep", action="store_true", help="time the attention kernel's options")
+    p.add_argument(
+        "--targets",
+        action="store_true",
+        help="the issue's target points only, with the fast-path ablation (see the module doc)",
+    )
     p.add_argument("--out", default="out/engine_bench")
     args = p.parse_args(argv)
+    if args.targets:  # the target points; --shapes/--ctx/... given explicitly still narrow them
+        args.no_hf = args.no_eager = True
+        if args.profile is None:
+            args.profile = False
+    elif args.profile is None:
+        args.profile = True
     if not torch.cuda.is_available():
         print("engine_bench needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -388,13 +518,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.attention_sweep:
         attention_sweep(args, results)
     names = [s for s in args.shapes.split(",") if s]
+    started = time.perf_counter()
     for name in names:
         bench_shape(name, args, bandwidth, results)
         (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+        print(f"\n({name} done, {time.perf_counter() - started:.0f} s since the start)", flush=True)
     if not args.no_hf:
         for name in names[:2]:
             bench_hf(name, args, results)
             (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+    if args.targets:
+        results["targets"] = target_verdicts(results)
+        (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+        print(
+            "\n### Targets\n\n| target | ctx | measured | limit | met | |\n| --- | --- | --- | --- | --- | --- |"
+        )
+        for t in results["targets"]:
+            extra = f"{t['point']}; {t['points_over']} of {t['points']} points over" if "point" in t else ""
+            print(f"| {t['target']} | {t['ctx']} | {t['value']:.3f} | {t['limit']} | {t['met']} | {extra} |")
+    print(f"\nTotal {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
 
