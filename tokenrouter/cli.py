@@ -275,6 +275,10 @@ def serve(
     llm: str = typer.Option(
         None, help="--mode llm-only: the model to serve (default: the one with the most parameters)."
     ),
+    mps: str = typer.Option(
+        "auto",
+        help="CUDA MPS for subservers sharing a GPU: auto (when two share one and MPS is installed), on, off.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -295,7 +299,8 @@ def serve(
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
-                          bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout)  # fmt: skip
+                          bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
+                          mps=mps)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

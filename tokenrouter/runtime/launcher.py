@@ -83,9 +83,14 @@ class ServeConfig:
     bind_host: str = "127.0.0.1"  # with tcp: launcher, frontend, local subservers bind (and are reached) here
     remote: dict[str, str] = field(default_factory=dict)  # model → "HOST:PORT": started by hand on that host
     heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
+    mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
+        from tokenrouter.runtime.mps import MODES as MPS_MODES
+
+        if self.mps not in MPS_MODES:
+            raise ValueError(f"--mps {self.mps}: expected one of {', '.join(MPS_MODES)}")
 
         if self.remote:
             if not self.tcp:
@@ -249,6 +254,7 @@ class Launcher:
         self.run_dir: Path | None = None
         self.ctx: zmq.Context | None = None
         self.setup = None  # the mode's ModeSetup, from _apply_mode
+        self.mps = None  # runtime.mps.MpsDaemon while one runs
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -372,8 +378,26 @@ class Launcher:
         self.procs["frontend"] = spawn.Process(
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
         )
+        self._start_mps(plan, [x for x in self.procs if x != "frontend"])
         for p in self.procs.values():
             p.start()
+
+    def _start_mps(self, plan: dict, local: list[str]) -> None:
+        from tokenrouter.runtime.mps import MpsDaemon, shared_gpus
+
+        cfg = self.cfg
+        shared = shared_gpus(plan, local) if cfg.device != "cpu" else []
+        if cfg.mps == "off" or (cfg.mps == "auto" and not shared):
+            return
+        self.mps = MpsDaemon(self.run_dir)
+        why = self.mps.start()
+        if why is None:
+            log.info("CUDA MPS started for the subservers (%s)", self.mps.pipe)
+        elif cfg.mps == "on":
+            raise LaunchError(f"--mps on: {why}")
+        elif shutil.which("nvidia-smi"):  # a GPU machine: say what sharing without MPS costs
+            print(f"tokenrouter: warning: subservers share GPU {shared} without CUDA MPS ({why}); their "
+                  "kernels will time-slice instead of running together (docs/serving.md)", file=sys.stderr)  # fmt: skip
 
     def remote_command(self, model: str) -> str:
         """The command that starts a remote model's subserver on its host (the plan copied to the same path)."""
@@ -498,6 +522,9 @@ class Launcher:
                 p.kill()
                 p.join(5.0)
         self.procs.clear()
+        if self.mps is not None:
+            self.mps.stop()
+            self.mps = None
         if self.ctx is not None:
             self.ctx.destroy(linger=0)
             self.ctx = None

@@ -1,0 +1,70 @@
+"""CUDA MPS for subservers sharing a GPU (runtime/mps.py): placement, a private daemon's life, serve's flag."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from tokenrouter.runtime.mps import CONTROL, MpsDaemon, shared_gpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shared_gpus_counts_first_gpu_of_local_models():
+    plan = {"models": {"a": {"gpus": [0]}, "b": {}, "c": {"gpus": [1, 2]}, "d": {"gpus": [1]}}}
+    assert shared_gpus(plan, ["a", "b", "c", "d"]) == [0, 1]
+    assert shared_gpus(plan, ["a", "c"]) == []
+
+
+def fake_control(tmp_path: Path, rc: int = 0) -> Path:
+    """A stand-in `nvidia-cuda-mps-control` that logs its argv, stdin and pipe folder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / CONTROL
+    exe.write_text(f'#!/bin/sh\necho "$@|$CUDA_MPS_PIPE_DIRECTORY|$(cat -)" >> {tmp_path}/calls\nexit {rc}\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def test_daemon_starts_exports_and_quits(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{fake_control(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    d = MpsDaemon(tmp_path / "run")
+    assert d.start() is None
+    assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "run" / "mps" / "pipe")
+    d.stop()
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    calls = (tmp_path / "calls").read_text().splitlines()
+    pipe = str(tmp_path / "run" / "mps" / "pipe")
+    assert calls[0].startswith(f"-d|{pipe}|") and calls[1] == f"|{pipe}|quit"
+
+
+def test_daemon_failure_is_reported_not_raised(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{fake_control(tmp_path, rc=3)}{os.pathsep}{os.environ['PATH']}")
+    d = MpsDaemon(tmp_path / "run")
+    assert "exited 3" in d.start()
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert MpsDaemon(tmp_path / "run2").start() == f"{CONTROL} is not installed"
+
+
+def test_serve_mps_flag_errors(tmp_path):
+    cli = [
+        sys.executable,
+        "-m",
+        "tokenrouter.cli",
+        "serve",
+        "examples/bernoulli.tr",
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+    ]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}"}  # no nvidia-cuda-mps-control here
+    r = subprocess.run([*cli, "--mps", "sometimes"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--mps sometimes: expected one of auto, on, off" in r.stderr
+    r = subprocess.run([*cli, "--mps", "on"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and f"--mps on: {CONTROL} is not installed" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

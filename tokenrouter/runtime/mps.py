@@ -1,0 +1,75 @@
+"""CUDA MPS for subservers that share a GPU.
+
+Two processes on one GPU without MPS do not run kernels at the same time: the GPU time-slices between their
+contexts, so while the large model's subserver runs a step the small model's waits, and the whole point of
+asynchronous subservers is lost. Measured on the H200 (`docs/benchmarks.md`, matrix "where the time goes"):
+the 0.6B subserver's step took 4.5 ms next to a busy 8B subserver against 2.4 ms when the two ran in turn.
+
+NVIDIA's Multi-Process Service lets kernels of several processes share the GPU's SMs. `serve` starts a
+private MPS control daemon (its pipe and log folders inside the run directory, so it neither needs nor
+touches a system-wide one) before the subservers, points them at it through `CUDA_MPS_PIPE_DIRECTORY` /
+`CUDA_MPS_LOG_DIRECTORY`, and quits it at shutdown. `--mps auto` (the default) does this when two or more
+local subservers share a GPU and `nvidia-cuda-mps-control` is installed, and warns when they share one
+without it; `--mps on` makes a missing or failing MPS an error; `--mps off` never starts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+log = logging.getLogger("tokenrouter.launcher")
+
+CONTROL = "nvidia-cuda-mps-control"
+MODES = ("auto", "on", "off")
+
+
+def shared_gpus(plan: dict, local: list[str]) -> list[int]:
+    """GPU indices that two or more of the `local` models are placed on (their first `gpus:` entry)."""
+    count = Counter((plan["models"][x].get("gpus") or [0])[0] for x in local)
+    return sorted(g for g, n in count.items() if n > 1)
+
+
+class MpsDaemon:
+    def __init__(self, run_dir: Path) -> None:
+        self.pipe = run_dir / "mps" / "pipe"
+        self.logs = run_dir / "mps" / "log"
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.logs)}
+        self.running = False
+
+    def start(self) -> str | None:
+        """Start the daemon and export its folders to child processes; None, or why it did not start."""
+        exe = shutil.which(CONTROL)
+        if exe is None:
+            return f"{CONTROL} is not installed"
+        self.pipe.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            r = subprocess.run([exe, "-d"], env={**os.environ, **self.env}, capture_output=True, text=True,
+                               timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{CONTROL} -d: {e}"
+        if r.returncode != 0:
+            return f"{CONTROL} -d exited {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}"
+        os.environ.update(self.env)  # spawned subservers inherit it
+        self.running = True
+        return None
+
+    def stop(self) -> None:
+        if not self.running:
+            return
+        self.running = False
+        for k in self.env:
+            os.environ.pop(k, None)
+        exe = shutil.which(CONTROL)
+        if exe is None:
+            return
+        try:
+            subprocess.run([exe], input="quit\n", env={**os.environ, **self.env}, capture_output=True,
+                           text=True, timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.warning("could not stop the MPS daemon: %s", e)
