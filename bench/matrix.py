@@ -621,7 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.run:
             if not (a.pair and a.policy):
                 raise ValueError("--run needs --pair and --policy")
-            jobs.append((f"{a.pair.replace('+', '_')}-{a.policy}-custom", Part(a.pair, a.policy, parse_runs(a.run))))
+            jobs.append(
+                (f"{a.pair.replace('+', '_')}-{a.policy}-custom", Part(a.pair, a.policy, parse_runs(a.run)))
+            )
         if a.cpu_smoke:
             smoke = {"tokenrouter": (1, 4), "llm-only": (4,), "lockstep": (4,), "std-serving": (4,),
                      "eager": (4,), "no-graphs": (4,)}  # fmt: skip
