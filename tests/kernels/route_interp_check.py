@@ -51,13 +51,14 @@ def main() -> int:
     device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     rows, vocab = 6, 150
     checked = 0
+    chunks: set[int] = set()
     for name, make in sorted(CASES.items()):
         ir = make()
         plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
         ref = RouteKernel(plan, "slm", "torch", device)
         variants = ((1, torch.float32), (4, torch.bfloat16)) if device == "cpu" else ((4, torch.bfloat16),)
         for split, dtype in variants:  # compiled (cuda): one variant, to keep the compile count down
-            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=64)
+            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048)
             for inputs, maker in (
                 ("random", random_logits),
                 ("ties", tie_logits),
@@ -73,6 +74,28 @@ def main() -> int:
                     compare(ref(logits, None, state, with_features=True),
                             tri(logits, None, state, with_features=True), ir, label)  # fmt: skip
                     checked += 1
+    # several tiles and sampling chunks per row (vocab 5000 = 2 full chunks + 1 partial): the running max
+    # growing across tiles, the best tile changing, the chunk table and the two-stage draw, split merges
+    big_rows, big_vocab = 24, 5000
+    for name in ("citer_like", "bernoulli_split"):
+        ir = CASES[name]()
+        plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
+        ref = RouteKernel(plan, "slm", "torch", device)
+        for split, dtype in ((1, torch.float32), (2, torch.bfloat16), (4, torch.float32)):
+            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048)
+            for maker in (random_logits, tie_logits, extreme_logits):
+                logits = maker(big_rows, big_vocab, seed=split).to(dtype).to(device)
+                logits[6:] *= torch.linspace(0.2, 2.0, big_rows - 6)[:, None].to(dtype).to(device)
+                state = mixed_state(big_rows, restricted=False)
+                state = type(state)(*[getattr(state, f).to(device) for f in
+                                      ("seed", "position", "temperature", "top_k", "top_p", "run_length",
+                                       "generated")])  # fmt: skip
+                a = ref(logits, None, state, with_features=True)
+                compare(a, tri(logits, None, state, with_features=True), ir,
+                        f"{name} vocab={big_vocab} split={split} {maker.__name__} {dtype}")  # fmt: skip
+                chunks.update((a.token[state.temperature.to(device) > 0] // 2048).tolist())
+                checked += 1
+    assert chunks == {0, 1, 2}, f"sampled tokens came from chunks {sorted(chunks)} only"
     # routers: hidden + top-k inputs (rules in the fused kernel), embedding(token) (the rules kernel)
     table = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(5)).to(device)
 
@@ -100,7 +123,7 @@ def main() -> int:
         ref = RouteKernel(plan, "slm", "torch", device, embed=embed, hidden_size=HIDDEN)
         for split in (1, 2):
             tri = RouteKernel(
-                plan, "slm", "triton", device, embed=embed, hidden_size=HIDDEN, split=split, block=64
+                plan, "slm", "triton", device, embed=embed, hidden_size=HIDDEN, split=split, block=2048
             )
             a = ref(logits, hidden, state, with_features=True)
             b = tri(logits, hidden, state, with_features=True)
@@ -115,7 +138,7 @@ def main() -> int:
         for model in plan["routes"]:
             kw = dict(embed=embed, hidden_size=STDLIB_HIDDEN)
             ref = RouteKernel(plan, model, "torch", device, **kw)
-            tri = RouteKernel(plan, model, "triton", device, split=2, block=64, **kw)
+            tri = RouteKernel(plan, model, "triton", device, split=2, block=2048, **kw)
             logits = random_logits(rows, vocab, seed=11).to(device)
             hidden = torch.randn(rows, STDLIB_HIDDEN, generator=torch.Generator().manual_seed(4)).to(device)
             a, b = (

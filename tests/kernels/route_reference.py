@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 
-from tokenrouter.runtime.rng import STREAM_SAMPLE, STREAM_UNIFORM, U_MAX, U_MIN, uniform_int
+from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_SAMPLE, STREAM_UNIFORM, U_MAX, U_MIN, uniform_int
+
+SAMPLE_CHUNK = 2048  # docs/ir.md, "Randomness" (written out here, not imported)
 
 INF = math.inf
 
@@ -53,8 +55,25 @@ def sample_row(
             kept.append(i)
             mass += w / total
         cand = kept
+    # stage 1: the chunk of SAMPLE_CHUNK ids, from the cumulative chunk masses and the stream-2 draw
+    mx = max(scaled[i] for i in cand)
+    n_chunks = -(-vocab // SAMPLE_CHUNK)
+    mass = [0.0] * n_chunks
+    for i in cand:
+        if scaled[i] != -INF:
+            mass[i // SAMPLE_CHUNK] += math.exp(scaled[i] - mx)
+    target = uniform_int(seed, position, STREAM_CHUNK, 0) * sum(mass)
+    cum, chosen = 0.0, None
+    for c, w in enumerate(mass):
+        cum += w
+        if cum > target:
+            chosen = c
+            break
+    if chosen is None:
+        chosen = max(c for c, w in enumerate(mass) if w > 0)
+    # stage 2: Gumbel-max within the chunk
     best, best_i = -INF, None
-    for i in sorted(cand):
+    for i in sorted(i for i in cand if i // SAMPLE_CHUNK == chosen):
         u = min(max(uniform_int(seed, position, STREAM_SAMPLE, i), U_MIN), U_MAX)
         score = scaled[i] - math.log(-math.log(u))
         if best_i is None or score > best:

@@ -17,6 +17,7 @@ K_STREAM = 0xC2B2AE3D
 K_INDEX = 0x27D4EB2F
 STREAM_SAMPLE = 0
 STREAM_UNIFORM = 1
+STREAM_CHUNK = 2  # index 0: the chunk draw of temperature sampling (tokenrouter.runtime.sampling)
 U_MIN = 2.0**-24
 U_MAX = 1.0 - 2.0**-24
 

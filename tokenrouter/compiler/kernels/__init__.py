@@ -8,10 +8,11 @@ is the runtime's job (`tokenrouter.runtime.route`).
 
 The two renderers compute the same functions (docs/ir.md), not the same bits: the torch renderer samples
 through `tokenrouter.runtime.sampling` (x / T, libm logs); the Triton kernel multiplies by 1/T, uses the
-GPU's ex2/lg2 approximations where they are accurate enough (the statistics, the outer log of the Gumbel
-noise) and an accurate log for -log(u). Tokens and fired rules agree except where two candidates' scores,
-or a value and a rule's threshold, are within float32 rounding of each other; the statistics agree to
-about 1e-6 relative. The RNG itself (the uint32 hash) is bit-identical.
+GPU's ex2/lg2 approximations where they are accurate enough (the statistics, the chunk masses of the
+two-stage draw, the outer log of the Gumbel noise) and an accurate log for -log(u), and sums in another
+order. Tokens and fired rules agree except where two candidates' scores, a draw and a chunk boundary of
+the cumulative mass, or a value and a rule's threshold, are within float32 rounding of each other; the
+statistics agree to about 1e-6 relative. The RNG itself (the uint32 hash) is bit-identical.
 """
 
 from tokenrouter.compiler.kernels.render import BACKENDS, render_route_kernel

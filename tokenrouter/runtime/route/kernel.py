@@ -116,6 +116,7 @@ class RouteKernel:
         hidden_size: int | None = None,
         split: int | None = None,
         block: int | None = None,
+        warps: int | None = None,
     ) -> None:
         self.model = model
         self.device = torch.device(device)
@@ -129,7 +130,7 @@ class RouteKernel:
         if self.backend == "triton":
             from tokenrouter.runtime.route.triton_backend import TritonRoute
 
-            self._triton = TritonRoute(self.module, self.device, split, block)
+            self._triton = TritonRoute(self.module, self.device, split, block, warps)
 
     # --- construction steps ---
     def _init_spec(self, plan: dict, model: str) -> None:

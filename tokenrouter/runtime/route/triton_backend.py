@@ -1,4 +1,4 @@
-"""Launching the rendered Triton route kernel: grid, chunking, workspace."""
+"""Launching the rendered Triton route kernel: grid, tiles, workspace."""
 
 from __future__ import annotations
 
@@ -6,46 +6,67 @@ import math
 
 import torch
 
+from tokenrouter.runtime.sampling import SAMPLE_CHUNK
+
+TILE_BYTES = 16384  # logits bytes per tile and program on a GPU (4096 fp32 / 8192 bf16 values)
+
 
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-class TritonRoute:
-    """Holds the rendered module's kernels and the per-kernel workspace (grown on demand, reused)."""
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
-    def __init__(self, module, device: torch.device, split: int | None, block: int | None) -> None:
+
+class TritonRoute:
+    """Holds the rendered module's kernels and the per-kernel workspace (grown on demand, reused).
+
+    `split` (programs per row), `block` (logits per tile, a multiple of SAMPLE_CHUNK) and `warps` override
+    the defaults of `config`."""
+
+    def __init__(
+        self, module, device: torch.device, split: int | None, block: int | None, warps: int | None = None
+    ) -> None:
+        if block is not None and (block < SAMPLE_CHUNK or block % SAMPLE_CHUNK or block & (block - 1)):
+            raise ValueError(f"block must be a power of two multiple of {SAMPLE_CHUNK}, got {block}")
         self.module = module
         self.device = device
         self.split = split
         self.block = block
+        self.warps = warps
         self.n_slots = len(module.FLOAT_SLOTS)
-        self._ws_rows = 0
-        self._ws_split = 0
-        self._grow(1, 1)
+        self._ws = (0, 0, 0)
+        self._grow(1, 1, 1)
         self._dummy_router = torch.zeros(1, dtype=torch.float32, device=device)
         self._dummy_forced = torch.zeros(1, dtype=torch.int64, device=device)
 
-    def _grow(self, rows: int, split: int) -> None:
-        if rows <= self._ws_rows and split <= self._ws_split:
+    def _grow(self, rows: int, split: int, n_chunks: int) -> None:
+        if rows <= self._ws[0] and split <= self._ws[1] and n_chunks <= self._ws[2]:
             return
-        rows, split = max(rows, self._ws_rows), max(split, self._ws_split)
-        self.ws_f = torch.empty(rows * split * 5, dtype=torch.float32, device=self.device)
+        rows, split, n_chunks = (max(a, b) for a, b in zip((rows, split, n_chunks), self._ws, strict=True))
+        self.ws_f = torch.empty(rows * split * 4, dtype=torch.float32, device=self.device)
         self.ws_i = torch.empty(rows * split, dtype=torch.int32, device=self.device)
+        self.ws_c = torch.empty(rows * 2 * n_chunks, dtype=torch.float32, device=self.device)  # chunk table
         self.count = torch.zeros(rows, dtype=torch.int32, device=self.device)  # the kernel resets it
-        self._ws_rows, self._ws_split = rows, split
+        self._ws = (rows, split, n_chunks)
 
-    def config(self, rows: int, vocab: int) -> tuple[int, int, int]:
-        """(split, block, num_warps) for a batch."""
-        block = self.block or (2048 if self.device.type == "cuda" else 256)
+    def config(self, rows: int, vocab: int, itemsize: int = 4) -> tuple[int, int, int]:
+        """(split, block, num_warps) for a batch: tiles of TILE_BYTES, made smaller (down to SAMPLE_CHUNK)
+        while a row has fewer tiles than the programs wanted per row (about 2 per SM in all)."""
+        on_gpu = self.device.type == "cuda"
+        block = self.block or (max(SAMPLE_CHUNK, TILE_BYTES // itemsize) if on_gpu else SAMPLE_CHUNK)
         if self.split is not None:
             split = self.split
-        elif self.device.type == "cuda":
+        elif on_gpu:
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            split = min(_pow2_floor(2 * sms // rows), _pow2_floor(max(1, vocab // block)), 64)
+            want = min(_pow2_floor(2 * sms // rows), 64)
+            while self.block is None and block > SAMPLE_CHUNK and vocab // block < want:
+                block //= 2
+            split = max(1, min(want, _pow2_floor(vocab // block)))
         else:
             split = 1
-        return split, block, max(1, min(16, block // 256))  # 8 elements per thread
+        return split, block, self.warps or 8
 
     def run(
         self,
@@ -59,8 +80,9 @@ class TritonRoute:
         write_features: bool,
     ):
         rows, vocab = logits.shape
-        split, block, warps = self.config(rows, vocab)
-        self._grow(rows, split)
+        split, block, warps = self.config(rows, vocab, logits.element_size())
+        n_chunks = _pow2_ceil(math.ceil(vocab / SAMPLE_CHUNK))
+        self._grow(rows, split, n_chunks if sampling else 1)
         chunk = math.ceil(math.ceil(vocab / split) / block) * block
         dev = logits.device
         token = torch.empty(rows, dtype=torch.int64, device=dev)
@@ -77,12 +99,12 @@ class TritonRoute:
             state.seed, state.position, state.temperature,
             forced if forced is not None else self._dummy_forced, state.run_length, state.generated,
             routers, n_routers,
-            self.ws_f, self.ws_i, self.count,
+            self.ws_f, self.ws_i, self.ws_c, self.count,
             token, logprob, rule, feats,
             math.log(vocab),
-            SPLIT=split, BLOCK=block, SAMPLING=sampling, HAS_FORCED=forced is not None,
-            EVAL_RULES=eval_rules, WRITE_FEATURES=write_features, FAST_MATH=dev.type == "cuda",
-            num_warps=warps,
+            SPLIT=split, BLOCK=block, SC=SAMPLE_CHUNK, NC=n_chunks, SAMPLING=sampling,
+            HAS_FORCED=forced is not None, EVAL_RULES=eval_rules, WRITE_FEATURES=write_features,
+            FAST_MATH=dev.type == "cuda", num_warps=warps,
         )  # fmt: skip
         return token, logprob, rule, feats
 
