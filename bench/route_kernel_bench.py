@@ -1,10 +1,16 @@
 """Route-kernel benchmark (issue 4): the fused Triton route kernel against the unfused torch sequence
-(softmax, entropy, top-k, sampling, comparisons), the torch renderer, and the floor of reading the logits
-once (bytes / measured bandwidth). Vocabulary 151,936, bs 1 / 8 / 64, fp32 and bf16 logits, greedy and
-sampled rows. Every variant runs inside a CUDA graph (as decode steps do), cycling over enough logits
-buffers that at bs = 64 they do not fit in L2. Needs CUDA.
+(softmax, entropy, top-k, sampling, comparisons), the torch renderer, the kernel as measured at d6f8f70
+(`bench/route_kernel_v1/`: per-element online softmax and a Gumbel draw per vocabulary entry), and the floor
+of reading the logits once (bytes / measured bandwidth). Vocabulary 151,936, bs 1 / 8 / 64, fp32 and bf16
+logits, greedy and sampled rows. Every variant runs inside a CUDA graph (as decode steps do), cycling over
+enough logits buffers that at bs = 64 they do not fit in L2. Needs CUDA.
 
-    python bench/route_kernel_bench.py [--sweep] [--json FILE]
+    python bench/route_kernel_bench.py [--sweep] [--stdlib] [--json FILE] [--md FILE]
+    python bench/route_kernel_bench.py --smoke   # CPU, Triton's interpreter, vocab 5000: checks this script
+
+Blocks: `policy_ir()` reads every statistic (confidence, margin, norm_entropy, logprob, uniform());
+`--stdlib` adds the statistics the stdlib policies actually read: token and logprob only (bernoulli, citer,
+co_llm, r2r, multi_expert: their routers run outside the kernel) and norm_entropy (r_stitch).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import torch
 
@@ -43,6 +50,21 @@ def policy_ir() -> dict:
             "uses_uniform": True, "nodes": nodes, "rules": [rule(2, "llm"), rule(9, "mid"), rule(16, "llm")]}  # fmt: skip
 
 
+def stdlib_irs() -> dict[str, dict]:
+    """Blocks with the statistics the stdlib policies read (router outputs come from outside the kernel)."""
+    rule = lambda cond: {"cond": cond, "target": "llm", "drop": False, "for": None}  # noqa: E731
+    token_logprob = {"model": "slm", "features": ["logprob"], "routers": [], "uses_uniform": True, "nodes": [
+        {"op": "feature", "name": "logprob", "type": "float"}, {"op": "const", "value": -6.0, "type": "float"},
+        {"op": "lt", "args": [0, 1], "type": "bool"}, {"op": "uniform", "type": "float"},
+        {"op": "const", "value": 0.3, "type": "float"}, {"op": "lt", "args": [3, 4], "type": "bool"}],
+        "rules": [rule(2), rule(5)]}  # fmt: skip
+    norm_entropy = {"model": "slm", "features": ["norm_entropy"], "routers": [], "uses_uniform": False, "nodes": [
+        {"op": "feature", "name": "norm_entropy", "type": "float"}, {"op": "const", "value": 0.2, "type": "float"},
+        {"op": "gt", "args": [0, 1], "type": "bool"}], "rules": [rule(2)]}  # fmt: skip
+    return {"token+logprob (bernoulli, citer, co_llm, r2r, multi_expert)": token_logprob,
+            "norm_entropy (r_stitch)": norm_entropy}  # fmt: skip
+
+
 def unfused(logits: torch.Tensor, st) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same decision as plain torch ops, one statistic at a time (what a hand-written step would do)."""
     from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
@@ -64,8 +86,16 @@ def unfused(logits: torch.Tensor, st) -> tuple[torch.Tensor, torch.Tensor, torch
     return token, logprob, rule
 
 
+DEVICE = "cuda"
+
+
 def graph_time_us(step, n_buffers: int, reps: int) -> float:
     """Mean µs of one `step(k)`: a CUDA graph of one step per buffer, replayed `reps` times."""
+    if DEVICE == "cpu":  # --smoke: wall time of one pass, no graphs
+        t0 = time.perf_counter()
+        for k in range(n_buffers):
+            step(k)
+        return (time.perf_counter() - t0) * 1e6 / n_buffers
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -89,6 +119,8 @@ def graph_time_us(step, n_buffers: int, reps: int) -> float:
 
 def bandwidth_gbs() -> dict[str, float]:
     """Read bandwidth (a sum over 2 GiB) and copy bandwidth (read + write counted), in GB/s."""
+    if DEVICE == "cpu":
+        return {"read": 1.0, "copy": 1.0}
     n = 1 << 29
     src = torch.randn(n, device="cuda")
     dst = torch.empty_like(src)
@@ -106,13 +138,40 @@ def bandwidth_gbs() -> dict[str, float]:
     return out
 
 
-def make_state(rows: int, sampled: bool):
+def make_state(rows: int, temperature: float):
     from tokenrouter.runtime.route import RouteBatchState
 
-    st = RouteBatchState.make(rows, "cuda", seed=list(range(1, rows + 1)), position=[100 + i for i in range(rows)],
-                              temperature=0.8 if sampled else 0.0, run_length=1, generated=40)  # fmt: skip
-    st.any_sampling, st.any_restricted = sampled, False
+    st = RouteBatchState.make(rows, DEVICE, seed=list(range(1, rows + 1)), position=[100 + i for i in range(rows)],
+                              temperature=temperature, run_length=1, generated=40)  # fmt: skip
+    st.any_sampling, st.any_restricted = temperature > 0, False
     return st
+
+
+L2_BYTES = 50 * 2**20
+
+
+def buffers(rows: int, vocab: int, dtype) -> list[torch.Tensor]:
+    n_buf = max(1, min(16, math.ceil(4 * L2_BYTES / (rows * vocab * dtype.itemsize))))
+    if DEVICE == "cpu":
+        n_buf = 1
+    return [(torch.randn(rows, vocab, device=DEVICE) * 4).to(dtype) for _ in range(n_buf)]
+
+
+def mode_name(temperature: float) -> str:
+    return "greedy" if temperature == 0 else f"sampled T={temperature:g}"
+
+
+class Report:
+    def __init__(self, md_path: str | None) -> None:
+        self.lines: list[str] = []
+        self.md_path = md_path
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+        if self.md_path:  # as it goes: a run cut short still leaves its tables
+            with open(self.md_path, "w") as f:
+                f.write("\n".join(self.lines) + "\n")
 
 
 def main() -> int:
@@ -120,87 +179,178 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--sweep", action="store_true", help="also sweep BLOCK x SPLIT at the largest batch")
-    ap.add_argument("--only-sweep", action="store_true", help="skip the main table")
+    ap.add_argument("--no-v1", action="store_true", help="skip the d6f8f70 kernel")
+    ap.add_argument(
+        "--no-torch", action="store_true", help="skip the torch renderer and the unfused sequence"
+    )
+    ap.add_argument(
+        "--sweep", action="store_true", help="also sweep block x warps x split at the largest batch"
+    )
+    ap.add_argument("--stdlib", action="store_true", help="also time the stdlib policies' statistics")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument("--md", default=None, help="write the printed tables (markdown) here")
+    ap.add_argument("--smoke", action="store_true", help="run every part on CPU under TRITON_INTERPRET=1")
+    ap.add_argument(
+        "--budget-s", type=float, default=float("inf"), help="skip the sweep cells left after this"
+    )
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    global DEVICE
+    if args.smoke:
+        import os
+
+        os.environ["TRITON_INTERPRET"] = "1"
+        DEVICE = "cpu"
+        args.vocab, args.batches, args.reps = 5000, "1,3", 1
+    elif not torch.cuda.is_available():
         print("route_kernel_bench: needs a CUDA device (the fused kernel is Triton)", file=sys.stderr)
         return 2
+    from route_kernel_v1 import KernelV1
+
     from tokenrouter.runtime.route import RouteKernel
 
+    t_start = time.time()
+    out = Report(args.md)
     torch.manual_seed(0)
     plan = {"routes": {"slm": policy_ir()}, "routers": {}, "models": {}}
     bw = bandwidth_gbs()
     best_bw = max(bw.values())
-    props = torch.cuda.get_device_properties(0)
-    print(f"# {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
-          f"read {bw['read']:.0f} GB/s, copy {bw['copy']:.0f} GB/s (floor uses {best_bw:.0f} GB/s)")  # fmt: skip
-    l2 = 50 * 2**20
-    rows_out = []
-    header = ("| bs | logits | rows | fused µs | torch renderer µs | unfused torch µs | floor µs | "
-              "vs unfused | fused / floor | split × block |")  # fmt: skip
-    print(header)
-    print("|" + "---|" * 10)
-    torch_ref = RouteKernel(plan, "slm", "torch", "cuda")
-    fused = RouteKernel(plan, "slm", "triton", "cuda")
-    for rows in [] if args.only_sweep else [int(b) for b in args.batches.split(",")]:
+    import triton
+
+    props = torch.cuda.get_device_properties(0) if DEVICE == "cuda" else argparse.Namespace(
+        name="CPU (--smoke: Triton interpreter, times and floors meaningless)", multi_processor_count=0)  # fmt: skip
+    out(f"# {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}; "
+        f"read {bw['read']:.0f} GB/s, copy {bw['copy']:.0f} GB/s (floor uses {best_bw:.0f} GB/s)")  # fmt: skip
+    rows_out: list[dict] = []
+
+    def dump() -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": props.name, "bandwidth_gbs": bw, "rows": rows_out}, f, indent=1)
+
+    torch_ref = RouteKernel(plan, "slm", "torch", DEVICE)
+    fused = RouteKernel(plan, "slm", "triton", DEVICE)
+    v1 = None if args.no_v1 else KernelV1(policy_ir(), DEVICE)
+    batches = [int(b) for b in args.batches.split(",")]
+    out("\n## Every statistic (confidence, margin, norm_entropy, logprob, uniform())\n")
+    out("| bs | logits | rows | fused µs | d6f8f70 µs | torch renderer µs | unfused torch µs | floor µs | "
+        "d6f8f70 / fused | unfused / fused | fused / floor | split × block × warps |")  # fmt: skip
+    out("|" + "---|" * 12)
+    for rows in batches:
         for dtype in (torch.float32, torch.bfloat16):
+            bufs = buffers(rows, args.vocab, dtype)
+            n_buf = len(bufs)
             nbytes = rows * args.vocab * dtype.itemsize
-            n_buf = max(1, min(16, math.ceil(4 * l2 / nbytes)))
-            bufs = [(torch.randn(rows, args.vocab, device="cuda") * 4).to(dtype) for _ in range(n_buf)]
-            for sampled in (False, True):
-                st = make_state(rows, sampled)
+            floor = nbytes / (best_bw * 1e9) * 1e6
+            temps = (0.0, 0.8, 1.0) if rows == max(batches) else (0.0, 0.8)
+            for temp in temps:
+                st = make_state(rows, temp)
                 a, b = torch_ref(bufs[0], None, st), fused(bufs[0], None, st)
-                c = unfused(bufs[0], st)
-                same = torch.equal(a.token, b.token) and torch.equal(a.rule, b.rule)
-                if not same or not torch.equal(a.token, c[0]):
-                    print(f"# CHECK FAILED bs={rows} {dtype} sampled={sampled}: fused==torch renderer {same}, "
-                          f"unfused tokens agree {torch.equal(a.token, c[0])}")  # fmt: skip
+                bad = int(((a.token != b.token) | (a.rule != b.rule)).sum())
+                if bad:
+                    out(f"# CHECK bs={rows} {dtype} {mode_name(temp)}: {bad} of {rows} rows differ between the "
+                        "fused kernel and the torch renderer (sampled rows may differ at a chunk boundary, "
+                        "about 1e-5 of draws; more than that is a bug)")  # fmt: skip
                 t_fused = graph_time_us(
                     lambda k, bufs=bufs, st=st: fused(bufs[k], None, st), n_buf, args.reps
                 )
-                t_ref = graph_time_us(
-                    lambda k, bufs=bufs, st=st: torch_ref(bufs[k], None, st), n_buf, max(5, args.reps // 5)
-                )
-                t_unf = graph_time_us(
-                    lambda k, bufs=bufs, st=st: unfused(bufs[k], st), n_buf, max(5, args.reps // 5)
-                )
-                floor = nbytes / (best_bw * 1e9) * 1e6
-                split, block, _ = fused._triton.config(rows, args.vocab)
-                row = dict(bs=rows, dtype=str(dtype).split(".")[1], sampled=sampled, fused_us=t_fused,
-                           torch_renderer_us=t_ref, unfused_us=t_unf, floor_us=floor, split=split, block=block)  # fmt: skip
+                t_v1 = t_ref = t_unf = float("nan")
+                if v1 is not None:
+                    if temp == 0 and not torch.equal(v1(bufs[0], st)[0], a.token):
+                        out(f"# CHECK FAILED bs={rows} {dtype}: d6f8f70 kernel's greedy tokens differ")
+                    t_v1 = graph_time_us(lambda k, bufs=bufs, st=st: v1(bufs[k], st), n_buf, args.reps)
+                if not args.no_torch and temp != 1.0:
+                    if not torch.equal(a.token, unfused(bufs[0], st)[0]):
+                        out(
+                            f"# CHECK FAILED bs={rows} {dtype}: unfused tokens differ from the torch renderer"
+                        )
+                    slow_reps = max(5, args.reps // 5)
+                    t_ref = graph_time_us(
+                        lambda k, bufs=bufs, st=st: torch_ref(bufs[k], None, st), n_buf, slow_reps
+                    )
+                    t_unf = graph_time_us(lambda k, bufs=bufs, st=st: unfused(bufs[k], st), n_buf, slow_reps)
+                split, block, warps = fused._triton.config(rows, args.vocab, dtype.itemsize)
+                row = dict(table="every_statistic", bs=rows, dtype=str(dtype).split(".")[1], temperature=temp,
+                           fused_us=t_fused, v1_us=t_v1, torch_renderer_us=t_ref, unfused_us=t_unf, floor_us=floor,
+                           split=split, block=block, warps=warps, mismatched_rows=bad)  # fmt: skip
                 rows_out.append(row)
-                print(f"| {rows} | {row['dtype']} | {'sampled T=0.8' if sampled else 'greedy'} | {t_fused:.1f} | "
-                      f"{t_ref:.1f} | {t_unf:.1f} | {floor:.2f} | {t_unf / t_fused:.1f}× | {t_fused / floor:.2f}× | "
-                      f"{split} × {block} |")  # fmt: skip
+                out(f"| {rows} | {row['dtype']} | {mode_name(temp)} | {t_fused:.1f} | {t_v1:.1f} | {t_ref:.1f} | "
+                    f"{t_unf:.1f} | {floor:.2f} | {t_v1 / t_fused:.2f}× | {t_unf / t_fused:.1f}× | "
+                    f"{t_fused / floor:.2f}× | {split} × {block} × {warps} |")  # fmt: skip
             del bufs
-    if args.sweep or args.only_sweep:
-        rows = max(int(b) for b in args.batches.split(","))
-        greedy = make_state(rows, False)
-        print(f"\n# sweep at bs={rows}, greedy rows: fused µs (fused / floor) per block × split")
-        configs = [(2048, 1), (2048, 2), (2048, 4), (2048, 8), (2048, 16), (1024, 8), (4096, 4)]
-        print("| logits | " + " | ".join(f"{b}×{sp}" for b, sp in configs) + " |")
-        print("|" + "---|" * (len(configs) + 1))
+            dump()
+    rows = max(batches)
+    if args.stdlib:
+        out(f"\n## Statistics the stdlib policies read, bs {rows}\n")
+        out("| block | logits | rows | fused µs | d6f8f70 µs | floor µs | fused / floor |")
+        out("|" + "---|" * 7)
+        for label, ir in stdlib_irs().items():
+            p = {"routes": {"slm": ir}, "routers": {}, "models": {}}
+            k_new, k_ref = RouteKernel(p, "slm", "triton", DEVICE), RouteKernel(p, "slm", "torch", DEVICE)
+            k_v1 = None if args.no_v1 else KernelV1(ir, DEVICE)
+            for dtype in (torch.float32, torch.bfloat16):
+                bufs = buffers(rows, args.vocab, dtype)
+                floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
+                for temp in (0.0, 0.8):
+                    st = make_state(rows, temp)
+                    x, y = k_ref(bufs[0], None, st), k_new(bufs[0], None, st)
+                    bad = int(((x.token != y.token) | (x.rule != y.rule)).sum())
+                    if bad:
+                        out(
+                            f"# CHECK {label} {dtype} {mode_name(temp)}: {bad} rows differ from the torch renderer"
+                        )
+                    g = graph_time_us(
+                        lambda i, k=k_new, bufs=bufs, st=st: k(bufs[i], None, st), len(bufs), args.reps
+                    )
+                    g1 = float("nan")
+                    if k_v1 is not None:
+                        g1 = graph_time_us(
+                            lambda i, k=k_v1, bufs=bufs, st=st: k(bufs[i], st), len(bufs), args.reps
+                        )
+                    rows_out.append(dict(table="stdlib", block_kind=label, bs=rows, dtype=str(dtype).split(".")[1],
+                                         temperature=temp, fused_us=g, v1_us=g1, floor_us=floor, mismatched_rows=bad))  # fmt: skip
+                    out(f"| {label} | {str(dtype).split('.')[1]} | {mode_name(temp)} | {g:.1f} | {g1:.1f} | "
+                        f"{floor:.2f} | {g / floor:.2f}× |")  # fmt: skip
+                del bufs
+                dump()
+    if args.sweep:
+        out(f"\n## Sweep at bs {rows}, every statistic: fused µs (fused / floor) per block × warps × split\n")
+        configs = [(2048, 8, 4), (4096, 4, 4), (4096, 8, 4), (8192, 4, 4), (8192, 8, 4), (4096, 8, 8),
+                   (8192, 8, 2), (8192, 16, 4)]  # fmt: skip
+        out("| logits | rows | " + " | ".join(f"{b}×{w}w×{s}" for b, w, s in configs) + " |")
+        out("|" + "---|" * (len(configs) + 2))
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes = rows * args.vocab * dtype.itemsize
-            n_buf = max(1, min(16, math.ceil(4 * l2 / nbytes)))
-            bufs = [(torch.randn(rows, args.vocab, device="cuda") * 4).to(dtype) for _ in range(n_buf)]
-            floor = nbytes / (best_bw * 1e9) * 1e6
-            cells = []
-            for block, split in configs:
-                k = RouteKernel(plan, "slm", "triton", "cuda", split=split, block=block)
-                if not torch.equal(k(bufs[0], None, greedy).rule, torch_ref(bufs[0], None, greedy).rule):
-                    print(f"# CHECK FAILED sweep {dtype} block={block} split={split}")
-                g = graph_time_us(lambda i, k=k, bufs=bufs: k(bufs[i], None, greedy), n_buf, args.reps)
-                rows_out.append(dict(bs=rows, dtype=str(dtype).split(".")[1], fused_greedy_us=g, floor_us=floor,
-                                     split=split, block=block, sweep=True))  # fmt: skip
-                cells.append(f"{g:.1f} ({g / floor:.2f}×)")
-            print(f"| {str(dtype).split('.')[1]} | " + " | ".join(cells) + " |")
+            bufs = buffers(rows, args.vocab, dtype)
+            floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
+            for temp in (0.0, 0.8):
+                st = make_state(rows, temp)
+                want = torch_ref(bufs[0], None, st)
+                cells = []
+                for block, warps, split in configs:
+                    if dtype == torch.bfloat16 and warps * 32 * 8 > 2048:  # a thread must hold whole columns
+                        cells.append("–")
+                        continue
+                    if time.time() - t_start > args.budget_s:
+                        cells.append("(time)")
+                        continue
+                    k = RouteKernel(plan, "slm", "triton", DEVICE, split=split, block=block, warps=warps)
+                    got = k(bufs[0], None, st)
+                    bad = int(((got.token != want.token) | (got.rule != want.rule)).sum())
+                    if bad:
+                        out(
+                            f"# CHECK sweep {dtype} {mode_name(temp)} {block}×{warps}w×{split}: {bad} rows differ"
+                        )
+                    g = graph_time_us(
+                        lambda i, k=k, bufs=bufs, st=st: k(bufs[i], None, st), len(bufs), args.reps
+                    )
+                    rows_out.append(dict(table="sweep", bs=rows, dtype=str(dtype).split(".")[1], temperature=temp,
+                                         fused_us=g, floor_us=floor, split=split, block=block, warps=warps,
+                                         mismatched_rows=bad))  # fmt: skip
+                    cells.append(f"{g:.1f} ({g / floor:.2f}×)")
+                out(f"| {str(dtype).split('.')[1]} | {mode_name(temp)} | " + " | ".join(cells) + " |")
             del bufs
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": props.name, "bandwidth_gbs": bw, "rows": rows_out}, f, indent=1)
+            dump()
+    out(f"\n# {time.time() - t_start:.0f} s")
+    dump()
     return 0
 
 
