@@ -39,7 +39,7 @@ def main() -> int:
     vocab = int(sys.argv[2]) if len(sys.argv) > 2 else 151_936
     batches = [int(b) for b in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 8, 64]
     checked = ties = 0
-    for name in ("citer_like", "bernoulli_split", "entropy_band"):
+    for name in ("citer_like", "bernoulli_split"):  # every statistic; uniform() and no statistic
         plan = {"routes": {"slm": CASES[name]()}, "routers": {}, "models": {}}
         ref = RouteKernel(plan, "slm", "torch", dev)
         tri = RouteKernel(plan, "slm", "triton", dev, split=2 if dev.type == "cpu" else None)
