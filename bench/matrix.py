@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # --report imports the throughput model from this checkout
+    sys.path.insert(0, str(ROOT))
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
 
@@ -144,6 +146,7 @@ class Settings:
     deadline_s: float | None = None  # start no server after this many seconds of the part
     r2r_threshold: str | None = None
     r_stitch_threshold: str | None = None
+    serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     log: list[str] = field(default_factory=list)
 
 
@@ -266,6 +269,7 @@ class Server:
             "--startup-timeout",
             str(s.startup_timeout),
             *dev,
+            *s.serve_args,
         )
         t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
@@ -422,6 +426,19 @@ def tables(records: list[dict]) -> str:
         pred = {
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }
+        from_run = {(r["mode"], r["n"]): run_prediction(r) for r in recs}
+        for m in ("tokenrouter", "eager"):
+            if any(from_run.get((m, n)) for n in ns):
+                out.append(
+                    f"| DTMC on the run's own step times ({m}) | "
+                    + " | ".join(f"{from_run[(m, n)]:.1f}" if from_run.get((m, n)) else "-" for n in ns)
+                    + " |"
+                )
+                out.append(
+                    f"| measured / that ({m}) | "
+                    + " | ".join(ratio(tok.get((m, n)), from_run.get((m, n))) for n in ns)
+                    + " |"
+                )
         if pred:
             out.append(
                 "| DTMC predicted (TR) | "
@@ -461,6 +478,54 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
             name, model = found.groups()
             out.setdefault(model, {})[name] = value - before.get(key, 0.0)
     return out
+
+
+def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
+    """The DTMC's throughput for this run's thresholds (eager: all 1) from what the run measured: each
+    model's mean step time by batch size (batch sizes seen at least `min_steps` times), and p_ij = hops
+    i→j / tokens written by i. This checks the queueing model on the latencies the models really had
+    next to each other (the tuning's prediction uses latencies profiled one model at a time)."""
+    from tokenrouter.compiler.throughput.dtmc import analyze
+    from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+
+    if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
+        return None
+    before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
+
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    points: dict[str, dict[int, list[float]]] = {}
+    for key in after:
+        found = re.fullmatch(
+            r'tokenrouter_(steps|step_seconds)_by_batch_total\{model="([^"]+)",bs="(\d+)"\}', key
+        )
+        if found:
+            kind, model, bs = found.groups()
+            points.setdefault(model, {}).setdefault(int(bs), [0.0, 0.0])[kind == "step_seconds"] = delta(key)
+    models = sorted(points, key=lambda x: (x != "slm", x))  # the matrix's pairs enter at "slm"
+    step = {}
+    for x in models:
+        pts = tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(points[x].items()) if n >= min_steps)
+        if not pts:
+            return None
+        step[x] = StepLatency(pts)
+    tokens = {x: delta(f'tokenrouter_generation_tokens_total{{model="{x}"}}') for x in models}
+    if len(models) < 2 or not all(tokens.values()):
+        return None
+    p = []
+    for i in models:
+        row = [
+            delta(f'tokenrouter_hops_total{{from="{i}",to="{j}"}}') / tokens[i] if j != i else 0.0
+            for j in models
+        ]
+        row[models.index(i)] = max(0.0, 1.0 - sum(row))
+        p.append(row)
+    c = [[1.0] * len(models) for _ in models]
+    thresholds = rec.get("thresholds") or {}
+    b = tuple(int(thresholds.get(x, 1)) for x in models)
+    inputs = make_inputs(models, step, p, c, rec["n"], entry=models[0])
+    return analyze(inputs, b).throughput
 
 
 def time_table(recs: list[dict]) -> list[str]:
@@ -598,6 +663,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
     ap.add_argument("--r2r-threshold", default=None, help="-D threshold= for r2r (default: the stdlib's)")
     ap.add_argument("--r-stitch-threshold", default=None, help="-D threshold= for r_stitch")
+    ap.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        help="an extra argument for every `serve` (repeatable; e.g. --serve-arg=--mps-sm=llm=70)",
+    )
+    ap.add_argument("--tag", default="", help="suffix of the part's name (its output files)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
     a = ap.parse_args(argv)
@@ -637,7 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     failed = False
     for name, part in jobs:
-        s = Settings(out=out, work=Path(a.work) / name, device=None,
+        name += f"-{a.tag}" if a.tag else ""
+        s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, deadline_s=a.deadline_s)  # fmt: skip
         if part.output_len is not None:

@@ -279,6 +279,11 @@ def serve(
         "auto",
         help="CUDA MPS for subservers sharing a GPU: auto (when two share one and MPS is installed), on, off.",
     ),
+    mps_sm: list[str] = typer.Option(
+        None,
+        help="MODEL=PCT: cap that model's kernels at PCT % of the GPU's SMs (MPS active thread percentage), "
+        "so a large model cannot hold every SM while a small one waits. Repeatable.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -296,11 +301,18 @@ def serve(
             typer.echo(f"error: bad --remote '{item}': expected MODEL=HOST:PORT", err=True)
             raise typer.Exit(2)
         remotes[name.strip()] = addr.strip()
+    sm_caps: dict[str, int] = {}
+    for item in mps_sm or []:
+        name, sep, pct = item.partition("=")
+        if not sep or not name.strip() or not pct.strip().isdigit():
+            typer.echo(f"error: bad --mps-sm '{item}': expected MODEL=PERCENT", err=True)
+            raise typer.Exit(2)
+        sm_caps[name.strip()] = int(pct)
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
-                          mps=mps)  # fmt: skip
+                          mps=mps, mps_sm=sm_caps)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -68,3 +68,32 @@ def test_serve_mps_flag_errors(tmp_path):
     r = subprocess.run([*cli, "--mps", "on"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 1 and f"--mps on: {CONTROL} is not installed" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_serve_mps_sm_usage_errors():
+    cli = [
+        sys.executable,
+        "-m",
+        "tokenrouter.cli",
+        "serve",
+        "examples/bernoulli.tr",
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+    ]
+    for args, msg in (
+        (["--mps-sm", "llm"], "bad --mps-sm 'llm': expected MODEL=PERCENT"),
+        (["--mps-sm", "llm=150"], "--mps-sm llm=150: a percentage from 1 to 100"),
+        (["--mps", "off", "--mps-sm", "llm=50"], "--mps-sm needs MPS (not --mps off)"),
+    ):
+        r = subprocess.run([*cli, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_child_env_sets_the_active_thread_percentage():
+    from tokenrouter.runtime.launcher import Launcher, ServeConfig
+
+    launcher = Launcher(ServeConfig(plan="x.plan", mps_sm={"llm": 70}))
+    assert launcher._child_env("llm") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70"}
+    assert launcher._child_env("slm") == {}

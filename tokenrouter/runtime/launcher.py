@@ -84,6 +84,7 @@ class ServeConfig:
     remote: dict[str, str] = field(default_factory=dict)  # model → "HOST:PORT": started by hand on that host
     heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
     mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
+    mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -91,6 +92,11 @@ class ServeConfig:
 
         if self.mps not in MPS_MODES:
             raise ValueError(f"--mps {self.mps}: expected one of {', '.join(MPS_MODES)}")
+        for model, pct in self.mps_sm.items():
+            if not 1 <= pct <= 100:
+                raise ValueError(f"--mps-sm {model}={pct}: a percentage from 1 to 100")
+            if self.mps == "off":
+                raise ValueError("--mps-sm needs MPS (not --mps off)")
 
         if self.remote:
             if not self.tcp:
@@ -216,8 +222,10 @@ def _free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 # ---- child processes ---------------------------------------------------------------------------------------
 
 
-def _child_main(fn, args) -> None:
-    """Runs in each child: its own process group, and exit when the launcher is gone."""
+def _child_main(fn, args, env: dict[str, str] | None = None) -> None:
+    """Runs in each child: its own process group, and exit when the launcher is gone. `env` is set
+    before anything in the child touches CUDA (an MPS client reads its settings when its context starts)."""
+    os.environ.update(env or {})
     os.setpgrp()
     parent = os.getppid()
 
@@ -358,7 +366,7 @@ class Launcher:
             if self.setup.lockstep:
                 from tokenrouter.runtime.lockstep import run_lockstep_process as target
             self.procs[name] = spawn.Process(
-                target=_child_main, args=(target, args), name=f"tokenrouter-{name}"
+                target=_child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
             )
         fargs = FrontendArgs(
             policy=plan["policy"]["name"],
@@ -382,19 +390,28 @@ class Launcher:
         for p in self.procs.values():
             p.start()
 
+    def _child_env(self, model: str) -> dict[str, str]:
+        pct = self.cfg.mps_sm.get(model)
+        return {} if pct is None else {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+
     def _start_mps(self, plan: dict, local: list[str]) -> None:
         from tokenrouter.runtime.mps import MpsDaemon, shared_gpus
 
         cfg = self.cfg
+        unknown = [x for x in cfg.mps_sm if x not in plan["models"]]
+        if unknown:
+            raise LaunchError(
+                f"--mps-sm {unknown[0]}: no such model in the plan (models: {', '.join(plan['models'])})"
+            )
         shared = shared_gpus(plan, local) if cfg.device != "cpu" else []
-        if cfg.mps == "off" or (cfg.mps == "auto" and not shared):
+        if cfg.mps == "off" or (cfg.mps == "auto" and not shared and not cfg.mps_sm):
             return
         self.mps = MpsDaemon(self.run_dir)
         why = self.mps.start()
         if why is None:
             log.info("CUDA MPS started for the subservers (%s)", self.mps.pipe)
-        elif cfg.mps == "on":
-            raise LaunchError(f"--mps on: {why}")
+        elif cfg.mps == "on" or cfg.mps_sm:
+            raise LaunchError(f"--mps {'on' if cfg.mps == 'on' else 'for --mps-sm'}: {why}")
         elif shutil.which("nvidia-smi"):  # a GPU machine: say what sharing without MPS costs
             print(f"tokenrouter: warning: subservers share GPU {shared} without CUDA MPS ({why}); their "
                   "kernels will time-slice instead of running together (docs/serving.md)", file=sys.stderr)  # fmt: skip
