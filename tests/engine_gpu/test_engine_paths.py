@@ -15,6 +15,7 @@ from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBacken
 from tokenrouter.runtime.engine.base import StepInput
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
 from tokenrouter.runtime.engine.embedded import load_engine
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
 CUDA = torch.cuda.is_available()
@@ -130,3 +131,46 @@ def test_graph_replay_matches_eager_gpu(dtype):
         torch.testing.assert_close(got.hidden.float(), want.hidden.float(), **tol)
     # decode bs 1, 2, 3 -> 4, padded decode bs 5 -> 8, extends bs 3 x 5 -> (4, 8), bs 5 x 3 -> (8, 4)
     assert {(1, 1), (2, 1), (4, 1), (8, 1), (4, 8), (8, 4)} <= set(runner.replays_by_shape)
+
+
+def test_one_copy_inputs_load_the_same_static_buffers():
+    """The one-copy input load (host staging of the whole step) fills every buffer a captured shape reads
+    exactly as the per-tensor copies do, padding included, after a larger batch left other values."""
+    small = dict(max_tokens=256, max_len=64, max_batch=8, device="cuda" if CUDA else "cpu", dtype="float32")
+    engine = load_engine(TINY, attention="sdpa", cuda_graph=False, **small)
+    use_triton(engine)
+    runner = EagerPaddedRunner(engine, CudaGraphConfig((1, 4), (2, 4), (2, 4)))
+    pool, r2t = engine.token_to_kv_pool, engine.req_to_token_pool
+
+    def batch(ext, prefix):
+        reqs = [r2t.alloc() for _ in ext]
+        locs = pool.alloc(sum(ext))
+        return ForwardBatch.build(
+            input_ids=list(range(3, 3 + sum(ext))),
+            out_cache_loc=locs,
+            req_pool_indices=reqs,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            device=engine.device,
+            req_to_token_pool=r2t,
+            token_to_kv_pool=pool,
+        )
+
+    cases = [([4, 4, 4, 4], [0, 5, 9, 2]), ([1, 1, 1], [7, 3, 11]), ([3, 1], [2, 6]), ([1], [20])]
+    for ext, prefix in cases:
+        fb = batch(ext, prefix)
+        shape = runner.shape_for(fb)
+        cap_bs, cap_q = shape
+        got = []
+        for one_copy in (True, False):
+            runner.inputs.fill_(-7)  # stale values from an earlier, larger step
+            engine.attn_backend.one_copy_inputs = one_copy
+            runner.load_batch(fb, shape)
+            b = runner.max_bs
+            used = [runner.tok[:, : cap_bs * cap_q]]
+            used += [runner.rows[i * b : i * b + cap_bs] for i in range(4)]
+            used += [runner.rows[4 * b : 4 * b + cap_bs + 1], runner.rows[5 * b + 1 : 5 * b + 1 + cap_bs]]
+            got.append([u.clone() for u in used])
+        for new, old in zip(*got, strict=True):
+            assert torch.equal(new, old)
+        assert (got[0][0] >= 0).all()  # no stale token values in the shape's buffers

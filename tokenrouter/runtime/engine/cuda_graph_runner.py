@@ -109,13 +109,15 @@ class CudaGraphRunner:
         self.max_bs = max(bs for bs, _ in shapes)
         self.max_tokens = max(bs * q for bs, q in shapes)
         t, b = self.max_tokens, self.max_bs
-        # tokens: input_ids | positions | out_cache_loc; rows: req | seq | prefix | ext | indptr(b+1) | last
-        self.tok = torch.zeros((3, t), dtype=torch.int64, device=self.device)
-        self.rows = torch.zeros(5 * b + b + 1, dtype=torch.int64, device=self.device)
-        # host staging for rows[b:] (all but req), a ring so a copy in flight is never overwritten
+        # one buffer: tokens [3, t] (input_ids | positions | out_cache_loc), then rows
+        # (req | seq | prefix | ext | indptr (b+1) | last), so one copy can load a whole step
+        self.inputs = torch.zeros(3 * t + 6 * b + 1, dtype=torch.int64, device=self.device)
+        self.tok = self.inputs[: 3 * t].view(3, t)
+        self.rows = self.inputs[3 * t :]
+        # host staging of the same layout, a ring so a copy in flight is never overwritten
         pin = self.device.type == "cuda"
-        self._row_host = [torch.zeros(5 * b + 1, dtype=torch.int64, pin_memory=pin) for _ in range(4)]
-        self._row_events: list[torch.cuda.Event | None] = [None] * len(self._row_host)
+        self._host = [torch.zeros(self.inputs.numel(), dtype=torch.int64, pin_memory=pin) for _ in range(4)]
+        self._host_events: list[torch.cuda.Event | None] = [None] * len(self._host)
         self._ring = 0
 
     def _init_buckets(self) -> None:
@@ -224,23 +226,30 @@ class CudaGraphRunner:
         return self.outputs[shape]
 
     def load_batch(self, fb: ForwardBatch, shape: tuple[int, int]) -> None:
-        """Copy `fb` into the static buffers of `shape`, padded (see the module doc)."""
+        """Copy `fb` into the static buffers of `shape`, padded (see the module doc). With the backend's
+        `one_copy_inputs` (on unless turned off) and a batch that carries its host ints (`ForwardBatch.build`
+        does), the whole step is staged on the host and loaded in one host-to-device copy; else the token
+        tensors are copied from the batch's device tensors and the rows from the host."""
         cap_bs, cap_q = shape
-        bs, t, cap_t, b = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs
-        # tokens: real ones, then zeros (padding rows' tokens and unowned ones)
-        self.tok[0, :t].copy_(fb.input_ids)
-        self.tok[1, :t].copy_(fb.positions)
-        self.tok[2, :t].copy_(fb.out_cache_loc)
-        if cap_t > t:
-            self.tok[:, t:cap_t].zero_()
-        # rows: built on the host from the batch's host copies, one H2D copy through a pinned ring buffer
+        bs, t, cap_t, b, big_t = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs, self.max_tokens
+        one_copy = fb.host_ints is not None and getattr(self.attn_backend, "one_copy_inputs", True)
         slot = self._ring
-        self._ring = (slot + 1) % len(self._row_host)
-        if self._row_events[slot] is not None:
-            self._row_events[slot].synchronize()
-        host = self._row_host[slot]
-        pad = cap_bs - bs
-        h = host.numpy()
+        self._ring = (slot + 1) % len(self._host)
+        if self._host_events[slot] is not None:
+            self._host_events[slot].synchronize()
+        host = self._host[slot]
+        full = host.numpy()
+        rows_at = 3 * big_t
+        if one_copy:
+            # tokens: real ones, then zeros (padding rows' tokens and unowned ones); req: padding rows 0
+            full[: rows_at + b] = 0
+            src = fb.host_ints.numpy()
+            full[0:t] = src[0:t]  # input_ids
+            full[big_t : big_t + t] = src[t : 2 * t]  # positions
+            full[2 * big_t : 2 * big_t + t] = src[src.shape[0] - t :]  # out_cache_loc
+            full[rows_at : rows_at + bs] = src[2 * t : 2 * t + bs]  # req_pool_indices
+        # rows[b:], built on the host from the batch's host copies
+        h = full[rows_at + b :]
         h[:] = 0
         h[0:bs] = fb.seq_lens_cpu
         h[0 + bs : cap_bs] = 1
@@ -250,11 +259,19 @@ class CudaGraphRunner:
         indptr = h[3 * b : 3 * b + cap_bs + 1]
         np.cumsum(h[2 * b : 2 * b + cap_bs], out=indptr[1:])
         h[4 * b + 1 : 4 * b + 1 + cap_bs] = indptr[1:] - 1  # last_indices
-        self.rows[b:].copy_(host, non_blocking=True)
+        if one_copy:
+            self.inputs.copy_(host, non_blocking=True)
+        else:
+            self.tok[0, :t].copy_(fb.input_ids)
+            self.tok[1, :t].copy_(fb.positions)
+            self.tok[2, :t].copy_(fb.out_cache_loc)
+            if cap_t > t:
+                self.tok[:, t:cap_t].zero_()
+            self.rows[b:].copy_(host[rows_at + b :], non_blocking=True)
+            self.rows[:bs].copy_(fb.req_pool_indices)
+            if cap_bs > bs:
+                self.rows[bs:cap_bs].zero_()
         if self.device.type == "cuda":
             ev = torch.cuda.Event()
             ev.record()
-            self._row_events[slot] = ev
-        self.rows[:bs].copy_(fb.req_pool_indices)
-        if pad:
-            self.rows[bs:cap_bs].zero_()
+            self._host_events[slot] = ev

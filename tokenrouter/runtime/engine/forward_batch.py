@@ -16,6 +16,9 @@ Layout (T = Σ extend_seq_lens, rows are requests, tokens of one row are contigu
 - `req_to_token_pool`, `token_to_kv_pool`: the pools (the attention backend writes K/V into the latter and
   reads the page table from the former).
 - `attn_metadata`: whatever the attention backend's `init_forward_metadata` prepared (backend-private).
+- `host_ints`: when built by `build`, the CPU int64 tensor the device tensors were copied from, laid out
+  [input_ids | positions | req_pool_indices | seq_lens | extend_prefix_lens | extend_seq_lens | qo_indptr |
+  out_cache_loc] (a graph runner fills its static inputs from it with one copy). Never written.
 
 Padding (for graph replay of a smaller batch in a larger captured shape): a padding *token* has
 `input_ids` 0, `positions` 0, `out_cache_loc` 0 (KV slot 0 is the reserved dummy slot, never allocated);
@@ -78,6 +81,7 @@ class ForwardBatch:
     token_to_kv_pool: MHATokenToKVPool | None = None
     attn_metadata: Any = None
     extra: dict = field(default_factory=dict)
+    host_ints: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -155,4 +159,5 @@ class ForwardBatch:
             max_extend_len=max(extend_seq_lens),
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool=token_to_kv_pool,
+            host_ints=host,
         )
