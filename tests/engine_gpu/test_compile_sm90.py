@@ -46,16 +46,25 @@ def compile_all() -> list[str]:
         scalars[f"stride_{name}"] = "i32"
     scalars["num_row_blocks"] = "i32"
     # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
-    for group, block_m, splits, stages in ((2, 16, tk.MAX_SPLITS, 1), (4, 32, 4, 3), (4, 64, 1, 2)):
+    # and the decode one with the load order of runs A/B
+    for group, block_m, splits, stages, eager in (
+        (2, 16, tk.MAX_SPLITS, 1, True),
+        (4, 32, 4, 3, True),
+        (4, 64, 1, 2, True),
+        (2, 16, tk.MAX_SPLITS, 1, False),
+    ):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
-                      IEEE=False)  # fmt: skip
+                      IEEE=False, EAGER_LOADS=eager)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
-    build(
-        tk._merge_splits_kernel,
-        dict(Mid_O="*fp32", Mid_LSE="*fp32", Out="*bf16"),
-        {f"stride_{n}": "i32" for n in ("mt", "mh", "ms", "lt", "lh", "ot", "oh")},
-        dict(HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=tk.MAX_SPLITS, BLOCK_S=tk.MAX_SPLITS),
-    )
+    for eager in (True, False):
+        build(
+            tk._merge_splits_kernel,
+            dict(Mid_O="*fp32", Mid_LSE="*fp32", Out="*bf16"),
+            {f"stride_{n}": "i32" for n in ("mt", "mh", "ms", "lt", "lh", "ot", "oh")},
+            dict(
+                HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=tk.MAX_SPLITS, BLOCK_S=tk.MAX_SPLITS, EAGER_LOADS=eager
+            ),
+        )
     for cfg in tk._GEMV_CONFIGS:  # every tile shape, with SiLU*up, and with add & RMSNorm folded in
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False),
@@ -120,7 +129,7 @@ def test_kernels_compile_for_sm90():
 
     gemvs = 2 * len(tk._GEMV_CONFIGS)
     assert gemvs == 2 * 14
-    assert proc.stdout.count("\n") == 3 + 1 + gemvs + 4, proc.stdout  # every configuration above compiled
+    assert proc.stdout.count("\n") == 4 + 2 + gemvs + 4, proc.stdout  # every configuration above compiled
 
 
 if __name__ == "__main__":

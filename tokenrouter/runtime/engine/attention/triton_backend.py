@@ -28,6 +28,9 @@ FAST_PATH_OPTIONS = {
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
     "decode_no_gather": "decode steps take the final hidden rows as they are (off: a gather of last tokens)",
+    "one_copy_inputs": "graph replay loads a step's inputs in one host-to-device copy (off: 5 copies)",
+    "attn_eager_loads": "attention issues a row's scalar loads, and the split merge its partials, without "
+    "waiting on other loads first (off: the load order of runs A/B)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -132,6 +135,7 @@ class TritonAttnBackend(AttentionBackend):
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
             num_stages=None if self.attn_stages else 2,
+            eager_loads=self.attn_eager_loads,
         )
 
 

@@ -70,6 +70,7 @@ def _paged_attn_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
+    EAGER_LOADS: tl.constexpr = True,  # independent loads issued together (False: the order of runs A/B)
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // num_row_blocks
@@ -77,11 +78,16 @@ def _paged_attn_kernel(
     split = tl.program_id(2)
 
     ext_len = tl.load(extend_lens + b)
+    if EAGER_LOADS:  # the row's four scalars in flight together, not two round trips
+        seq_len = tl.load(seq_lens + b)
+        q_start = tl.load(extend_start_loc + b)
+        req = tl.load(req_pool_indices + b).to(tl.int64)
     if row_block * BLOCK_M >= ext_len * GROUP:
         return
-    seq_len = tl.load(seq_lens + b)
-    q_start = tl.load(extend_start_loc + b)
-    req = tl.load(req_pool_indices + b).to(tl.int64)
+    if not EAGER_LOADS:
+        seq_len = tl.load(seq_lens + b)
+        q_start = tl.load(extend_start_loc + b)
+        req = tl.load(req_pool_indices + b).to(tl.int64)
     prefix = seq_len - ext_len
 
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -183,6 +189,7 @@ def _merge_splits_kernel(
     BLOCK_D: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    EAGER_LOADS: tl.constexpr = True,  # partials loaded with their weights, not after them
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -194,11 +201,12 @@ def _merge_splits_kernel(
     m = tl.max(lse, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m_safe)
-    part = tl.load(
-        Mid_O + t * stride_mt + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
-        mask=s_ok[:, None] & d_ok[None, :] & (lse[:, None] > float("-inf")),
-        other=0.0,
-    )
+    mid = Mid_O + t * stride_mt + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :]
+    if EAGER_LOADS:  # empty splits wrote no partial: load anyway (valid memory), then drop what they hold
+        part = tl.load(mid, mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        part = tl.where(lse[:, None] > float("-inf"), part, 0.0)
+    else:
+        part = tl.load(mid, mask=s_ok[:, None] & d_ok[None, :] & (lse[:, None] > float("-inf")), other=0.0)
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0.0, total, 1.0)
     tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
@@ -255,6 +263,7 @@ def paged_attention(
     block_m: int | None = None,
     num_warps: int = 4,
     num_stages: int | None = None,
+    eager_loads: bool = True,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -262,7 +271,8 @@ def paged_attention(
     row b's first). k_buffer / v_buffer [slots, kv_heads, head_dim] hold the K/V of every token the
     batch attends to, the new ones included. `max_extend_len` bounds `extend_lens` (it sizes the grid).
     `num_splits` None picks a split count from the launch shape (see `choose_num_splits`); `block_m`
-    (rows per program), `num_warps`, `num_stages` override the kernel's launch options (for tuning)."""
+    (rows per program), `num_warps`, `num_stages` override the kernel's launch options (for tuning);
+    `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B."""
     num_tokens, num_q_heads, head_dim = q.shape
     if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
@@ -325,6 +335,7 @@ def paged_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         IEEE=q.dtype == torch.float32,
+        EAGER_LOADS=eager_loads,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -344,6 +355,7 @@ def paged_attention(
             BLOCK_D=block_d,
             NUM_SPLITS=num_splits,
             BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            EAGER_LOADS=eager_loads,
             num_warps=4 if block_d >= 128 else 2,
         )
     return out
