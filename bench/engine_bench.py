@@ -264,7 +264,14 @@ def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: 
 
 
 # The parts added after the measured runs A/B (docs/benchmarks.md): "before" turns all of them off.
-NEW_SINCE_AB = ("gemv_norm", "gemv_tiles", "wide_splits", "decode_no_gather")
+NEW_SINCE_AB = (
+    "gemv_norm",
+    "gemv_tiles",
+    "wide_splits",
+    "attn_eager_loads",
+    "decode_no_gather",
+    "one_copy_inputs",
+)
 
 
 def ablation_plan(
@@ -292,8 +299,8 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
     points timed next to the default (the main runner, timed again here: same minute, same GPU state)."""
     backend = engine.attn_backend
     print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off), ms:\n")
-    print("| parts off | ctx | bs | q | default | parts off | off / default |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| parts off | ctx | bs | q | default | parts off | off / default | max abs logit diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     default_ms: dict[tuple[int, int, int], float] = {}
     for label, off, points in ablation_plan(args.ctx, args.extend_bs, args.extend_q):
         saved = backend.options()
@@ -309,24 +316,31 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
                     tuple(sorted({q for _, q in shapes if q > 1})),
                 ),
             )
-            off_ms = {
-                pt: time_step(graph_step(runner, ctxs.batch(pt[1], pt[0], pt[2]))) * 1e3 for pt in points
-            }
+            off_ms, off_logits = {}, {}
+            for pt in points:
+                fb = ctxs.batch(pt[1], pt[0], pt[2])
+                off_ms[pt] = time_step(graph_step(runner, fb)) * 1e3
+                with torch.inference_mode():
+                    off_logits[pt] = runner.replay(fb)[0].float()
             del runner
         finally:
             for o, on in saved.items():
                 setattr(backend, o, on)
         for pt in points:
+            fb = ctxs.batch(pt[1], pt[0], pt[2])
             if pt not in default_ms:
-                default_ms[pt] = (
-                    time_step(graph_step(engine.graph_runner, ctxs.batch(pt[1], pt[0], pt[2]))) * 1e3
-                )
+                default_ms[pt] = time_step(graph_step(engine.graph_runner, fb)) * 1e3
+            with torch.inference_mode():  # a check that the variants compute the same step
+                diff = (engine.graph_runner.replay(fb)[0].float() - off_logits[pt]).abs().max().item()
             ctx, bs, q = pt
             d, o = default_ms[pt], off_ms[pt]
             results["ablation"].append(
-                dict(shape=name, parts_off=list(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o)
+                dict(shape=name, parts_off=list(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o,
+                     max_logit_diff=diff)
+            )  # fmt: skip
+            print(
+                f"| {label} | {ctx} | {bs} | {q} | {d:.3f} | {o:.3f} | {o / d:.3f} | {diff:.3g} |", flush=True
             )
-            print(f"| {label} | {ctx} | {bs} | {q} | {d:.3f} | {o:.3f} | {o / d:.3f} |", flush=True)
         torch.cuda.empty_cache()
 
 
