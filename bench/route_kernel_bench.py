@@ -268,7 +268,7 @@ def main() -> int:
                         lambda k, bufs=bufs, st=st: torch_ref(bufs[k], None, st), n_buf, slow_reps
                     )
                     t_unf = graph_time_us(lambda k, bufs=bufs, st=st: unfused(bufs[k], st), n_buf, slow_reps)
-                split, block, warps = fused._triton.config(rows, args.vocab, dtype.itemsize)
+                split, block, warps = fused._triton.config(rows, args.vocab, dtype.itemsize, temp > 0)
                 row = dict(table="every_statistic", bs=rows, dtype=str(dtype).split(".")[1], temperature=temp,
                            fused_us=t_fused, v1_us=t_v1, torch_renderer_us=t_ref, unfused_us=t_unf, floor_us=floor,
                            split=split, block=block, warps=warps, mismatched_rows=bad)  # fmt: skip

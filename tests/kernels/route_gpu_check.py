@@ -70,6 +70,7 @@ def main() -> int:
                         else:
                             assert torch.equal(got, want), (label, key)
                     checked += 1
+                print(f"ok {name} bs={rows} {dtype}", flush=True)
     assert math.isfinite(checked)
     print(f"OK {checked} full-vocabulary comparisons ({ties} sampled rows at a chunk boundary)")
     return 0

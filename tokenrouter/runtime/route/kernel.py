@@ -102,7 +102,8 @@ class RouteKernel:
     once per step: `kernel(logits [B, V], hidden [B, H] | None, state) -> RouteResult`.
     `backend`: "torch" (reference, CPU/GPU), "triton" (fused, CUDA; on CPU only under TRITON_INTERPRET=1)
     or "auto" (triton on CUDA when importable, else torch). `embed(token_ids [B]) -> [B, H]` is needed when a
-    router reads `embedding(MODEL, token)`. `hidden_size` overrides the one read from the model's config.json.
+    router reads `embedding(MODEL, token)`. `hidden_size` overrides the one read from the model's config.json;
+    `split`, `block` and `warps` override the Triton launch configuration (`TritonRoute.config`).
     """
 
     def __init__(

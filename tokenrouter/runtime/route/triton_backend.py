@@ -9,6 +9,8 @@ import torch
 from tokenrouter.runtime.sampling import SAMPLE_CHUNK
 
 TILE_BYTES = 16384  # logits bytes per tile and program on a GPU (4096 fp32 / 8192 bf16 values)
+SAMPLED_TILE = 4096  # at most this many values per tile when rows sample: the extra sums would spill the
+# register budget of two programs per SM (sm_90 build: 221 registers at 8192 bf16 values, 120 at 4096)
 
 
 def _pow2_floor(n: int) -> int:
@@ -51,11 +53,15 @@ class TritonRoute:
         self.count = torch.zeros(rows, dtype=torch.int32, device=self.device)  # the kernel resets it
         self._ws = (rows, split, n_chunks)
 
-    def config(self, rows: int, vocab: int, itemsize: int = 4) -> tuple[int, int, int]:
-        """(split, block, num_warps) for a batch: tiles of TILE_BYTES, made smaller (down to SAMPLE_CHUNK)
-        while a row has fewer tiles than the programs wanted per row (about 2 per SM in all)."""
+    def config(
+        self, rows: int, vocab: int, itemsize: int = 4, sampling: bool = False
+    ) -> tuple[int, int, int]:
+        """(split, block, num_warps) for a batch: tiles of TILE_BYTES (at most SAMPLED_TILE values when rows
+        sample), made smaller (down to SAMPLE_CHUNK) while a row has fewer tiles than the programs wanted per
+        row (about 2 per SM in all)."""
         on_gpu = self.device.type == "cuda"
-        block = self.block or (max(SAMPLE_CHUNK, TILE_BYTES // itemsize) if on_gpu else SAMPLE_CHUNK)
+        block = TILE_BYTES // itemsize if not sampling else min(TILE_BYTES // itemsize, SAMPLED_TILE)
+        block = self.block or (max(SAMPLE_CHUNK, block) if on_gpu else SAMPLE_CHUNK)
         if self.split is not None:
             split = self.split
         elif on_gpu:
@@ -80,7 +86,7 @@ class TritonRoute:
         write_features: bool,
     ):
         rows, vocab = logits.shape
-        split, block, warps = self.config(rows, vocab, logits.element_size())
+        split, block, warps = self.config(rows, vocab, logits.element_size(), sampling)
         n_chunks = _pow2_ceil(math.ceil(vocab / SAMPLE_CHUNK))
         self._grow(rows, split, n_chunks if sampling else 1)
         chunk = math.ceil(math.ceil(vocab / split) / block) * block
