@@ -147,6 +147,8 @@ class Settings:
     r2r_threshold: str | None = None
     r_stitch_threshold: str | None = None
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
+    tune_from: str = "profile"  # "profile": each model timed alone; "eager": serving metrics at B = 1
+    profile_len: int = 256  # output tokens per request of the served profile's load
     log: list[str] = field(default_factory=list)
 
 
@@ -233,16 +235,22 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     "predicted_tok_s"}}."""
     prof = raw / "profile.json"
     dev = ["--device", s.device] if s.device else []
-    say(s, f"profile {plan.name} (batch sizes {s.batch_sizes})")
-    run_cmd(
-        s, cli("profile", str(plan), "-o", str(prof), "--batch-sizes", s.batch_sizes, *dev), raw / "tune.log"
-    )
+    profiles = {n: prof for n in ns}
+    if s.tune_from == "eager":
+        profiles = profile_served(s, plan, ns, raw)
+    else:
+        say(s, f"profile {plan.name} (batch sizes {s.batch_sizes})")
+        run_cmd(
+            s,
+            cli("profile", str(plan), "-o", str(prof), "--batch-sizes", s.batch_sizes, *dev),
+            raw / "tune.log",
+        )
     out = {}
     for n in ns:
         tuned = raw / f"{plan.stem}-n{n}.plan"
         proc = run_cmd(
             s,
-            cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "--json", "-o", str(tuned)),
+            cli("tune", str(plan), "--profile", str(profiles[n]), "-n", str(n), "--json", "-o", str(tuned)),
             raw / "tune.log",
         )
         rec = json.loads(proc.stdout)
@@ -251,6 +259,32 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
                   "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"]}  # fmt: skip
         say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
+    return out
+
+
+def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path]:
+    """Profiles from the models running side by side: serve the plan with B = 1 (eager), put N clients
+    on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N."""
+    import httpx
+
+    say(s, f"profile {plan.name} from serving metrics (eager, N = {ns})")
+    srv = Server(s, plan, "eager", raw / "serve-profile.stderr")
+    out = {}
+    try:
+        for n in ns:
+            bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")
+            time.sleep(1.0)
+            before = raw / f"profile-metrics-n{n}-before.txt"
+            before.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
+            bench(s, srv.url, n, s.rounds * n, s.profile_len, None, raw / "bench.log")
+            time.sleep(1.0)
+            after = raw / f"profile-metrics-n{n}-after.txt"
+            after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
+            out[n] = raw / f"profile-n{n}.json"
+            run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
+                           "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+    finally:
+        srv.stop()
     return out
 
 
@@ -670,6 +704,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an extra argument for every `serve` (repeatable; e.g. --serve-arg=--mps-sm=llm=70)",
     )
     ap.add_argument("--tag", default="", help="suffix of the part's name (its output files)")
+    ap.add_argument(
+        "--tune-from",
+        choices=("profile", "eager"),
+        default="profile",
+        help="tune's step latencies: each model timed alone (profile) or served side by side at B = 1 "
+        "(eager: `profile --from-metrics`)",
+    )
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
     a = ap.parse_args(argv)
@@ -711,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, part in jobs:
         name += f"-{a.tag}" if a.tag else ""
         s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
+                     tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, deadline_s=a.deadline_s)  # fmt: skip
         if part.output_len is not None:

@@ -856,6 +856,18 @@ def profile(
     repeats: int = typer.Option(5, "--repeats", help="Timed steps per batch size (the median is kept)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
     seed: int = typer.Option(0, "--seed"),
+    from_metrics: str = typer.Option(
+        None,
+        "--from-metrics",
+        help="Instead of timing each model alone: read L_i(b) and p_ij from a running server's /metrics "
+        "(URL) or a saved copy (FILE), as the models ran side by side (serve it with --mode eager).",
+    ),
+    since: str = typer.Option(
+        None, "--since", help="With --from-metrics: an earlier scrape (URL or FILE) to subtract."
+    ),
+    min_steps: int = typer.Option(
+        5, "--min-steps", help="With --from-metrics: keep batch sizes seen this often."
+    ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
     from tokenrouter.compiler.throughput.commands import run_profile_command
@@ -872,6 +884,9 @@ def profile(
         repeats,
         warmup,
         seed,
+        from_metrics,
+        since,
+        min_steps,
     )
     typer.echo(_throughput_call(run_profile_command, *args))
 

@@ -250,9 +250,17 @@ def run_profile_command(
     repeats: int,
     warmup: int,
     seed: int,
+    from_metrics: str | None = None,
+    since: str | None = None,
+    min_steps: int = 5,
 ) -> str:
     from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
-    from tokenrouter.compiler.throughput.profile_format import write_profile
+
+    if from_metrics:
+        profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)
+        return _write_and_describe(profile, plan_path, output)
+    if since:
+        raise ThroughputUsageError("--since needs --from-metrics")
 
     try:
         sizes = tuple(int(x) for x in batch_sizes.split(",") if x.strip())
@@ -277,6 +285,43 @@ def run_profile_command(
         profile = run_profile(plan, cfg)
     except ProfileRunError as e:
         raise ThroughputInputError(str(e)) from None
+    return _write_and_describe(profile, plan_path, output)
+
+
+def _read_metrics(where: str) -> str:
+    """The Prometheus text at a server URL (its /metrics) or in a file."""
+    import urllib.error
+    import urllib.request
+
+    if where.startswith(("http://", "https://")):
+        url = where if where.rstrip("/").endswith("/metrics") else where.rstrip("/") + "/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                return resp.read().decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError) as e:
+            raise ThroughputInputError(f"cannot read {url}: {getattr(e, 'reason', e)}") from None
+    try:
+        return Path(where).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ThroughputInputError(f"cannot read metrics file {where}: {e}") from None
+
+
+def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_steps: int):
+    from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
+
+    if min_steps < 1:
+        raise ThroughputUsageError(f"--min-steps {min_steps}: expected an int >= 1")
+    plan = load_plan(plan_path)
+    before = _read_metrics(since) if since else None
+    try:
+        return profile_from_metrics(plan, _read_metrics(where), before, min_steps, source=where)
+    except MetricsProfileError as e:
+        raise ThroughputInputError(f"{where}: {e}") from None
+
+
+def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
+    from tokenrouter.compiler.throughput.profile_format import write_profile
+
     out = Path(output) if output else Path(plan_path).with_suffix(".profile.json")
     try:
         write_profile(profile, out)

@@ -1,0 +1,86 @@
+"""`tokenrouter profile --from-metrics`: L_i(b) and p_ij from a server's exact counters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.compiler.throughput.from_metrics import (
+    MetricsProfileError,
+    parse_metrics,
+    profile_from_metrics,
+)
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": {"sha256": "abc"}}
+
+
+def scrape(by_bs: dict[str, dict[int, tuple[int, float]]], tokens: dict[str, int], hops: dict) -> str:
+    metrics = Metrics(models=["slm", "llm"])
+    for model, table in by_bs.items():
+        metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
+                                          last_step_ms=1.0, steps=sum(n for n, _ in table.values()),
+                                          kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table))  # fmt: skip
+    metrics.tokens.update(tokens)
+    metrics.hops.update(hops)
+    return metrics.render(active=0)
+
+
+def test_latencies_and_routing_from_deltas():
+    before = scrape(
+        {"slm": {1: (10, 100.0)}, "llm": {1: (4, 40.0)}}, {"slm": 10, "llm": 2}, {("slm", "llm"): 2}
+    )
+    after = scrape(
+        {"slm": {1: (110, 400.0), 2: (50, 150.0), 3: (2, 9.0)}, "llm": {1: (104, 840.0)}},
+        {"slm": 1010, "llm": 102},
+        {("slm", "llm"): 102, ("llm", "slm"): 100},
+    )
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    # (400-100) ms / 100 steps; bs 3 ran twice only: dropped
+    assert [(b, round(ms, 9)) for b, ms in prof.step_ms["slm"].points] == [(1, 3.0), (2, 3.0)]
+    assert [(b, round(ms, 9)) for b, ms in prof.step_ms["llm"].points] == [(1, 8.0)]
+    assert prof.routing["slm"] == pytest.approx({"slm": 0.9, "llm": 0.1})  # 100 hops over 1000 tokens
+    assert prof.routing["llm"] == pytest.approx({"slm": 1.0, "llm": 0.0})
+    assert prof.counts["slm"] == {"slm": 900, "llm": 100} and prof.source_sha256 == "abc"
+
+
+def test_errors_say_what_is_missing():
+    with pytest.raises(MetricsProfileError, match="no tokenrouter_steps_by_batch_total"):
+        profile_from_metrics(PLAN, "tokenrouter_requests_total 3\n")
+    few = scrape({"slm": {1: (3, 9.0)}, "llm": {1: (9, 9.0)}}, {"slm": 1}, {})
+    with pytest.raises(
+        MetricsProfileError,
+        match=r"model 'slm': no batch size ran 5 times or more \(steps by batch size: \{1: 3\}\)",
+    ):
+        profile_from_metrics(PLAN, few)
+
+
+def test_parse_metrics_labels_and_comments():
+    text = '# HELP x y\nx{a="1",b="q\\"z"} 2.5\nbad line here\ny 3\n'
+    assert parse_metrics(text) == {("x", (("a", "1"), ("b", 'q\\"z'))): 2.5, ("y", ()): 3.0}
+
+
+def test_cli_from_file_then_tune(tmp_path):
+    after = scrape({"slm": {1: (100, 200.0), 4: (100, 300.0)}, "llm": {1: (50, 300.0)}},
+                   {"slm": 1000, "llm": 50}, {("slm", "llm"): 50, ("llm", "slm"): 50})  # fmt: skip
+    (tmp_path / "after.txt").write_text(after)
+    cli = [sys.executable, "-m", "tokenrouter.cli"]
+    out = tmp_path / "p.json"
+    r = subprocess.run([*cli, "profile", "examples/bernoulli.tr", "--from-metrics", str(tmp_path / "after.txt"),
+                        "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "slm: step b=1 2.000 ms, b=4 3.000 ms" in r.stdout
+    assert json.loads(out.read_text())["routing"]["slm"]["llm"] == pytest.approx(0.05)
+    r = subprocess.run([*cli, "tune", "examples/bernoulli.tr", "--profile", str(out), "-n", "4", "--json",
+                        "-o", str(tmp_path / "t.plan")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tuning"]["step_ms"]["llm"] == [[1, 6.0]]
+    r = subprocess.run([*cli, "profile", "examples/bernoulli.tr", "--from-metrics", str(tmp_path / "nope.txt")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode != 0 and "cannot read metrics file" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,114 @@
+"""A profile from a running deployment's `/metrics`: the step latencies the models really had next to each
+other, and the hop rates they really took.
+
+`tokenrouter profile` times each model alone. Models that share a GPU slow each other down (on the H200 the
+0.6B step went from 2.0 to 3.4 ms beside a busy 8B, `docs/matrix.md`), so a DTMC fed with the isolated
+latencies over-predicts and can prefer thresholds that lose. Here the subservers' exact counters are read
+instead: `tokenrouter_steps_by_batch_total` / `tokenrouter_step_seconds_by_batch_total` give L_i(b) for every
+batch size that ran at least `min_steps` times, and `tokenrouter_hops_total` over
+`tokenrouter_generation_tokens_total` gives p_ij (a token written by i is followed by a hop to j). With a
+`before` scrape, only what happened in between counts (a warm-up, say, is left out).
+
+Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
+--from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+
+from tokenrouter.compiler.throughput.inputs import StepLatency
+from tokenrouter.compiler.throughput.profile_format import Profile
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+class MetricsProfileError(ValueError):
+    """The metrics cannot make a profile; the message says what is missing."""
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text → {(name, sorted labels): value}; comments and unparsable lines are skipped."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = _SAMPLE.match(line)
+        if not found:
+            continue
+        name, labels, value = found.groups()
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        out[(name, tuple(sorted(_LABEL.findall(labels or ""))))] = v
+    return out
+
+
+def profile_from_metrics(
+    plan: dict, after: str, before: str | None = None, min_steps: int = 5, source: str = ""
+) -> Profile:
+    a, b = parse_metrics(after), parse_metrics(before or "")
+
+    def delta(key) -> float:
+        return a.get(key, 0.0) - b.get(key, 0.0)
+
+    models = list(plan["models"])
+    steps: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    tokens: dict[str, float] = {}
+    hops: dict[str, dict[str, float]] = defaultdict(dict)
+    for key in a:
+        name, labels = key
+        lab = dict(labels)
+        if name in ("tokenrouter_steps_by_batch_total", "tokenrouter_step_seconds_by_batch_total"):
+            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_step_seconds")] = delta(key)
+        elif name == "tokenrouter_generation_tokens_total":
+            tokens[lab["model"]] = delta(key)
+        elif name == "tokenrouter_hops_total":
+            hops[lab["from"]][lab["to"]] = delta(key)
+    if not steps:
+        raise MetricsProfileError(
+            "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
+        )
+    step_ms: dict[str, StepLatency] = {}
+    for x in models:
+        pts = [(bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(steps.get(x, {}).items()) if n >= min_steps]
+        if not pts:
+            seen = {bs: int(n) for bs, (n, _) in sorted(steps.get(x, {}).items())}
+            raise MetricsProfileError(
+                f"model {x!r}: no batch size ran {min_steps} times or more (steps by batch size: {seen or 'none'});"
+                " put more load on the server before reading its metrics"
+            )
+        step_ms[x] = StepLatency(tuple(pts))
+    counts: dict[str, dict[str, int]] = {}
+    routing: dict[str, dict[str, float]] = {}
+    for x in models:
+        written = tokens.get(x, 0.0)
+        if written <= 0:
+            continue
+        row = {y: int(round(n)) for y, n in hops.get(x, {}).items() if y != x and n > 0}
+        row[x] = int(round(written)) - sum(row.values())
+        if row[x] < 0:
+            raise MetricsProfileError(
+                f"model {x!r}: more hops than tokens written: are the scrapes in order?"
+            )
+        counts[x] = row
+        routing[x] = {y: n / written for y, n in row.items()}
+    return Profile(
+        policy=plan["policy"]["name"],
+        source_sha256=plan.get("source", {}).get("sha256"),
+        step_ms=step_ms,
+        routing=routing,
+        counts=counts,
+        device="serving metrics",
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        workload={
+            "source": source or "metrics",
+            "generated_tokens": int(sum(tokens.values())),
+            "min_steps": min_steps,
+        },  # fmt: skip
+    )
