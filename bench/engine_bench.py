@@ -271,6 +271,7 @@ NEW_SINCE_AB = (
     "attn_eager_loads",
     "decode_no_gather",
     "one_copy_inputs",
+    "pdl",
 )
 
 
@@ -299,7 +300,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
     points timed next to the default (the main runner, timed again here: same minute, same GPU state)."""
     backend = engine.attn_backend
     print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off), ms:\n")
-    print("| parts off | ctx | bs | q | default | parts off | off / default | max abs logit diff |")
+    print("| parts off | ctx | bs | q | default | parts off | off / default | max logit diff / max logit |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     default_ms: dict[tuple[int, int, int], float] = {}
     for label, off, points in ablation_plan(args.ctx, args.extend_bs, args.extend_q):
@@ -331,7 +332,8 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             if pt not in default_ms:
                 default_ms[pt] = time_step(graph_step(engine.graph_runner, fb)) * 1e3
             with torch.inference_mode():  # a check that the variants compute the same step
-                diff = (engine.graph_runner.replay(fb)[0].float() - off_logits[pt]).abs().max().item()
+                ref = engine.graph_runner.replay(fb)[0].float()
+                diff = ((ref - off_logits[pt]).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
             ctx, bs, q = pt
             d, o = default_ms[pt], off_ms[pt]
             results["ablation"].append(
@@ -516,8 +518,11 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda")
     bandwidth = measure_copy_bandwidth(device)
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:])  # fmt: skip
+               python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:],
+               pdl_supported=tk.PDL_SUPPORTED)  # fmt: skip
     results: dict = {
         "env": env,
         "shapes": {},
@@ -528,7 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         "attention": [],
     }
     print(f"## Engine step latency on {env['gpu']} (torch {env['torch']}, triton {env['triton']})\n")
-    print(f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s")
+    print(
+        f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s; Triton PDL supported: {tk.PDL_SUPPORTED}"
+    )
     if args.attention_sweep:
         attention_sweep(args, results)
     names = [s for s in args.shapes.split(",") if s]

@@ -35,7 +35,10 @@ def compile_all() -> list[str]:
     def build(kernel, pointers, scalars, consts, num_warps=4, num_stages=2):
         sig = {**pointers, **scalars, **dict.fromkeys(consts, "constexpr")}
         src = ASTSource(fn=jit(kernel), signature=sig, constexprs=consts)
-        triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
+        options = {"num_warps": num_warps, "num_stages": num_stages}
+        if consts.get("USE_PDL"):
+            options["launch_pdl"] = True
+        triton.compile(src, target=target, options=options)
         done.append(f"{jit(kernel).__name__} {consts} warps={num_warps} stages={num_stages}")
 
     ptrs = dict(Q="*bf16", K_buf="*bf16", V_buf="*bf16", Out="*bf16", Mid_O="*fp32", Mid_LSE="*fp32",
@@ -46,69 +49,77 @@ def compile_all() -> list[str]:
         scalars[f"stride_{name}"] = "i32"
     scalars["num_row_blocks"] = "i32"
     # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
-    # and the decode one with the load order of runs A/B
-    for group, block_m, splits, stages, eager in (
-        (2, 16, tk.MAX_SPLITS, 1, True),
-        (4, 32, 4, 3, True),
-        (4, 64, 1, 2, True),
-        (2, 16, tk.MAX_SPLITS, 1, False),
+    # and the decode one with the load order of runs A/B, and with programmatic dependent launch
+    for group, block_m, splits, stages, eager, pdl in (
+        (2, 16, tk.MAX_SPLITS, 1, True, False),
+        (4, 32, 4, 3, True, False),
+        (4, 64, 1, 2, True, False),
+        (2, 16, tk.MAX_SPLITS, 1, False, False),
+        (2, 16, tk.MAX_SPLITS, 1, True, True),
     ):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
-                      IEEE=False, EAGER_LOADS=eager)  # fmt: skip
+                      IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
-    for eager in (True, False):
+    for eager, pdl in ((True, False), (False, False), (True, True)):
         build(
             tk._merge_splits_kernel,
             dict(Mid_O="*fp32", Mid_LSE="*fp32", Out="*bf16"),
             {f"stride_{n}": "i32" for n in ("mt", "mh", "ms", "lt", "lh", "ot", "oh")},
             dict(
-                HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=tk.MAX_SPLITS, BLOCK_S=tk.MAX_SPLITS, EAGER_LOADS=eager
-            ),
+                HEAD_DIM=128,
+                BLOCK_D=128,
+                NUM_SPLITS=tk.MAX_SPLITS,
+                BLOCK_S=tk.MAX_SPLITS,
+                EAGER_LOADS=eager,
+                USE_PDL=pdl,
+            ),  # fmt: skip
         )
-    for cfg in tk._GEMV_CONFIGS:  # every tile shape, with SiLU*up, and with add & RMSNorm folded in
+    gemv_variants = [
+        (cfg, variant)
+        for cfg in tk._GEMV_CONFIGS  # every tile shape, with SiLU*up, and with add & RMSNorm folded in
         for variant in (
-            dict(SILU_MUL=True, NORM=False, HAS_RES=False),
-            dict(SILU_MUL=False, NORM=True, HAS_RES=True),
-        ):
-            build(
-                tk._gemv_kernel,
-                dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
-                dict(N="i32", K="i32", stride_wn="i32", eps="fp32"),
-                dict(HAS_BIAS=True, **variant, **cfg.kwargs),
-                cfg.num_warps,
-                cfg.num_stages,
-            )
-    build(
-        tk._rmsnorm_kernel,
-        dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16"),
-        dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32"),
-        dict(HAS_RESIDUAL=True, BLOCK=1024),
-    )
-    build(
-        tk._qk_norm_rope_store_kernel,
-        dict(
-            QKV="*bf16",
-            Q_out="*bf16",
-            K_buf="*bf16",
-            V_buf="*bf16",
-            out_cache_loc="*i64",
-            positions="*i64",
-            cos_sin="*fp32",
-            QW="*bf16",
-            KW="*bf16",
-        ),  # fmt: skip
-        {
-            **{f"stride_{n}": "i32" for n in ("qkv", "qo_t", "qo_h", "kt", "kh", "vt", "vh", "cs")},
-            "eps": "fp32",
-        },
-        dict(NUM_Q_HEADS=32, NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=32, HAS_NORM=True),
-    )
-    build(
-        tk._silu_and_mul_kernel,
-        dict(X="*bf16", Out="*bf16"),
-        dict(stride_x="i32", stride_o="i32", n_cols="i32"),
-        dict(BLOCK=4096),
-    )
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+        )
+    ]
+    gemv_variants.append((tk._GEMV_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)))
+    for cfg, variant in gemv_variants:
+        build(
+            tk._gemv_kernel,
+            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
+            dict(N="i32", K="i32", stride_wn="i32", eps="fp32"),
+            dict(HAS_BIAS=True, **variant, **cfg.kwargs),
+            cfg.num_warps,
+            cfg.num_stages,
+        )
+    for pdl in (False, True):
+        build(
+            tk._rmsnorm_kernel,
+            dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16"),
+            dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32"),
+            dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl),
+        )
+        build(tk._silu_and_mul_kernel, dict(X="*bf16", Out="*bf16"),
+              dict(stride_x="i32", stride_o="i32", n_cols="i32"), dict(BLOCK=4096, USE_PDL=pdl))  # fmt: skip
+        build(
+            tk._qk_norm_rope_store_kernel,
+            dict(
+                QKV="*bf16",
+                Q_out="*bf16",
+                K_buf="*bf16",
+                V_buf="*bf16",
+                out_cache_loc="*i64",
+                positions="*i64",
+                cos_sin="*fp32",
+                QW="*bf16",
+                KW="*bf16",
+            ),  # fmt: skip
+            {
+                **{f"stride_{n}": "i32" for n in ("qkv", "qo_t", "qo_h", "kt", "kh", "vt", "vh", "cs")},
+                "eps": "fp32",
+            },
+            dict(NUM_Q_HEADS=32, NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=32, HAS_NORM=True, USE_PDL=pdl),
+        )
     build(
         tk._store_kv_kernel,
         dict(K="*bf16", V="*bf16", K_buf="*bf16", V_buf="*bf16", loc_ptr="*i64"),
@@ -127,9 +138,11 @@ def test_kernels_compile_for_sm90():
     assert proc.returncode == 0, proc.stderr[-4000:]
     from tokenrouter.runtime.engine.attention import triton_kernels as tk
 
-    gemvs = 2 * len(tk._GEMV_CONFIGS)
-    assert gemvs == 2 * 14
-    assert proc.stdout.count("\n") == 4 + 2 + gemvs + 4, proc.stdout  # every configuration above compiled
+    gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
+    assert gemvs == 2 * 14 + 1
+    assert proc.stdout.count("\n") == 5 + 3 + gemvs + 2 * 3 + 1, (
+        proc.stdout
+    )  # every configuration above compiled
 
 
 if __name__ == "__main__":

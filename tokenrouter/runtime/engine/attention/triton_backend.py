@@ -31,6 +31,8 @@ FAST_PATH_OPTIONS = {
     "one_copy_inputs": "graph replay loads a step's inputs in one host-to-device copy (off: 5 copies)",
     "attn_eager_loads": "attention issues a row's scalar loads, and the split merge its partials, without "
     "waiting on other loads first (off: the load order of runs A/B)",
+    "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
+    "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -136,6 +138,7 @@ class TritonAttnBackend(AttentionBackend):
             num_splits=md.num_splits,
             num_stages=None if self.attn_stages else 2,
             eager_loads=self.attn_eager_loads,
+            pdl=self.pdl,
         )
 
 
@@ -155,9 +158,10 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     one_row = backend.gemv and fb.input_ids.shape[0] == 1
     fold = one_row and backend.gemv_norm
     tiles = backend.gemv_tiles
+    pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles) if one_row else layer(x)
+        return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl) if one_row else layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
 
@@ -166,11 +170,17 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         nonlocal residual
         if not fold:
             if delta is None:
-                return linear(tk.rmsnorm(residual, norm.weight, eps), layer)
-            return linear(tk.rmsnorm(delta, norm.weight, eps, residual=residual), layer)
+                return linear(tk.rmsnorm(residual, norm.weight, eps, pdl=pdl), layer)
+            return linear(tk.rmsnorm(delta, norm.weight, eps, residual=residual, pdl=pdl), layer)
         if delta is None:
             return tk.gemv(
-                residual, layer.weight, layer.bias, norm_weight=norm.weight, eps=eps, extra_tiles=tiles
+                residual,
+                layer.weight,
+                layer.bias,
+                norm_weight=norm.weight,
+                eps=eps,
+                extra_tiles=tiles,
+                pdl=pdl,
             )
         new = torch.empty_like(residual)  # the GEMV's other programs still read the old stream
         y = tk.gemv(
@@ -182,6 +192,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             residual=residual,
             residual_out=new,
             extra_tiles=tiles,
+            pdl=pdl,
         )
         residual = new
         return y
@@ -203,15 +214,16 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             attn.q_norm.weight if attn.q_norm is not None else None,
             attn.k_norm.weight if attn.k_norm is not None else None,
             eps,
+            pdl=pdl,
         )
         o = linear(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
         gate_up = normed_linear(o, layer.post_attention_layernorm, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
         if one_row:  # SiLU(gate) * up fused into the GEMV's input load
-            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True, extra_tiles=tiles)
+            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True, extra_tiles=tiles, pdl=pdl)
         else:
-            d = down(tk.silu_and_mul(gate_up))
-    x = tk.rmsnorm(d, m.norm.weight, eps, residual=residual)
+            d = down(tk.silu_and_mul(gate_up, pdl=pdl))
+    x = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
     if backend.decode_no_gather and fb.num_tokens == fb.batch_size:
         last = x  # one token per row (decode): the last token of row b is token b
     else:

@@ -34,6 +34,45 @@ import triton.language as tl
 _LOG2E = 1.4426950408889634
 
 
+# Programmatic dependent launch (PDL, sm_90+): a kernel launched with it may start while the kernel before
+# it in the stream is still running. Each kernel here that takes USE_PDL waits (`gdc_wait`) for the kernel
+# before it to finish, and for its writes to be visible, before it reads anything a kernel wrote or writes
+# anything, and then lets the next kernel start (`gdc_launch_dependents`); the GEMV issues its first weight
+# tile before waiting (weights are never written), so that read overlaps the previous kernel's tail. Every
+# program of a PDL kernel waits before it ends, so a kernel's end still implies the end of all before it.
+# In a CUDA graph the launches become programmatic edges. Not under the interpreter (CPU).
+def _pdl_supported() -> bool:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+
+        return "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait")
+    except Exception:  # another backend, or a Triton without it
+        return False
+
+
+PDL_SUPPORTED = _pdl_supported()
+
+
+@functools.lru_cache(maxsize=16)
+def _sm90_or_later(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _pdl(want: bool, device: torch.device) -> dict:
+    """Launch options and the USE_PDL flag for one launch: PDL only where it is wanted and supported."""
+    on = bool(want) and PDL_SUPPORTED and _sm90_or_later(device)
+    return {"USE_PDL": True, "launch_pdl": True} if on else {"USE_PDL": False}
+
+
+@triton.jit
+def _pdl_wait_then_release(USE_PDL: tl.constexpr):
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 @triton.jit
 def _paged_attn_kernel(
     Q,
@@ -71,7 +110,9 @@ def _paged_attn_kernel(
     NUM_SPLITS: tl.constexpr,
     IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
     EAGER_LOADS: tl.constexpr = True,  # independent loads issued together (False: the order of runs A/B)
+    USE_PDL: tl.constexpr = False,
 ):
+    _pdl_wait_then_release(USE_PDL)
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // num_row_blocks
     row_block = tl.program_id(1) % num_row_blocks
@@ -190,7 +231,9 @@ def _merge_splits_kernel(
     NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     EAGER_LOADS: tl.constexpr = True,  # partials loaded with their weights, not after them
+    USE_PDL: tl.constexpr = False,
 ):
+    _pdl_wait_then_release(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_S)
@@ -264,6 +307,7 @@ def paged_attention(
     num_warps: int = 4,
     num_stages: int | None = None,
     eager_loads: bool = True,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -272,7 +316,8 @@ def paged_attention(
     batch attends to, the new ones included. `max_extend_len` bounds `extend_lens` (it sizes the grid).
     `num_splits` None picks a split count from the launch shape (see `choose_num_splits`); `block_m`
     (rows per program), `num_warps`, `num_stages` override the kernel's launch options (for tuning);
-    `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B."""
+    `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B;
+    `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`)."""
     num_tokens, num_q_heads, head_dim = q.shape
     if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
@@ -338,6 +383,7 @@ def paged_attention(
         EAGER_LOADS=eager_loads,
         num_warps=num_warps,
         num_stages=num_stages,
+        **_pdl(pdl, q.device),
     )
     if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
@@ -357,6 +403,7 @@ def paged_attention(
             BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
             EAGER_LOADS=eager_loads,
             num_warps=4 if block_d >= 128 else 2,
+            **_pdl(pdl, q.device),
         )
     return out
 
@@ -381,7 +428,9 @@ def _rmsnorm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
+    _pdl_wait_then_release(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     ok = offs < n_cols
@@ -402,6 +451,7 @@ def rmsnorm(
     eps: float,
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """RMSNorm over the last dim of a 2-D `x`. With `residual`: `residual += x` in place first, then the
     norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows."""
@@ -425,6 +475,7 @@ def rmsnorm(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=min(16, max(1, block // 256)),
+        **_pdl(pdl, x.device),
     )
     return out
 
@@ -454,7 +505,9 @@ def _qk_norm_rope_store_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
+    _pdl_wait_then_release(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)  # 0: query heads, 1: key heads (+ the values)
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -515,6 +568,7 @@ def qk_norm_rope_store(
     k_norm_weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     q_out: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """From the merged qkv projection [T, (Hq + 2 Hkv) * D]: per-head RMSNorm of q and k (Qwen3; skipped
     when no weights are given), rotary embedding (rotate-half / NeoX layout) at `positions`, the new K and
@@ -556,12 +610,16 @@ def qk_norm_rope_store(
         BLOCK_H=triton.next_power_of_2(max(num_q_heads, num_kv_heads)),
         HAS_NORM=has_norm,
         num_warps=4,
+        **_pdl(pdl, qkv.device),
     )
     return q_out
 
 
 @triton.jit
-def _silu_and_mul_kernel(X, Out, stride_x, stride_o, n_cols, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    X, Out, stride_x, stride_o, n_cols, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = False
+):
+    _pdl_wait_then_release(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n_cols
@@ -571,7 +629,7 @@ def _silu_and_mul_kernel(X, Out, stride_x, stride_o, n_cols, BLOCK: tl.constexpr
     tl.store(Out + row * stride_o + offs, y.to(Out.dtype.element_ty), mask=ok)
 
 
-def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """SiLU(gate) * up for the merged gate_up projection [T, 2 I] -> [T, I]."""
     if x.dim() != 2 or x.stride(1) != 1 or x.shape[1] % 2:
         raise ValueError("silu_and_mul needs a 2-D [T, 2*I] tensor contiguous in its last dim")
@@ -581,7 +639,7 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         return out
     block = min(4096, triton.next_power_of_2(n_cols))
     _silu_and_mul_kernel[(n_rows, triton.cdiv(n_cols, block))](
-        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=4
+        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=4, **_pdl(pdl, x.device)
     )
     return out
 
@@ -682,6 +740,27 @@ _GEMV_CONFIGS = _GEMV_CONFIGS_BASE + [
 
 
 @triton.jit
+def _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL: tl.constexpr, NORM: tl.constexpr,
+                HAS_RES: tl.constexpr):  # fmt: skip
+    """One tile of the GEMV's input row (float32) and, for NORM, its squares (else zeros)."""
+    x = tl.load(X + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+    if SILU_MUL:
+        up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+        x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
+    if NORM:
+        if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+            h = (x + tl.load(R + offs_k, mask=k_ok, other=0.0).to(tl.float32)).to(R_out.dtype.element_ty)
+            if pid == 0:
+                tl.store(R_out + offs_k, h, mask=k_ok)
+            x = h.to(tl.float32)
+        sq = x * x
+        x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+    else:
+        sq = tl.zeros_like(x)
+    return x, sq
+
+
+@triton.jit
 def _gemv_kernel(
     X,
     W,
@@ -700,6 +779,7 @@ def _gemv_kernel(
     HAS_RES: tl.constexpr,  # h = X + R, and program 0 writes h to R_out (the new residual stream)
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -707,24 +787,19 @@ def _gemv_kernel(
     w_rows = W + offs_n.to(tl.int64)[:, None] * stride_wn
     # NORM in one pass: out = rstd * sum_k w_k * (h_k * nw_k), with rstd = rsqrt(mean(h^2) + eps) from the
     # same pass (a scalar: it factors out of the dot). No pass before the weight loads start.
-    ss = tl.zeros([BLOCK_K], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    # The first tile is peeled: its weights are loaded before waiting on the previous kernel (PDL).
+    offs_k = tl.arange(0, BLOCK_K)
+    k_ok = offs_k < K
+    w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+    _pdl_wait_then_release(USE_PDL)
+    x, ss = _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL, NORM, HAS_RES)
+    acc = w.to(tl.float32) * x[None, :]
+    for k0 in range(BLOCK_K, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
         w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        x = tl.load(X + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-        if SILU_MUL:
-            up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-            x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
-        if NORM:
-            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
-                h = (x + tl.load(R + offs_k, mask=k_ok, other=0.0).to(tl.float32)).to(R_out.dtype.element_ty)
-                if pid == 0:
-                    tl.store(R_out + offs_k, h, mask=k_ok)
-                x = h.to(tl.float32)
-            ss += x * x
-            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+        x, sq = _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL, NORM, HAS_RES)
+        ss += sq
         acc += w.to(tl.float32) * x[None, :]
     out = tl.sum(acc, 1)
     if NORM:
@@ -738,7 +813,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _gemv = _gemv_base = _gemv_kernel
     _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
 else:
-    _KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES"]
+    _KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
     _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=_KEY)(_gemv_kernel)
     _gemv_base = triton.autotune(configs=_GEMV_CONFIGS_BASE, key=_KEY)(_gemv_kernel)
     _FIXED = {}
@@ -755,10 +830,12 @@ def gemv(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     extra_tiles: bool = True,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]. Autotuned per (N, K, variant) on first
     use (so run it once before a CUDA graph capture); `extra_tiles=False` autotunes over the tile shapes
-    of the measured runs A/B only (for side-by-side timing).
+    of the measured runs A/B only (for side-by-side timing); `pdl`: programmatic dependent launch where
+    supported (see `_pdl`; the first weight tile is read before waiting on the previous kernel).
 
     Input variants: with `silu_mul`, x is [1, 2K] = [gate | up] and the input is SiLU(gate) * up. With
     `norm_weight`, the input is `rmsnorm(h, norm_weight, eps)` of h = x, or with `residual` h = x +
@@ -801,6 +878,7 @@ def gemv(
         SILU_MUL=silu_mul,
         NORM=norm,
         HAS_RES=residual is not None,
+        **_pdl(pdl, x.device),
         **_FIXED,
     )
     return y
