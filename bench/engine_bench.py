@@ -272,6 +272,7 @@ NEW_SINCE_AB = (
     "decode_no_gather",
     "one_copy_inputs",
     "pdl",
+    "attn_prefetch",
 )
 
 

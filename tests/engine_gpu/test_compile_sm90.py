@@ -49,16 +49,18 @@ def compile_all() -> list[str]:
         scalars[f"stride_{name}"] = "i32"
     scalars["num_row_blocks"] = "i32"
     # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
-    # and the decode one with the load order of runs A/B, and with programmatic dependent launch
+    # and the decode one with the load order of runs A/B; with programmatic dependent launch and the
+    # first tile read before the wait: decode and a 32-row extend
     for group, block_m, splits, stages, eager, pdl in (
         (2, 16, tk.MAX_SPLITS, 1, True, False),
         (4, 32, 4, 3, True, False),
         (4, 64, 1, 2, True, False),
         (2, 16, tk.MAX_SPLITS, 1, False, False),
         (2, 16, tk.MAX_SPLITS, 1, True, True),
+        (4, 32, 4, 3, True, True),
     ):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
-                      IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl)  # fmt: skip
+                      IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
     for eager, pdl in ((True, False), (False, False), (True, True)):
         build(
@@ -140,7 +142,7 @@ def test_kernels_compile_for_sm90():
 
     gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
     assert gemvs == 2 * 14 + 1
-    assert proc.stdout.count("\n") == 5 + 3 + gemvs + 2 * 3 + 1, (
+    assert proc.stdout.count("\n") == 6 + 3 + gemvs + 2 * 3 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

@@ -68,8 +68,9 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
 @pytest.mark.parametrize("case", CASES)
-def test_paged_attention_matches_reference(case):
+def test_paged_attention_matches_reference(case, prefetch):
     seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
     gen = torch.Generator().manual_seed(sum(seq_lens) + head_dim)
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
@@ -77,8 +78,9 @@ def test_paged_attention_matches_reference(case):
     out = torch.full_like(q, float("nan"))
     scale = head_dim**-0.5
     tk.paged_attention(
-        q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=scale, num_splits=splits
-    )
+        q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=scale, num_splits=splits,
+        prefetch=prefetch,
+    )  # fmt: skip
     want = _reference(q, k_buf, v_buf, t, scale)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     torch.testing.assert_close(out.float(), want, atol=tol, rtol=tol)
@@ -90,11 +92,12 @@ def test_split_count_does_not_change_the_result():
     q, k_buf, v_buf, t = _make_batch([50, 3], [2, 3], 1, 16, 2, dtype, DEVICE, gen)
     outs = []
     # 64: one busy split of 64 tokens, 63 empty ones; both load orders
-    for splits, eager in ((1, True), (2, True), (8, True), (64, True), (8, False), (64, False)):
+    variants = [(1, True, False), (2, True, False), (8, True, False), (64, True, False), (8, False, False)]
+    variants += [(64, False, False), (1, True, True), (8, True, True), (64, True, True)]  # + prefetch
+    for splits, eager, prefetch in variants:
         out = torch.empty_like(q)
-        tk.paged_attention(
-            q, k_buf, v_buf, out, **t, max_extend_len=3, sm_scale=0.25, num_splits=splits, eager_loads=eager
-        )
+        tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=3, sm_scale=0.25, num_splits=splits,
+                           eager_loads=eager, prefetch=prefetch)  # fmt: skip
         outs.append(out.float())
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     for other in outs[1:]:

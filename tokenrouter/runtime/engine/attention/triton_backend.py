@@ -33,6 +33,8 @@ FAST_PATH_OPTIONS = {
     "waiting on other loads first (off: the load order of runs A/B)",
     "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
     "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
+    "attn_prefetch": "attention reads its first tile's page-table entries and older tokens' K/V before waiting "
+    "on the previous kernel (with pdl; off: every read after the wait)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -139,6 +141,7 @@ class TritonAttnBackend(AttentionBackend):
             num_stages=None if self.attn_stages else 2,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
+            prefetch=self.attn_prefetch,
         )
 
 

@@ -74,6 +74,27 @@ def _pdl_wait_then_release(USE_PDL: tl.constexpr):
 
 
 @triton.jit
+def _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE: tl.constexpr):
+    """Online-softmax update of one KV tile: k [D, N], v [N, D]; returns (m_i, l_i, acc)."""
+    if IEEE:
+        qk = tl.dot(q, k, input_precision="ieee") * qk_scale
+    else:
+        qk = tl.dot(q, k) * qk_scale
+    visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
+    qk = tl.where(visible, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(qk - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _paged_attn_kernel(
     Q,
     K_buf,
@@ -111,8 +132,12 @@ def _paged_attn_kernel(
     IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
     EAGER_LOADS: tl.constexpr = True,  # independent loads issued together (False: the order of runs A/B)
     USE_PDL: tl.constexpr = False,
+    # read the first tile's page-table entries and the K/V of tokens before this step before waiting on
+    # the previous kernel (PDL; they were written before this forward); this step's K/V and q after
+    PREFETCH: tl.constexpr = False,
 ):
-    _pdl_wait_then_release(USE_PDL)
+    if not PREFETCH:
+        _pdl_wait_then_release(USE_PDL)
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // num_row_blocks
     row_block = tl.program_id(1) % num_row_blocks
@@ -124,6 +149,8 @@ def _paged_attn_kernel(
         q_start = tl.load(extend_start_loc + b)
         req = tl.load(req_pool_indices + b).to(tl.int64)
     if row_block * BLOCK_M >= ext_len * GROUP:
+        if PREFETCH:
+            _pdl_wait_then_release(USE_PDL)
         return
     if not EAGER_LOADS:
         seq_len = tl.load(seq_lens + b)
@@ -148,49 +175,44 @@ def _paged_attn_kernel(
     hi = tl.minimum(lo + chunk, kv_hi)
     if NUM_SPLITS > 1:
         if lo >= hi:  # a short sequence leaves the last splits empty: mark them so the merge skips them
+            if PREFETCH:
+                _pdl_wait_then_release(USE_PDL)
             tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, float("-inf"), mask=row_ok)
             return
-
-    q = tl.load(
-        Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     r2t_row = req_to_token + req * stride_r2t
-    for start in range(lo, hi, BLOCK_N):
+    k_col = K_buf + kv_head * stride_kh + offs_d[:, None]  # + loc[None, :] * stride_kt: [D, N]
+    v_row = V_buf + kv_head * stride_vh + offs_d[None, :]  # + loc[:, None] * stride_vt: [N, D]
+    q_ptrs = Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+    first = lo
+    if PREFETCH:  # the first tile, split at `prefix`: older tokens' K/V before the wait, new ones after
+        offs_n = lo + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < hi
+        loc = tl.load(r2t_row + offs_n, mask=n_ok, other=0).to(tl.int64)
+        old = n_ok & (offs_n < prefix)
+        k = tl.load(k_col + loc[None, :] * stride_kt, mask=old[None, :] & d_ok[:, None], other=0.0)
+        v = tl.load(v_row + loc[:, None] * stride_vt, mask=old[:, None] & d_ok[None, :], other=0.0)
+        _pdl_wait_then_release(USE_PDL)
+        q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        new = n_ok & (offs_n >= prefix)
+        k_new = tl.load(k_col + loc[None, :] * stride_kt, mask=new[None, :] & d_ok[:, None], other=0.0)
+        v_new = tl.load(v_row + loc[:, None] * stride_vt, mask=new[:, None] & d_ok[None, :], other=0.0)
+        k = tl.where(new[None, :], k_new, k)
+        v = tl.where(new[:, None], v_new, v)
+        m_i, l_i, acc = _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE)
+        first = lo + BLOCK_N
+    else:
+        q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    for start in range(first, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         n_ok = offs_n < hi
         loc = tl.load(r2t_row + offs_n, mask=n_ok, other=0).to(tl.int64)
-        k = tl.load(
-            K_buf + loc[None, :] * stride_kt + kv_head * stride_kh + offs_d[:, None],
-            mask=n_ok[None, :] & d_ok[:, None],
-            other=0.0,
-        )
-        if IEEE:
-            qk = tl.dot(q, k, input_precision="ieee") * qk_scale
-        else:
-            qk = tl.dot(q, k) * qk_scale
-        visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        qk = tl.where(visible, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V_buf + loc[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
-            mask=n_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        k = tl.load(k_col + loc[None, :] * stride_kt, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        v = tl.load(v_row + loc[:, None] * stride_vt, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        m_i, l_i, acc = _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE)
 
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -308,6 +330,7 @@ def paged_attention(
     num_stages: int | None = None,
     eager_loads: bool = True,
     pdl: bool = False,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -317,7 +340,9 @@ def paged_attention(
     `num_splits` None picks a split count from the launch shape (see `choose_num_splits`); `block_m`
     (rows per program), `num_warps`, `num_stages` override the kernel's launch options (for tuning);
     `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B;
-    `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`)."""
+    `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`);
+    `prefetch` reads the first KV tile of older tokens before waiting on the previous kernel (for PDL;
+    the caller guarantees the page table and the older tokens' K/V were written before that kernel)."""
     num_tokens, num_q_heads, head_dim = q.shape
     if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
@@ -381,6 +406,7 @@ def paged_attention(
         NUM_SPLITS=num_splits,
         IEEE=q.dtype == torch.float32,
         EAGER_LOADS=eager_loads,
+        PREFETCH=prefetch,
         num_warps=num_warps,
         num_stages=num_stages,
         **_pdl(pdl, q.device),
