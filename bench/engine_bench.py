@@ -46,6 +46,11 @@ from tokenrouter.runtime.engine.make_model import config_dict, shape_for
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights
 
 
+def save(args, results: dict) -> None:
+    """Rewrite engine_bench.json under --out (after every table, so a run cut short keeps its figures)."""
+    (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -207,6 +212,7 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
                 dict(shape=name, ctx=ctx, bs=bs, graph_ms=g, eager_ms=e, floor_ms=floor_ms)
             )
             print(f"| {ctx} | {bs} | {g:.3f} | {e:.3f} | {g / floor_ms:.2f} |", flush=True)
+    save(args, results)
 
     print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms) "
           "| extend / decode (graphs) |")  # fmt: skip
@@ -226,6 +232,7 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
                          graph_shape=shape)
                 )  # fmt: skip
                 print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
+    save(args, results)
 
     if args.targets:
         target_ablation(engine, ctxs, args, results, name)
@@ -264,31 +271,31 @@ def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: 
 
 
 # The parts added after the measured runs A/B (docs/benchmarks.md): "before" turns all of them off.
-NEW_SINCE_AB = (
+NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skipped
+    "pdl",
     "gemv_norm",
-    "gemv_tiles",
     "wide_splits",
+    "attn_prefetch",
+    "gemv_tiles",
+    "one_copy_inputs",
     "attn_eager_loads",
     "decode_no_gather",
-    "one_copy_inputs",
-    "pdl",
-    "attn_prefetch",
 )
 
 
 def ablation_plan(
     ctxs: list[int], extend_bs: list[int], extend_q: list[int]
 ) -> list[tuple[str, tuple, list]]:
-    """(label, options off, points) for the target ablation; a point is (ctx, bs, q). Each part is timed
-    where it acts: the one-token parts and the split cap at decode bs 1, the attention stage choice at the
-    largest extend (32-row blocks)."""
+    """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
+    Each part is timed where it acts: the one-token parts and the split cap at decode bs 1, the attention
+    stage choice at the largest extend (32-row blocks)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
-    plan = [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
-    plan.append(("before (" + ", ".join(NEW_SINCE_AB) + " off)", NEW_SINCE_AB, decode))
+    plan = [("before (" + ", ".join(NEW_SINCE_AB) + " off)", NEW_SINCE_AB, decode)]
     if extend_bs and extend_q:
         plan.append(
             ("no attn_stages", ("attn_stages",), [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs])
         )
+    plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
     for _, off, _ in plan:
         unknown = set(off) - FAST_PATH_OPTIONS.keys()
         if unknown:
@@ -304,7 +311,11 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
     print("| parts off | ctx | bs | q | default | parts off | off / default | max logit diff / max logit |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     default_ms: dict[tuple[int, int, int], float] = {}
+    started = time.perf_counter()
     for label, off, points in ablation_plan(args.ctx, args.extend_bs, args.extend_q):
+        if time.perf_counter() - started > args.ablation_budget_s:
+            print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
+            continue
         saved = backend.options()
         for o in off:
             setattr(backend, o, False)
@@ -344,6 +355,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             print(
                 f"| {label} | {ctx} | {bs} | {q} | {d:.3f} | {o:.3f} | {o / d:.3f} | {diff:.3g} |", flush=True
             )
+        save(args, results)
         torch.cuda.empty_cache()
 
 
@@ -503,6 +515,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the issue's target points only, with the fast-path ablation (see the module doc)",
     )
+    p.add_argument(
+        "--ablation-budget-s",
+        type=float,
+        default=75.0,
+        help="--targets: seconds per shape for the ablation; later rows are skipped (listed as skipped)",
+    )
     p.add_argument("--out", default="out/engine_bench")
     args = p.parse_args(argv)
     if args.targets:  # the target points; --shapes/--ctx/... given explicitly still narrow them
@@ -543,15 +561,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for name in names:
         bench_shape(name, args, bandwidth, results)
-        (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+        save(args, results)
         print(f"\n({name} done, {time.perf_counter() - started:.0f} s since the start)", flush=True)
     if not args.no_hf:
         for name in names[:2]:
             bench_hf(name, args, results)
-            (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+            save(args, results)
     if args.targets:
         results["targets"] = target_verdicts(results)
-        (Path(args.out) / "engine_bench.json").write_text(json.dumps(results, indent=1))
+        save(args, results)
         print(
             "\n### Targets\n\n| target | ctx | measured | limit | met | |\n| --- | --- | --- | --- | --- | --- |"
         )
