@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import platform
 import statistics
 import sys
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
+from tokenrouter.runtime.engine.attention.triton_backend import ENGINE_OFF_ENV, FAST_PATH_OPTIONS
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
 from tokenrouter.runtime.engine.embedded import EmbeddedEngine, EngineConfig
@@ -181,7 +182,18 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
     if args.targets:  # only the measured shapes; decode also at the extend sizes (the ratios' denominators)
         decode_sizes = tuple(sorted(set(args.decode_bs) | set(args.extend_bs)))
         graph_config = CudaGraphConfig(decode_sizes, tuple(args.extend_bs), tuple(args.extend_q))
-    engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
+    try:
+        engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
+    except Exception as e:  # noqa: BLE001 — one retry without the launch mode this GPU stack may lack
+        off = os.environ.get(ENGINE_OFF_ENV, "")
+        if "pdl" in off.split(","):
+            raise
+        print(f"\n**{name}: building with graphs failed ({type(e).__name__}: {e}); retrying with pdl and "
+              f"attn_prefetch off**", flush=True)  # fmt: skip
+        results.setdefault("fallbacks", []).append(dict(shape=name, error=f"{type(e).__name__}: {e}"))
+        os.environ[ENGINE_OFF_ENV] = ",".join(filter(None, [off, "pdl", "attn_prefetch"]))
+        torch.cuda.empty_cache()
+        engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
     runner = engine.graph_runner
     setup_s = time.perf_counter() - t0
     wbytes = weight_bytes(engine)
@@ -336,6 +348,12 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
                 with torch.inference_mode():
                     off_logits[pt] = runner.replay(fb)[0].float()
             del runner
+        except Exception as e:  # noqa: BLE001 — report the variant and go on with the others
+            print(f"| {label} | failed: {type(e).__name__}: {str(e)[:200]} | | | | | | |", flush=True)
+            results["ablation"].append(
+                dict(shape=name, parts_off=list(off), error=f"{type(e).__name__}: {e}")
+            )
+            continue
         finally:
             for o, on in saved.items():
                 setattr(backend, o, on)
