@@ -106,6 +106,20 @@ class TeacherData:
     def correct(self, model: str) -> torch.Tensor:
         return self.greedy[model] == self.target
 
+    def subset(self, rows: torch.Tensor) -> TeacherData:
+        """The rows where the bool mask ``rows`` holds (window bookkeeping kept as is)."""
+        return TeacherData(
+            models=self.models,
+            target=self.target[rows],
+            greedy={k: v[rows] for k, v in self.greedy.items()},
+            nll={k: v[rows] for k, v in self.nll.items()},
+            features={k: v[rows] for k, v in self.features.items()},
+            router_inputs={k: v[rows] for k, v in self.router_inputs.items()},
+            window=self.window[rows],
+            window_file=self.window_file,
+            prompt_entropy=self.prompt_entropy,
+        )
+
 
 def load_engines(plan: dict, models: list[str]) -> dict:
     from tokenrouter.runtime.engine.base import EngineError
@@ -151,24 +165,32 @@ def teacher_force(
     """Run every model over every window. ``routers``: name -> RouterSpec whose inputs to collect."""
     engines = load_engines(plan, models)
     routers = routers or {}
-    parts: dict[str, list] = {}
+    # Outputs go into buffers allocated once, at their final size: keeping one small tensor per window
+    # between the large per-window temporaries fragments glibc's heap (~15 MB lost per window measured,
+    # 23 GB at 2,800 windows).
+    scored = [len(w.ids) - 1 - cfg.prompt for w in windows]
+    total = sum(scored)
+    cat: dict[str, torch.Tensor] = {}
 
-    def add(key: str, value: torch.Tensor) -> None:
-        parts.setdefault(key, []).append(value)
+    def add(key: str, row: int, value: torch.Tensor) -> None:
+        if key not in cat:
+            cat[key] = torch.empty((total, *value.shape[1:]), dtype=value.dtype)
+        cat[key][row : row + len(value)] = value
 
     prompt_ent = []
+    row = 0
     for wi, w in enumerate(windows):
         x = torch.tensor(w.ids[:-1], dtype=torch.int64)
         y = torch.tensor(w.ids[1:], dtype=torch.int64)
         s = slice(cfg.prompt, len(x))
-        add("target", y[s])
-        add("window", torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
+        add("target", row, y[s])
+        add("window", row, torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
         for m in models:
             logits, hidden = engines[m].forward_full(x)
             logits = logits.float()
             lp = torch.log_softmax(logits, dim=-1)
-            add(f"greedy/{m}", lp[s].argmax(-1))
-            add(f"nll/{m}", -lp[s].gather(1, y[s, None])[:, 0])
+            add(f"greedy/{m}", row, lp[s].argmax(-1))
+            add(f"nll/{m}", row, -lp[s].gather(1, y[s, None])[:, 0])
             if m != entry:
                 continue
             f = step_features(logits)
@@ -177,11 +199,11 @@ def teacher_force(
             gen = t + 2 - cfg.prompt
             f.update(position=t + 2, generated=gen, run_length=gen)
             for k, v in f.items():
-                add(f"feat/{k}", v[s])
+                add(f"feat/{k}", row, v[s])
             for name, spec in routers.items():
                 xs = router_input_values(spec, logits[s], hidden[s], f["token"][s], engines[m].embed)
-                add(f"router/{name}", xs)
-    cat = {k: torch.cat(v) for k, v in parts.items()}
+                add(f"router/{name}", row, xs)
+        row += scored[wi]
     data = TeacherData(models=list(models), target=cat["target"], window=cat["window"],
                        window_file=[w.file for w in windows], prompt_entropy=torch.stack(prompt_ent))  # fmt: skip
     for k, v in cat.items():
