@@ -651,17 +651,20 @@ def train_router_cmd(
     ),
     epochs: int = typer.Option(30, help="Training epochs (the best held-out epoch is kept)."),
     seed: int = typer.Option(0, help="Seed of the split, the initial weights and the batches."),
+    label: str = typer.Option(
+        "divergence", help="divergence (small greedy != large greedy), gain or nll-gain (docs/quality.md)."
+    ),
 ) -> None:
-    """Train a router on teacher-forced labels (small greedy != large greedy); print precision/recall."""
+    """Train a router on teacher-forced labels; print precision/recall and the held-out sweep."""
     from pathlib import Path
 
     from tokenrouter.training.policy_view import PolicyViewError, load_plan
-    from tokenrouter.training.router_train import RouterTrainConfig, train_router
+    from tokenrouter.training.router_train import RouterTrainConfig, format_report, train_router
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
-        cfg = RouterTrainConfig(hidden_layers=layers, epochs=epochs, seed=seed)
+        cfg = RouterTrainConfig(label=label, hidden_layers=layers, epochs=epochs, seed=seed)
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -674,14 +677,10 @@ def train_router_cmd(
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    sign = "high" if rep.polarity > 0 else "low"
     typer.echo(
         f"wrote {rep.path}: router {router!r} trained on {rep.rows_train} positions, {rep.rows_val} held out"
     )
-    typer.echo(f"label (small greedy != large greedy) rate on held-out: {rep.positive_rate:.3f}; "
-               f"a {sign} output routes; held-out BCE {rep.val_loss:.4f}")  # fmt: skip
-    typer.echo(f"at the plan's threshold ({rep.threshold_text}): routed {rep.routed_share:.3f} of positions, "
-               f"precision {rep.precision:.3f}, recall {rep.recall:.3f}")  # fmt: skip
+    typer.echo(format_report(rep))
 
 
 @app.command(name="eval")

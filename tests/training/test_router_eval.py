@@ -179,3 +179,56 @@ def test_unsupported_policy_shape_is_a_clear_error(tmp_path, tiny_pair, tiny_cor
     assert proc.returncode == 1 and "drop" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("train-router", policy, "nope", "--data", tiny_corpus / "router", *SMALL)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
+
+
+def _teacher_rows(greedy_small, greedy_large, target, nll_small, nll_large):
+    from tokenrouter.training.teacher import TeacherData
+
+    t = lambda v: torch.tensor(v)  # noqa: E731
+    return TeacherData(models=["slm", "llm"], target=t(target), greedy={"slm": t(greedy_small), "llm": t(greedy_large)},
+                       nll={"slm": t(nll_small), "llm": t(nll_large)})  # fmt: skip
+
+
+def test_labels_follow_their_definitions():
+    from tokenrouter.training.router_train import make_label
+
+    data = _teacher_rows([1, 2, 3, 4], [1, 5, 3, 6], [1, 5, 9, 4], [0.5, 2.0, 1.0, 0.2], [0.4, 0.5, 1.5, 0.9])
+    train = torch.tensor([True, True, True, True])
+    assert make_label(data, "slm", "llm", "divergence", train).tolist() == [0, 1, 0, 1]
+    nll_gain = make_label(data, "slm", "llm", "nll-gain", train)
+    assert torch.allclose(nll_gain, torch.tensor([0.1, 1.5, -0.5, -0.7]))
+    # accuracy gain per row: 0, +1, 0, -1 -> mean 0; the gain label needs the large model ahead on both
+    with pytest.raises(PolicyViewError, match="not better"):
+        make_label(data, "slm", "llm", "gain", train)
+    only3 = torch.tensor([True, True, True, False])  # mean accuracy gain 1/3, mean NLL gain 1.1/3
+    gain = make_label(data, "slm", "llm", "gain", only3)
+    want = torch.tensor([0.0, 1.0, 0.0, -1.0]) * 3 + torch.tensor([0.1, 1.5, -0.5, -0.7]) * 3 / 1.1
+    assert torch.allclose(gain, want, atol=1e-5)
+
+
+def test_gain_labels_fit_a_regression_not_a_classifier():
+    """The gain labels are real-valued: the fit must rank rows by the target's conditional mean."""
+    from tokenrouter.training.router_train import RouterTrainConfig, fit
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3000, 6, generator=g)
+    y = 3.0 * x[:, 0] - x[:, 1] + 0.3 * torch.randn(3000, generator=g)
+    val = torch.arange(3000) >= 2400
+    tensors, val_loss = fit(x, y, val, "linear", RouterTrainConfig(label="nll-gain", epochs=10, batch=64, lr=0.02))
+    w, b = tensors["weight"][0], tensors["bias"][0]
+    pred = ((x[val] - tensors["input_mean"]) / tensors["input_std"]) @ w + b
+    assert val_loss < 0.2  # mean squared error near the noise variance (0.09), far below var(y) ~ 10
+    assert float(((pred - y[val]) ** 2).mean()) == pytest.approx(val_loss, rel=1e-4)
+
+
+def test_train_router_gain_label_from_the_command_line(tmp_path, tiny_pair, tiny_corpus):
+    policy = write(tmp_path, R2R, "r2r_gain", tiny_pair)
+    proc = cli("train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--epochs", "2",
+               "--label", "nll-gain")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "label nll-gain" in proc.stdout and "mean squared error" in proc.stdout
+    shares = [float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("held-out share")]
+    assert len(shares) == 3 and all(abs(s - t) <= 0.02 for s, t in zip(shares, (0.10, 0.20, 0.25), strict=True))
+    assert policy.with_suffix(".safetensors").stat().st_size > 0
+    bad = cli("train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--label", "nope")
+    assert bad.returncode == 2 and "unknown label 'nope'" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,11 +1,22 @@
-"""`tokenrouter train-router`: fit a plan's router to the small model's divergence from the large one.
+"""`tokenrouter train-router`: fit a plan's router to teacher-forced labels from the small and large model.
 
-Label of a position: the entry (small) model's greedy token differs from the large model's (R2R's and
-CITER's notion). Whether the router's output should be high or low on such positions is read from the
-policy itself: the rule that reads the router is evaluated with the router pinned high and low, and the
-router is trained so that a high label-probability makes that rule fire more. Training: BCE with
-positive-class weighting, Adam, early stopping on a held-out split by file; the file keeps the best
-epoch, with input_mean/input_std (docs/ir.md "Router weights").
+Labels (``--label``; the router only ever reads the small model's inputs the policy declares, the label
+uses the true next token at training time only, as CITER's reward does):
+
+- ``divergence`` (default): the entry (small) model's greedy token differs from the large model's (R2R's
+  and CITER's notion). Binary; BCE with positive-class weighting; the output is a logit.
+- ``gain``: regression on what handing the position to the large model gains on the quality metrics of
+  ``tokenrouter eval``: (correct_large - correct_small) / d_acc + (NLL_small - NLL_large) / d_nll, where
+  d_acc and d_nll are the large model's mean advantages over the training rows (so a routing's summed
+  gain is its accuracy-gap plus NLL-gap recovered, times the row count). Mean squared error; the
+  output estimates the expected gain of the position, and a threshold on it ranks positions by it.
+- ``nll-gain``: regression on NLL_small - NLL_large alone (nats; the output is the expected NLL gain).
+
+Whether the router's output should be high or low on positions worth routing is read from the policy
+itself: the rule that reads the router is evaluated with the router pinned high and low, and the router
+is trained so that a high label makes that rule fire more. Training: AdamW, early stopping on a
+held-out split by file; the file keeps the best epoch, with input_mean/input_std (docs/ir.md "Router
+weights").
 """
 
 from __future__ import annotations
@@ -18,9 +29,12 @@ import torch
 from .policy_view import PolicyViewError, fired_rule, routed_shape
 from .teacher import TeacherConfig, TeacherData, make_windows, teacher_force
 
+LABELS = ("divergence", "gain", "nll-gain")
+
 
 @dataclass(slots=True)
 class RouterTrainConfig:
+    label: str = "divergence"  # one of LABELS
     hidden_layers: tuple[int, ...] = (256,)  # mlp only
     epochs: int = 30
     batch: int = 512
@@ -30,6 +44,8 @@ class RouterTrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.label not in LABELS:
+            raise ValueError(f"unknown label {self.label!r}; expected one of {', '.join(LABELS)}")
         if any(h < 1 for h in self.hidden_layers):
             raise ValueError("hidden layer sizes must be >= 1")
         if self.epochs < 1 or self.batch < 1:
@@ -43,15 +59,19 @@ class RouterTrainConfig:
 @dataclass(slots=True)
 class RouterReport:
     path: str
+    label: str
     rows_train: int
     rows_val: int
-    positive_rate: float  # share of val positions labelled (small greedy != large greedy)
+    positive_rate: float  # share of val positions where small greedy != large greedy (every label)
     polarity: int  # +1: a high router output fires the rule; -1: a low one does
-    val_loss: float
-    precision: float  # at the plan's threshold, on the val split: of the routed positions, labelled ones
-    recall: float  # of the labelled positions, routed ones
+    val_loss: float  # BCE (divergence) or mean squared error (gain labels) on the val split
+    precision: float  # at the plan's threshold, on the val split: of the routed positions, divergent ones
+    recall: float  # of the divergent positions, routed ones
     routed_share: float
     threshold_text: str
+    acc_gap_recovered: float | None  # at the plan's threshold, on the val split
+    nll_gap_recovered: float | None
+    sweep: list[dict]  # on the val split: the swept param's value per target share, with the gaps recovered
 
 
 def router_rule(plan: dict, router: str) -> tuple[str, int, str]:
@@ -129,6 +149,24 @@ def file_split(data: TeacherData, val_frac: float, seed: int) -> torch.Tensor:
     return val_windows[data.window]
 
 
+def make_label(data: TeacherData, entry: str, large: str, label: str, train: torch.Tensor) -> torch.Tensor:
+    """Per row, the training target of ``label`` (see the module docstring); ``train``: the rows whose
+    means normalise the ``gain`` label."""
+    if label == "divergence":
+        return (data.greedy[entry] != data.greedy[large]).float()
+    nll_gain = data.nll[entry] - data.nll[large]
+    if label == "nll-gain":
+        return nll_gain
+    acc_gain = data.correct(large).float() - data.correct(entry).float()
+    d_acc, d_nll = float(acc_gain[train].mean()), float(nll_gain[train].mean())
+    if d_acc <= 0 or d_nll <= 0:
+        raise PolicyViewError(
+            f"the large model is not better than the small one on this data (accuracy {d_acc:+.4f}, "
+            f"NLL {d_nll:+.4f} per position): the gain label needs a gap to recover"
+        )
+    return acc_gain / d_acc + nll_gain / d_nll
+
+
 def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: RouterTrainConfig):
     """Train on rows ~val, early-stop on rows val. Returns (tensors in the docs/ir.md layout, val loss)."""
     torch.manual_seed(cfg.seed)
@@ -137,9 +175,12 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
     std = xt.std(0).clamp_min(1e-4)
     sizes = [x.shape[1], 1] if kind == "linear" else [x.shape[1], *cfg.hidden_layers, 1]
     net = _mlp(sizes)
-    pos = float(yt.sum())
-    pos_weight = torch.tensor((len(yt) - pos) / max(pos, 1.0))
-    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    if cfg.label == "divergence":
+        pos = float(yt.sum())
+        pos_weight = torch.tensor((len(yt) - pos) / max(pos, 1.0))
+        loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    else:
+        loss_fn = torch.nn.MSELoss()
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     xtn, xvn = (xt - mean) / std, (xv - mean) / std
@@ -167,9 +208,22 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
 
 
 def train_router(
-    plan: dict, router: str, data_dir: Path, out: Path | None, teacher: TeacherConfig, cfg: RouterTrainConfig
+    plan: dict,
+    router: str,
+    data_dir: Path,
+    out: Path | None,
+    teacher: TeacherConfig,
+    cfg: RouterTrainConfig,
+    param: str = "threshold",
+    shares: tuple[float, ...] = (0.10, 0.20, 0.25),
 ) -> RouterReport:
+    """Train ``router`` of ``plan`` and write its file. ``param``/``shares``: the report also gives, on the
+    held-out split, the value of ``param`` that routes each share (skipped when the policy has no such
+    param)."""
     from tokenrouter.runtime.route.routers import RouterSpec, load_router, write_router
+
+    from .evaluate import Scorer, sweep_policy
+    from .policy_view import threshold_node
 
     entry, rule, large = router_rule(plan, router)
     spec = RouterSpec.from_plan(router, plan["routers"][router])
@@ -177,36 +231,79 @@ def train_router(
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
     data = teacher_force(plan, entry, [entry, large], windows, teacher, routers={router: spec})
     sign = polarity(plan, entry, router, rule, data)
-    label = (data.greedy[entry] != data.greedy[large]).float()
     val = file_split(data, cfg.val_frac, cfg.seed)
     if val.all() or not val.any():
         raise PolicyViewError("the held-out split is empty or takes every row; give more files")
-    target = label if sign > 0 else 1 - label
+    label = make_label(data, entry, large, cfg.label, ~val)
+    if cfg.label == "divergence":
+        target = label if sign > 0 else 1 - label
+    else:
+        target = label * sign
     tensors, val_loss = fit(data.router_inputs[router], target, val, spec.kind, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_router(out, spec, tensors)
-    # precision / recall of the rule (at the plan's own threshold) on the held-out rows, with the new file
+    # on the held-out rows, with the new file: the rule at the plan's own threshold, and the sweep
     loaded, _ = load_router(RouterSpec(spec.name, spec.kind, str(out), spec.inputs), None, "cpu")
-    xv = data.router_inputs[router][val]
+    held = data.subset(val)
     ir = plan["routes"][entry]
-    n = int(val.sum())
-    values = {k: v[val] for k, v in data.features.items()}
+    n = held.n
+    values = dict(held.features)
     values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(cfg.seed))
     values.update({r: torch.zeros(n) for r in ir["routers"]})
     with torch.no_grad():
-        values[router] = loaded(xv)
-    routed = fired_rule(ir, values, n) == rule
-    lv = label[val].bool()
-    tp = float((routed & lv).sum())
+        values[router] = loaded(held.router_inputs[router])
+    fired = fired_rule(ir, values, n)
+    routed = fired == rule
+    scorer = Scorer(held, entry, routed_shape(plan).targets)
+    own = scorer.point(fired)
+    try:
+        node = threshold_node(plan, ir, param)
+    except PolicyViewError:
+        sweep = []
+    else:
+        sweep = [p for p, _ in sweep_policy(plan, entry, values, n, node, shares, scorer)]
+    div = held.greedy[entry] != held.greedy[large]
+    tp = float((routed & div).sum())
     return RouterReport(
         path=str(out),
+        label=cfg.label,
         rows_train=int((~val).sum()),
         rows_val=n,
-        positive_rate=float(lv.float().mean()),
+        positive_rate=float(div.float().mean()),
         polarity=sign,
         val_loss=val_loss,
         precision=tp / max(float(routed.sum()), 1.0),
-        recall=tp / max(float(lv.sum()), 1.0),
+        recall=tp / max(float(div.sum()), 1.0),
         routed_share=float(routed.float().mean()),
         threshold_text=ir["rules"][rule].get("source", ""),
+        acc_gap_recovered=own["acc_gap_recovered"],
+        nll_gap_recovered=own["nll_gap_recovered"],
+        sweep=sweep,
     )
+
+
+def format_report(rep: RouterReport) -> str:
+    """The lines `train-router` prints after the 'wrote ...' line."""
+    sign = "high" if rep.polarity > 0 else "low"
+    loss = "BCE" if rep.label == "divergence" else "mean squared error"
+    lines = [
+        f"label {rep.label}; a {sign} output routes; held-out {loss} {rep.val_loss:.4f}",
+        f"at the plan's threshold ({rep.threshold_text}), on held-out: routed {rep.routed_share:.3f} of positions; "
+        f"greedy tokens differ at {rep.positive_rate:.3f} of positions, precision {rep.precision:.3f}, "
+        f"recall {rep.recall:.3f}",
+    ]
+    if rep.acc_gap_recovered is not None and rep.nll_gap_recovered is not None:
+        lines.append(
+            f"  gap recovered: accuracy {100 * rep.acc_gap_recovered:.1f} %, NLL {100 * rep.nll_gap_recovered:.1f} %"
+        )
+    for p in rep.sweep:
+        acc, nll = p["acc_gap_recovered"], p["nll_gap_recovered"]
+        gaps = (
+            f"accuracy {100 * acc:.1f} %, NLL {100 * nll:.1f} %"
+            if acc is not None and nll is not None
+            else "-"
+        )
+        lines.append(
+            f"held-out share {p['share']:.3f} at threshold {p['threshold']:.6g}: gap recovered {gaps}"
+        )
+    return "\n".join(lines)
