@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
-
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine_bench.py"
 
 
@@ -21,6 +19,10 @@ def bench():
 
 
 def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
+    # imported here, not at collection: the Triton kernels module must first be imported after
+    # tests/engine_gpu/conftest.py chose the interpreter (CPU)
+    from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
+
     plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8])
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
     assert singles == {*bench.NEW_SINCE_AB, "attn_stages"} and singles <= FAST_PATH_OPTIONS.keys()

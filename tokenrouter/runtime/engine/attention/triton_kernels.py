@@ -67,34 +67,6 @@ def _pdl(want: bool, device: torch.device) -> dict:
 
 
 @triton.jit
-def _pdl_wait_then_release(USE_PDL: tl.constexpr):
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
-def _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE: tl.constexpr):
-    """Online-softmax update of one KV tile: k [D, N], v [N, D]; returns (m_i, l_i, acc)."""
-    if IEEE:
-        qk = tl.dot(q, k, input_precision="ieee") * qk_scale
-    else:
-        qk = tl.dot(q, k) * qk_scale
-    visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
-    qk = tl.where(visible, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(qk - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if IEEE:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return m_new, l_i, acc
-
-
-@triton.jit
 def _paged_attn_kernel(
     Q,
     K_buf,
@@ -137,7 +109,9 @@ def _paged_attn_kernel(
     PREFETCH: tl.constexpr = False,
 ):
     if not PREFETCH:
-        _pdl_wait_then_release(USE_PDL)
+        if USE_PDL:  # wait for the kernel before, then let the next one start
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // num_row_blocks
     row_block = tl.program_id(1) % num_row_blocks
@@ -150,7 +124,9 @@ def _paged_attn_kernel(
         req = tl.load(req_pool_indices + b).to(tl.int64)
     if row_block * BLOCK_M >= ext_len * GROUP:
         if PREFETCH:
-            _pdl_wait_then_release(USE_PDL)
+            if USE_PDL:  # wait for the kernel before, then let the next one start
+                tl.extra.cuda.gdc_wait()
+                tl.extra.cuda.gdc_launch_dependents()
         return
     if not EAGER_LOADS:
         seq_len = tl.load(seq_lens + b)
@@ -176,7 +152,9 @@ def _paged_attn_kernel(
     if NUM_SPLITS > 1:
         if lo >= hi:  # a short sequence leaves the last splits empty: mark them so the merge skips them
             if PREFETCH:
-                _pdl_wait_then_release(USE_PDL)
+                if USE_PDL:  # wait for the kernel before, then let the next one start
+                    tl.extra.cuda.gdc_wait()
+                    tl.extra.cuda.gdc_launch_dependents()
             tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, float("-inf"), mask=row_ok)
             return
 
@@ -195,14 +173,32 @@ def _paged_attn_kernel(
         old = n_ok & (offs_n < prefix)
         k = tl.load(k_col + loc[None, :] * stride_kt, mask=old[None, :] & d_ok[:, None], other=0.0)
         v = tl.load(v_row + loc[:, None] * stride_vt, mask=old[:, None] & d_ok[None, :], other=0.0)
-        _pdl_wait_then_release(USE_PDL)
+        if USE_PDL:  # wait for the kernel before, then let the next one start
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         new = n_ok & (offs_n >= prefix)
         k_new = tl.load(k_col + loc[None, :] * stride_kt, mask=new[None, :] & d_ok[:, None], other=0.0)
         v_new = tl.load(v_row + loc[:, None] * stride_vt, mask=new[:, None] & d_ok[None, :], other=0.0)
         k = tl.where(new[None, :], k_new, k)
         v = tl.where(new[:, None], v_new, v)
-        m_i, l_i, acc = _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE)
+        # the online-softmax update of one tile (as in the loop below)
+        if IEEE:
+            qk = tl.dot(q, k, input_precision="ieee") * qk_scale
+        else:
+            qk = tl.dot(q, k) * qk_scale
+        visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
         first = lo + BLOCK_N
     else:
         q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
@@ -212,7 +208,22 @@ def _paged_attn_kernel(
         loc = tl.load(r2t_row + offs_n, mask=n_ok, other=0).to(tl.int64)
         k = tl.load(k_col + loc[None, :] * stride_kt, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
         v = tl.load(v_row + loc[:, None] * stride_vt, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-        m_i, l_i, acc = _attn_tile(q, k, v, offs_n, n_ok, q_pos, m_i, l_i, acc, qk_scale, IEEE)
+        if IEEE:
+            qk = tl.dot(q, k, input_precision="ieee") * qk_scale
+        else:
+            qk = tl.dot(q, k) * qk_scale
+        visible = n_ok[None, :] & (offs_n[None, :] <= q_pos[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
 
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -255,7 +266,9 @@ def _merge_splits_kernel(
     EAGER_LOADS: tl.constexpr = True,  # partials loaded with their weights, not after them
     USE_PDL: tl.constexpr = False,
 ):
-    _pdl_wait_then_release(USE_PDL)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_S)
@@ -456,7 +469,9 @@ def _rmsnorm_kernel(
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr = False,
 ):
-    _pdl_wait_then_release(USE_PDL)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     ok = offs < n_cols
@@ -533,7 +548,9 @@ def _qk_norm_rope_store_kernel(
     HAS_NORM: tl.constexpr,
     USE_PDL: tl.constexpr = False,
 ):
-    _pdl_wait_then_release(USE_PDL)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)  # 0: query heads, 1: key heads (+ the values)
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -645,7 +662,9 @@ def qk_norm_rope_store(
 def _silu_and_mul_kernel(
     X, Out, stride_x, stride_o, n_cols, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = False
 ):
-    _pdl_wait_then_release(USE_PDL)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n_cols
@@ -766,27 +785,6 @@ _GEMV_CONFIGS = _GEMV_CONFIGS_BASE + [
 
 
 @triton.jit
-def _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL: tl.constexpr, NORM: tl.constexpr,
-                HAS_RES: tl.constexpr):  # fmt: skip
-    """One tile of the GEMV's input row (float32) and, for NORM, its squares (else zeros)."""
-    x = tl.load(X + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-    if SILU_MUL:
-        up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-        x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
-    if NORM:
-        if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
-            h = (x + tl.load(R + offs_k, mask=k_ok, other=0.0).to(tl.float32)).to(R_out.dtype.element_ty)
-            if pid == 0:
-                tl.store(R_out + offs_k, h, mask=k_ok)
-            x = h.to(tl.float32)
-        sq = x * x
-        x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-    else:
-        sq = tl.zeros_like(x)
-    return x, sq
-
-
-@triton.jit
 def _gemv_kernel(
     X,
     W,
@@ -813,20 +811,33 @@ def _gemv_kernel(
     w_rows = W + offs_n.to(tl.int64)[:, None] * stride_wn
     # NORM in one pass: out = rstd * sum_k w_k * (h_k * nw_k), with rstd = rsqrt(mean(h^2) + eps) from the
     # same pass (a scalar: it factors out of the dot). No pass before the weight loads start.
-    # The first tile is peeled: its weights are loaded before waiting on the previous kernel (PDL).
+    # Each iteration loads the next tile's weights after its own math; the first tile's are loaded before
+    # waiting on the previous kernel (PDL: weights are never written).
     offs_k = tl.arange(0, BLOCK_K)
-    k_ok = offs_k < K
-    w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-    _pdl_wait_then_release(USE_PDL)
-    x, ss = _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL, NORM, HAS_RES)
-    acc = w.to(tl.float32) * x[None, :]
-    for k0 in range(BLOCK_K, K, BLOCK_K):
+    w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & (offs_k < K)[None, :], other=0.0)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    ss = tl.zeros([BLOCK_K], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
-        w = tl.load(w_rows + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        x, sq = _gemv_input(X, W, R, R_out, NW, offs_k, k_ok, K, pid, SILU_MUL, NORM, HAS_RES)
-        ss += sq
+        x = tl.load(X + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+        if SILU_MUL:
+            up = tl.load(X + K + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+            x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
+        if NORM:
+            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+                h = (x + tl.load(R + offs_k, mask=k_ok, other=0.0).to(tl.float32)).to(R_out.dtype.element_ty)
+                if pid == 0:
+                    tl.store(R_out + offs_k, h, mask=k_ok)
+                x = h.to(tl.float32)
+            ss += x * x
+            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
         acc += w.to(tl.float32) * x[None, :]
+        nxt = offs_k + BLOCK_K  # the last iteration's load is fully masked: no memory traffic
+        w = tl.load(w_rows + nxt[None, :], mask=n_ok[:, None] & (nxt < K)[None, :], other=0.0)
     out = tl.sum(acc, 1)
     if NORM:
         out = out * tl.rsqrt(tl.sum(ss, 0) / K + eps)
