@@ -654,6 +654,7 @@ def train_router_cmd(
     label: str = typer.Option(
         "divergence", help="divergence (small greedy != large greedy), gain or nll-gain (docs/quality.md)."
     ),
+    lr: float = typer.Option(2e-3, help="AdamW learning rate."),
 ) -> None:
     """Train a router on teacher-forced labels; print precision/recall and the held-out sweep."""
     from pathlib import Path
@@ -664,7 +665,7 @@ def train_router_cmd(
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
-        cfg = RouterTrainConfig(label=label, hidden_layers=layers, epochs=epochs, seed=seed)
+        cfg = RouterTrainConfig(label=label, hidden_layers=layers, epochs=epochs, lr=lr, seed=seed)
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
