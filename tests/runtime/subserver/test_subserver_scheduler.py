@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from subserver_helpers import SpyEngine, all_free, compile_policy
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.embedded import load_engine
-from tokenrouter.runtime.route import RouteKernel
+from tokenrouter.runtime.route import RouteKernel, RouteResult
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
 
@@ -121,3 +122,17 @@ def test_step_accounting_is_exact(pair):
     out = metrics.render(active=0)
     assert f'tokenrouter_step_tokens_total{{model="a"}} {s.new_tokens_total}' in out
     assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.step_ms_by_bs[3][0]}' in out
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA")])],
+)  # fmt: skip
+def test_tokens_and_rules_reach_the_host_unchanged(device):
+    """On CUDA both come back with one copy (concatenated as int64): every token id and rule index intact."""
+    token = torch.tensor([0, 151_935, 2**40 + 3, 5], dtype=torch.int64, device=device)
+    rule = torch.tensor([-1, 0, 3, -1], dtype=torch.int32, device=device)
+    tokens, rules = Scheduler._tokens_and_rules(RouteResult(token, token.float(), rule))
+    assert (tokens, rules) == ([0, 151_935, 2**40 + 3, 5], [-1, 0, 3, -1])
+    assert all(type(x) is int for x in tokens + rules)

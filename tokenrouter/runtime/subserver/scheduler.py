@@ -268,9 +268,10 @@ class Scheduler:
         return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
+        """The kernel's per-row state, with one host-to-device copy; the host-side sampling hints come along,
+        so the kernel need not sync on the device to find them out."""
         sampling = [r.sampling for r in batch]
-        state = RouteBatchState.make(
-            len(batch),
+        return RouteBatchState.pack(
             device,
             seed=[s.seed for s in sampling],
             position=[len(r.tokens) for r in batch],  # the index of the token being sampled
@@ -280,10 +281,6 @@ class Scheduler:
             run_length=[r.run_length for r in batch],  # committed before this token (the kernel adds 1)
             generated=[r.generated for r in batch],
         )
-        # host-side hints, so the kernel need not sync on the device to find them out
-        state.any_sampling = any(s.temperature > 0 for s in sampling)
-        state.any_restricted = state.any_sampling and any(s.top_k > 0 or s.top_p < 1 for s in sampling)
-        return state
 
     def process_batch_result(self, batch: list[Req], result) -> Outbox:
         """Per row: the fired rule (ignored on a `for K` visit) decides stay / hop; a `drop` hop discards
@@ -293,7 +290,7 @@ class Scheduler:
         emitted: list[m.TokenOut] = []
         finished: list[m.Finished] = []
         now = self.clock()
-        for req, tok, rule in zip(batch, result.token.tolist(), result.rule.tolist(), strict=True):
+        for req, tok, rule in zip(batch, *self._tokens_and_rules(result), strict=True):
             hop = self.rules[rule] if (req.for_left == 0 and rule >= 0) else None
             if hop is not None and hop.drop:
                 emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop.target))
@@ -318,6 +315,16 @@ class Scheduler:
         if emitted or finished:
             out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished)))
         return out
+
+    @staticmethod
+    def _tokens_and_rules(result) -> tuple[list[int], list[int]]:
+        """The step's tokens and fired rules as host ints: on an accelerator one device-to-host copy (and one
+        sync) of both, concatenated as int64, instead of one per tensor; on the CPU, no copy at all."""
+        token, rule = result.token, result.rule
+        if token.device.type == "cpu":
+            return token.tolist(), rule.tolist()
+        both = torch.cat((token, rule)).tolist()
+        return both[: len(token)], both[len(token) :]
 
     def _commit(self, req: Req, tok: int) -> str | None:
         """Append the token; returns the finish reason, if it ends the request."""
