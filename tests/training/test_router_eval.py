@@ -214,7 +214,9 @@ def test_gain_labels_fit_a_regression_not_a_classifier():
     x = torch.randn(3000, 6, generator=g)
     y = 3.0 * x[:, 0] - x[:, 1] + 0.3 * torch.randn(3000, generator=g)
     val = torch.arange(3000) >= 2400
-    tensors, val_loss = fit(x, y, val, "linear", RouterTrainConfig(label="nll-gain", epochs=10, batch=64, lr=0.02))
+    tensors, val_loss = fit(
+        x, y, val, "linear", RouterTrainConfig(label="nll-gain", epochs=10, batch=64, lr=0.02)
+    )
     w, b = tensors["weight"][0], tensors["bias"][0]
     pred = ((x[val] - tensors["input_mean"]) / tensors["input_std"]) @ w + b
     assert val_loss < 0.2  # mean squared error near the noise variance (0.09), far below var(y) ~ 10
@@ -227,8 +229,12 @@ def test_train_router_gain_label_from_the_command_line(tmp_path, tiny_pair, tiny
                "--label", "nll-gain")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "label nll-gain" in proc.stdout and "mean squared error" in proc.stdout
-    shares = [float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("held-out share")]
-    assert len(shares) == 3 and all(abs(s - t) <= 0.02 for s, t in zip(shares, (0.10, 0.20, 0.25), strict=True))
+    shares = [
+        float(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("held-out share")
+    ]
+    assert len(shares) == 3 and all(
+        abs(s - t) <= 0.02 for s, t in zip(shares, (0.10, 0.20, 0.25), strict=True)
+    )
     assert policy.with_suffix(".safetensors").stat().st_size > 0
     bad = cli("train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--label", "nope")
     assert bad.returncode == 2 and "unknown label 'nope'" in bad.stderr and "Traceback" not in bad.stderr
