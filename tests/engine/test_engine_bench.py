@@ -23,15 +23,28 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     # tests/engine_gpu/conftest.py chose the interpreter (CPU)
     from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
 
-    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8])
+    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8)
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
-    assert singles == {*bench.NEW_SINCE_AB, "attn_stages"} and singles <= FAST_PATH_OPTIONS.keys()
+    assert (
+        singles == {*bench.NEW_SINCE_AB, "attn_stages", "gemv_rows"} and singles <= FAST_PATH_OPTIONS.keys()
+    )
     before = [p for p in plan if len(p[1]) > 1]
-    assert len(before) == 1 and set(before[0][1]) == set(bench.NEW_SINCE_AB)
+    assert len(before) == 1 and set(before[0][1]) == {*bench.NEW_SINCE_AB, "gemv_rows"}
     by_name = {off[0]: points for _, off, points in plan if len(off) == 1}
     assert by_name["gemv_norm"] == [(512, 1, 1), (4096, 1, 1)]  # one-token steps: decode bs 1
     assert by_name["attn_stages"] == [(512, 16, 8), (4096, 16, 8)]  # 32-row blocks: the largest extend
+    # the few-row GEMV: every step of 2-8 tokens (bs 1 extends, decodes of bs 4 and 8, bs 4 x q 2)
+    rows = [(1, 2), (1, 4), (1, 8), (4, 1), (4, 2), (8, 1)]
+    assert by_name["gemv_rows"] == [(ctx, bs, q) for ctx in (512, 4096) for bs, q in rows]
+    assert plan[1][0] == "no gemv_rows"  # right after "before": the part aimed at the last open target
+    small = bench.ablation_plan([512], [1], [2, 4], [1], 2)  # gemv_rows_max 2: the 2-token extend only
+    assert {off[0]: pts for _, off, pts in small if len(off) == 1}["gemv_rows"] == [(512, 1, 2)]
+    one = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 4, 8], 8, 1)  # gemv_rows_batch_max 1
+    assert {off[0]: pts for _, off, pts in one if len(off) == 1}["gemv_rows"] == [
+        (512, 1, q) for q in (2, 4, 8)
+    ]
     assert all(p[1] for p in bench.ablation_plan([512], [], []))  # no extend asked: decode points only
+    assert "no gemv_rows" not in [p[0] for p in bench.ablation_plan([512], [], [])]  # no step of 2-8 tokens
 
 
 def test_target_verdicts(bench):
@@ -58,3 +71,35 @@ def test_target_verdicts(bench):
     assert ext["points"] == 2 and ext["point"] == "qwen3-8b bs 16 q 8" and ext["ctx"] == 4096
     results["extend"][0]["graph_ms"] = 9.2  # 1.314: over
     assert not bench.target_verdicts(results)[-1]["met"]
+    assert sum(t["target"].startswith("extend") for t in v) == 1  # no gemv_rows ablation rows: one
+
+
+def test_extend_verdict_with_gemv_rows_off(bench):
+    results = {
+        "decode": [],
+        "extend": [
+            dict(shape="qwen3-0.6b", ctx=512, bs=1, q=2, graph_ms=0.95, decode_graph_ms=0.83),
+            dict(shape="qwen3-0.6b", ctx=512, bs=4, q=8, graph_ms=1.2, decode_graph_ms=1.0),
+        ],
+        "ablation": [
+            dict(shape="qwen3-0.6b", parts_off=["pdl"], ctx=512, bs=1, q=1, default_ms=0.83, off_ms=0.9),
+            dict(
+                shape="qwen3-0.6b", parts_off=["gemv_rows"], ctx=512, bs=1, q=2, default_ms=0.95, off_ms=1.3
+            ),
+            dict(shape="qwen3-0.6b", parts_off=["gemv_rows"], ctx=512, bs=4, q=1, default_ms=1.0, off_ms=1.1),
+            dict(shape="qwen3-0.6b", parts_off=["gemv_rows"], error="RuntimeError: x"),  # a failed variant
+        ],
+    }
+    on, off, bs1 = bench.target_verdicts(results)
+    assert on["met"] and on["value"] == pytest.approx(1.2) and on["point"] == "qwen3-0.6b bs 4 q 8"
+    assert "gemv_rows off" in off["target"] and not off["met"] and off["points_over"] == 1
+    assert off["value"] == pytest.approx(1.3 / 0.83) and off["point"] == "qwen3-0.6b bs 1 q 2"
+    # on at bs 1 only: the bs 1 extend keeps its time, the bs 4 decode takes the off one (1.2 / 1.1)
+    assert "bs 1 only" in bs1["target"] and bs1["met"] and bs1["value"] == pytest.approx(0.95 / 0.83)
+    results["extend"][1]["graph_ms"] = 1.45  # 1.45 / 1.1 = 1.32 at bs 1 only, 1.45 / 1.0 with it on
+    on, _, bs1 = bench.target_verdicts(results)
+    assert not on["met"] and not bs1["met"] and bs1["value"] == pytest.approx(1.45 / 1.1)
+    results["extend"][1]["graph_ms"] = 1.2
+    results["ablation"][1]["off_ms"] = 1.0  # 1.0 / 0.83 and 1.2 / 1.1: both within 1.3
+    off = bench.target_verdicts(results)[1]
+    assert off["met"] and off["value"] == pytest.approx(1.0 / 0.83) and off["points_over"] == 0

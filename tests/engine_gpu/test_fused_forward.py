@@ -1,7 +1,8 @@
 """The fused decoder forward of the Triton path against the model's own forward on the SDPA backend,
 for tiny random Qwen3 (q/k norm), Qwen2 (qkv bias) and Llama models: prefill, a mixed extend/decode
-step, and a one-token step (which runs the linear layers as the Triton GEMV, with add & RMSNorm folded
-into the GEMVs or not)."""
+step, a one-token step (which runs the linear layers as the Triton GEMV, with add & RMSNorm folded
+into the GEMVs or not), steps of 2-8 tokens (the few-row GEMV `gemv_rows`, or cuBLAS with it off) and one
+of 13 tokens (cuBLAS)."""
 
 from __future__ import annotations
 
@@ -103,43 +104,55 @@ def run_steps(model, backend, forward, steps):
 
 
 STEPS = [
-    [(0, [1, 2, 3, 4, 5]), (1, [7, 8, 9])],
-    [(0, [6]), (1, [10, 11, 12]), (2, [3, 3])],
+    [(0, [1, 2, 3, 4, 5]), (1, [7, 8, 9])],  # 8 tokens
+    [(0, [6]), (1, [10, 11, 12]), (2, [3, 3])],  # 6
     [(1, [4])],  # one token: the GEMV path
+    [(2, [7, 8])],  # 2
+    [(0, list(range(13, 25))), (2, [5])],  # 13: more than gemv_rows_max, cuBLAS
 ]
+KERNELS = ("gemv", "gemv_rows", "rmsnorm")
 
 
+@pytest.mark.parametrize("rows", [8, 1, 0], ids=["gemv_rows", "gemv_rows_bs1", "no_gemv_rows"])
 @pytest.mark.parametrize("fold", [True, False], ids=["gemv_norm", "no_gemv_norm"])
 @pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
-def test_fused_forward_matches_model_forward(family, fold, monkeypatch):
+def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     model = tiny_model(family)
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
-    calls = {"gemv": 0, "rmsnorm": 0}
+    calls: list[dict[str, int]] = []  # per step: launches of each kernel
 
     def counted(name):
         real = getattr(tk, name)
 
         def wrapper(*a, **k):
-            calls[name] += 1
+            calls[-1][name] += 1
             return real(*a, **k)
 
         return wrapper
 
     backend = TritonAttnBackend(cfg)
     backend.gemv_norm = fold
+    assert backend.gemv_rows_max == backend.gemv_rows_batch_max == 8  # the defaults
+    backend.gemv_rows = rows > 0
+    backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
+    for name in KERNELS:
+        monkeypatch.setattr(tk, name, counted(name))
 
     def forward(fb):
-        if fb.num_tokens == 1:  # count the launches of the one-token step only
-            monkeypatch.setattr(tk, "gemv", counted("gemv"))
-            monkeypatch.setattr(tk, "rmsnorm", counted("rmsnorm"))
+        calls.append(dict.fromkeys(KERNELS, 0))
         return fused_decoder_forward(model, fb)
 
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
-    assert calls["gemv"] == 4 * layers
-    # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
-    assert calls["rmsnorm"] == (1 if fold else 1 + 2 * layers)
+    for step, counts in zip(STEPS, calls, strict=True):
+        tokens = sum(len(new) for _, new in step)
+        few = 2 <= tokens <= 8 and len(step) <= rows
+        assert counts["gemv"] == (4 * layers if tokens == 1 else 0), (tokens, counts)
+        assert counts["gemv_rows"] == (4 * layers if few else 0), (tokens, counts)
+        # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
+        folded = fold and (tokens == 1 or few)
+        assert counts["rmsnorm"] == (1 if folded else 1 + 2 * layers), (tokens, counts)
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)

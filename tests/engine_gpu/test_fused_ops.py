@@ -174,3 +174,80 @@ def test_gemv_folded_norm_argument_errors():
         tk.gemv(x, w, residual=x.clone(), residual_out=x.clone())
     with pytest.raises(ValueError, match="do not combine"):
         tk.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 16])
+@pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
+def test_gemv_rows(m, variant):
+    g = torch.Generator().manual_seed(m * 3 + len(variant))
+    n, k = 40, 72  # not multiples of the blocks
+    silu_mul = variant == "silu_mul"
+    x = torch.randn(m, 2 * k if silu_mul else k, generator=g).to(DEVICE)
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    b = torch.randn(n, generator=g).to(DEVICE) if variant == "bias" else None
+    inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
+    want = torch.nn.functional.linear(inp, w, b)
+    got = tk.gemv_rows(x, w, b, silu_mul=silu_mul)
+    assert got.shape == (m, n)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    # row by row it is the one-row GEMV
+    one = torch.cat([tk.gemv(x[i : i + 1], w, b, silu_mul=silu_mul) for i in range(m)])
+    torch.testing.assert_close(got, one, atol=1e-5, rtol=1e-5)
+
+
+def test_gemv_rows_strided_rows_and_bf16():
+    g = torch.Generator().manual_seed(11)
+    n, k = 33, 100
+    wide = torch.randn(5, 160, generator=g).to(DEVICE)
+    x = wide[:, :k]  # rows 160 apart
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    torch.testing.assert_close(tk.gemv_rows(x, w), torch.nn.functional.linear(x, w), atol=1e-4, rtol=1e-4)
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    want = torch.nn.functional.linear(xb.float(), wb.float())
+    torch.testing.assert_close(tk.gemv_rows(xb, wb).float(), want, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("m", [2, 5, 8])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_gemv_rows_with_folded_rmsnorm(m, with_residual):
+    g = torch.Generator().manual_seed(17 + m + with_residual)
+    n, k = 40, 72
+    x = torch.randn(m, k, generator=g).to(DEVICE)
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    nw = torch.randn(k, generator=g).to(DEVICE)
+    b = torch.randn(n, generator=g).to(DEVICE)
+    if with_residual:
+        res = torch.randn(m, k, generator=g).to(DEVICE) * torch.arange(1, m + 1, device=DEVICE)[:, None]
+        res_before = res.clone()
+        res_out = torch.full_like(res, float("nan"))
+        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
+        torch.testing.assert_close(res, res_before)  # the old stream is left as it was
+        torch.testing.assert_close(res_out, res_before + x, **TOL)
+        want = torch.nn.functional.linear(_ref_rmsnorm(res_before + x, nw, 1e-6), w, b)
+    else:
+        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6)
+        want = torch.nn.functional.linear(_ref_rmsnorm(x, nw, 1e-6), w, b)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    r = res_before.clone() if with_residual else None  # the same as the two launches it replaces
+    torch.testing.assert_close(
+        got, tk.gemv_rows(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_gemv_rows_argument_errors():
+    w = torch.zeros(4, 8, device=DEVICE)
+    nw = torch.ones(8, device=DEVICE)
+    for rows in (1, tk.GEMV_ROWS_LIMIT + 1):
+        with pytest.raises(ValueError, match="rows"):
+            tk.gemv_rows(torch.zeros(rows, 8, device=DEVICE), w)
+    x = torch.zeros(3, 8, device=DEVICE)
+    with pytest.raises(ValueError, match="does not match"):
+        tk.gemv_rows(torch.zeros(3, 9, device=DEVICE), w)
+    with pytest.raises(ValueError, match="residual_out must not be residual"):
+        tk.gemv_rows(x, w, norm_weight=nw, residual=x, residual_out=x)
+    with pytest.raises(ValueError, match="residual needs"):
+        tk.gemv_rows(x, w, residual=x.clone(), residual_out=x.clone())
+    with pytest.raises(ValueError, match="contiguous"):
+        tk.gemv_rows(x, w, norm_weight=nw, residual=torch.zeros(2, 8, device=DEVICE), residual_out=x.clone())
+    with pytest.raises(ValueError, match="do not combine"):
+        tk.gemv_rows(torch.zeros(3, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)

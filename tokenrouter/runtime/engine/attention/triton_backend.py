@@ -17,13 +17,19 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
+GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
+
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
 # or set the attribute and capture the graphs again (bench/engine_bench.py's ablation does this).
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
-    "gemv_norm": "one-token steps fold add & RMSNorm into the next GEMV's prologue (off: an rmsnorm launch)",
+    "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue "
+    "(off: an rmsnorm launch)",
+    "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
+    "`gemv_rows_batch_max` requests (default: no further limit) run their linear layers as the few-row "
+    "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
@@ -69,6 +75,11 @@ class TritonAttnBackend(AttentionBackend):
             setattr(self, name, True)
         for name in options_off_from_env():
             setattr(self, name, False)
+        # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
+        # gemv_rows_batch_max requests use the few-row GEMV (1: extends of one request only, so decodes
+        # of bs 2-8 keep cuBLAS like the extends of their batch size)
+        self.gemv_rows_max = GEMV_ROWS_MAX
+        self.gemv_rows_batch_max = GEMV_ROWS_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
@@ -148,23 +159,35 @@ class TritonAttnBackend(AttentionBackend):
 def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`DecoderForCausalLM.forward` with the element-wise ops fused (same math, float32 inside each fused op):
     add+RMSNorm in one launch, q/k RMSNorm + rotary + the K/V store in one, SiLU*up in one. Per layer:
-    4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, with
-    SiLU*up in the down projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the
-    GEMV after it: 4 GEMVs, 1 fused op and attention per layer. Returns (last-position logits [B, V],
-    hidden [B, H])."""
+    4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, and
+    (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
+    projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
+    GEMVs, 1 fused op and attention per layer. Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
     eps = cfg.rms_norm_eps
     pool = fb.token_to_kv_pool
     cos_sin = backend.rope_table(m.rotary)
-    one_row = backend.gemv and fb.input_ids.shape[0] == 1
-    fold = one_row and backend.gemv_norm
+    tokens = fb.input_ids.shape[0]
+    one_row = backend.gemv and tokens == 1
+    few_rows = (
+        backend.gemv_rows
+        and 2 <= tokens <= min(backend.gemv_rows_max, tk.GEMV_ROWS_LIMIT)
+        and fb.batch_size <= backend.gemv_rows_batch_max
+    )
+    small = one_row or few_rows  # the linear layers run as a Triton GEMV, else cuBLAS
+    fold = small and backend.gemv_norm
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
+    def gemv(x: torch.Tensor, layer: torch.nn.Linear, **variant) -> torch.Tensor:
+        if one_row:
+            return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
+        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl) if one_row else layer(x)
+        return gemv(x, layer) if small else layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
 
@@ -176,27 +199,9 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
                 return linear(tk.rmsnorm(residual, norm.weight, eps, pdl=pdl), layer)
             return linear(tk.rmsnorm(delta, norm.weight, eps, residual=residual, pdl=pdl), layer)
         if delta is None:
-            return tk.gemv(
-                residual,
-                layer.weight,
-                layer.bias,
-                norm_weight=norm.weight,
-                eps=eps,
-                extra_tiles=tiles,
-                pdl=pdl,
-            )
+            return gemv(residual, layer, norm_weight=norm.weight, eps=eps)
         new = torch.empty_like(residual)  # the GEMV's other programs still read the old stream
-        y = tk.gemv(
-            delta,
-            layer.weight,
-            layer.bias,
-            norm_weight=norm.weight,
-            eps=eps,
-            residual=residual,
-            residual_out=new,
-            extra_tiles=tiles,
-            pdl=pdl,
-        )
+        y = gemv(delta, layer, norm_weight=norm.weight, eps=eps, residual=residual, residual_out=new)
         residual = new
         return y
 
@@ -222,8 +227,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         o = linear(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
         gate_up = normed_linear(o, layer.post_attention_layernorm, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
-        if one_row:  # SiLU(gate) * up fused into the GEMV's input load
-            d = tk.gemv(gate_up, down.weight, down.bias, silu_mul=True, extra_tiles=tiles, pdl=pdl)
+        if small:  # SiLU(gate) * up fused into the GEMV's input load
+            d = gemv(gate_up, down, silu_mul=True)
         else:
             d = down(tk.silu_and_mul(gate_up, pdl=pdl))
     x = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
