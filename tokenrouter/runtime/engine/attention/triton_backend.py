@@ -18,6 +18,10 @@ from tokenrouter.runtime.engine.attention.base import AttentionBackend, Attentio
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
+# the default `gemv_rows_batch_max`: one request per step, i.e. the bs-1 extends that missed the extend target
+# in run C. Decodes of bs 2-8 keep cuBLAS, as measured in run C, until a GPU run (engine_bench --targets,
+# whose ablation times gemv_rows where it acts) shows the few-row GEMV is faster there too.
+GEMV_ROWS_BATCH_MAX = 1
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -28,7 +32,7 @@ FAST_PATH_OPTIONS = {
     "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue "
     "(off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
-    "`gemv_rows_batch_max` requests (default: no further limit) run their linear layers as the few-row "
+    "`gemv_rows_batch_max` requests (default 1) run their linear layers as the few-row "
     "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
@@ -79,7 +83,7 @@ class TritonAttnBackend(AttentionBackend):
         # gemv_rows_batch_max requests use the few-row GEMV (1: extends of one request only, so decodes
         # of bs 2-8 keep cuBLAS like the extends of their batch size)
         self.gemv_rows_max = GEMV_ROWS_MAX
-        self.gemv_rows_batch_max = GEMV_ROWS_MAX
+        self.gemv_rows_batch_max = GEMV_ROWS_BATCH_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
