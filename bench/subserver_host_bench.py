@@ -122,7 +122,7 @@ class StubKernel:
 class Run:
     """One scheduler (current code or a revision's) and its peer stand-in, stepped one step at a time."""
 
-    def __init__(self, label, sched_cls, held_cls, plan, rows, kernel, steps) -> None:
+    def __init__(self, label, sched_cls, held_cls, plan, rows, kernel) -> None:
         self.label = label
         self.t = Timers()
         g = torch.Generator().manual_seed(0)
@@ -225,7 +225,7 @@ def main() -> None:
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     for rows in [int(x) for x in args.rows.split(",")]:
-        runs = [Run(label, sc, hc, plan, rows, args.kernel, args.steps) for label, sc, hc in impls]
+        runs = [Run(label, sc, hc, plan, rows, args.kernel) for label, sc, hc in impls]
         for _ in range(args.warmup):
             for r in runs:
                 r.one()

@@ -84,3 +84,13 @@ def test_pack_of_no_rows():
 def test_pack_equals_make_on_cuda():
     cols = random_rows(random.Random(11), 8)
     assert_same(RouteBatchState.pack("cuda", **cols), RouteBatchState.make(8, "cuda", **cols))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 7])
+def test_pack_columns_start_at_16_byte_boundaries(rows):
+    """Like tensors of their own: Triton specialises pointer arguments on 16-byte alignment, so a column at
+    another offset would compile another variant of the route kernel mid-serving."""
+    state = RouteBatchState.pack("cpu", **random_rows(random.Random(rows), rows))
+    base = state.seed.data_ptr()
+    for name in COLUMNS:
+        assert (getattr(state, name).data_ptr() - base) % 16 == 0, name

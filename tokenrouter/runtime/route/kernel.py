@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,16 @@ from tokenrouter.runtime.route.routers import (
 from tokenrouter.runtime.sampling import sample
 
 _U64, _TWO63, _TWO64 = 2**64 - 1, 2**63, 2**64
-_PACK_ROW_BYTES = 4 * 8 + 2 * 4 + 4  # RouteBatchState.pack: int64 x4, float32 x2, int32 x1 per row
+
+
+@functools.lru_cache(maxsize=1024)
+def _pack_layout(rows: int) -> tuple[struct.Struct, int]:
+    """`RouteBatchState.pack`'s buffer for `rows` rows: four int64, two float32 and one int32 column, each
+    `stride` = rows rounded up to a multiple of 4 values long (pad bytes between), so each starts at a
+    multiple of 16 bytes."""
+    stride = -(-rows // 4) * 4
+    pad8, pad4 = f"{8 * (stride - rows)}x", f"{4 * (stride - rows)}x"
+    return struct.Struct("=" + f"{rows}q{pad8}" * 4 + f"{rows}f{pad4}" * 2 + f"{rows}i{pad4}"), stride
 
 
 class RouteKernelError(ValueError):
@@ -106,32 +116,35 @@ class RouteBatchState:
         with one host-to-device copy: every column goes into one host byte buffer (`struct`, native byte
         order: int64 seed, position, run_length, generated | float32 temperature, top_p | int32 top_k), which
         is copied once and viewed on the device as the seven columns. `make` instead copies each column on
-        its own (seven copies; on CUDA each pageable copy costs ~10-20 µs of host time). The hints are
-        computed from the Python values."""
+        its own (seven copies; on CUDA each pageable copy costs ~10-20 µs of host time). Every column starts
+        at a multiple of 16 bytes, like a tensor of its own (Triton specialises pointer arguments on that:
+        other offsets would compile other kernel variants). The hints are computed from the Python values."""
         rows = len(position)
         cols = (seed, temperature, top_k, top_p, run_length, generated)
         if any(len(c) != rows for c in cols):
             raise ValueError(f"RouteBatchState.pack: columns differ in length ({[rows, *map(len, cols)]})")
         seeds = [int(x or 0) & _U64 for x in seed]
         seeds = [x - _TWO64 if x >= _TWO63 else x for x in seeds]
-        buf = bytearray(_PACK_ROW_BYTES * rows)
+        layout, stride = _pack_layout(rows)
+        buf = bytearray(layout.size)
         try:
-            struct.pack_into(f"={4 * rows}q{2 * rows}f{rows}i", buf, 0,
-                             *seeds, *position, *run_length, *generated, *temperature, *top_p, *top_k)  # fmt: skip
+            layout.pack_into(buf, 0, *seeds, *position, *run_length, *generated, *temperature, *top_p, *top_k)
         except (struct.error, OverflowError) as exc:
             raise ValueError(f"RouteBatchState.pack: a value out of its column's range ({exc})") from None
         host = torch.frombuffer(buf, dtype=torch.uint8) if rows else torch.empty(0, dtype=torch.uint8)
         dev = host.to(device, non_blocking=True)  # one copy (pageable memory: safe to drop `buf` after)
-        seed_t, position_t, run_length_t, generated_t = (
-            dev[: 32 * rows].view(torch.int64).view(4, rows).unbind()
+        i64 = dev[: 32 * stride].view(torch.int64).view(4, stride)[:, :rows]
+        seed_t, position_t, run_length_t, generated_t = i64.unbind()
+        temperature_t, top_p_t = (
+            dev[32 * stride : 40 * stride].view(torch.float32).view(2, stride)[:, :rows].unbind()
         )
-        temperature_t, top_p_t = dev[32 * rows : 40 * rows].view(torch.float32).view(2, rows).unbind()
+        top_k_t = dev[40 * stride : 40 * stride + 4 * rows].view(torch.int32)
         hot = [t > 0 for t in temperature]
         return cls(
             seed=seed_t,
             position=position_t,
             temperature=temperature_t,
-            top_k=dev[40 * rows :].view(torch.int32),
+            top_k=top_k_t,
             top_p=top_p_t,
             run_length=run_length_t,
             generated=generated_t,
