@@ -1,0 +1,164 @@
+"""Where one subserver step's time goes, on the real engine (issue 7: on the H200 the 0.6B subserver's step
+took 2.5 ms in lockstep and 3.2 ms next to the 8B, against a 0.83-1.25 ms CUDA-graph forward).
+
+Builds the model folder (`make-model --shape`, config only; `dummy` weights on the device), a one-model
+plan (`policy solo: model a = FOLDER; entry a`: every row stays, so each step is a decode of `--rows`
+requests), the subserver's `Scheduler` with its route kernel (`auto`: Triton on CUDA), then times
+`--steps` steps, each split into parts with a device sync between them:
+
+  engine   `Scheduler._forward` (HeldRequestsEngine.forward: validation, KV allocation, ForwardBatch build,
+           CUDA-graph replay or eager forward)
+  route    `Scheduler._route` (route state, route kernel, results to the host)
+  rest     the rest of `Scheduler.step` (commit tokens, outgoing messages)
+
+and, without the syncs, the plain `Scheduler.step()` as the subserver runs it. With `--torch-profile` it
+also records 20 steps with torch.profiler and prints the CPU-side operators by self time (where host time
+goes: cudaMemcpyAsync, cudaLaunchKernel, cudaStreamSynchronize, Python-side torch ops).
+
+    python bench/step_profile.py --shape qwen3-0.6b --rows 1,4,8 [--steps 300] [--torch-profile] [--out DIR]
+    python bench/step_profile.py --shape tiny --device cpu --rows 1,4 --steps 20      # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tokenrouter.compiler.driver import compile_file  # noqa: E402
+from tokenrouter.runtime import messages as m  # noqa: E402
+from tokenrouter.runtime.engine.embedded import load_engine  # noqa: E402
+from tokenrouter.runtime.engine.make_model import make_model, shape_for  # noqa: E402
+from tokenrouter.runtime.route import RouteKernel  # noqa: E402
+from tokenrouter.runtime.subserver.batching import BatchingConfig  # noqa: E402
+from tokenrouter.runtime.subserver.scheduler import Scheduler  # noqa: E402
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def build(shape: str, device: str, work: Path, max_batch: int) -> Scheduler:
+    folder = work / shape
+    if not (folder / "config.json").exists():
+        make_model(folder, shape_for(shape), seed=0)
+    src = work / "solo.tr"
+    src.write_text(f'policy solo\nmodel a = "{folder}" {{ batch: 1 }}\nentry a\n')
+    res = compile_file(src)
+    if not res.ok:
+        raise SystemExit("\n".join(str(d) for d in res.diagnostics))
+    plan = res.plan
+    load = "dummy" if not any(folder.glob("*.safetensors")) else "auto"
+    engine = load_engine(folder, device=device, load=load, max_batch=max_batch, max_len=4096)
+    kernel = RouteKernel(plan, "a", "auto", device)
+    return Scheduler("a", plan, engine, kernel, batching=BatchingConfig({"a": 1}, 0.0), max_batch=max_batch)
+
+
+def timed_parts(s: Scheduler, device: str) -> dict[str, float]:
+    """One step with a sync after each part (ms per part)."""
+    batch = s.get_next_batch_to_run()
+    t0 = time.perf_counter()
+    step = s._forward(batch)
+    sync(device)
+    t1 = time.perf_counter()
+    result = s._route(batch, step)
+    sync(device)
+    t2 = time.perf_counter()
+    s.process_batch_result(batch, result)
+    sync(device)
+    t3 = time.perf_counter()
+    return {"engine": (t1 - t0) * 1e3, "route": (t2 - t1) * 1e3, "rest": (t3 - t2) * 1e3}
+
+
+def run_rows(s: Scheduler, device: str, rows: int, steps: int, warmup: int, torch_profile: bool) -> dict:
+    spec = m.SamplingSpec(seed=1, max_tokens=steps * 3 + warmup * 3 + 64, ignore_eos=True)
+    rids = [f"r{rows}-{i}" for i in range(rows)]
+    for rid in rids:
+        s.handle(m.NewRequest(rid, list(range(10, 42)), spec, n_active=rows))
+    for _ in range(warmup):
+        s.step()
+    sync(device)
+    parts = [timed_parts(s, device) for _ in range(steps)]
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        s.step()
+    sync(device)
+    plain = (time.perf_counter() - t) * 1e3 / steps
+    graph = getattr(s.engine, "graph_runner", None)
+    out = {
+        "rows": rows,
+        "step_ms": plain,
+        **{k: statistics.median(p[k] for p in parts) for k in ("engine", "route", "rest")},
+        "graphs": bool(graph is not None and graph.replays_by_shape),
+    }
+    if torch_profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=acts) as prof:
+            for _ in range(20):
+                s.step()
+            sync(device)
+        out["torch_profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    for rid in rids:
+        s.handle(m.Release(rid))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--shape", default="qwen3-0.6b", help="make-model shape (tiny, qwen3-0.6b, qwen3-8b, ...)"
+    )
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--rows", default="1,4,8")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--torch-profile", action="store_true")
+    ap.add_argument("--out", default=None, help="write step_profile.json (and the profiler tables) here")
+    a = ap.parse_args(argv)
+    try:
+        rows = [int(x) for x in a.rows.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: bad --rows {a.rows!r}: expected ints like 1,4,8", file=sys.stderr)
+        return 2
+    if not rows or min(rows) < 1 or a.steps < 1:
+        print("error: --rows and --steps must be positive", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        s = build(a.shape, a.device, Path(tmp), max(rows))
+        print(f"# {a.shape} on {a.device}: built in {time.perf_counter() - t0:.1f} s; route kernel "
+              f"{s.kernel.backend}", flush=True)  # fmt: skip
+        results = [run_rows(s, a.device, r, a.steps, a.warmup, a.torch_profile) for r in rows]
+    print("\n| rows | step ms (as served) | engine ms | route ms | rest ms | parts sum | graphs |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in results:
+        total = r["engine"] + r["route"] + r["rest"]
+        print(f"| {r['rows']} | {r['step_ms']:.3f} | {r['engine']:.3f} | {r['route']:.3f} | {r['rest']:.3f} "
+              f"| {total:.3f} | {'yes' if r['graphs'] else 'no'} |")  # fmt: skip
+    for r in results:
+        if "torch_profile" in r:
+            print(f"\n## torch.profiler, {r['rows']} rows, 20 steps (CPU self time first)\n")
+            print(r["torch_profile"])
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "step_profile.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""bench/step_profile.py runs end to end on CPU (tiny model) and rejects bad arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = [sys.executable, str(ROOT / "bench" / "step_profile.py")]
+
+
+def test_cpu_smoke(tmp_path):
+    r = subprocess.run([*SCRIPT, "--shape", "tiny", "--device", "cpu", "--rows", "1,3", "--steps", "3",
+                        "--warmup", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "| rows | step ms (as served) | engine ms | route ms | rest ms |" in r.stdout
+    rows = json.loads((tmp_path / "step_profile.json").read_text())
+    assert [x["rows"] for x in rows] == [1, 3]
+    assert all(x["engine"] > 0 and x["step_ms"] > 0 for x in rows)
+
+
+def test_bad_rows():
+    r = subprocess.run([*SCRIPT, "--rows", "a,b"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "bad --rows 'a,b'" in r.stderr
