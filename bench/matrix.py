@@ -515,50 +515,40 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
 
 
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
-    """The DTMC's throughput for this run's thresholds (eager: all 1) from what the run measured: each
-    model's mean step time by batch size (batch sizes seen at least `min_steps` times), and p_ij = hops
-    i→j / tokens written by i. This checks the queueing model on the latencies the models really had
-    next to each other (the tuning's prediction uses latencies profiled one model at a time)."""
+    """The DTMC's throughput for this run's thresholds (eager: all 1) from what the run measured: the
+    profile `tokenrouter profile --from-metrics` would build from the run's two scrapes (each model's mean
+    step time by batch size, p_ij = hops i→j / tokens written by i). This checks the queueing model on the
+    latencies the models really had next to each other (the tuning's prediction may use latencies
+    profiled one model at a time)."""
     from tokenrouter.compiler.throughput.dtmc import analyze
-    from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+    from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
+    from tokenrouter.compiler.throughput.inputs import make_inputs
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
         return None
     before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
-
-    def delta(key: str) -> float:
-        return after.get(key, 0.0) - before.get(key, 0.0)
-
-    points: dict[str, dict[int, list[float]]] = {}
-    for key in after:
-        found = re.fullmatch(
-            r'tokenrouter_(steps|step_seconds)_by_batch_total\{model="([^"]+)",bs="(\d+)"\}', key
-        )
-        if found:
-            kind, model, bs = found.groups()
-            points.setdefault(model, {}).setdefault(int(bs), [0.0, 0.0])[kind == "step_seconds"] = delta(key)
-    models = sorted(points, key=lambda x: (x != "slm", x))  # the matrix's pairs enter at "slm"
-    step = {}
-    for x in models:
-        pts = tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(points[x].items()) if n >= min_steps)
-        if not pts:
-            return None
-        step[x] = StepLatency(pts)
-    tokens = {x: delta(f'tokenrouter_generation_tokens_total{{model="{x}"}}') for x in models}
-    if len(models) < 2 or not all(tokens.values()):
+    models = sorted(
+        {found.group(1) for k in after if (found := re.search(r'model="([^"]+)"', k))},
+        key=lambda x: (x != "slm", x),
+    )  # fmt: skip  (the matrix's pairs enter at "slm")
+    if len(models) < 2:
         return None
-    p = []
-    for i in models:
-        row = [
-            delta(f'tokenrouter_hops_total{{from="{i}",to="{j}"}}') / tokens[i] if j != i else 0.0
-            for j in models
-        ]
-        row[models.index(i)] = max(0.0, 1.0 - sum(row))
-        p.append(row)
+
+    def text(metrics: dict) -> str:
+        return "\n".join(f"{k} {v!r}" for k, v in metrics.items())
+
+    stub = {"models": {x: {} for x in models}, "policy": {"name": rec["policy"]}}
+    try:
+        prof = profile_from_metrics(stub, text(after), text(before), min_steps)
+    except MetricsProfileError:
+        return None
+    if set(prof.routing) != set(models):
+        return None
+    p = [[prof.routing[i].get(j, 0.0) for j in models] for i in models]
     c = [[1.0] * len(models) for _ in models]
     thresholds = rec.get("thresholds") or {}
     b = tuple(int(thresholds.get(x, 1)) for x in models)
-    inputs = make_inputs(models, step, p, c, rec["n"], entry=models[0])
+    inputs = make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0])
     return analyze(inputs, b).throughput
 
 
