@@ -26,16 +26,22 @@ def _root() -> None:
 # --- language commands ---
 
 
-def _defines(values: list[str] | None) -> dict[str, str]:
-    """`-D NAME=VALUE` options as a dict; a malformed one is a usage error (exit 2)."""
+def _name_values(values: list[str] | None, flag: str, shape: str, valid=lambda value: True) -> dict[str, str]:
+    """`FLAG NAME=VALUE` options as a dict (names stripped, values as given); one without `=`, without a
+    name or whose value fails `valid` is a usage error (exit 2) that shows the expected `shape`."""
     out: dict[str, str] = {}
     for item in values or []:
         name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            typer.echo(f"error: bad -D '{item}': expected NAME=VALUE", err=True)
+        if not sep or not name.strip() or not valid(value):
+            typer.echo(f"error: bad {flag} '{item}': expected {shape}", err=True)
             raise typer.Exit(2)
         out[name.strip()] = value
     return out
+
+
+def _defines(values: list[str] | None) -> dict[str, str]:
+    """`-D NAME=VALUE` options as a dict; a malformed one is a usage error (exit 2)."""
+    return _name_values(values, "-D", "NAME=VALUE")
 
 
 def _require_files(paths: list[str], what: str) -> None:
@@ -294,20 +300,18 @@ def serve(
     if not os.path.isfile(plan):
         typer.echo(f"error: no such plan: {plan}", err=True)
         raise typer.Exit(2)
-    remotes: dict[str, str] = {}
-    for item in remote or []:
-        name, sep, addr = item.partition("=")
-        if not sep or not name.strip() or not addr.strip():
-            typer.echo(f"error: bad --remote '{item}': expected MODEL=HOST:PORT", err=True)
-            raise typer.Exit(2)
-        remotes[name.strip()] = addr.strip()
-    sm_caps: dict[str, int] = {}
-    for item in mps_sm or []:
-        name, sep, pct = item.partition("=")
-        if not sep or not name.strip() or not pct.strip().isdigit():
-            typer.echo(f"error: bad --mps-sm '{item}': expected MODEL=PERCENT", err=True)
-            raise typer.Exit(2)
-        sm_caps[name.strip()] = int(pct)
+    remotes = {
+        name: addr.strip()
+        for name, addr in _name_values(
+            remote, "--remote", "MODEL=HOST:PORT", lambda v: bool(v.strip())
+        ).items()
+    }
+    sm_caps = {
+        name: int(pct)
+        for name, pct in _name_values(
+            mps_sm, "--mps-sm", "MODEL=PERCENT", lambda v: v.strip().isdigit()
+        ).items()
+    }
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
