@@ -13,7 +13,10 @@ requests), the subserver's `Scheduler` with its route kernel (`auto`: Triton on 
 
 and, without the syncs, the plain `Scheduler.step()` as the subserver runs it. With `--torch-profile` it
 also records 20 steps with torch.profiler and prints the CPU-side operators by self time (where host time
-goes: cudaMemcpyAsync, cudaLaunchKernel, cudaStreamSynchronize, Python-side torch ops).
+goes: cudaMemcpyAsync, cudaLaunchKernel, cudaStreamSynchronize, Python-side torch ops). With `--host-split`
+the plain steps also time (wall clock, no syncs, inclusive of what each calls) the host functions of the
+step path: the time a function takes includes any wait on the device inside it (a device-to-host copy
+waits for the step's kernels; a graph launch may block), so the table shows where the host spends the step.
 
     python bench/step_profile.py --shape qwen3-0.6b --rows 1,4,8 [--steps 300] [--torch-profile] [--out DIR]
     python bench/step_profile.py --shape tiny --device cpu --rows 1,4 --steps 20      # CPU smoke run
@@ -81,7 +84,75 @@ def timed_parts(s: Scheduler, device: str) -> dict[str, float]:
     return {"engine": (t1 - t0) * 1e3, "route": (t2 - t1) * 1e3, "rest": (t3 - t2) * 1e3}
 
 
-def run_rows(s: Scheduler, device: str, rows: int, steps: int, warmup: int, torch_profile: bool) -> dict:
+def host_split_targets() -> list[tuple[object, str]]:
+    """(owner, attribute) of the host functions `--host-split` times."""
+    from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphRunner
+    from tokenrouter.runtime.engine.embedded import EmbeddedEngine
+    from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+    from tokenrouter.runtime.engine.held import HeldRequestsEngine
+    from tokenrouter.runtime.route import RouteBatchState
+    from tokenrouter.runtime.route.kernel import RouteKernel
+
+    return [
+        (HeldRequestsEngine, "forward"),
+        (EmbeddedEngine, "_forward_fitting"),
+        (ForwardBatch, "build"),
+        (EmbeddedEngine, "_run_model"),
+        (CudaGraphRunner, "load_batch"),
+        (CudaGraphRunner, "_launch"),
+        (Scheduler, "_route_state"),
+        (RouteBatchState, "pack"),
+        (RouteKernel, "__call__"),
+        (Scheduler, "process_batch_result"),
+        (Scheduler, "_tokens_and_rules"),
+    ]
+
+
+class HostSplit:
+    """Wraps the functions of `host_split_targets` with wall-clock timers while active."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._saved: list[tuple[object, str, object]] = []
+
+    def __enter__(self) -> HostSplit:
+        for owner, attr in host_split_targets():
+            raw = owner.__dict__[attr]
+            name = f"{owner.__name__}.{attr}"
+            kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
+            fn = raw.__func__ if kind else raw
+
+            def timed(*a, _fn=fn, _name=name, **k):
+                t = time.perf_counter()
+                try:
+                    return _fn(*a, **k)
+                finally:
+                    self.total[_name] = self.total.get(_name, 0.0) + time.perf_counter() - t
+                    self.calls[_name] = self.calls.get(_name, 0) + 1
+
+            setattr(owner, attr, kind(timed) if kind else timed)
+            self._saved.append((owner, attr, raw))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, attr, raw in reversed(self._saved):
+            setattr(owner, attr, raw)
+        self._saved.clear()
+
+    def per_step_ms(self, steps: int) -> dict[str, float]:
+        return {k: v * 1e3 / steps for k, v in self.total.items()}
+
+
+def run_rows(
+    s: Scheduler,
+    device: str,
+    rows: int,
+    steps: int,
+    warmup: int,
+    torch_profile: bool,
+    host_split: bool = False,
+) -> dict:
     spec = m.SamplingSpec(seed=1, max_tokens=steps * 3 + warmup * 3 + 64, ignore_eos=True)
     rids = [f"r{rows}-{i}" for i in range(rows)]
     for rid in rids:
@@ -96,6 +167,15 @@ def run_rows(s: Scheduler, device: str, rows: int, steps: int, warmup: int, torc
         s.step()
     sync(device)
     plain = (time.perf_counter() - t) * 1e3 / steps
+    split = None
+    if host_split:
+        with HostSplit() as hs:
+            t = time.perf_counter()
+            for _ in range(steps):
+                s.step()
+            sync(device)
+            split_step = (time.perf_counter() - t) * 1e3 / steps
+        split = {"step_ms": split_step, **hs.per_step_ms(steps)}
     graph = getattr(s.engine, "graph_runner", None)
     out = {
         "rows": rows,
@@ -103,6 +183,8 @@ def run_rows(s: Scheduler, device: str, rows: int, steps: int, warmup: int, torc
         **{k: statistics.median(p[k] for p in parts) for k in ("engine", "route", "rest")},
         "graphs": bool(graph is not None and graph.replays_by_shape),
     }
+    if split is not None:
+        out["host_split_ms"] = split
     if torch_profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -127,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--torch-profile", action="store_true")
+    ap.add_argument("--host-split", action="store_true", help="time the host functions of the step path")
     ap.add_argument("--out", default=None, help="write step_profile.json (and the profiler tables) here")
     a = ap.parse_args(argv)
     try:
@@ -142,13 +225,23 @@ def main(argv: list[str] | None = None) -> int:
         s = build(a.shape, a.device, Path(tmp), max(rows))
         print(f"# {a.shape} on {a.device}: built in {time.perf_counter() - t0:.1f} s; route kernel "
               f"{s.kernel.backend}", flush=True)  # fmt: skip
-        results = [run_rows(s, a.device, r, a.steps, a.warmup, a.torch_profile) for r in rows]
+        results = [run_rows(s, a.device, r, a.steps, a.warmup, a.torch_profile, a.host_split) for r in rows]
     print("\n| rows | step ms (as served) | engine ms | route ms | rest ms | parts sum | graphs |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in results:
         total = r["engine"] + r["route"] + r["rest"]
         print(f"| {r['rows']} | {r['step_ms']:.3f} | {r['engine']:.3f} | {r['route']:.3f} | {r['rest']:.3f} "
               f"| {total:.3f} | {'yes' if r['graphs'] else 'no'} |")  # fmt: skip
+    splits = [r for r in results if "host_split_ms" in r]
+    if splits:
+        order = ["step_ms"] + [f"{o.__name__}.{a}" for o, a in host_split_targets()]
+        names = [n for n in order if n in splits[0]["host_split_ms"]]
+        print("\n## Host functions, ms per step (wall clock, inclusive, no syncs; the first row is the timed "
+              "step itself)\n")  # fmt: skip
+        print("| function | " + " | ".join(f"{r['rows']} rows" for r in splits) + " |")
+        print("| --- |" + " ---: |" * len(splits))
+        for n in names:
+            print(f"| {n} | " + " | ".join(f"{r['host_split_ms'].get(n, 0.0):.3f}" for r in splits) + " |")
     for r in results:
         if "torch_profile" in r:
             print(f"\n## torch.profiler, {r['rows']} rows, 20 steps (CPU self time first)\n")

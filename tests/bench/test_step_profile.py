@@ -13,12 +13,16 @@ SCRIPT = [sys.executable, str(ROOT / "bench" / "step_profile.py")]
 
 def test_cpu_smoke(tmp_path):
     r = subprocess.run([*SCRIPT, "--shape", "tiny", "--device", "cpu", "--rows", "1,3", "--steps", "3",
-                        "--warmup", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)  # fmt: skip
+                        "--warmup", "1", "--host-split", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "| rows | step ms (as served) | engine ms | route ms | rest ms |" in r.stdout
     rows = json.loads((tmp_path / "step_profile.json").read_text())
     assert [x["rows"] for x in rows] == [1, 3]
     assert all(x["engine"] > 0 and x["step_ms"] > 0 for x in rows)
+    split = rows[0]["host_split_ms"]  # every wrapped function ran, and none takes longer than the step
+    assert {"ForwardBatch.build", "RouteKernel.__call__", "Scheduler.process_batch_result"} <= set(split)
+    assert 0 < split["ForwardBatch.build"] < split["HeldRequestsEngine.forward"] <= split["step_ms"]
+    assert "| function |" in r.stdout
 
 
 def test_bad_rows():
