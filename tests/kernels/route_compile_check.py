@@ -60,6 +60,9 @@ def main() -> int:
                     HAS_FORCED=True,
                     EVAL_RULES=True,
                     WRITE_FEATURES=True,
+                    FAST_MATH=True,
+                    PREFETCH=i % 3,  # every tile pipeline: none, one and two tiles ahead
+                    STAGES=3 if i % 3 == 0 else 0,  # Triton's pipeliner (cp.async), no prefetch
                 ),  # fmt: skip
             ),
             (
@@ -73,6 +76,9 @@ def main() -> int:
                     HAS_FORCED=False,
                     EVAL_RULES=True,
                     WRITE_FEATURES=False,
+                    FAST_MATH=True,
+                    PREFETCH=1,
+                    STAGES=0,
                 ),
             ),  # fmt: skip
         ]

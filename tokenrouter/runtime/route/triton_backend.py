@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -21,22 +22,59 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+@dataclass(slots=True)
+class LaunchOptions:
+    """How `TritonRoute` launches the route kernel. None = `TritonRoute.config`'s choice.
+
+    `split`: programs per row; `block`: logits per tile (a power-of-two multiple of SAMPLE_CHUNK); `warps`.
+    `prefetch`: tiles loaded ahead in registers (0: each tile loaded at the top of its own step; 1: the next
+    tile's load issued before this tile's reductions, the default; 2: two ahead, ~30 more registers).
+    `stages`: > 0 asks Triton's software pipeliner for that many stages on the tile loop (loads through
+    shared memory with cp.async; it pipelines the loop only with prefetch 0). `per_sm`: programs wanted per SM
+    in all when `split` is chosen (smaller tiles when a row has too few). Every choice gives the same results
+    bit for bit except `split` and `block`, which change the summation order."""
+
+    split: int | None = None
+    block: int | None = None
+    warps: int | None = None
+    prefetch: int = 1
+    stages: int = 0
+    per_sm: int = 2
+
+    def __post_init__(self) -> None:
+        b = self.block
+        if b is not None and (b < SAMPLE_CHUNK or b % SAMPLE_CHUNK or b & (b - 1)):
+            raise ValueError(f"block must be a power of two multiple of {SAMPLE_CHUNK}, got {b}")
+        if self.split is not None and (self.split < 1 or self.split & (self.split - 1)):
+            raise ValueError(f"split must be a power of two >= 1, got {self.split}")
+        if self.warps is not None and self.warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"warps must be a power of two from 1 to 32, got {self.warps}")
+        if self.prefetch not in (0, 1, 2):
+            raise ValueError(f"prefetch must be 0, 1 or 2 tiles, got {self.prefetch}")
+        if not 0 <= self.stages <= 8:
+            raise ValueError(f"stages must be 0 (Triton's default) to 8, got {self.stages}")
+        if self.per_sm < 1:
+            raise ValueError(f"per_sm must be >= 1, got {self.per_sm}")
+
+
 class TritonRoute:
     """Holds the rendered module's kernels and the per-kernel workspace (grown on demand, reused).
 
-    `split` (programs per row), `block` (logits per tile, a multiple of SAMPLE_CHUNK) and `warps` override
-    the defaults of `config`."""
+    `split`, `block` and `warps` (and the other fields of `LaunchOptions`, by keyword) override the defaults
+    of `config`; `options` may be replaced between calls (benchmarks compare launch variants that way)."""
 
     def __init__(
-        self, module, device: torch.device, split: int | None, block: int | None, warps: int | None = None
+        self,
+        module,
+        device: torch.device,
+        split: int | None,
+        block: int | None,
+        warps: int | None = None,
+        **options,
     ) -> None:
-        if block is not None and (block < SAMPLE_CHUNK or block % SAMPLE_CHUNK or block & (block - 1)):
-            raise ValueError(f"block must be a power of two multiple of {SAMPLE_CHUNK}, got {block}")
+        self.options = LaunchOptions(split=split, block=block, warps=warps, **options)
         self.module = module
         self.device = device
-        self.split = split
-        self.block = block
-        self.warps = warps
         self.n_slots = len(module.FLOAT_SLOTS)
         self._ws = (0, 0, 0)
         self._grow(1, 1, 1)
@@ -58,21 +96,22 @@ class TritonRoute:
     ) -> tuple[int, int, int]:
         """(split, block, num_warps) for a batch: tiles of TILE_BYTES (at most SAMPLED_TILE values when rows
         sample), made smaller (down to SAMPLE_CHUNK) while a row has fewer tiles than the programs wanted per
-        row (about 2 per SM in all)."""
+        row (`per_sm` per SM in all, 2 by default)."""
+        opt = self.options
         on_gpu = self.device.type == "cuda"
         block = TILE_BYTES // itemsize if not sampling else min(TILE_BYTES // itemsize, SAMPLED_TILE)
-        block = self.block or (max(SAMPLE_CHUNK, block) if on_gpu else SAMPLE_CHUNK)
-        if self.split is not None:
-            split = self.split
+        block = opt.block or (max(SAMPLE_CHUNK, block) if on_gpu else SAMPLE_CHUNK)
+        if opt.split is not None:
+            split = opt.split
         elif on_gpu:
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            want = min(_pow2_floor(2 * sms // rows), 64)
-            while self.block is None and block > SAMPLE_CHUNK and vocab // block < want:
+            want = min(_pow2_floor(opt.per_sm * sms // rows), 64)
+            while opt.block is None and block > SAMPLE_CHUNK and vocab // block < want:
                 block //= 2
             split = max(1, min(want, _pow2_floor(vocab // block)))
         else:
             split = 1
-        return split, block, self.warps or 8
+        return split, block, opt.warps or 8
 
     def run(
         self,
@@ -110,7 +149,8 @@ class TritonRoute:
             math.log(vocab),
             SPLIT=split, BLOCK=block, SC=SAMPLE_CHUNK, NC=n_chunks, SAMPLING=sampling,
             HAS_FORCED=forced is not None, EVAL_RULES=eval_rules, WRITE_FEATURES=write_features,
-            FAST_MATH=dev.type == "cuda", num_warps=warps,
+            FAST_MATH=dev.type == "cuda", PREFETCH=self.options.prefetch, STAGES=self.options.stages,
+            num_warps=warps,
         )  # fmt: skip
         return token, logprob, rule, feats
 

@@ -1,0 +1,33 @@
+"""The route kernel's launch variants (prefetch distance, Triton pipeline stages) under Triton's interpreter:
+bit for bit the plain loop's results and the torch renderer's within tolerance (route_variants_check.py, in
+a fresh process); compiled for real on a GPU where there is one (marked gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_route_triton import _script
+
+from tokenrouter.runtime.route.triton_backend import LaunchOptions
+
+
+@pytest.mark.parametrize("prefetch,stages", [(0, 0), (1, 0), (2, 0), (0, 3)])
+def test_variant_matches_plain_loop_bitwise(prefetch, stages):
+    out = _script(["route_variants_check.py", str(prefetch), str(stages)], interpret=True)
+    assert "OK" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("prefetch,stages", [(0, 0), (2, 0), (0, 3)])
+def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages):
+    out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda"], interpret=False)
+    assert "OK" in out
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(prefetch=3), dict(stages=-1), dict(per_sm=0), dict(split=3), dict(block=3000), dict(warps=3)]
+)
+def test_launch_options_reject_bad_values(bad):
+    with pytest.raises(ValueError):
+        LaunchOptions(**bad)
