@@ -115,13 +115,35 @@ def compile_all() -> list[str]:
             cfg.num_warps,
             cfg.num_stages,
         )
-    for pdl in (False, True):
+    few_variants = [
+        (bm, cfg, variant)
+        for bm, cfgs in tk._GEMV_FEW_CONFIGS.items()  # the x-once kernel: every row count and tile shape
+        for cfg in cfgs
+        for variant in (
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+        )
+    ]
+    few_variants.append(
+        (8, tk._GEMV_FEW_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
+    )
+    for bm, cfg, variant in few_variants:
+        build(
+            tk._gemv_few_kernel,
+            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
+            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
+            dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
+            cfg.num_warps,
+            cfg.num_stages,
+        )
+    for pdl, gather in ((False, False), (True, False), (True, True)):
         build(
             tk._rmsnorm_kernel,
-            dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16"),
+            dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16", Rows="*i64"),
             dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32"),
-            dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl),
+            dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl, GATHER=gather),
         )
+    for pdl in (False, True):
         build(tk._silu_and_mul_kernel, dict(X="*bf16", Out="*bf16"),
               dict(stride_x="i32", stride_o="i32", n_cols="i32"), dict(BLOCK=4096, USE_PDL=pdl))  # fmt: skip
         build(
@@ -165,7 +187,9 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     rows = 2 * sum(len(c) for c in tk._GEMV_ROWS_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_ROWS_CONFIGS) == [2, 4, 8, 16] and rows == 2 * 21 + 1
-    assert proc.stdout.count("\n") == 6 + 3 + gemvs + rows + 2 * 3 + 1, (
+    few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
+    assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
+    assert proc.stdout.count("\n") == 6 + 3 + gemvs + rows + few + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

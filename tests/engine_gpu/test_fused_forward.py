@@ -158,6 +158,25 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize(
+    "off", [("gemv_rows_x_once",), ("last_norm_rows",), ("decode_no_gather", "last_norm_rows")], ids="+".join
+)
+def test_fused_forward_with_parts_off(off):
+    """The parts that change which kernels a step runs, each off, compute the same steps (the old few-row
+    kernel, the final norm of every token then a gather)."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    backend = TritonAttnBackend(cfg)
+    backend.gemv_rows_batch_max = 8  # the few-row GEMV on every step of 2-8 tokens
+    for name in off:
+        setattr(backend, name, False)
+    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     assert all(TritonAttnBackend(cfg).options().values())

@@ -34,6 +34,10 @@ FAST_PATH_OPTIONS = {
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     "`gemv_rows_batch_max` requests (default 1) run their linear layers as the few-row "
     "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
+    "gemv_rows_x_once": "`gemv_rows` runs the kernel that loads the activations once per K tile for all rows "
+    "(per-row accumulators; up to 8 rows) (off: the first few-row kernel, activations loaded per column)",
+    "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
+    "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
@@ -188,7 +192,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     def gemv(x: torch.Tensor, layer: torch.nn.Linear, **variant) -> torch.Tensor:
         if one_row:
             return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
-        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, x_once=backend.gemv_rows_x_once, **variant)
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         return gemv(x, layer) if small else layer(x)
@@ -235,9 +239,11 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             d = gemv(gate_up, down, silu_mul=True)
         else:
             d = down(tk.silu_and_mul(gate_up, pdl=pdl))
-    x = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
-    if backend.decode_no_gather and fb.num_tokens == fb.batch_size:
-        last = x  # one token per row (decode): the last token of row b is token b
+    if fb.num_tokens == fb.batch_size and backend.decode_no_gather:
+        # one token per row (decode): the last token of row b is token b
+        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
+    elif fb.num_tokens != fb.batch_size and backend.last_norm_rows:  # the last tokens only, by index
+        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl, rows=fb.last_indices)
     else:
-        last = x[fb.last_indices]
+        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)[fb.last_indices]
     return model.logits(last), last

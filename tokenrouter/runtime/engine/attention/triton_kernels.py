@@ -460,6 +460,7 @@ def _rmsnorm_kernel(
     Residual,
     W,
     Out,
+    Rows,
     stride_x,
     stride_r,
     stride_o,
@@ -468,11 +469,17 @@ def _rmsnorm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr = False,
+    GATHER: tl.constexpr = False,  # program i reads row Rows[i] of X / Residual, writes row i of Out
 ):
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    row = tl.program_id(0).to(tl.int64)
+    if GATHER:
+        out_row = tl.program_id(0).to(tl.int64)
+        row = tl.load(Rows + out_row).to(tl.int64)
+    else:
+        row = tl.program_id(0).to(tl.int64)
+        out_row = row
     offs = tl.arange(0, BLOCK)
     ok = offs < n_cols
     x = tl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(tl.float32)
@@ -483,7 +490,7 @@ def _rmsnorm_kernel(
     var = tl.sum(x * x, 0) / n_cols
     w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
     y = x * tl.rsqrt(var + eps)
-    tl.store(Out + row * stride_o + offs, (y * w).to(Out.dtype.element_ty), mask=ok)
+    tl.store(Out + out_row * stride_o + offs, (y * w).to(Out.dtype.element_ty), mask=ok)
 
 
 def rmsnorm(
@@ -493,13 +500,19 @@ def rmsnorm(
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     pdl: bool = False,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """RMSNorm over the last dim of a 2-D `x`. With `residual`: `residual += x` in place first, then the
-    norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows."""
+    norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows.
+    With `rows` (a 1-D index tensor): only those rows, out[i] = norm of row rows[i] (with `residual`,
+    only those rows of it are updated): the decoder's final norm of the last tokens without a gather."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise ValueError("rmsnorm needs a 2-D tensor contiguous in its last dim")
-    out = torch.empty_like(x) if out is None else out
-    n_rows, n_cols = x.shape
+    if rows is not None and (rows.dim() != 1 or rows.stride(0) != 1):
+        raise ValueError("rmsnorm: rows must be a contiguous 1-D index tensor")
+    n_rows, n_cols = x.shape if rows is None else (rows.shape[0], x.shape[1])
+    if out is None:
+        out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return out
     block = triton.next_power_of_2(n_cols)
@@ -508,6 +521,7 @@ def rmsnorm(
         residual if residual is not None else x,
         weight,
         out,
+        rows if rows is not None else x,
         x.stride(0),
         residual.stride(0) if residual is not None else 0,
         out.stride(0),
@@ -516,6 +530,7 @@ def rmsnorm(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=min(16, max(1, block // 256)),
+        GATHER=rows is not None,
         **_pdl(pdl, x.device),
     )
     return out
@@ -1035,6 +1050,153 @@ else:
     }
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The few-row GEMV with the activations read once per K tile (`gemv_rows(x_once=True)`, the default). The
+# kernel above loads the activations as [BLOCK_M, BLOCK_N, BLOCK_K], once per output column of the tile,
+# and converts each copy to float32: at 8 rows it issued several times the one-row GEMV's instructions per
+# weight byte and was slower than cuBLAS (H200: bs 1 extend of 8 tokens 2.9 ms vs 1.3 ms). Here every
+# tensor is a K tile viewed as [.., BLOCK_K // 8, 8] (one thread's 16-byte load in the last dim, the
+# threads along the middle one: BLOCK_K = 256 * num_warps, so no row or column is split over threads):
+# the weights [BLOCK_N, BLOCK_K // 8, 8] as in `gemv`, the activations [BLOCK_M, BLOCK_K // 8, 8] loaded
+# (and SiLU * up / add & RMSNorm applied) once for all rows. Row m is picked from them in registers (a
+# masked sum with -0.0, which folds away) and multiplied into its own accumulator [BLOCK_N, BLOCK_K // 8]
+# (one float32 per column and thread: the 8 products of a 16-byte vector are summed at once), so per
+# weight vector a thread issues about M * 12 FP ops and no other loads. Rows are unrolled up to 8
+# (accumulators acc0..acc7: Triton has no arrays of tensors). Compiled for sm_90 (ptxas): 96-128
+# registers at BLOCK_M 2-8 without the residual, up to 254 with it, no spills for the configs below.
+# ---------------------------------------------------------------------------------------------------------
+
+GEMV_FEW_LIMIT = 8  # the most rows the x-once kernel takes (BLOCK_M 2, 4, 8)
+_GEMV_FEW_TILES = {  # BLOCK_M -> (BLOCK_N, BLOCK_K, warps, stages); BLOCK_K = 256 * warps (see above)
+    2: [
+        (8, 1024, 4, 1),
+        (16, 1024, 4, 1),
+        (4, 1024, 4, 1),
+        (8, 2048, 8, 1),
+        (16, 512, 2, 1),
+        (4, 2048, 8, 1),
+    ],
+    4: [(4, 1024, 4, 1), (8, 1024, 4, 1), (2, 1024, 4, 1), (4, 2048, 8, 1), (8, 512, 2, 1), (2, 2048, 8, 1)],
+    8: [(2, 1024, 4, 1), (4, 1024, 4, 1), (1, 1024, 4, 1), (2, 2048, 8, 1), (4, 512, 2, 1), (1, 2048, 8, 1)],
+}
+_GEMV_FEW_CONFIGS = {
+    bm: [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s) for bn, bk, w, s in tiles]
+    for bm, tiles in _GEMV_FEW_TILES.items()
+}
+
+
+@triton.jit
+def _gemv_few_kernel(
+    X,
+    W,
+    Bias,
+    Y,
+    R,
+    R_out,
+    NW,
+    M,
+    N,
+    K,
+    stride_x,
+    stride_wn,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    SILU_MUL: tl.constexpr,  # row m of X is [gate | up] of width 2K: its input is SiLU(gate) * up
+    NORM: tl.constexpr,  # row m's input is RMSNorm(h_m) * NW, h = X (+ R when HAS_RES)
+    HAS_RES: tl.constexpr,  # h = X + R ([M, K] contiguous), and program 0 writes h to R_out
+    BLOCK_M: tl.constexpr,  # 2, 4 or 8 (M rounded up to a power of two)
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
+):
+    VEC: tl.constexpr = 8
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = (offs_n < N)[:, None, None]
+    # a K tile as [1, BLOCK_K // VEC, VEC]
+    offs_kv = (tl.arange(0, BLOCK_K // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :])[None, :, :]
+    rows = tl.arange(0, BLOCK_M)[:, None, None]
+    m_ok = rows < M
+    x_rows = X + rows.to(tl.int64) * stride_x
+    r_rows = rows.to(tl.int64) * K  # R / R_out are [M, K] contiguous
+    w_rows = W + offs_n.to(tl.int64)[:, None, None] * stride_wn
+    # as in `_gemv_kernel`: the first weight tile is read before the PDL wait, each next one after the
+    # current tile's math; the norm in the same pass (per row: rstd_m factors out of row m's dot products)
+    w = tl.load(w_rows + offs_kv, mask=n_ok & (offs_kv < K), other=0.0)
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    ss = tl.zeros([BLOCK_M, BLOCK_K // VEC], dtype=tl.float32)
+    acc0 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc4 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc5 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc6 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    acc7 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + offs_kv
+        k_ok = offs_k < K
+        mk_ok = m_ok & k_ok
+        x = tl.load(x_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)  # every row, once
+        if SILU_MUL:
+            up = tl.load(x_rows + K + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
+            x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
+        if NORM:
+            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+                r = tl.load(R + r_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
+                h = (x + r).to(R_out.dtype.element_ty)
+                if pid == 0:
+                    tl.store(R_out + r_rows + offs_k, h, mask=mk_ok)
+                x = h.to(tl.float32)
+            ss += tl.sum(x * x, 2)
+            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+        wf = w.to(tl.float32)
+        # row m: its [1, BLOCK_K // VEC, VEC] slice of x (the rows are in each thread's registers)
+        acc0 += tl.sum(wf * tl.sum(tl.where(rows == 0, x, -0.0), 0, keep_dims=True), 2)
+        acc1 += tl.sum(wf * tl.sum(tl.where(rows == 1, x, -0.0), 0, keep_dims=True), 2)
+        if BLOCK_M > 2:
+            acc2 += tl.sum(wf * tl.sum(tl.where(rows == 2, x, -0.0), 0, keep_dims=True), 2)
+            acc3 += tl.sum(wf * tl.sum(tl.where(rows == 3, x, -0.0), 0, keep_dims=True), 2)
+        if BLOCK_M > 4:
+            acc4 += tl.sum(wf * tl.sum(tl.where(rows == 4, x, -0.0), 0, keep_dims=True), 2)
+            acc5 += tl.sum(wf * tl.sum(tl.where(rows == 5, x, -0.0), 0, keep_dims=True), 2)
+            acc6 += tl.sum(wf * tl.sum(tl.where(rows == 6, x, -0.0), 0, keep_dims=True), 2)
+            acc7 += tl.sum(wf * tl.sum(tl.where(rows == 7, x, -0.0), 0, keep_dims=True), 2)
+        nxt = offs_k + BLOCK_K  # the last iteration's load is fully masked: no memory traffic
+        w = tl.load(w_rows + nxt, mask=n_ok & (nxt < K), other=0.0)
+    # [BLOCK_M, BLOCK_N] from the per-row sums (once per program)
+    rows2 = tl.arange(0, BLOCK_M)[:, None]
+    out = tl.where(rows2 == 0, tl.sum(acc0, 1)[None, :], 0.0)
+    out = tl.where(rows2 == 1, tl.sum(acc1, 1)[None, :], out)
+    if BLOCK_M > 2:
+        out = tl.where(rows2 == 2, tl.sum(acc2, 1)[None, :], out)
+        out = tl.where(rows2 == 3, tl.sum(acc3, 1)[None, :], out)
+    if BLOCK_M > 4:
+        out = tl.where(rows2 == 4, tl.sum(acc4, 1)[None, :], out)
+        out = tl.where(rows2 == 5, tl.sum(acc5, 1)[None, :], out)
+        out = tl.where(rows2 == 6, tl.sum(acc6, 1)[None, :], out)
+        out = tl.where(rows2 == 7, tl.sum(acc7, 1)[None, :], out)
+    if NORM:
+        out = out * tl.rsqrt(tl.sum(ss, 1) / K + eps)[:, None]
+    if HAS_BIAS:
+        out += tl.load(Bias + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    y_ptrs = Y + rows2.to(tl.int64) * N + offs_n[None, :]
+    tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=(rows2 < M) & (offs_n < N)[None, :])
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
+    _gemv_few = dict.fromkeys(_GEMV_FEW_CONFIGS, _gemv_few_kernel)
+    _FIXED_FEW = {"BLOCK_N": 4, "BLOCK_K": 64}
+else:
+    _gemv_few = {
+        bm: triton.autotune(configs=cfgs, key=_ROWS_KEY)(_gemv_few_kernel)
+        for bm, cfgs in _GEMV_FEW_CONFIGS.items()
+    }
+    _FIXED_FEW = {}
+
+
 def gemv_rows(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -1046,12 +1208,15 @@ def gemv_rows(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     pdl: bool = False,
+    x_once: bool = True,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 2 <= M <= GEMV_ROWS_LIMIT: `gemv`'s
     kernel with every program keeping all M rows (each weight tile read once, M float32 FMAs per weight
     element). Autotuned per (M rounded up to a power of two, N, K, variant) on first use, so run it once
     before a CUDA graph capture. The input variants (`silu_mul`, `norm_weight`, `residual` /
-    `residual_out`, all per row) and `pdl` are `gemv`'s; residual and residual_out are [M, K]."""
+    `residual_out`, all per row) and `pdl` are `gemv`'s; residual and residual_out are [M, K].
+    `x_once` (up to GEMV_FEW_LIMIT rows): the kernel that loads the activations once per K tile for all
+    rows (`_gemv_few_kernel`); False, or more rows: the first kernel (activations loaded per column)."""
     n, k = weight.shape
     if x.dim() != 2 or not 2 <= x.shape[0] <= GEMV_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"gemv_rows takes 2-{GEMV_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
@@ -1073,7 +1238,9 @@ def gemv_rows(
             raise ValueError("gemv_rows: residual_out must not be residual (other programs still read it)")
     block_m = max(2, triton.next_power_of_2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    _gemv_rows[block_m][lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    few = x_once and m <= GEMV_FEW_LIMIT
+    kernel = _gemv_few[block_m] if few else _gemv_rows[block_m]
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         bias if bias is not None else weight,
@@ -1093,6 +1260,6 @@ def gemv_rows(
         HAS_RES=residual is not None,
         BLOCK_M=block_m,
         **_pdl(pdl, x.device),
-        **_FIXED,
+        **(_FIXED_FEW if few else _FIXED),
     )
     return y
