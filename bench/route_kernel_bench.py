@@ -1,12 +1,19 @@
 """Route-kernel benchmark (issue 4): the fused Triton route kernel against the unfused torch sequence
 (softmax, entropy, top-k, sampling, comparisons), the torch renderer, the kernel as measured at d6f8f70
-(`bench/route_kernel_v1/`: per-element online softmax and a Gumbel draw per vocabulary entry), and the floor
-of reading the logits once (bytes / measured bandwidth). Vocabulary 151,936, bs 1 / 8 / 64, fp32 and bf16
-logits, greedy and sampled rows. Every variant runs inside a CUDA graph (as decode steps do), cycling over
-enough logits buffers that at bs = 64 they do not fit in L2. Needs CUDA.
+(`bench/route_kernel_v1/`: per-element online softmax and a Gumbel draw per vocabulary entry), a measured
+read of the logits once (a Triton kernel that only reads them, on the fused kernel's grid and tiling, and
+torch's `amax(-1)`) and the floor of reading the logits once (bytes / measured bandwidth). Vocabulary
+151,936, bs 1 / 8 / 64, fp32 and bf16 logits, greedy and sampled rows. Every variant runs inside a CUDA graph
+(as decode steps do), cycling over enough logits buffers that at bs = 64 they do not fit in L2. Needs CUDA.
 
-    python bench/route_kernel_bench.py [--sweep] [--stdlib] [--json FILE] [--md FILE]
+    python bench/route_kernel_bench.py [--sweep] [--stdlib] [--dtypes bf16,fp32] [--prefetch on,off,2]
+                                       [--json FILE] [--md FILE] [--budget-s S]
     python bench/route_kernel_bench.py --smoke   # CPU, Triton's interpreter, vocab 5000: checks this script
+
+`--prefetch`: the fused kernel's tile pipeline (`LaunchOptions.prefetch`: tiles loaded ahead in registers),
+each value timed in the same run, with a bit-for-bit check against the first. `--sweep`: launch variants
+at the largest batch (bf16 first), including Triton's own pipeliner (stages) and smaller tiles with more
+programs per SM, each beside the read-only kernel at the same launch.
 
 Blocks: `policy_ir()` reads every statistic (confidence, margin, norm_entropy, logprob, uniform());
 `--stdlib` adds the statistics the stdlib policies actually read: token and logprob only (bernoulli, citer,
@@ -138,6 +145,131 @@ def bandwidth_gbs() -> dict[str, float]:
     return out
 
 
+_READ_KERNEL = None
+
+
+def read_kernel():
+    """A Triton kernel that reads the logits once on the route kernel's grid and tiling and does nothing
+    else: each program keeps an element-wise running max of its tiles in registers (no reduction across
+    threads inside the loop) and stores its chunk's max. TILE_MAX = True adds what the route kernel does per
+    tile before its exponentials: the tile's max as a block-wide reduction (shuffles and a barrier) into a
+    running scalar. Defined on first use: TRITON_INTERPRET must be set before triton is imported."""
+    global _READ_KERNEL
+    if _READ_KERNEL is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def row_max_kernel(x_ptr, stride_row, V, CHUNK, out_ptr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                           PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILE_MAX: tl.constexpr):  # fmt: skip
+            row = tl.program_id(0).to(tl.int64)
+            part = tl.program_id(1)
+            start = part * CHUNK
+            end = tl.minimum(start + CHUNK, V)
+            full_end = start + (tl.maximum(end - start, 0) // BLOCK) * BLOCK
+            p = x_ptr + row * stride_row
+            cols = tl.arange(0, BLOCK)
+            acc = tl.full([BLOCK], float("-inf"), tl.float32)
+            m = tl.full([], float("-inf"), tl.float32)
+            if PREFETCH >= 1:  # the route kernel's pipeline: PREFETCH tiles loaded ahead
+                x_next = tl.load(p + start + cols, mask=start + cols < full_end, other=float("-inf"))
+            if PREFETCH >= 2:
+                x_next2 = tl.load(p + start + BLOCK + cols, mask=start + BLOCK + cols < full_end, other=0.0)
+            for off in tl.range(start, full_end, BLOCK, num_stages=STAGES if STAGES > 0 else None):
+                if PREFETCH == 0:
+                    x = tl.load(p + tl.multiple_of(off, BLOCK) + cols)
+                elif PREFETCH == 1:
+                    x = x_next
+                    nxt = tl.multiple_of(off + BLOCK, BLOCK)
+                    x_next = tl.load(p + nxt + cols, mask=cols * 0 + nxt < full_end)
+                else:
+                    x = x_next
+                    x_next = x_next2
+                    nxt = tl.multiple_of(off + 2 * BLOCK, BLOCK)
+                    x_next2 = tl.load(p + nxt + cols, mask=cols * 0 + nxt < full_end)
+                if TILE_MAX:
+                    m = tl.maximum(m, tl.max(x.to(tl.float32), 0))
+                else:
+                    acc = tl.maximum(acc, x.to(tl.float32))
+            x = tl.load(p + full_end + cols, mask=full_end + cols < end, other=float("-inf"))
+            acc = tl.maximum(acc, x.to(tl.float32))
+            tl.store(out_ptr + row * SPLIT + part, tl.maximum(tl.max(acc, 0), m))
+
+        _READ_KERNEL = row_max_kernel
+    return _READ_KERNEL
+
+
+def read_once_us(bufs, split: int, block: int, warps: int, prefetch: int, stages: int, reps: int,
+                 tile_max: bool = False) -> float:  # fmt: skip
+    """Time of `read_kernel()` over `bufs` with the route kernel's launch (split x block x warps); checks the
+    row maxima against torch first."""
+    rows, vocab = bufs[0].shape
+    chunk = math.ceil(math.ceil(vocab / split) / block) * block
+    out = torch.empty(rows * split, dtype=torch.float32, device=DEVICE)
+    kern = read_kernel()
+
+    def step(k: int) -> None:
+        kern[(rows, split)](bufs[k], bufs[k].stride(0), vocab, chunk, out, SPLIT=split, BLOCK=block,
+                            PREFETCH=prefetch, STAGES=stages, TILE_MAX=tile_max, num_warps=warps)  # fmt: skip
+
+    step(0)
+    got = out.view(rows, split).amax(1)
+    if not torch.equal(got, bufs[0].float().amax(1)):
+        print(f"# CHECK read-once kernel {split}x{block}x{warps}: wrong row maxima", flush=True)
+    return graph_time_us(step, len(bufs), reps)
+
+
+def amax_us(bufs, reps: int) -> float:
+    """torch's row max (`amax(-1)`) over the same buffers: a read of the logits by a library reduction."""
+    return graph_time_us(lambda k: bufs[k].amax(-1), len(bufs), reps)
+
+
+def prefetch_list(text: str) -> list[int]:
+    """--prefetch: comma-separated tile distances; on = 1 (the default pipeline), off = 0."""
+    names = {"on": 1, "off": 0}
+    try:
+        out = [names[x] if x in names else int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prefetch takes on, off, 0, 1 or 2, got {text!r}") from None
+    if not out or any(p not in (0, 1, 2) for p in out):
+        raise argparse.ArgumentTypeError(f"--prefetch takes on, off, 0, 1 or 2, got {text!r}")
+    return out
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def dtype_list(text: str) -> list[torch.dtype]:
+    try:
+        return [DTYPES[x] for x in text.split(",")]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"--dtypes takes fp32 and/or bf16, got {text!r}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPES.items()}[dtype]
+
+
+# sweep at the largest batch: (block, warps, split, prefetch, stages); bf16 first (run C's budget ran out
+# before its cells). At bs 64 split 4 is 256 programs (2 per SM fit: 8192-value tiles) and split 8 is 512
+# (4 per SM fit: the 2048-value tiles, or 4096 at 4 warps with stages), so every cell runs in one wave (sm_90
+# registers by route_compile_check-style builds). bf16 needs warps * 32 * 8 <= 2048.
+SWEEP = {
+    torch.bfloat16: [(8192, 8, 4, 1, 0), (8192, 8, 4, 0, 0), (8192, 8, 4, 0, 3), (8192, 8, 4, 0, 4),
+                     (4096, 8, 4, 1, 0), (4096, 8, 4, 2, 0), (4096, 8, 4, 0, 3), (2048, 4, 8, 1, 0),
+                     (2048, 8, 8, 2, 0), (4096, 4, 8, 0, 3)],
+    torch.float32: [(4096, 8, 4, 1, 0), (4096, 8, 4, 0, 0), (4096, 8, 4, 0, 3), (4096, 8, 4, 2, 0),
+                    (2048, 8, 8, 1, 0), (2048, 8, 8, 2, 0), (2048, 8, 8, 0, 3), (2048, 4, 8, 1, 0)],
+}  # fmt: skip
+
+
+SWEEP_TEMPS = {"greedy": 0.0, "sampled": 0.8}
+
+
+def config_label(block: int, warps: int, split: int, prefetch: int, stages: int) -> str:
+    return f"{block}×{warps}w×{split} p{prefetch}" + (f" st{stages}" if stages else "")
+
+
 def make_state(rows: int, temperature: float):
     from tokenrouter.runtime.route import RouteBatchState
 
@@ -178,13 +310,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--dtypes", type=dtype_list, default=[torch.float32, torch.bfloat16],
+                    help="logits dtypes, in this order: fp32,bf16 (default) or e.g. bf16")  # fmt: skip
+    ap.add_argument("--prefetch", type=prefetch_list, default=[1],
+                    help="tile prefetch distances to time side by side: on (= 1, the default), off (= 0), 2")  # fmt: skip
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--no-v1", action="store_true", help="skip the d6f8f70 kernel")
     ap.add_argument(
         "--no-torch", action="store_true", help="skip the torch renderer and the unfused sequence"
     )
     ap.add_argument(
-        "--sweep", action="store_true", help="also sweep block x warps x split at the largest batch"
+        "--sweep",
+        action="store_true",
+        help="also sweep block x warps x split x prefetch x stages at the largest batch",
     )
     ap.add_argument("--stdlib", action="store_true", help="also time the stdlib policies' statistics")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
@@ -232,30 +370,29 @@ def main() -> int:
 
     torch_ref = RouteKernel(plan, "slm", "torch", DEVICE)
     fused = RouteKernel(plan, "slm", "triton", DEVICE)
+    opts = fused._triton.options
     v1 = None if args.no_v1 else KernelV1(policy_ir(), DEVICE)
     batches = [int(b) for b in args.batches.split(",")]
     out("\n## Every statistic (confidence, margin, norm_entropy, logprob, uniform())\n")
-    out("| bs | logits | rows | fused µs | d6f8f70 µs | torch renderer µs | unfused torch µs | floor µs | "
-        "d6f8f70 / fused | unfused / fused | fused / floor | split × block × warps |")  # fmt: skip
-    out("|" + "---|" * 12)
+    out("read µs: a Triton kernel that only reads the same logits once, on the fused kernel's split × block × "
+        "warps and prefetch (an element-wise running max, one store per program); amax µs: torch's "
+        "`amax(-1)` on the same buffers; floor µs: bytes / the measured bandwidth.\n")  # fmt: skip
+    out("| bs | logits | rows | prefetch | fused µs | read µs | amax µs | d6f8f70 µs | torch renderer µs | "
+        "unfused torch µs | floor µs | fused / read | fused / floor | d6f8f70 / fused | unfused / fused | "
+        "split × block × warps |")  # fmt: skip
+    out("|" + "---|" * 16)
     for rows in batches:
-        for dtype in (torch.float32, torch.bfloat16):
+        for dtype in args.dtypes:
             bufs = buffers(rows, args.vocab, dtype)
             n_buf = len(bufs)
             nbytes = rows * args.vocab * dtype.itemsize
             floor = nbytes / (best_bw * 1e9) * 1e6
+            t_amax = amax_us(bufs, args.reps)
+            t_read: dict = {}
             temps = (0.0, 0.8, 1.0) if rows == max(batches) else (0.0, 0.8)
             for temp in temps:
                 st = make_state(rows, temp)
-                a, b = torch_ref(bufs[0], None, st), fused(bufs[0], None, st)
-                bad = int(((a.token != b.token) | (a.rule != b.rule)).sum())
-                if bad:
-                    out(f"# CHECK bs={rows} {dtype} {mode_name(temp)}: {bad} of {rows} rows differ between the "
-                        "fused kernel and the torch renderer (sampled rows may differ at a chunk boundary, "
-                        "about 1e-5 of draws; more than that is a bug)")  # fmt: skip
-                t_fused = graph_time_us(
-                    lambda k, bufs=bufs, st=st: fused(bufs[k], None, st), n_buf, args.reps
-                )
+                a = torch_ref(bufs[0], None, st)
                 t_v1 = t_ref = t_unf = float("nan")
                 if v1 is not None:
                     if temp == 0 and not torch.equal(v1(bufs[0], st)[0], a.token):
@@ -271,52 +408,97 @@ def main() -> int:
                         lambda k, bufs=bufs, st=st: torch_ref(bufs[k], None, st), n_buf, slow_reps
                     )
                     t_unf = graph_time_us(lambda k, bufs=bufs, st=st: unfused(bufs[k], st), n_buf, slow_reps)
-                split, block, warps = fused._triton.config(rows, args.vocab, dtype.itemsize, temp > 0)
-                row = dict(table="every_statistic", bs=rows, dtype=str(dtype).split(".")[1], temperature=temp,
-                           fused_us=t_fused, v1_us=t_v1, torch_renderer_us=t_ref, unfused_us=t_unf, floor_us=floor,
-                           split=split, block=block, warps=warps, mismatched_rows=bad)  # fmt: skip
-                rows_out.append(row)
-                out(f"| {rows} | {row['dtype']} | {mode_name(temp)} | {t_fused:.1f} | {t_v1:.1f} | {t_ref:.1f} | "
-                    f"{t_unf:.1f} | {floor:.2f} | {t_v1 / t_fused:.2f}× | {t_unf / t_fused:.1f}× | "
-                    f"{t_fused / floor:.2f}× | {split} × {block} × {warps} |")  # fmt: skip
+                first = None
+                for prefetch in args.prefetch:
+                    opts.prefetch = prefetch
+                    b = fused(bufs[0], None, st)
+                    bad = int(((a.token != b.token) | (a.rule != b.rule)).sum())
+                    if bad:
+                        out(f"# CHECK bs={rows} {dtype} {mode_name(temp)} prefetch {prefetch}: {bad} of {rows} rows "
+                            "differ between the fused kernel and the torch renderer (sampled rows may differ at a "
+                            "chunk boundary, about 1e-5 of draws; more than that is a bug)")  # fmt: skip
+                    if first is None:
+                        first = b
+                    elif not (torch.equal(first.token, b.token) and torch.equal(first.logprob, b.logprob)
+                              and torch.equal(first.rule, b.rule)):  # fmt: skip
+                        out(f"# CHECK FAILED bs={rows} {dtype} {mode_name(temp)}: prefetch {prefetch} is not "
+                            f"bit-identical to prefetch {args.prefetch[0]}")  # fmt: skip
+                    t_fused = graph_time_us(
+                        lambda k, bufs=bufs, st=st: fused(bufs[k], None, st), n_buf, args.reps
+                    )
+                    split, block, warps = fused._triton.config(rows, args.vocab, dtype.itemsize, temp > 0)
+                    key = (split, block, warps, prefetch)
+                    if key not in t_read:
+                        t_read[key] = read_once_us(bufs, split, block, warps, prefetch, 0, args.reps)
+                    t_rd = t_read[key]
+                    row = dict(table="every_statistic", bs=rows, dtype=dtype_name(dtype), temperature=temp,
+                               prefetch=prefetch, stages=opts.stages, fused_us=t_fused, read_us=t_rd,
+                               amax_us=t_amax, v1_us=t_v1, torch_renderer_us=t_ref, unfused_us=t_unf,
+                               floor_us=floor, split=split, block=block, warps=warps, mismatched_rows=bad)  # fmt: skip
+                    rows_out.append(row)
+                    out(f"| {rows} | {row['dtype']} | {mode_name(temp)} | {prefetch} | {t_fused:.1f} | {t_rd:.1f} | "
+                        f"{t_amax:.1f} | {t_v1:.1f} | {t_ref:.1f} | {t_unf:.1f} | {floor:.2f} | "
+                        f"{t_fused / t_rd:.2f}× | {t_fused / floor:.2f}× | {t_v1 / t_fused:.2f}× | "
+                        f"{t_unf / t_fused:.1f}× | {split} × {block} × {warps} |")  # fmt: skip
+                opts.prefetch = 1
             del bufs
             dump()
     rows = max(batches)
     if args.sweep:
-        out(f"\n## Sweep at bs {rows}, every statistic: fused µs (fused / floor) per block × warps × split\n")
-        configs = [(2048, 8, 4), (4096, 4, 4), (4096, 8, 4), (8192, 4, 4), (8192, 8, 4), (4096, 8, 8),
-                   (8192, 8, 2), (8192, 16, 4)]  # fmt: skip
-        out("| logits | rows | " + " | ".join(f"{b}×{w}w×{s}" for b, w, s in configs) + " |")
-        out("|" + "---|" * (len(configs) + 2))
-        for dtype in (torch.float32, torch.bfloat16):
+        out(f"\n## Sweep at bs {rows}, every statistic: fused µs (fused / floor, fused / read) per "
+            "block × warps × split, prefetch p, Triton pipeline stages st\n")  # fmt: skip
+        out("read: the read-once kernel at the cell's launch; the `read` row is it alone, the `read + tile max` "
+            "row adds a block-wide max reduction per tile (what the fused kernel does before its exponentials). "
+            "Cells past the --budget-s budget show (time).\n")  # fmt: skip
+        for dtype in sorted(args.dtypes, key=lambda d: d != torch.bfloat16):
+            configs = SWEEP[dtype]
+            out("| logits | rows | " + " | ".join(config_label(*c) for c in configs) + " |")
+            out("|" + "---|" * (len(configs) + 2))
             bufs = buffers(rows, args.vocab, dtype)
             floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
-            for temp in (0.0, 0.8):
-                st = make_state(rows, temp)
-                want = torch_ref(bufs[0], None, st)
-                cells = []
-                for block, warps, split in configs:
-                    if dtype == torch.bfloat16 and warps * 32 * 8 > 2048:  # a thread must hold whole columns
-                        cells.append("–")
-                        continue
-                    if time.time() - t_start > args.budget_s:
-                        cells.append("(time)")
-                        continue
+            t_read: dict = {}
+            states = {name: make_state(rows, t) for name, t in SWEEP_TEMPS.items()}
+            wants = {name: torch_ref(bufs[0], None, st) for name, st in states.items()}
+
+            def sweep_cell(config, part: str, dtype=dtype, bufs=bufs, floor=floor, t_read=t_read, states=states,
+                           wants=wants) -> str:  # fmt: skip
+                """One cell: the fused kernel (greedy or sampled rows) or the read-once kernel at `config`."""
+                block, warps, split, prefetch, stages = config
+                label = config_label(*config)
+                if time.time() - t_start > args.budget_s:
+                    return "(time)"
+                row = dict(bs=rows, dtype=dtype_name(dtype), floor_us=floor, split=split, block=block,
+                           warps=warps, prefetch=prefetch, stages=stages)  # fmt: skip
+                try:
+                    if part.startswith("read"):
+                        rd = read_once_us(
+                            bufs, split, block, warps, prefetch, stages, args.reps, part != "read"
+                        )
+                        t_read[(config, part)] = rd
+                        rows_out.append(dict(table="sweep_" + part.replace(" + ", "_").replace(" ", "_"),
+                                             read_us=rd, **row))  # fmt: skip
+                        return f"{rd:.1f} ({rd / floor:.2f}×)"
+                    st, want = states[part], wants[part]
                     k = RouteKernel(plan, "slm", "triton", DEVICE, split=split, block=block, warps=warps)
+                    k._triton.options.prefetch, k._triton.options.stages = prefetch, stages
                     got = k(bufs[0], None, st)
                     bad = int(((got.token != want.token) | (got.rule != want.rule)).sum())
                     if bad:
-                        out(
-                            f"# CHECK sweep {dtype} {mode_name(temp)} {block}×{warps}w×{split}: {bad} rows differ"
-                        )
-                    g = graph_time_us(
-                        lambda i, k=k, bufs=bufs, st=st: k(bufs[i], None, st), len(bufs), args.reps
-                    )
-                    rows_out.append(dict(table="sweep", bs=rows, dtype=str(dtype).split(".")[1], temperature=temp,
-                                         fused_us=g, floor_us=floor, split=split, block=block, warps=warps,
-                                         mismatched_rows=bad))  # fmt: skip
-                    cells.append(f"{g:.1f} ({g / floor:.2f}×)")
-                out(f"| {str(dtype).split('.')[1]} | {mode_name(temp)} | " + " | ".join(cells) + " |")
+                        out(f"# CHECK sweep {dtype_name(dtype)} {part} {label}: {bad} rows differ")
+                    g = graph_time_us(lambda i: k(bufs[i], None, st), len(bufs), args.reps)
+                except Exception as exc:  # a variant that does not compile or launch: say so, go on
+                    out(f"# sweep {dtype_name(dtype)} {part} {label}: {type(exc).__name__}: {str(exc)[:300]}")
+                    return "error"
+                rd = t_read.get((config, "read"), float("nan"))
+                rows_out.append(dict(table="sweep", temperature=SWEEP_TEMPS[part], fused_us=g, read_us=rd,
+                                     mismatched_rows=bad, **row))  # fmt: skip
+                return f"{g:.1f} ({g / floor:.2f}×, {g / rd:.2f}×)"
+
+            for part in ("read", "greedy", "read + tile max", "sampled"):  # most wanted first
+                cells = [sweep_cell(k, part) for k in configs]
+                out(f"| {dtype_name(dtype)} | {mode_name(SWEEP_TEMPS[part]) if part in SWEEP_TEMPS else part} | "
+                    + " | ".join(cells) + " |")  # fmt: skip
+            out()
             del bufs
             dump()
     if args.stdlib:
@@ -327,9 +509,9 @@ def main() -> int:
             p = {"routes": {"slm": ir}, "routers": {}, "models": {}}
             k_new, k_ref = RouteKernel(p, "slm", "triton", DEVICE), RouteKernel(p, "slm", "torch", DEVICE)
             k_v1 = None if args.no_v1 else KernelV1(ir, DEVICE)
-            for dtype in (torch.float32, torch.bfloat16):
+            for dtype in args.dtypes:
                 if time.time() - t_start > args.budget_s:
-                    out(f"| {label} | {str(dtype).split('.')[1]} | (time) | | | | |")
+                    out(f"| {label} | {dtype_name(dtype)} | (time) | | | | |")
                     continue
                 bufs = buffers(rows, args.vocab, dtype)
                 floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
@@ -349,9 +531,9 @@ def main() -> int:
                         g1 = graph_time_us(
                             lambda i, k=k_v1, bufs=bufs, st=st: k(bufs[i], st), len(bufs), args.reps
                         )
-                    rows_out.append(dict(table="stdlib", block_kind=label, bs=rows, dtype=str(dtype).split(".")[1],
+                    rows_out.append(dict(table="stdlib", block_kind=label, bs=rows, dtype=dtype_name(dtype),
                                          temperature=temp, fused_us=g, v1_us=g1, floor_us=floor, mismatched_rows=bad))  # fmt: skip
-                    out(f"| {label} | {str(dtype).split('.')[1]} | {mode_name(temp)} | {g:.1f} | {g1:.1f} | "
+                    out(f"| {label} | {dtype_name(dtype)} | {mode_name(temp)} | {g:.1f} | {g1:.1f} | "
                         f"{floor:.2f} | {g / floor:.2f}× |")  # fmt: skip
                 del bufs
                 dump()
