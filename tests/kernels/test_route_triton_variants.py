@@ -26,7 +26,7 @@ def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages):
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(prefetch=3), dict(stages=-1), dict(per_sm=0), dict(split=3), dict(block=3000), dict(warps=3)]
+    "bad", [dict(prefetch=3), dict(stages=-1), dict(split=3), dict(block=3000), dict(warps=3)]
 )
 def test_launch_options_reject_bad_values(bad):
     with pytest.raises(ValueError):

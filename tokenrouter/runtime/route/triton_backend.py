@@ -28,18 +28,17 @@ class LaunchOptions:
 
     `split`: programs per row; `block`: logits per tile (a power-of-two multiple of SAMPLE_CHUNK); `warps`.
     `prefetch`: tiles loaded ahead in registers (0: each tile loaded at the top of its own step; 1: the next
-    tile's load issued before this tile's reductions, the default; 2: two ahead, ~30 more registers).
+    tile's load issued before this tile's reductions, the default; 2: two ahead, more registers).
     `stages`: > 0 asks Triton's software pipeliner for that many stages on the tile loop (loads through
-    shared memory with cp.async; it pipelines the loop only with prefetch 0). `per_sm`: programs wanted per SM
-    in all when `split` is chosen (smaller tiles when a row has too few). Every choice gives the same results
-    bit for bit except `split` and `block`, which change the summation order."""
+    shared memory with cp.async; it pipelines the loop only with prefetch 0).
+    `prefetch` and `stages` leave the results the same bit for bit; `split`, `block` and `warps` change the
+    summation order."""
 
     split: int | None = None
     block: int | None = None
     warps: int | None = None
     prefetch: int = 1
     stages: int = 0
-    per_sm: int = 2
 
     def __post_init__(self) -> None:
         b = self.block
@@ -53,8 +52,6 @@ class LaunchOptions:
             raise ValueError(f"prefetch must be 0, 1 or 2 tiles, got {self.prefetch}")
         if not 0 <= self.stages <= 8:
             raise ValueError(f"stages must be 0 (Triton's default) to 8, got {self.stages}")
-        if self.per_sm < 1:
-            raise ValueError(f"per_sm must be >= 1, got {self.per_sm}")
 
 
 class TritonRoute:
@@ -96,7 +93,7 @@ class TritonRoute:
     ) -> tuple[int, int, int]:
         """(split, block, num_warps) for a batch: tiles of TILE_BYTES (at most SAMPLED_TILE values when rows
         sample), made smaller (down to SAMPLE_CHUNK) while a row has fewer tiles than the programs wanted per
-        row (`per_sm` per SM in all, 2 by default)."""
+        row (about 2 per SM in all)."""
         opt = self.options
         on_gpu = self.device.type == "cuda"
         block = TILE_BYTES // itemsize if not sampling else min(TILE_BYTES // itemsize, SAMPLED_TILE)
@@ -105,7 +102,7 @@ class TritonRoute:
             split = opt.split
         elif on_gpu:
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            want = min(_pow2_floor(opt.per_sm * sms // rows), 64)
+            want = min(_pow2_floor(2 * sms // rows), 64)
             while opt.block is None and block > SAMPLE_CHUNK and vocab // block < want:
                 block //= 2
             split = max(1, min(want, _pow2_floor(vocab // block)))
