@@ -224,6 +224,12 @@ def amax_us(bufs, reps: int) -> float:
     return graph_time_us(lambda k: bufs[k].amax(-1), len(bufs), reps)
 
 
+def same_bits(a, b) -> bool:
+    """Two route results with the same tokens, rules and logprobs, bit for bit."""
+    return bool(torch.equal(a.token, b.token) and torch.equal(a.rule, b.rule)
+                and torch.equal(a.logprob.view(torch.int32), b.logprob.view(torch.int32)))  # fmt: skip
+
+
 def prefetch_list(text: str) -> list[int]:
     """--prefetch: comma-separated tile distances; on = 1 (the default pipeline), off = 0."""
     names = {"on": 1, "off": 0}
@@ -419,8 +425,7 @@ def main() -> int:
                             "chunk boundary, about 1e-5 of draws; more than that is a bug)")  # fmt: skip
                     if first is None:
                         first = b
-                    elif not (torch.equal(first.token, b.token) and torch.equal(first.logprob, b.logprob)
-                              and torch.equal(first.rule, b.rule)):  # fmt: skip
+                    elif not same_bits(first, b):
                         out(f"# CHECK FAILED bs={rows} {dtype} {mode_name(temp)}: prefetch {prefetch} is not "
                             f"bit-identical to prefetch {args.prefetch[0]}")  # fmt: skip
                     t_fused = graph_time_us(
@@ -459,9 +464,10 @@ def main() -> int:
             t_read: dict = {}
             states = {name: make_state(rows, t) for name, t in SWEEP_TEMPS.items()}
             wants = {name: torch_ref(bufs[0], None, st) for name, st in states.items()}
+            firsts: dict = {}  # (rows, block, warps, split) -> the first such cell: label, results
 
             def sweep_cell(config, part: str, dtype=dtype, bufs=bufs, floor=floor, t_read=t_read, states=states,
-                           wants=wants) -> str:  # fmt: skip
+                           wants=wants, firsts=firsts) -> str:  # fmt: skip
                 """One cell: the fused kernel (greedy or sampled rows) or the read-once kernel at `config`."""
                 block, warps, split, prefetch, stages = config
                 label = config_label(*config)
@@ -485,6 +491,10 @@ def main() -> int:
                     bad = int(((got.token != want.token) | (got.rule != want.rule)).sum())
                     if bad:
                         out(f"# CHECK sweep {dtype_name(dtype)} {part} {label}: {bad} rows differ")
+                    first = firsts.setdefault((part, block, warps, split), (label, got))
+                    if not same_bits(first[1], got):  # prefetch and stages must not change a bit
+                        out(f"# CHECK FAILED sweep {dtype_name(dtype)} {part}: {label} is not bit-identical to "
+                            f"{first[0]}")  # fmt: skip
                     g = graph_time_us(lambda i: k(bufs[i], None, st), len(bufs), args.reps)
                 except Exception as exc:  # a variant that does not compile or launch: say so, go on
                     out(f"# sweep {dtype_name(dtype)} {part} {label}: {type(exc).__name__}: {str(exc)[:300]}")
