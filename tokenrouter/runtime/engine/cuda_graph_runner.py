@@ -11,6 +11,11 @@ each padding row owns one padding token right after them (`req_pool_indices` 0, 
 `out_cache_loc` 0 — the reserved dummy KV slot); tokens left over after that belong to no row (the
 attention kernels never read them; their K/V goes to slot 0). Outputs of padding rows are dropped.
 
+A graph also writes the step's new slots into the request-to-token table before the forward
+(`forward_batch.write_req_to_token`, from a static per-token row index staged with the inputs): a replayed step
+launches nothing but the input copy and the graph. Padding and unowned tokens write slot 0 at row 0,
+position 0, which already holds it (row 0 is reserved and all zeros).
+
 The attention backend must declare `supports_cuda_graph` and keep every per-step value it reads inside
 the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
 pool; they are captured largest first, so the smaller ones reuse its blocks.
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode, write_req_to_token
 
 DEFAULT_DECODE_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 DEFAULT_EXTEND_BS = (1, 2, 4, 8, 16)
@@ -109,11 +114,11 @@ class CudaGraphRunner:
         self.max_bs = max(bs for bs, _ in shapes)
         self.max_tokens = max(bs * q for bs, q in shapes)
         t, b = self.max_tokens, self.max_bs
-        # one buffer: tokens [3, t] (input_ids | positions | out_cache_loc), then rows
-        # (req | seq | prefix | ext | indptr (b+1) | last), so one copy can load a whole step
-        self.inputs = torch.zeros(3 * t + 6 * b + 1, dtype=torch.int64, device=self.device)
-        self.tok = self.inputs[: 3 * t].view(3, t)
-        self.rows = self.inputs[3 * t :]
+        # one buffer: tokens [4, t] (input_ids | positions | out_cache_loc | each token's request row), then
+        # rows (req | seq | prefix | ext | indptr (b+1) | last), so one copy can load a whole step
+        self.inputs = torch.zeros(4 * t + 6 * b + 1, dtype=torch.int64, device=self.device)
+        self.tok = self.inputs[: 4 * t].view(4, t)
+        self.rows = self.inputs[4 * t :]
         # host staging of the same layout, a ring so a copy in flight is never overwritten
         pin = self.device.type == "cuda"
         self._host = [torch.zeros(self.inputs.numel(), dtype=torch.int64, pin_memory=pin) for _ in range(4)]
@@ -156,7 +161,13 @@ class CudaGraphRunner:
             token_to_kv_pool=self.token_to_kv_pool,
         )
         fb.attn_metadata = self.attn_backend.metadata_for(bs, q)
+        fb.extra["token_rows"] = self.tok[3, :t]
         return fb
+
+    def _forward(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a graph runs: the request-to-token write, then the model."""
+        write_req_to_token(fb, fb.extra["token_rows"])
+        return self.model(fb)
 
     def _fill_padding(self, bs: int, t: int) -> None:
         """Every row a padding row: one token each, the rest unowned."""
@@ -183,11 +194,11 @@ class CudaGraphRunner:
                 fb = self._static_batch(bs, q)
                 self._fill_padding(bs, bs * q)
                 for _ in range(2):  # warm up: Triton compiles, cuBLAS picks its kernels
-                    self.model(fb)
+                    self._forward(fb)
                 stream.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    out = self.model(fb)
+                    out = self._forward(fb)
                 self.graphs[(bs, q)] = graph
                 self.outputs[(bs, q)] = out
         torch.cuda.current_stream(self.device).wait_stream(stream)
@@ -239,7 +250,7 @@ class CudaGraphRunner:
             self._host_events[slot].synchronize()
         host = self._host[slot]
         full = host.numpy()
-        rows_at = 3 * big_t
+        rows_at = 4 * big_t
         if one_copy:
             # tokens: real ones, then zeros (padding rows' tokens and unowned ones); req: padding rows 0
             full[: rows_at + b] = 0
@@ -248,6 +259,13 @@ class CudaGraphRunner:
             full[big_t : big_t + t] = src[t : 2 * t]  # positions
             full[2 * big_t : 2 * big_t + t] = src[src.shape[0] - t :]  # out_cache_loc
             full[rows_at : rows_at + bs] = src[2 * t : 2 * t + bs]  # req_pool_indices
+        # each token's request row (padding rows and unowned tokens: 0), staged on either path
+        full[3 * big_t : 4 * big_t] = 0
+        if fb.host_ints is not None:
+            req_rows = fb.host_ints.numpy()[2 * t : 2 * t + bs]
+        else:  # a batch assembled by hand: its rows from the device (one sync)
+            req_rows = np.asarray(fb.req_pool_indices.tolist(), dtype=np.int64)
+        full[3 * big_t : 3 * big_t + t] = np.repeat(req_rows, fb.extend_seq_lens_cpu)
         # rows[b:], built on the host from the batch's host copies
         h = full[rows_at + b :]
         h[:] = 0
@@ -262,11 +280,13 @@ class CudaGraphRunner:
         if one_copy:
             self.inputs.copy_(host, non_blocking=True)
         else:
+            fb = fb.to(self.device)
+            self.tok[3, :cap_t].copy_(host[3 * big_t : 3 * big_t + cap_t], non_blocking=True)
             self.tok[0, :t].copy_(fb.input_ids)
             self.tok[1, :t].copy_(fb.positions)
             self.tok[2, :t].copy_(fb.out_cache_loc)
             if cap_t > t:
-                self.tok[:, t:cap_t].zero_()
+                self.tok[:3, t:cap_t].zero_()
             self.rows[b:].copy_(host[rows_at + b :], non_blocking=True)
             self.rows[:bs].copy_(fb.req_pool_indices)
             if cap_bs > bs:

@@ -2,14 +2,17 @@
 
 Per step (`forward`): validate every row first (nothing changes when a row is refused), make room (evict
 held requests least-recently-used until the step's new KV slots and request rows fit; if even that is not
-enough, run the batch in two halves), allocate, write the request-to-token table, build one
-`ForwardBatch`, run the model, and record the new tokens. A request evicted while held keeps its token
+enough, run the batch in two halves), allocate, build one `ForwardBatch`, run the model (which writes
+the new tokens' slots into the request-to-token table first), and record the new tokens. A request evicted while held keeps its token
 history on the host; its next step re-prefills history + new tokens, which gives the same logits.
 
 The model step itself is `_run_model`: when a graph runner is installed (`self.graph_runner`, built by
 `cuda_graph_runner.CudaGraphRunner(engine)` on CUDA) and `graph_runner.can_run(forward_batch)`, it returns
-`graph_runner.replay(forward_batch)` -> (logits [B, V], hidden [B, H]); otherwise the attention backend's
-`init_forward_metadata` and the eager `model(forward_batch)`. A graph runner may read `engine.model`,
+`graph_runner.replay(forward_batch)` -> (logits [B, V], hidden [B, H]), and the graph writes the
+request-to-token table itself; otherwise the batch moves to the device, the table is written
+(`write_req_to_token`), then the attention backend's `init_forward_metadata` and the eager
+`model(forward_batch)`. With a graph runner the batch is built on the host only: a step that replays a
+graph copies its inputs to the device once (the runner's staging), not twice. A graph runner may read `engine.model`,
 `engine.attn_backend`, `engine.req_to_token_pool`, `engine.token_to_kv_pool`, `engine.max_batch`,
 `engine.device`, `engine.dtype`.
 """
@@ -25,7 +28,7 @@ import torch
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
 from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
-from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.forward_batch import ForwardBatch, write_req_to_token
 from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
@@ -248,17 +251,11 @@ class EmbeddedEngine(HeldRequestsEngine):
             req_pool_indices=pool_idx,
             extend_prefix_lens=prefix_lens,
             extend_seq_lens=extend_lens,
-            device=self.device,
+            device=self.device if self.graph_runner is None else torch.device("cpu"),
             req_to_token_pool=self.req_to_token_pool,
             token_to_kv_pool=self.token_to_kv_pool,
         )
         try:
-            rows_of_tokens = fb.req_pool_indices.repeat_interleave(
-                fb.extend_seq_lens, output_size=fb.num_tokens
-            )
-            self.req_to_token_pool.req_to_token[rows_of_tokens, fb.positions] = fb.out_cache_loc.to(
-                torch.int32
-            )
             logits, hidden = self._run_model(fb)
         except BaseException:
             self.token_to_kv_pool.free(locs)
@@ -284,6 +281,8 @@ class EmbeddedEngine(HeldRequestsEngine):
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         if self.graph_runner is not None and self.graph_runner.can_run(fb):
             return self.graph_runner.replay(fb)  # copies of the graph's outputs: the caller's own
+        fb = fb.to(self.device)
+        write_req_to_token(fb)
         self.attn_backend.init_forward_metadata(fb)
         return self.model(fb)
 

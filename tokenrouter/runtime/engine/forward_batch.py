@@ -29,6 +29,7 @@ Padding rows' outputs are garbage and dropped by whoever padded.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,9 @@ class ForwardBatch:
         token_to_kv_pool: MHATokenToKVPool | None = None,
     ) -> ForwardBatch:
         """Build from host lists with one host-to-device copy. `out_cache_loc`: the new tokens' KV slots
-        (a CPU tensor, as the pool's allocator hands them out)."""
+        (a CPU tensor, as the pool's allocator hands them out). With a CPU `device` nothing is copied: the
+        tensors are views of `host_ints`, and `to(device)` moves them later (a graph runner reads only the
+        host ints, so a step that replays a graph never makes the device copies)."""
         bs = len(req_pool_indices)
         if bs == 0:
             raise ValueError("a ForwardBatch needs at least one row")
@@ -134,24 +137,11 @@ class ForwardBatch:
         host = torch.cat(
             [torch.tensor(ints, dtype=torch.int64), out_cache_loc.to(device="cpu", dtype=torch.int64)]
         )
-        dev = host.to(device, non_blocking=True)
-        t, b = num_tokens, bs
-        cuts = [t, t, b, b, b, b, b + 1, t]
-        parts = torch.split(dev, cuts)
-        qo_indptr = parts[6]
         return cls(
             forward_mode=mode,
             batch_size=bs,
             num_tokens=num_tokens,
-            input_ids=parts[0],
-            positions=parts[1],
-            out_cache_loc=parts[7],
-            req_pool_indices=parts[2],
-            seq_lens=parts[3],
-            extend_prefix_lens=parts[4],
-            extend_seq_lens=parts[5],
-            qo_indptr=qo_indptr,
-            last_indices=qo_indptr[1:] - 1,
+            **cls._device_parts(host, num_tokens, bs, torch.device(device)),
             seq_lens_cpu=tuple(seq_lens),
             extend_prefix_lens_cpu=tuple(extend_prefix_lens),
             extend_seq_lens_cpu=tuple(extend_seq_lens),
@@ -161,3 +151,49 @@ class ForwardBatch:
             token_to_kv_pool=token_to_kv_pool,
             host_ints=host,
         )
+
+    @staticmethod
+    def _device_parts(host: torch.Tensor, t: int, b: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """The device tensors of a batch, cut from its host ints after one copy (none on the CPU)."""
+        dev = host if device.type == "cpu" else host.to(device, non_blocking=True)
+        parts = torch.split(dev, [t, t, b, b, b, b, b + 1, t])
+        qo_indptr = parts[6]
+        return dict(
+            input_ids=parts[0],
+            positions=parts[1],
+            out_cache_loc=parts[7],
+            req_pool_indices=parts[2],
+            seq_lens=parts[3],
+            extend_prefix_lens=parts[4],
+            extend_seq_lens=parts[5],
+            qo_indptr=qo_indptr,
+            last_indices=qo_indptr[1:] - 1,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    def to(self, device: torch.device | str) -> ForwardBatch:
+        """This batch with its tensors on `device` (itself when they are there already): one copy of
+        `host_ints`. Attention metadata is not carried over (it is prepared per device)."""
+        device = torch.device(device)
+        if self.device == device or (device.type == self.device.type and device.index is None):
+            return self
+        if self.host_ints is None:
+            raise ValueError("ForwardBatch.to needs a batch built by ForwardBatch.build (its host ints)")
+        moved = dataclasses.replace(self, attn_metadata=None, extra={})
+        for name, value in self._device_parts(
+            self.host_ints, self.num_tokens, self.batch_size, device
+        ).items():
+            setattr(moved, name, value)
+        return moved
+
+
+def write_req_to_token(fb: ForwardBatch, token_rows: torch.Tensor | None = None) -> None:
+    """req_to_token[row of token i, positions[i]] = out_cache_loc[i] for every new token of `fb`: where its
+    K/V goes, before attention reads the table. `token_rows` (the request row of each token) is computed
+    from the batch when not given (a graph runner passes its static copy: no sync, fixed shape)."""
+    if token_rows is None:
+        token_rows = fb.req_pool_indices.repeat_interleave(fb.extend_seq_lens, output_size=fb.num_tokens)
+    fb.req_to_token_pool.req_to_token[token_rows, fb.positions] = fb.out_cache_loc.to(torch.int32)
