@@ -42,7 +42,7 @@ def compile_all() -> list[str]:
         done.append(f"{jit(kernel).__name__} {consts} warps={num_warps} stages={num_stages}")
 
     ptrs = dict(Q="*bf16", K_buf="*bf16", V_buf="*bf16", Out="*bf16", Mid_O="*fp32", Mid_LSE="*fp32",
-                req_to_token="*i32", req_pool_indices="*i64", seq_lens="*i64", extend_start_loc="*i64",
+                Tickets="*i32", req_to_token="*i32", req_pool_indices="*i64", seq_lens="*i64", extend_start_loc="*i64",
                 extend_lens="*i64")  # fmt: skip
     scalars = {"qk_scale": "fp32"}
     for name in ("qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh", "mt", "mh", "ms", "lt", "lh", "r2t"):
@@ -51,16 +51,21 @@ def compile_all() -> list[str]:
     # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
     # and the decode one with the load order of runs A/B; with programmatic dependent launch and the
     # first tile read before the wait: decode and a 32-row extend
-    for group, block_m, splits, stages, eager, pdl in (
-        (2, 16, tk.MAX_SPLITS, 1, True, False),
-        (4, 32, 4, 3, True, False),
-        (4, 64, 1, 2, True, False),
-        (2, 16, tk.MAX_SPLITS, 1, False, False),
-        (2, 16, tk.MAX_SPLITS, 1, True, True),
-        (4, 32, 4, 3, True, True),
+    # and the split merge fused in (decode and a 16-row extend, with PDL and prefetch, and a plain decode)
+    for group, block_m, splits, stages, eager, pdl, fused in (
+        (2, 16, tk.MAX_SPLITS, 1, True, False, False),
+        (4, 32, 4, 3, True, False, False),
+        (4, 64, 1, 2, True, False, False),
+        (2, 16, tk.MAX_SPLITS, 1, False, False, False),
+        (2, 16, tk.MAX_SPLITS, 1, True, True, False),
+        (4, 32, 4, 3, True, True, False),
+        (2, 16, tk.MAX_SPLITS, 1, True, True, True),
+        (2, 16, tk.MAX_SPLITS, 2, True, True, True),
+        (2, 16, tk.MAX_SPLITS, 1, True, False, True),
     ):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
-                      IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl)  # fmt: skip
+                      IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl, FUSED_MERGE=fused,
+                      BLOCK_S=splits if fused else 2)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
     for eager, pdl in ((True, False), (False, False), (True, True)):
         build(
@@ -189,7 +194,7 @@ def test_kernels_compile_for_sm90():
     assert sorted(tk._GEMV_ROWS_CONFIGS) == [2, 4, 8, 16] and rows == 2 * 21 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    assert proc.stdout.count("\n") == 6 + 3 + gemvs + rows + few + 3 + 2 * 2 + 1, (
+    assert proc.stdout.count("\n") == 9 + 3 + gemvs + rows + few + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

@@ -177,6 +177,24 @@ def test_fused_forward_with_parts_off(off):
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize("fused_merge", [True, False], ids=["fused_merge", "merge_kernel"])
+def test_fused_forward_with_split_kv(fused_merge, monkeypatch):
+    """Split-KV attention in every layer (as on a 132-SM GPU), its partials merged in the attention kernel
+    (by ticket) or by the merge kernel: the same steps."""
+    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    backend = TritonAttnBackend(cfg)
+    backend.fused_merge = fused_merge
+    assert backend.metadata_for(1, 1).num_splits > 1
+    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    assert not backend.metadata_for(1, 1).tickets.any()  # left at zero for the next launch
+
+
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     assert all(TritonAttnBackend(cfg).options().values())

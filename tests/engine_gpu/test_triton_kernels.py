@@ -104,6 +104,48 @@ def test_split_count_does_not_change_the_result():
         torch.testing.assert_close(outs[0], other, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c[5] != 1]
+    + [([300, 9], [1, 1], 2, 2, 16, 8), ([200, 70], [6, 2], 2, 2, 16, 4)],  # 5 busy splits; extends
+)
+def test_fused_split_merge_matches_reference(case, prefetch):
+    """The merge folded into the attention kernel (the last program of each row block, by ticket): the
+    same result as the reference, the tickets back at zero, and the same buffer reused by the next launch
+    (a graph replay, the next layer) with other sequence lengths."""
+    seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
+    gen = torch.Generator().manual_seed(sum(seq_lens) + head_dim + 1)
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    need = tk.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group)
+    tickets = torch.zeros(need + 3, dtype=torch.int32, device=DEVICE)
+    for trial in range(2):
+        lens = [n + 5 * trial for n in seq_lens]  # longer sequences in the second launch
+        q, k_buf, v_buf, t = _make_batch(lens, ext_lens, kv_heads, head_dim, group, dtype, DEVICE, gen)
+        out = torch.full_like(q, float("nan"))
+        tk.paged_attention(
+            q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=head_dim**-0.5,
+            num_splits=splits or 4, prefetch=prefetch, tickets=tickets,
+        )  # fmt: skip
+        torch.testing.assert_close(
+            out.float(), _reference(q, k_buf, v_buf, t, head_dim**-0.5), atol=tol, rtol=tol
+        )
+        assert not tickets.any()
+
+
+def test_fused_split_merge_argument_errors():
+    gen = torch.Generator().manual_seed(5)
+    q, k_buf, v_buf, t = _make_batch([9, 4], [1, 1], 2, 16, 2, torch.float32, DEVICE, gen)
+    for bad in (
+        torch.zeros(64, dtype=torch.int64, device=DEVICE),
+        torch.zeros(1, dtype=torch.int32, device=DEVICE),
+    ):
+        with pytest.raises(ValueError, match="tickets"):
+            tk.paged_attention(q, k_buf, v_buf, torch.empty_like(q), **t, max_extend_len=1, sm_scale=0.25,
+                               num_splits=4, tickets=bad)  # fmt: skip
+
+
 def test_decode_split_count_on_an_h200(monkeypatch):
     """bs 1 decode with 8 KV heads on 132 SMs: 64 splits (the cap) instead of the old 16; larger batches
     keep about two waves; the count depends only on the launch shape."""

@@ -38,6 +38,8 @@ FAST_PATH_OPTIONS = {
     "(per-row accumulators; up to 8 rows) (off: the first few-row kernel, activations loaded per column)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
+    "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
+    "by an atomic ticket) (off: a second kernel, `_merge_splits_kernel`, per attention)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
@@ -69,6 +71,7 @@ def options_off_from_env() -> set[str]:
 class TritonMetadata:
     max_extend_len: int  # bounds every row's new tokens; sizes the kernel grid
     num_splits: int  # programs sharing one row block's KV range (flash-decoding)
+    tickets: torch.Tensor | None = None  # with splits: the fused merge's counters (zeros between launches)
 
 
 class TritonAttnBackend(AttentionBackend):
@@ -91,6 +94,9 @@ class TritonAttnBackend(AttentionBackend):
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
+        # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
+        # replaced by a larger stays alive, as graphs captured with it still use it
+        self._tickets: list[torch.Tensor] = []
 
     def options(self) -> dict[str, bool]:
         """The state of every switchable part (for benchmark records)."""
@@ -119,7 +125,20 @@ class TritonAttnBackend(AttentionBackend):
             row_blocks = -(-rows // tk.row_block_size(rows))
             cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
             splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
-        return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits)
+        tickets = None
+        if splits > 1:
+            group = cfg.num_heads // cfg.num_kv_heads
+            tickets = self._tickets_for(
+                tk.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group)
+            )
+        return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits, tickets=tickets)
+
+    def _tickets_for(self, n: int) -> torch.Tensor:
+        """A zeroed int32 buffer of at least n tickets (allocated outside graph capture: the graph runner
+        asks for every captured shape's metadata before capturing it)."""
+        if not self._tickets or self._tickets[-1].numel() < n:
+            self._tickets.append(torch.zeros(max(n, 1024), dtype=torch.int32, device=self.config.device))
+        return self._tickets[-1]
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         fb = forward_batch
@@ -161,6 +180,7 @@ class TritonAttnBackend(AttentionBackend):
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
             prefetch=self.attn_prefetch,
+            tickets=md.tickets if self.fused_merge else None,
         )
 
 

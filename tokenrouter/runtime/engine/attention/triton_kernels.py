@@ -74,6 +74,7 @@ def _paged_attn_kernel(
     Out,
     Mid_O,
     Mid_LSE,
+    Tickets,  # FUSED_MERGE: int32 [batch * kv heads * row blocks], zero before the launch and after it
     req_to_token,
     req_pool_indices,
     seq_lens,
@@ -107,6 +108,10 @@ def _paged_attn_kernel(
     # read the first tile's page-table entries and the K/V of tokens before this step before waiting on
     # the previous kernel (PDL; they were written before this forward); this step's K/V and q after
     PREFETCH: tl.constexpr = False,
+    # NUM_SPLITS > 1: the last program of a row block to finish (an atomic ticket per row block, which it
+    # resets for the next launch) merges the block's partials itself: no `_merge_splits_kernel` launch
+    FUSED_MERGE: tl.constexpr = False,
+    BLOCK_S: tl.constexpr = 2,  # FUSED_MERGE: NUM_SPLITS rounded up to a power of two
 ):
     if not PREFETCH:
         if USE_PDL:  # wait for the kernel before, then let the next one start
@@ -155,7 +160,8 @@ def _paged_attn_kernel(
                 if USE_PDL:  # wait for the kernel before, then let the next one start
                     tl.extra.cuda.gdc_wait()
                     tl.extra.cuda.gdc_launch_dependents()
-            tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, float("-inf"), mask=row_ok)
+            if not FUSED_MERGE:  # (the fused merge reads the first cdiv(kv_hi, chunk) splits only)
+                tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, float("-inf"), mask=row_ok)
             return
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -245,6 +251,49 @@ def _paged_attn_kernel(
         )
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(Mid_LSE + q_row * stride_lt + head * stride_lh + split, lse, mask=row_ok)
+        if FUSED_MERGE:
+            # every thread's partials stored before one thread takes the ticket (release, GPU scope); the
+            # last of the block's busy splits (the first cdiv(kv_hi, chunk)) sees all of them (acquire)
+            tl.debug_barrier()
+            ticket_ptr = Tickets + (b * tl.num_programs(1) + tl.program_id(1))
+            ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
+            busy = tl.cdiv(kv_hi, chunk)
+            if ticket == busy - 1:
+                tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+                offs_s = tl.arange(0, BLOCK_S)
+                s_ok = offs_s < busy
+                n_rows = tl.minimum(BLOCK_M, ext_len * GROUP - row_block * BLOCK_M)
+                for i in range(0, n_rows):  # the merge of `_merge_splits_kernel`, row by row
+                    r = row_block * BLOCK_M + i
+                    t_r = (q_start + r // GROUP).to(tl.int64)
+                    h_r = kv_head * GROUP + r % GROUP
+                    lse_r = tl.load(
+                        Mid_LSE + t_r * stride_lt + h_r * stride_lh + offs_s,
+                        mask=s_ok,
+                        other=float("-inf"),
+                        cache_modifier=".cg",  # written by other SMs in this launch: from L2
+                    )
+                    part = tl.load(
+                        Mid_O
+                        + t_r * stride_mt
+                        + h_r * stride_mh
+                        + offs_s[:, None] * stride_ms
+                        + offs_d[None, :],
+                        mask=s_ok[:, None] & d_ok[None, :],
+                        other=0.0,
+                        cache_modifier=".cg",
+                    )
+                    m_r = tl.max(lse_r, 0)
+                    m_r = tl.where(m_r == float("-inf"), 0.0, m_r)
+                    w_r = tl.exp2(lse_r - m_r)
+                    part = tl.where(lse_r[:, None] > float("-inf"), part, 0.0)
+                    total = tl.sum(w_r, 0)
+                    merged = tl.sum(part * w_r[:, None], 0) / tl.where(total > 0.0, total, 1.0)
+                    tl.store(
+                        Out + t_r * stride_ot + h_r * stride_oh + offs_d,
+                        merged.to(Out.dtype.element_ty),
+                        mask=d_ok,
+                    )
 
 
 @triton.jit
@@ -288,6 +337,12 @@ def _merge_splits_kernel(
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0.0, total, 1.0)
     tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
+
+
+def attention_tickets(batch_size: int, num_kv_heads: int, max_extend_len: int, group: int) -> int:
+    """Ticket entries `paged_attention(tickets=...)` needs for a launch shape."""
+    rows = max_extend_len * group
+    return batch_size * num_kv_heads * -(-rows // row_block_size(rows))
 
 
 @functools.lru_cache(maxsize=16)
@@ -344,6 +399,7 @@ def paged_attention(
     eager_loads: bool = True,
     pdl: bool = False,
     prefetch: bool = False,
+    tickets: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -355,7 +411,10 @@ def paged_attention(
     `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B;
     `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`);
     `prefetch` reads the first KV tile of older tokens before waiting on the previous kernel (for PDL;
-    the caller guarantees the page table and the older tokens' K/V were written before that kernel)."""
+    the caller guarantees the page table and the older tokens' K/V were written before that kernel).
+    `tickets` (int32, zeros, at least batch_size * kv_heads * row blocks; see `attention_tickets`): with a
+    split KV range, the last program of each row block merges the partials (no second launch) and leaves
+    its ticket at zero again, so one buffer serves every launch and graph replay on its stream."""
     num_tokens, num_q_heads, head_dim = q.shape
     if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
@@ -383,6 +442,11 @@ def paged_attention(
         mid_lse = torch.empty((num_tokens, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         mid_o = mid_lse = out  # unused by the kernel when NUM_SPLITS == 1
+    fused_merge = num_splits > 1 and tickets is not None
+    if fused_merge and (
+        tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
+    ):
+        raise ValueError("paged_attention: tickets must be int32 with batch * kv_heads * row_blocks entries")
     _paged_attn_kernel[(batch_size, num_kv_heads * row_blocks, num_splits)](
         q,
         k_buffer,
@@ -390,6 +454,7 @@ def paged_attention(
         out,
         mid_o,
         mid_lse,
+        tickets if fused_merge else seq_lens,
         req_to_token,
         req_pool_indices,
         seq_lens,
@@ -420,11 +485,13 @@ def paged_attention(
         IEEE=q.dtype == torch.float32,
         EAGER_LOADS=eager_loads,
         PREFETCH=prefetch,
+        FUSED_MERGE=fused_merge,
+        BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
         num_warps=num_warps,
         num_stages=num_stages,
         **_pdl(pdl, q.device),
     )
-    if num_splits > 1:
+    if num_splits > 1 and not fused_merge:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
             mid_o,
             mid_lse,
