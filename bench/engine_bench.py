@@ -6,7 +6,9 @@ For each model shape (random bf16 weights filled on the GPU, the engine's dummy 
 - extend step latency (q new tokens per row on top of the context), with and without graphs, against a
   decode step of the same batch size;
 - HF transformers eager (DynamicCache) on the same machine, fewer points;
-- an ablation (Triton GEMV off; all fused ops off) and a torch.profiler summary of a graph step;
+- an ablation (Triton GEMV off; all fused ops off) and torch.profiler per-kernel tables of graph steps
+  (`--profile-cases`, default decode bs 1 at ctx 4096 and extends bs 1 x q 2 / 8 at ctx 512; with
+  --targets pass --profile);
 - with --attention-sweep, the paged-attention kernel alone over its launch options;
 - with --targets, only the issue's target points (decode bs 1/8/32/64, extend bs 1/4/16 x q 2/4/8, ctx
   512 and 4096, 0.6B and 8B; graphs for those shapes only; no HF, no eager) and an ablation of every
@@ -303,6 +305,11 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 )
 
 
+# The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
+# 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
+NEW_AFTER_GEMV_ROWS = ("gemv_rows_x_once", "fused_merge", "last_norm_rows")
+
+
 def ablation_plan(
     ctxs: list[int],
     extend_bs: list[int],
@@ -312,14 +319,14 @@ def ablation_plan(
     gemv_rows_batch_max: int = GEMV_ROWS_MAX,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
-    Each part is timed where it acts: the one-token parts and the split cap at decode bs 1, the few-row
-    GEMV (`gemv_rows`, added after the issue's last open target: bs 1 extends) at every measured step of
-    2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max` requests (decodes of `decode_bs`,
-    extends), the attention stage choice at the
-    largest extend (32-row blocks)."""
+    Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the few-row kernel
+    that reads activations once (`gemv_rows_x_once`) at every step `gemv_rows` takes, the merge fused
+    into attention at decode bs 1 and the smallest bs 1 extend, the final norm of the last tokens at the
+    bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
+    (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
+    requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
+    blocks)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
-    before = (*NEW_SINCE_AB, "gemv_rows")
-    plan = [("before (" + ", ".join(before) + " off)", before, decode)]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
         (ctx, bs, q)
@@ -327,6 +334,17 @@ def ablation_plan(
         for bs, q in sorted(steps)
         if 2 <= bs * q <= gemv_rows_max and bs <= gemv_rows_batch_max
     ]
+    bs1_extends = [(ctx, 1, q) for ctx in ctxs for q in sorted(extend_q) if 1 in extend_bs]
+    plan = []
+    if few_rows:
+        plan.append(("no gemv_rows_x_once", ("gemv_rows_x_once",), few_rows))
+    plan.append(
+        ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
+    )
+    if bs1_extends:
+        plan.append(("no last_norm_rows", ("last_norm_rows",), bs1_extends))
+    before = (*NEW_AFTER_GEMV_ROWS, *NEW_SINCE_AB, "gemv_rows")
+    plan.append(("before (" + ", ".join(before) + " off)", before, decode))
     if few_rows:
         plan.append(("no gemv_rows", ("gemv_rows",), few_rows))
     if extend_bs and extend_q:
@@ -428,6 +446,10 @@ def target_verdicts(results: dict) -> list[dict]:
         out.append(_extend_verdict("extend <= 1.3 x decode (worst point)", ext, {}))
         # the same with the few-row GEMV off: its ablation rows replace the steps it acts on (decodes
         # and extends of 2-8 tokens), so one run shows the target both ways
+        x_once_off = {(r["shape"], r["ctx"], r["bs"], r["q"]): r["off_ms"] for r in results.get("ablation", [])
+                      if r.get("parts_off") == ["gemv_rows_x_once"] and "off_ms" in r}  # fmt: skip
+        if x_once_off:  # the first few-row kernel (activations per column) where the new one acts
+            out.append(_extend_verdict("extend <= 1.3 x decode, gemv_rows_x_once off", ext, x_once_off))
         off = {(r["shape"], r["ctx"], r["bs"], r["q"]): r["off_ms"] for r in results.get("ablation", [])
                if r.get("parts_off") == ["gemv_rows"] and "off_ms" in r}  # fmt: skip
         if off:
@@ -492,29 +514,62 @@ def attention_sweep(args, results: dict) -> None:
     torch.cuda.empty_cache()
 
 
+def profile_cases(text: str) -> list[tuple[int, int, int]]:
+    """--profile-cases "BSxQ@CTX,...": (bs, q, ctx) per case; q 1 is a decode."""
+    cases = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        try:
+            shape, ctx = item.split("@")
+            bs, q = shape.lower().split("x")
+            cases.append((int(bs), int(q), int(ctx)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--profile-cases: {item!r} is not BSxQ@CTX (e.g. 1x2@512)"
+            ) from None
+    return cases
+
+
 def profile(runner: CudaGraphRunner, ctxs: Contexts, args, name: str) -> None:
+    """torch.profiler over 20 graph replays of each --profile-cases step: per-kernel device time (the
+    table) and kernel launches per step, so decode and extend steps can be compared op by op."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    ctx = min(args.ctx)
-    fb = ctxs.batch(1, ctx, 1)
-    step = graph_step(runner, fb)
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
+    texts = []
+    for bs, q, ctx in args.profile_cases:
+        if ctx > max(args.ctx) or bs > len(ctxs.req):
+            print(f"\n(profile {name} bs {bs} q {q} ctx {ctx}: outside the contexts held, skipped)")
+            continue
+        fb = ctxs.batch(bs, ctx, q)
+        if runner.shape_for(fb) is None:
+            print(f"\n(profile {name} bs {bs} q {q} ctx {ctx}: no graph of that shape, skipped)")
+            continue
+        step = graph_step(runner, fb)
+        for _ in range(5):
             step()
         torch.cuda.synchronize()
-    events = prof.key_averages()
-    try:
-        table = events.table(sort_by="self_device_time_total", row_limit=14, max_name_column_width=60)
-    except Exception:  # older torch names the key self_cuda_time_total
-        table = events.table(sort_by="self_cuda_time_total", row_limit=14, max_name_column_width=60)
-    text = f"{name}: torch.profiler, 20 graph replays, decode bs=1 ctx={ctx}\n{table}"
-    print("\n```\n" + text + "\n```", flush=True)
-    if args.out:
-        (Path(args.out) / f"profile-{name}.txt").write_text(text)
+        reps = 20
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                step()
+            torch.cuda.synchronize()
+        events = prof.key_averages()
+        kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+        launches = sum(e.count for e in kernels) / reps
+        device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in kernels) / reps
+        try:
+            table = events.table(sort_by="self_device_time_total", row_limit=20, max_name_column_width=60)
+        except Exception:  # older torch names the key self_cuda_time_total
+            table = events.table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60)
+        kind = "decode" if q == 1 else f"extend q={q}"
+        text = (
+            f"{name}: torch.profiler, {reps} graph replays, {kind} bs={bs} ctx={ctx}: "
+            f"{launches:.0f} kernels and {device_us:.0f} us of kernel time per step\n{table}"
+        )
+        print("\n```\n" + text + "\n```", flush=True)
+        texts.append(text)
+    if args.out and texts:
+        (Path(args.out) / f"profile-{name}.txt").write_text("\n\n".join(texts))
 
 
 def bench_hf(name: str, args, results: dict) -> None:
@@ -576,6 +631,12 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="default: on, off with --targets",
+    )
+    p.add_argument(
+        "--profile-cases",
+        type=profile_cases,
+        default=profile_cases("1x1@4096,1x2@512,1x8@512"),
+        help="steps to profile, BSxQ@CTX (q 1: decode); default: decode bs 1 ctx 4096, extend bs 1 q 2 and 8 at 512",
     )
     p.add_argument("--attention-sweep", action="store_true", help="time the attention kernel's options")
     p.add_argument(
