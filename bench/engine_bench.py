@@ -572,6 +572,47 @@ def profile(runner: CudaGraphRunner, ctxs: Contexts, args, name: str) -> None:
         (Path(args.out) / f"profile-{name}.txt").write_text("\n\n".join(texts))
 
 
+def kernel_resources() -> list[dict]:
+    """Registers and spills of every compiled variant of the engine's Triton kernels (a kernel that spills
+    on this GPU's Triton is a lead on where time goes; ptxas may spill differently across versions)."""
+    import triton
+
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    out = []
+    for fn in vars(tk).values():
+        if not isinstance(fn, triton.runtime.JITFunction):
+            continue
+        for cache in getattr(fn, "device_caches", {}).values():
+            kernels = cache[0] if isinstance(cache, tuple) else cache
+            for key, k in kernels.items():
+                try:
+                    md = k.metadata
+                    out.append(dict(kernel=fn.__name__, regs=k.n_regs, spills=k.n_spills, warps=md.num_warps,
+                                    stages=md.num_stages, key=str(key)[:300]))  # fmt: skip
+                except Exception as e:  # noqa: BLE001 — a diagnostic: report and go on
+                    out.append(dict(kernel=fn.__name__, error=f"{type(e).__name__}: {e}"))
+    return out
+
+
+def print_kernel_resources(results: dict) -> None:
+    rows = kernel_resources()
+    results["kernel_resources"] = rows
+    print("\n### Triton kernels compiled in this run: registers and spills\n")
+    print("| kernel | variants | max registers | variants that spill | most spilled (bytes) |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in sorted({r["kernel"] for r in rows}):
+        mine = [r for r in rows if r["kernel"] == name and "regs" in r]
+        if not mine:
+            continue
+        spill = [r for r in mine if r["spills"]]
+        print(f"| {name} | {len(mine)} | {max(r['regs'] for r in mine)} | {len(spill)} | "
+              f"{max((r['spills'] for r in spill), default=0)} |")  # fmt: skip
+    for r in sorted((r for r in rows if r.get("spills")), key=lambda r: -r["spills"])[:8]:
+        print(f"- spills {r['spills']} B, {r['regs']} regs, {r['warps']} warps, {r['stages']} stages: "
+              f"{r['kernel']} {r['key'][:200]}")  # fmt: skip
+
+
 def bench_hf(name: str, args, results: dict) -> None:
     """HF transformers eager, DynamicCache: decode and one extend size, at the smallest context."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -696,6 +737,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[:2]:
             bench_hf(name, args, results)
             save(args, results)
+    try:
+        print_kernel_resources(results)
+        save(args, results)
+    except Exception as e:  # noqa: BLE001 — a diagnostic only
+        print(f"\n(kernel resources not read: {type(e).__name__}: {e})")
     if args.targets:
         results["targets"] = target_verdicts(results)
         save(args, results)
