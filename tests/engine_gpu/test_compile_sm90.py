@@ -65,7 +65,7 @@ def compile_all() -> list[str]:
     ):
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
                       IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl, FUSED_MERGE=fused,
-                      BLOCK_S=splits if fused else 2)  # fmt: skip
+                      BLOCK_S=splits if fused else 2, MERGE_ROWS=2)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
     for eager, pdl in ((True, False), (False, False), (True, True)):
         build(

@@ -110,10 +110,13 @@ def test_split_count_does_not_change_the_result():
     [c for c in CASES if c[5] != 1]
     + [([300, 9], [1, 1], 2, 2, 16, 8), ([200, 70], [6, 2], 2, 2, 16, 4)],  # 5 busy splits; extends
 )
-def test_fused_split_merge_matches_reference(case, prefetch):
+@pytest.mark.parametrize("max_rows", [None, 64], ids=["default_rows", "every_block"])
+def test_fused_split_merge_matches_reference(case, prefetch, max_rows, monkeypatch):
     """The merge folded into the attention kernel (the last program of each row block, by ticket): the
     same result as the reference, the tickets back at zero, and the same buffer reused by the next launch
     (a graph replay, the next layer) with other sequence lengths."""
+    if max_rows is not None:  # the in-kernel merge for every row block (by default: up to 4 rows)
+        monkeypatch.setattr(tk, "FUSED_MERGE_MAX_ROWS", max_rows)
     seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
     gen = torch.Generator().manual_seed(sum(seq_lens) + head_dim + 1)
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32

@@ -112,6 +112,7 @@ def _paged_attn_kernel(
     # resets for the next launch) merges the block's partials itself: no `_merge_splits_kernel` launch
     FUSED_MERGE: tl.constexpr = False,
     BLOCK_S: tl.constexpr = 2,  # FUSED_MERGE: NUM_SPLITS rounded up to a power of two
+    MERGE_ROWS: tl.constexpr = 2,  # FUSED_MERGE: rows merged at once
 ):
     if not PREFETCH:
         if USE_PDL:  # wait for the kernel before, then let the next one start
@@ -262,37 +263,41 @@ def _paged_attn_kernel(
                 tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # zero for the next launch
                 offs_s = tl.arange(0, BLOCK_S)
                 s_ok = offs_s < busy
-                n_rows = tl.minimum(BLOCK_M, ext_len * GROUP - row_block * BLOCK_M)
-                for i in range(0, n_rows):  # the merge of `_merge_splits_kernel`, row by row
-                    r = row_block * BLOCK_M + i
+                # the merge of `_merge_splits_kernel`, MERGE_ROWS rows at a time (their loads in flight
+                # together: the merge is this program's serial tail)
+                row_end = tl.minimum((row_block + 1) * BLOCK_M, ext_len * GROUP)
+                offs_r = tl.arange(0, MERGE_ROWS)
+                for r0 in range(row_block * BLOCK_M, row_end, MERGE_ROWS):
+                    r = r0 + offs_r
+                    r_ok = r < row_end
                     t_r = (q_start + r // GROUP).to(tl.int64)
                     h_r = kv_head * GROUP + r % GROUP
+                    rs_ok = r_ok[:, None] & s_ok[None, :]
                     lse_r = tl.load(
-                        Mid_LSE + t_r * stride_lt + h_r * stride_lh + offs_s,
-                        mask=s_ok,
+                        Mid_LSE + (t_r * stride_lt + h_r * stride_lh)[:, None] + offs_s[None, :],
+                        mask=rs_ok,
                         other=float("-inf"),
                         cache_modifier=".cg",  # written by other SMs in this launch: from L2
-                    )
+                    )  # [MERGE_ROWS, BLOCK_S]
                     part = tl.load(
                         Mid_O
-                        + t_r * stride_mt
-                        + h_r * stride_mh
-                        + offs_s[:, None] * stride_ms
-                        + offs_d[None, :],
-                        mask=s_ok[:, None] & d_ok[None, :],
+                        + (t_r * stride_mt + h_r * stride_mh)[:, None, None]
+                        + offs_s[None, :, None] * stride_ms
+                        + offs_d[None, None, :],
+                        mask=rs_ok[:, :, None] & d_ok[None, None, :],
                         other=0.0,
                         cache_modifier=".cg",
-                    )
-                    m_r = tl.max(lse_r, 0)
+                    )  # [MERGE_ROWS, BLOCK_S, BLOCK_D]
+                    m_r = tl.max(lse_r, 1)
                     m_r = tl.where(m_r == float("-inf"), 0.0, m_r)
-                    w_r = tl.exp2(lse_r - m_r)
-                    part = tl.where(lse_r[:, None] > float("-inf"), part, 0.0)
-                    total = tl.sum(w_r, 0)
-                    merged = tl.sum(part * w_r[:, None], 0) / tl.where(total > 0.0, total, 1.0)
+                    w_r = tl.exp2(lse_r - m_r[:, None])
+                    part = tl.where((lse_r > float("-inf"))[:, :, None], part, 0.0)
+                    total = tl.sum(w_r, 1)
+                    merged = tl.sum(part * w_r[:, :, None], 1) / tl.where(total > 0.0, total, 1.0)[:, None]
                     tl.store(
-                        Out + t_r * stride_ot + h_r * stride_oh + offs_d,
+                        Out + (t_r * stride_ot + h_r * stride_oh)[:, None] + offs_d[None, :],
                         merged.to(Out.dtype.element_ty),
-                        mask=d_ok,
+                        mask=r_ok[:, None] & d_ok[None, :],
                     )
 
 
@@ -337,6 +342,9 @@ def _merge_splits_kernel(
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0.0, total, 1.0)
     tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
+
+
+FUSED_MERGE_MAX_ROWS = 4  # `paged_attention(tickets=...)` merges in the kernel up to this many rows per block
 
 
 def attention_tickets(batch_size: int, num_kv_heads: int, max_extend_len: int, group: int) -> int:
@@ -442,7 +450,9 @@ def paged_attention(
         mid_lse = torch.empty((num_tokens, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         mid_o = mid_lse = out  # unused by the kernel when NUM_SPLITS == 1
-    fused_merge = num_splits > 1 and tickets is not None
+    # the fused merge is one program's serial tail: for the few rows of a decode (or a 2-token extend at
+    # GQA 2) only; more rows merge in the second kernel, one program per row
+    fused_merge = num_splits > 1 and tickets is not None and rows <= FUSED_MERGE_MAX_ROWS
     if fused_merge and (
         tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
     ):
