@@ -656,9 +656,15 @@ def train_router_cmd(
     epochs: int = typer.Option(30, help="Training epochs (the best held-out epoch is kept)."),
     seed: int = typer.Option(0, help="Seed of the split, the initial weights and the batches."),
     label: str = typer.Option(
-        "divergence", help="divergence (small greedy != large greedy), gain or nll-gain (docs/quality.md)."
+        "divergence",
+        help="divergence (small greedy != large greedy), gain, nll-gain or top-share (docs/quality.md).",
     ),
+    top_share: float = typer.Option(0.25, help="top-share label: the share of training rows labelled 1."),
+    loss: str = typer.Option("auto", help="auto (BCE or mean squared error by label) or pairwise (ranking)."),
     lr: float = typer.Option(2e-3, help="AdamW learning rate."),
+    cache: str = typer.Option(
+        None, "--cache", help="Keep the teacher-forced rows in this folder and reuse them (e.g. .data/cache)."
+    ),
 ) -> None:
     """Train a router on teacher-forced labels; print precision/recall and the held-out sweep."""
     from pathlib import Path
@@ -669,19 +675,23 @@ def train_router_cmd(
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
-        cfg = RouterTrainConfig(label=label, hidden_layers=layers, epochs=epochs, lr=lr, seed=seed)
+        cfg = RouterTrainConfig(label=label, loss=loss, top_share=top_share, hidden_layers=layers,
+                                epochs=epochs, lr=lr, seed=seed)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         plan = load_plan(plan_file, _defines(define))
-        rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg)
+        rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg,
+                           cache=Path(cache) if cache else None)  # fmt: skip
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    if rep.cache != "off":
+        typer.echo(f"teacher-forced rows: cache {rep.cache}")
     typer.echo(
         f"wrote {rep.path}: router {router!r} trained on {rep.rows_train} positions, {rep.rows_val} held out"
     )

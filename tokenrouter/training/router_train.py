@@ -11,6 +11,19 @@ uses the true next token at training time only, as CITER's reward does):
   gain is its accuracy-gap plus NLL-gap recovered, times the row count). Mean squared error; the
   output estimates the expected gain of the position, and a threshold on it ranks positions by it.
 - ``nll-gain``: regression on NLL_small - NLL_large alone (nats; the output is the expected NLL gain).
+- ``top-share``: tied to the share the router is meant to route (``--top-share``, default 0.25): 1 where
+  the position's ``gain`` (above) is among the top share of the training rows' gains, else 0. Binary;
+  BCE with positive-class weighting; the output is a logit of "this position is one of the best ones to
+  hand over". It ignores how far above or below the cut a position's gain is, so a handful of extreme
+  gains cannot dominate the fit as they do under mean squared error.
+
+Loss (``--loss``): ``auto`` is BCE for the binary labels and mean squared error for the real-valued ones.
+``pairwise`` ranks instead of fitting values: each training row is paired with another of its batch, and
+the loss is |y_i - y_j| * log(1 + exp(-sign(y_i - y_j) * (s_i - s_j))) on the router outputs s. Its
+minimiser orders positions by the conditional mean of the label (for a pair of inputs it sets s - s' to
+log(E[(y - y')+] / E[(y' - y)+]), whose sign is that of E[y] - E[y']), as mean squared error does, but it
+grows linearly, not quadratically, with a label far from the prediction, and only the order of the
+outputs is trained (the output's scale and offset are arbitrary: set the threshold from the printed sweep).
 
 Whether the router's output should be high or low on positions worth routing is read from the policy
 itself: the rule that reads the router is evaluated with the router pinned high and low, and the router
@@ -26,15 +39,20 @@ from pathlib import Path
 
 import torch
 
+from .feature_cache import teacher_force_cached
 from .policy_view import PolicyViewError, fired_rule, routed_shape
-from .teacher import TeacherConfig, TeacherData, make_windows, teacher_force
+from .teacher import TeacherConfig, TeacherData, make_windows
 
-LABELS = ("divergence", "gain", "nll-gain")
+LABELS = ("divergence", "gain", "nll-gain", "top-share")
+BINARY_LABELS = ("divergence", "top-share")
+LOSSES = ("auto", "pairwise")
 
 
 @dataclass(slots=True)
 class RouterTrainConfig:
     label: str = "divergence"  # one of LABELS
+    loss: str = "auto"  # one of LOSSES
+    top_share: float = 0.25  # top-share label: the share of training rows labelled 1
     hidden_layers: tuple[int, ...] = (256,)  # mlp only
     epochs: int = 30
     batch: int = 512
@@ -46,6 +64,10 @@ class RouterTrainConfig:
     def __post_init__(self) -> None:
         if self.label not in LABELS:
             raise ValueError(f"unknown label {self.label!r}; expected one of {', '.join(LABELS)}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
+        if not 0 < self.top_share < 1:
+            raise ValueError(f"top_share must be in (0, 1), got {self.top_share}")
         if any(h < 1 for h in self.hidden_layers):
             raise ValueError("hidden layer sizes must be >= 1")
         if self.epochs < 1 or self.batch < 1:
@@ -64,7 +86,7 @@ class RouterReport:
     rows_val: int
     positive_rate: float  # share of val positions where small greedy != large greedy (every label)
     polarity: int  # +1: a high router output fires the rule; -1: a low one does
-    val_loss: float  # BCE (divergence) or mean squared error (gain labels) on the val split
+    val_loss: float  # on the val split: BCE (binary labels), mean squared error (gain labels) or pairwise
     precision: float  # at the plan's threshold, on the val split: of the routed positions, divergent ones
     recall: float  # of the divergent positions, routed ones
     routed_share: float
@@ -72,6 +94,8 @@ class RouterReport:
     acc_gap_recovered: float | None  # at the plan's threshold, on the val split
     nll_gap_recovered: float | None
     sweep: list[dict]  # on the val split: the swept param's value per target share, with the gaps recovered
+    loss: str = "auto"
+    cache: str = "off"  # teacher-forced rows: 'off', 'hit PATH' or 'wrote PATH' (feature_cache.py)
 
 
 def router_rule(plan: dict, router: str) -> tuple[str, int, str]:
@@ -149,9 +173,17 @@ def file_split(data: TeacherData, val_frac: float, seed: int) -> torch.Tensor:
     return val_windows[data.window]
 
 
-def make_label(data: TeacherData, entry: str, large: str, label: str, train: torch.Tensor) -> torch.Tensor:
+def make_label(
+    data: TeacherData, entry: str, large: str, label: str, train: torch.Tensor, top_share: float = 0.25
+) -> torch.Tensor:
     """Per row, the training target of ``label`` (see the module docstring); ``train``: the rows whose
-    means normalise the ``gain`` label."""
+    means normalise the ``gain`` label and whose gains set the ``top-share`` cut."""
+    if label == "top-share":
+        gain = make_label(data, entry, large, "gain", train)
+        g = gain[train]
+        k = max(1, round(top_share * len(g)))
+        cut = float(torch.kthvalue(g, len(g) - k + 1).values)  # the k-th largest training gain
+        return (gain >= cut).float()
     if label == "divergence":
         return (data.greedy[entry] != data.greedy[large]).float()
     nll_gain = data.nll[entry] - data.nll[large]
@@ -167,6 +199,16 @@ def make_label(data: TeacherData, entry: str, large: str, label: str, train: tor
     return acc_gain / d_acc + nll_gain / d_nll
 
 
+def pairwise_loss(s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """|y_i - y_j|-weighted logistic loss on the order of s, over the pairs (row i, row i + half) of the
+    batch (module docstring). The pairs come from the batch's (shuffled) order."""
+    h = len(s) // 2
+    if h == 0:
+        return s.sum() * 0.0
+    ds, dy = s[:h] - s[h : 2 * h], y[:h] - y[h : 2 * h]
+    return (dy.abs() * torch.nn.functional.softplus(-torch.sign(dy) * ds)).mean()
+
+
 def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: RouterTrainConfig):
     """Train on rows ~val, early-stop on rows val. Returns (tensors in the docs/ir.md layout, val loss)."""
     torch.manual_seed(cfg.seed)
@@ -175,7 +217,9 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
     std = xt.std(0).clamp_min(1e-4)
     sizes = [x.shape[1], 1] if kind == "linear" else [x.shape[1], *cfg.hidden_layers, 1]
     net = _mlp(sizes)
-    if cfg.label == "divergence":
+    if cfg.loss == "pairwise":
+        loss_fn = pairwise_loss
+    elif cfg.label in BINARY_LABELS:
         pos = float(yt.sum())
         pos_weight = torch.tensor((len(yt) - pos) / max(pos, 1.0))
         loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
@@ -184,6 +228,9 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     xtn, xvn = (xt - mean) / std, (xv - mean) / std
+    if cfg.loss == "pairwise":  # the held-out pairs are drawn once, so that the epochs' losses compare
+        val_order = torch.randperm(len(xvn), generator=torch.Generator().manual_seed(cfg.seed + 1))
+        xvn, yv = xvn[val_order], yv[val_order]
     best = (float("inf"), None)
     for _ in range(cfg.epochs):
         net.train()
@@ -216,10 +263,11 @@ def train_router(
     cfg: RouterTrainConfig,
     param: str = "threshold",
     shares: tuple[float, ...] = (0.10, 0.20, 0.25),
+    cache: Path | None = None,
 ) -> RouterReport:
     """Train ``router`` of ``plan`` and write its file. ``param``/``shares``: the report also gives, on the
     held-out split, the value of ``param`` that routes each share (skipped when the policy has no such
-    param)."""
+    param). ``cache``: a folder that keeps the teacher-forced rows between runs (feature_cache.py)."""
     from tokenrouter.runtime.route.routers import RouterSpec, load_router, write_router
 
     from .evaluate import Scorer, sweep_policy
@@ -229,13 +277,13 @@ def train_router(
     spec = RouterSpec.from_plan(router, plan["routers"][router])
     out = Path(out) if out is not None else Path(spec.path)
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
-    data = teacher_force(plan, entry, [entry, large], windows, teacher, routers={router: spec})
+    data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec})
     sign = polarity(plan, entry, router, rule, data)
     val = file_split(data, cfg.val_frac, cfg.seed)
     if val.all() or not val.any():
         raise PolicyViewError("the held-out split is empty or takes every row; give more files")
-    label = make_label(data, entry, large, cfg.label, ~val)
-    if cfg.label == "divergence":
+    label = make_label(data, entry, large, cfg.label, ~val, cfg.top_share)
+    if cfg.label in BINARY_LABELS:
         target = label if sign > 0 else 1 - label
     else:
         target = label * sign
@@ -272,6 +320,7 @@ def train_router(
         positive_rate=float(div.float().mean()),
         polarity=sign,
         val_loss=val_loss,
+        loss=cfg.loss,
         precision=tp / max(float(routed.sum()), 1.0),
         recall=tp / max(float(div.sum()), 1.0),
         routed_share=float(routed.float().mean()),
@@ -279,13 +328,17 @@ def train_router(
         acc_gap_recovered=own["acc_gap_recovered"],
         nll_gap_recovered=own["nll_gap_recovered"],
         sweep=sweep,
+        cache=cached,
     )
 
 
 def format_report(rep: RouterReport) -> str:
     """The lines `train-router` prints after the 'wrote ...' line."""
     sign = "high" if rep.polarity > 0 else "low"
-    loss = "BCE" if rep.label == "divergence" else "mean squared error"
+    if rep.loss == "pairwise":
+        loss = "pairwise ranking loss"
+    else:
+        loss = "BCE" if rep.label in BINARY_LABELS else "mean squared error"
     lines = [
         f"label {rep.label}; a {sign} output routes; held-out {loss} {rep.val_loss:.4f}",
         f"at the plan's threshold ({rep.threshold_text}), on held-out: routed {rep.routed_share:.3f} of positions; "

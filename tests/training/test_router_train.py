@@ -1,0 +1,113 @@
+"""train-router's share-targeted label, pairwise loss and teacher-forcing cache."""
+
+import pytest
+import torch
+
+from .test_router_eval import R2R, SMALL, _teacher_rows, cli, write
+
+
+def test_top_share_label_marks_the_best_training_rows():
+    from tokenrouter.training.router_train import make_label
+
+    # per-row accuracy gain 0, +1, 0, 0, 0, -1; NLL gain 0.1, 1.5, -0.5, -0.7, 2.0, 0.1; all rows train
+    # except the last
+    data = _teacher_rows([1, 2, 3, 4, 5, 6], [1, 5, 3, 4, 5, 7], [1, 5, 9, 4, 5, 6],
+                         [0.5, 2.0, 1.0, 0.2, 3.0, 1.0], [0.4, 0.5, 1.5, 0.9, 1.0, 0.9])  # fmt: skip
+    train = torch.tensor([True, True, True, True, True, False])
+    gain = make_label(data, "slm", "llm", "gain", train)
+    top = make_label(data, "slm", "llm", "top-share", train, top_share=0.4)
+    # 2 of the 5 training rows: the two largest training gains (rows 1 and 4); the held-out row 5 is
+    # labelled by the same cut
+    order = torch.argsort(gain[:5], descending=True).tolist()
+    assert sorted(order[:2]) == [1, 4]
+    assert top[:5].tolist() == [0, 1, 0, 0, 1]
+    assert top[5] == float(gain[5] >= gain[:5].sort(descending=True).values[1])
+    assert make_label(data, "slm", "llm", "top-share", train, top_share=0.2)[:5].sum() == 1
+
+
+def test_pairwise_loss_is_zero_for_the_right_order_and_ignores_ties():
+    from tokenrouter.training.router_train import pairwise_loss
+
+    y = torch.tensor([3.0, 1.0, 5.0, 0.0, 2.0, 5.0])  # pairs (3, 0), (1, 2), (5, 5): a tie, weight 0
+    right = torch.tensor([100.0, -100.0, 100.0, 0.0, 0.0, 0.0])  # s_i - s_j has the sign of y_i - y_j
+    assert float(pairwise_loss(right, y)) < 1e-6
+    wrong = -right
+    # |dy| * softplus(100) per mis-ordered pair: (3 * 100 + 1 * 100 + 0) / 3
+    assert float(pairwise_loss(wrong, y)) == pytest.approx(400 / 3, rel=1e-3)
+    assert float(pairwise_loss(torch.tensor([7.0]), torch.tensor([1.0]))) == 0.0
+
+
+def test_pairwise_fit_ranks_by_the_conditional_mean_despite_outliers():
+    """Heavy-tailed label noise: the ranking fit must still find the direction of the mean."""
+    from tokenrouter.training.router_train import RouterTrainConfig, fit
+
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+    x = torch.randn(n, 4, generator=g)
+    noise = torch.distributions.StudentT(1.5).sample((n,))  # infinite variance
+    y = 2.0 * x[:, 0] - x[:, 1] + noise
+    val = torch.arange(n) >= 3200
+    cfg = RouterTrainConfig(label="gain", loss="pairwise", epochs=8, batch=128, lr=0.02)
+    tensors, _ = fit(x, y, val, "linear", cfg)
+    w = tensors["weight"][0] / tensors["input_std"]
+    direction = w / w.norm()
+    want = torch.tensor([2.0, -1.0, 0.0, 0.0]) / 5**0.5
+    assert float(direction @ want) > 0.97
+
+
+def test_bad_loss_and_share_settings_are_refused():
+    from tokenrouter.training.router_train import RouterTrainConfig
+
+    with pytest.raises(ValueError, match="unknown loss 'listwise'"):
+        RouterTrainConfig(loss="listwise")
+    with pytest.raises(ValueError, match="top_share"):
+        RouterTrainConfig(label="top-share", top_share=1.0)
+
+
+def test_top_share_and_pairwise_from_the_command_line_with_the_cache(
+    tmp_path, tiny_pair, tiny_corpus, monkeypatch
+):
+    from tokenrouter.training import router_train
+
+    policy = write(tmp_path, R2R, "r2r_top", tiny_pair)
+    cache = tmp_path / "cache"
+    args = ["train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--epochs", "2",
+            "--cache", cache]  # fmt: skip
+    # the tiny pair has no accuracy gap on this text, so the gain label (and the top-share cut on it) is
+    # refused with a message ...
+    refused = cli(*args, "--label", "top-share")
+    assert refused.returncode == 1 and "needs a gap to recover" in refused.stderr
+    assert len(list(cache.glob("*.pt"))) == 1  # the rows were kept before the label was made
+    # ... and for the rest of this test the gain is the NLL gain alone
+    real = router_train.make_label
+
+    def nll_gain_for_gain(data, entry, large, label, train, top_share=0.25):
+        label = "nll-gain" if label == "gain" else label
+        return real(data, entry, large, label, train, top_share)
+
+    monkeypatch.setattr(router_train, "make_label", nll_gain_for_gain)
+    first = cli(*args, "--label", "top-share", "--top-share", "0.2")
+    assert first.returncode == 0, first.stderr
+    assert "cache hit" in first.stdout and "label top-share" in first.stdout and "BCE" in first.stdout
+    assert len(list(cache.glob("*.pt"))) == 1 and not list(cache.glob("*.tmp"))
+    again = cli(*args, "--label", "top-share", "--top-share", "0.2")
+    assert "cache hit" in again.stdout
+    # the rows read back train the same router: every line after the cache line is the same
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()[1:]
+    ranked = cli(*args, "--label", "nll-gain", "--loss", "pairwise")
+    assert ranked.returncode == 0, ranked.stderr
+    assert "cache hit" in ranked.stdout and "pairwise ranking loss" in ranked.stdout
+    shares = [float(ln.split()[2]) for ln in ranked.stdout.splitlines() if ln.startswith("held-out share")]
+    assert len(shares) == 3 and all(
+        abs(s - t) <= 0.02 for s, t in zip(shares, (0.10, 0.20, 0.25), strict=True)
+    )
+    # other teacher-forcing settings are other rows: a second entry, not a wrong hit
+    other = cli(*[a if a != "700" else "600" for a in args])
+    assert other.returncode == 0 and "cache wrote" in other.stdout
+    assert len(list(cache.glob("*.pt"))) == 2
+    for entry in cache.glob("*.pt"):
+        entry.write_bytes(entry.read_bytes()[:100])  # a cut-off file
+    broken = cli(*args)
+    assert broken.returncode == 1 and "unreadable" in broken.stderr and "Traceback" not in broken.stderr
+    bad = cli(*args, "--loss", "nope")
+    assert bad.returncode == 2 and "unknown loss 'nope'" in bad.stderr
