@@ -715,6 +715,9 @@ def eval_cmd(
         0, "--generate", help="Also complete N held-out function headers (routed vs alone)."
     ),
     max_new: int = typer.Option(48, "--max-new-tokens", help="--generate: tokens per completion."),
+    cache: str = typer.Option(
+        None, "--cache", help="Keep the teacher-forced rows in this folder and reuse them (e.g. .data/cache)."
+    ),
 ) -> None:
     """Teacher-forced quality vs large-model share: the policy's threshold sweep against baselines."""
     import json
@@ -737,7 +740,7 @@ def eval_cmd(
         raise typer.Exit(2)
     try:
         plan = load_plan(plan_file, _defines(define))
-        result = evaluate(plan, Path(data), teacher, cfg)
+        result = evaluate(plan, Path(data), teacher, cfg, cache=Path(cache) if cache else None)
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -126,6 +126,45 @@ def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
     assert th[0] > th[1] > th[2]  # `>= threshold`: a lower threshold routes more
 
 
+def test_eval_cache_gives_the_same_result_for_another_router_file(
+    trained_r2r, tiny_corpus, tiny_pair, tmp_path
+):
+    policy, _ = trained_r2r
+    cache = tmp_path / "cache"
+    args = [
+        "eval",
+        policy,
+        "--data",
+        tiny_corpus / "eval",
+        "--json",
+        "--shares",
+        "0.2",
+        *SMALL,
+        "--cache",
+        cache,
+    ]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert len(list(cache.glob("*.pt"))) == 1
+    again = cli(*args)
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+    # the rows hold the router's inputs, so another router file reads the same entry, with its own outputs
+    from safetensors.torch import load_file, save_file
+
+    other = write(tmp_path, R2R, "other", tiny_pair)  # the same policy, reading other.safetensors
+    tensors = load_file(str(policy.with_suffix(".safetensors")))
+    save_file(
+        {k: -v if k.endswith("weight") else v for k, v in tensors.items()},
+        str(other.with_suffix(".safetensors")),
+    )
+    flipped = cli(*[other if a == policy else a for a in args])
+    assert flipped.returncode == 0, flipped.stderr
+    assert len(list(cache.glob("*.pt"))) == 1
+    res, res0 = json.loads(flipped.stdout), json.loads(first.stdout)
+    assert res["curves"]["confidence"] == res0["curves"]["confidence"]
+    assert res["curves"]["policy"] != res0["curves"]["policy"]
+
+
 def test_eval_table_and_errors(trained_r2r, tiny_corpus):
     policy, _ = trained_r2r
     proc = cli("eval", policy, "--data", tiny_corpus / "eval", "--shares", "0.2", *SMALL)

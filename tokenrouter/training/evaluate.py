@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .policy_view import PolicyViewError, fired_rule, routed_shape, threshold_node
-from .teacher import TeacherConfig, TeacherData, make_windows, teacher_force
+from .teacher import TeacherConfig, TeacherData, make_windows
 
 DEFAULT_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
 METHODS = ("policy", "confidence", "entropy", "random", "query", "oracle")
@@ -172,8 +172,14 @@ def sweep_policy(
     return out
 
 
-def evaluate(plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig) -> dict:
+def evaluate(
+    plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig, cache: Path | None = None
+) -> dict:
+    """``cache``: a folder that keeps the teacher-forced rows between runs (feature_cache.py); the rows
+    hold the routers' inputs, not their outputs, so one entry serves every router file of a policy."""
     from tokenrouter.runtime.route.routers import RouterSpec
+
+    from .feature_cache import teacher_force_cached
 
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
@@ -181,7 +187,7 @@ def evaluate(plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig
     models = [entry, *dict.fromkeys(t for t in shape.targets if t != entry)]
     specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in ir["routers"]}
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
-    data = teacher_force(plan, entry, models, windows, teacher, routers=specs)
+    data, _ = teacher_force_cached(cache, plan, entry, models, windows, teacher, specs)
     scorer = Scorer(data, entry, shape.targets)
     values = policy_values(plan, entry, data, cfg.seed)
     n = data.n
