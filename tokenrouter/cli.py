@@ -657,7 +657,8 @@ def train_router_cmd(
     seed: int = typer.Option(0, help="Seed of the split, the initial weights and the batches."),
     label: str = typer.Option(
         "divergence",
-        help="divergence (small greedy != large greedy), gain, nll-gain or top-share (docs/quality.md).",
+        help="divergence (small greedy != large greedy), gain, nll-gain, expected-gain or top-share "
+        "(docs/quality.md).",
     ),
     top_share: float = typer.Option(0.25, help="top-share label: the share of training rows labelled 1."),
     loss: str = typer.Option("auto", help="auto (BCE or mean squared error by label) or pairwise (ranking)."),

@@ -101,13 +101,57 @@ def test_top_share_and_pairwise_from_the_command_line_with_the_cache(
     assert len(shares) == 3 and all(
         abs(s - t) <= 0.02 for s, t in zip(shares, (0.10, 0.20, 0.25), strict=True)
     )
-    # other teacher-forcing settings are other rows: a second entry, not a wrong hit
+    # rows with the expected-gain columns are an entry of their own (the tiny pair's missing accuracy gap
+    # then refuses the label, after the rows were kept)
+    expected = cli(*args, "--label", "expected-gain")
+    assert expected.returncode == 1 and "needs a gap" in expected.stderr
+    assert len(list(cache.glob("*.pt"))) == 2
+    # other teacher-forcing settings are other rows: another entry, not a wrong hit
     other = cli(*[a if a != "700" else "600" for a in args])
     assert other.returncode == 0 and "cache wrote" in other.stdout
-    assert len(list(cache.glob("*.pt"))) == 2
+    assert len(list(cache.glob("*.pt"))) == 3
     for entry in cache.glob("*.pt"):
         entry.write_bytes(entry.read_bytes()[:100])  # a cut-off file
     broken = cli(*args)
     assert broken.returncode == 1 and "unreadable" in broken.stderr and "Traceback" not in broken.stderr
     bad = cli(*args, "--loss", "nope")
     assert bad.returncode == 2 and "unknown loss 'nope'" in bad.stderr
+
+
+def test_expected_gain_label_follows_its_definition():
+    from tokenrouter.training.router_train import make_label
+
+    data = _teacher_rows([1, 2, 3, 4], [1, 5, 3, 4], [1, 5, 9, 4], [0.5, 2.0, 1.0, 0.2], [0.4, 0.5, 1.5, 0.9])
+    data.expected = {
+        "acc/llm": torch.tensor([0.0, 0.3, 0.1, 0.0]),
+        "nll/llm": torch.tensor([0.2, 0.9, 0.4, 0.1]),
+    }
+    train = torch.tensor([True, True, True, True])
+    # realized: accuracy gain 0, 1, 0, 0 (d_acc 0.25), NLL gain 0.1, 1.5, -0.5, -0.7 (d_nll 0.1)
+    want = torch.tensor([0.0, 0.3, 0.1, 0.0]) / 0.25 + torch.tensor([0.2, 0.9, 0.4, 0.1]) / 0.1
+    assert torch.allclose(make_label(data, "slm", "llm", "expected-gain", train), want, atol=1e-4)
+
+
+def test_teacher_forcing_expected_columns_match_the_models(tmp_path, tiny_pair, tiny_corpus):
+    from tokenrouter.training.policy_view import load_plan
+    from tokenrouter.training.teacher import TeacherConfig, load_engines, make_windows, teacher_force
+
+    plan = load_plan(str(write(tmp_path, R2R, "r2r_x", tiny_pair)))
+    cfg = TeacherConfig(seq_len=64, prompt=8, max_tokens=300)
+    windows = make_windows(tiny_corpus / "router", tiny_pair / "py-small", cfg)
+    data = teacher_force(plan, "slm", ["llm", "slm"], windows, cfg, expected=True)  # entry not first
+    acc, kl = data.expected["acc/llm"], data.expected["nll/llm"]
+    same = data.greedy["slm"] == data.greedy["llm"]
+    assert same.any() and (~same).any()
+    assert torch.all(acc[same] == 0) and torch.all(acc[~same] >= 0) and torch.all(kl >= -1e-5)
+    # the first window, directly from the engines
+    eng = load_engines(plan, ["slm", "llm"])
+    x = torch.tensor(windows[0].ids[:-1])
+    lp_s = torch.log_softmax(eng["slm"].forward_full(x)[0].float(), -1)[cfg.prompt :]
+    lp_l = torch.log_softmax(eng["llm"].forward_full(x)[0].float(), -1)[cfg.prompt :]
+    n = len(lp_s)
+    want_kl = (lp_l.exp() * (lp_l - lp_s)).sum(-1)
+    p_l = lp_l.exp()
+    want_acc = p_l.max(-1).values - p_l.gather(1, lp_s.argmax(-1)[:, None])[:, 0]
+    assert torch.allclose(kl[:n], want_kl, atol=1e-5) and torch.allclose(acc[:n], want_acc, atol=1e-6)
+    assert not teacher_force(plan, "slm", ["slm", "llm"], windows[:1], cfg).expected  # off by default

@@ -5,7 +5,7 @@ corpus's `router` part take ~26 min of teacher forcing on a shared CPU, one epoc
 A cache entry is one file, ``DIR/<key>.pt``; the key is a SHA-256 over everything the rows depend on:
 the windows' token ids and file names (so the text, the tokenizer, ``seq_len``, ``max_tokens`` and the
 window sample), ``prompt``, the models' names and the bytes of every file in their folders, the entry
-model, and the inputs of the routers whose values are collected. Anything else (label, loss, epochs, lr,
+model, the inputs of the routers whose values are collected, and whether the expected-gain columns are. Anything else (label, loss, epochs, lr,
 hidden sizes, split seed) is computed from the rows, so it may change freely between runs. Rows are
 stored exactly (float32), ~1 GB for 674k positions of R2R's 356 inputs.
 """
@@ -38,15 +38,17 @@ def _folder_digest(folder: Path) -> str:
 
 
 def cache_key(plan: dict, entry: str, models: list[str], windows: list[Window], cfg: TeacherConfig,
-              routers: dict) -> str:  # fmt: skip
+              routers: dict, expected: bool = False) -> str:  # fmt: skip
     h = hashlib.sha256()
-    head = {
+    head: dict = {
         "version": VERSION,
         "prompt": cfg.prompt,
         "entry": entry,
         "models": {m: _folder_digest(Path(plan["models"][m]["path"])) for m in models},
         "routers": {n: [i.text() for i in s.inputs] for n, s in sorted(routers.items())},
     }
+    if expected:  # (absent otherwise: the keys of entries without these columns stay as they were)
+        head["expected"] = True
     h.update(json.dumps(head, sort_keys=True).encode())
     for w in windows:
         h.update(w.file.encode() + b"\0")
@@ -66,12 +68,13 @@ def teacher_force_cached(
     windows: list[Window],
     cfg: TeacherConfig,
     routers: dict,
+    expected: bool = False,
 ) -> tuple[TeacherData, str]:
     """``teacher_force``'s rows, read from ``cache_dir`` when an entry with the same key is there, else
     computed and written there. Returns (rows, 'hit PATH' | 'wrote PATH' | 'off')."""
     if cache_dir is None:
-        return teacher_force(plan, entry, models, windows, cfg, routers=routers), "off"
-    path = Path(cache_dir) / f"{cache_key(plan, entry, models, windows, cfg, routers)}.pt"
+        return teacher_force(plan, entry, models, windows, cfg, routers, expected), "off"
+    path = Path(cache_dir) / f"{cache_key(plan, entry, models, windows, cfg, routers, expected)}.pt"
     if path.exists():
         try:
             rows = torch.load(path, weights_only=True)
@@ -80,7 +83,7 @@ def teacher_force_cached(
                 f"cache entry {path} is unreadable ({exc}); delete it to recompute"
             ) from None
         return TeacherData(**rows), f"hit {path}"
-    data = teacher_force(plan, entry, models, windows, cfg, routers=routers)
+    data = teacher_force(plan, entry, models, windows, cfg, routers, expected)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(_to_dict(data), tmp)

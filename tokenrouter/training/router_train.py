@@ -11,6 +11,12 @@ uses the true next token at training time only, as CITER's reward does):
   gain is its accuracy-gap plus NLL-gap recovered, times the row count). Mean squared error; the
   output estimates the expected gain of the position, and a threshold on it ranks positions by it.
 - ``nll-gain``: regression on NLL_small - NLL_large alone (nats; the output is the expected NLL gain).
+- ``expected-gain``: the ``gain`` label with the true next token averaged out under the large model's
+  distribution p_L: (p_L(large greedy) - p_L(small greedy)) / d_acc + KL(p_L || p_small) / d_nll (same
+  d_acc, d_nll as ``gain``, from the realized gains). Where p_L is the text's true next-token
+  distribution, its conditional mean given the router's inputs is the gain label's, but a position's
+  value no longer depends on which token happened to follow, so far less of it is noise. Uses the
+  large model's distribution at training time only. Mean squared error.
 - ``top-share``: tied to the share the router is meant to route (``--top-share``, default 0.25): 1 where
   the position's ``gain`` (above) is among the top share of the training rows' gains, else 0. Binary;
   BCE with positive-class weighting; the output is a logit of "this position is one of the best ones to
@@ -43,7 +49,7 @@ from .feature_cache import teacher_force_cached
 from .policy_view import PolicyViewError, fired_rule, routed_shape
 from .teacher import TeacherConfig, TeacherData, make_windows
 
-LABELS = ("divergence", "gain", "nll-gain", "top-share")
+LABELS = ("divergence", "gain", "nll-gain", "expected-gain", "top-share")
 BINARY_LABELS = ("divergence", "top-share")
 LOSSES = ("auto", "pairwise")
 
@@ -196,6 +202,8 @@ def make_label(
             f"the large model is not better than the small one on this data (accuracy {d_acc:+.4f}, "
             f"NLL {d_nll:+.4f} per position): the gain label needs a gap to recover"
         )
+    if label == "expected-gain":
+        return data.expected[f"acc/{large}"] / d_acc + data.expected[f"nll/{large}"] / d_nll
     return acc_gain / d_acc + nll_gain / d_nll
 
 
@@ -277,7 +285,8 @@ def train_router(
     spec = RouterSpec.from_plan(router, plan["routers"][router])
     out = Path(out) if out is not None else Path(spec.path)
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
-    data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec})
+    data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec},
+                                        expected=cfg.label == "expected-gain")  # fmt: skip
     sign = polarity(plan, entry, router, rule, data)
     val = file_split(data, cfg.val_frac, cfg.seed)
     if val.all() or not val.any():

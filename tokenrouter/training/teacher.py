@@ -98,6 +98,10 @@ class TeacherData:
     window: torch.Tensor | None = None  # [N] window index of each row
     window_file: list[str] = field(default_factory=list)
     prompt_entropy: torch.Tensor | None = None  # [W] entry model's mean entropy over each window's prompt
+    # only with teacher_force(expected=True), per model m other than the entry model, under m's own
+    # distribution p_m: "acc/m" = p_m(m's greedy token) - p_m(entry's greedy token), the accuracy m adds
+    # in expectation; "nll/m" = KL(p_m || p_entry), the NLL m saves in expectation
+    expected: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -118,6 +122,7 @@ class TeacherData:
             window=self.window[rows],
             window_file=self.window_file,
             prompt_entropy=self.prompt_entropy,
+            expected={k: v[rows] for k, v in self.expected.items()},
         )
 
 
@@ -161,8 +166,10 @@ def teacher_force(
     windows: list[Window],
     cfg: TeacherConfig,
     routers: dict | None = None,
+    expected: bool = False,
 ) -> TeacherData:
-    """Run every model over every window. ``routers``: name -> RouterSpec whose inputs to collect."""
+    """Run every model over every window. ``routers``: name -> RouterSpec whose inputs to collect.
+    ``expected``: also TeacherData.expected (each model's expected gain over the entry model)."""
     engines = load_engines(plan, models)
     routers = routers or {}
     # Outputs go into buffers allocated once, at their final size: keeping one small tensor per window
@@ -185,14 +192,25 @@ def teacher_force(
         s = slice(cfg.prompt, len(x))
         add("target", row, y[s])
         add("window", row, torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
-        for m in models:
+        entry_lp = None
+        for m in sorted(models, key=lambda m: m != entry):  # the entry model first
             logits, hidden = engines[m].forward_full(x)
             logits = logits.float()
             lp = torch.log_softmax(logits, dim=-1)
             add(f"greedy/{m}", row, lp[s].argmax(-1))
             add(f"nll/{m}", row, -lp[s].gather(1, y[s, None])[:, 0])
             if m != entry:
+                if expected:
+                    p = lp[s].exp()
+                    own, theirs = lp[s].argmax(-1), entry_lp.argmax(-1)
+                    add(
+                        f"expected/acc/{m}",
+                        row,
+                        (p.gather(1, own[:, None]) - p.gather(1, theirs[:, None]))[:, 0],
+                    )
+                    add(f"expected/nll/{m}", row, (p * (lp[s] - entry_lp)).sum(-1))
                 continue
+            entry_lp = lp[s]
             f = step_features(logits)
             prompt_ent.append(f["entropy"][: cfg.prompt].mean())
             t = torch.arange(len(x))
@@ -216,4 +234,6 @@ def teacher_force(
             data.features[name] = v
         elif kind == "router":
             data.router_inputs[name] = v
+        elif kind == "expected":
+            data.expected[name] = v
     return data
