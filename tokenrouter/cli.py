@@ -719,6 +719,11 @@ def eval_cmd(
     cache: str = typer.Option(
         None, "--cache", help="Keep the teacher-forced rows in this folder and reuse them (e.g. .data/cache)."
     ),
+    versus: list[str] = typer.Option(
+        None,
+        "--versus",
+        help="NAME=VALUE on top of -D: compare the policy with these params (e.g. another router_path), paired.",
+    ),
 ) -> None:
     """Teacher-forced quality vs large-model share: the policy's threshold sweep against baselines."""
     import json
@@ -741,7 +746,8 @@ def eval_cmd(
         raise typer.Exit(2)
     try:
         plan = load_plan(plan_file, _defines(define))
-        result = evaluate(plan, Path(data), teacher, cfg, cache=Path(cache) if cache else None)
+        other = load_plan(plan_file, {**_defines(define), **_defines(versus)}) if versus else None
+        result = evaluate(plan, Path(data), teacher, cfg, cache=Path(cache) if cache else None, versus=other)
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

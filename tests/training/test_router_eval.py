@@ -165,6 +165,48 @@ def test_eval_cache_gives_the_same_result_for_another_router_file(
     assert res["curves"]["policy"] != res0["curves"]["policy"]
 
 
+R2R_PARAMS = """policy tiny_r2r "test"
+param threshold: float = 0.5
+param large: str = "{large}"
+param router_path: str = "{router}"
+model slm = "{small}" {{ gpu: 0 }}
+model llm = large {{ gpu: 0 }}
+router div = mlp(router_path, hidden(slm), topk_logits(slm, 8), embedding(slm, token))
+entry slm
+route slm {{
+  when sigmoid(div) >= threshold -> llm drop for 1
+}}
+"""
+
+
+def test_eval_versus_another_router_file(trained_r2r, tiny_corpus, tiny_pair, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    trained, _ = trained_r2r
+    policy = write(tmp_path, R2R_PARAMS, "p", tiny_pair)
+    save_file(load_file(str(trained.with_suffix(".safetensors"))), str(tmp_path / "p.safetensors"))
+    tensors = load_file(str(trained.with_suffix(".safetensors")))
+    flipped = tmp_path / "flipped.safetensors"
+    save_file({k: -v if k.endswith("weight") else v for k, v in tensors.items()}, str(flipped))
+    args = ["eval", policy, "--data", tiny_corpus / "eval", "--json", "--shares", "0.2,0.4", *SMALL]
+    same = json.loads(cli(*args, "--versus", f"router_path={tmp_path / 'p.safetensors'}").stdout)
+    for r in same["policy_minus"]["versus"]:
+        assert r["accuracy"] == 0 and r["nll"] == 0 and r["accuracy_ci95"] == [0, 0]
+    res = json.loads(cli(*args, "--versus", f"router_path={flipped}").stdout)
+    alone = json.loads(cli(*args, "-D", f"router_path={flipped}").stdout)
+    assert res["curves"]["versus"] == alone["curves"]["policy"]
+    for r, a, b in zip(
+        res["policy_minus"]["versus"], res["curves"]["policy"], alone["curves"]["policy"], strict=True
+    ):
+        assert r["accuracy"] == pytest.approx(a["accuracy"] - b["accuracy"], abs=1e-6)
+        assert r["accuracy_ci95"][0] <= r["accuracy"] <= r["accuracy_ci95"][1]
+    assert any(r["accuracy"] != 0 or r["nll"] != 0 for r in res["policy_minus"]["versus"])
+    table = cli(*[a for a in args if a != "--json"], "--versus", f"router_path={flipped}").stdout
+    assert "policy minus versus" in table and "versus" in table.splitlines()[6]
+    bad = cli(*args, "--versus", f"large={tiny_pair / 'py-small'}")
+    assert bad.returncode == 1 and "--versus may change params" in bad.stderr
+
+
 def test_eval_table_and_errors(trained_r2r, tiny_corpus):
     policy, _ = trained_r2r
     proc = cli("eval", policy, "--data", tiny_corpus / "eval", "--shares", "0.2", *SMALL)

@@ -173,10 +173,18 @@ def sweep_policy(
 
 
 def evaluate(
-    plan: dict, data_dir: Path, teacher: TeacherConfig, cfg: EvalConfig, cache: Path | None = None
+    plan: dict,
+    data_dir: Path,
+    teacher: TeacherConfig,
+    cfg: EvalConfig,
+    cache: Path | None = None,
+    versus: dict | None = None,
 ) -> dict:
     """``cache``: a folder that keeps the teacher-forced rows between runs (feature_cache.py); the rows
-    hold the routers' inputs, not their outputs, so one entry serves every router file of a policy."""
+    hold the routers' inputs, not their outputs, so one entry serves every router file of a policy.
+    ``versus``: the same policy with other param values (e.g. another router file), swept the same way
+    and compared paired at each share ("policy minus versus": one bootstrap over the same windows, so
+    the interval is the one of the difference, not of two separate figures)."""
     from tokenrouter.runtime.route.routers import RouterSpec
 
     from .feature_cache import teacher_force_cached
@@ -198,7 +206,25 @@ def evaluate(
     curves: dict[str, list[dict]] = {m: [] for m in METHODS}
     swept = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
     curves["policy"] = [p for p, _ in swept]
-    versus: dict[str, list[dict]] = {"confidence": [], "entropy": []}
+    minus: dict[str, list[dict]] = {"confidence": [], "entropy": []}
+    if versus is not None:
+        same_inputs = all(
+            versus["routers"][r]["inputs"] == plan["routers"].get(r, {}).get("inputs")
+            for r in versus["routes"][versus["entry"]]["routers"]
+        )
+        if routed_shape(versus).entry != entry or versus["models"] != plan["models"] or not same_inputs:
+            raise PolicyViewError(
+                "--versus may change params that leave the models and the routers' inputs as they are "
+                "(e.g. a router file), not those"
+            )
+        other_ir = versus["routes"][entry]
+        other_node = threshold_node(versus, other_ir, cfg.param)
+        other_values = policy_values(versus, entry, data, cfg.seed)
+        other = sweep_policy(versus, entry, other_values, n, other_node, cfg.shares, scorer)
+        curves["versus"] = [p for p, _ in other]
+        v = [scorer.paired(w, w_other, s, cfg.seed) for (_, w), (_, w_other), s in
+             zip(swept, other, cfg.shares, strict=True)]  # fmt: skip
+        minus["versus"] = v
     for (_, w_policy), s in zip(swept, cfg.shares, strict=True):
         w_conf, w_ent = top_share(-f["confidence"], s), top_share(f["entropy"], s)
         curves["confidence"].append(scorer.point(w_conf, target_share=s))
@@ -206,8 +232,8 @@ def evaluate(
         curves["random"].append(scorer.point(top_share(rand_score, s), target_share=s))
         curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
         curves["oracle"].append(scorer.point(top_share(gain, s), target_share=s))
-        versus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
-        versus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
+        minus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
+        minus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
     own = scorer.point(fired_rule(ir, values, n), threshold=plan["params"][cfg.param]["value"])
     return {
         "policy": plan["policy"]["name"],
@@ -222,7 +248,7 @@ def evaluate(
         "label_rate": float((data.greedy[entry] != data.greedy[shape.targets[0]]).float().mean()),
         "at_plan_threshold": own,
         "curves": curves,
-        "policy_minus": versus,
+        "policy_minus": minus,
     }
 
 
@@ -236,12 +262,13 @@ def format_table(result: dict) -> str:
         f"positions where the greedy tokens differ: {result['label_rate']:.3f}",
         "",
     ]
+    methods = METHODS + (("versus",) if "versus" in result["curves"] else ())
     for metric, key in (("accuracy", "acc_gap_recovered"), ("NLL", "nll_gap_recovered")):
         lines.append(f"{metric} (gap recovered) at equal large-model share:")
-        lines.append(f"{'share':>6} " + " ".join(f"{m:>17}" for m in METHODS))
+        lines.append(f"{'share':>6} " + " ".join(f"{m:>17}" for m in methods))
         for i, target in enumerate(result["curves"]["policy"]):
             cells = []
-            for m in METHODS:
+            for m in methods:
                 p = result["curves"][m][i]
                 v = p["accuracy"] if metric == "accuracy" else p["nll"]
                 g = p[key]
