@@ -133,7 +133,7 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
 
     backend = TritonAttnBackend(cfg)
     backend.gemv_norm = fold
-    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max) == (8, 1)  # the defaults
+    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max) == (8, 0)  # the defaults: off
     backend.gemv_rows = rows > 0
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
     for name in KERNELS:

@@ -18,10 +18,12 @@ from tokenrouter.runtime.engine.attention.base import AttentionBackend, Attentio
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
-# the default `gemv_rows_batch_max`: one request per step, i.e. the bs-1 extends that missed the extend target
-# in run C. Decodes of bs 2-8 keep cuBLAS, as measured in run C, until a GPU run (engine_bench --targets,
-# whose ablation times gemv_rows where it acts) shows the few-row GEMV is faster there too.
-GEMV_ROWS_BATCH_MAX = 1
+# the default `gemv_rows_batch_max`: 0, i.e. no step uses `gemv_rows` unless a caller raises it. Measured on
+# the H200 (docs/benchmarks.md, run D) for the bs-1 extends it was written for, both few-row kernels lose to
+# cuBLAS except at 2 tokens on the 0.6B (8B bs 1, ctx 512, q 2/4/8: 7.5/13.3/65.8 ms against 5.0-5.3 ms with
+# cuBLAS in run C), and their logits differ from cuBLAS's by more than bf16 rounding at 2-4 rows there (up to
+# 1.4x the largest logit; not reproduced under the interpreter, whose tests pass): off until both are found.
+GEMV_ROWS_BATCH_MAX = 0
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -32,7 +34,7 @@ FAST_PATH_OPTIONS = {
     "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue "
     "(off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
-    "`gemv_rows_batch_max` requests (default 1) run their linear layers as the few-row "
+    "`gemv_rows_batch_max` requests (default 0: no step) run their linear layers as the few-row "
     "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
     "gemv_rows_x_once": "`gemv_rows` runs the kernel that loads the activations once per K tile for all rows "
     "(per-row accumulators; up to 8 rows) (off: the first few-row kernel, activations loaded per column)",
@@ -87,8 +89,7 @@ class TritonAttnBackend(AttentionBackend):
         for name in options_off_from_env():
             setattr(self, name, False)
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
-        # gemv_rows_batch_max requests use the few-row GEMV (1: extends of one request only, so decodes
-        # of bs 2-8 keep cuBLAS like the extends of their batch size)
+        # gemv_rows_batch_max requests use the few-row GEMV (0 by default: none, see GEMV_ROWS_BATCH_MAX)
         self.gemv_rows_max = GEMV_ROWS_MAX
         self.gemv_rows_batch_max = GEMV_ROWS_BATCH_MAX
         # the fused ops need a power-of-two head_dim
