@@ -662,6 +662,7 @@ def train_router_cmd(
     ),
     top_share: float = typer.Option(0.25, help="top-share label: the share of training rows labelled 1."),
     loss: str = typer.Option("auto", help="auto (BCE or mean squared error by label) or pairwise (ranking)."),
+    ensemble: int = typer.Option(1, help="Train N routers (seeds differ) and write their average as one."),
     lr: float = typer.Option(2e-3, help="AdamW learning rate."),
     cache: str = typer.Option(
         None, "--cache", help="Keep the teacher-forced rows in this folder and reuse them (e.g. .data/cache)."
@@ -677,7 +678,7 @@ def train_router_cmd(
     try:
         layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
         cfg = RouterTrainConfig(label=label, loss=loss, top_share=top_share, hidden_layers=layers,
-                                epochs=epochs, lr=lr, seed=seed)  # fmt: skip
+                                epochs=epochs, lr=lr, seed=seed, ensemble=ensemble)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -155,3 +155,78 @@ def test_teacher_forcing_expected_columns_match_the_models(tmp_path, tiny_pair, 
     want_acc = p_l.max(-1).values - p_l.gather(1, lp_s.argmax(-1)[:, None])[:, 0]
     assert torch.allclose(kl[:n], want_kl, atol=1e-5) and torch.allclose(acc[:n], want_acc, atol=1e-6)
     assert not teacher_force(plan, "slm", ["slm", "llm"], windows[:1], cfg).expected  # off by default
+
+
+def _forward(tensors, x):
+    """The docs/ir.md router layout, applied by hand: normalise, then Linear (+ ReLU between layers)."""
+    h = (x - tensors["input_mean"]) / tensors["input_std"]
+    keys = sorted(
+        (k for k in tensors if k.endswith("weight")), key=lambda k: k.split(".")[1] if "." in k else ""
+    )
+    for i, k in enumerate(keys):
+        h = h @ tensors[k].T + tensors[k[: -len("weight")] + "bias"]
+        if i < len(keys) - 1:
+            h = torch.relu(h)
+    return h[:, 0]
+
+
+@pytest.mark.parametrize("hidden", [(), (5,), (6, 4)])
+def test_merged_ensemble_outputs_the_members_mean(hidden):
+    from tokenrouter.training.router_train import _mlp, merge_ensemble
+
+    g = torch.Generator().manual_seed(0)
+    d, mean, std = 7, torch.randn(7, generator=g), torch.rand(7, generator=g) + 0.5
+    members = []
+    for _ in range(3):
+        net = _mlp([d, *hidden, 1])
+        lin = [m for m in net if isinstance(m, torch.nn.Linear)]
+        t = {"input_mean": mean, "input_std": std}
+        for i, m in enumerate(lin):
+            p = f"layers.{i}." if hidden else ""
+            t[p + "weight"], t[p + "bias"] = (
+                torch.randn(m.weight.shape, generator=g),
+                torch.randn(m.bias.shape, generator=g),
+            )
+        members.append(t)
+    merged = merge_ensemble(members)
+    x = torch.randn(50, d, generator=g)
+    want = torch.stack([_forward(m, x) for m in members]).mean(0)
+    assert torch.allclose(_forward(merged, x), want, atol=1e-5)
+    if hidden:
+        assert merged["layers.0.weight"].shape == (3 * hidden[0], d)
+    bad = [members[0], {**members[1], "input_std": std * 2}]
+    with pytest.raises(ValueError, match="normalisation"):
+        merge_ensemble(bad)
+
+
+@pytest.mark.parametrize("loss", ["auto", "pairwise"])
+def test_held_out_loss_of_a_fit_is_its_reported_loss(loss):
+    from tokenrouter.training.router_train import RouterTrainConfig, fit, held_out_loss
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(600, 5, generator=g)
+    y = x[:, 0] + torch.randn(600, generator=g)
+    val = torch.arange(600) >= 450
+    cfg = RouterTrainConfig(label="gain", loss=loss, hidden_layers=(8,), epochs=3, batch=64, lr=0.01)
+    tensors, val_loss = fit(x, y, val, "mlp", cfg)
+    assert held_out_loss(tensors, x, y, val, "mlp", cfg) == pytest.approx(val_loss, rel=1e-5)
+
+
+def test_ensemble_from_the_command_line(tmp_path, tiny_pair, tiny_corpus):
+    from safetensors.torch import load_file
+
+    policy = write(tmp_path, R2R, "r2r_ens", tiny_pair)
+    args = ["train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--epochs", "2",
+            "--hidden-layers", "8", "--cache", tmp_path / "cache"]  # fmt: skip
+    one = cli(*args)
+    assert one.returncode == 0, one.stderr
+    single = load_file(str(policy.with_suffix(".safetensors")))
+    three = cli(*args, "--ensemble", "3")
+    assert three.returncode == 0, three.stderr
+    merged = load_file(str(policy.with_suffix(".safetensors")))
+    assert merged["layers.0.weight"].shape == (24, single["layers.0.weight"].shape[1])
+    # member 0 is the single router (same seed): its units come first
+    assert torch.equal(merged["layers.0.weight"][:8], single["layers.0.weight"])
+    assert torch.allclose(merged["layers.1.weight"][:, :8] * 3, single["layers.1.weight"])
+    assert "held-out share" in three.stdout
+    assert cli(*args, "--ensemble", "0").returncode == 2

@@ -31,6 +31,10 @@ log(E[(y - y')+] / E[(y' - y)+]), whose sign is that of E[y] - E[y']), as mean s
 grows linearly, not quadratically, with a label far from the prediction, and only the order of the
 outputs is trained (the output's scale and offset are arbitrary: set the threshold from the printed sweep).
 
+Ensembles (``--ensemble N``): N routers trained on the same rows and split, with seeds seed + 1000 i for
+their initial weights and batches (member 0 is the plain run), written as one router of the same layout
+whose output is their mean (``merge_ensemble``: N times the hidden units).
+
 Whether the router's output should be high or low on positions worth routing is read from the policy
 itself: the rule that reads the router is evaluated with the router pinned high and low, and the router
 is trained so that a high label makes that rule fire more. Training: AdamW, early stopping on a
@@ -40,7 +44,7 @@ weights").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -59,6 +63,7 @@ class RouterTrainConfig:
     label: str = "divergence"  # one of LABELS
     loss: str = "auto"  # one of LOSSES
     top_share: float = 0.25  # top-share label: the share of training rows labelled 1
+    ensemble: int = 1  # members averaged into one router (merge_ensemble)
     hidden_layers: tuple[int, ...] = (256,)  # mlp only
     epochs: int = 30
     batch: int = 512
@@ -76,8 +81,8 @@ class RouterTrainConfig:
             raise ValueError(f"top_share must be in (0, 1), got {self.top_share}")
         if any(h < 1 for h in self.hidden_layers):
             raise ValueError("hidden layer sizes must be >= 1")
-        if self.epochs < 1 or self.batch < 1:
-            raise ValueError("epochs and batch must be >= 1")
+        if self.epochs < 1 or self.batch < 1 or self.ensemble < 1:
+            raise ValueError("epochs, batch and ensemble must be >= 1")
         if not 0 < self.lr < 1:
             raise ValueError("lr must be in (0, 1)")
         if not 0 < self.val_frac < 1:
@@ -217,6 +222,70 @@ def pairwise_loss(s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (dy.abs() * torch.nn.functional.softplus(-torch.sign(dy) * ds)).mean()
 
 
+def _loss_fn(cfg: RouterTrainConfig, yt: torch.Tensor):
+    if cfg.loss == "pairwise":
+        return pairwise_loss
+    if cfg.label in BINARY_LABELS:
+        pos = float(yt.sum())
+        return torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor((len(yt) - pos) / max(pos, 1.0)))
+    return torch.nn.MSELoss()
+
+
+def _val_pairs(cfg: RouterTrainConfig, xv: torch.Tensor, yv: torch.Tensor):
+    """The held-out rows in the order the loss reads them: for the pairwise loss, shuffled once (seeded),
+    so that the epochs' held-out losses compare."""
+    if cfg.loss != "pairwise":
+        return xv, yv
+    order = torch.randperm(len(xv), generator=torch.Generator().manual_seed(cfg.seed + 1))
+    return xv[order], yv[order]
+
+
+def merge_ensemble(members: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """One router, in the same file layout, whose output is the mean of the members' outputs. The members
+    share their inputs and input normalisation (trained on the same rows): the hidden layers are put side
+    by side (the first layer's rows stacked, later hidden layers block-diagonal, so no member reads
+    another's units) and the output layer averages them."""
+    first, k = members[0], len(members)
+    for m in members[1:]:
+        if not (
+            torch.equal(m["input_mean"], first["input_mean"])
+            and torch.equal(m["input_std"], first["input_std"])
+        ):
+            raise ValueError("ensemble members must share their input normalisation")
+    out = {"input_mean": first["input_mean"], "input_std": first["input_std"]}
+    prefix = "layers." if "layers.0.weight" in first else ""
+    n = sum(1 for key in first if key.endswith("weight")) if prefix else 1
+    for i in range(n):
+        p = f"{prefix}{i}." if prefix else ""
+        ws = [m[p + "weight"] for m in members]
+        bs = [m[p + "bias"] for m in members]
+        if n == 1:  # one layer: average it
+            w, b = torch.stack(ws).mean(0), torch.stack(bs).mean(0)
+        elif i == 0:
+            w, b = torch.cat(ws, 0), torch.cat(bs)
+        elif i == n - 1:
+            w, b = torch.cat(ws, 1) / k, torch.stack(bs).mean(0)
+        else:
+            w, b = torch.block_diag(*ws), torch.cat(bs)
+        out[p + "weight"], out[p + "bias"] = w.contiguous(), b.contiguous()
+    return out
+
+
+def held_out_loss(tensors: dict[str, torch.Tensor], x, y, val, kind: str, cfg: RouterTrainConfig) -> float:
+    """``fit``'s held-out loss of a router given by its tensors (e.g. a merged ensemble)."""
+    names = [k for k in tensors if k.endswith("weight")]
+    names.sort(key=lambda k: int(k.split(".")[1]) if k.startswith("layers.") else 0)
+    sizes = [tensors[names[0]].shape[1], *(tensors[k].shape[0] for k in names)]
+    net = _mlp(sizes)
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for lin, key in zip(linears, names, strict=True):
+            lin.weight.copy_(tensors[key])
+            lin.bias.copy_(tensors[key[: -len("weight")] + "bias"])
+        xv, yv = _val_pairs(cfg, (x[val] - tensors["input_mean"]) / tensors["input_std"], y[val])
+        return float(_loss_fn(cfg, y[~val])(net(xv)[:, 0], yv))
+
+
 def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: RouterTrainConfig):
     """Train on rows ~val, early-stop on rows val. Returns (tensors in the docs/ir.md layout, val loss)."""
     torch.manual_seed(cfg.seed)
@@ -225,20 +294,11 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
     std = xt.std(0).clamp_min(1e-4)
     sizes = [x.shape[1], 1] if kind == "linear" else [x.shape[1], *cfg.hidden_layers, 1]
     net = _mlp(sizes)
-    if cfg.loss == "pairwise":
-        loss_fn = pairwise_loss
-    elif cfg.label in BINARY_LABELS:
-        pos = float(yt.sum())
-        pos_weight = torch.tensor((len(yt) - pos) / max(pos, 1.0))
-        loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
-    else:
-        loss_fn = torch.nn.MSELoss()
+    loss_fn = _loss_fn(cfg, yt)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     xtn, xvn = (xt - mean) / std, (xv - mean) / std
-    if cfg.loss == "pairwise":  # the held-out pairs are drawn once, so that the epochs' losses compare
-        val_order = torch.randperm(len(xvn), generator=torch.Generator().manual_seed(cfg.seed + 1))
-        xvn, yv = xvn[val_order], yv[val_order]
+    xvn, yv = _val_pairs(cfg, xvn, yv)
     best = (float("inf"), None)
     for _ in range(cfg.epochs):
         net.train()
@@ -296,7 +356,16 @@ def train_router(
         target = label if sign > 0 else 1 - label
     else:
         target = label * sign
-    tensors, val_loss = fit(data.router_inputs[router], target, val, spec.kind, cfg)
+    x = data.router_inputs[router]
+    if cfg.ensemble == 1:
+        tensors, val_loss = fit(x, target, val, spec.kind, cfg)
+    else:  # members differ in their initial weights and batches (seed + 1000 i), not in the split
+        members = [
+            fit(x, target, val, spec.kind, replace(cfg, seed=cfg.seed + 1000 * i))[0]
+            for i in range(cfg.ensemble)
+        ]
+        tensors = merge_ensemble(members)
+        val_loss = held_out_loss(tensors, x, target, val, spec.kind, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_router(out, spec, tensors)
     # on the held-out rows, with the new file: the rule at the plan's own threshold, and the sweep
