@@ -99,48 +99,29 @@ def compile_all() -> list[str]:
             cfg.num_warps,
             cfg.num_stages,
         )
-    rows_variants = [
-        (bm, cfg, variant)
-        for bm, cfgs in tk._GEMV_ROWS_CONFIGS.items()  # every row count and tile shape, both variants
-        for cfg in cfgs
-        for variant in (
-            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
-            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
-        )
-    ]
-    rows_variants.append(
-        (8, tk._GEMV_ROWS_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
-    )
-    for bm, cfg, variant in rows_variants:
-        build(
-            tk._gemv_rows_kernel,
-            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
-            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-            dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
-            cfg.num_warps,
-            cfg.num_stages,
-        )
-    few_variants = [
-        (bm, cfg, variant)
-        for bm, cfgs in tk._GEMV_FEW_CONFIGS.items()  # the x-once kernel: every row count and tile shape
-        for cfg in cfgs
-        for variant in (
-            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
-            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
-        )
-    ]
-    few_variants.append(
-        (8, tk._GEMV_FEW_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
-    )
-    for bm, cfg, variant in few_variants:
-        build(
-            tk._gemv_few_kernel,
-            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
-            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-            dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
-            cfg.num_warps,
-            cfg.num_stages,
-        )
+    for kernel, configs in (
+        (tk._gemv_rows_kernel, tk._GEMV_ROWS_CONFIGS),
+        (tk._gemv_few_kernel, tk._GEMV_FEW_CONFIGS),
+    ):
+        variants = [
+            (bm, cfg, variant)
+            for bm, cfgs in configs.items()  # both few-row kernels: every row count and tile shape
+            for cfg in cfgs
+            for variant in (
+                dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
+                dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+            )
+        ]
+        variants.append((8, configs[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)))
+        for bm, cfg, variant in variants:
+            build(
+                kernel,
+                dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
+                dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
+                dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
+                cfg.num_warps,
+                cfg.num_stages,
+            )
     for pdl, gather in ((False, False), (True, False), (True, True)):
         build(
             tk._rmsnorm_kernel,

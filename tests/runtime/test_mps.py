@@ -50,18 +50,22 @@ def test_daemon_failure_is_reported_not_raised(tmp_path, monkeypatch):
     assert MpsDaemon(tmp_path / "run2").start() == f"{CONTROL} is not installed"
 
 
+# `serve` on CPU, as far as argument checking goes (every case below is refused before a model loads)
+SERVE_CPU = [
+    sys.executable,
+    "-m",
+    "tokenrouter.cli",
+    "serve",
+    "examples/bernoulli.tr",
+    "--port",
+    "0",
+    "--device",
+    "cpu",
+]
+
+
 def test_serve_mps_flag_errors(tmp_path):
-    cli = [
-        sys.executable,
-        "-m",
-        "tokenrouter.cli",
-        "serve",
-        "examples/bernoulli.tr",
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-    ]
+    cli = SERVE_CPU
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}"}  # no nvidia-cuda-mps-control here
     r = subprocess.run([*cli, "--mps", "sometimes"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--mps sometimes: expected one of auto, on, off" in r.stderr
@@ -71,17 +75,7 @@ def test_serve_mps_flag_errors(tmp_path):
 
 
 def test_serve_mps_sm_usage_errors():
-    cli = [
-        sys.executable,
-        "-m",
-        "tokenrouter.cli",
-        "serve",
-        "examples/bernoulli.tr",
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-    ]
+    cli = SERVE_CPU
     for args, msg in (
         (["--mps-sm", "llm"], "bad --mps-sm 'llm': expected MODEL=PERCENT"),
         (["--mps-sm", "llm=150"], "--mps-sm llm=150: a percentage from 1 to 100"),

@@ -251,18 +251,18 @@ class CudaGraphRunner:
         host = self._host[slot]
         full = host.numpy()
         rows_at = 4 * big_t
+        src = fb.host_ints.numpy() if fb.host_ints is not None else None
         if one_copy:
             # tokens: real ones, then zeros (padding rows' tokens and unowned ones); req: padding rows 0
             full[: rows_at + b] = 0
-            src = fb.host_ints.numpy()
             full[0:t] = src[0:t]  # input_ids
             full[big_t : big_t + t] = src[t : 2 * t]  # positions
             full[2 * big_t : 2 * big_t + t] = src[src.shape[0] - t :]  # out_cache_loc
             full[rows_at : rows_at + bs] = src[2 * t : 2 * t + bs]  # req_pool_indices
         # each token's request row (padding rows and unowned tokens: 0), staged on either path
         full[3 * big_t : 4 * big_t] = 0
-        if fb.host_ints is not None:
-            req_rows = fb.host_ints.numpy()[2 * t : 2 * t + bs]
+        if src is not None:
+            req_rows = src[2 * t : 2 * t + bs]
         else:  # a batch assembled by hand: its rows from the device (one sync)
             req_rows = np.asarray(fb.req_pool_indices.tolist(), dtype=np.int64)
         full[3 * big_t : 3 * big_t + t] = np.repeat(req_rows, fb.extend_seq_lens_cpu)

@@ -866,14 +866,17 @@ _GEMV_TILES_EXTRA = [  # more rows per program with more warps (the 0.6B matrice
     (32, 512, 8, 1),
     (64, 256, 8, 2),
 ]
-_GEMV_CONFIGS_BASE = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-    for bn, bk, w, s in _GEMV_TILES_BASE
-]
-_GEMV_CONFIGS = _GEMV_CONFIGS_BASE + [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-    for bn, bk, w, s in _GEMV_TILES_EXTRA
-]
+
+
+def _tile_configs(tiles) -> list:
+    """Autotune configs of the GEMV kernels from (BLOCK_N, BLOCK_K, warps, stages) tuples."""
+    return [
+        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s) for bn, bk, w, s in tiles
+    ]
+
+
+_GEMV_CONFIGS_BASE = _tile_configs(_GEMV_TILES_BASE)
+_GEMV_CONFIGS = _GEMV_CONFIGS_BASE + _tile_configs(_GEMV_TILES_EXTRA)
 
 
 @triton.jit
@@ -1031,10 +1034,7 @@ _GEMV_ROWS_TILES = {  # BLOCK_M -> (BLOCK_N, BLOCK_K, warps, stages): fewer colu
     8: [(2, 512, 4, 1), (4, 256, 4, 2), (2, 1024, 8, 1), (4, 512, 8, 2), (8, 256, 8, 2), (16, 128, 8, 2)],
     16: [(2, 256, 4, 1), (4, 128, 4, 2), (8, 128, 8, 2)],  # 8-byte loads (16 rows: not on by default)
 }
-_GEMV_ROWS_CONFIGS = {
-    bm: [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s) for bn, bk, w, s in tiles]
-    for bm, tiles in _GEMV_ROWS_TILES.items()
-}
+_GEMV_ROWS_CONFIGS = {bm: _tile_configs(tiles) for bm, tiles in _GEMV_ROWS_TILES.items()}
 
 
 @triton.jit
@@ -1156,10 +1156,7 @@ _GEMV_FEW_TILES = {  # BLOCK_M -> (BLOCK_N, BLOCK_K, warps, stages); BLOCK_K = 2
     4: [(4, 1024, 4, 1), (8, 1024, 4, 1), (2, 1024, 4, 1), (4, 2048, 8, 1), (8, 512, 2, 1), (2, 2048, 8, 1)],
     8: [(2, 1024, 4, 1), (4, 1024, 4, 1), (1, 1024, 4, 1), (2, 2048, 8, 1), (4, 512, 2, 1), (1, 2048, 8, 1)],
 }
-_GEMV_FEW_CONFIGS = {
-    bm: [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s) for bn, bk, w, s in tiles]
-    for bm, tiles in _GEMV_FEW_TILES.items()
-}
+_GEMV_FEW_CONFIGS = {bm: _tile_configs(tiles) for bm, tiles in _GEMV_FEW_TILES.items()}
 
 
 @triton.jit
