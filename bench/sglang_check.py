@@ -64,7 +64,7 @@ route llm {{
 """
 # seconds a stage needs to be worth starting, and the most it may take (a hang must not eat the later stages)
 MIN_S = {"env": 5, "api": 100, "perf": 150, "contract": 60, "decode": 60}
-MAX_S = {"env": 60, "api": 180, "perf": 300, "contract": 150, "decode": 150}
+MAX_S = {"env": 60, "api": 240, "perf": 300, "contract": 150, "decode": 150}
 ORDER = ("env", "api", "perf", "contract", "decode")
 PGIDS = "pgids.txt"  # process groups a stage started (servers), killed by the orchestrator if left running
 
@@ -277,16 +277,15 @@ def _metrics(url: str) -> dict[str, float]:
 
 
 def median_norm_entropy(slm: Path, prompts: list[list[int]]) -> float:
-    import torch
 
     from tokenrouter.runtime.engine.base import StepInput
     from tokenrouter.runtime.engine.embedded import load_engine
 
-    eng = load_engine(slm, device="cuda", dtype="bfloat16", max_tokens=4096)
+    # on the CPU in float32: no kernel compilation before the servers start (the tiny model takes a second)
+    eng = load_engine(slm, device="cpu", dtype="float32", max_tokens=4096)
     logits = eng.forward([StepInput(f"p{i}", p) for i, p in enumerate(prompts)]).logits.float()
     ent = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1) / math.log(logits.shape[-1])
     del eng, logits
-    torch.cuda.empty_cache()
     return float(ent.median())
 
 
@@ -383,9 +382,7 @@ def stage_api(st: Stage) -> None:
         policy.write_text(
             API_POLICY.format(engine=engine, threshold=repr(threshold), slm=slm, llm=llm, opt=opt)
         )
-        srv = Server(
-            st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, min(150.0, st.left() - 40))
-        )
+        srv = Server(st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, st.left() - 40))
         st.say(f"serving both models on {engine} after {srv.startup_s:.0f} s")
         return srv
 
@@ -505,7 +502,11 @@ def _perf_sglang_only(st: Stage, folder: str, output_len: int, ns: tuple[int, ..
     st.save()
 
 
-def stage_perf(st: Stage, output_len: int, ns: tuple[int, ...]) -> None:
+PERF_MODES = ("tr-embedded", "sglang-only", "tr-sglang")
+DECODE_CASES = ("qwen3-0.6b:embedded", "qwen3-0.6b:sglang", "qwen3-8b:embedded", "qwen3-8b:sglang")
+
+
+def stage_perf(st: Stage, output_len: int, ns: tuple[int, ...], modes: tuple[str, ...] = PERF_MODES) -> None:
     import matrix
 
     from tokenrouter.compiler.plan import read_plan, write_plan
@@ -522,9 +523,12 @@ def stage_perf(st: Stage, output_len: int, ns: tuple[int, ...]) -> None:
     st.res.update(runs=[], output_len=output_len, requests_per_run="2N", plans=[str(plan_e), str(plan_s)])
     st.save()
     # the two references first, so that a TokenRouter-on-SGLang start that hangs cannot cost them
-    _perf_tokenrouter(st, "tr-embedded", plan_e, raw, output_len, ns)
-    _perf_sglang_only(st, matrix.model_folder(s, "qwen3-8b"), output_len, ns)
-    _perf_tokenrouter(st, "tr-sglang", plan_s, raw, output_len, ns)
+    if "tr-embedded" in modes:
+        _perf_tokenrouter(st, "tr-embedded", plan_e, raw, output_len, ns)
+    if "sglang-only" in modes:
+        _perf_sglang_only(st, matrix.model_folder(s, "qwen3-8b"), output_len, ns)
+    if "tr-sglang" in modes:
+        _perf_tokenrouter(st, "tr-sglang", plan_s, raw, output_len, ns)
     st.res["ratios"] = perf_ratios(st.res["runs"])
     st.save()
 
@@ -577,28 +581,28 @@ def decode_one(engine_kind: str, folder: str) -> dict:
     return out
 
 
-def stage_decode(st: Stage) -> None:
+def stage_decode(st: Stage, cases: tuple[str, ...] = DECODE_CASES) -> None:
     import matrix
 
     s = matrix.Settings(out=st.work / "perf", work=st.work / "perf", device=None)
     st.res["steps"] = []
-    for shape in ("qwen3-0.6b", "qwen3-8b"):
+    for case in cases:  # one process each: SGLang keeps process-wide state
+        shape, kind = case.split(":")
         folder = matrix.model_folder(s, shape)
-        for kind in ("embedded", "sglang"):  # one process each: SGLang keeps process-wide state
-            if st.left() < 40:
-                st.res["steps"].append({"shape": shape, "engine": kind, "error": "skipped: out of time"})
-                continue
-            cmd = [sys.executable, __file__, "--decode-one", kind, folder]
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=st.left() - 5)
-            print(proc.stderr[-4000:], flush=True)
-            rec = {"shape": shape, "engine": kind}
-            try:
-                rec |= json.loads(proc.stdout.strip().splitlines()[-1])
-            except (json.JSONDecodeError, IndexError):
-                rec["error"] = f"status {proc.returncode}: {proc.stderr[-2000:]}"
-            st.res["steps"].append(rec)
-            st.save()
-            st.say(json.dumps(rec))
+        if st.left() < 40:
+            st.res["steps"].append({"shape": shape, "engine": kind, "error": "skipped: out of time"})
+            continue
+        cmd = [sys.executable, __file__, "--decode-one", kind, folder]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=st.left() - 5)
+        print(proc.stderr[-4000:], flush=True)
+        rec = {"shape": shape, "engine": kind}
+        try:
+            rec |= json.loads(proc.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            rec["error"] = f"status {proc.returncode}: {proc.stderr[-2000:]}"
+        st.res["steps"].append(rec)
+        st.save()
+        st.say(json.dumps(rec))
 
 
 def stage_contract(st: Stage) -> None:
@@ -618,7 +622,9 @@ def run_stage(name: str, work: Path, result: Path, deadline_in: float, args) -> 
     st = Stage(name, work, result, time.monotonic() + deadline_in)
     try:
         if name == "perf":
-            stage_perf(st, args.output_len, tuple(args.n))
+            stage_perf(st, args.output_len, tuple(args.n), tuple(args.perf_modes.split(",")))
+        elif name == "decode":
+            stage_decode(st, tuple(args.decode_cases.split(",")))
         else:
             globals()[f"stage_{name}"](st)
     except BaseException:
@@ -670,6 +676,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", default=",".join(ORDER), help=f"comma-separated, from {','.join(ORDER)}")
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("-n", type=int, action="append", help="concurrencies of the perf stage (default 4, 8)")
+    ap.add_argument(
+        "--perf-modes", default=",".join(PERF_MODES), help="the perf stage's modes, comma-separated"
+    )
+    ap.add_argument("--decode-cases", default=",".join(DECODE_CASES),
+                    help="the decode stage's SHAPE:ENGINE cases, comma-separated")  # fmt: skip
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--stage-deadline", type=float, help=argparse.SUPPRESS)
@@ -712,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, __file__, "--stage", name, "--work", str(work), "--result", str(result),
                "--stage-deadline", str(left - 10), "--output-len", str(args.output_len)]  # fmt: skip
         cmd += [f"-n{n}" for n in args.n]
+        cmd += ["--perf-modes", args.perf_modes, "--decode-cases", args.decode_cases]
         with open(work / "logs" / f"{name}.log", "w") as log:
             proc = subprocess.Popen(
                 cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
