@@ -32,8 +32,10 @@ needs a library the H200 bundle leaves out), page size 1, no prefill/extend CUDA
 prefill graphs compile with torch.compile; extends run eagerly), Qwen3/Qwen2/Llama-family decoders as SGLang
 loads them.
 
-Status: verified on CPU against a stand-in runner (tests/engine_sglang/fake_sglang.py) and by reading 0.5.17's
-source; not yet run against SGLang on a GPU (docs/sglang.md says what that run must check).
+Status: verified on CPU against a stand-in runner (tests/engine_sglang/fake_sglang.py), and on the H200 against
+SGLang 0.5.17 (docs/sglang.md, "Status"): the contract suite passes, a plan with both models here answers the
+OpenAI API, aborts free SGLang's KV. Steps holding an extend run eagerly (no extend graphs), which makes serving
+with routing 3.4x slower than on the embedded engine.
 """
 
 from __future__ import annotations
