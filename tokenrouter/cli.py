@@ -290,6 +290,11 @@ def serve(
         help="MODEL=PCT: cap that model's kernels at PCT % of the GPU's SMs (MPS active thread percentage), "
         "so a large model cannot hold every SM while a small one waits. Repeatable.",
     ),
+    mps_low: list[str] = typer.Option(
+        None,
+        help="MODEL: run that model's kernels at MPS's below-normal client priority (CUDA_MPS_CLIENT_PRIORITY=1), "
+        "so the other models' ready kernels are dispatched first. Repeatable.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -316,7 +321,7 @@ def serve(
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
-                          mps=mps, mps_sm=sm_caps)  # fmt: skip
+                          mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []))  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -80,6 +80,7 @@ def test_serve_mps_sm_usage_errors():
         (["--mps-sm", "llm"], "bad --mps-sm 'llm': expected MODEL=PERCENT"),
         (["--mps-sm", "llm=150"], "--mps-sm llm=150: a percentage from 1 to 100"),
         (["--mps", "off", "--mps-sm", "llm=50"], "--mps-sm needs MPS (not --mps off)"),
+        (["--mps", "off", "--mps-low", "llm"], "--mps-low needs MPS (not --mps off)"),
     ):
         r = subprocess.run([*cli, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and msg in r.stderr, r.stderr
@@ -90,4 +91,15 @@ def test_child_env_sets_the_active_thread_percentage():
 
     launcher = Launcher(ServeConfig(plan="x.plan", mps_sm={"llm": 70}))
     assert launcher._child_env("llm") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70"}
+    assert launcher._child_env("slm") == {}
+
+
+def test_child_env_lowers_the_client_priority():
+    from tokenrouter.runtime.launcher import Launcher, ServeConfig
+
+    launcher = Launcher(ServeConfig(plan="x.plan", mps_sm={"llm": 70}, mps_low=["llm"]))
+    assert launcher._child_env("llm") == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70",
+        "CUDA_MPS_CLIENT_PRIORITY": "1",
+    }
     assert launcher._child_env("slm") == {}

@@ -85,6 +85,7 @@ class ServeConfig:
     heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
     mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
     mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
+    mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -97,6 +98,8 @@ class ServeConfig:
                 raise ValueError(f"--mps-sm {model}={pct}: a percentage from 1 to 100")
             if self.mps == "off":
                 raise ValueError("--mps-sm needs MPS (not --mps off)")
+        if self.mps_low and self.mps == "off":
+            raise ValueError("--mps-low needs MPS (not --mps off)")
 
         if self.remote:
             if not self.tcp:
@@ -391,27 +394,33 @@ class Launcher:
             p.start()
 
     def _child_env(self, model: str) -> dict[str, str]:
-        pct = self.cfg.mps_sm.get(model)
-        return {} if pct is None else {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+        env = {}
+        if (pct := self.cfg.mps_sm.get(model)) is not None:
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pct)
+        if model in self.cfg.mps_low:  # MPS client priority 1 = below normal (0, normal, is the default)
+            env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+        return env
 
     def _start_mps(self, plan: dict, local: list[str]) -> None:
         from tokenrouter.runtime.mps import MpsDaemon, shared_gpus
 
         cfg = self.cfg
-        unknown = [x for x in cfg.mps_sm if x not in plan["models"]]
-        if unknown:
-            raise LaunchError(
-                f"--mps-sm {unknown[0]}: no such model in the plan (models: {', '.join(plan['models'])})"
-            )
+        for flag, names in (("--mps-sm", cfg.mps_sm), ("--mps-low", cfg.mps_low)):
+            unknown = [x for x in names if x not in plan["models"]]
+            if unknown:
+                raise LaunchError(
+                    f"{flag} {unknown[0]}: no such model in the plan (models: {', '.join(plan['models'])})"
+                )
         shared = shared_gpus(plan, local) if cfg.device != "cpu" else []
-        if cfg.mps == "off" or (cfg.mps == "auto" and not shared and not cfg.mps_sm):
+        needed = bool(cfg.mps_sm or cfg.mps_low)  # the flags that only MPS carries out
+        if cfg.mps == "off" or (cfg.mps == "auto" and not shared and not needed):
             return
         self.mps = MpsDaemon(self.run_dir)
         why = self.mps.start()
         if why is None:
             log.info("CUDA MPS started for the subservers (%s)", self.mps.pipe)
-        elif cfg.mps == "on" or cfg.mps_sm:
-            raise LaunchError(f"--mps {'on' if cfg.mps == 'on' else 'for --mps-sm'}: {why}")
+        elif cfg.mps == "on" or needed:
+            raise LaunchError(f"--mps {'on' if cfg.mps == 'on' else 'for --mps-sm / --mps-low'}: {why}")
         elif shutil.which("nvidia-smi"):  # a GPU machine: say what sharing without MPS costs
             print(f"tokenrouter: warning: subservers share GPU {shared} without CUDA MPS ({why}); their "
                   "kernels will time-slice instead of running together (docs/serving.md)", file=sys.stderr)  # fmt: skip
