@@ -7,8 +7,9 @@ is recorded with its traceback and the next stage still runs, and a stage starts
 is left before --deadline-s:
   env       versions (python, torch, sglang, sgl_kernel, flashinfer, transformers) and the GPU.
   api       a tiny random-weight pair (safetensors, so both engines load the same weights) under an R-Stitch
-            policy (threshold = the small model's median normalized entropy on the prompts, so hops go both
-            ways), served by `tokenrouter serve` with both models on the embedded engine, then with both on
+            policy (each model hands over above / below its own median normalized entropy on the prompts, so
+            hops go both ways about half the time; one shared threshold kept 95 % of tokens on the large
+            model in the first GPU runs), served by `tokenrouter serve` with both models on the embedded engine, then with both on
             SGLang (`engine: "sglang"`); the same greedy requests through the `openai` client (completions on
             token-id prompts with `return_routing_trace`, one chat request); the agreement of the routing
             traces and texts; then streamed requests aborted mid-run (client disconnect) and every model's KV
@@ -50,16 +51,17 @@ sys.path.insert(0, str(REPO))
 SMALL = dict(hidden=256, intermediate=512, layers=2, heads=16, kv_heads=8, head_dim=128)
 LARGE = dict(hidden=512, intermediate=1024, layers=4, heads=32, kv_heads=8, head_dim=128, tie=False)
 API_POLICY = """policy check "R-Stitch on the tiny pair, engine {engine}"
-param threshold: float = {threshold}
+param up: float = {up}
+param down: float = {down}
 model slm = "{slm}" {{ gpu: 0, batch: 2, mem: 0.02, max_len: 2048{opt} }}
 model llm = "{llm}" {{ gpu: 0, batch: 1, mem: 0.02, max_len: 2048{opt} }}
 serve {{ concurrency: 8, max_delay_ms: 5 }}
 entry slm
 route slm {{
-  when norm_entropy > threshold -> llm drop
+  when norm_entropy > up -> llm drop
 }}
 route llm {{
-  when norm_entropy <= threshold -> slm
+  when norm_entropy <= down -> slm
 }}
 """
 # seconds a stage needs to be worth starting, and the most it may take (a hang must not eat the later stages)
@@ -371,8 +373,8 @@ def stage_api(st: Stage) -> None:
     make_model(llm, shape_for("tiny", **LARGE), seed=2, weights=True, force=True)
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 512) for _ in range(rng.randrange(8, 40))] for _ in range(8)]
-    threshold = median_norm_entropy(slm, prompts)
-    st.res.update(threshold=threshold, prompts=len(prompts), max_tokens=48)
+    up, down = median_norm_entropy(slm, prompts), median_norm_entropy(llm, prompts)
+    st.res.update(thresholds={"up": up, "down": down}, prompts=len(prompts), max_tokens=48)
     st.save()
     answers = {}
 
@@ -380,7 +382,7 @@ def stage_api(st: Stage) -> None:
         policy = out / f"check-{engine}.tr"
         opt = ', engine: "sglang"' if engine == "sglang" else ""
         policy.write_text(
-            API_POLICY.format(engine=engine, threshold=repr(threshold), slm=slm, llm=llm, opt=opt)
+            API_POLICY.format(engine=engine, up=repr(up), down=repr(down), slm=slm, llm=llm, opt=opt)
         )
         srv = Server(st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, st.left() - 40))
         st.say(f"serving both models on {engine} after {srv.startup_s:.0f} s")
