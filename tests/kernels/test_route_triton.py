@@ -30,9 +30,10 @@ def _script(args: list[str], interpret: bool, timeout: int = 300) -> str:
     return res.stdout
 
 
-def test_triton_interpreter_matches_torch(tmp_path):
-    out = _script(["route_interp_check.py", str(tmp_path), "cpu"], interpret=True)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_triton_interpreter_matches_torch(tmp_path, sampler):
+    out = _script(["route_interp_check.py", str(tmp_path), "cpu", sampler], interpret=True)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 def test_triton_kernels_compile_for_sm90():
