@@ -341,7 +341,7 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
     out("tail none: the sampled rows' draw removed (the main pass with the sampler's per-tile or per-program "
         "work, partials, ticket, merge); chunk: the draw stopped after the chunk choice; full: the whole draw. "
         "Debug kernels (`debug_tail`), benchmarks only. read: the read-once kernel at the same launch.\n")  # fmt: skip
-    out("| logits | rows | sampler | tail | fused µs | read µs | floor µs | fused / read | split × block × warps |")
+    out("| logits | rows | sampler | tail | fused µs | read µs | floor µs | fused / read | split × block × warps |")  # fmt: skip
     out("|" + "---|" * 9)
     kernels: dict = {}
     for dtype in sorted(args.dtypes, key=lambda d: d != torch.bfloat16):
