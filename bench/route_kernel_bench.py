@@ -368,7 +368,8 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
             st.any_sampling = sampling_kernel
             if tail == "full":
                 if (sampler, temp) not in refs:
-                    refs[(sampler, temp)] = RouteKernel(plan, "slm", "torch", DEVICE, sampler=sampler)(bufs[0], None, st)
+                    ref = RouteKernel(plan, "slm", "torch", DEVICE, sampler=sampler)
+                    refs[(sampler, temp)] = ref(bufs[0], None, st)
                 want, got = refs[(sampler, temp)], k(bufs[0], None, st)
                 bad = int(((want.token != got.token) | (want.rule != got.rule)).sum())
                 if bad:
@@ -408,8 +409,11 @@ def main() -> int:
         help="also sweep block x warps x split x prefetch x stages at the largest batch",
     )
     ap.add_argument("--stdlib", action="store_true", help="also time the stdlib policies' statistics")
-    ap.add_argument("--tail-split", action="store_true",
-                    help="also time the sampled rows' parts at the largest batch (both samplers, debug tails)")
+    ap.add_argument(
+        "--tail-split",
+        action="store_true",
+        help="also time the sampled rows' parts at the largest batch (both samplers, debug tails)",
+    )
     ap.add_argument("--tail-split-only", action="store_true", help="only the --tail-split table")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     ap.add_argument("--md", default=None, help="write the printed tables (markdown) here")
