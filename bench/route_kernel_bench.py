@@ -315,13 +315,17 @@ class Report:
                 f.write("\n".join(self.lines) + "\n")
 
 
-# --tail-split rows: (label, temperature, sampler, debug_tail, sampling kernel for greedy rows, block)
+# --tail-split rows: (label, temperature, sampler, debug_tail, sampling kernel for greedy rows, launch):
+# launch None = the default, "greedy" = the greedy rows' tile, (split, block, warps) = that launch (bf16 only:
+# run D's best bf16 sampled cell)
 TAIL_CELLS = [
     ("greedy", 0.0, "cdf", "full", False, None),
     ("greedy rows, sampling kernel", 0.0, "cdf", "full", True, None),
     *[(f"sampled T={t:g}", t, sampler, tail, True, None)
       for sampler in ("cdf", "strided") for t in (1.0, 0.8) for tail in ("none", "chunk", "full")],
     *[(f"sampled T={t:g}, greedy's tile", t, "strided", "full", True, "greedy") for t in (1.0, 0.8)],
+    *[(f"sampled T={t:g}, 2048×4w×8", t, sampler, "full", True, (8, 2048, 4))
+      for sampler in ("cdf", "strided") for t in (1.0, 0.8)],
 ]  # fmt: skip
 
 
@@ -351,10 +355,14 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
         t_read: dict = {}
         greedy_block = None
         for label, temp, sampler, tail, sampling_kernel, block in TAIL_CELLS:
+            if isinstance(block, tuple) and dtype != torch.bfloat16:
+                continue
             key = (sampler, tail, block)
             if key not in kernels:
-                k = RouteKernel(plan, "slm", "triton", DEVICE, sampler=sampler,
-                                block=greedy_block if block == "greedy" else None)  # fmt: skip
+                split, blk, warps = block if isinstance(block, tuple) else (None, None, None)
+                k = RouteKernel(
+                    plan, "slm", "triton", DEVICE, sampler=sampler, split=split, block=blk, warps=warps
+                )
                 if tail != "full":
                     src = render_route_kernel(k.spec, "triton", sampler=sampler, debug_tail=tail)
                     k._triton.module = load_source(src, f"triton_slm_{sampler}_{tail}")
