@@ -322,19 +322,21 @@ TAIL_CELLS = [
     ("greedy", 0.0, "cdf", "full", False, None),
     ("greedy rows, sampling kernel", 0.0, "cdf", "full", True, None),
     *[(f"sampled T={t:g}", t, sampler, tail, True, None)
-      for sampler in ("cdf", "strided") for t in (1.0, 0.8) for tail in ("none", "chunk", "full")],
+      for t in (1.0, 0.8) for sampler in ("cdf", "strided") for tail in ("none", "full")],
+    *[(f"sampled T={t:g}", t, sampler, "chunk", True, None) for t in (1.0, 0.8) for sampler in ("cdf", "strided")],
     *[(f"sampled T={t:g}, greedy's tile", t, "strided", "full", True, "greedy") for t in (1.0, 0.8)],
     *[(f"sampled T={t:g}, 2048×4w×8", t, sampler, "full", True, (8, 2048, 4))
       for sampler in ("cdf", "strided") for t in (1.0, 0.8)],
 ]  # fmt: skip
 
 
-def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
+def tail_split(args, out, plan: dict, rows_out: list, best_bw: float, t_start: float) -> None:
     """The --tail-split table: at the largest batch, greedy rows (the greedy kernel; the sampling kernel on
     greedy rows: its launch and registers), then sampled rows per sampler with the draw after the row's
     merge removed ("none": main pass, partials and ticket only), stopped after the chunk choice ("chunk")
     and whole ("full"); the strided sampler also at the greedy kernel's tile. Tokens of the full kernels
-    are checked against the torch renderer with the same sampler."""
+    are checked against the torch renderer with the same sampler. Cells past --budget-s show (time), most
+    wanted first."""
     from tokenrouter.compiler.kernels import render_route_kernel
     from tokenrouter.runtime.route import RouteKernel
     from tokenrouter.runtime.route.loader import load_source
@@ -348,14 +350,23 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
     out("| logits | rows | sampler | tail | fused µs | read µs | floor µs | fused / read | split × block × warps |")  # fmt: skip
     out("|" + "---|" * 9)
     kernels: dict = {}
-    for dtype in sorted(args.dtypes, key=lambda d: d != torch.bfloat16):
+    greedy_blocks: dict = {}
+    t_read: dict = {}
+    dtypes = sorted(args.dtypes, key=lambda d: d != torch.bfloat16)
+    # the greedy rows and the sampled rows without / with the draw, every dtype; then the rest
+    for dtype, cells in [(d, TAIL_CELLS[:10]) for d in dtypes] + [(d, TAIL_CELLS[10:]) for d in dtypes]:
         bufs = buffers(rows, args.vocab, dtype)
         floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
         refs: dict = {}
-        t_read: dict = {}
-        greedy_block = None
-        for label, temp, sampler, tail, sampling_kernel, block in TAIL_CELLS:
+        greedy_block = greedy_blocks.get(dtype)
+        for label, temp, sampler, tail, sampling_kernel, block in cells:
             if isinstance(block, tuple) and dtype != torch.bfloat16:
+                continue
+            if block == "greedy" and (greedy_block is None or greedy_block <= SAMPLED_TILE):
+                continue  # the sampled rows' tile already: nothing new to time
+            if time.time() - t_start > args.budget_s:
+                out(f"| {dtype_name(dtype)} | {label} | {sampler if temp > 0 else '–'} | {tail if temp > 0 else '–'} | "
+                    "(time) | | | | |")  # fmt: skip
                 continue
             key = (sampler, tail, block)
             if key not in kernels:
@@ -369,8 +380,6 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
                 kernels[key] = k
             k = kernels[key]
             if block == "greedy":
-                if greedy_block <= SAMPLED_TILE:  # the sampled rows' tile already: nothing new to time
-                    continue
                 k._triton.options.block = greedy_block
             st = make_state(rows, temp)
             st.any_sampling = sampling_kernel
@@ -386,10 +395,10 @@ def tail_split(args, out, plan: dict, rows_out: list, best_bw: float) -> None:
             g = graph_time_us(lambda i, k=k, bufs=bufs, st=st: k(bufs[i], None, st), len(bufs), args.reps)
             split, blk, warps = k._triton.config(rows, args.vocab, dtype.itemsize, sampling_kernel)
             if label == "greedy":
-                greedy_block = blk
-            if (split, blk, warps) not in t_read:
-                t_read[(split, blk, warps)] = read_once_us(bufs, split, blk, warps, 1, 0, args.reps)
-            rd = t_read[(split, blk, warps)]
+                greedy_block = greedy_blocks[dtype] = blk
+            if (dtype, split, blk, warps) not in t_read:
+                t_read[(dtype, split, blk, warps)] = read_once_us(bufs, split, blk, warps, 1, 0, args.reps)
+            rd = t_read[(dtype, split, blk, warps)]
             rows_out.append(dict(table="tail_split", bs=rows, dtype=dtype_name(dtype), rows=label, temperature=temp,
                                  sampler=sampler, debug_tail=tail, fused_us=g, read_us=rd, floor_us=floor,
                                  split=split, block=blk, warps=warps))  # fmt: skip
@@ -467,7 +476,7 @@ def main() -> int:
                 json.dump({"device": props.name, "bandwidth_gbs": bw, "rows": rows_out}, f, indent=1)
 
     if args.tail_split_only:
-        tail_split(args, out, plan, rows_out, best_bw)
+        tail_split(args, out, plan, rows_out, best_bw, t_start)
         out(f"\n# {time.time() - t_start:.0f} s")
         dump()
         return 0
@@ -645,7 +654,7 @@ def main() -> int:
                 del bufs
                 dump()
     if args.tail_split:
-        tail_split(args, out, plan, rows_out, best_bw)
+        tail_split(args, out, plan, rows_out, best_bw, t_start)
     out(f"\n# {time.time() - t_start:.0f} s")
     dump()
     return 0
