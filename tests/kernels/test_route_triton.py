@@ -44,13 +44,15 @@ def test_triton_kernels_compile_for_sm90():
 
 @pytest.mark.gpu
 @cuda
-def test_compiled_triton_matches_torch_small(tmp_path):
-    out = _script(["route_interp_check.py", str(tmp_path), "cuda"], interpret=False)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_compiled_triton_matches_torch_small(tmp_path, sampler):
+    out = _script(["route_interp_check.py", str(tmp_path), "cuda", sampler], interpret=False)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 @pytest.mark.gpu
 @cuda
-def test_compiled_triton_matches_torch_full_vocab():
-    out = _script(["route_gpu_check.py"], interpret=False, timeout=900)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_compiled_triton_matches_torch_full_vocab(sampler):
+    out = _script(["route_gpu_check.py", "1,8,64", "151936", sampler], interpret=False, timeout=900)
+    assert "OK" in out and f"sampler {sampler}" in out

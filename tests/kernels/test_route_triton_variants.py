@@ -21,10 +21,12 @@ def test_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("prefetch,stages", [(0, 0), (2, 0), (0, 3)])
-def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages):
-    out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda"], interpret=False)
-    assert "OK" in out
+@pytest.mark.parametrize(
+    "prefetch,stages,sampler", [(0, 0, "cdf"), (2, 0, "cdf"), (0, 3, "cdf"), (2, 0, "strided")]
+)
+def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
+    out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda", sampler], interpret=False)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 @pytest.mark.parametrize(
