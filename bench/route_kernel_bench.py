@@ -7,13 +7,16 @@ torch's `amax(-1)`) and the floor of reading the logits once (bytes / measured b
 (as decode steps do), cycling over enough logits buffers that at bs = 64 they do not fit in L2. Needs CUDA.
 
     python bench/route_kernel_bench.py [--sweep] [--stdlib] [--dtypes bf16,fp32] [--prefetch on,off,2]
-                                       [--json FILE] [--md FILE] [--budget-s S]
+                                       [--tail-split | --tail-split-only] [--json FILE] [--md FILE] [--budget-s S]
     python bench/route_kernel_bench.py --smoke   # CPU, Triton's interpreter, vocab 5000: checks this script
 
 `--prefetch`: the fused kernel's tile pipeline (`LaunchOptions.prefetch`: tiles loaded ahead in registers),
 each value timed in the same run, with a bit-for-bit check against the first. `--sweep`: launch variants
 at the largest batch (bf16 first), including Triton's own pipeliner (stages) and smaller tiles with more
-programs per SM, each beside the read-only kernel at the same launch.
+programs per SM, each beside the read-only kernel at the same launch. `--tail-split` (`--tail-split-only`:
+nothing else): where the sampled rows' time goes at the largest batch, both samplers ("cdf", the default,
+and "strided"), each with its serial tail cut short by the render-time debug flag (`debug_tail`: "chunk"
+stops after the chunk choice, "none" skips the draw; benchmarks only, those kernels' tokens are wrong).
 
 Blocks: `policy_ir()` reads every statistic (confidence, margin, norm_entropy, logprob, uniform());
 `--stdlib` adds the statistics the stdlib policies actually read: token and logprob only (bernoulli, citer,
@@ -312,6 +315,98 @@ class Report:
                 f.write("\n".join(self.lines) + "\n")
 
 
+# --tail-split rows: (label, temperature, sampler, debug_tail, sampling kernel for greedy rows, launch):
+# launch None = the default, "greedy" = the greedy rows' tile, (split, block, warps) = that launch (bf16 only:
+# run D's best bf16 sampled cell)
+TAIL_CELLS = [
+    ("greedy", 0.0, "cdf", "full", False, None),
+    ("greedy rows, sampling kernel", 0.0, "cdf", "full", True, None),
+    *[(f"sampled T={t:g}", t, sampler, tail, True, None)
+      for t in (1.0, 0.8) for sampler in ("cdf", "strided") for tail in ("none", "full")],
+    *[(f"sampled T={t:g}", t, sampler, "chunk", True, None) for t in (1.0, 0.8) for sampler in ("cdf", "strided")],
+    *[(f"sampled T={t:g}, greedy's tile", t, "strided", "full", True, "greedy") for t in (1.0, 0.8)],
+    *[(f"sampled T={t:g}, 2048×4w×8", t, sampler, "full", True, (8, 2048, 4))
+      for sampler in ("cdf", "strided") for t in (1.0, 0.8)],
+]  # fmt: skip
+
+
+def tail_split(args, out, plan: dict, rows_out: list, best_bw: float, t_start: float) -> None:
+    """The --tail-split table: at the largest batch, greedy rows (the greedy kernel; the sampling kernel on
+    greedy rows: its launch and registers), then sampled rows per sampler with the draw after the row's
+    merge removed ("none": main pass, partials and ticket only), stopped after the chunk choice ("chunk")
+    and whole ("full"); the strided sampler also at the greedy kernel's tile. Tokens of the full kernels
+    are checked against the torch renderer with the same sampler. Cells past --budget-s show (time), most
+    wanted first."""
+    from tokenrouter.compiler.kernels import render_route_kernel
+    from tokenrouter.runtime.route import RouteKernel
+    from tokenrouter.runtime.route.loader import load_source
+    from tokenrouter.runtime.route.triton_backend import SAMPLED_TILE
+
+    rows = max(int(b) for b in args.batches.split(","))
+    out(f"\n## Where the sampled rows' time goes, bs {rows}, every statistic (--tail-split)\n")
+    out("tail none: the sampled rows' draw removed (the main pass with the sampler's per-tile or per-program "
+        "work, partials, ticket, merge); chunk: the draw stopped after the chunk choice; full: the whole draw. "
+        "Debug kernels (`debug_tail`), benchmarks only. read: the read-once kernel at the same launch.\n")  # fmt: skip
+    out("| logits | rows | sampler | tail | fused µs | read µs | floor µs | fused / read | split × block × warps |")  # fmt: skip
+    out("|" + "---|" * 9)
+    kernels: dict = {}
+    greedy_blocks: dict = {}
+    t_read: dict = {}
+    dtypes = sorted(args.dtypes, key=lambda d: d != torch.bfloat16)
+    # the greedy rows and the sampled rows without / with the draw, every dtype; then the rest
+    for dtype, cells in [(d, TAIL_CELLS[:10]) for d in dtypes] + [(d, TAIL_CELLS[10:]) for d in dtypes]:
+        bufs = buffers(rows, args.vocab, dtype)
+        floor = rows * args.vocab * dtype.itemsize / (best_bw * 1e9) * 1e6
+        refs: dict = {}
+        greedy_block = greedy_blocks.get(dtype)
+        for label, temp, sampler, tail, sampling_kernel, block in cells:
+            if isinstance(block, tuple) and dtype != torch.bfloat16:
+                continue
+            if block == "greedy" and (greedy_block is None or greedy_block <= SAMPLED_TILE):
+                continue  # the sampled rows' tile already: nothing new to time
+            if time.time() - t_start > args.budget_s:
+                out(f"| {dtype_name(dtype)} | {label} | {sampler if temp > 0 else '–'} | {tail if temp > 0 else '–'} | "
+                    "(time) | | | | |")  # fmt: skip
+                continue
+            key = (sampler, tail, block)
+            if key not in kernels:
+                split, blk, warps = block if isinstance(block, tuple) else (None, None, None)
+                k = RouteKernel(
+                    plan, "slm", "triton", DEVICE, sampler=sampler, split=split, block=blk, warps=warps
+                )
+                if tail != "full":
+                    src = render_route_kernel(k.spec, "triton", sampler=sampler, debug_tail=tail)
+                    k._triton.module = load_source(src, f"triton_slm_{sampler}_{tail}")
+                kernels[key] = k
+            k = kernels[key]
+            if block == "greedy":
+                k._triton.options.block = greedy_block
+            st = make_state(rows, temp)
+            st.any_sampling = sampling_kernel
+            if tail == "full":
+                if (sampler, temp) not in refs:
+                    ref = RouteKernel(plan, "slm", "torch", DEVICE, sampler=sampler)
+                    refs[(sampler, temp)] = ref(bufs[0], None, st)
+                want, got = refs[(sampler, temp)], k(bufs[0], None, st)
+                bad = int(((want.token != got.token) | (want.rule != got.rule)).sum())
+                if bad:
+                    out(f"# CHECK tail-split {dtype_name(dtype)} {label} {sampler}: {bad} of {rows} rows differ from "
+                        "the torch renderer (a near-tie now and then is expected; more is a bug)")  # fmt: skip
+            g = graph_time_us(lambda i, k=k, bufs=bufs, st=st: k(bufs[i], None, st), len(bufs), args.reps)
+            split, blk, warps = k._triton.config(rows, args.vocab, dtype.itemsize, sampling_kernel)
+            if label == "greedy":
+                greedy_block = greedy_blocks[dtype] = blk
+            if (dtype, split, blk, warps) not in t_read:
+                t_read[(dtype, split, blk, warps)] = read_once_us(bufs, split, blk, warps, 1, 0, args.reps)
+            rd = t_read[(dtype, split, blk, warps)]
+            rows_out.append(dict(table="tail_split", bs=rows, dtype=dtype_name(dtype), rows=label, temperature=temp,
+                                 sampler=sampler, debug_tail=tail, fused_us=g, read_us=rd, floor_us=floor,
+                                 split=split, block=blk, warps=warps))  # fmt: skip
+            out(f"| {dtype_name(dtype)} | {label} | {sampler if temp > 0 else '–'} | {tail if temp > 0 else '–'} | "
+                f"{g:.1f} | {rd:.1f} | {floor:.2f} | {g / rd:.2f}× | {split} × {blk} × {warps} |")  # fmt: skip
+        del bufs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=151_936)
@@ -331,6 +426,12 @@ def main() -> int:
         help="also sweep block x warps x split x prefetch x stages at the largest batch",
     )
     ap.add_argument("--stdlib", action="store_true", help="also time the stdlib policies' statistics")
+    ap.add_argument(
+        "--tail-split",
+        action="store_true",
+        help="also time the sampled rows' parts at the largest batch (both samplers, debug tails)",
+    )
+    ap.add_argument("--tail-split-only", action="store_true", help="only the --tail-split table")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     ap.add_argument("--md", default=None, help="write the printed tables (markdown) here")
     ap.add_argument("--smoke", action="store_true", help="run every part on CPU under TRITON_INTERPRET=1")
@@ -374,6 +475,11 @@ def main() -> int:
             with open(args.json, "w") as f:
                 json.dump({"device": props.name, "bandwidth_gbs": bw, "rows": rows_out}, f, indent=1)
 
+    if args.tail_split_only:
+        tail_split(args, out, plan, rows_out, best_bw, t_start)
+        out(f"\n# {time.time() - t_start:.0f} s")
+        dump()
+        return 0
     torch_ref = RouteKernel(plan, "slm", "torch", DEVICE)
     fused = RouteKernel(plan, "slm", "triton", DEVICE)
     opts = fused._triton.options
@@ -547,6 +653,8 @@ def main() -> int:
                         f"{floor:.2f} | {g / floor:.2f}× |")  # fmt: skip
                 del bufs
                 dump()
+    if args.tail_split:
+        tail_split(args, out, plan, rows_out, best_bw, t_start)
     out(f"\n# {time.time() - t_start:.0f} s")
     dump()
     return 0

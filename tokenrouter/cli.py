@@ -159,6 +159,11 @@ def inspect(
     kernels: bool = typer.Option(
         False, "--kernels", help="Print each model's route kernel as rendered from the IR."
     ),
+    sampler: str = typer.Option(
+        "cdf",
+        "--sampler",
+        help="With --kernels: the sampler rendered, cdf (default) or strided (docs/ir.md).",
+    ),
 ) -> None:
     """Summarize a plan: models, entry, rules in source form, features per model, thresholds, feasibility."""
     import json
@@ -173,7 +178,7 @@ def inspect(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if kernels:
-        _print_kernels(plan)
+        _print_kernels(plan, sampler)
     elif as_json:
         typer.echo(json.dumps(plan, indent=2, ensure_ascii=False))
     else:
@@ -183,15 +188,15 @@ def inspect(
 # --- route kernel commands ---
 
 
-def _print_kernels(plan: dict) -> None:
+def _print_kernels(plan: dict, sampler: str = "cdf") -> None:
     """`inspect --kernels`: the torch and Triton source rendered from each model's route IR."""
     from tokenrouter.compiler.kernels import BACKENDS, RouteIRError, render_route_kernel
 
     for model, ir in plan["routes"].items():
         for backend in BACKENDS:
             try:
-                source = render_route_kernel(ir, backend, model)
-            except RouteIRError as exc:
+                source = render_route_kernel(ir, backend, model, sampler=sampler)
+            except (RouteIRError, ValueError) as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(1) from None
             typer.echo(f"# ===== model {model}: {backend} route kernel =====")

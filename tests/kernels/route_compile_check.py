@@ -56,6 +56,7 @@ def main() -> int:
                     BLOCK=8192,
                     SC=2048,
                     NC=128,
+                    SG=8,
                     SAMPLING=True,
                     HAS_FORCED=True,
                     EVAL_RULES=True,
@@ -72,6 +73,7 @@ def main() -> int:
                     BLOCK=4096,
                     SC=2048,
                     NC=128,
+                    SG=8,
                     SAMPLING=i % 2 == 0,
                     HAS_FORCED=False,
                     EVAL_RULES=True,
@@ -89,6 +91,25 @@ def main() -> int:
         if name == "with_router" or i % 4 == 0:
             compile_kernel(mod.rules_kernel, "*fp32", {}, 1)
             n += 1
+    # the "strided" sampler (every statistic: split merge; no statistic: one program per row) and the
+    # benchmarks' debug tails of both samplers (bf16, split 4, as --tail-split launches them at bs 64)
+    ir = irs["citer_like"]
+    sampled = dict(SPLIT=4, BLOCK=4096, SC=2048, NC=128, SG=8, SAMPLING=True, HAS_FORCED=True, EVAL_RULES=True,
+                   WRITE_FEATURES=False, FAST_MATH=True, PREFETCH=1, STAGES=0)  # fmt: skip
+    for sampler, tail, logits_type, changes in (
+        ("strided", "full", "*bf16", {}),
+        ("strided", "full", "*fp32", dict(SPLIT=1, HAS_FORCED=False)),
+        ("strided", "full", "*bf16", dict(BLOCK=8192, PREFETCH=0, STAGES=3)),
+        ("strided", "chunk", "*bf16", {}),
+        ("strided", "none", "*bf16", {}),
+        ("cdf", "chunk", "*bf16", {}),
+        ("cdf", "none", "*bf16", {}),
+    ):
+        src = render_route_kernel(ir, "triton", sampler=sampler, debug_tail=tail)
+        mod = load_source(src, f"check_{sampler}_{tail}")
+        compiled = compile_kernel(mod.route_kernel, logits_type, {**sampled, **changes}, 8)
+        assert "ptx" in compiled.asm and "cubin" in compiled.asm, (sampler, tail)
+        n += 1
     print(f"OK compiled {n} kernels for sm_90")
     return 0
 

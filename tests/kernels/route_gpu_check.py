@@ -2,9 +2,12 @@
 bs 1 / 8 / 64 (the launcher's split and tile choices), fp32 and bf16 logits, random, tied and extreme rows,
 greedy, temperature (T = 1 and not), top-k and top-p rows. Tokens and fired rules must be equal, except a
 sampled row whose chunk draw u lies within 1e-5 (relative) of a chunk boundary of the cumulative mass
-(docs/ir.md: the two renderers sum in different orders); those are counted and printed. A script, so that
-it runs where pytest is not installed: python route_gpu_check.py [ROWS,... [VOCAB [cpu]]] (cpu: under Triton's
-interpreter, to check this script itself at a small vocabulary). Exits non-zero on a mismatch."""
+(docs/ir.md: the two renderers sum in different orders); those are counted and printed. With the word
+`strided` among the arguments both renderers use the "strided" sampler; then the tolerated differences are
+rows whose two best chunk scores, or two best Gumbel scores within the chunk, are within 1e-4 of each other.
+A script, so that it runs where pytest is not installed: python route_gpu_check.py [ROWS,... [VOCAB [cpu]]]
+[strided] (cpu: under Triton's interpreter, to check this script itself at a small vocabulary). Exits
+non-zero on a mismatch."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import math
 import os
 import sys
 
+SAMPLER = "strided" if "strided" in sys.argv[1:] else "cdf"
+sys.argv = [a for a in sys.argv if a != "strided"]
 if sys.argv[3:4] == ["cpu"]:
     os.environ["TRITON_INTERPRET"] = "1"
 else:
@@ -21,9 +26,9 @@ import torch  # noqa: E402
 from route_cases import CASES  # noqa: E402
 from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
 
-from tokenrouter.runtime.rng import STREAM_CHUNK, uniform_int  # noqa: E402
+from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform_int  # noqa: E402
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel  # noqa: E402
-from tokenrouter.runtime.sampling import SAMPLE_CHUNK  # noqa: E402
+from tokenrouter.runtime.sampling import SAMPLE_CHUNK, SAMPLE_GROUP  # noqa: E402
 
 
 def near_chunk_boundary(row: torch.Tensor, temperature: float, seed: int, position: int) -> bool:
@@ -34,6 +39,31 @@ def near_chunk_boundary(row: torch.Tensor, temperature: float, seed: int, positi
     return bool(((cum / cum[-1] - u).abs() < 1e-5).any())
 
 
+def _gumbel(seed: int, position: int, stream: int, index: int) -> float:
+    return -math.log(
+        -math.log(min(max(uniform_int(seed & (2**64 - 1), position, stream, index), U_MIN), U_MAX))
+    )
+
+
+def near_strided_tie(row: torch.Tensor, temperature: float, seed: int, position: int) -> bool:
+    """The "strided" draw in float64: are the two best chunk scores, or the two best Gumbel scores within
+    the chosen chunk, within 1e-4 of each other?"""
+    z = row.double() / temperature
+    vocab, groups = row.numel(), SAMPLE_CHUNK // SAMPLE_GROUP
+    e = torch.nn.functional.pad(torch.exp(z - z.max()), (0, -vocab % SAMPLE_CHUNK))
+    w = e.view(-1, groups, SAMPLE_GROUP).sum((0, 2))
+    score = torch.log(w) + torch.tensor([_gumbel(seed, position, STREAM_GROUP, j) for j in range(groups)],
+                                        dtype=torch.float64)  # fmt: skip
+    top = score.topk(2).values
+    if float(top[0] - top[1]) < 1e-4:
+        return True
+    j = int(score.argmax())
+    ids = [v for v in range(vocab) if (v % SAMPLE_CHUNK) // SAMPLE_GROUP == j]
+    inner = torch.tensor([float(z[v]) + _gumbel(seed, position, STREAM_SAMPLE, v) for v in ids])
+    top = inner.topk(min(2, len(ids))).values
+    return len(ids) > 1 and float(top[0] - top[1]) < 1e-4
+
+
 def main() -> int:
     dev = torch.device("cpu" if sys.argv[3:4] == ["cpu"] else "cuda")
     vocab = int(sys.argv[2]) if len(sys.argv) > 2 else 151_936
@@ -41,8 +71,8 @@ def main() -> int:
     checked = ties = 0
     for name in ("citer_like", "bernoulli_split"):  # every statistic; uniform() and no statistic
         plan = {"routes": {"slm": CASES[name]()}, "routers": {}, "models": {}}
-        ref = RouteKernel(plan, "slm", "torch", dev)
-        tri = RouteKernel(plan, "slm", "triton", dev, split=2 if dev.type == "cpu" else None)
+        ref = RouteKernel(plan, "slm", "torch", dev, sampler=SAMPLER)
+        tri = RouteKernel(plan, "slm", "triton", dev, split=2 if dev.type == "cpu" else None, sampler=SAMPLER)
         for rows in batches:
             for dtype in (torch.float32, torch.bfloat16):
                 for make in (random_logits, tie_logits, extreme_logits):
@@ -55,8 +85,10 @@ def main() -> int:
                     label = f"{name} bs={rows} {dtype} {make.__name__}"
                     for i in torch.nonzero((a.token != b.token) | (a.rule != b.rule)).flatten().tolist():
                         t = float(host.temperature[i])
-                        if t > 0 and near_chunk_boundary(logits[i].float().cpu(), t, int(host.seed[i]),
-                                                         int(host.position[i])):  # fmt: skip
+                        near = near_chunk_boundary if SAMPLER == "cdf" else near_strided_tie
+                        if t > 0 and near(
+                            logits[i].float().cpu(), t, int(host.seed[i]), int(host.position[i])
+                        ):
                             ties += 1
                             continue
                         print(f"MISMATCH {label} row {i}: token {int(a.token[i])} vs {int(b.token[i])}, "
@@ -72,7 +104,8 @@ def main() -> int:
                     checked += 1
                 print(f"ok {name} bs={rows} {dtype}", flush=True)
     assert math.isfinite(checked)
-    print(f"OK {checked} full-vocabulary comparisons ({ties} sampled rows at a chunk boundary)")
+    what = "at a chunk boundary" if SAMPLER == "cdf" else "with near-tied chunk or Gumbel scores"
+    print(f"OK {checked} full-vocabulary comparisons, sampler {SAMPLER} ({ties} sampled rows {what})")
     return 0
 
 

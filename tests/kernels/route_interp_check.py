@@ -1,6 +1,7 @@
 """The Triton route kernel under Triton's interpreter against the torch renderer (run as a script, in a
 fresh process, with TRITON_INTERPRET=1 set before triton is imported; test_route_triton_interp.py runs it).
-Usage: python route_interp_check.py TMPDIR [cpu|cuda]. Exits non-zero with the first mismatch."""
+Usage: python route_interp_check.py TMPDIR [cpu|cuda] [cdf|strided] (the sampler of both renderers, default
+cdf). Exits non-zero with the first mismatch."""
 
 from __future__ import annotations
 
@@ -49,16 +50,17 @@ def router_plan(tmp: str, kind: str, inputs: list[dict], ir: dict) -> dict:
 def main() -> int:
     tmp = sys.argv[1]
     device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    sampler = sys.argv[3] if len(sys.argv) > 3 else "cdf"
     rows, vocab = 6, 150
     checked = 0
     chunks: set[int] = set()
     for name, make in sorted(CASES.items()):
         ir = make()
         plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
-        ref = RouteKernel(plan, "slm", "torch", device)
+        ref = RouteKernel(plan, "slm", "torch", device, sampler=sampler)
         variants = ((1, torch.float32), (4, torch.bfloat16)) if device == "cpu" else ((4, torch.bfloat16),)
         for split, dtype in variants:  # compiled (cuda): one variant, to keep the compile count down
-            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048)
+            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048, sampler=sampler)
             for inputs, maker in (
                 ("random", random_logits),
                 ("ties", tie_logits),
@@ -80,9 +82,9 @@ def main() -> int:
     for name in ("citer_like", "bernoulli_split"):
         ir = CASES[name]()
         plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
-        ref = RouteKernel(plan, "slm", "torch", device)
+        ref = RouteKernel(plan, "slm", "torch", device, sampler=sampler)
         for split, dtype in ((1, torch.float32), (2, torch.bfloat16), (4, torch.float32)):
-            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048)
+            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=2048, sampler=sampler)
             for maker in (random_logits, tie_logits, extreme_logits):
                 logits = maker(big_rows, big_vocab, seed=split).to(dtype).to(device)
                 logits[6:] *= torch.linspace(0.2, 2.0, big_rows - 6)[:, None].to(dtype).to(device)
@@ -120,11 +122,10 @@ def main() -> int:
         ).features["gate"]
         tensors["bias" if kind == "linear" else "layers.1.bias"] -= float(gate.median()) + 0.1
         write_router(spec.path, spec, tensors)
-        ref = RouteKernel(plan, "slm", "torch", device, embed=embed, hidden_size=HIDDEN)
+        ref = RouteKernel(plan, "slm", "torch", device, embed=embed, hidden_size=HIDDEN, sampler=sampler)
         for split in (1, 2):
-            tri = RouteKernel(
-                plan, "slm", "triton", device, embed=embed, hidden_size=HIDDEN, split=split, block=2048
-            )
+            tri = RouteKernel(plan, "slm", "triton", device, embed=embed, hidden_size=HIDDEN, split=split, block=2048,
+                              sampler=sampler)  # fmt: skip
             a = ref(logits, hidden, state, with_features=True)
             b = tri(logits, hidden, state, with_features=True)
             compare(a, b, ir, f"router {kind} split={split}")
@@ -136,7 +137,7 @@ def main() -> int:
     for path in stdlib_policies() if device == "cpu" else []:
         plan = runnable_stdlib_plan(path, tmp)
         for model in plan["routes"]:
-            kw = dict(embed=embed, hidden_size=STDLIB_HIDDEN)
+            kw = dict(embed=embed, hidden_size=STDLIB_HIDDEN, sampler=sampler)
             ref = RouteKernel(plan, model, "torch", device, **kw)
             tri = RouteKernel(plan, model, "triton", device, split=2, block=2048, **kw)
             logits = random_logits(rows, vocab, seed=11).to(device)
@@ -147,7 +148,7 @@ def main() -> int:
             )
             compare(a, b, plan["routes"][model], f"{path.stem}:{model}")
             checked += 1
-    print(f"OK {checked} comparisons")
+    print(f"OK {checked} comparisons (sampler {sampler})")
     return 0
 
 

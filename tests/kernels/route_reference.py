@@ -9,6 +9,8 @@ import math
 from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_SAMPLE, STREAM_UNIFORM, U_MAX, U_MIN, uniform_int
 
 SAMPLE_CHUNK = 2048  # docs/ir.md, "Randomness" (written out here, not imported)
+SAMPLE_GROUP = 8  # the "strided" sampler's ids per chunk and span
+STREAM_GROUP = 3
 
 INF = math.inf
 
@@ -32,8 +34,18 @@ def row_stats(row: list[float]) -> dict[str, float]:
     }
 
 
+def gumbel_noise(seed: int, position: int, stream: int, index: int) -> float:
+    return -math.log(-math.log(min(max(uniform_int(seed, position, stream, index), U_MIN), U_MAX)))
+
+
 def sample_row(
-    row: list[float], seed: int, position: int, temperature: float, top_k: int, top_p: float
+    row: list[float],
+    seed: int,
+    position: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    sampler: str = "cdf",
 ) -> int:
     vocab = len(row)
     if temperature == 0:
@@ -55,6 +67,8 @@ def sample_row(
             kept.append(i)
             mass += w / total
         cand = kept
+    if sampler == "strided":
+        return _strided_draw(scaled, cand, seed, position)
     # stage 1: the chunk of SAMPLE_CHUNK ids, from the cumulative chunk masses and the stream-2 draw
     mx = max(scaled[i] for i in cand)
     n_chunks = -(-vocab // SAMPLE_CHUNK)
@@ -71,14 +85,37 @@ def sample_row(
             break
     if chosen is None:
         chosen = max(c for c, w in enumerate(mass) if w > 0)
-    # stage 2: Gumbel-max within the chunk
+    return _gumbel_max(scaled, [i for i in cand if i // SAMPLE_CHUNK == chosen], seed, position)
+
+
+def _gumbel_max(scaled: list[float], ids: list[int], seed: int, position: int) -> int:
+    """Stage 2 of both samplers: Gumbel-max over `ids` (ties: the lowest id)."""
     best, best_i = -INF, None
-    for i in sorted(i for i in cand if i // SAMPLE_CHUNK == chosen):
-        u = min(max(uniform_int(seed, position, STREAM_SAMPLE, i), U_MIN), U_MAX)
-        score = scaled[i] - math.log(-math.log(u))
+    for i in sorted(ids):
+        score = scaled[i] + gumbel_noise(seed, position, STREAM_SAMPLE, i)
         if best_i is None or score > best:
             best, best_i = score, i
     return best_i
+
+
+def _strided_draw(scaled: list[float], cand: list[int], seed: int, position: int) -> int:
+    """The "strided" sampler: chunk j = the ids with (v mod SAMPLE_CHUNK) // SAMPLE_GROUP == j, chosen by
+    Gumbel-max over log(mass) (stream 3, index j), then Gumbel-max within it."""
+    mx = max(scaled[i] for i in cand)
+    groups = SAMPLE_CHUNK // SAMPLE_GROUP
+    mass = [0.0] * groups
+    for i in cand:
+        if scaled[i] != -INF:
+            mass[(i % SAMPLE_CHUNK) // SAMPLE_GROUP] += math.exp(scaled[i] - mx)
+    best, chosen = -INF, None
+    for j, w in enumerate(mass):
+        if w > 0:
+            score = math.log(w) + gumbel_noise(seed, position, STREAM_GROUP, j)
+            if chosen is None or score > best:
+                best, chosen = score, j
+    return _gumbel_max(
+        scaled, [i for i in cand if (i % SAMPLE_CHUNK) // SAMPLE_GROUP == chosen], seed, position
+    )
 
 
 def _div(a: float, b: float) -> float:
@@ -165,7 +202,7 @@ def eval_rules(ir: dict, feats: dict, routers: dict[str, float], uniform: float)
     return -1
 
 
-def reference(ir: dict, logits, state, router_out=None) -> list[dict]:
+def reference(ir: dict, logits, state, router_out=None, sampler: str = "cdf") -> list[dict]:
     """Per row: token, logprob, rule and the features, from tensors (logits [B, V]; state: RouteBatchState)."""
     rows = []
     x = logits.float().tolist()
@@ -173,7 +210,7 @@ def reference(ir: dict, logits, state, router_out=None) -> list[dict]:
         seed = int(state.seed[b]) & (2**64 - 1)
         pos = int(state.position[b])
         tok = sample_row(
-            row, seed, pos, float(state.temperature[b]), int(state.top_k[b]), float(state.top_p[b])
+            row, seed, pos, float(state.temperature[b]), int(state.top_k[b]), float(state.top_p[b]), sampler
         )
         st = row_stats(row)
         feats = {k: st[k] for k in ("confidence", "margin", "entropy", "norm_entropy")}

@@ -3,7 +3,8 @@ warps, programs per SM) under Triton's interpreter, on rows of several tiles: ea
 plain loop's results (prefetch 0, stages 0, the same split and tile) bit for bit, and the torch renderer's
 within route_interp_check's tolerances. Run as a script in a fresh process (TRITON_INTERPRET=1 must be set
 before triton is imported); test_route_triton_variants.py runs it. Usage:
-python route_variants_check.py PREFETCH [STAGES [WARPS]] [cuda]. Exits non-zero at the first mismatch."""
+python route_variants_check.py PREFETCH [STAGES [WARPS]] [cuda] [cdf|strided] (the sampler of both renderers,
+default cdf). Exits non-zero at the first mismatch."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def bitwise_equal(a, b, label: str) -> None:
 
 
 def main() -> int:
-    args = [a for a in sys.argv[1:] if a != "cuda"]
+    args = [a for a in sys.argv[1:] if a not in ("cuda", "cdf", "strided")]
     device = "cuda" if "cuda" in sys.argv[1:] else "cpu"
+    sampler = "strided" if "strided" in sys.argv[1:] else "cdf"
     prefetch = int(args[0])
     stages = int(args[1]) if len(args) > 1 else 0
     warps = int(args[2]) if len(args) > 2 else None
@@ -48,11 +50,13 @@ def main() -> int:
     checked = 0
     for name in ("citer_like", "bernoulli_split"):  # every statistic; uniform() and no statistic
         plan = {"routes": {"slm": CASES[name]()}, "routers": {}, "models": {}}
-        ref = RouteKernel(plan, "slm", "torch", device)
+        ref = RouteKernel(plan, "slm", "torch", device, sampler=sampler)
         for split, block, dtype in VARIANTS:
-            plain = RouteKernel(plan, "slm", "triton", device, split=split, block=block)
+            plain = RouteKernel(plan, "slm", "triton", device, split=split, block=block, sampler=sampler)
             plain._triton.options.prefetch = 0
-            tri = RouteKernel(plan, "slm", "triton", device, split=split, block=block, warps=warps)
+            tri = RouteKernel(
+                plan, "slm", "triton", device, split=split, block=block, warps=warps, sampler=sampler
+            )
             tri._triton.options.prefetch, tri._triton.options.stages = prefetch, stages
             for maker in (random_logits, tie_logits, extreme_logits):
                 logits = maker(rows, vocab, seed=split + block).to(dtype).to(device)
@@ -66,7 +70,8 @@ def main() -> int:
                 bitwise_equal(b, c, label)
                 compare(a, c, None, label)
                 checked += 1
-    print(f"OK {checked} comparisons (prefetch {prefetch}, stages {stages}, warps {warps or 'default'})")
+    print(f"OK {checked} comparisons (prefetch {prefetch}, stages {stages}, warps {warps or 'default'}, "
+          f"sampler {sampler})")  # fmt: skip
     return 0
 
 

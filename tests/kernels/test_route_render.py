@@ -102,3 +102,7 @@ def test_inspect_kernels_prints_both_renderers(tmp_path):
             assert f"# ===== model {model}: {backend} route kernel =====" in res.output
     assert "def route_kernel(" in res.output and "def route_stats(" in res.output
     assert "# rule 0: when entropy > 2.5 or uniform() < 0.1 -> b" in res.output
+    res = runner.invoke(app, ["inspect", str(tmp_path / "p.plan"), "--kernels", "--sampler", "strided"])
+    assert res.exit_code == 0 and "def _draw_strided(" in res.output and "SAMPLER = 'strided'" in res.output
+    res = runner.invoke(app, ["inspect", str(tmp_path / "p.plan"), "--kernels", "--sampler", "gumbel"])
+    assert res.exit_code == 1 and "unknown sampler" in res.output

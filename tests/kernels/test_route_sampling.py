@@ -1,17 +1,20 @@
-"""The two-stage draw of tokenrouter.runtime.sampling (chunk by cumulative mass, then Gumbel-max within the
-chunk), which the route kernels implement: an exact sample from softmax(logits / T) across chunk
-boundaries, plain Gumbel-max for a vocabulary of one chunk, and the same tokens as the per-row Python
-reference over several chunks."""
+"""The two-stage draws of tokenrouter.runtime.sampling, which the route kernels implement: "cdf" (chunk by
+cumulative mass, then Gumbel-max within the chunk) and "strided" (chunk of ids v with (v mod 2048) // 8 == j
+by Gumbel-max over log chunk masses, then Gumbel-max within it). Each is an exact sample from
+softmax(logits / T) across chunks and spans (a chi-square test), "cdf" is plain Gumbel-max for a vocabulary
+of one chunk, and both give the per-row Python reference's tokens over several chunks."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from route_cases import CASES
 from route_inputs import mixed_state, random_logits
 from route_reference import SAMPLE_CHUNK as REF_CHUNK
 from route_reference import reference
+from scipy.stats import chisquare
 from test_route_torch import assert_matches, plan_for
 
 from tokenrouter.runtime.rng import uniform_int
@@ -19,10 +22,11 @@ from tokenrouter.runtime.route import RouteKernel
 from tokenrouter.runtime.sampling import SAMPLE_CHUNK, sample
 
 
-def _draws(logits_row: torch.Tensor, n: int, temperature: float, seed: int = 5) -> torch.Tensor:
+def _draws(logits_row: torch.Tensor, n: int, temperature: float, seed: int = 5, sampler: str = "cdf"):
     logits = logits_row[None].expand(n, -1).contiguous()
     return sample(logits, torch.full((n,), temperature), torch.zeros(n, dtype=torch.int64), torch.ones(n),
-                  torch.full((n,), seed, dtype=torch.int64), torch.arange(n), restrict=False)  # fmt: skip
+                  torch.full((n,), seed, dtype=torch.int64), torch.arange(n), restrict=False,
+                  sampler=sampler)  # fmt: skip
 
 
 def test_chunk_size_is_the_documented_one():
@@ -48,6 +52,38 @@ def test_empirical_distribution_across_chunks():
         assert abs(float(freq[tok]) - math.sqrt(p) / z) < 0.025, (tok, float(freq[tok]))
 
 
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chi_square_against_softmax(sampler, temperature):
+    """Tokens in the same "cdf" chunk and in the same "strided" chunk (ids 8 apart in one span, 2048 apart
+    across spans), in different chunks of both, and a partial last span; the rest of the vocabulary is one
+    category. 8000 draws (positions 0..7999); at the 1e-3 level the test would fail once in 1000 seeds."""
+    vocab = 2 * SAMPLE_CHUNK + 300
+    probs = {0: 0.2, 3: 0.05, 8: 0.1, 2048: 0.15, 2056: 0.05, 1000: 0.1, 4100: 0.1, 4099: 0.05, 3000: 0.1}
+    row = torch.randn(vocab, generator=torch.Generator().manual_seed(1)) - 12.0  # the rest: ~5 % at T = 1
+    for tok, p in probs.items():
+        row[tok] = math.log(p)
+    want = torch.softmax(row.double() / temperature, 0)
+    n = 8000
+    toks = _draws(row, n, temperature, seed=3, sampler=sampler)
+    ids = torch.tensor(sorted(probs))
+    counts = torch.bincount(toks, minlength=vocab).double()
+    observed = torch.cat([counts[ids], (n - counts[ids].sum())[None]])
+    expected = torch.cat([want[ids], (1 - want[ids].sum())[None]]) * n
+    assert float(expected.min()) > 5  # the chi-square approximation holds
+    assert chisquare(observed.numpy(), expected.numpy()).pvalue > 1e-3, (observed.tolist(), expected.tolist())
+
+
+def test_strided_chunks_are_residues_of_the_span():
+    """With all the mass on ids 5 and 2048 + 5 (the same "strided" chunk, different spans), both are drawn,
+    and half the time each: the chunk's ids are found in every span."""
+    row = torch.full((3 * SAMPLE_CHUNK,), -50.0)
+    row[5] = row[SAMPLE_CHUNK + 5] = 0.0
+    toks = _draws(row, 2000, 1.0, seed=8, sampler="strided")
+    assert set(toks.tolist()) == {5, SAMPLE_CHUNK + 5}
+    assert abs(float((toks == 5).double().mean()) - 0.5) < 0.05
+
+
 def test_one_chunk_is_plain_gumbel_max():
     vocab = SAMPLE_CHUNK
     row = torch.randn(vocab, generator=torch.Generator().manual_seed(3)) * 2
@@ -58,13 +94,14 @@ def test_one_chunk_is_plain_gumbel_max():
         assert tok == max(range(vocab), key=lambda v: (scores[v], -v))
 
 
-def test_torch_renderer_matches_python_over_several_chunks():
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_torch_renderer_matches_python_over_several_chunks(sampler):
     ir = CASES["citer_like"]()
-    kernel = RouteKernel(plan_for(ir), "slm", "torch")
+    kernel = RouteKernel(plan_for(ir), "slm", "torch", sampler=sampler)
     rows, vocab = 24, 2 * SAMPLE_CHUNK + 300
     logits = random_logits(rows, vocab, seed=7, scale=1.0)
     state = mixed_state(rows)  # greedy, temperature, top-k and top-p rows
     result = kernel(logits, None, state, with_features=True)
-    assert_matches(result, reference(ir, logits, state), ir)
+    assert_matches(result, reference(ir, logits, state, sampler=sampler), ir)
     free = (state.temperature > 0) & (state.top_k == 0) & (state.top_p == 1)
     assert len(set((result.token[free] // SAMPLE_CHUNK).tolist())) > 1  # the draw left the first chunk

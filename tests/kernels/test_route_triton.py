@@ -30,9 +30,10 @@ def _script(args: list[str], interpret: bool, timeout: int = 300) -> str:
     return res.stdout
 
 
-def test_triton_interpreter_matches_torch(tmp_path):
-    out = _script(["route_interp_check.py", str(tmp_path), "cpu"], interpret=True)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_triton_interpreter_matches_torch(tmp_path, sampler):
+    out = _script(["route_interp_check.py", str(tmp_path), "cpu", sampler], interpret=True)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 def test_triton_kernels_compile_for_sm90():
@@ -43,13 +44,15 @@ def test_triton_kernels_compile_for_sm90():
 
 @pytest.mark.gpu
 @cuda
-def test_compiled_triton_matches_torch_small(tmp_path):
-    out = _script(["route_interp_check.py", str(tmp_path), "cuda"], interpret=False)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_compiled_triton_matches_torch_small(tmp_path, sampler):
+    out = _script(["route_interp_check.py", str(tmp_path), "cuda", sampler], interpret=False)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 @pytest.mark.gpu
 @cuda
-def test_compiled_triton_matches_torch_full_vocab():
-    out = _script(["route_gpu_check.py"], interpret=False, timeout=900)
-    assert "OK" in out
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
+def test_compiled_triton_matches_torch_full_vocab(sampler):
+    out = _script(["route_gpu_check.py", "1,8,64", "151936", sampler], interpret=False, timeout=900)
+    assert "OK" in out and f"sampler {sampler}" in out

@@ -11,18 +11,22 @@ from test_route_triton import _script
 from tokenrouter.runtime.route.triton_backend import LaunchOptions
 
 
-@pytest.mark.parametrize("prefetch,stages", [(0, 0), (1, 0), (2, 0), (0, 3)])
-def test_variant_matches_plain_loop_bitwise(prefetch, stages):
-    out = _script(["route_variants_check.py", str(prefetch), str(stages)], interpret=True)
-    assert "OK" in out
+@pytest.mark.parametrize(
+    "prefetch,stages,sampler", [(0, 0, "cdf"), (1, 0, "cdf"), (2, 0, "cdf"), (0, 3, "cdf"), (2, 0, "strided")]
+)
+def test_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
+    out = _script(["route_variants_check.py", str(prefetch), str(stages), sampler], interpret=True)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("prefetch,stages", [(0, 0), (2, 0), (0, 3)])
-def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages):
-    out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda"], interpret=False)
-    assert "OK" in out
+@pytest.mark.parametrize(
+    "prefetch,stages,sampler", [(0, 0, "cdf"), (2, 0, "cdf"), (0, 3, "cdf"), (2, 0, "strided")]
+)
+def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
+    out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda", sampler], interpret=False)
+    assert "OK" in out and f"sampler {sampler}" in out
 
 
 @pytest.mark.parametrize(

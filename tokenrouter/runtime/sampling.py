@@ -15,6 +15,17 @@ renderers and every engine produce the same token for the same request whatever 
   SAMPLE_CHUNK ids it is plain Gumbel-max. Two implementations agree on the token except when u falls
   within float-summation error of a chunk boundary (the fused kernel sums in another order; about 1e-5 of
   the draws at 75 chunks) or two Gumbel scores tie to float32 rounding.
+  That is the default sampler, "cdf". The other, "strided" (SAMPLERS; chosen per route kernel, behind a
+  switch while it is measured), is exact too but gives other tokens for the same seed:
+  1. chunk j (0 <= j < SAMPLE_CHUNK / SAMPLE_GROUP = 256) holds the ids v with
+     (v mod SAMPLE_CHUNK) // SAMPLE_GROUP == j: SAMPLE_GROUP = 8 consecutive ids in every span of
+     SAMPLE_CHUNK ids (594 ids at 151,936); its mass w_j as above; the chunk is the Gumbel-max
+     argmax_j(log w_j − log(−log u_j)) with u_j = u(seed, position, stream 3, j) (ties: the lowest j);
+  2. within it, Gumbel-max over its ids as in "cdf" stage 2 (stream 0, index v).
+  P(v) = (w_j / Σ w) · (p_v / w_j) again. A fused kernel gets the chunk masses for free: they are its
+  per-column sums (v mod SAMPLE_CHUNK) over the row, reduced once per program instead of per tile, and the
+  chunk choice is a max, so no cumulative sum and no chunk table; two implementations differ only when two
+  chunk scores or two Gumbel scores tie to float32 rounding.
 Top-k keeps the k largest logits; among equal logits the lower index wins a place. Top-p keeps the shortest
 prefix of the candidates sorted by descending probability (ties by index) whose mass reaches p.
 """
@@ -26,9 +37,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_SAMPLE, U_MAX, U_MIN, uniform
+from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform
 
 SAMPLE_CHUNK = 2048  # ids per chunk of the two-stage draw; part of the sampler's definition
+SAMPLE_GROUP = 8  # the "strided" sampler: consecutive ids of one chunk in each span of SAMPLE_CHUNK ids
+SAMPLERS = ("cdf", "strided")  # the two-stage draws (module docstring); "cdf" is the default
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
 
@@ -140,11 +153,14 @@ def sample(
     *,
     restrict: bool = True,
     all_greedy: bool = False,
+    sampler: str = "cdf",
 ) -> torch.Tensor:
     """Tokens [B] int64 for logits [B, V]. `position` [B] int64: the sequence index of the token being
     sampled (prompt length + tokens committed before it). `restrict=False` skips top-k/top-p (only valid
     when no row uses them) and `all_greedy=True` skips the noise (only valid when every temperature is 0):
-    speed hints, not semantic switches."""
+    speed hints, not semantic switches. `sampler`: one of SAMPLERS (module docstring)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
     x = logits.float()
     greedy_tok = torch.argmax(x, dim=-1)  # first maximal index on every device (documented by torch)
     if all_greedy:
@@ -152,7 +168,7 @@ def sample(
     if restrict:
         x = apply_top_k_top_p(x, temperature, top_k, top_p)
     t = torch.where(temperature > 0, temperature, 1.0)[:, None]
-    sampled_tok = draw(x / t, seed, position)
+    sampled_tok = (draw if sampler == "cdf" else draw_strided)(x / t, seed, position)
     return torch.where(temperature > 0, sampled_tok, greedy_tok)
 
 
@@ -170,6 +186,26 @@ def draw(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.T
     chosen = torch.minimum(chosen, last)
     idx = chosen[:, None] * SAMPLE_CHUNK + torch.arange(SAMPLE_CHUNK, device=z.device)[None, :]
     live = idx < vocab
+    idx = torch.where(live, idx, vocab - 1)
+    noise = uniform(seed[:, None], position[:, None], STREAM_SAMPLE, idx).clamp_(U_MIN, U_MAX)
+    scores = torch.where(live, z.gather(1, idx), float("-inf")) - torch.log(-torch.log(noise))
+    return idx.gather(1, scores.argmax(dim=-1, keepdim=True))[:, 0]
+
+
+def draw_strided(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """The "strided" two-stage draw (module docstring) from z = logits / T [B, V] float32: ids [B] int64."""
+    rows, vocab = z.shape
+    spans, groups = -(-vocab // SAMPLE_CHUNK), SAMPLE_CHUNK // SAMPLE_GROUP
+    e = torch.exp(z - z.amax(dim=-1, keepdim=True))
+    e = torch.nn.functional.pad(e, (0, spans * SAMPLE_CHUNK - vocab))
+    w = e.view(rows, spans, groups, SAMPLE_GROUP).sum((1, 3))  # [B, groups]
+    j = torch.arange(groups, device=z.device)
+    u = uniform(seed[:, None], position[:, None], STREAM_GROUP, j[None, :]).clamp_(U_MIN, U_MAX)
+    chosen = (torch.log(w) - torch.log(-torch.log(u))).argmax(dim=-1)  # the first maximum
+    span = torch.arange(spans, device=z.device)[:, None] * SAMPLE_CHUNK
+    ids = (span + torch.arange(SAMPLE_GROUP, device=z.device)[None, :]).view(1, -1)  # chunk 0's ids
+    idx = ids + chosen[:, None] * SAMPLE_GROUP
+    live = idx < vocab  # ascending ids, so argmax's first maximum is the lowest id
     idx = torch.where(live, idx, vocab - 1)
     noise = uniform(seed[:, None], position[:, None], STREAM_SAMPLE, idx).clamp_(U_MIN, U_MAX)
     scores = torch.where(live, z.gather(1, idx), float("-inf")) - torch.log(-torch.log(noise))

@@ -63,11 +63,31 @@ def _operands(spec: RouteSpec, backend: str) -> list[list[str]]:
     return out
 
 
-def render_route_kernel(route_ir: dict | RouteSpec, backend: str, model: str | None = None) -> str:
+SAMPLERS = ("cdf", "strided")  # tokenrouter.runtime.sampling.SAMPLERS (the compiler never imports runtime)
+DEBUG_TAILS = ("full", "chunk", "none")
+
+
+def render_route_kernel(
+    route_ir: dict | RouteSpec,
+    backend: str,
+    model: str | None = None,
+    *,
+    sampler: str = "cdf",
+    debug_tail: str = "full",
+) -> str:
     """Python source of the route kernel for one model's route IR. Raises RouteIRError for a bad IR and
-    ValueError for an unknown backend."""
+    ValueError for an unknown backend or option. `sampler`: the two-stage draw of temperature sampling
+    (tokenrouter.runtime.sampling, docs/ir.md "Randomness"). `debug_tail` is for benchmarks only, never for
+    serving: "chunk" (Triton) stops the sampled rows' draw after the chunk choice, "none" skips the draw
+    (their tokens are then wrong), to time the sampler's serial tail against the kernel's main pass."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown route-kernel backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
+    if debug_tail not in DEBUG_TAILS or (debug_tail != "full" and backend != "triton"):
+        raise ValueError(
+            f"debug_tail {debug_tail!r}: one of {', '.join(DEBUG_TAILS)} (not full: triton only)"
+        )
     spec = route_ir if isinstance(route_ir, RouteSpec) else check_route_ir(route_ir, model)
     template = _environment().get_template(f"{backend}_route.py.j2")
     return template.render(
@@ -75,4 +95,6 @@ def render_route_kernel(route_ir: dict | RouteSpec, backend: str, model: str | N
         operands=_operands(spec, backend),
         router_index={name: i for i, name in enumerate(spec.routers)},
         float_slots=float_slots(spec),
+        sampler=sampler,
+        debug_tail=debug_tail,
     )

@@ -18,7 +18,7 @@ from tokenrouter.runtime.route.routers import (
     load_router,
     model_hidden_size,
 )
-from tokenrouter.runtime.sampling import sample
+from tokenrouter.runtime.sampling import SAMPLERS, sample
 
 _U64, _TWO63, _TWO64 = 2**64 - 1, 2**63, 2**64
 
@@ -171,6 +171,9 @@ class RouteKernel:
     or "auto" (triton on CUDA when importable, else torch). `embed(token_ids [B]) -> [B, H]` is needed when a
     router reads `embedding(MODEL, token)`. `hidden_size` overrides the one read from the model's config.json;
     `split`, `block` and `warps` override the Triton launch configuration (`TritonRoute.config`).
+    `sampler`: the two-stage draw of temperature sampling (`tokenrouter.runtime.sampling.SAMPLERS`; "cdf",
+    the default, is the engines' and the scheduler's; "strided" is being measured against it). Both
+    renderers and the top-k / top-p path use it.
     """
 
     def __init__(
@@ -185,13 +188,17 @@ class RouteKernel:
         split: int | None = None,
         block: int | None = None,
         warps: int | None = None,
+        sampler: str = "cdf",
     ) -> None:
+        if sampler not in SAMPLERS:
+            raise RouteKernelError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
         self.model = model
+        self.sampler = sampler
         self.device = torch.device(device)
         self.embed = embed
         self._init_spec(plan, model)
         self.backend = self._init_backend(backend)
-        self.source = render_route_kernel(self.spec, self.backend)
+        self.source = render_route_kernel(self.spec, self.backend, sampler=sampler)
         self.module = load_source(self.source, f"{self.backend}_{model}")
         self._init_routers(plan, hidden_size)
         self._triton = None
@@ -292,7 +299,8 @@ class RouteKernel:
         forced = None
         if restricted:  # the separate top-k / top-p path: the one sampler, for the rows that restrict
             rows = (state.temperature > 0) & ((state.top_k > 0) | (state.top_p < 1))
-            tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position)
+            tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position,
+                         sampler=self.sampler)  # fmt: skip
             forced = torch.where(rows, tok, torch.full_like(tok, -1))
         return self._run_triton(logits, hidden, state, forced, sampling, with_features)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenrouter.runtime.sampling import SAMPLE_CHUNK
+from tokenrouter.runtime.sampling import SAMPLE_CHUNK, SAMPLE_GROUP
 
 TILE_BYTES = 16384  # logits bytes per tile and program on a GPU (4096 fp32 / 8192 bf16 values)
 SAMPLED_TILE = 4096  # at most this many values per tile when rows sample: the extra sums would spill the
@@ -78,15 +78,18 @@ class TritonRoute:
         self._dummy_router = torch.zeros(1, dtype=torch.float32, device=device)
         self._dummy_forced = torch.zeros(1, dtype=torch.int64, device=device)
 
-    def _grow(self, rows: int, split: int, n_chunks: int) -> None:
-        if rows <= self._ws[0] and split <= self._ws[1] and n_chunks <= self._ws[2]:
+    def _grow(self, rows: int, split: int, chunk_floats: int) -> None:
+        """`chunk_floats`: the sampler's workspace per row ("cdf": the chunk table, 2 x NC; "strided": each
+        program's chunk masses, split x SAMPLE_CHUNK / SAMPLE_GROUP)."""
+        want = (rows, split, chunk_floats)
+        if all(a <= b for a, b in zip(want, self._ws, strict=True)):
             return
-        rows, split, n_chunks = (max(a, b) for a, b in zip((rows, split, n_chunks), self._ws, strict=True))
+        rows, split, chunk_floats = (max(a, b) for a, b in zip(want, self._ws, strict=True))
         self.ws_f = torch.empty(rows * split * 4, dtype=torch.float32, device=self.device)
         self.ws_i = torch.empty(rows * split, dtype=torch.int32, device=self.device)
-        self.ws_c = torch.empty(rows * 2 * n_chunks, dtype=torch.float32, device=self.device)  # chunk table
+        self.ws_c = torch.empty(rows * chunk_floats, dtype=torch.float32, device=self.device)
         self.count = torch.zeros(rows, dtype=torch.int32, device=self.device)  # the kernel resets it
-        self._ws = (rows, split, n_chunks)
+        self._ws = (rows, split, chunk_floats)
 
     def config(
         self, rows: int, vocab: int, itemsize: int = 4, sampling: bool = False
@@ -124,7 +127,8 @@ class TritonRoute:
         rows, vocab = logits.shape
         split, block, warps = self.config(rows, vocab, logits.element_size(), sampling)
         n_chunks = _pow2_ceil(math.ceil(vocab / SAMPLE_CHUNK))
-        self._grow(rows, split, n_chunks if sampling else 1)
+        per_row = 2 * n_chunks if self.module.SAMPLER == "cdf" else split * (SAMPLE_CHUNK // SAMPLE_GROUP)
+        self._grow(rows, split, per_row if sampling else 1)
         chunk = math.ceil(math.ceil(vocab / split) / block) * block
         dev = logits.device
         token = torch.empty(rows, dtype=torch.int64, device=dev)
@@ -144,7 +148,7 @@ class TritonRoute:
             self.ws_f, self.ws_i, self.ws_c, self.count,
             token, logprob, rule, feats,
             math.log(vocab),
-            SPLIT=split, BLOCK=block, SC=SAMPLE_CHUNK, NC=n_chunks, SAMPLING=sampling,
+            SPLIT=split, BLOCK=block, SC=SAMPLE_CHUNK, NC=n_chunks, SG=SAMPLE_GROUP, SAMPLING=sampling,
             HAS_FORCED=forced is not None, EVAL_RULES=eval_rules, WRITE_FEATURES=write_features,
             FAST_MATH=dev.type == "cuda", PREFETCH=self.options.prefetch, STAGES=self.options.stages,
             num_warps=warps,
