@@ -182,7 +182,8 @@ class Check:
         def bench(fn, quantiles=None):
             return triton.testing.do_bench(fn, warmup=max(1, ms // 4), rep=ms, quantiles=quantiles)
 
-        for tuner in (*self.tk._gemv_rows.values(), *self.tk._gemv_few.values()):
+        tk = self.tk
+        for tuner in (*tk._gemv_rows.values(), *tk._gemv_few.values(), tk._gemv, tk._gemv_base):
             tuner._do_bench = bench
             tuner.__dict__["do_bench"] = bench  # over a cached_property or a plain attribute
 
