@@ -160,6 +160,20 @@ def compile_all() -> list[str]:
     return done
 
 
+def test_few_row_gemv_keeps_rows_in_registers_on_sm90():
+    """No layout conversion or barrier in `_gemv_few_kernel`'s K loop (see `few_row_loop_conversions`)."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(
+        [sys.executable, __file__, "few-row-loop"], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 * 2 and all(line.endswith(": 0") for line in lines), proc.stdout
+
+
 def test_kernels_compile_for_sm90():
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -180,6 +194,48 @@ def test_kernels_compile_for_sm90():
     )  # every configuration above compiled
 
 
+def few_row_loop_conversions() -> list[str]:
+    """`_gemv_few_kernel` compiled for sm_90 as a launch specialises it (pointers and the multiple-of-16
+    ints marked divisible by 16): per BLOCK_M and variant, the layout conversions and barriers inside its K
+    loop (TTGIR). The kernel keeps every row in each thread's registers, so there should be none; with its
+    tiles loaded as 3-D [rows, K/8, 8], Triton 3.6 spread the threads over the rows and converted layouts
+    through shared memory for every row of every K tile (the H200's slow few-row steps)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    fn = tk._gemv_few_kernel
+    ptrs = dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16")
+    scalars = dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32")
+    divisible = [*ptrs, "N", "K", "stride_x", "stride_wn"]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    out = []
+    for bm, cfgs in tk._GEMV_FEW_CONFIGS.items():
+        cfg = cfgs[0]
+        for variant in (
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True),
+        ):
+            consts = dict(HAS_BIAS=False, BLOCK_M=bm, USE_PDL=False, **variant, **cfg.kwargs)
+            src = ASTSource(fn=fn, signature={**ptrs, **scalars, **dict.fromkeys(consts, "constexpr")},
+                            constexprs=consts, attrs=attrs)  # fmt: skip
+            ir = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps,
+                                "num_stages": cfg.num_stages}).asm["ttgir"]  # fmt: skip
+            lines = ir.splitlines()
+            start = next(i for i, line in enumerate(lines) if "scf.for" in line)
+            depth, body = 0, []
+            for line in lines[start:]:
+                body.append(line)
+                depth += line.count("{") - line.count("}")
+                if depth <= 0 and len(body) > 1:
+                    break
+            bad = sum(("ttg.convert_layout" in x) or ("barrier" in x) or ("local_alloc" in x) for x in body)
+            out.append(f"BLOCK_M={bm} {variant} {cfg}: {bad}")
+    return out
+
+
 if __name__ == "__main__":
-    for line in compile_all():
+    for line in few_row_loop_conversions() if sys.argv[1:] == ["few-row-loop"] else compile_all():
         print(line)

@@ -1139,8 +1139,9 @@ else:
 # masked sum with -0.0, which folds away) and multiplied into its own accumulator [BLOCK_N, BLOCK_K // 8]
 # (one float32 per column and thread: the 8 products of a 16-byte vector are summed at once), so per
 # weight vector a thread issues about M * 12 FP ops and no other loads. Rows are unrolled up to 8
-# (accumulators acc0..acc7: Triton has no arrays of tensors). Compiled for sm_90 (ptxas): 96-128
-# registers at BLOCK_M 2-8 without the residual, up to 254 with it, no spills for the configs below.
+# (accumulators acc0..acc7: Triton has no arrays of tensors). Compiled for sm_90 with Triton 3.6 and 3.9
+# (their ptxas, launch-time divisibility): 64-255 registers, no spills, for every config and variant below;
+# a K tile at 8 rows is ~400 instructions (before the 2-D loads below, Triton 3.6 made it ~4200, see there).
 # ---------------------------------------------------------------------------------------------------------
 
 GEMV_FEW_LIMIT = 8  # the most rows the x-once kernel takes (BLOCK_M 2, 4, 8)
@@ -1184,48 +1185,62 @@ def _gemv_few_kernel(
     USE_PDL: tl.constexpr = False,
 ):
     VEC: tl.constexpr = 8
+    KV: tl.constexpr = BLOCK_K // VEC
     pid = tl.program_id(0)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = (offs_n < N)[:, None, None]
-    # a K tile as [1, BLOCK_K // VEC, VEC]
-    offs_kv = (tl.arange(0, BLOCK_K // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :])[None, :, :]
+    # Memory is accessed as 2-D [rows * KV, VEC] tiles (entry j: row j // KV, vector j % KV of the K tile),
+    # viewed as [rows, KV, VEC] in registers (`tl.reshape`, no data movement). Their only contiguous dim is
+    # the last, so every Triton version gives a thread VEC elements and spreads the threads along KV. Loaded
+    # as 3-D [rows, KV, VEC], two dims tie on contiguity, and Triton 3.6 (the H200's) breaks the tie the
+    # other way: threads across the rows / columns, so each row's pick below became a shuffle reduction and
+    # a shared-memory layout conversion (sm_90 SASS of a K tile at 8 rows: ~4200 instructions and ~30
+    # block barriers, against ~400 instructions and none in the layout written for).
+    jn = tl.arange(0, BLOCK_N * KV)[:, None]
+    jm = tl.arange(0, BLOCK_M * KV)[:, None]
+    vec = tl.arange(0, VEC)[None, :]
+    kn = (jn % KV) * VEC + vec  # the K offsets of a weight tile [BLOCK_N * KV, VEC]
+    km = (jm % KV) * VEC + vec  # and of an activation tile [BLOCK_M * KV, VEC]
+    cols = pid * BLOCK_N + jn // KV
+    n_ok = cols < N
+    w_ptrs = W + cols.to(tl.int64) * stride_wn + kn
+    row_of = jm // KV
+    m_ok = row_of < M
+    x_ptrs = X + row_of.to(tl.int64) * stride_x + km
+    r_offs = row_of.to(tl.int64) * K + km  # R / R_out are [M, K] contiguous
+    k_nw = tl.arange(0, KV)[:, None] * VEC + vec  # the norm weights of a K tile [KV, VEC]
     rows = tl.arange(0, BLOCK_M)[:, None, None]
-    m_ok = rows < M
-    x_rows = X + rows.to(tl.int64) * stride_x
-    r_rows = rows.to(tl.int64) * K  # R / R_out are [M, K] contiguous
-    w_rows = W + offs_n.to(tl.int64)[:, None, None] * stride_wn
     # as in `_gemv_kernel`: the first weight tile is read before the PDL wait, each next one after the
     # current tile's math; the norm in the same pass (per row: rstd_m factors out of row m's dot products)
-    w = tl.load(w_rows + offs_kv, mask=n_ok & (offs_kv < K), other=0.0)
+    w = tl.reshape(tl.load(w_ptrs, mask=n_ok & (kn < K), other=0.0), [BLOCK_N, KV, VEC])
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    ss = tl.zeros([BLOCK_M, BLOCK_K // VEC], dtype=tl.float32)
-    acc0 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc1 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc2 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc3 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc4 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc5 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc6 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    acc7 = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    ss = tl.zeros([BLOCK_M, KV], dtype=tl.float32)
+    acc0 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc4 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc5 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc6 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
+    acc7 = tl.zeros([BLOCK_N, KV], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + offs_kv
-        k_ok = offs_k < K
-        mk_ok = m_ok & k_ok
-        x = tl.load(x_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)  # every row, once
+        mk_ok = m_ok & (k0 + km < K)
+        x = tl.load(x_ptrs + k0, mask=mk_ok, other=0.0).to(tl.float32)  # every row, once
         if SILU_MUL:
-            up = tl.load(x_rows + K + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
+            up = tl.load(x_ptrs + K + k0, mask=mk_ok, other=0.0).to(tl.float32)
             x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
         if NORM:
             if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
-                r = tl.load(R + r_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
+                r = tl.load(R + r_offs + k0, mask=mk_ok, other=0.0).to(tl.float32)
                 h = (x + r).to(R_out.dtype.element_ty)
                 if pid == 0:
-                    tl.store(R_out + r_rows + offs_k, h, mask=mk_ok)
+                    tl.store(R_out + r_offs + k0, h, mask=mk_ok)
                 x = h.to(tl.float32)
+        x = tl.reshape(x, [BLOCK_M, KV, VEC])
+        if NORM:
             ss += tl.sum(x * x, 2)
-            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+            nw = tl.load(NW + k0 + k_nw, mask=k0 + k_nw < K, other=0.0).to(tl.float32)
+            x = x * tl.reshape(nw, [1, KV, VEC])
         wf = w.to(tl.float32)
         # row m: its [1, BLOCK_K // VEC, VEC] slice of x (the rows are in each thread's registers)
         acc0 += tl.sum(wf * tl.sum(tl.where(rows == 0, x, -0.0), 0, keep_dims=True), 2)
@@ -1238,9 +1253,10 @@ def _gemv_few_kernel(
             acc5 += tl.sum(wf * tl.sum(tl.where(rows == 5, x, -0.0), 0, keep_dims=True), 2)
             acc6 += tl.sum(wf * tl.sum(tl.where(rows == 6, x, -0.0), 0, keep_dims=True), 2)
             acc7 += tl.sum(wf * tl.sum(tl.where(rows == 7, x, -0.0), 0, keep_dims=True), 2)
-        nxt = offs_k + BLOCK_K  # the last iteration's load is fully masked: no memory traffic
-        w = tl.load(w_rows + nxt, mask=n_ok & (nxt < K), other=0.0)
+        nxt = k0 + BLOCK_K  # the last iteration's load is fully masked: no memory traffic
+        w = tl.reshape(tl.load(w_ptrs + nxt, mask=n_ok & (nxt + kn < K), other=0.0), [BLOCK_N, KV, VEC])
     # [BLOCK_M, BLOCK_N] from the per-row sums (once per program)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rows2 = tl.arange(0, BLOCK_M)[:, None]
     out = tl.where(rows2 == 0, tl.sum(acc0, 1)[None, :], 0.0)
     out = tl.where(rows2 == 1, tl.sum(acc1, 1)[None, :], out)
