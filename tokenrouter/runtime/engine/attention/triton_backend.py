@@ -18,14 +18,12 @@ from tokenrouter.runtime.engine.attention.base import AttentionBackend, Attentio
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
-# the default `gemv_rows_batch_max`: 0, i.e. no step uses `gemv_rows` unless a caller raises it. Measured on
-# the H200 (docs/benchmarks.md, run D) for the bs-1 extends it was written for, both few-row kernels lose to
-# cuBLAS except at 2 tokens on the 0.6B (8B bs 1, ctx 512, q 2/4/8: 7.5/13.3/65.8 ms against 5.0-5.3 ms with
-# cuBLAS in run C), and their logits differ from cuBLAS's by more than bf16 rounding at 2-4 rows there (up to
-# 1.4x the largest logit; not reproduced under the interpreter, whose tests pass). Found since, not yet
-# measured: the logit differences were engine_bench's (its two runs of a step read different KV, fixed
-# there); the slowness, Triton 3.6's layout of the x-once kernel (see `_gemv_few_kernel`, fixed). Off until
-# bench/gemv_rows_check.py and engine_bench show both on the H200.
+# the default `gemv_rows_batch_max`: 0, i.e. no step uses `gemv_rows` unless a caller raises it. On the H200
+# (docs/benchmarks.md, runs D and E): the few-row kernels are correct (run D's logit differences were
+# engine_bench's, whose two runs of a step read different KV); after the x-once kernel's layout fix they make
+# a 0.6B bs-1 extend of 2 tokens 1.18x a decode (cuBLAS: 1.87x) and of 3-4 tokens ~1.6x (1.9x), but 8 tokens
+# slower than cuBLAS, and at the 8B each GEMV is 13-75 % slower than cuBLAS at 3-4 rows. Off until the
+# engine's own benchmark measures the model steps with it on at both sizes.
 GEMV_ROWS_BATCH_MAX = 0
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
