@@ -14,6 +14,9 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
+    GEMV_ROWS_BATCH_MAX,
+    GEMV_ROWS_ENV,
+    GEMV_ROWS_MAX,
     TritonAttnBackend,
     fused_decoder_forward,
 )
@@ -205,3 +208,16 @@ def test_options_off_from_the_environment(monkeypatch):
     monkeypatch.setenv(ENGINE_OFF_ENV, "gemv,no_such_thing")
     with pytest.raises(ValueError, match="no_such_thing"):
         TritonAttnBackend(cfg)
+
+
+def test_gemv_rows_reach_from_the_environment(monkeypatch):
+    cfg = attn_config(tiny_model("qwen3").config)
+    backend = TritonAttnBackend(cfg)
+    assert (backend.gemv_rows_batch_max, backend.gemv_rows_max) == (GEMV_ROWS_BATCH_MAX, GEMV_ROWS_MAX)
+    monkeypatch.setenv(GEMV_ROWS_ENV, "1:4")
+    backend = TritonAttnBackend(cfg)
+    assert (backend.gemv_rows_batch_max, backend.gemv_rows_max) == (1, 4)
+    for bad in ("4", "1:1", "1:17", "a:4", "1:x"):
+        monkeypatch.setenv(GEMV_ROWS_ENV, bad)
+        with pytest.raises(ValueError, match=GEMV_ROWS_ENV):
+            TritonAttnBackend(cfg)

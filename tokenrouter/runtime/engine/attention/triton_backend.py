@@ -56,6 +56,23 @@ FAST_PATH_OPTIONS = {
     "on the previous kernel (with pdl; off: every read after the wait)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
+# the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
+# requests use `gemv_rows` (e.g. "1:4": one-request extends of 2-4 tokens); default: GEMV_ROWS_BATCH_MAX:MAX
+GEMV_ROWS_ENV = "TOKENROUTER_GEMV_ROWS"
+
+
+def gemv_rows_from_env() -> tuple[int, int]:
+    """(gemv_rows_batch_max, gemv_rows_max) from TOKENROUTER_GEMV_ROWS="B:Q" (ValueError naming a bad value)."""
+    raw = os.environ.get(GEMV_ROWS_ENV, "").strip()
+    if not raw:
+        return GEMV_ROWS_BATCH_MAX, GEMV_ROWS_MAX
+    b, sep, q = raw.partition(":")
+    if not (sep and b.strip().isdigit() and q.strip().isdigit()) or not 2 <= int(q) <= tk.GEMV_ROWS_LIMIT:
+        raise ValueError(
+            f"{GEMV_ROWS_ENV}={raw!r}: expected B:Q, at most B requests and 2 <= Q <= {tk.GEMV_ROWS_LIMIT} tokens "
+            "per step (e.g. 1:4)"
+        )
+    return int(b), int(q)
 
 
 def options_off_from_env() -> set[str]:
@@ -91,8 +108,7 @@ class TritonAttnBackend(AttentionBackend):
             setattr(self, name, False)
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
         # gemv_rows_batch_max requests use the few-row GEMV (0 by default: none, see GEMV_ROWS_BATCH_MAX)
-        self.gemv_rows_max = GEMV_ROWS_MAX
-        self.gemv_rows_batch_max = GEMV_ROWS_BATCH_MAX
+        self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
