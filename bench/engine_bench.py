@@ -307,7 +307,7 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
-NEW_AFTER_GEMV_ROWS = ("gemv_rows_x_once", "fused_merge", "last_norm_rows")
+NEW_AFTER_GEMV_ROWS = ("fused_merge", "last_norm_rows")
 
 
 def ablation_plan(
@@ -319,8 +319,7 @@ def ablation_plan(
     gemv_rows_batch_max: int = GEMV_ROWS_MAX,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
-    Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the few-row kernel
-    that reads activations once (`gemv_rows_x_once`) at every step `gemv_rows` takes, the merge fused
+    Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
     into attention at decode bs 1 and the smallest bs 1 extend, the final norm of the last tokens at the
     bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
@@ -336,8 +335,6 @@ def ablation_plan(
     ]
     bs1_extends = [(ctx, 1, q) for ctx in ctxs for q in sorted(extend_q) if 1 in extend_bs]
     plan = []
-    if few_rows:
-        plan.append(("no gemv_rows_x_once", ("gemv_rows_x_once",), few_rows))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
@@ -451,10 +448,6 @@ def target_verdicts(results: dict) -> list[dict]:
         out.append(_extend_verdict("extend <= 1.3 x decode (worst point)", ext, {}))
         # the same with the few-row GEMV off: its ablation rows replace the steps it acts on (decodes
         # and extends of 2-8 tokens), so one run shows the target both ways
-        x_once_off = {(r["shape"], r["ctx"], r["bs"], r["q"]): r["off_ms"] for r in results.get("ablation", [])
-                      if r.get("parts_off") == ["gemv_rows_x_once"] and "off_ms" in r}  # fmt: skip
-        if x_once_off:  # the first few-row kernel (activations per column) where the new one acts
-            out.append(_extend_verdict("extend <= 1.3 x decode, gemv_rows_x_once off", ext, x_once_off))
         off = {(r["shape"], r["ctx"], r["bs"], r["q"]): r["off_ms"] for r in results.get("ablation", [])
                if r.get("parts_off") == ["gemv_rows"] and "off_ms" in r}  # fmt: skip
         if off:

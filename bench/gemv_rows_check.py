@@ -2,21 +2,21 @@
 
 Part 1, the kernel alone: the Qwen3-0.6B and -8B linear layers (bf16, random weights) with the input
 variant each has in the fused forward (qkv: norm / norm + residual, o: plain, gate_up: norm + residual,
-down: SiLU*up), M = 2..8 rows, `x_once` on/off (the two kernels), `pdl` on/off. Its input is written by a
-PDL rmsnorm launched right before it (as in the model, where a PDL kernel precedes every GEMV). Per case:
-max |diff| against a float32 torch reference and against the engine's cuBLAS path (bf16 `F.linear` after
-`rmsnorm` / `silu_and_mul`), cuBLAS's own error as the rounding yardstick, and the time per call after an
-explicit autotune warm-up next to cuBLAS's, both timed as a CUDA graph of back-to-back calls cycling
-through weight copies larger than L2 (so weights come from HBM, as in a real step). Then, at M 2/4/8,
-every tile config of each kernel timed alone, to tell a bad autotune pick from a slow kernel.
+down: SiLU*up), M = 2..8 rows, `pdl` on/off. Its input is written by a PDL rmsnorm launched right before
+it (as in the model, where a PDL kernel precedes every GEMV). Per case: max |diff| against a float32
+torch reference and against the engine's cuBLAS path (bf16 `F.linear` after `rmsnorm` / `silu_and_mul`),
+cuBLAS's own error as the rounding yardstick, and the time per call after an explicit autotune warm-up
+next to cuBLAS's, both timed as a CUDA graph of back-to-back calls cycling through weight copies larger
+than L2 (so weights come from HBM, as in a real step). Then, at M 2/4/8, every tile config of the kernel
+timed alone, to tell a bad autotune pick from a slow kernel.
 
 Part 2, the model: a random-weight Qwen3-0.6B (`--layers`) on the Triton backend, one request with a
 fixed context, extend steps of q = 2..8 tokens (and a decode) with gemv_rows on (gemv_rows_batch_max 1)
-and off, eager and in CUDA graphs, `pdl` and `gemv_rows_x_once` on/off. Every step writes only its own
-new positions and reads nothing another step wrote, so every run sees the same KV and the logits of
-two runs are comparable: max |diff| / max |logit| against the same mode with gemv_rows off, and against
-the same model in float32 (the yardstick: gemv_rows on should be as close to it as off is); step
-times of the graphs (gemv_rows on / off, and a decode step).
+and off, eager and in CUDA graphs, `pdl` on/off. Every step writes only its own new positions and reads
+nothing another step wrote, so every run sees the same KV and the logits of two runs are comparable:
+max |diff| / max |logit| against the same mode with gemv_rows off, and against the same model in float32
+(the yardstick: gemv_rows on should be as close to it as off is); step times of the graphs (gemv_rows
+on / off, and a decode step).
 
     PYTHONPATH=$PWD python3 bench/gemv_rows_check.py --json out/gemv_rows_check.json
     PYTHONPATH=$PWD python3 bench/gemv_rows_check.py --interpret   # small, on CPU (TRITON_INTERPRET=1)
@@ -92,7 +92,7 @@ def compile_job(job: tuple) -> None:
     from tokenrouter.runtime.engine.attention import triton_kernels as tk
 
     kernel, consts, cfg, pdl = job
-    jit = {"few": tk._gemv_few_kernel, "rows": tk._gemv_rows_kernel, "one": tk._gemv_kernel}[kernel]
+    jit = {"few": tk._gemv_few_kernel, "one": tk._gemv_kernel}[kernel]
     ptrs = [torch.empty(16, dtype=torch.bfloat16, device="cuda") for _ in range(7)]  # X W Bias Y R R_out NW
     ints = (
         [4096, 4096, 4096] if kernel == "one" else [3, 4096, 4096, 4096, 4096]
@@ -155,8 +155,9 @@ class Check:
         for silu, norm, res in VARIANT_FLAGS.values():
             for pdl in pdls:
                 consts = dict(HAS_BIAS=False, SILU_MUL=silu, NORM=norm, HAS_RES=res)  # + `_pdl`'s in the job
-                for kernel, table in (("few", tk._GEMV_FEW_CONFIGS), ("rows", tk._GEMV_ROWS_CONFIGS)):
-                    jobs += [(kernel, {**consts, "BLOCK_M": bm}, c, pdl) for bm in bms for c in table[bm]]
+                jobs += [
+                    ("few", {**consts, "BLOCK_M": bm}, c, pdl) for bm in bms for c in tk._GEMV_FEW_CONFIGS[bm]
+                ]
                 if model:
                     jobs += [("one", consts, c, pdl) for c in tk._GEMV_CONFIGS]
         t0 = time.perf_counter()
@@ -183,7 +184,7 @@ class Check:
             return triton.testing.do_bench(fn, warmup=max(1, ms // 4), rep=ms, quantiles=quantiles)
 
         tk = self.tk
-        for tuner in (*tk._gemv_rows.values(), *tk._gemv_few.values(), tk._gemv, tk._gemv_base):
+        for tuner in (*tk._gemv_few.values(), tk._gemv, tk._gemv_base):
             tuner._do_bench = bench
             tuner.__dict__["do_bench"] = bench  # over a cached_property or a plain attribute
 
@@ -215,42 +216,39 @@ class Check:
         copies = len(w)
         cub_in = tk.silu_and_mul(x_ref) if silu else tk.rmsnorm(x_ref, nw, EPS) if norm else x_ref
         cub_us = self.per_call_us(lambda i: F.linear(cub_in, w[i]), copies) if self.gpu else None
-        for x_once in (True, False):
-            for pdl in (True,) if self.args.quick else (True, False):
-                r_out = torch.empty_like(r) if res else None
-                extra = dict(silu_mul=silu, norm_weight=nw, eps=EPS, residual=r, residual_out=r_out)
+        for pdl in (True,) if self.args.quick else (True, False):
+            r_out = torch.empty_like(r) if res else None
+            extra = dict(silu_mul=silu, norm_weight=nw, eps=EPS, residual=r, residual_out=r_out)
 
-                def call(i, x=x_ref, extra=extra, x_once=x_once, pdl=pdl):
-                    return tk.gemv_rows(x, w[i], None, pdl=pdl, x_once=x_once, **extra)
+            def call(i, x=x_ref, extra=extra, pdl=pdl):
+                return tk.gemv_rows(x, w[i], None, pdl=pdl, **extra)
 
-                t0 = time.perf_counter()
-                call(0)  # the autotune warm-up (first use of this key)
-                if self.gpu:
-                    self.torch.cuda.synchronize()
-                tune_s = time.perf_counter() - t0
-                tuner = (tk._gemv_few if x_once and m <= tk.GEMV_FEW_LIMIT else tk._gemv_rows).get(
-                    max(2, 1 << (m - 1).bit_length())
-                )
-                picked = str(getattr(tuner, "best_config", "fixed (interpreter)"))
-                # the checked call: its input written by a PDL rmsnorm just before it
-                x = tk.rmsnorm(src, ones, EPS, pdl=pdl)
-                y = tk.gemv_rows(x, w[0], None, pdl=pdl, x_once=x_once, **extra).float()
-                err = (y - ref).abs().max().item()
-                row = dict(shape=shape_name, linear=linear, variant=variant, N=n, K=k, M=m, x_once=x_once,
-                           pdl=pdl, max_ref=scale, err_fp32=err, cublas_err_fp32=cub_err,
-                           diff_cublas=(y - cub.float()).abs().max().item(), config=picked, tune_s=tune_s)  # fmt: skip
-                if res:
-                    h_ref = (x_ref.float() + r.float()).to(torch.bfloat16)
-                    # in units of one bf16 step at the stream's largest value (the interpreter truncates)
-                    ulp = h_ref.float().abs().max().item() / 128
-                    row["residual_out_err"] = (r_out.float() - h_ref.float()).abs().max().item() / ulp
-                row["ok"] = err <= 2 * cub_err + scale / 128 and row.get("residual_out_err", 0.0) <= 1.0
-                if self.gpu:
-                    row["us"] = self.per_call_us(call, copies)
-                    row["cublas_us"] = cub_us
-                self.results["kernel"].append(row)
-                if self.gpu and pdl and not self.args.no_configs and m in (2, 4, 8):
-                    self.time_configs(tuner, call, copies, row)
+            t0 = time.perf_counter()
+            call(0)  # the autotune warm-up (first use of this key)
+            if self.gpu:
+                self.torch.cuda.synchronize()
+            tune_s = time.perf_counter() - t0
+            tuner = tk._gemv_few[max(2, 1 << (m - 1).bit_length())]
+            picked = str(getattr(tuner, "best_config", "fixed (interpreter)"))
+            # the checked call: its input written by a PDL rmsnorm just before it
+            x = tk.rmsnorm(src, ones, EPS, pdl=pdl)
+            y = tk.gemv_rows(x, w[0], None, pdl=pdl, **extra).float()
+            err = (y - ref).abs().max().item()
+            row = dict(shape=shape_name, linear=linear, variant=variant, N=n, K=k, M=m, pdl=pdl,
+                       max_ref=scale, err_fp32=err, cublas_err_fp32=cub_err,
+                       diff_cublas=(y - cub.float()).abs().max().item(), config=picked, tune_s=tune_s)  # fmt: skip
+            if res:
+                h_ref = (x_ref.float() + r.float()).to(torch.bfloat16)
+                # in units of one bf16 step at the stream's largest value (the interpreter truncates)
+                ulp = h_ref.float().abs().max().item() / 128
+                row["residual_out_err"] = (r_out.float() - h_ref.float()).abs().max().item() / ulp
+            row["ok"] = err <= 2 * cub_err + scale / 128 and row.get("residual_out_err", 0.0) <= 1.0
+            if self.gpu:
+                row["us"] = self.per_call_us(call, copies)
+                row["cublas_us"] = cub_us
+            self.results["kernel"].append(row)
+            if self.gpu and pdl and not self.args.no_configs and m in (2, 4, 8):
+                self.time_configs(tuner, call, copies, row)
 
     def time_configs(self, tuner, call, copies: int, row: dict) -> None:
         """Every tile config of the kernel `call` runs, alone (the autotuner held to one config)."""
@@ -261,7 +259,7 @@ class Check:
                 us = self.per_call_us(call, copies)
                 self.results["configs"].append(
                     {
-                        **{k: row[k] for k in ("shape", "linear", "variant", "M", "x_once")},
+                        **{k: row[k] for k in ("shape", "linear", "variant", "M")},
                         "config": str(cfg),
                         "us": us,
                         "picked": str(cfg) == row["config"],
@@ -356,20 +354,18 @@ class Check:
         backend = bf16.attn_backend
         logits: dict[tuple, torch.Tensor] = {}
         step_ms: dict[tuple, float] = {}
-        combos = [(False, pdl, True) for pdl in (True, False)]
-        combos += [(True, pdl, x_once) for pdl in (True, False) for x_once in (True, False)]
-        for rows_on, pdl, x_once in combos:
+        for rows_on, pdl in [(rows_on, pdl) for rows_on in (False, True) for pdl in (True, False)]:
             backend.gemv_rows, backend.gemv_rows_batch_max = rows_on, 1 if rows_on else 0
-            backend.pdl, backend.gemv_rows_x_once = pdl, x_once
+            backend.pdl = pdl
             for q in qs:
-                logits[(rows_on, pdl, x_once, "eager", q)] = bf16.eager(q)
+                logits[(rows_on, pdl, "eager", q)] = bf16.eager(q)
             if not self.gpu:
                 continue
             runner = CudaGraphRunner(bf16, CudaGraphConfig((1,), (1,), tuple(qs)))
             for q in [1, *qs]:
                 fb = bf16.batch(q)
                 with torch.inference_mode():
-                    logits[(rows_on, pdl, x_once, "graph", q)] = runner.replay(fb)[0].float()
+                    logits[(rows_on, pdl, "graph", q)] = runner.replay(fb)[0].float()
                     for _ in range(3):
                         runner.replay(fb)
                     torch.cuda.synchronize()
@@ -377,22 +373,22 @@ class Check:
                     for _ in range(20):
                         runner.replay(fb)
                     torch.cuda.synchronize()
-                step_ms[(rows_on, pdl, x_once, q)] = (time.perf_counter() - t0) / 20 * 1e3
+                step_ms[(rows_on, pdl, q)] = (time.perf_counter() - t0) / 20 * 1e3
             del runner
             torch.cuda.empty_cache()
 
         def rel(a, b) -> float:
             return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
-        for (rows_on, pdl, x_once, mode, q), lg in logits.items():
+        for (rows_on, pdl, mode, q), lg in logits.items():
             if not rows_on or q == 1:
                 continue
-            off = logits[(False, pdl, True, mode, q)]
-            row = dict(q=q, mode=mode, pdl=pdl, x_once=x_once, diff_vs_off=rel(lg, off),
+            off = logits[(False, pdl, mode, q)]
+            row = dict(q=q, mode=mode, pdl=pdl, diff_vs_off=rel(lg, off),
                        err_fp32=rel(lg, exact[q]), off_err_fp32=rel(off, exact[q]))  # fmt: skip
             if mode == "graph":
-                row.update(ms=step_ms[(True, pdl, x_once, q)], off_ms=step_ms[(False, pdl, True, q)],
-                           decode_ms=step_ms[(False, pdl, True, 1)])  # fmt: skip
+                row.update(ms=step_ms[(True, pdl, q)], off_ms=step_ms[(False, pdl, q)],
+                           decode_ms=step_ms[(False, pdl, 1)])  # fmt: skip
             # as close to the float32 model as the cuBLAS path (bf16 rounding, amplified over the layers)
             row["ok"] = row["err_fp32"] <= 2 * row["off_err_fp32"] + 1e-3
             self.results["model"].append(row)
@@ -404,13 +400,13 @@ class Check:
             print("\n## Kernel: gemv_rows against float32 torch and the cuBLAS path\n")
             print("err: max |diff| / max |fp32 reference|; ok: err within 2x cuBLAS's + 1/128 and (norm+res) the new residual stream within one bf16 step. Times: us per call "
                   "(CUDA graph, weights from HBM; cuBLAS: the linear alone, without its rmsnorm / silu_and_mul launch).\n")  # fmt: skip
-            print("| shape | linear | variant | M | x_once | pdl | err | cuBLAS err | vs cuBLAS | ok | us | cuBLAS us "
+            print("| shape | linear | variant | M | pdl | err | cuBLAS err | vs cuBLAS | ok | us | cuBLAS us "
                   "| x | config | tune s |")  # fmt: skip
-            print("|" + " --- |" * 15)
+            print("|" + " --- |" * 14)
             for r in res["kernel"]:
                 s = r["max_ref"] or 1.0
                 us, cu = r.get("us"), r.get("cublas_us")
-                print(f"| {r['shape']} | {r['linear']} | {r['variant']} | {r['M']} | {r['x_once']} | {r['pdl']} | "
+                print(f"| {r['shape']} | {r['linear']} | {r['variant']} | {r['M']} | {r['pdl']} | "
                       f"{r['err_fp32'] / s:.2e} | {r['cublas_err_fp32'] / s:.2e} | {r['diff_cublas'] / s:.2e} | "
                       f"{'ok' if r['ok'] else '**WRONG**'} | {_f(us)} | {_f(cu)} | "
                       f"{_f(us / cu if us and cu else None, 2)} | {r['config']} | {r['tune_s']:.1f} |")  # fmt: skip
@@ -418,9 +414,9 @@ class Check:
             print("\n## Every tile config alone (pdl on): us per call; * the autotuner's pick\n")
             groups: dict[tuple, list] = {}
             for r in res["configs"]:
-                groups.setdefault((r["shape"], r["linear"], r["variant"], r["M"], r["x_once"]), []).append(r)
-            print("| shape | linear | variant | M | x_once | configs (us) |")
-            print("| --- | --- | --- | --- | --- | --- |")
+                groups.setdefault((r["shape"], r["linear"], r["variant"], r["M"]), []).append(r)
+            print("| shape | linear | variant | M | configs (us) |")
+            print("| --- | --- | --- | --- | --- |")
             for key, rows in groups.items():
                 cells = "; ".join(
                     f"{'*' if r['picked'] else ''}{_short(r['config'])} {r['us']:.1f}" for r in rows
@@ -431,19 +427,19 @@ class Check:
             print("max |logit diff| / max |logit|: against the same step with gemv_rows off, and against the same "
                   "model in float32 (eager, cuBLAS, no PDL); ok: within 2x the error of gemv_rows off + 1e-3. "
                   "Step times: graph replays, wall clock (as engine_bench).\n")  # fmt: skip
-            print("| q | mode | pdl | x_once | vs off | err vs fp32 | off: err vs fp32 | ok | ms | off ms "
+            print("| q | mode | pdl | vs off | err vs fp32 | off: err vs fp32 | ok | ms | off ms "
                   "| decode ms | / decode | off / decode |")  # fmt: skip
-            print("|" + " --- |" * 13)
-            for r in sorted(res["model"], key=lambda r: (r["mode"], r["q"], not r["pdl"], not r["x_once"])):
+            print("|" + " --- |" * 12)
+            for r in sorted(res["model"], key=lambda r: (r["mode"], r["q"], not r["pdl"])):
                 ms, off, dec = r.get("ms"), r.get("off_ms"), r.get("decode_ms")
-                print(f"| {r['q']} | {r['mode']} | {r['pdl']} | {r['x_once']} | {r['diff_vs_off']:.3g} | "
+                print(f"| {r['q']} | {r['mode']} | {r['pdl']} | {r['diff_vs_off']:.3g} | "
                       f"{r['err_fp32']:.3g} | {r['off_err_fp32']:.3g} | {'ok' if r['ok'] else '**WRONG**'} | "
                       f"{_f(ms, 3)} | {_f(off, 3)} | {_f(dec, 3)} | {_f(ms / dec if ms and dec else None, 2)} | "
                       f"{_f(off / dec if off and dec else None, 2)} |")  # fmt: skip
         print("\n## Mismatches by switch (wrong / cases)\n")
         for part, keys in (
-            ("kernel", ("x_once", "pdl", "M", "variant", "shape")),
-            ("model", ("x_once", "pdl", "mode", "q")),
+            ("kernel", ("pdl", "M", "variant", "shape")),
+            ("model", ("pdl", "mode", "q")),
         ):
             rows = res[part]
             if not rows:

@@ -31,10 +31,11 @@ def test_interpreter_version_runs_and_finds_no_mismatch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     kernel, model = results["kernel"], results["model"]
-    # 5 layer / variant cases x x_once x pdl at M 3; the model: q 3 x pdl x x_once, eager
-    assert len(kernel) == 5 * 2 * 2 and len(model) == 4
+    # 5 layer / variant cases x pdl at M 3; the model: q 3 x pdl, eager
+    assert len(kernel) == 5 * 2 and len(model) == 2
     assert all(r["ok"] for r in kernel + model), [r for r in kernel + model if not r["ok"]]
-    assert "## Mismatches by switch" in proc.stdout and "kernel, by x_once: True: 0/10" in proc.stdout
+    assert "## Mismatches by switch" in proc.stdout and "kernel, by pdl: True: 0/5, False: 0/5" in proc.stdout
+    assert "x_once" not in proc.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")

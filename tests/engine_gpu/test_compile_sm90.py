@@ -99,29 +99,27 @@ def compile_all() -> list[str]:
             cfg.num_warps,
             cfg.num_stages,
         )
-    for kernel, configs in (
-        (tk._gemv_rows_kernel, tk._GEMV_ROWS_CONFIGS),
-        (tk._gemv_few_kernel, tk._GEMV_FEW_CONFIGS),
-    ):
-        variants = [
-            (bm, cfg, variant)
-            for bm, cfgs in configs.items()  # both few-row kernels: every row count and tile shape
-            for cfg in cfgs
-            for variant in (
-                dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
-                dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
-            )
-        ]
-        variants.append((8, configs[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)))
-        for bm, cfg, variant in variants:
-            build(
-                kernel,
-                dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
-                dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-                dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
-                cfg.num_warps,
-                cfg.num_stages,
-            )
+    variants = [
+        (bm, cfg, variant)
+        for bm, cfgs in tk._GEMV_FEW_CONFIGS.items()  # the few-row kernel: every row count and tile shape
+        for cfg in cfgs
+        for variant in (
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+        )
+    ]
+    variants.append(
+        (8, tk._GEMV_FEW_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
+    )
+    for bm, cfg, variant in variants:
+        build(
+            tk._gemv_few_kernel,
+            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
+            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
+            dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
+            cfg.num_warps,
+            cfg.num_stages,
+        )
     for pdl, gather in ((False, False), (True, False), (True, True)):
         build(
             tk._rmsnorm_kernel,
@@ -185,11 +183,9 @@ def test_kernels_compile_for_sm90():
 
     gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
     assert gemvs == 2 * 14 + 1
-    rows = 2 * sum(len(c) for c in tk._GEMV_ROWS_CONFIGS.values()) + 1
-    assert sorted(tk._GEMV_ROWS_CONFIGS) == [2, 4, 8, 16] and rows == 2 * 21 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    assert proc.stdout.count("\n") == 9 + 3 + gemvs + rows + few + 3 + 2 * 2 + 1, (
+    assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

@@ -191,13 +191,9 @@ def test_gemv_folded_norm_argument_errors():
         tk.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
 
 
-X_ONCE = pytest.mark.parametrize("x_once", [True, False], ids=["x_once", "per_column"])  # the two kernels
-
-
-@X_ONCE
-@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 16])
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8])
 @pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
-def test_gemv_rows(m, variant, x_once):
+def test_gemv_rows(m, variant):
     g = torch.Generator().manual_seed(m * 3 + len(variant))
     n, k = 40, 72  # not multiples of the blocks
     silu_mul = variant == "silu_mul"
@@ -206,7 +202,7 @@ def test_gemv_rows(m, variant, x_once):
     b = torch.randn(n, generator=g).to(DEVICE) if variant == "bias" else None
     inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
     want = torch.nn.functional.linear(inp, w, b)
-    got = tk.gemv_rows(x, w, b, silu_mul=silu_mul, x_once=x_once)
+    got = tk.gemv_rows(x, w, b, silu_mul=silu_mul)
     assert got.shape == (m, n)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # row by row it is the one-row GEMV
@@ -214,25 +210,24 @@ def test_gemv_rows(m, variant, x_once):
     torch.testing.assert_close(got, one, atol=1e-5, rtol=1e-5)
 
 
-@X_ONCE
-def test_gemv_rows_strided_rows_and_bf16(x_once):
+def test_gemv_rows_strided_rows_and_bf16():
     g = torch.Generator().manual_seed(11)
     n, k = 33, 100
     wide = torch.randn(5, 160, generator=g).to(DEVICE)
     x = wide[:, :k]  # rows 160 apart
     w = torch.randn(n, k, generator=g).to(DEVICE)
-    got = tk.gemv_rows(x, w, x_once=x_once)
+    got = tk.gemv_rows(x, w)
     torch.testing.assert_close(got, torch.nn.functional.linear(x, w), atol=1e-4, rtol=1e-4)
     xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
     want = torch.nn.functional.linear(xb.float(), wb.float())
-    torch.testing.assert_close(tk.gemv_rows(xb, wb, x_once=x_once).float(), want, atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(tk.gemv_rows(xb, wb).float(), want, atol=2e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("m", [2, 4, 8])
 @pytest.mark.parametrize("variant", ["silu_mul", "norm", "norm_residual"])
 def test_gemv_rows_bf16_within_rounding_of_linear(m, variant):
-    """bf16 at a 0.6B-like width (K 1024, several K tiles under the interpreter's fixed tile): the x-once
-    kernel is within bf16 rounding of F.linear (float32 sums over the bf16 inputs), every variant."""
+    """bf16 at a 0.6B-like width (K 1024, several K tiles under the interpreter's fixed tile): the kernel is
+    within bf16 rounding of F.linear (float32 sums over the bf16 inputs), every variant."""
     g = torch.Generator().manual_seed(23 + m)
     n, k = 48, 1024
     x = torch.randn(m, 2 * k if variant == "silu_mul" else k, generator=g).to(DEVICE, torch.bfloat16)
@@ -258,10 +253,9 @@ def test_gemv_rows_bf16_within_rounding_of_linear(m, variant):
     torch.testing.assert_close(got.float(), want, atol=3e-2, rtol=2e-2)
 
 
-@X_ONCE
 @pytest.mark.parametrize("m", [2, 5, 8])
 @pytest.mark.parametrize("with_residual", [False, True])
-def test_gemv_rows_with_folded_rmsnorm(m, with_residual, x_once):
+def test_gemv_rows_with_folded_rmsnorm(m, with_residual):
     g = torch.Generator().manual_seed(17 + m + with_residual)
     n, k = 40, 72
     x = torch.randn(m, k, generator=g).to(DEVICE)
@@ -272,19 +266,17 @@ def test_gemv_rows_with_folded_rmsnorm(m, with_residual, x_once):
         res = torch.randn(m, k, generator=g).to(DEVICE) * torch.arange(1, m + 1, device=DEVICE)[:, None]
         res_before = res.clone()
         res_out = torch.full_like(res, float("nan"))
-        got = tk.gemv_rows(
-            x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out, x_once=x_once
-        )
+        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
         torch.testing.assert_close(res, res_before)  # the old stream is left as it was
         torch.testing.assert_close(res_out, res_before + x, **TOL)
         want = torch.nn.functional.linear(_ref_rmsnorm(res_before + x, nw, 1e-6), w, b)
     else:
-        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6, x_once=x_once)
+        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6)
         want = torch.nn.functional.linear(_ref_rmsnorm(x, nw, 1e-6), w, b)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     r = res_before.clone() if with_residual else None  # the same as the two launches it replaces
     torch.testing.assert_close(
-        got, tk.gemv_rows(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b, x_once=x_once), atol=1e-5, rtol=1e-5
+        got, tk.gemv_rows(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b), atol=1e-5, rtol=1e-5
     )
 
 

@@ -19,9 +19,9 @@ from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
 # the default `gemv_rows_batch_max`: 0, i.e. no step uses `gemv_rows` unless a caller raises it. On the H200
-# (docs/benchmarks.md, runs D and E): the few-row kernels are correct (run D's logit differences were
-# engine_bench's, whose two runs of a step read different KV); after the x-once kernel's layout fix they make
-# a 0.6B bs-1 extend of 2 tokens 1.18x a decode (cuBLAS: 1.87x) and of 3-4 tokens ~1.6x (1.9x), but 8 tokens
+# (docs/benchmarks.md, runs D and E): the few-row kernel is correct (run D's logit differences were
+# engine_bench's, whose two runs of a step read different KV); after its layout fix it makes a 0.6B bs-1
+# extend of 2 tokens 1.18x a decode (cuBLAS: 1.87x) and of 3-4 tokens ~1.6x (1.9x), but 8 tokens
 # slower than cuBLAS, and at the 8B each GEMV is 13-75 % slower than cuBLAS at 3-4 rows. Off until the
 # engine's own benchmark measures the model steps with it on at both sizes.
 GEMV_ROWS_BATCH_MAX = 0
@@ -37,8 +37,6 @@ FAST_PATH_OPTIONS = {
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     "`gemv_rows_batch_max` requests (default 0: no step) run their linear layers as the few-row "
     "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
-    "gemv_rows_x_once": "`gemv_rows` runs the kernel that loads the activations once per K tile for all rows "
-    "(per-row accumulators; up to 8 rows) (off: the first few-row kernel, activations loaded per column)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -230,7 +228,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     def gemv(x: torch.Tensor, layer: torch.nn.Linear, **variant) -> torch.Tensor:
         if one_row:
             return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
-        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, x_once=backend.gemv_rows_x_once, **variant)
+        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         return gemv(x, layer) if small else layer(x)

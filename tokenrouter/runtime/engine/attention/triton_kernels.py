@@ -843,8 +843,8 @@ def store_kv(
 # these few-megabyte GEMVs far below the copy bandwidth (measured on the H200: 12.4 us for Qwen3-0.6B's
 # 12.6 MB gate_up, about 1 TB/s). This kernel spreads the output columns over many programs, reads each
 # weight tile once with wide contiguous loads, and can fuse SiLU(gate) * up into its input load
-# (down_proj). Only for one row (`gemv_rows` below takes 2-16: a tensor-core variant for 2-16 rows measured
-# slower than cuBLAS, see docs/benchmarks.md).
+# (down_proj). Only for one row (`gemv_rows` below takes 2-8 rows; a tensor-core variant for 2-16 rows
+# measured slower than cuBLAS, see docs/benchmarks.md).
 # ---------------------------------------------------------------------------------------------------------
 
 _GEMV_TILES_BASE = [  # the tile shapes of runs A/B (docs/benchmarks.md)
@@ -1017,134 +1017,28 @@ def gemv(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Few-row linear layers (GEMV over M = 2..16 rows). A step of 2-8 tokens (a bs-1 extend of 2-8 new tokens,
+# Few-row linear layers (GEMV over M = 2..8 rows). A step of 2-8 tokens (a bs-1 extend of 2-8 new tokens,
 # a decode of 2-8 rows) under cuBLAS reads its small weights at about 1 TB/s (too few CTAs for a few rows);
 # a `tl.dot` GEMM for these rows lost to cuBLAS (run B). This kernel is the one-row GEMV with every
 # program keeping all M rows: it reads each weight tile once and accumulates M dot products from it with
-# float32 FMAs (no tensor cores), so the step stays bound by one read of the weights. The activations are
-# re-read from L1 for each weight vector (M 16-byte loads per 16 bytes of weights: L1 traffic, not DRAM).
-# Each thread sums its 8-element products at once, so the accumulators stay small (compiled for sm_90:
-# 51-205 registers for BLOCK_M 2-8, up to 238 for 16, no spills). Same input variants as `gemv`.
+# float32 FMAs (no tensor cores), so the step stays bound by one read of the weights, and it loads the
+# activations once per K tile for all rows. Every tensor is a K tile viewed as [.., BLOCK_K // 8, 8] (one
+# thread's 16-byte load in the last dim, the threads along the middle one: BLOCK_K = 256 * num_warps, so no
+# row or column is split over threads): the weights [BLOCK_N, BLOCK_K // 8, 8] as in `gemv`, the
+# activations [BLOCK_M, BLOCK_K // 8, 8] loaded (and SiLU * up / add & RMSNorm applied) once for all rows.
+# Row m is picked from them in registers (a masked sum with -0.0, which folds away) and multiplied into its
+# own accumulator [BLOCK_N, BLOCK_K // 8] (one float32 per column and thread: the 8 products of a 16-byte
+# vector are summed at once), so per weight vector a thread issues about M * 12 FP ops and no other loads.
+# Rows are unrolled up to 8 (accumulators acc0..acc7: Triton has no arrays of tensors). Same input variants
+# as `gemv`. Compiled for sm_90 with Triton 3.6 and 3.9 (their ptxas, launch-time divisibility): 64-255
+# registers, no spills, for every config and variant below; a K tile at 8 rows is ~400 instructions (before
+# the 2-D loads below, Triton 3.6 made it ~4200, see there).
+# A first kernel that loaded the activations per output column ([BLOCK_M, BLOCK_N, BLOCK_K]) was removed:
+# on the H200 it was slower in 38 of 40 kernel cases (up to 4x) and every model step (docs/benchmarks.md,
+# "Run E").
 # ---------------------------------------------------------------------------------------------------------
 
-GEMV_ROWS_LIMIT = 16  # the most rows `gemv_rows` takes (BLOCK_M up to 16)
-_GEMV_ROWS_TILES = {  # BLOCK_M -> (BLOCK_N, BLOCK_K, warps, stages): fewer columns as the rows grow
-    2: [(2, 1024, 4, 1), (4, 1024, 4, 1), (8, 512, 4, 2), (4, 512, 4, 2), (8, 1024, 8, 1), (16, 512, 8, 2)],
-    4: [(2, 1024, 4, 1), (4, 512, 4, 2), (8, 256, 4, 2), (2, 512, 4, 2), (4, 1024, 8, 1), (8, 512, 8, 2)],
-    8: [(2, 512, 4, 1), (4, 256, 4, 2), (2, 1024, 8, 1), (4, 512, 8, 2), (8, 256, 8, 2), (16, 128, 8, 2)],
-    16: [(2, 256, 4, 1), (4, 128, 4, 2), (8, 128, 8, 2)],  # 8-byte loads (16 rows: not on by default)
-}
-_GEMV_ROWS_CONFIGS = {bm: _tile_configs(tiles) for bm, tiles in _GEMV_ROWS_TILES.items()}
-
-
-@triton.jit
-def _gemv_rows_kernel(
-    X,
-    W,
-    Bias,
-    Y,
-    R,
-    R_out,
-    NW,
-    M,
-    N,
-    K,
-    stride_x,
-    stride_wn,
-    eps,
-    HAS_BIAS: tl.constexpr,
-    SILU_MUL: tl.constexpr,  # row m of X is [gate | up] of width 2K: its input is SiLU(gate) * up
-    NORM: tl.constexpr,  # row m's input is RMSNorm(h_m) * NW, h = X (+ R when HAS_RES)
-    HAS_RES: tl.constexpr,  # h = X + R ([M, K] contiguous), and program 0 writes h to R_out
-    BLOCK_M: tl.constexpr,  # M rounded up to a power of two
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    USE_PDL: tl.constexpr = False,
-):
-    # Every tensor is 3-D [rows, columns, K] so that all share the weight tile's layout (no layout
-    # conversions, no shared memory): the weights as [1, BLOCK_N, BLOCK_K], the activations loaded as
-    # [BLOCK_M, BLOCK_N, BLOCK_K] with the same addresses for every column (L1 hits after the first).
-    pid = tl.program_id(0)
-    offs_m = tl.arange(0, BLOCK_M)[:, None, None]
-    m_ok = offs_m < M
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :, None]
-    n_ok = offs_n < N
-    first_n = tl.arange(0, BLOCK_N)[None, :, None] == 0  # program 0 writes R_out from one column only
-    zero_n = tl.zeros([1, BLOCK_N, 1], dtype=tl.int64)  # broadcasts the activations over the columns
-    w_rows = W + offs_n.to(tl.int64) * stride_wn
-    x_rows = X + offs_m.to(tl.int64) * stride_x + zero_n
-    r_rows = offs_m.to(tl.int64) * K + zero_n  # R / R_out are [M, K] contiguous
-    # as in `_gemv_kernel`: the first weight tile is read before the PDL wait, each next one after the
-    # current tile's math; the norm in the same pass (per row: rstd_m factors out of row m's dot products)
-    offs_k = tl.arange(0, BLOCK_K)[None, None, :]
-    w = tl.load(w_rows + offs_k, mask=n_ok & (offs_k < K), other=0.0)
-    if USE_PDL:  # wait for the kernel before, then let the next one start
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    # per K vector of 8 (one thread's 16-byte load) the products are summed at once, so the accumulators
-    # hold BLOCK_K // 8 sums per row and column
-    ss = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K // 8], dtype=tl.float32)  # the same sums in every column
-    acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)[None, None, :]
-        k_ok = offs_k < K
-        mk_ok = m_ok & k_ok & (zero_n == 0)
-        x = tl.load(x_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
-        if SILU_MUL:
-            up = tl.load(x_rows + K + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
-            x = (x / (1.0 + tl.exp(-x)) * up).to(W.dtype.element_ty).to(tl.float32)
-        if NORM:
-            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
-                r = tl.load(R + r_rows + offs_k, mask=mk_ok, other=0.0).to(tl.float32)
-                h = (x + r).to(R_out.dtype.element_ty)
-                if pid == 0:
-                    tl.store(R_out + r_rows + offs_k, h, mask=mk_ok & first_n)
-                x = h.to(tl.float32)
-            ss += tl.sum(tl.reshape(x * x, [BLOCK_M, BLOCK_N, BLOCK_K // 8, 8]), 3)
-            x = x * tl.load(NW + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-        prod = w.to(tl.float32) * x  # M FMAs per weight element read
-        acc += tl.sum(tl.reshape(prod, [BLOCK_M, BLOCK_N, BLOCK_K // 8, 8]), 3)
-        nxt = offs_k + BLOCK_K  # the last iteration's load is fully masked: no memory traffic
-        w = tl.load(w_rows + nxt, mask=n_ok & (nxt < K), other=0.0)
-    out = tl.sum(acc, 2)  # [BLOCK_M, BLOCK_N]
-    if NORM:
-        out = out * tl.rsqrt(tl.sum(ss, 2) / K + eps)
-    offs_m = tl.arange(0, BLOCK_M)[:, None]
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    if HAS_BIAS:
-        out += tl.load(Bias + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
-    y_ptrs = Y + offs_m.to(tl.int64) * N + offs_n
-    tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=(offs_m < M) & (offs_n < N))
-
-
-if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
-    _gemv_rows = dict.fromkeys(_GEMV_ROWS_CONFIGS, _gemv_rows_kernel)
-else:
-    _ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]  # one autotuner per BLOCK_M
-    _gemv_rows = {
-        bm: triton.autotune(configs=cfgs, key=_ROWS_KEY)(_gemv_rows_kernel)
-        for bm, cfgs in _GEMV_ROWS_CONFIGS.items()
-    }
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The few-row GEMV with the activations read once per K tile (`gemv_rows(x_once=True)`, the default). The
-# kernel above loads the activations as [BLOCK_M, BLOCK_N, BLOCK_K], once per output column of the tile,
-# and converts each copy to float32: at 8 rows it issued several times the one-row GEMV's instructions per
-# weight byte and was slower than cuBLAS (H200: bs 1 extend of 8 tokens 2.9 ms vs 1.3 ms). Here every
-# tensor is a K tile viewed as [.., BLOCK_K // 8, 8] (one thread's 16-byte load in the last dim, the
-# threads along the middle one: BLOCK_K = 256 * num_warps, so no row or column is split over threads):
-# the weights [BLOCK_N, BLOCK_K // 8, 8] as in `gemv`, the activations [BLOCK_M, BLOCK_K // 8, 8] loaded
-# (and SiLU * up / add & RMSNorm applied) once for all rows. Row m is picked from them in registers (a
-# masked sum with -0.0, which folds away) and multiplied into its own accumulator [BLOCK_N, BLOCK_K // 8]
-# (one float32 per column and thread: the 8 products of a 16-byte vector are summed at once), so per
-# weight vector a thread issues about M * 12 FP ops and no other loads. Rows are unrolled up to 8
-# (accumulators acc0..acc7: Triton has no arrays of tensors). Compiled for sm_90 with Triton 3.6 and 3.9
-# (their ptxas, launch-time divisibility): 64-255 registers, no spills, for every config and variant below;
-# a K tile at 8 rows is ~400 instructions (before the 2-D loads below, Triton 3.6 made it ~4200, see there).
-# ---------------------------------------------------------------------------------------------------------
-
-GEMV_FEW_LIMIT = 8  # the most rows the x-once kernel takes (BLOCK_M 2, 4, 8)
+GEMV_ROWS_LIMIT = 8  # the most rows `gemv_rows` takes (BLOCK_M 2, 4, 8)
 _GEMV_FEW_TILES = {  # BLOCK_M -> (BLOCK_N, BLOCK_K, warps, stages); BLOCK_K = 256 * warps (see above)
     2: [
         (8, 1024, 4, 1),
@@ -1280,6 +1174,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _gemv_few = dict.fromkeys(_GEMV_FEW_CONFIGS, _gemv_few_kernel)
     _FIXED_FEW = {"BLOCK_N": 4, "BLOCK_K": 64}
 else:
+    _ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]  # one autotuner per BLOCK_M
     _gemv_few = {
         bm: triton.autotune(configs=cfgs, key=_ROWS_KEY)(_gemv_few_kernel)
         for bm, cfgs in _GEMV_FEW_CONFIGS.items()
@@ -1298,15 +1193,13 @@ def gemv_rows(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     pdl: bool = False,
-    x_once: bool = True,
 ) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 2 <= M <= GEMV_ROWS_LIMIT: `gemv`'s
-    kernel with every program keeping all M rows (each weight tile read once, M float32 FMAs per weight
-    element). Autotuned per (M rounded up to a power of two, N, K, variant) on first use, so run it once
-    before a CUDA graph capture. The input variants (`silu_mul`, `norm_weight`, `residual` /
-    `residual_out`, all per row) and `pdl` are `gemv`'s; residual and residual_out are [M, K].
-    `x_once` (up to GEMV_FEW_LIMIT rows): the kernel that loads the activations once per K tile for all
-    rows (`_gemv_few_kernel`); False, or more rows: the first kernel (activations loaded per column)."""
+    """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 2 <= M <= GEMV_ROWS_LIMIT (8):
+    `_gemv_few_kernel`, `gemv` with every program keeping all M rows (each weight tile read once, the
+    activations once per K tile, M float32 FMAs per weight element). Autotuned per (M rounded up to a
+    power of two, N, K, variant) on first use, so run it once before a CUDA graph capture. The input
+    variants (`silu_mul`, `norm_weight`, `residual` / `residual_out`, all per row) and `pdl` are `gemv`'s;
+    residual and residual_out are [M, K]."""
     n, k = weight.shape
     if x.dim() != 2 or not 2 <= x.shape[0] <= GEMV_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"gemv_rows takes 2-{GEMV_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
@@ -1328,9 +1221,7 @@ def gemv_rows(
             raise ValueError("gemv_rows: residual_out must not be residual (other programs still read it)")
     block_m = max(2, triton.next_power_of_2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    few = x_once and m <= GEMV_FEW_LIMIT
-    kernel = _gemv_few[block_m] if few else _gemv_rows[block_m]
-    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    _gemv_few[block_m][lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         bias if bias is not None else weight,
@@ -1350,6 +1241,6 @@ def gemv_rows(
         HAS_RES=residual is not None,
         BLOCK_M=block_m,
         **_pdl(pdl, x.device),
-        **(_FIXED_FEW if few else _FIXED),
+        **_FIXED_FEW,
     )
     return y
