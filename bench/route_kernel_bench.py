@@ -75,7 +75,9 @@ def stdlib_irs() -> dict[str, dict]:
             "norm_entropy (r_stitch)": norm_entropy}  # fmt: skip
 
 
-def unfused(logits: torch.Tensor, st) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def unfused(
+    logits: torch.Tensor, st, sampler: str = "cdf"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same decision as plain torch ops, one statistic at a time (what a hand-written step would do)."""
     from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
     from tokenrouter.runtime.sampling import sample
@@ -87,7 +89,7 @@ def unfused(logits: torch.Tensor, st) -> tuple[torch.Tensor, torch.Tensor, torch
     top2 = p.topk(2, dim=-1).values
     conf, margin = top2[:, 0], top2[:, 0] - top2[:, 1]
     token = sample(x, st.temperature, st.top_k, st.top_p, st.seed, st.position, restrict=False,
-                   all_greedy=not st.any_sampling)  # fmt: skip
+                   all_greedy=not st.any_sampling, sampler=sampler)  # fmt: skip
     logprob = logp.gather(1, token[:, None])[:, 0]
     u = uniform(st.seed, st.position, STREAM_UNIFORM, torch.zeros_like(st.position))
     rule = torch.where(conf < 0.3, 0, -1)
@@ -432,6 +434,8 @@ def main() -> int:
         help="also time the sampled rows' parts at the largest batch (both samplers, debug tails)",
     )
     ap.add_argument("--tail-split-only", action="store_true", help="only the --tail-split table")  # fmt: skip
+    ap.add_argument("--sampler", choices=("cdf", "strided"), default="cdf",  # runtime.sampling.SAMPLERS
+                    help="the two-stage draw of the main tables' kernels (--tail-split times both)")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     ap.add_argument("--md", default=None, help="write the printed tables (markdown) here")
     ap.add_argument("--smoke", action="store_true", help="run every part on CPU under TRITON_INTERPRET=1")
@@ -480,12 +484,14 @@ def main() -> int:
         out(f"\n# {time.time() - t_start:.0f} s")
         dump()
         return 0
-    torch_ref = RouteKernel(plan, "slm", "torch", DEVICE)
-    fused = RouteKernel(plan, "slm", "triton", DEVICE)
+    torch_ref = RouteKernel(plan, "slm", "torch", DEVICE, sampler=args.sampler)
+    fused = RouteKernel(plan, "slm", "triton", DEVICE, sampler=args.sampler)
     opts = fused._triton.options
     v1 = None if args.no_v1 else KernelV1(policy_ir(), DEVICE)
     batches = [int(b) for b in args.batches.split(",")]
-    out("\n## Every statistic (confidence, margin, norm_entropy, logprob, uniform())\n")
+    out(
+        f"\n## Every statistic (confidence, margin, norm_entropy, logprob, uniform()); sampler {args.sampler}\n"
+    )
     out("read µs: a Triton kernel that only reads the same logits once, on the fused kernel's split × block × "
         "warps and prefetch (an element-wise running max, one store per program); amax µs: torch's "
         "`amax(-1)` on the same buffers; floor µs: bytes / the measured bandwidth.\n")  # fmt: skip
@@ -511,7 +517,7 @@ def main() -> int:
                         out(f"# CHECK FAILED bs={rows} {dtype}: d6f8f70 kernel's greedy tokens differ")
                     t_v1 = graph_time_us(lambda k, bufs=bufs, st=st: v1(bufs[k], st), n_buf, args.reps)
                 if not args.no_torch and temp != 1.0:
-                    if not torch.equal(a.token, unfused(bufs[0], st)[0]):
+                    if not torch.equal(a.token, unfused(bufs[0], st, args.sampler)[0]):
                         out(
                             f"# CHECK FAILED bs={rows} {dtype}: unfused tokens differ from the torch renderer"
                         )
@@ -591,7 +597,8 @@ def main() -> int:
                                              read_us=rd, **row))  # fmt: skip
                         return f"{rd:.1f} ({rd / floor:.2f}×)"
                     st, want = states[part], wants[part]
-                    k = RouteKernel(plan, "slm", "triton", DEVICE, split=split, block=block, warps=warps)
+                    k = RouteKernel(plan, "slm", "triton", DEVICE, split=split, block=block, warps=warps,
+                                    sampler=args.sampler)  # fmt: skip
                     k._triton.options.prefetch, k._triton.options.stages = prefetch, stages
                     got = k(bufs[0], None, st)
                     bad = int(((got.token != want.token) | (got.rule != want.rule)).sum())
@@ -623,7 +630,8 @@ def main() -> int:
         out("|" + "---|" * 7)
         for label, ir in stdlib_irs().items():
             p = {"routes": {"slm": ir}, "routers": {}, "models": {}}
-            k_new, k_ref = RouteKernel(p, "slm", "triton", DEVICE), RouteKernel(p, "slm", "torch", DEVICE)
+            k_new = RouteKernel(p, "slm", "triton", DEVICE, sampler=args.sampler)
+            k_ref = RouteKernel(p, "slm", "torch", DEVICE, sampler=args.sampler)
             k_v1 = None if args.no_v1 else KernelV1(ir, DEVICE)
             for dtype in args.dtypes:
                 if time.time() - t_start > args.budget_s:
