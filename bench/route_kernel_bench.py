@@ -525,7 +525,9 @@ def main() -> int:
                     t_ref = graph_time_us(
                         lambda k, bufs=bufs, st=st: torch_ref(bufs[k], None, st), n_buf, slow_reps
                     )
-                    t_unf = graph_time_us(lambda k, bufs=bufs, st=st: unfused(bufs[k], st), n_buf, slow_reps)
+                    t_unf = graph_time_us(
+                        lambda k, bufs=bufs, st=st: unfused(bufs[k], st, args.sampler), n_buf, slow_reps
+                    )
                 first = None
                 for prefetch in args.prefetch:
                     opts.prefetch = prefetch
