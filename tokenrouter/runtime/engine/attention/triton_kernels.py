@@ -951,6 +951,26 @@ else:
     _FIXED = {}
 
 
+def _check_gemv_inputs(fn, shape, x, weight, silu_mul, norm_weight, residual, residual_out) -> None:
+    """The input variants' checks shared by `gemv` and `gemv_rows` (ValueErrors named after `fn`): x's width
+    matches the weight (2K with `silu_mul`), the norm and SiLU * up do not combine, and a residual comes with
+    `residual_out` and a norm, both contiguous and shaped like x (`shape` in the message), and distinct."""
+    k = weight.shape[1]
+    if x.shape[1] != (2 * k if silu_mul else k):
+        raise ValueError(f"{fn}: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}")
+    norm = norm_weight is not None
+    if norm and silu_mul:
+        raise ValueError(f"{fn}: norm_weight and silu_mul do not combine")
+    if (residual is None) != (residual_out is None) or (residual is not None and not norm):
+        raise ValueError(f"{fn}: residual needs residual_out and norm_weight")
+    if residual is not None:
+        for t in (residual, residual_out):
+            if t.shape != x.shape or not t.is_contiguous():
+                raise ValueError(f"{fn}: residual and residual_out must be contiguous {shape} like x")
+        if residual_out.data_ptr() == residual.data_ptr():
+            raise ValueError(f"{fn}: residual_out must not be residual (other programs still read it)")
+
+
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -979,19 +999,8 @@ def gemv(
     n, k = weight.shape
     if x.dim() != 2 or x.shape[0] != 1 or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("gemv takes one row [1, K], contiguous in the last dim")
-    if x.shape[1] != (2 * k if silu_mul else k):
-        raise ValueError(f"gemv: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}")
+    _check_gemv_inputs("gemv", "[1, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
     norm = norm_weight is not None
-    if norm and silu_mul:
-        raise ValueError("gemv: norm_weight and silu_mul do not combine")
-    if (residual is None) != (residual_out is None) or (residual is not None and not norm):
-        raise ValueError("gemv: residual needs residual_out and norm_weight")
-    if residual is not None:
-        for t in (residual, residual_out):
-            if t.shape != x.shape or not t.is_contiguous():
-                raise ValueError("gemv: residual and residual_out must be contiguous [1, K] like x")
-        if residual_out.data_ptr() == residual.data_ptr():
-            raise ValueError("gemv: residual_out must not be residual (other programs still read it)")
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     kernel = _gemv if extra_tiles else _gemv_base
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
@@ -1204,21 +1213,8 @@ def gemv_rows(
     if x.dim() != 2 or not 2 <= x.shape[0] <= GEMV_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"gemv_rows takes 2-{GEMV_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
     m = x.shape[0]
-    if x.shape[1] != (2 * k if silu_mul else k):
-        raise ValueError(
-            f"gemv_rows: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}"
-        )
+    _check_gemv_inputs("gemv_rows", "[M, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
     norm = norm_weight is not None
-    if norm and silu_mul:
-        raise ValueError("gemv_rows: norm_weight and silu_mul do not combine")
-    if (residual is None) != (residual_out is None) or (residual is not None and not norm):
-        raise ValueError("gemv_rows: residual needs residual_out and norm_weight")
-    if residual is not None:
-        for t in (residual, residual_out):
-            if t.shape != (m, k) or not t.is_contiguous():
-                raise ValueError("gemv_rows: residual and residual_out must be contiguous [M, K] like x")
-        if residual_out.data_ptr() == residual.data_ptr():
-            raise ValueError("gemv_rows: residual_out must not be residual (other programs still read it)")
     block_m = max(2, triton.next_power_of_2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     _gemv_few[block_m][lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
