@@ -172,6 +172,20 @@ def sample(
     return torch.where(temperature > 0, sampled_tok, greedy_tok)
 
 
+def _gumbel_max(
+    z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor, idx: torch.Tensor
+) -> torch.Tensor:
+    """Both samplers' stage 2: Gumbel-max (stream 0, index = the id) over each row's candidate ids `idx`
+    [B, n], ascending, so argmax's first maximum is the lowest id; ids >= V (a last partial chunk) take no
+    part. Returns the ids [B] int64."""
+    vocab = z.shape[1]
+    live = idx < vocab
+    idx = torch.where(live, idx, vocab - 1)
+    noise = uniform(seed[:, None], position[:, None], STREAM_SAMPLE, idx).clamp_(U_MIN, U_MAX)
+    scores = torch.where(live, z.gather(1, idx), float("-inf")) - torch.log(-torch.log(noise))
+    return idx.gather(1, scores.argmax(dim=-1, keepdim=True))[:, 0]
+
+
 def draw(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """The two-stage draw (module docstring) from z = logits / T [B, V] float32: token ids [B] int64."""
     rows, vocab = z.shape
@@ -185,11 +199,7 @@ def draw(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.T
     last = torch.where(w > 0, ids, 0).amax(-1)
     chosen = torch.minimum(chosen, last)
     idx = chosen[:, None] * SAMPLE_CHUNK + torch.arange(SAMPLE_CHUNK, device=z.device)[None, :]
-    live = idx < vocab
-    idx = torch.where(live, idx, vocab - 1)
-    noise = uniform(seed[:, None], position[:, None], STREAM_SAMPLE, idx).clamp_(U_MIN, U_MAX)
-    scores = torch.where(live, z.gather(1, idx), float("-inf")) - torch.log(-torch.log(noise))
-    return idx.gather(1, scores.argmax(dim=-1, keepdim=True))[:, 0]
+    return _gumbel_max(z, seed, position, idx)
 
 
 def draw_strided(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
@@ -204,12 +214,7 @@ def draw_strided(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) ->
     chosen = (torch.log(w) - torch.log(-torch.log(u))).argmax(dim=-1)  # the first maximum
     span = torch.arange(spans, device=z.device)[:, None] * SAMPLE_CHUNK
     ids = (span + torch.arange(SAMPLE_GROUP, device=z.device)[None, :]).view(1, -1)  # chunk 0's ids
-    idx = ids + chosen[:, None] * SAMPLE_GROUP
-    live = idx < vocab  # ascending ids, so argmax's first maximum is the lowest id
-    idx = torch.where(live, idx, vocab - 1)
-    noise = uniform(seed[:, None], position[:, None], STREAM_SAMPLE, idx).clamp_(U_MIN, U_MAX)
-    scores = torch.where(live, z.gather(1, idx), float("-inf")) - torch.log(-torch.log(noise))
-    return idx.gather(1, scores.argmax(dim=-1, keepdim=True))[:, 0]
+    return _gumbel_max(z, seed, position, ids + chosen[:, None] * SAMPLE_GROUP)
 
 
 def sample_params(
