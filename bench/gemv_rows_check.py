@@ -1,4 +1,4 @@
-"""Where do the few-row GEMV's (`gemv_rows`) wrong logits and slow steps come from? One run, one GPU.
+"""The few-row GEMV (`gemv_rows`) on one GPU: its error against float32 and cuBLAS, and its speed, per call and per step.
 
 Part 1, the kernel alone: the Qwen3-0.6B and -8B linear layers (bf16, random weights) with the input
 variant each has in the fused forward (qkv: norm / norm + residual, o: plain, gate_up: norm + residual,
