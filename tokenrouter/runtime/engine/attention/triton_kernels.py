@@ -408,6 +408,7 @@ def paged_attention(
     pdl: bool = False,
     prefetch: bool = False,
     tickets: torch.Tensor | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -415,7 +416,8 @@ def paged_attention(
     row b's first). k_buffer / v_buffer [slots, kv_heads, head_dim] hold the K/V of every token the
     batch attends to, the new ones included. `max_extend_len` bounds `extend_lens` (it sizes the grid).
     `num_splits` None picks a split count from the launch shape (see `choose_num_splits`); `block_m`
-    (rows per program), `num_warps`, `num_stages` override the kernel's launch options (for tuning);
+    (rows per program), `block_n` (KV tokens per tile, a power of two >= 16), `num_warps`, `num_stages`
+    override the kernel's launch options (for tuning);
     `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B;
     `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`);
     `prefetch` reads the first KV tile of older tokens before waiting on the previous kernel (for PDL;
@@ -442,7 +444,10 @@ def paged_attention(
     if num_splits is None:
         num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, q.device)
     block_d = triton.next_power_of_2(head_dim)
-    block_n = 64 if block_d <= 128 else 32
+    if block_n is None:
+        block_n = 64 if block_d <= 128 else 32
+    elif block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"paged_attention: block_n must be a power of two >= 16, got {block_n}")
     if num_splits > 1:
         mid_o = torch.empty(
             (num_tokens, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
