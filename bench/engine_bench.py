@@ -397,8 +397,8 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
                 # x the largest logit at q 2 and 4, rounding at q 8, the largest q).
                 with torch.inference_mode():
                     ref = engine.graph_runner.replay(fb)[0].float()
-                    off = runner.replay(fb)[0].float()
-                diffs[pt] = ((ref - off).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+                    var = runner.replay(fb)[0].float()  # (not `off`: that names the parts turned off)
+                diffs[pt] = ((ref - var).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
             del runner
         except Exception as e:  # noqa: BLE001 — report the variant and go on with the others
             print(f"| {label} | failed: {type(e).__name__}: {str(e)[:200]} | | | | | | |", flush=True)
