@@ -7,7 +7,7 @@ one CUDA graph that calls `paged_attention` once per layer (`--layers`, default 
 engine launches it (fused split merge with tickets, PDL and prefetch as the engine's defaults), and reports
 microseconds per layer and the KV bytes read per second. Each option set's output is checked against the
 engine's default launch (same inputs). Options: KV splits per row block (the engine's choice:
-`choose_num_splits`, 64 at bs 1), KV tokens per tile (`block_n`, default 64), warps, pipeline stages.
+`choose_num_splits`: 32 at bs 1 with 8 KV heads on 132 SMs), KV tokens per tile (`block_n`, default 64), warps, pipeline stages.
 
     python bench/decode_attention_sweep.py [--shapes 0.6b,8b] [--ctx 512,4096] [--bs 1] [--budget-s 150]
     TRITON_INTERPRET=1 python bench/decode_attention_sweep.py --smoke      # CPU: the checks only, tiny

@@ -380,11 +380,15 @@ def choose_num_splits(
     device: torch.device,
     max_splits: int = MAX_SPLITS,
 ) -> int:
-    """How many programs share one row block's KV range: enough for about two waves on the GPU.
+    """How many programs share one row block's KV range: about one program per SM (rounded up to a power
+    of two). Two waves (the rule before) gave bs 1 with 8 KV heads 64 splits; the decode attention sweep on
+    the H200 (docs/benchmarks.md, "Decode attention at bs 1") measured 32 faster at ctx 4096 (0.6B 13.4 ->
+    11.1 us per layer, 8B 15.9 -> 12.7) and at ctx 512 (5.8 -> 4.9, 7.5 -> 5.8): fewer partials to write and
+    merge, and the merging program's serial tail reads half as many.
 
     Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""
     programs = max(1, batch_size * num_kv_heads * row_blocks)
-    want = math.ceil(2 * _num_sms(device) / programs)
+    want = math.ceil(_num_sms(device) / programs)
     return max(1, min(max_splits, triton.next_power_of_2(want)))
 
 
