@@ -136,8 +136,10 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
 
     backend = TritonAttnBackend(cfg)
     backend.gemv_norm = fold
-    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max) == (8, 0)  # the defaults: off
+    # the defaults: one-request steps of 2-4 tokens, models of hidden size <= 2048 (the tiny one's is 64)
+    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (4, 1, 2048)
     backend.gemv_rows = rows > 0
+    backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
     for name in KERNELS:
         monkeypatch.setattr(tk, name, counted(name))
@@ -156,6 +158,44 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
         # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
         folded = fold and (tokens == 1 or few)
         assert counts["rmsnorm"] == (1 if folded else 1 + 2 * layers), (tokens, counts)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
+def test_large_models_run_unfolded_on_cublas(monkeypatch):
+    """Above `small_hidden_max` neither the few-row GEMV nor the folded norm acts (the H200 measured both
+    slower at the 8B); one-token steps keep the GEMV; the logits are the model's."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    backend = TritonAttnBackend(cfg)
+    backend.small_hidden_max = model.config.hidden_size - 1
+    backend.gemv_rows_max, backend.gemv_rows_batch_max = 8, 8
+    calls: list[dict[str, int]] = []
+
+    def counted(name):
+        real = getattr(tk, name)
+
+        def wrapper(*a, **k):
+            calls[-1][name] += 1
+            return real(*a, **k)
+
+        return wrapper
+
+    for name in KERNELS:
+        monkeypatch.setattr(tk, name, counted(name))
+
+    def forward(fb):
+        calls.append(dict.fromkeys(KERNELS, 0))
+        return fused_decoder_forward(model, fb)
+
+    got = run_steps(model, backend, forward, STEPS)
+    layers = model.config.num_hidden_layers
+    for step, counts in zip(STEPS, calls, strict=True):
+        tokens = sum(len(new) for _, new in step)
+        assert counts["gemv"] == (4 * layers if tokens == 1 else 0), (tokens, counts)
+        assert counts["gemv_rows"] == 0 and counts["rmsnorm"] == 1 + 2 * layers, (tokens, counts)
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)

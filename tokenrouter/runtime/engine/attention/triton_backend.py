@@ -17,14 +17,15 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
-GEMV_ROWS_MAX = 8  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
-# the default `gemv_rows_batch_max`: 0, i.e. no step uses `gemv_rows` unless a caller raises it. On the H200
-# (docs/benchmarks.md, runs D and E): the few-row kernel is correct (run D's logit differences were
-# engine_bench's, whose two runs of a step read different KV); after its layout fix it makes a 0.6B bs-1
-# extend of 2 tokens 1.18x a decode (cuBLAS: 1.87x) and of 3-4 tokens ~1.6x (1.9x), but 8 tokens
-# slower than cuBLAS, and at the 8B each GEMV is 13-75 % slower than cuBLAS at 3-4 rows. Off until the
-# engine's own benchmark measures the model steps with it on at both sizes.
-GEMV_ROWS_BATCH_MAX = 0
+GEMV_ROWS_MAX = 4  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
+GEMV_ROWS_BATCH_MAX = 1  # the default `gemv_rows_batch_max`: the most requests such a step may hold
+# the default `small_hidden_max`: `gemv_rows` and `gemv_norm` act on models of at most this hidden size only.
+# On the H200 (docs/benchmarks.md, "Run F"): at the 0.6B (hidden 1024) the few-row GEMV makes a bs-1 extend
+# of 2 tokens 0.89 ms against 1.37 with cuBLAS and of 4 tokens 1.19 against 1.37 (8 tokens: slower than
+# cuBLAS, run E), and the folded add & RMSNorm saves 1 %; at the 8B (hidden 4096) the few-row GEMV makes a
+# 4-token extend 41 % slower than cuBLAS and the folded norm costs 5-6 % of a decode step (each GEMV
+# program recomputes the 4096-wide norm), so large models run both unfolded and on cuBLAS.
+SMALL_HIDDEN_MAX = 2048
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -32,11 +33,12 @@ GEMV_ROWS_BATCH_MAX = 0
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
-    "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue "
-    "(off: an rmsnorm launch)",
+    "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue, "
+    "on models of hidden size <= `small_hidden_max` (default 2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
-    "`gemv_rows_batch_max` requests (default 0: no step) run their linear layers as the few-row "
-    "Triton GEMV `gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
+    f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
+    f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
+    "`gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -105,8 +107,10 @@ class TritonAttnBackend(AttentionBackend):
         for name in options_off_from_env():
             setattr(self, name, False)
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
-        # gemv_rows_batch_max requests use the few-row GEMV (0 by default: none, see GEMV_ROWS_BATCH_MAX)
+        # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
+        # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
+        self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
         self._rope_tables: dict[int, torch.Tensor] = {}
@@ -215,13 +219,15 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     cos_sin = backend.rope_table(m.rotary)
     tokens = fb.input_ids.shape[0]
     one_row = backend.gemv and tokens == 1
+    small_model = backend.small_hidden_max is None or cfg.hidden_size <= backend.small_hidden_max
     few_rows = (
         backend.gemv_rows
+        and small_model
         and 2 <= tokens <= min(backend.gemv_rows_max, tk.GEMV_ROWS_LIMIT)
         and fb.batch_size <= backend.gemv_rows_batch_max
     )
     small = one_row or few_rows  # the linear layers run as a Triton GEMV, else cuBLAS
-    fold = small and backend.gemv_norm
+    fold = small and backend.gemv_norm and small_model
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
