@@ -23,7 +23,7 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     # tests/engine_gpu/conftest.py chose the interpreter (CPU)
     from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
 
-    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8)
+    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8, 8)
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
     new = {*bench.NEW_AFTER_GEMV_ROWS}
     assert singles == {*new, *bench.NEW_SINCE_AB, "attn_stages", "gemv_rows"}
