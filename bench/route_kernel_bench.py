@@ -14,8 +14,8 @@ torch's `amax(-1)`) and the floor of reading the logits once (bytes / measured b
 each value timed in the same run, with a bit-for-bit check against the first. `--sweep`: launch variants
 at the largest batch (bf16 first), including Triton's own pipeliner (stages) and smaller tiles with more
 programs per SM, each beside the read-only kernel at the same launch. `--tail-split` (`--tail-split-only`:
-nothing else): where the sampled rows' time goes at the largest batch, both samplers ("cdf", the default,
-and "strided"), each with its serial tail cut short by the render-time debug flag (`debug_tail`: "chunk"
+nothing else): where the sampled rows' time goes at the largest batch, both samplers ("strided", the default,
+and "cdf"), each with its serial tail cut short by the render-time debug flag (`debug_tail`: "chunk"
 stops after the chunk choice, "none" skips the draw; benchmarks only, those kernels' tokens are wrong).
 
 Blocks: `policy_ir()` reads every statistic (confidence, margin, norm_entropy, logprob, uniform());
@@ -32,6 +32,8 @@ import sys
 import time
 
 import torch
+
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS
 
 
 def policy_ir() -> dict:
@@ -76,7 +78,7 @@ def stdlib_irs() -> dict[str, dict]:
 
 
 def unfused(
-    logits: torch.Tensor, st, sampler: str = "cdf"
+    logits: torch.Tensor, st, sampler: str = DEFAULT_SAMPLER
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same decision as plain torch ops, one statistic at a time (what a hand-written step would do)."""
     from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
@@ -434,7 +436,7 @@ def main() -> int:
         help="also time the sampled rows' parts at the largest batch (both samplers, debug tails)",
     )
     ap.add_argument("--tail-split-only", action="store_true", help="only the --tail-split table")  # fmt: skip
-    ap.add_argument("--sampler", choices=("cdf", "strided"), default="cdf",  # runtime.sampling.SAMPLERS
+    ap.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
                     help="the two-stage draw of the main tables' kernels (--tail-split times both)")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     ap.add_argument("--md", default=None, help="write the printed tables (markdown) here")

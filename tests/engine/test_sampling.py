@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from tokenrouter.runtime.rng import uniform_int
-from tokenrouter.runtime.sampling import SamplingParams, SamplingTensors, sample, sample_params, seed_to_int64
+from tokenrouter.runtime.sampling import (
+    DEFAULT_SAMPLER,
+    SamplingParams,
+    SamplingTensors,
+    sample,
+    sample_params,
+    seed_to_int64,
+)
 
 
 def test_greedy_ties_go_to_lowest_index():
@@ -16,23 +23,61 @@ def test_greedy_ties_go_to_lowest_index():
     assert sample_params(logits, params, [0, 1, 2]).tolist() == [2, 0, 1]
 
 
-def test_matches_reference_gumbel_max():
-    g = torch.Generator().manual_seed(1)
-    vocab = 37
-    logits = torch.randn(4, vocab, generator=g) * 2
-    seeds = [3, 2**63 + 5, 12345678901234, 0]
-    temps = [1.0, 0.7, 1.3, 2.0]
-    positions = [0, 9, 100, 4096]
-    params = [SamplingParams(temperature=t, seed=s) for t, s in zip(temps, seeds, strict=True)]
-    got = sample_params(logits, params, positions).tolist()
+def _gumbel(seed: int, position: int, stream: int, index: int) -> float:
+    return -math.log(-math.log(min(max(uniform_int(seed, position, stream, index), 2.0**-24), 1 - 2.0**-24)))
+
+
+ROWS = dict(  # a vocabulary of fewer than SAMPLE_CHUNK ids, four rows of seeds, temperatures, positions
+    seeds=[3, 2**63 + 5, 12345678901234, 0], temps=[1.0, 0.7, 1.3, 2.0], positions=[0, 9, 100, 4096]
+)
+
+
+def _rows(vocab: int = 37):
+    logits = torch.randn(4, vocab, generator=torch.Generator().manual_seed(1)) * 2
+    params = [
+        SamplingParams(temperature=t, seed=s) for t, s in zip(ROWS["temps"], ROWS["seeds"], strict=True)
+    ]
+    return logits, params, ROWS["positions"]
+
+
+def test_cdf_matches_reference_gumbel_max():
+    """ "cdf" over a vocabulary of one chunk is plain Gumbel-max (stream 0)."""
+    logits, params, positions = _rows()
+    got = sample_params(logits, params, positions, sampler="cdf").tolist()
     for row in range(4):
-        best, best_v = -math.inf, -1
-        for v in range(vocab):
-            u = min(max(uniform_int(seeds[row], positions[row], 0, v), 2.0**-24), 1 - 2.0**-24)
-            score = float(logits[row, v]) / temps[row] - math.log(-math.log(u))
-            if score > best:
-                best, best_v = score, v
-        assert got[row] == best_v
+        seed, pos, t = ROWS["seeds"][row], positions[row], ROWS["temps"][row]
+        scores = [float(logits[row, v]) / t + _gumbel(seed, pos, 0, v) for v in range(logits.shape[1])]
+        assert got[row] == max(range(len(scores)), key=lambda v: (scores[v], -v))
+
+
+def test_strided_matches_reference():
+    """ "strided" (the default) over a vocabulary of one span: chunk j = ids 8j..8j+7, chosen by Gumbel-max
+    (stream 3) over the log chunk masses, then Gumbel-max (stream 0) within it."""
+    logits, params, positions = _rows()
+    assert DEFAULT_SAMPLER == "strided"
+    got = sample_params(logits, params, positions).tolist()
+    assert got == sample_params(logits, params, positions, sampler="strided").tolist()
+    vocab = logits.shape[1]
+    for row in range(4):
+        seed, pos, t = ROWS["seeds"][row], positions[row], ROWS["temps"][row]
+        z = [float(logits[row, v]) / t for v in range(vocab)]
+        m = max(z)
+        groups = range(-(-vocab // 8))
+        mass = [sum(math.exp(z[v] - m) for v in range(8 * j, min(8 * j + 8, vocab))) for j in groups]
+        j = max(groups, key=lambda j: (math.log(mass[j]) + _gumbel(seed, pos, 3, j), -j))
+        ids = range(8 * j, min(8 * j + 8, vocab))
+        assert got[row] == max(ids, key=lambda v: (z[v] + _gumbel(seed, pos, 0, v), -v))
+
+
+def test_samplers_differ_for_the_same_seed():
+    """The two draws are different functions of the seed: which one is the default matters."""
+    logits, params, positions = _rows(vocab=300)
+    params, positions = params * 10, positions * 10
+    positions = [p + i for i, p in enumerate(positions)]
+    assert not torch.equal(
+        sample_params(logits.repeat(10, 1), params, positions, sampler="cdf"),
+        sample_params(logits.repeat(10, 1), params, positions, sampler="strided"),
+    )
 
 
 def test_seed_determinism_and_batch_independence():

@@ -14,7 +14,7 @@ from route_cases import CASES, with_router  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from tokenrouter.compiler.kernels import render_route_kernel  # noqa: E402
+from tokenrouter.compiler.kernels import DEFAULT_SAMPLER, SAMPLERS, render_route_kernel  # noqa: E402
 from tokenrouter.runtime.route.loader import load_source  # noqa: E402
 
 TYPES = dict(
@@ -91,15 +91,17 @@ def main() -> int:
         if name == "with_router" or i % 4 == 0:
             compile_kernel(mod.rules_kernel, "*fp32", {}, 1)
             n += 1
-    # the "strided" sampler (every statistic: split merge; no statistic: one program per row) and the
-    # benchmarks' debug tails of both samplers (bf16, split 4, as --tail-split launches them at bs 64)
+    # the cases above render the default sampler; the other one (every statistic: split merge; no
+    # statistic: one program per row) and the benchmarks' debug tails of both samplers (bf16, split 4, as
+    # --tail-split launches them at bs 64)
+    (other,) = (s for s in SAMPLERS if s != DEFAULT_SAMPLER)
     ir = irs["citer_like"]
     sampled = dict(SPLIT=4, BLOCK=4096, SC=2048, NC=128, SG=8, SAMPLING=True, HAS_FORCED=True, EVAL_RULES=True,
                    WRITE_FEATURES=False, FAST_MATH=True, PREFETCH=1, STAGES=0)  # fmt: skip
     for sampler, tail, logits_type, changes in (
-        ("strided", "full", "*bf16", {}),
-        ("strided", "full", "*fp32", dict(SPLIT=1, HAS_FORCED=False)),
-        ("strided", "full", "*bf16", dict(BLOCK=8192, PREFETCH=0, STAGES=3)),
+        (other, "full", "*bf16", {}),
+        (other, "full", "*fp32", dict(SPLIT=1, HAS_FORCED=False)),
+        (other, "full", "*bf16", dict(BLOCK=8192, PREFETCH=0, STAGES=3)),
         ("strided", "chunk", "*bf16", {}),
         ("strided", "none", "*bf16", {}),
         ("cdf", "chunk", "*bf16", {}),

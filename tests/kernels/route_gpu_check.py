@@ -1,13 +1,14 @@
 """The compiled Triton route kernel against the torch renderer at the full vocabulary (151,936) on a GPU:
 bs 1 / 8 / 64 (the launcher's split and tile choices), fp32 and bf16 logits, random, tied and extreme rows,
-greedy, temperature (T = 1 and not), top-k and top-p rows. Tokens and fired rules must be equal, except a
-sampled row whose chunk draw u lies within 1e-5 (relative) of a chunk boundary of the cumulative mass
-(docs/ir.md: the two renderers sum in different orders); those are counted and printed. With the word
-`strided` among the arguments both renderers use the "strided" sampler; then the tolerated differences are
-rows whose two best chunk scores, or two best Gumbel scores within the chunk, are within 1e-4 of each other.
-A script, so that it runs where pytest is not installed: python route_gpu_check.py [ROWS,... [VOCAB [cpu]]]
-[strided] (cpu: under Triton's interpreter, to check this script itself at a small vocabulary). Exits
-non-zero on a mismatch."""
+greedy, temperature (T = 1 and not), top-k and top-p rows. Tokens and fired rules must be equal, except
+sampled rows within float rounding of another outcome, counted and printed: with the "strided" sampler (the
+default, tokenrouter.runtime.sampling.DEFAULT_SAMPLER) rows whose two best chunk scores, or two best Gumbel
+scores within the chunk, are within 1e-4 of each other; with the word `cdf` among the arguments both
+renderers use the "cdf" sampler, and the tolerated rows are those whose chunk draw u lies within 1e-5
+(relative) of a chunk boundary of the cumulative mass (docs/ir.md: the two renderers sum in different
+orders). A script, so that it runs where pytest is not installed: python route_gpu_check.py
+[ROWS,... [VOCAB [cpu]]] [cdf|strided] (cpu: under Triton's interpreter, to check this script itself at a
+small vocabulary). Exits non-zero on a mismatch."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import math
 import os
 import sys
 
-SAMPLER = "strided" if "strided" in sys.argv[1:] else "cdf"
-sys.argv = [a for a in sys.argv if a != "strided"]
+SAMPLER = next((a for a in sys.argv[1:] if a in ("cdf", "strided")), None)  # None: the default (below)
+sys.argv = [a for a in sys.argv if a not in ("cdf", "strided")]
 if sys.argv[3:4] == ["cpu"]:
     os.environ["TRITON_INTERPRET"] = "1"
 else:
@@ -28,7 +29,9 @@ from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits 
 
 from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform_int  # noqa: E402
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel  # noqa: E402
-from tokenrouter.runtime.sampling import SAMPLE_CHUNK, SAMPLE_GROUP  # noqa: E402
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLE_CHUNK, SAMPLE_GROUP  # noqa: E402
+
+SAMPLER = SAMPLER or DEFAULT_SAMPLER
 
 
 def near_chunk_boundary(row: torch.Tensor, temperature: float, seed: int, position: int) -> bool:

@@ -1,7 +1,7 @@
 """The Triton route kernel under Triton's interpreter against the torch renderer (run as a script, in a
 fresh process, with TRITON_INTERPRET=1 set before triton is imported; test_route_triton_interp.py runs it).
 Usage: python route_interp_check.py TMPDIR [cpu|cuda] [cdf|strided] (the sampler of both renderers, default
-cdf). Exits non-zero with the first mismatch."""
+tokenrouter.runtime.sampling.DEFAULT_SAMPLER). Exits non-zero with the first mismatch."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits 
 
 from tokenrouter.runtime.route import RouteKernel  # noqa: E402
 from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER  # noqa: E402
 
 HIDDEN = STDLIB_HIDDEN
 
@@ -50,7 +51,7 @@ def router_plan(tmp: str, kind: str, inputs: list[dict], ir: dict) -> dict:
 def main() -> int:
     tmp = sys.argv[1]
     device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
-    sampler = sys.argv[3] if len(sys.argv) > 3 else "cdf"
+    sampler = sys.argv[3] if len(sys.argv) > 3 else DEFAULT_SAMPLER
     rows, vocab = 6, 150
     checked = 0
     chunks: set[int] = set()

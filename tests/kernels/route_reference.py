@@ -11,6 +11,7 @@ from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_SAMPLE, STREAM_UNIFORM,
 SAMPLE_CHUNK = 2048  # docs/ir.md, "Randomness" (written out here, not imported)
 SAMPLE_GROUP = 8  # the "strided" sampler's ids per chunk and span
 STREAM_GROUP = 3
+DEFAULT_SAMPLER = "strided"  # runtime.sampling.DEFAULT_SAMPLER, written out (test_route_sampling checks it)
 
 INF = math.inf
 
@@ -45,7 +46,7 @@ def sample_row(
     temperature: float,
     top_k: int,
     top_p: float,
-    sampler: str = "cdf",
+    sampler: str = DEFAULT_SAMPLER,
 ) -> int:
     vocab = len(row)
     if temperature == 0:
@@ -202,7 +203,7 @@ def eval_rules(ir: dict, feats: dict, routers: dict[str, float], uniform: float)
     return -1
 
 
-def reference(ir: dict, logits, state, router_out=None, sampler: str = "cdf") -> list[dict]:
+def reference(ir: dict, logits, state, router_out=None, sampler: str = DEFAULT_SAMPLER) -> list[dict]:
     """Per row: token, logprob, rule and the features, from tensors (logits [B, V]; state: RouteBatchState)."""
     rows = []
     x = logits.float().tolist()

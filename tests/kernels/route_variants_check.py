@@ -4,7 +4,7 @@ plain loop's results (prefetch 0, stages 0, the same split and tile) bit for bit
 within route_interp_check's tolerances. Run as a script in a fresh process (TRITON_INTERPRET=1 must be set
 before triton is imported); test_route_triton_variants.py runs it. Usage:
 python route_variants_check.py PREFETCH [STAGES [WARPS]] [cuda] [cdf|strided] (the sampler of both renderers,
-default cdf). Exits non-zero at the first mismatch."""
+default tokenrouter.runtime.sampling.DEFAULT_SAMPLER). Exits non-zero at the first mismatch."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits 
 from route_interp_check import compare  # noqa: E402
 
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel  # noqa: E402
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER  # noqa: E402
 
 # (split, block, logits): one or two programs per row, one or two sampling chunks per tile
 VARIANTS = ((1, 2048, torch.float32), (2, 2048, torch.bfloat16), (2, 4096, torch.float32))
@@ -40,7 +41,7 @@ def bitwise_equal(a, b, label: str) -> None:
 def main() -> int:
     args = [a for a in sys.argv[1:] if a not in ("cuda", "cdf", "strided")]
     device = "cuda" if "cuda" in sys.argv[1:] else "cpu"
-    sampler = "strided" if "strided" in sys.argv[1:] else "cdf"
+    sampler = next((a for a in sys.argv[1:] if a in ("cdf", "strided")), DEFAULT_SAMPLER)
     prefetch = int(args[0])
     stages = int(args[1]) if len(args) > 1 else 0
     warps = int(args[2]) if len(args) > 2 else None

@@ -2,7 +2,9 @@
 cumulative mass, then Gumbel-max within the chunk) and "strided" (chunk of ids v with (v mod 2048) // 8 == j
 by Gumbel-max over log chunk masses, then Gumbel-max within it). Each is an exact sample from
 softmax(logits / T) across chunks and spans (a chi-square test), "cdf" is plain Gumbel-max for a vocabulary
-of one chunk, and both give the per-row Python reference's tokens over several chunks."""
+of one chunk, and both give the per-row Python reference's tokens over several chunks. The default sampler
+("strided") is one constant that the runtime, the compiler (which never imports the runtime) and the Python
+reference each write out; every path that samples with it gives the same tokens for a seed."""
 
 from __future__ import annotations
 
@@ -12,17 +14,23 @@ import pytest
 import torch
 from route_cases import CASES
 from route_inputs import mixed_state, random_logits
+from route_reference import DEFAULT_SAMPLER as REF_DEFAULT
 from route_reference import SAMPLE_CHUNK as REF_CHUNK
 from route_reference import reference
 from scipy.stats import chisquare
 from test_route_torch import assert_matches, plan_for
 
+from tokenrouter.compiler.kernels import DEFAULT_SAMPLER as RENDER_DEFAULT
+from tokenrouter.compiler.kernels import SAMPLERS as RENDER_SAMPLERS
+from tokenrouter.compiler.kernels import render_route_kernel
 from tokenrouter.runtime.rng import uniform_int
 from tokenrouter.runtime.route import RouteKernel
-from tokenrouter.runtime.sampling import SAMPLE_CHUNK, sample
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLE_CHUNK, SAMPLERS, sample
 
 
-def _draws(logits_row: torch.Tensor, n: int, temperature: float, seed: int = 5, sampler: str = "cdf"):
+def _draws(
+    logits_row: torch.Tensor, n: int, temperature: float, seed: int = 5, sampler: str = DEFAULT_SAMPLER
+):
     logits = logits_row[None].expand(n, -1).contiguous()
     return sample(logits, torch.full((n,), temperature), torch.zeros(n, dtype=torch.int64), torch.ones(n),
                   torch.full((n,), seed, dtype=torch.int64), torch.arange(n), restrict=False,
@@ -31,6 +39,37 @@ def _draws(logits_row: torch.Tensor, n: int, temperature: float, seed: int = 5, 
 
 def test_chunk_size_is_the_documented_one():
     assert SAMPLE_CHUNK == REF_CHUNK == 2048
+
+
+def test_one_default_sampler():
+    """The runtime's, the compiler's and the Python reference's default and list of samplers agree, and the
+    renderers emit the default when none is named."""
+    assert DEFAULT_SAMPLER == RENDER_DEFAULT == REF_DEFAULT == "strided"
+    assert SAMPLERS == RENDER_SAMPLERS and DEFAULT_SAMPLER in SAMPLERS
+    ir = CASES["citer_like"]()
+    for backend in ("torch", "triton"):
+        assert f"SAMPLER = {DEFAULT_SAMPLER!r}" in render_route_kernel(ir, backend)
+    assert RouteKernel(plan_for(ir), "slm", "torch").sampler == DEFAULT_SAMPLER
+
+
+def test_default_is_the_same_on_every_path():
+    """For the same seeds and positions, with no sampler named anywhere: the torch-rendered route kernel
+    (its own draw for free rows, `sample` for top-k / top-p rows), `sample`, `sample_params` (the engines'
+    offline generation calls `sample` the same way) and the Python reference give the same tokens, those of
+    the default sampler and not of the other one."""
+    ir = CASES["citer_like"]()
+    rows, vocab = 24, 2 * SAMPLE_CHUNK + 300
+    logits = random_logits(rows, vocab, seed=5, scale=1.0)
+    state = mixed_state(rows)
+    kernel = RouteKernel(plan_for(ir), "slm", "torch")(logits, None, state).token
+    via_sample = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position)
+    assert torch.equal(kernel, via_sample)
+    assert kernel.tolist() == [r["token"] for r in reference(ir, logits, state)]
+    assert torch.equal(kernel, sample(logits, state.temperature, state.top_k, state.top_p, state.seed,
+                                      state.position, sampler=DEFAULT_SAMPLER))  # fmt: skip
+    (other,) = (s for s in SAMPLERS if s != DEFAULT_SAMPLER)
+    assert not torch.equal(kernel, sample(logits, state.temperature, state.top_k, state.top_p, state.seed,
+                                          state.position, sampler=other))  # fmt: skip
 
 
 def test_empirical_distribution_across_chunks():
@@ -85,9 +124,10 @@ def test_strided_chunks_are_residues_of_the_span():
 
 
 def test_one_chunk_is_plain_gumbel_max():
+    """ "cdf" only: "strided" first draws one of 256 chunks of 8 ids, even in a vocabulary of one span."""
     vocab = SAMPLE_CHUNK
     row = torch.randn(vocab, generator=torch.Generator().manual_seed(3)) * 2
-    toks = _draws(row, 20, 0.8, seed=11).tolist()
+    toks = _draws(row, 20, 0.8, seed=11, sampler="cdf").tolist()
     for pos, tok in enumerate(toks):
         scores = [float(row[v]) / 0.8 - math.log(-math.log(min(max(uniform_int(11, pos, 0, v), 2**-24),
                                                                    1 - 2**-24))) for v in range(vocab)]  # fmt: skip

@@ -4,28 +4,33 @@
 renderers and every engine produce the same token for the same request whatever the batching:
 - temperature 0: argmax of the logits, ties to the lowest index;
 - temperature T > 0: top-k, then top-p (on softmax(logits / T), after top-k) restrict the candidates
-  (the rest become −inf), then a two-stage draw that needs random numbers for one chunk only:
-  1. the vocabulary is cut into chunks of SAMPLE_CHUNK consecutive ids; chunk c has mass
-     w_c = Σ_{v in c} exp(logits_v / T − max_v logits_v / T); with u = u(seed, position, stream 2, 0),
-     the chunk is the first c whose cumulative mass Σ_{c' <= c} w_c' exceeds u · Σ w (if rounding leaves
-     none, the last chunk with mass > 0);
-  2. within that chunk, Gumbel-max: argmax_v(logits_v / T − log(−log u_v)) with
-     u_v = u(seed, position, stream 0, v) from `tokenrouter.runtime.rng` (v the vocabulary id).
-  P(v) = (w_c / Σ w) · (p_v / w_c) = softmax(logits / T)_v: an exact sample. With a vocabulary of at most
-  SAMPLE_CHUNK ids it is plain Gumbel-max. Two implementations agree on the token except when u falls
-  within float-summation error of a chunk boundary (the fused kernel sums in another order; about 1e-5 of
-  the draws at 75 chunks) or two Gumbel scores tie to float32 rounding.
-  That is the default sampler, "cdf". The other, "strided" (SAMPLERS; chosen per route kernel, behind a
-  switch while it is measured), is exact too but gives other tokens for the same seed:
+  (the rest become −inf), then a two-stage draw that needs random numbers for one chunk only. There are two
+  such draws (SAMPLERS), both exact samples from softmax(logits / T) but giving different tokens for the
+  same seed; DEFAULT_SAMPLER, "strided", is the one every path uses unless told otherwise (route kernels of
+  both renderers, their top-k / top-p path, `sample`, the engines' offline generation, the scheduler), so a
+  seed gives the same tokens everywhere. "strided" is the default because it measured faster in the fused
+  Triton kernel (H200, batch 64, docs/benchmarks.md run E); "cdf" stays selectable wherever a sampler is.
+  "strided" (the default):
   1. chunk j (0 <= j < SAMPLE_CHUNK / SAMPLE_GROUP = 256) holds the ids v with
      (v mod SAMPLE_CHUNK) // SAMPLE_GROUP == j: SAMPLE_GROUP = 8 consecutive ids in every span of
-     SAMPLE_CHUNK ids (594 ids at 151,936); its mass w_j as above; the chunk is the Gumbel-max
+     SAMPLE_CHUNK ids (594 ids at 151,936); its mass
+     w_j = Σ_{v in j} exp(logits_v / T − max_v logits_v / T); the chunk is the Gumbel-max
      argmax_j(log w_j − log(−log u_j)) with u_j = u(seed, position, stream 3, j) (ties: the lowest j);
-  2. within it, Gumbel-max over its ids as in "cdf" stage 2 (stream 0, index v).
-  P(v) = (w_j / Σ w) · (p_v / w_j) again. A fused kernel gets the chunk masses for free: they are its
-  per-column sums (v mod SAMPLE_CHUNK) over the row, reduced once per program instead of per tile, and the
-  chunk choice is a max, so no cumulative sum and no chunk table; two implementations differ only when two
-  chunk scores or two Gumbel scores tie to float32 rounding.
+  2. within it, Gumbel-max: argmax_v(logits_v / T − log(−log u_v)) with
+     u_v = u(seed, position, stream 0, v) from `tokenrouter.runtime.rng` (v the vocabulary id).
+  P(v) = (w_j / Σ w) · (p_v / w_j) = softmax(logits / T)_v: an exact sample. A fused kernel gets the chunk
+  masses for free: they are its per-column sums (v mod SAMPLE_CHUNK) over the row, reduced once per program
+  instead of per tile, and the chunk choice is a max, so no cumulative sum and no chunk table; two
+  implementations differ only when two chunk scores or two Gumbel scores tie to float32 rounding.
+  "cdf" (the alternative):
+  1. the vocabulary is cut into chunks of SAMPLE_CHUNK consecutive ids; chunk c has mass w_c as above;
+     with u = u(seed, position, stream 2, 0), the chunk is the first c whose cumulative mass
+     Σ_{c' <= c} w_c' exceeds u · Σ w (if rounding leaves none, the last chunk with mass > 0);
+  2. within that chunk, Gumbel-max as in "strided" stage 2 (stream 0, index v).
+  P(v) = (w_c / Σ w) · (p_v / w_c) again. With a vocabulary of at most SAMPLE_CHUNK ids it is plain
+  Gumbel-max. Two implementations agree on the token except when u falls within float-summation error of a
+  chunk boundary (the fused kernel sums in another order; about 1e-5 of the draws at 75 chunks) or two
+  Gumbel scores tie to float32 rounding.
 Top-k keeps the k largest logits; among equal logits the lower index wins a place. Top-p keeps the shortest
 prefix of the candidates sorted by descending probability (ties by index) whose mass reaches p.
 """
@@ -41,7 +46,8 @@ from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U
 
 SAMPLE_CHUNK = 2048  # ids per chunk of the two-stage draw; part of the sampler's definition
 SAMPLE_GROUP = 8  # the "strided" sampler: consecutive ids of one chunk in each span of SAMPLE_CHUNK ids
-SAMPLERS = ("cdf", "strided")  # the two-stage draws (module docstring); "cdf" is the default
+SAMPLERS = ("cdf", "strided")  # the two-stage draws (module docstring)
+DEFAULT_SAMPLER = "strided"  # every path's sampler unless told otherwise (module docstring)
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
 
@@ -153,7 +159,7 @@ def sample(
     *,
     restrict: bool = True,
     all_greedy: bool = False,
-    sampler: str = "cdf",
+    sampler: str = DEFAULT_SAMPLER,
 ) -> torch.Tensor:
     """Tokens [B] int64 for logits [B, V]. `position` [B] int64: the sequence index of the token being
     sampled (prompt length + tokens committed before it). `restrict=False` skips top-k/top-p (only valid
@@ -218,7 +224,11 @@ def draw_strided(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) ->
 
 
 def sample_params(
-    logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int]
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    positions: Sequence[int],
+    *,
+    sampler: str = DEFAULT_SAMPLER,
 ) -> torch.Tensor:
     """Convenience: `sample` with parameters from SamplingParams objects and positions from a list."""
     st = SamplingTensors.from_params(params, logits.device)
@@ -232,4 +242,5 @@ def sample_params(
         pos,
         restrict=st.restrict,
         all_greedy=st.all_greedy,
+        sampler=sampler,
     )

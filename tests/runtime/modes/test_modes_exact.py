@@ -1,7 +1,9 @@
-"""The baselines route exactly like TokenRouter: under greedy decoding, lockstep and std-serving write the
-same tokens, by the same models, with the same hand-offs, as the in-process executor of the tokenrouter
-mode (itself checked against the sequential reference in tests/runtime/subserver/test_subserver_exact.py);
-llm-only writes every token on the large model."""
+"""The baselines route exactly like TokenRouter: under greedy decoding and when sampling, lockstep and
+std-serving write the same tokens, by the same models, with the same hand-offs, as the in-process executor of
+the tokenrouter mode (itself checked against the sequential reference in
+tests/runtime/subserver/test_subserver_exact.py); llm-only writes every token on the large model, and when
+sampling the same tokens as the engine's own offline generation (the route kernel and `sample` draw with the
+same default sampler)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,25 @@ from modes_helpers import load_lockstep, load_std, run_lockstep
 from subserver_helpers import all_free, compile_policy, compile_stdlib
 
 from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine.generate import generate
 from tokenrouter.runtime.messages import SamplingSpec
 from tokenrouter.runtime.modes import ModeError, largest_model, prepare
 from tokenrouter.runtime.offline import load_offline
+from tokenrouter.runtime.sampling import SamplingParams
 
 PROMPTS = [[(7 * i + j * 5) % 500 + 3 for j in range(2 + i % 6)] for i in range(8)]
 GREEDY = [SamplingSpec(seed=i, max_tokens=24, ignore_eos=True) for i in range(8)]
+SAMPLED = [  # temperature rows, some with top-k / top-p (the route kernel's separate path)
+    SamplingSpec(
+        temperature=(0.9, 1.3)[i % 2],
+        top_k=(0, 0, 20)[i % 3],
+        top_p=(1.0, 0.8)[i % 4 == 1],
+        seed=500 + i,
+        max_tokens=16,
+        ignore_eos=True,
+    )  # fmt: skip
+    for i in range(8)
+]
 PLANS = {
     "bernoulli": lambda tmp: compile_stdlib(tmp, "bernoulli"),
     "r2r": lambda tmp: compile_stdlib(tmp, "r2r"),
@@ -39,6 +54,26 @@ def test_lockstep_and_std_serving_equal_tokenrouter(tmp_path, policy):
     assert all_free(s.engine for s in core.schedulers.values())
     std = load_std(plan, block_size=4)
     assert key(std.generate(PROMPTS, GREEDY)) == key(want)
+
+
+def test_lockstep_and_std_serving_equal_tokenrouter_when_sampling(tmp_path):
+    plan = PLANS["for_k"](tmp_path)
+    want = load_offline(plan, "cpu").generate(PROMPTS, SAMPLED)
+    assert sum(len(r.hops) for r in want) > 0
+    assert key(want) != key(load_offline(plan, "cpu").generate(PROMPTS, GREEDY))  # the draws matter
+    assert key(run_lockstep(load_lockstep(plan), PROMPTS, SAMPLED)) == key(want)
+    assert key(load_std(plan, block_size=4).generate(PROMPTS, SAMPLED)) == key(want)
+
+
+def test_llm_only_sampled_equals_engine_generate(tmp_path):
+    """One model, no hand-offs: the executor's tokens (drawn by the route kernel) are the engine's own
+    offline generation's (drawn by `sample`) for the same seeds, so both use the same default sampler."""
+    plan = prepare(compile_stdlib(tmp_path, "r2r"), "llm-only").plan
+    ex = load_offline(plan, "cpu")
+    got = [r.token_ids for r in ex.generate(PROMPTS, SAMPLED)]
+    params = [SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed,
+                             max_tokens=s.max_tokens, ignore_eos=True) for s in SAMPLED]  # fmt: skip
+    assert got == [g.token_ids for g in generate(ex.schedulers["llm"].engine, PROMPTS, params)]
 
 
 def test_lockstep_runs_the_large_model_in_the_same_global_step(tmp_path):

@@ -15,7 +15,15 @@ the cumulative mass, or a value and a rule's threshold, are within float32 round
 statistics agree to about 1e-6 relative. The RNG itself (the uint32 hash) is bit-identical.
 """
 
-from tokenrouter.compiler.kernels.render import BACKENDS, render_route_kernel
+from tokenrouter.compiler.kernels.render import BACKENDS, DEFAULT_SAMPLER, SAMPLERS, render_route_kernel
 from tokenrouter.compiler.kernels.route_ir import RouteIRError, RouteSpec, check_route_ir
 
-__all__ = ["BACKENDS", "RouteIRError", "RouteSpec", "check_route_ir", "render_route_kernel"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "RouteIRError",
+    "RouteSpec",
+    "check_route_ir",
+    "render_route_kernel",
+]

@@ -63,7 +63,10 @@ def _operands(spec: RouteSpec, backend: str) -> list[list[str]]:
     return out
 
 
-SAMPLERS = ("cdf", "strided")  # tokenrouter.runtime.sampling.SAMPLERS (the compiler never imports runtime)
+# tokenrouter.runtime.sampling.SAMPLERS and DEFAULT_SAMPLER, written out (the compiler never imports runtime;
+# tests/kernels/test_route_sampling.py checks that they agree)
+SAMPLERS = ("cdf", "strided")
+DEFAULT_SAMPLER = "strided"
 DEBUG_TAILS = ("full", "chunk", "none")
 
 
@@ -72,14 +75,15 @@ def render_route_kernel(
     backend: str,
     model: str | None = None,
     *,
-    sampler: str = "cdf",
+    sampler: str = DEFAULT_SAMPLER,
     debug_tail: str = "full",
 ) -> str:
     """Python source of the route kernel for one model's route IR. Raises RouteIRError for a bad IR and
     ValueError for an unknown backend or option. `sampler`: the two-stage draw of temperature sampling
-    (tokenrouter.runtime.sampling, docs/ir.md "Randomness"). `debug_tail` is for benchmarks only, never for
-    serving: "chunk" (Triton) stops the sampled rows' draw after the chunk choice, "none" skips the draw
-    (their tokens are then wrong), to time the sampler's serial tail against the kernel's main pass."""
+    (tokenrouter.runtime.sampling, docs/ir.md "Randomness"), DEFAULT_SAMPLER unless told otherwise.
+    `debug_tail` is for benchmarks only, never for serving: "chunk" (Triton) stops the sampled rows' draw
+    after the chunk choice, "none" skips the draw (their tokens are then wrong), to time the sampler's
+    serial tail against the kernel's main pass."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown route-kernel backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if sampler not in SAMPLERS:

@@ -18,7 +18,7 @@ from tokenrouter.runtime.route.routers import (
     load_router,
     model_hidden_size,
 )
-from tokenrouter.runtime.sampling import SAMPLERS, sample
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS, sample
 
 _U64, _TWO63, _TWO64 = 2**64 - 1, 2**63, 2**64
 
@@ -171,9 +171,9 @@ class RouteKernel:
     or "auto" (triton on CUDA when importable, else torch). `embed(token_ids [B]) -> [B, H]` is needed when a
     router reads `embedding(MODEL, token)`. `hidden_size` overrides the one read from the model's config.json;
     `split`, `block` and `warps` override the Triton launch configuration (`TritonRoute.config`).
-    `sampler`: the two-stage draw of temperature sampling (`tokenrouter.runtime.sampling.SAMPLERS`; "cdf",
-    the default, is the engines' and the scheduler's; "strided" is being measured against it). Both
-    renderers and the top-k / top-p path use it.
+    `sampler`: the two-stage draw of temperature sampling (`tokenrouter.runtime.sampling.SAMPLERS`;
+    DEFAULT_SAMPLER, "strided", is also the engines' and `sample`'s, so a seed gives the same tokens on every
+    path; "cdf" is the alternative). Both renderers and the top-k / top-p path use it.
     """
 
     def __init__(
@@ -188,7 +188,7 @@ class RouteKernel:
         split: int | None = None,
         block: int | None = None,
         warps: int | None = None,
-        sampler: str = "cdf",
+        sampler: str = DEFAULT_SAMPLER,
     ) -> None:
         if sampler not in SAMPLERS:
             raise RouteKernelError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
