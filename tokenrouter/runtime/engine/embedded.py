@@ -279,8 +279,9 @@ class EmbeddedEngine(HeldRequestsEngine):
 
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.graph_runner is not None and self.graph_runner.can_run(fb):
-            return self.graph_runner.replay(fb)  # copies of the graph's outputs: the caller's own
+        shape = self.graph_runner.shape_for(fb) if self.graph_runner is not None else None
+        if shape is not None:
+            return self.graph_runner.replay(fb, shape)  # copies of the graph's outputs: the caller's own
         fb = fb.to(self.device)
         write_req_to_token(fb)
         self.attn_backend.init_forward_metadata(fb)
