@@ -101,6 +101,7 @@ def host_split_targets() -> list[tuple[object, str]]:
     from tokenrouter.runtime.engine.held import HeldRequestsEngine
     from tokenrouter.runtime.route import RouteBatchState
     from tokenrouter.runtime.route.kernel import RouteKernel
+    from tokenrouter.runtime.route.state import RouteStatePacker
 
     return [
         (HeldRequestsEngine, "forward"),
@@ -111,6 +112,7 @@ def host_split_targets() -> list[tuple[object, str]]:
         (CudaGraphRunner, "_launch"),
         (Scheduler, "_route_state"),
         (RouteBatchState, "pack"),
+        (RouteStatePacker, "pack"),
         (RouteKernel, "__call__"),
         (Scheduler, "process_batch_result"),
         (Scheduler, "_tokens_and_rules"),
