@@ -267,7 +267,8 @@ class Scheduler:
         return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
-        return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)
+        # r.new_tokens(), inlined (once per row per step)
+        return self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
         """The kernel's per-row state, with one host-to-device copy into buffers the scheduler keeps
