@@ -17,9 +17,18 @@ goes: cudaMemcpyAsync, cudaLaunchKernel, cudaStreamSynchronize, Python-side torc
 the plain steps also time (wall clock, no syncs, inclusive of what each calls) the host functions of the
 step path: the time a function takes includes any wait on the device inside it (a device-to-host copy
 waits for the step's kernels; a graph launch may block), so the table shows where the host spends the step.
+It also splits each step in three phases: *before the launch* (step start to the graph launch, or to the
+eager model call without graphs), *launch to results* (to the end of `_tokens_and_rules`: the host work
+that overlaps the GPU, then the wait) and *after the results* (committing tokens, messages): on a GPU the
+first and the last do not overlap the device. `--stub-graphs` (CPU only) installs a stand-in graph runner
+whose launch returns fixed outputs: the step then takes the graph path's host work (`ForwardBatch.build`
+without device tensors, the runner's input staging `load_batch`) with no model forward, so the host path
+of a GPU step can be timed on CPU (CUDA's own host costs, copies and launches, are not in it).
 
     python bench/step_profile.py --shape qwen3-0.6b --rows 1,4,8 [--steps 300] [--torch-profile] [--out DIR]
     python bench/step_profile.py --shape tiny --device cpu --rows 1,4 --steps 20      # CPU smoke run
+    OMP_NUM_THREADS=1 python bench/step_profile.py --shape tiny --device cpu --rows 1,4 --steps 1000 \
+        --host-split --stub-graphs                                                      # GPU host path, on CPU
 """
 
 from __future__ import annotations
@@ -92,6 +101,7 @@ def host_split_targets() -> list[tuple[object, str]]:
     from tokenrouter.runtime.engine.held import HeldRequestsEngine
     from tokenrouter.runtime.route import RouteBatchState
     from tokenrouter.runtime.route.kernel import RouteKernel
+    from tokenrouter.runtime.route.state import RouteStatePacker
 
     return [
         (HeldRequestsEngine, "forward"),
@@ -102,18 +112,55 @@ def host_split_targets() -> list[tuple[object, str]]:
         (CudaGraphRunner, "_launch"),
         (Scheduler, "_route_state"),
         (RouteBatchState, "pack"),
+        (RouteStatePacker, "pack"),
         (RouteKernel, "__call__"),
         (Scheduler, "process_batch_result"),
         (Scheduler, "_tokens_and_rules"),
     ]
 
 
+class NoGraph:
+    def replay(self) -> None:
+        pass
+
+
+class StubGraphRunner:
+    """`--stub-graphs`: a CUDA-graph runner on the CPU whose launch returns fixed random outputs (made once per
+    shape); everything before the launch (shape choice, `load_batch`'s host staging) is the real runner's."""
+
+    @staticmethod
+    def install(engine) -> None:
+        from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
+
+        class Stub(CudaGraphRunner):
+            def capture(self) -> None:
+                g = torch.Generator().manual_seed(0)
+                v, h = engine.model_config.vocab_size, engine.model_config.hidden_size
+                for bs, q in self.config.shapes():
+                    self.outputs[(bs, q)] = (torch.randn(bs, v, generator=g), torch.randn(bs, h, generator=g))
+                    self.graphs[(bs, q)] = NoGraph()
+
+        backend = engine.attn_backend
+        had = getattr(backend, "supports_cuda_graph", None)
+        backend.supports_cuda_graph = True  # the stand-in never runs attention in a graph
+        try:
+            engine.graph_runner = Stub(engine, CudaGraphConfig())
+        finally:
+            if had is None:
+                del backend.supports_cuda_graph
+            else:
+                backend.supports_cuda_graph = had
+
+
 class HostSplit:
-    """Wraps the functions of `host_split_targets` with wall-clock timers while active."""
+    """Wraps the functions of `host_split_targets` with wall-clock timers while active; `entered` and `left`
+    hold the last time each was entered and left (for the phases of a step)."""
 
     def __init__(self) -> None:
         self.total: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.entered: dict[str, float] = {}
+        self.left: dict[str, float] = {}
         self._saved: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> HostSplit:
@@ -124,11 +171,12 @@ class HostSplit:
             fn = raw.__func__ if kind else raw
 
             def timed(*a, _fn=fn, _name=name, **k):
-                t = time.perf_counter()
+                t = self.entered[_name] = time.perf_counter()
                 try:
                     return _fn(*a, **k)
                 finally:
-                    self.total[_name] = self.total.get(_name, 0.0) + time.perf_counter() - t
+                    end = self.left[_name] = time.perf_counter()
+                    self.total[_name] = self.total.get(_name, 0.0) + end - t
                     self.calls[_name] = self.calls.get(_name, 0) + 1
 
             setattr(owner, attr, kind(timed) if kind else timed)
@@ -142,6 +190,9 @@ class HostSplit:
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
         return {k: v * 1e3 / steps for k, v in self.total.items()}
+
+
+PHASES = ("phase: before the launch", "phase: launch to results on the host", "phase: after the results")
 
 
 def run_rows(
@@ -169,13 +220,26 @@ def run_rows(
     plain = (time.perf_counter() - t) * 1e3 / steps
     split = None
     if host_split:
+        phase = dict.fromkeys(PHASES, 0.0)
         with HostSplit() as hs:
             t = time.perf_counter()
             for _ in range(steps):
+                t0 = time.perf_counter()
                 s.step()
+                t1 = time.perf_counter()
+                launch = hs.entered.get("CudaGraphRunner._launch", -1.0)
+                if launch < t0:  # no graph replayed: the eager model call
+                    launch = hs.entered.get("EmbeddedEngine._run_model", -1.0)
+                if launch < t0:
+                    raise SystemExit(f"a step ran no model: {steps} steps are too many for --rows {rows}")
+                results = hs.left["Scheduler._tokens_and_rules"]
+                phase[PHASES[0]] += launch - t0
+                phase[PHASES[1]] += results - launch
+                phase[PHASES[2]] += t1 - results
             sync(device)
             split_step = (time.perf_counter() - t) * 1e3 / steps
         split = {"step_ms": split_step, **hs.per_step_ms(steps)}
+        split.update({k: v * 1e3 / steps for k, v in phase.items()})
     graph = getattr(s.engine, "graph_runner", None)
     out = {
         "rows": rows,
@@ -210,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--torch-profile", action="store_true")
     ap.add_argument("--host-split", action="store_true", help="time the host functions of the step path")
+    ap.add_argument(
+        "--stub-graphs", action="store_true", help="CPU: a graph runner whose launch returns fixed outputs"
+    )
     ap.add_argument("--out", default=None, help="write step_profile.json (and the profiler tables) here")
     a = ap.parse_args(argv)
     try:
@@ -223,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         s = build(a.shape, a.device, Path(tmp), max(rows))
+        if a.stub_graphs:
+            if a.device != "cpu":
+                print("error: --stub-graphs is for --device cpu", file=sys.stderr)
+                return 2
+            StubGraphRunner.install(s.engine)
         print(f"# {a.shape} on {a.device}: built in {time.perf_counter() - t0:.1f} s; route kernel "
               f"{s.kernel.backend}", flush=True)  # fmt: skip
         results = [run_rows(s, a.device, r, a.steps, a.warmup, a.torch_profile, a.host_split) for r in rows]
@@ -234,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
               f"| {total:.3f} | {'yes' if r['graphs'] else 'no'} |")  # fmt: skip
     splits = [r for r in results if "host_split_ms" in r]
     if splits:
-        order = ["step_ms"] + [f"{o.__name__}.{a}" for o, a in host_split_targets()]
+        order = ["step_ms", *PHASES] + [f"{o.__name__}.{a}" for o, a in host_split_targets()]
         names = [n for n in order if n in splits[0]["host_split_ms"]]
         print("\n## Host functions, ms per step (wall clock, inclusive, no syncs; the first row is the timed "
               "step itself)\n")  # fmt: skip

@@ -94,3 +94,37 @@ def test_pack_columns_start_at_16_byte_boundaries(rows):
     base = state.seed.data_ptr()
     for name in COLUMNS:
         assert (getattr(state, name).data_ptr() - base) % 16 == 0, name
+
+
+def test_packer_equals_pack_across_steps_and_row_counts():
+    """The scheduler's `RouteStatePacker` reuses its buffers: every step's state is still `pack`'s, bit for bit,
+    whatever the row counts before it, and a column a kernel used as scratch does not leak into the next."""
+    from tokenrouter.runtime.route.state import RouteStatePacker
+
+    rng = random.Random(11)
+    packer = RouteStatePacker("cpu")
+    for rows in [1, 4, 4, 3, 1, 64, 4, 1]:
+        cols = random_rows(rng, rows)
+        state = packer.pack(**cols)
+        assert_same(state, RouteBatchState.pack("cpu", **cols))
+        state.position.add_(7)  # scratch use
+    assert_same(
+        packer.pack(**{n: [] for n in COLUMNS}), RouteBatchState.pack("cpu", **{n: [] for n in COLUMNS})
+    )
+    with pytest.raises(ValueError, match="differ in length"):
+        packer.pack(**{**random_rows(rng, 3), "top_p": [1.0]})
+    with pytest.raises(ValueError, match="out of its column's range"):
+        packer.pack(**{**random_rows(rng, 3), "top_k": [0, 2**31, 0]})
+    cols = random_rows(rng, 3)  # a refused step leaves the next one exact
+    assert_same(packer.pack(**cols), RouteBatchState.pack("cpu", **cols))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_packer_on_cuda_equals_pack():
+    from tokenrouter.runtime.route.state import RouteStatePacker
+
+    rng = random.Random(12)
+    packer = RouteStatePacker("cuda")
+    for rows in [1, 4, 4, 4, 4, 4, 2, 64]:  # more steps than the ring of pinned buffers
+        cols = random_rows(rng, rows)
+        assert_same(packer.pack(**cols), RouteBatchState.pack("cuda", **cols))

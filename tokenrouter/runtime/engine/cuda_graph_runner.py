@@ -124,6 +124,23 @@ class CudaGraphRunner:
         self._host = [torch.zeros(self.inputs.numel(), dtype=torch.int64, pin_memory=pin) for _ in range(4)]
         self._host_events: list[torch.cuda.Event | None] = [None] * len(self._host)
         self._ring = 0
+        # numpy views of each staging buffer: tokens [4, t], the first four row columns [4, b], indptr, last
+        self._host_views = []
+        for h in self._host:
+            full = h.numpy()
+            r = 4 * t
+            self._host_views.append(
+                (
+                    full,
+                    full[:r].reshape(4, t),
+                    full[r : r + 4 * b].reshape(4, b),
+                    full[r + 4 * b : r + 5 * b + 1],
+                    full[r + 5 * b + 1 :],
+                )
+            )
+        # a padding row's req, seq, prefix, ext
+        self._pad_rows = np.array([[0], [1], [0], [1]], dtype=np.int64)
+        self._arange = np.arange(b + 1, dtype=np.int64)
 
     def _init_buckets(self) -> None:
         self.decode_bs = list(self.config.decode_batch_sizes)
@@ -161,12 +178,12 @@ class CudaGraphRunner:
             token_to_kv_pool=self.token_to_kv_pool,
         )
         fb.attn_metadata = self.attn_backend.metadata_for(bs, q)
-        fb.extra["token_rows"] = self.tok[3, :t]
+        fb.token_rows = self.tok[3, :t]
         return fb
 
     def _forward(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """What a graph runs: the request-to-token write, then the model."""
-        write_req_to_token(fb, fb.extra["token_rows"])
+        write_req_to_token(fb, fb.token_rows)
         return self.model(fb)
 
     def _fill_padding(self, bs: int, t: int) -> None:
@@ -221,9 +238,12 @@ class CudaGraphRunner:
     def can_run(self, fb: ForwardBatch) -> bool:
         return self.shape_for(fb) is not None
 
-    def replay(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run `fb` in its captured shape: logits [B, V] and hidden [B, H] (copies the caller owns)."""
-        shape = self.shape_for(fb)
+    def replay(
+        self, fb: ForwardBatch, shape: tuple[int, int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run `fb` in its captured shape (`shape`: `shape_for(fb)`, when the caller has it already): logits
+        [B, V] and hidden [B, H] (copies the caller owns)."""
+        shape = shape or self.shape_for(fb)
         if shape is None:
             raise ValueError(f"no captured CUDA graph holds bs={fb.batch_size}, q={fb.max_extend_len}")
         self.load_batch(fb, shape)
@@ -249,34 +269,27 @@ class CudaGraphRunner:
         if self._host_events[slot] is not None:
             self._host_events[slot].synchronize()
         host = self._host[slot]
-        full = host.numpy()
+        full, tok, rows4, indptr, last = self._host_views[slot]
         rows_at = 4 * big_t
-        src = fb.host_ints.numpy() if fb.host_ints is not None else None
-        if one_copy:
-            # tokens: real ones, then zeros (padding rows' tokens and unowned ones); req: padding rows 0
-            full[: rows_at + b] = 0
-            full[0:t] = src[0:t]  # input_ids
-            full[big_t : big_t + t] = src[t : 2 * t]  # positions
-            full[2 * big_t : 2 * big_t + t] = src[src.shape[0] - t :]  # out_cache_loc
-            full[rows_at : rows_at + bs] = src[2 * t : 2 * t + bs]  # req_pool_indices
-        # each token's request row (padding rows and unowned tokens: 0), staged on either path
-        full[3 * big_t : 4 * big_t] = 0
-        if src is not None:
-            req_rows = src[2 * t : 2 * t + bs]
-        else:  # a batch assembled by hand: its rows from the device (one sync)
-            req_rows = np.asarray(fb.req_pool_indices.tolist(), dtype=np.int64)
-        full[3 * big_t : 3 * big_t + t] = np.repeat(req_rows, fb.extend_seq_lens_cpu)
-        # rows[b:], built on the host from the batch's host copies
-        h = full[rows_at + b :]
-        h[:] = 0
-        h[0:bs] = fb.seq_lens_cpu
-        h[0 + bs : cap_bs] = 1
-        h[b : b + bs] = fb.extend_prefix_lens_cpu
-        h[2 * b : 2 * b + bs] = fb.extend_seq_lens_cpu
-        h[2 * b + bs : 2 * b + cap_bs] = 1
-        indptr = h[3 * b : 3 * b + cap_bs + 1]
-        np.cumsum(h[2 * b : 2 * b + cap_bs], out=indptr[1:])
-        h[4 * b + 1 : 4 * b + 1 + cap_bs] = indptr[1:] - 1  # last_indices
+        if fb.host_ints is not None:
+            # the batch's host ints are laid out as the static buffers (ForwardBatch.host_ints): a few block
+            # copies, then the padding; only what the shape's graph reads is written (other values may be stale)
+            src = fb.host_ints.numpy()
+            tok[:, :t] = src[: 4 * t].reshape(4, t)
+            if cap_t > t:
+                tok[:, t:cap_t] = 0
+            r = 4 * t
+            rows4[:, :bs] = src[r : r + 4 * bs].reshape(4, bs)
+            r += 4 * bs
+            indptr[: bs + 1] = src[r : r + bs + 1]
+            last[:bs] = src[r + bs + 1 : r + 2 * bs + 1]
+            if cap_bs > bs:  # padding rows: one token each, right after the real ones
+                pad = cap_bs - bs
+                rows4[:, bs:cap_bs] = self._pad_rows
+                np.add(self._arange[1 : pad + 1], t, out=indptr[bs + 1 : cap_bs + 1])
+                np.add(self._arange[:pad], t, out=last[bs:cap_bs])
+        else:
+            self._stage_by_parts(fb, full, shape)
         if one_copy:
             self.inputs.copy_(host, non_blocking=True)
         else:
@@ -295,3 +308,24 @@ class CudaGraphRunner:
             ev = torch.cuda.Event()
             ev.record()
             self._host_events[slot] = ev
+
+    def _stage_by_parts(self, fb: ForwardBatch, full: np.ndarray, shape: tuple[int, int]) -> None:
+        """`load_batch`'s host staging for a batch without `build`'s host ints (assembled by hand): each
+        token's request row (its rows read from the device: one sync) and rows[b:] from the batch's host
+        copies; the token tensors and the request rows are then copied from the batch's device tensors."""
+        cap_bs, _ = shape
+        bs, t, b, big_t = fb.batch_size, fb.num_tokens, self.max_bs, self.max_tokens
+        rows_at = 4 * big_t
+        full[3 * big_t : 4 * big_t] = 0
+        req_rows = np.asarray(fb.req_pool_indices.tolist(), dtype=np.int64)
+        full[3 * big_t : 3 * big_t + t] = np.repeat(req_rows, fb.extend_seq_lens_cpu)
+        h = full[rows_at + b :]
+        h[:] = 0
+        h[0:bs] = fb.seq_lens_cpu
+        h[0 + bs : cap_bs] = 1
+        h[b : b + bs] = fb.extend_prefix_lens_cpu
+        h[2 * b : 2 * b + bs] = fb.extend_seq_lens_cpu
+        h[2 * b + bs : 2 * b + cap_bs] = 1
+        indptr = h[3 * b : 3 * b + cap_bs + 1]
+        np.cumsum(h[2 * b : 2 * b + cap_bs], out=indptr[1:])
+        h[4 * b + 1 : 4 * b + 1 + cap_bs] = indptr[1:] - 1  # last_indices

@@ -38,6 +38,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 CPU_DEFAULT_KV_BYTES = 256 << 20
 CPU_DEFAULT_MAX_TOKENS = 65536
 GPU_KV_FRACTION = 0.8  # of the memory free after the weights, when no budget is given
+CPU = torch.device("cpu")
 
 
 @dataclass(slots=True)
@@ -251,7 +252,7 @@ class EmbeddedEngine(HeldRequestsEngine):
             req_pool_indices=pool_idx,
             extend_prefix_lens=prefix_lens,
             extend_seq_lens=extend_lens,
-            device=self.device if self.graph_runner is None else torch.device("cpu"),
+            device=self.device if self.graph_runner is None else CPU,
             req_to_token_pool=self.req_to_token_pool,
             token_to_kv_pool=self.token_to_kv_pool,
         )
@@ -279,8 +280,9 @@ class EmbeddedEngine(HeldRequestsEngine):
 
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.graph_runner is not None and self.graph_runner.can_run(fb):
-            return self.graph_runner.replay(fb)  # copies of the graph's outputs: the caller's own
+        shape = self.graph_runner.shape_for(fb) if self.graph_runner is not None else None
+        if shape is not None:
+            return self.graph_runner.replay(fb, shape)  # copies of the graph's outputs: the caller's own
         fb = fb.to(self.device)
         write_req_to_token(fb)
         self.attn_backend.init_forward_metadata(fb)

@@ -16,9 +16,13 @@ Layout (T = Σ extend_seq_lens, rows are requests, tokens of one row are contigu
 - `req_to_token_pool`, `token_to_kv_pool`: the pools (the attention backend writes K/V into the latter and
   reads the page table from the former).
 - `attn_metadata`: whatever the attention backend's `init_forward_metadata` prepared (backend-private).
+- `token_rows` [T] int64: each new token's request row (`req_pool_indices` repeated by `extend_seq_lens`),
+  what `write_req_to_token` indexes the table with; None in a batch assembled by hand (then computed).
 - `host_ints`: when built by `build`, the CPU int64 tensor the device tensors were copied from, laid out
-  [input_ids | positions | req_pool_indices | seq_lens | extend_prefix_lens | extend_seq_lens | qo_indptr |
-  out_cache_loc] (a graph runner fills its static inputs from it with one copy). Never written.
+  [input_ids | positions | out_cache_loc | token_rows | req_pool_indices | seq_lens | extend_prefix_lens |
+  extend_seq_lens | qo_indptr | last_indices]: the four token columns and the four row columns are each one
+  [4, T] / [4, B] block, as in a graph runner's static buffers (it fills them from here with a few numpy
+  copies). Never written.
 
 Padding (for graph replay of a smaller batch in a larger captured shape): a padding *token* has
 `input_ids` 0, `positions` 0, `out_cache_loc` 0 (KV slot 0 is the reserved dummy slot, never allocated);
@@ -30,10 +34,12 @@ Padding rows' outputs are garbage and dropped by whoever padded.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -83,6 +89,7 @@ class ForwardBatch:
     attn_metadata: Any = None
     extra: dict = field(default_factory=dict)
     host_ints: torch.Tensor | None = None
+    token_rows: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -106,68 +113,82 @@ class ForwardBatch:
             raise ValueError("a ForwardBatch needs at least one row")
         if not (len(extend_prefix_lens) == len(extend_seq_lens) == bs):
             raise ValueError("row lists of a ForwardBatch differ in length")
-        if any(n < 1 for n in extend_seq_lens):
+        max_extend = max(extend_seq_lens)
+        min_extend = min(extend_seq_lens)
+        if min_extend < 1:
             raise ValueError("every row of a ForwardBatch needs at least one new token")
-        num_tokens = sum(extend_seq_lens)
+        num_tokens = bs if max_extend == 1 else sum(extend_seq_lens)
         if len(input_ids) != num_tokens or out_cache_loc.numel() != num_tokens:
             raise ValueError("input_ids / out_cache_loc do not match Σ extend_seq_lens")
-        positions: list[int] = []
-        for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True):
-            positions.extend(range(p, p + n))
-        seq_lens = [p + n for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True)]
-        indptr = [0]
-        for n in extend_seq_lens:
-            indptr.append(indptr[-1] + n)
-        if all(n == 1 for n in extend_seq_lens):
+        if max_extend == 1:  # decode: one token per row, at position prefix
             mode = ForwardMode.DECODE
-        elif all(n > 1 for n in extend_seq_lens):
-            mode = ForwardMode.EXTEND
+            positions = list(extend_prefix_lens)
+            token_rows = list(req_pool_indices)
+            seq_lens = [p + 1 for p in extend_prefix_lens]
+            indptr = list(range(bs + 1))
+            last = indptr[:bs]
         else:
-            mode = ForwardMode.MIXED
-        # one pinned-free host tensor, one copy: [input_ids | positions | req | seq | prefix | ext | indptr]
-        ints = (
-            input_ids
-            + positions
-            + req_pool_indices
-            + seq_lens
-            + extend_prefix_lens
-            + extend_seq_lens
-            + indptr
-        )
-        host = torch.cat(
-            [torch.tensor(ints, dtype=torch.int64), out_cache_loc.to(device="cpu", dtype=torch.int64)]
+            mode = ForwardMode.EXTEND if min_extend > 1 else ForwardMode.MIXED
+            positions = []
+            token_rows = []
+            for p, n, r in zip(extend_prefix_lens, extend_seq_lens, req_pool_indices, strict=True):
+                positions.extend(range(p, p + n))
+                token_rows.extend([r] * n)
+            seq_lens = [p + n for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True)]
+            indptr = [0, *itertools.accumulate(extend_seq_lens)]
+            last = [i - 1 for i in indptr[1:]]
+        # one host array (numpy builds it from the lists several times faster than torch.tensor), one copy
+        host = torch.from_numpy(
+            np.array(
+                input_ids
+                + positions
+                + out_cache_loc.tolist()
+                + token_rows
+                + list(req_pool_indices)
+                + seq_lens
+                + list(extend_prefix_lens)
+                + list(extend_seq_lens)
+                + indptr
+                + last,
+                dtype=np.int64,
+            )
         )
         return cls(
             forward_mode=mode,
             batch_size=bs,
             num_tokens=num_tokens,
-            **cls._device_parts(host, num_tokens, bs, torch.device(device)),
+            **cls._device_parts(host, num_tokens, bs, device),
             seq_lens_cpu=tuple(seq_lens),
             extend_prefix_lens_cpu=tuple(extend_prefix_lens),
             extend_seq_lens_cpu=tuple(extend_seq_lens),
             max_seq_len=max(seq_lens),
-            max_extend_len=max(extend_seq_lens),
+            max_extend_len=max_extend,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool=token_to_kv_pool,
             host_ints=host,
         )
 
     @staticmethod
-    def _device_parts(host: torch.Tensor, t: int, b: int, device: torch.device) -> dict[str, torch.Tensor]:
+    def _device_parts(
+        host: torch.Tensor, t: int, b: int, device: torch.device | str
+    ) -> dict[str, torch.Tensor]:
         """The device tensors of a batch, cut from its host ints after one copy (none on the CPU)."""
+        device = torch.device(device)
         dev = host if device.type == "cpu" else host.to(device, non_blocking=True)
-        parts = torch.split(dev, [t, t, b, b, b, b, b + 1, t])
-        qo_indptr = parts[6]
+        ids, pos, loc, rows, req, seq, prefix, ext, indptr, last = dev.split_with_sizes(
+            (t, t, t, t, b, b, b, b, b + 1, b)
+        )
         return dict(
-            input_ids=parts[0],
-            positions=parts[1],
-            out_cache_loc=parts[7],
-            req_pool_indices=parts[2],
-            seq_lens=parts[3],
-            extend_prefix_lens=parts[4],
-            extend_seq_lens=parts[5],
-            qo_indptr=qo_indptr,
-            last_indices=qo_indptr[1:] - 1,
+            input_ids=ids,
+            positions=pos,
+            out_cache_loc=loc,
+            token_rows=rows,
+            req_pool_indices=req,
+            seq_lens=seq,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            qo_indptr=indptr,
+            last_indices=last,
         )
 
     @property
@@ -193,7 +214,10 @@ class ForwardBatch:
 def write_req_to_token(fb: ForwardBatch, token_rows: torch.Tensor | None = None) -> None:
     """req_to_token[row of token i, positions[i]] = out_cache_loc[i] for every new token of `fb`: where its
     K/V goes, before attention reads the table. `token_rows` (the request row of each token) is computed
-    from the batch when not given (a graph runner passes its static copy: no sync, fixed shape)."""
+    from the batch when neither given nor in the batch (`build` stages it with the other ints; a graph runner passes
+    its static copy: no sync, fixed shape)."""
+    if token_rows is None:
+        token_rows = fb.token_rows
     if token_rows is None:
         token_rows = fb.req_pool_indices.repeat_interleave(fb.extend_seq_lens, output_size=fb.num_tokens)
     fb.req_to_token_pool.req_to_token[token_rows, fb.positions] = fb.out_cache_loc.to(torch.int32)

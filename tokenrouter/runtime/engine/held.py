@@ -79,11 +79,14 @@ class HeldRequestsEngine(Engine):
             raise ValueError("forward needs at least one row")
         self._validate(rows)
         before = self._counters()
-        outs = [
-            self._forward_rows(rows[i : i + self.max_batch], want_hidden)
-            for i in range(0, len(rows), self.max_batch)
-        ]
-        outs = [o for chunk in outs for o in chunk]
+        if len(rows) <= self.max_batch:
+            outs = self._forward_rows(rows, want_hidden)
+        else:
+            outs = [
+                o
+                for i in range(0, len(rows), self.max_batch)
+                for o in self._forward_rows(rows[i : i + self.max_batch], want_hidden)
+            ]
         self.steps += 1
         logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
         hidden = None
@@ -153,13 +156,16 @@ class HeldRequestsEngine(Engine):
     ) -> list[tuple[torch.Tensor, torch.Tensor | None, int]]:
         """Run rows (≤ max_batch) in one forward if they fit, else in halves. Returns one
         (logits, hidden, tokens) per model forward."""
-        reqs = [self.reqs.get(r.rid) or self._new_req(r.rid) for r in rows]
-        need_tokens = sum(
-            len(r.new_token_ids) + (0 if self._resident(q) else len(q.token_ids))
-            for r, q in zip(rows, reqs, strict=True)
-        )
-        need_rows = sum(1 for q in reqs if not self._resident(q))
-        if not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
+        known = self.reqs
+        reqs = [known.get(r.rid) or self._new_req(r.rid) for r in rows]
+        need_tokens = need_rows = 0
+        for r, q in zip(rows, reqs, strict=True):
+            need_tokens += len(r.new_token_ids)
+            if not self._resident(q):
+                need_tokens += len(q.token_ids)
+                need_rows += 1
+        fits = self._kv_available() >= need_tokens and self.req_to_token_pool.available_size() >= need_rows
+        if not fits and not self._make_room(need_tokens, need_rows, {r.rid for r in rows}):
             if len(rows) == 1:  # cannot happen while max_len <= pool size; kept as a clear error
                 raise EngineRowError(rows[0].rid, "does not fit in the KV pool even alone")
             half = len(rows) // 2

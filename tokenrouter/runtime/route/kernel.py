@@ -112,13 +112,14 @@ class RouteBatchState:
         run_length: Sequence[int],
         generated: Sequence[int],
     ) -> RouteBatchState:
-        """The same state as `make` for per-row Python values (the scheduler's path, once per step), built
-        with one host-to-device copy: every column goes into one host byte buffer (`struct`, native byte
-        order: int64 seed, position, run_length, generated | float32 temperature, top_p | int32 top_k), which
-        is copied once and viewed on the device as the seven columns. `make` instead copies each column on
-        its own (seven copies; on CUDA each pageable copy costs ~10-20 µs of host time). Every column starts
-        at a multiple of 16 bytes, like a tensor of its own (Triton specialises pointer arguments on that:
-        other offsets would compile other kernel variants). The hints are computed from the Python values."""
+        """The same state as `make` for per-row Python values (the scheduler writes the same bytes into
+        buffers it keeps: `route.state.RouteStatePacker`), built with one host-to-device copy: every column
+        goes into one host byte buffer (`struct`, native byte order: int64 seed, position, run_length,
+        generated | float32 temperature, top_p | int32 top_k), which is copied once and viewed on the device
+        as the seven columns. `make` instead copies each column on its own (seven copies; on CUDA each
+        pageable copy costs ~10-20 µs of host time). Every column starts at a multiple of 16 bytes, like a
+        tensor of its own (Triton specialises pointer arguments on that: other offsets would compile other
+        kernel variants). The hints are computed from the Python values."""
         rows = len(position)
         cols = (seed, temperature, top_k, top_p, run_length, generated)
         if any(len(c) != rows for c in cols):

@@ -32,6 +32,7 @@ import torch
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
 from tokenrouter.runtime.route import RouteBatchState
+from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 
@@ -72,6 +73,7 @@ class Scheduler:
         self.kernel = route_kernel
         self.clock = clock
         self.max_batch = max_batch
+        self._packer: RouteStatePacker | None = None  # the route state's buffers, made on the first step
         self.init_routes(plan)
         self.init_queues()
         self.batching = DelayedBatching(batching or BatchingConfig.from_plan(plan), model)
@@ -265,14 +267,18 @@ class Scheduler:
         return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
-        return self.engine.forward([StepInput(r.rid, r.new_tokens()) for r in rows], self.want_hidden)
+        # r.new_tokens(), inlined (once per row per step)
+        return self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
-        """The kernel's per-row state, with one host-to-device copy; the host-side sampling hints come along,
-        so the kernel need not sync on the device to find them out."""
+        """The kernel's per-row state, with one host-to-device copy into buffers the scheduler keeps
+        (`RouteStatePacker`: valid for this step); the host-side sampling hints come along, so the kernel
+        need not sync on the device to find them out."""
+        packer = self._packer
+        if packer is None or packer.device != device:
+            packer = self._packer = RouteStatePacker(device)
         sampling = [r.sampling for r in batch]
-        return RouteBatchState.pack(
-            device,
+        return packer.pack(
             seed=[s.seed for s in sampling],
             position=[len(r.tokens) for r in batch],  # the index of the token being sampled
             temperature=[float(s.temperature) for s in sampling],
