@@ -33,6 +33,34 @@ def _pack_layout(rows: int) -> tuple[struct.Struct, int]:
     return struct.Struct("=" + f"{rows}q{pad8}" * 4 + f"{rows}f{pad4}" * 2 + f"{rows}i{pad4}"), stride
 
 
+def _check_pack_lengths(seed, position, temperature, top_k, top_p, run_length, generated) -> int:
+    """The row count of `RouteBatchState.pack`'s columns (ValueError when they differ in length)."""
+    rows = len(position)
+    cols = (seed, temperature, top_k, top_p, run_length, generated)
+    if any(len(c) != rows for c in cols):
+        raise ValueError(f"RouteBatchState.pack: columns differ in length ({[rows, *map(len, cols)]})")
+    return rows
+
+
+def _pack_into(layout: struct.Struct, buf, seed, position, temperature, top_k, top_p, run_length, generated):
+    """Write the columns into `buf` in `_pack_layout`'s order (seeds as signed int64; ValueError naming a
+    value out of its column's range)."""
+    seeds = [int(x or 0) & _U64 for x in seed]
+    seeds = [x - _TWO64 if x >= _TWO63 else x for x in seeds]
+    try:
+        layout.pack_into(buf, 0, *seeds, *position, *run_length, *generated, *temperature, *top_p, *top_k)
+    except (struct.error, OverflowError) as exc:
+        raise ValueError(f"RouteBatchState.pack: a value out of its column's range ({exc})") from None
+
+
+def _column_views(dev: torch.Tensor, rows: int, stride: int) -> tuple[torch.Tensor, ...]:
+    """The seven columns of a packed byte buffer: seed, position, run_length, generated (int64),
+    temperature, top_p (float32), top_k (int32)."""
+    i64 = dev[: 32 * stride].view(torch.int64).view(4, stride)[:, :rows]
+    f32 = dev[32 * stride : 40 * stride].view(torch.float32).view(2, stride)[:, :rows]
+    return (*i64.unbind(), *f32.unbind(), dev[40 * stride : 40 * stride + 4 * rows].view(torch.int32))
+
+
 class RouteKernelError(ValueError):
     """A plan, model or input the route kernel cannot serve. The message is for users."""
 
@@ -120,26 +148,24 @@ class RouteBatchState:
         pageable copy costs ~10-20 µs of host time). Every column starts at a multiple of 16 bytes, like a
         tensor of its own (Triton specialises pointer arguments on that: other offsets would compile other
         kernel variants). The hints are computed from the Python values."""
-        rows = len(position)
-        cols = (seed, temperature, top_k, top_p, run_length, generated)
-        if any(len(c) != rows for c in cols):
-            raise ValueError(f"RouteBatchState.pack: columns differ in length ({[rows, *map(len, cols)]})")
-        seeds = [int(x or 0) & _U64 for x in seed]
-        seeds = [x - _TWO64 if x >= _TWO63 else x for x in seeds]
+        rows = _check_pack_lengths(seed, position, temperature, top_k, top_p, run_length, generated)
         layout, stride = _pack_layout(rows)
         buf = bytearray(layout.size)
-        try:
-            layout.pack_into(buf, 0, *seeds, *position, *run_length, *generated, *temperature, *top_p, *top_k)
-        except (struct.error, OverflowError) as exc:
-            raise ValueError(f"RouteBatchState.pack: a value out of its column's range ({exc})") from None
+        _pack_into(layout, buf, seed, position, temperature, top_k, top_p, run_length, generated)
         host = torch.frombuffer(buf, dtype=torch.uint8) if rows else torch.empty(0, dtype=torch.uint8)
         dev = host.to(device, non_blocking=True)  # one copy (pageable memory: safe to drop `buf` after)
-        i64 = dev[: 32 * stride].view(torch.int64).view(4, stride)[:, :rows]
-        seed_t, position_t, run_length_t, generated_t = i64.unbind()
-        temperature_t, top_p_t = (
-            dev[32 * stride : 40 * stride].view(torch.float32).view(2, stride)[:, :rows].unbind()
-        )
-        top_k_t = dev[40 * stride : 40 * stride + 4 * rows].view(torch.int32)
+        return cls.from_columns(_column_views(dev, rows, stride), temperature, top_k, top_p)
+
+    @classmethod
+    def from_columns(
+        cls,
+        views: tuple[torch.Tensor, ...],
+        temperature: Sequence[float],
+        top_k: Sequence[int],
+        top_p: Sequence[float],
+    ) -> RouteBatchState:
+        """The state of `_column_views`' seven tensors, with the hints from the Python values."""
+        seed_t, position_t, run_length_t, generated_t, temperature_t, top_p_t, top_k_t = views
         hot = [t > 0 for t in temperature]
         return cls(
             seed=seed_t,

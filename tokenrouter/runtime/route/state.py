@@ -16,12 +16,17 @@ that read the previous one (same stream).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 import torch
 
-from tokenrouter.runtime.route.kernel import _TWO63, _TWO64, _U64, RouteBatchState, _pack_layout
+from tokenrouter.runtime.route.kernel import (
+    RouteBatchState,
+    _check_pack_lengths,
+    _column_views,
+    _pack_into,
+    _pack_layout,
+)
 
 RING = 4  # pinned host buffers per row count on an accelerator
 
@@ -43,10 +48,7 @@ class RouteStatePacker:
         generated: Sequence[int],
     ) -> RouteBatchState:
         """`RouteBatchState.pack(self.device, ...)`, in this packer's buffers (see the module doc)."""
-        rows = len(position)
-        cols = (seed, temperature, top_k, top_p, run_length, generated)
-        if any(len(c) != rows for c in cols):
-            raise ValueError(f"RouteBatchState.pack: columns differ in length ({[rows, *map(len, cols)]})")
+        rows = _check_pack_lengths(seed, position, temperature, top_k, top_p, run_length, generated)
         if rows == 0:
             return RouteBatchState.pack(self.device, seed=seed, position=position, temperature=temperature,
                                         top_k=top_k, top_p=top_p, run_length=run_length,
@@ -54,29 +56,11 @@ class RouteStatePacker:
         bufs = self._by_rows.get(rows)
         if bufs is None:
             bufs = self._by_rows[rows] = _Buffers(rows, self.device)
-        seeds = [int(x or 0) & _U64 for x in seed]
-        seeds = [x - _TWO64 if x >= _TWO63 else x for x in seeds]
-        host = bufs.next_host()
-        try:
-            bufs.layout.pack_into(
-                host, 0, *seeds, *position, *run_length, *generated, *temperature, *top_p, *top_k
-            )
-        except (struct.error, OverflowError) as exc:
-            raise ValueError(f"RouteBatchState.pack: a value out of its column's range ({exc})") from None
-        bufs.send()
-        seed_t, position_t, run_length_t, generated_t, temperature_t, top_p_t, top_k_t = bufs.views
-        hot = [t > 0 for t in temperature]
-        return RouteBatchState(
-            seed=seed_t,
-            position=position_t,
-            temperature=temperature_t,
-            top_k=top_k_t,
-            top_p=top_p_t,
-            run_length=run_length_t,
-            generated=generated_t,
-            any_sampling=any(hot),
-            any_restricted=any(h and (k > 0 or p < 1) for h, k, p in zip(hot, top_k, top_p, strict=True)),
+        _pack_into(
+            bufs.layout, bufs.next_host(), seed, position, temperature, top_k, top_p, run_length, generated
         )
+        bufs.send()
+        return RouteBatchState.from_columns(bufs.views, temperature, top_k, top_p)
 
 
 class _Buffers:
@@ -93,14 +77,7 @@ class _Buffers:
         self.events: list[torch.cuda.Event | None] = [None] * n
         self.slot = 0
         self.dev = self.hosts[0] if self.on_host else torch.zeros(size, dtype=torch.uint8, device=device)
-        i64 = self.dev[: 32 * stride].view(torch.int64).view(4, stride)[:, :rows]
-        f32 = self.dev[32 * stride : 40 * stride].view(torch.float32).view(2, stride)[:, :rows]
-        top_k = self.dev[40 * stride : 40 * stride + 4 * rows].view(torch.int32)
-        self.views = (
-            *i64.unbind(),
-            *f32.unbind(),
-            top_k,
-        )  # seed, position, run_length, generated, temp, top_p, top_k
+        self.views = _column_views(self.dev, rows, stride)  # made once per row count
 
     def next_host(self):
         """The host buffer to write this step's bytes into (on CUDA: once the copy out of it has completed)."""
