@@ -116,13 +116,9 @@ STEPS = [
 KERNELS = ("gemv", "gemv_rows", "rmsnorm")
 
 
-@pytest.mark.parametrize("rows", [8, 1, 0], ids=["gemv_rows", "gemv_rows_bs1", "no_gemv_rows"])
-@pytest.mark.parametrize("fold", [True, False], ids=["gemv_norm", "no_gemv_norm"])
-@pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
-def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
-    model = tiny_model(family)
-    cfg = attn_config(model.config)
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+def counted_fused_forward(model, monkeypatch):
+    """(calls, forward): `fused_decoder_forward` for `model` that appends, per step, a dict of how many
+    times each of KERNELS was launched."""
     calls: list[dict[str, int]] = []  # per step: launches of each kernel
 
     def counted(name):
@@ -134,13 +130,6 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
 
         return wrapper
 
-    backend = TritonAttnBackend(cfg)
-    backend.gemv_norm = fold
-    # the defaults: steps of 2-4 tokens, models of hidden size <= 2048 (the tiny one's is 64)
-    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (4, 4, 2048)
-    backend.gemv_rows = rows > 0
-    backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
-    backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
     for name in KERNELS:
         monkeypatch.setattr(tk, name, counted(name))
 
@@ -148,6 +137,24 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
         calls.append(dict.fromkeys(KERNELS, 0))
         return fused_decoder_forward(model, fb)
 
+    return calls, forward
+
+
+@pytest.mark.parametrize("rows", [8, 1, 0], ids=["gemv_rows", "gemv_rows_bs1", "no_gemv_rows"])
+@pytest.mark.parametrize("fold", [True, False], ids=["gemv_norm", "no_gemv_norm"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
+def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
+    model = tiny_model(family)
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    backend = TritonAttnBackend(cfg)
+    backend.gemv_norm = fold
+    # the defaults: steps of 2-4 tokens, models of hidden size <= 2048 (the tiny one's is 64)
+    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (4, 4, 2048)
+    backend.gemv_rows = rows > 0
+    backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
+    backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
+    calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
     for step, counts in zip(STEPS, calls, strict=True):
@@ -172,24 +179,7 @@ def test_large_models_run_unfolded_on_cublas(monkeypatch):
     backend = TritonAttnBackend(cfg)
     backend.small_hidden_max = model.config.hidden_size - 1
     backend.gemv_rows_max, backend.gemv_rows_batch_max = 8, 8
-    calls: list[dict[str, int]] = []
-
-    def counted(name):
-        real = getattr(tk, name)
-
-        def wrapper(*a, **k):
-            calls[-1][name] += 1
-            return real(*a, **k)
-
-        return wrapper
-
-    for name in KERNELS:
-        monkeypatch.setattr(tk, name, counted(name))
-
-    def forward(fb):
-        calls.append(dict.fromkeys(KERNELS, 0))
-        return fused_decoder_forward(model, fb)
-
+    calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
     for step, counts in zip(STEPS, calls, strict=True):
