@@ -78,7 +78,8 @@ class Part:
     policy: str
     runs: dict[str, tuple[int, ...]]  # mode -> concurrencies
     note: str = ""
-    minutes: float = 0.0  # rough device time (to be replaced by the first measured parts)
+    minutes: float = 0.0  # rough device time
+    timed: str = ""  # the run that timed `minutes` (docs/matrix.md); "": an unmeasured guess
     output_len: int | None = None  # None: --output-len (512)
     rounds: int | None = None  # None: --rounds
 
@@ -91,7 +92,8 @@ def _parts() -> dict[str, Part]:
             pol,
             {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
             "the target ratios side by side: TR vs llm-only and lockstep at N=4, vs eager at N=8",
-            7.0,
+            6.2,
+            "run 12, bern0.1, --rounds 6",
         )
         parts[f"8b-{pol}-rest"] = Part(
             "0.6b+8b",
@@ -105,10 +107,16 @@ def _parts() -> dict[str, Part]:
                 "std-serving": (4, 8),
             },
             "the rest of the 0.6B+8B matrix",
-            9.0,
+            7.5,
+            "run 13, bern0.1, --rounds 3, tuned on the isolated profile",
         )
         parts[f"32b-{pol}"] = Part(
-            "0.6b+32b", pol, {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,)}, "0.6B+32B, N=4", 7.0
+            "0.6b+32b",
+            pol,
+            {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,)},
+            "0.6B+32B, N=4",
+            4.6,
+            "run 10, bern0.1, --rounds 2, tuned on the isolated profile",
         )
     parts["8b-check"] = Part(
         "0.6b+8b",
@@ -147,7 +155,10 @@ class Settings:
     r2r_threshold: str | None = None
     r_stitch_threshold: str | None = None
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
-    tune_from: str = "profile"  # "profile": each model timed alone; "eager": serving metrics at B = 1
+    # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
+    # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
+    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13)
+    tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
     log: list[str] = field(default_factory=list)
 
@@ -364,12 +375,22 @@ def bench(
 # ---- one part ---------------------------------------------------------------------------------------------
 
 
+def plan_committed(plan_path: Path) -> dict[str, dict[str, float]]:
+    """The share of each transition's hops that keep their token (0: `drop`), from the plan's rules: what
+    the DTMC on a run's own step times needs besides the metrics (records before run 14 lack it: all their
+    policies kept every token)."""
+    from tokenrouter.compiler.throughput.policy import policy_routing
+
+    return policy_routing(json.loads(plan_path.read_text())).keep
+
+
 def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]:
     raw = s.work / f"raw-{name}"
     raw.mkdir(parents=True, exist_ok=True)
     t_part = time.monotonic()
     say(s, f"part {name}: {part.pair}, {part.policy}: {part.runs}")
     plan = base_plan(s, part.pair, part.policy, raw)
+    committed = plan_committed(plan)
     tuned_ns = sorted({n for mode, ns in part.runs.items() if mode in TUNED for n in ns})
     tuning = profile_and_tune(s, plan, tuned_ns, raw) if tuned_ns else {}
     records, failures = [], []
@@ -408,6 +429,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "thresholds": tuning[n]["thresholds"] if mode in TUNED else None,
                     "predicted_tok_s": tuning[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
                     "tuning_p": tuning[n]["p"] if mode in TUNED else None,
+                    "committed": committed,
                 }  # fmt: skip
                 (raw / f"record-{mode}-n{n}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
@@ -517,7 +539,8 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     """The DTMC's throughput for this run's thresholds (eager: all 1) from what the run measured: the
     profile `tokenrouter profile --from-metrics` would build from the run's two scrapes (each model's mean
-    step time by batch size, p_ij = hops i→j / tokens written by i). This checks the queueing model on the
+    step time by batch size, p_ij = hops i→j / decisions of i, with the
+    plan's dropping hops among the decisions and in c_ij). This checks the queueing model on the
     latencies the models really had next to each other (the tuning's prediction may use latencies
     profiled one model at a time)."""
     from tokenrouter.compiler.throughput.dtmc import analyze
@@ -538,14 +561,15 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
         return "\n".join(f"{k} {v!r}" for k, v in metrics.items())
 
     stub = {"models": {x: {} for x in models}, "policy": {"name": rec["policy"]}}
+    committed = {x: (rec.get("committed") or {}).get(x, {}) for x in models}
     try:
-        prof = profile_from_metrics(stub, text(after), text(before), min_steps)
+        prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed)
     except MetricsProfileError:
         return None
     if set(prof.routing) != set(models):
         return None
     p = [[prof.routing[i].get(j, 0.0) for j in models] for i in models]
-    c = [[1.0] * len(models) for _ in models]
+    c = [[1.0 if i == j else committed[i].get(j, 1.0) for j in models] for i in models]
     thresholds = rec.get("thresholds") or {}
     b = tuple(int(thresholds.get(x, 1)) for x in models)
     inputs = make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0])
@@ -697,9 +721,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tune-from",
         choices=("profile", "eager"),
-        default="profile",
-        help="tune's step latencies: each model timed alone (profile) or served side by side at B = 1 "
-        "(eager: `profile --from-metrics`)",
+        default="eager",
+        help="tune's step latencies: served side by side at B = 1 (eager, the default: `profile "
+        "--from-metrics`) or each model timed alone (profile: misses the co-running slowdown)",
     )
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
@@ -707,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         for name, p in PARTS.items():
             print(
-                f"{name:22} ~{p.minutes:.0f} min (unmeasured guess)  {p.pair:13} {p.policy:9} {p.runs}  ({p.note})"
+                f"{name:22} ~{p.minutes:.0f} min ({p.timed or 'unmeasured guess'})  {p.pair:13} {p.policy:9} {p.runs}  ({p.note})"
             )
         return 0
     if a.report:

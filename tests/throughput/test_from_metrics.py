@@ -18,7 +18,9 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": {"sha256": "abc"}}
+EMPTY_ROUTE = {"nodes": [], "rules": []}
+PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": {"sha256": "abc"},
+        "routes": {"slm": EMPTY_ROUTE, "llm": EMPTY_ROUTE}}  # fmt: skip
 
 
 def scrape(by_bs: dict[str, dict[int, tuple[int, float]]], tokens: dict[str, int], hops: dict) -> str:
@@ -48,6 +50,30 @@ def test_latencies_and_routing_from_deltas():
     assert prof.routing["slm"] == pytest.approx({"slm": 0.9, "llm": 0.1})  # 100 hops over 1000 tokens
     assert prof.routing["llm"] == pytest.approx({"slm": 1.0, "llm": 0.0})
     assert prof.counts["slm"] == {"slm": 900, "llm": 100} and prof.source_sha256 == "abc"
+
+
+def test_dropping_hops_count_as_decisions():
+    """A hop that drops its token writes nothing: the model's decisions are its tokens plus those hops (the
+    r2r shape: the small model's hop to the large one drops, the way back keeps)."""
+    from tokenrouter.compiler.driver import compile_source
+
+    src = (ROOT / "examples" / "bernoulli.tr").read_text().replace("when uniform() < p -> llm",
+                                                                   "when uniform() < p -> llm drop for 1")  # fmt: skip
+    src = src.replace("route llm {\n  when uniform() < q -> slm\n}\n", "")
+    result = compile_source(src, str(ROOT / "examples" / "bernoulli_drop.tr"))
+    assert result.plan is not None, [str(d) for d in result.diagnostics]
+    after = scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
+                   {"slm": 900, "llm": 100}, {("slm", "llm"): 100, ("llm", "slm"): 100})  # fmt: skip
+    prof = profile_from_metrics(result.plan, after)
+    # 900 tokens written + 100 dropping hops = 1000 decisions; counted as tokens, p would be 100 / 900
+    assert prof.routing["slm"] == pytest.approx({"slm": 0.9, "llm": 0.1})
+    assert prof.counts["slm"] == {"slm": 900, "llm": 100}
+    # every slm decision dropped its token (an untrained r2r router at a low threshold): still a profile
+    everything = scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
+                        {"slm": 0, "llm": 100}, {("slm", "llm"): 100, ("llm", "slm"): 100})  # fmt: skip
+    assert profile_from_metrics(result.plan, everything).routing["slm"] == pytest.approx(
+        {"slm": 0.0, "llm": 1.0}
+    )
 
 
 def test_errors_say_what_is_missing():

@@ -5,9 +5,12 @@ other, and the hop rates they really took.
 0.6B step went from 2.0 to 3.4 ms beside a busy 8B, `docs/matrix.md`), so a DTMC fed with the isolated
 latencies over-predicts and can prefer thresholds that lose. Here the subservers' exact counters are read
 instead: `tokenrouter_steps_by_batch_total` / `tokenrouter_step_seconds_by_batch_total` give L_i(b) for every
-batch size that ran at least `min_steps` times, and `tokenrouter_hops_total` over
-`tokenrouter_generation_tokens_total` gives p_ij (a token written by i is followed by a hop to j). With a
-`before` scrape, only what happened in between counts (a warm-up, say, is left out).
+batch size that ran at least `min_steps` times, and `tokenrouter_hops_total` over i's decisions gives p_ij.
+A decision either writes a token (staying, or a hop that keeps it) or hops and drops it, so i's decisions
+are `tokenrouter_generation_tokens_total` plus its dropping hops; which hops drop is read from the plan's
+rules (`policy_routing`'s committed share per transition; a transition whose rules both keep and drop is
+weighted by their probabilities where the policy implies them, else by the share of its rules that keep). With a `before`
+scrape, only what happened in between counts (a warm-up, say, is left out).
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -20,6 +23,7 @@ import time
 from collections import defaultdict
 
 from tokenrouter.compiler.throughput.inputs import StepLatency
+from tokenrouter.compiler.throughput.policy import policy_routing
 from tokenrouter.compiler.throughput.profile_format import Profile
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
@@ -50,8 +54,15 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 
 def profile_from_metrics(
-    plan: dict, after: str, before: str | None = None, min_steps: int = 5, source: str = ""
+    plan: dict,
+    after: str,
+    before: str | None = None,
+    min_steps: int = 5,
+    source: str = "",
+    committed: dict[str, dict[str, float]] | None = None,
 ) -> Profile:
+    """The profile between two scrapes (`before` None: since the server started). `committed` (model ->
+    {target: share of hops that keep their token}) defaults to what the plan's rules say."""
     a, b = parse_metrics(after), parse_metrics(before or "")
 
     def delta(key) -> float:
@@ -84,20 +95,23 @@ def profile_from_metrics(
                 " put more load on the server before reading its metrics"
             )
         step_ms[x] = StepLatency(tuple(pts))
+    if committed is None:
+        committed = policy_routing(plan).keep  # x -> {y: share of x -> y hops that keep their token}
     counts: dict[str, dict[str, int]] = {}
     routing: dict[str, dict[str, float]] = {}
     for x in models:
-        written = tokens.get(x, 0.0)
-        if written <= 0:
-            continue
         row = {y: int(round(n)) for y, n in hops.get(x, {}).items() if y != x and n > 0}
-        row[x] = int(round(written)) - sum(row.values())
+        dropped = sum(n * (1.0 - committed.get(x, {}).get(y, 1.0)) for y, n in row.items())
+        decisions = int(round(tokens.get(x, 0.0) + dropped))
+        if decisions <= 0:
+            continue
+        row[x] = decisions - sum(row.values())
         if row[x] < 0:
             raise MetricsProfileError(
-                f"model {x!r}: more hops than tokens written: are the scrapes in order?"
+                f"model {x!r}: more hops than decisions (tokens written plus dropping hops): are the scrapes in order?"
             )
         counts[x] = row
-        routing[x] = {y: n / written for y, n in row.items()}
+        routing[x] = {y: n / decisions for y, n in row.items()}
     return Profile(
         policy=plan["policy"]["name"],
         source_sha256=plan.get("source", {}).get("sha256"),
