@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.graph_timing import capture, replay_us  # noqa: E402
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
 
 SHAPES = {  # q heads, kv heads, head_dim, layers
@@ -82,27 +83,9 @@ class Case:
 
 def time_graph(case: Case, opts: dict, reps: int) -> float:
     """Microseconds per layer: one graph of every layer's call, replayed `reps` times (median of 5)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        case.run(**opts)  # compile and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        case.run(**opts)
-    for _ in range(3):
-        graph.replay()
+    graph = capture(lambda: case.run(**opts))
     torch.cuda.synchronize()
-    runs = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) * 1e3 / reps / case.layers)
-    return statistics.median(runs)
+    return statistics.median(replay_us(graph, reps, warmup=3 if i == 0 else 0) / case.layers for i in range(5))
 
 
 def check(case: Case, opts: dict, ref: list[torch.Tensor]) -> float:

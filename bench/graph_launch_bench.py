@@ -30,6 +30,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from bench.graph_timing import replay_us  # noqa: E402
 from tokenrouter.runtime.engine.attention.triton_backend import ENGINE_OFF_ENV  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig  # noqa: E402
 
@@ -46,16 +47,10 @@ def time_graph(graph: torch.cuda.CUDAGraph, reps: int) -> dict[str, float]:
         launch.append((t1 - t0) * 1e6)
         step.append((t2 - t0) * 1e6)
     torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
     return {
         "launch_us": statistics.median(launch),
         "step_us": statistics.median(step),
-        "gpu_us": start.elapsed_time(stop) * 1e3 / reps,
+        "gpu_us": replay_us(graph, reps, warmup=0),
     }
 
 

@@ -30,10 +30,15 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # tokenrouter and bench.graph_timing, without PYTHONPATH
+    sys.path.insert(0, str(ROOT))
+
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
 
 
 def policy_ir() -> dict:
@@ -110,25 +115,13 @@ def graph_time_us(step, n_buffers: int, reps: int) -> float:
         for k in range(n_buffers):
             step(k)
         return (time.perf_counter() - t0) * 1e6 / n_buffers
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    from bench.graph_timing import capture, replay_us
+
+    def steps() -> None:
         for k in range(n_buffers):
             step(k)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for k in range(n_buffers):
-            step(k)
-    for _ in range(3):
-        graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1000.0 / (reps * n_buffers)
+
+    return replay_us(capture(steps), reps) / n_buffers
 
 
 def bandwidth_gbs() -> dict[str, float]:
