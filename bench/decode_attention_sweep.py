@@ -85,7 +85,9 @@ def time_graph(case: Case, opts: dict, reps: int) -> float:
     """Microseconds per layer: one graph of every layer's call, replayed `reps` times (median of 5)."""
     graph = capture(lambda: case.run(**opts))
     torch.cuda.synchronize()
-    return statistics.median(replay_us(graph, reps, warmup=3 if i == 0 else 0) / case.layers for i in range(5))
+    return statistics.median(
+        replay_us(graph, reps, warmup=3 if i == 0 else 0) / case.layers for i in range(5)
+    )
 
 
 def check(case: Case, opts: dict, ref: list[torch.Tensor]) -> float:
