@@ -317,6 +317,7 @@ def ablation_plan(
     decode_bs: list[int] = (),
     gemv_rows_max: int = GEMV_ROWS_MAX,
     gemv_rows_batch_max: int = GEMV_ROWS_MAX,
+    dot_rows_max: int = 0,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
     Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
@@ -324,7 +325,9 @@ def ablation_plan(
     bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
-    blocks)."""
+    blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
+    kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
+    take."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -334,7 +337,15 @@ def ablation_plan(
         if 2 <= bs * q <= gemv_rows_max and bs <= gemv_rows_batch_max
     ]
     bs1_extends = [(ctx, 1, q) for ctx in ctxs for q in sorted(extend_q) if 1 in extend_bs]
+    dot_rows = [
+        (ctx, bs, q)
+        for ctx in ctxs
+        for bs, q in sorted(steps)
+        if 2 <= bs * q <= dot_rows_max and (ctx, bs, q) not in few_rows
+    ]
     plan = []
+    if dot_rows:
+        plan.append(("no dot_rows", ("dot_rows",), dot_rows))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
@@ -366,8 +377,15 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
     default_ms: dict[tuple[int, int, int], float] = {}
     started = time.perf_counter()
     decode_bs = sorted(set(args.decode_bs) | set(args.extend_bs))  # the main runner's decode graphs
+    small = backend.small_hidden_max is None or engine.model_config.hidden_size <= backend.small_hidden_max
     plan = ablation_plan(
-        args.ctx, args.extend_bs, args.extend_q, decode_bs, backend.gemv_rows_max, backend.gemv_rows_batch_max
+        args.ctx,
+        args.extend_bs,
+        args.extend_q,
+        decode_bs,
+        backend.gemv_rows_max,
+        backend.gemv_rows_batch_max,
+        backend.dot_rows_max if backend.dot_rows and small else 0,
     )
     for label, off, points in plan:
         if time.perf_counter() - started > args.ablation_budget_s:

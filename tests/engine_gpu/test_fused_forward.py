@@ -12,6 +12,8 @@ import torch
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
+    DOT_ROWS_ENV,
+    DOT_ROWS_MAX,
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
     GEMV_ROWS_BATCH_MAX,
@@ -111,9 +113,10 @@ STEPS = [
     [(0, [6]), (1, [10, 11, 12]), (2, [3, 3])],  # 6
     [(1, [4])],  # one token: the GEMV path
     [(2, [7, 8])],  # 2
-    [(0, list(range(13, 25))), (2, [5])],  # 13: more than gemv_rows_max, cuBLAS
+    [(0, list(range(13, 25))), (2, [5])],  # 13: more than gemv_rows_max: dot_rows (cuBLAS with it off)
+    [(0, list(range(30, 47))), (1, [6])],  # 18: more than dot_rows_max, cuBLAS
 ]
-KERNELS = ("gemv", "gemv_rows", "rmsnorm")
+KERNELS = ("gemv", "gemv_rows", "dot_rows", "rmsnorm")
 
 
 def counted_fused_forward(model, monkeypatch):
@@ -162,6 +165,8 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
         few = 2 <= tokens <= 8 and len(step) <= rows
         assert counts["gemv"] == (4 * layers if tokens == 1 else 0), (tokens, counts)
         assert counts["gemv_rows"] == (4 * layers if few else 0), (tokens, counts)
+        dot = 2 <= tokens <= 16 and not few  # the tensor-core kernel takes the other steps of up to 16 tokens
+        assert counts["dot_rows"] == (4 * layers if dot else 0), (tokens, counts)
         # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
         folded = fold and (tokens == 1 or few)
         assert counts["rmsnorm"] == (1 if folded else 1 + 2 * layers), (tokens, counts)
@@ -185,7 +190,8 @@ def test_large_models_run_unfolded_on_cublas(monkeypatch):
     for step, counts in zip(STEPS, calls, strict=True):
         tokens = sum(len(new) for _, new in step)
         assert counts["gemv"] == (4 * layers if tokens == 1 else 0), (tokens, counts)
-        assert counts["gemv_rows"] == 0 and counts["rmsnorm"] == 1 + 2 * layers, (tokens, counts)
+        assert counts["gemv_rows"] == counts["dot_rows"] == 0, (tokens, counts)
+        assert counts["rmsnorm"] == 1 + 2 * layers, (tokens, counts)
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
@@ -224,6 +230,32 @@ def test_fused_forward_with_split_kv(fused_merge, monkeypatch):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     assert not backend.metadata_for(1, 1).tickets.any()  # left at zero for the next launch
+
+
+def test_dot_rows_off_runs_cublas(monkeypatch):
+    """With `dot_rows` off the steps it would take run on cuBLAS; the same logits either way."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    backend = TritonAttnBackend(cfg)
+    assert backend.dot_rows_max == DOT_ROWS_MAX == 16
+    backend.dot_rows = False
+    calls, forward = counted_fused_forward(model, monkeypatch)
+    got = run_steps(model, backend, forward, STEPS)
+    assert all(counts["dot_rows"] == 0 for counts in calls)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
+def test_dot_rows_reach_from_the_environment(monkeypatch):
+    cfg = attn_config(tiny_model("qwen3").config)
+    monkeypatch.setenv(DOT_ROWS_ENV, "8")
+    assert TritonAttnBackend(cfg).dot_rows_max == 8
+    for bad in ("1", "17", "x"):
+        monkeypatch.setenv(DOT_ROWS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{DOT_ROWS_ENV}={bad!r}: expected"):
+            TritonAttnBackend(cfg)
 
 
 def test_options_off_from_the_environment(monkeypatch):

@@ -297,3 +297,50 @@ def test_gemv_rows_argument_errors():
         tk.gemv_rows(x, w, norm_weight=nw, residual=torch.zeros(2, 8, device=DEVICE), residual_out=x.clone())
     with pytest.raises(ValueError, match="do not combine"):
         tk.gemv_rows(torch.zeros(3, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
+
+
+# the tensor-core few-row linear: the interpreter's fixed config (BLOCK_W 16, BLOCK_K 32, SPLIT_K 2) and
+# explicit tile configs, split K from 1 (no partials) to 8 (splits past K's end: empty K ranges)
+DOT_CONFIGS = [
+    None,
+    {"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 1},
+    {"BLOCK_W": 32, "BLOCK_K": 32, "SPLIT_K": 4},
+    {"BLOCK_W": 16, "BLOCK_K": 64, "SPLIT_K": 8},
+]
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 13, 16])
+@pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
+@pytest.mark.parametrize("config", DOT_CONFIGS, ids=["default", "split1", "split4", "split8"])
+def test_dot_rows(m, variant, config):
+    g = torch.Generator().manual_seed(m * 5 + len(variant))
+    n, k = 40, 72  # not multiples of the blocks
+    silu_mul = variant == "silu_mul"
+    x = torch.randn(m, 2 * k if silu_mul else k, generator=g).to(DEVICE)
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    b = torch.randn(n, generator=g).to(DEVICE) if variant == "bias" else None
+    inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
+    want = torch.nn.functional.linear(inp.double(), w.double(), None if b is None else b.double()).float()
+    got = tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config)
+    assert got.shape == (m, n)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    # a second launch on the same tickets (each launch leaves them zero) gives the same, bit for bit
+    torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)
+
+
+def test_dot_rows_strided_rows_bf16_and_errors():
+    g = torch.Generator().manual_seed(12)
+    n, k = 33, 100
+    wide = torch.randn(5, 160, generator=g).to(DEVICE)
+    x = wide[:, :k]  # rows 160 apart
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    torch.testing.assert_close(tk.dot_rows(x, w), torch.nn.functional.linear(x, w), atol=1e-4, rtol=1e-4)
+    xb, wb = x.to(torch.bfloat16), (w / k**0.5).to(torch.bfloat16)
+    want = torch.nn.functional.linear(xb.float(), wb.float())
+    torch.testing.assert_close(tk.dot_rows(xb, wb).float(), want, atol=2e-2, rtol=1e-2)
+    with pytest.raises(ValueError, match="1-16 rows"):
+        tk.dot_rows(torch.zeros(17, k, device=DEVICE), w)
+    with pytest.raises(ValueError, match="does not match the weight"):
+        tk.dot_rows(torch.zeros(2, k, device=DEVICE), w, silu_mul=True)
+    with pytest.raises(ValueError, match="SPLIT_K at most"):
+        tk.dot_rows(x, w, config={"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 64})

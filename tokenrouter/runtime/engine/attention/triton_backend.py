@@ -30,6 +30,10 @@ GEMV_ROWS_BATCH_MAX = 4
 # 4-token extend 41 % slower than cuBLAS and the folded norm costs 5-6 % of a decode step (each GEMV
 # program recomputes the 4096-wide norm), so large models run both unfolded and on cuBLAS.
 SMALL_HIDDEN_MAX = 2048
+# the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
+# their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). Unmeasured default: the
+# H200 run that follows it decides (engine_bench's "no dot_rows" ablation rows).
+DOT_ROWS_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -43,6 +47,9 @@ FAST_PATH_OPTIONS = {
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
     f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
     "`gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
+    "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX}) that neither GEMV takes, on "
+    f"models of hidden size <= `small_hidden_max`, run their linear layers on tensor cores as `dot_rows` "
+    "(the weight on the MMA's large side, split K for narrow layers) (off: cuBLAS)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -63,6 +70,8 @@ ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
 # requests use `gemv_rows` (e.g. "1:4": one-request extends of 2-4 tokens); default: GEMV_ROWS_BATCH_MAX:MAX
 GEMV_ROWS_ENV = "TOKENROUTER_GEMV_ROWS"
+# the tensor-core few-row kernel's reach: TOKENROUTER_DOT_ROWS="Q", steps of up to Q tokens (default DOT_ROWS_MAX)
+DOT_ROWS_ENV = "TOKENROUTER_DOT_ROWS"
 
 
 def gemv_rows_from_env() -> tuple[int, int]:
@@ -77,6 +86,18 @@ def gemv_rows_from_env() -> tuple[int, int]:
             "per step (e.g. 1:4)"
         )
     return int(b), int(q)
+
+
+def dot_rows_from_env() -> int:
+    """`dot_rows_max` from TOKENROUTER_DOT_ROWS="Q" (ValueError naming a bad value)."""
+    raw = os.environ.get(DOT_ROWS_ENV, "").strip()
+    if not raw:
+        return DOT_ROWS_MAX
+    if not raw.isdigit() or not 2 <= int(raw) <= tk.DOT_ROWS_LIMIT:
+        raise ValueError(
+            f"{DOT_ROWS_ENV}={raw!r}: expected the most tokens per step, 2 to {tk.DOT_ROWS_LIMIT}"
+        )
+    return int(raw)
 
 
 def options_off_from_env() -> set[str]:
@@ -114,6 +135,7 @@ class TritonAttnBackend(AttentionBackend):
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
+        self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
@@ -214,7 +236,9 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, and
     (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
-    GEMVs, 1 fused op and attention per layer. Returns (last-position logits [B, V], hidden [B, H])."""
+    GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens that neither
+    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, SiLU*up in the down projection's input load, the
+    norms as separate launches. Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
@@ -230,7 +254,13 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         and 2 <= tokens <= min(backend.gemv_rows_max, tk.GEMV_ROWS_LIMIT)
         and fb.batch_size <= backend.gemv_rows_batch_max
     )
-    small = one_row or few_rows  # the linear layers run as a Triton GEMV, else cuBLAS
+    small = one_row or few_rows  # the linear layers run as a Triton GEMV, else cuBLAS or dot_rows:
+    dot = (
+        backend.dot_rows
+        and small_model
+        and not small
+        and 2 <= tokens <= min(backend.dot_rows_max, tk.DOT_ROWS_LIMIT)
+    )
     fold = small and backend.gemv_norm and small_model
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
@@ -241,7 +271,11 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        return gemv(x, layer) if small else layer(x)
+        if small:
+            return gemv(x, layer)
+        if dot:
+            return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl)
+        return layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
 
@@ -283,6 +317,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         down = layer.mlp.down_proj
         if small:  # SiLU(gate) * up fused into the GEMV's input load
             d = gemv(gate_up, down, silu_mul=True)
+        elif dot:  # and into dot_rows' activation load
+            d = tk.dot_rows(gate_up, down.weight, down.bias, silu_mul=True, pdl=pdl)
         else:
             d = down(tk.silu_and_mul(gate_up, pdl=pdl))
     if fb.num_tokens == fb.batch_size and backend.decode_no_gather:

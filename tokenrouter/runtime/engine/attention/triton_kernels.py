@@ -852,8 +852,8 @@ def store_kv(
 # these few-megabyte GEMVs far below the copy bandwidth (measured on the H200: 12.4 us for Qwen3-0.6B's
 # 12.6 MB gate_up, about 1 TB/s). This kernel spreads the output columns over many programs, reads each
 # weight tile once with wide contiguous loads, and can fuse SiLU(gate) * up into its input load
-# (down_proj). Only for one row (`gemv_rows` below takes 2-8 rows; a tensor-core variant for 2-16 rows
-# measured slower than cuBLAS, see docs/benchmarks.md).
+# (down_proj). Only for one row (`gemv_rows` below takes 2-8 rows, `dot_rows` at the end 1-16 on tensor
+# cores; run B's tensor-core variant with the rows on the MMA's M side measured slower than cuBLAS).
 # ---------------------------------------------------------------------------------------------------------
 
 _GEMV_TILES_BASE = [  # the tile shapes of runs A/B (docs/benchmarks.md)
@@ -1247,5 +1247,203 @@ def gemv_rows(
         BLOCK_M=block_m,
         **_pdl(pdl, x.device),
         **_FIXED_FEW,
+    )
+    return y
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Few-row linear layers on tensor cores (M = 2..16 rows), "swap AB". `gemv_rows` above spends M float32
+# FMAs per weight element, which past ~4 rows makes a step compute-bound (the 0.6B's one-request extends of
+# 8 tokens: 1.6x a decode, docs/benchmarks.md, run F), and the earlier `tl.dot` kernel (run B, removed) put
+# the few rows on the MMA's M side with 4-32 weight rows per program, below the tensor cores' tile shapes.
+# Here the weight is the MMA's M side: a program multiplies BLOCK_W weight rows (output columns) by the
+# activations transposed, [BLOCK_W, BLOCK_K] x [BLOCK_K, 16] -> [BLOCK_W, 16] (rows past M masked to zero),
+# so the tensor cores do the FMAs and the program's cost is its weight bytes. Layers with few output
+# columns (the 0.6B's o_proj and down_proj: N = 1024) split K over SPLIT_K programs per column block for
+# more bytes in flight; the split programs store float32 partials [SPLIT_K, 16, N] and the last one of a
+# block to finish (an atomic ticket, as in the attention's fused merge) sums them in split order (the
+# result does not depend on which program finishes last) and writes Y, leaving its ticket zero for the next
+# launch. SiLU(gate) * up is applied in the activation load (down_proj), rounded to the weight dtype as
+# `silu_and_mul` stores it; add & RMSNorm stay separate launches on this path.
+# ---------------------------------------------------------------------------------------------------------
+
+DOT_ROWS_LIMIT = 16  # the most rows `dot_rows` takes (the MMA's N side)
+_DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); unmeasured on the H200 when written
+    (32, 128, 1, 4, 4),
+    (64, 128, 1, 4, 4),
+    (64, 64, 1, 4, 6),
+    (128, 64, 1, 4, 4),
+    (16, 256, 1, 4, 3),
+    (32, 128, 2, 4, 4),
+    (64, 128, 2, 4, 4),
+    (32, 128, 4, 4, 3),
+    (64, 64, 4, 4, 4),
+    (16, 128, 4, 4, 4),
+    (32, 64, 8, 4, 4),
+]
+_DOT_ROWS_CONFIGS = [
+    triton.Config({"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
+    for bw, bk, sk, w, s in _DOT_ROWS_TILES
+]
+_DOT_ROWS_MAX_SPLIT = max(t[2] for t in _DOT_ROWS_TILES)
+
+
+@triton.jit
+def _dot_rows_kernel(
+    X,
+    W,
+    Bias,
+    Y,
+    Part,  # float32 [SPLIT_K, 16, N] partials (SPLIT_K > 1)
+    Tickets,  # int32, one per column block, zero between launches (SPLIT_K > 1)
+    M,
+    N,
+    K,
+    stride_x,
+    stride_wn,
+    HAS_BIAS: tl.constexpr,
+    SILU_MUL: tl.constexpr,  # row m of X is [gate | up] of width 2K: its input is SiLU(gate) * up
+    BLOCK_W: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
+    DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
+):
+    BLOCK_X: tl.constexpr = 16
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_w = pid_n * BLOCK_W + tl.arange(0, BLOCK_W)
+    offs_x = tl.arange(0, BLOCK_X)
+    w_ok = offs_w < N
+    x_ok = offs_x < M
+    kk = tl.arange(0, BLOCK_K)
+    span = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # this split's K range: [k_lo, k_hi)
+    k_lo = pid_k * span
+    k_hi = tl.minimum(k_lo + span, K)
+    w_ptrs = W + offs_w.to(tl.int64)[:, None] * stride_wn + kk[None, :]
+    x_ptrs = X + offs_x.to(tl.int64)[None, :] * stride_x + kk[:, None]  # [BLOCK_K, BLOCK_X]: X transposed
+    if USE_PDL:  # wait for the kernel before, then let the next one start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K):
+        k_ok = k0 + kk < k_hi
+        w = tl.load(w_ptrs + k0, mask=w_ok[:, None] & k_ok[None, :], other=0.0)
+        xk_ok = k_ok[:, None] & x_ok[None, :]
+        x = tl.load(x_ptrs + k0, mask=xk_ok, other=0.0)
+        if SILU_MUL:
+            g = x.to(tl.float32)
+            up = tl.load(x_ptrs + K + k0, mask=xk_ok, other=0.0).to(tl.float32)
+            x = (g / (1.0 + tl.exp(-g)) * up).to(W.dtype.element_ty)
+        if DOT_F32:
+            acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
+        elif W.dtype.element_ty == tl.float32:  # exact products for float32 models (no TF32)
+            acc += tl.dot(w, x.to(tl.float32), input_precision="ieee")
+        else:
+            acc += tl.dot(w, x.to(W.dtype.element_ty))
+    y_ptrs = Y + offs_x.to(tl.int64)[None, :] * N + offs_w[:, None]  # Y [M, N] written transposed
+    y_ok = w_ok[:, None] & x_ok[None, :]
+    if SPLIT_K == 1:
+        out = acc
+        if HAS_BIAS:
+            out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
+        tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
+    else:
+        p_ptrs = Part + offs_x.to(tl.int64)[None, :] * N + offs_w[:, None]
+        tl.store(p_ptrs + pid_k * BLOCK_X * N, acc, mask=y_ok)
+        # every thread's partial stored before one thread takes the ticket (release, GPU scope); the last
+        # split of the block sees all of them (acquire)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(Tickets + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            tl.atomic_xchg(Tickets + pid_n, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+            out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+            for s in range(SPLIT_K):  # in split order: the same sum whichever program came last
+                out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
+            tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
+    _dot_rows = _dot_rows_kernel
+    # Triton's interpreter (3.9 here) multiplies bf16 tiles in tl.dot as garbage (errors of 1e11 seen), so
+    # its dots run in float32 on the bf16 values (the GPU's tensor cores also sum bf16 products in float32)
+    _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
+else:
+    _dot_rows = triton.autotune(configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "USE_PDL"])(
+        _dot_rows_kernel
+    )
+    _FIXED_DOT = {}
+
+# per device: the split partials and tickets, grown as needed; kernels on one stream use them one after
+# another (each launch finishes its sums and zeroes its tickets before the next starts), and a buffer that
+# was replaced stays alive, since CUDA graphs captured with it still use it
+_dot_rows_scratch: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def _dot_scratch(device: torch.device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partials, tickets) for an N-wide layer: float32 [max split * 16 * N], int32 [N] (zero)."""
+    bufs = _dot_rows_scratch.setdefault(device, [])
+    need = _DOT_ROWS_MAX_SPLIT * 16 * n
+    if not bufs or bufs[-1][0].numel() < need or bufs[-1][1].numel() < n:
+        size = max(need, _DOT_ROWS_MAX_SPLIT * 16 * 8192)
+        bufs.append(
+            (
+                torch.empty(size, dtype=torch.float32, device=device),
+                torch.zeros(max(n, 8192), dtype=torch.int32, device=device),
+            )
+        )
+    return bufs[-1]
+
+
+def dot_rows(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    silu_mul: bool = False,
+    *,
+    pdl: bool = False,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
+    cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). With
+    `silu_mul`, x is [M, 2K] = [gate | up] and the input is SiLU(gate) * up. Autotuned per (N, K, variant) on
+    first use, so run it once before a CUDA graph capture; `config` ({"BLOCK_W", "BLOCK_K", "SPLIT_K",
+    "num_warps", "num_stages"}) runs one tile config instead (tests, benchmarks)."""
+    n, k = weight.shape
+    if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError(f"dot_rows takes 1-{DOT_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
+    if x.shape[1] != (2 * k if silu_mul else k):
+        raise ValueError(
+            f"dot_rows: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}"
+        )
+    m = x.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    part, tickets = _dot_scratch(x.device, n)
+    if config is not None:
+        kernel, meta = _dot_rows_kernel, dict(config)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            meta["DOT_F32"] = True
+        if meta.get("SPLIT_K", 1) > _DOT_ROWS_MAX_SPLIT:
+            raise ValueError(f"dot_rows: SPLIT_K at most {_DOT_ROWS_MAX_SPLIT}")
+    else:
+        kernel, meta = _dot_rows, dict(_FIXED_DOT)
+    kernel[lambda cfg: (triton.cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
+        x,
+        weight,
+        bias if bias is not None else weight,
+        y,
+        part,
+        tickets,
+        m,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        HAS_BIAS=bias is not None,
+        SILU_MUL=silu_mul,
+        **_pdl(pdl, x.device),
+        **meta,
     )
     return y
