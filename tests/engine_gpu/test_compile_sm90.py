@@ -120,6 +120,27 @@ def compile_all() -> list[str]:
             cfg.num_warps,
             cfg.num_stages,
         )
+    dot_variants = [  # the tensor-core few-row kernel: every tile config with SiLU*up, and with add & norm
+        (cfg, variant)
+        for cfg in tk._DOT_ROWS_CONFIGS
+        for variant in (
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+        )
+    ]
+    dot_variants.append(
+        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
+    )
+    for cfg, variant in dot_variants:
+        build(
+            tk._dot_rows_kernel,
+            dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
+                 R="*bf16", R_out="*bf16", NW="*bf16"),
+            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
+            dict(HAS_BIAS=True, DOT_F32=False, **variant, **cfg.kwargs),
+            cfg.num_warps,
+            cfg.num_stages,
+        )  # fmt: skip
     for pdl, gather in ((False, False), (True, False), (True, True)):
         build(
             tk._rmsnorm_kernel,
@@ -185,7 +206,8 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + 3 + 2 * 2 + 1, (
+    dots = 2 * len(tk._DOT_ROWS_CONFIGS) + 1
+    assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

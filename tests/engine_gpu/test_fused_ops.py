@@ -328,6 +328,31 @@ def test_dot_rows(m, variant, config):
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("config", DOT_CONFIGS, ids=["default", "split1", "split4", "split8"])
+def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
+    """add & RMSNorm folded in: the same as rmsnorm (which adds the residual in place) then a linear, and the
+    new residual stream in residual_out (the old one untouched)."""
+    g = torch.Generator().manual_seed(31 + m + with_residual)
+    n, k = 40, 72
+    x = torch.randn(m, k, generator=g).to(DEVICE)
+    w = torch.randn(n, k, generator=g).to(DEVICE)
+    nw = torch.randn(k, generator=g).to(DEVICE)
+    res = torch.randn(m, k, generator=g).to(DEVICE) if with_residual else None
+    out = torch.empty_like(x) if with_residual else None
+    h = x + res if with_residual else x
+    want = torch.nn.functional.linear(_ref_rmsnorm(h, nw, 1e-6), w)
+    kept = res.clone() if with_residual else None
+    got = tk.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    if with_residual:
+        torch.testing.assert_close(out, h, **TOL)
+        torch.testing.assert_close(res, kept, atol=0, rtol=0)
+    again = tk.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
+
+
 def test_dot_rows_strided_rows_bf16_and_errors():
     g = torch.Generator().manual_seed(12)
     n, k = 33, 100
@@ -342,5 +367,9 @@ def test_dot_rows_strided_rows_bf16_and_errors():
         tk.dot_rows(torch.zeros(17, k, device=DEVICE), w)
     with pytest.raises(ValueError, match="does not match the weight"):
         tk.dot_rows(torch.zeros(2, k, device=DEVICE), w, silu_mul=True)
+    with pytest.raises(ValueError, match="do not combine"):
+        tk.dot_rows(
+            torch.zeros(2, 2 * k, device=DEVICE), w, silu_mul=True, norm_weight=torch.ones(k, device=DEVICE)
+        )
     with pytest.raises(ValueError, match="SPLIT_K at most"):
         tk.dot_rows(x, w, config={"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 64})

@@ -41,8 +41,8 @@ DOT_ROWS_MAX = 16
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
-    "gemv_norm": "one-token steps (and gemv_rows steps) fold add & RMSNorm into the next GEMV's prologue, "
-    "on models of hidden size <= `small_hidden_max` (default 2048) (off: an rmsnorm launch)",
+    "gemv_norm": "one-token steps (and gemv_rows and dot_rows steps) fold add & RMSNorm into the next linear "
+    "kernel's prologue, on models of hidden size <= `small_hidden_max` (default 2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
     f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
@@ -237,8 +237,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens that neither
-    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, SiLU*up in the down projection's input load, the
-    norms as separate launches. Returns (last-position logits [B, V], hidden [B, H])."""
+    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with the same fusions. Returns (last-position
+    logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
@@ -254,28 +254,29 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         and 2 <= tokens <= min(backend.gemv_rows_max, tk.GEMV_ROWS_LIMIT)
         and fb.batch_size <= backend.gemv_rows_batch_max
     )
-    small = one_row or few_rows  # the linear layers run as a Triton GEMV, else cuBLAS or dot_rows:
+    small = one_row or few_rows  # the linear layers run as a Triton GEMV, else as dot_rows, else cuBLAS
     dot = (
         backend.dot_rows
         and small_model
         and not small
         and 2 <= tokens <= min(backend.dot_rows_max, tk.DOT_ROWS_LIMIT)
     )
-    fold = small and backend.gemv_norm and small_model
+    fast = (
+        small or dot
+    )  # a Triton kernel for the linear layers (with SiLU*up and, if `fold`, add & norm in it)
+    fold = fast and backend.gemv_norm and small_model
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
     def gemv(x: torch.Tensor, layer: torch.nn.Linear, **variant) -> torch.Tensor:
         if one_row:
             return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
-        return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+        if few_rows:
+            return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+        return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        if small:
-            return gemv(x, layer)
-        if dot:
-            return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl)
-        return layer(x)
+        return gemv(x, layer) if fast else layer(x)
 
     residual = m.embed_tokens(fb.input_ids)
 
@@ -315,10 +316,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         o = linear(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
         gate_up = normed_linear(o, layer.post_attention_layernorm, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
-        if small:  # SiLU(gate) * up fused into the GEMV's input load
+        if fast:  # SiLU(gate) * up fused into the kernel's input load
             d = gemv(gate_up, down, silu_mul=True)
-        elif dot:  # and into dot_rows' activation load
-            d = tk.dot_rows(gate_up, down.weight, down.bias, silu_mul=True, pdl=pdl)
         else:
             d = down(tk.silu_and_mul(gate_up, pdl=pdl))
     if fb.num_tokens == fb.batch_size and backend.decode_no_gather:

@@ -1264,7 +1264,8 @@ def gemv_rows(
 # block to finish (an atomic ticket, as in the attention's fused merge) sums them in split order (the
 # result does not depend on which program finishes last) and writes Y, leaving its ticket zero for the next
 # launch. SiLU(gate) * up is applied in the activation load (down_proj), rounded to the weight dtype as
-# `silu_and_mul` stores it; add & RMSNorm stay separate launches on this path.
+# `silu_and_mul` stores it, and add & RMSNorm (`gemv_norm`) as in `gemv_rows`: each row's sum of squares is
+# summed with its dots (per split, merged with the partials) and its rstd scales the result.
 # ---------------------------------------------------------------------------------------------------------
 
 DOT_ROWS_LIMIT = 16  # the most rows `dot_rows` takes (the MMA's N side)
@@ -1295,14 +1296,21 @@ def _dot_rows_kernel(
     Bias,
     Y,
     Part,  # float32 [SPLIT_K, 16, N] partials (SPLIT_K > 1)
+    SS,  # float32 [column blocks, SPLIT_K, 16] partial sums of squares (NORM and SPLIT_K > 1)
     Tickets,  # int32, one per column block, zero between launches (SPLIT_K > 1)
+    R,
+    R_out,
+    NW,
     M,
     N,
     K,
     stride_x,
     stride_wn,
+    eps,
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,  # row m of X is [gate | up] of width 2K: its input is SiLU(gate) * up
+    NORM: tl.constexpr,  # row m's input is RMSNorm(h_m) * NW, h = X (+ R when HAS_RES)
+    HAS_RES: tl.constexpr,  # h = X + R ([M, K] contiguous); the programs of column block 0 write h to R_out
     BLOCK_W: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -1325,7 +1333,9 @@ def _dot_rows_kernel(
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    r_offs = offs_x.to(tl.int64)[None, :] * K + kk[:, None]  # R / R_out are [M, K] contiguous
     acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+    ss = tl.zeros([BLOCK_X], dtype=tl.float32)  # NORM: this split's sum of squares per row
     for k0 in tl.range(k_lo, k_hi, BLOCK_K):
         k_ok = k0 + kk < k_hi
         w = tl.load(w_ptrs + k0, mask=w_ok[:, None] & k_ok[None, :], other=0.0)
@@ -1335,6 +1345,18 @@ def _dot_rows_kernel(
             g = x.to(tl.float32)
             up = tl.load(x_ptrs + K + k0, mask=xk_ok, other=0.0).to(tl.float32)
             x = (g / (1.0 + tl.exp(-g)) * up).to(W.dtype.element_ty)
+        if NORM:
+            # as in `gemv_rows`: rstd_m factors out of row m's dot products, so the squares are summed
+            # here and the scale applied to the result; the MMA takes h * NW in the weight dtype
+            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+                r = tl.load(R + r_offs + k0, mask=xk_ok, other=0.0).to(tl.float32)
+                x = (x.to(tl.float32) + r).to(R_out.dtype.element_ty)
+                if pid_n == 0:
+                    tl.store(R_out + r_offs + k0, x, mask=xk_ok)
+            hf = x.to(tl.float32)
+            ss += tl.sum(hf * hf, 0)
+            nw = tl.load(NW + k0 + kk, mask=k_ok, other=0.0).to(tl.float32)
+            x = (hf * nw[:, None]).to(W.dtype.element_ty)
         if DOT_F32:
             acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
         elif W.dtype.element_ty == tl.float32:  # exact products for float32 models (no TF32)
@@ -1345,12 +1367,17 @@ def _dot_rows_kernel(
     y_ok = w_ok[:, None] & x_ok[None, :]
     if SPLIT_K == 1:
         out = acc
+        if NORM:
+            out = out * tl.rsqrt(ss / K + eps)[None, :]
         if HAS_BIAS:
             out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
         tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
     else:
         p_ptrs = Part + offs_x.to(tl.int64)[None, :] * N + offs_w[:, None]
         tl.store(p_ptrs + pid_k * BLOCK_X * N, acc, mask=y_ok)
+        ss_ptrs = SS + (pid_n * SPLIT_K) * BLOCK_X + offs_x
+        if NORM:
+            tl.store(ss_ptrs + pid_k * BLOCK_X, ss)
         # every thread's partial stored before one thread takes the ticket (release, GPU scope); the last
         # split of the block sees all of them (acquire)
         tl.debug_barrier()
@@ -1358,8 +1385,13 @@ def _dot_rows_kernel(
         if ticket == SPLIT_K - 1:
             tl.atomic_xchg(Tickets + pid_n, 0, sem="relaxed", scope="gpu")  # zero for the next launch
             out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+            total = tl.zeros([BLOCK_X], dtype=tl.float32)
             for s in range(SPLIT_K):  # in split order: the same sum whichever program came last
                 out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
+                if NORM:
+                    total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
+            if NORM:
+                out = out * tl.rsqrt(total / K + eps)[None, :]
             if HAS_BIAS:
                 out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
             tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
@@ -1371,9 +1403,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     # its dots run in float32 on the bf16 values (the GPU's tensor cores also sum bf16 products in float32)
     _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
 else:
-    _dot_rows = triton.autotune(configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "USE_PDL"])(
-        _dot_rows_kernel
-    )
+    _dot_rows = triton.autotune(
+        configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
+    )(_dot_rows_kernel)
     _FIXED_DOT = {}
 
 # per device: the split partials and tickets, grown as needed; kernels on one stream use them one after
@@ -1383,11 +1415,12 @@ _dot_rows_scratch: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] =
 
 
 def _dot_scratch(device: torch.device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(partials, tickets) for an N-wide layer: float32 [max split * 16 * N], int32 [N] (zero)."""
+    """(partials, tickets) for an N-wide layer: float32 [2 * max split * 16 * N] (the dot partials, then the
+    sums of squares, one set per column block: at most N blocks), int32 [N] (zero)."""
     bufs = _dot_rows_scratch.setdefault(device, [])
-    need = _DOT_ROWS_MAX_SPLIT * 16 * n
+    need = 2 * _DOT_ROWS_MAX_SPLIT * 16 * n
     if not bufs or bufs[-1][0].numel() < need or bufs[-1][1].numel() < n:
-        size = max(need, _DOT_ROWS_MAX_SPLIT * 16 * 8192)
+        size = max(need, 2 * _DOT_ROWS_MAX_SPLIT * 16 * 8192)
         bufs.append(
             (
                 torch.empty(size, dtype=torch.float32, device=device),
@@ -1403,24 +1436,31 @@ def dot_rows(
     bias: torch.Tensor | None = None,
     silu_mul: bool = False,
     *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
     pdl: bool = False,
     config: dict | None = None,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
-    cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). With
-    `silu_mul`, x is [M, 2K] = [gate | up] and the input is SiLU(gate) * up. Autotuned per (N, K, variant) on
-    first use, so run it once before a CUDA graph capture; `config` ({"BLOCK_W", "BLOCK_K", "SPLIT_K",
-    "num_warps", "num_stages"}) runs one tile config instead (tests, benchmarks)."""
+    cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). Autotuned per
+    (N, K, variant) on first use, so run it once before a CUDA graph capture; `config` ({"BLOCK_W",
+    "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}) runs one tile config instead (tests, benchmarks).
+
+    The input variants are `gemv_rows`' (per row; residual and residual_out [M, K]): `silu_mul` (x is [M, 2K]
+    = [gate | up], the input SiLU(gate) * up), `norm_weight` (the input is `rmsnorm(h)` of h = x, or with
+    `residual` h = x + residual, also written to `residual_out`). The normed row enters the MMA as h * NW in
+    the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead)."""
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"dot_rows takes 1-{DOT_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
-    if x.shape[1] != (2 * k if silu_mul else k):
-        raise ValueError(
-            f"dot_rows: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}"
-        )
+    _check_gemv_inputs("dot_rows", "[M, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
+    norm = norm_weight is not None
     m = x.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     part, tickets = _dot_scratch(x.device, n)
+    ss = part[_DOT_ROWS_MAX_SPLIT * 16 * n :]
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
         if os.environ.get("TRITON_INTERPRET") == "1":
@@ -1435,14 +1475,21 @@ def dot_rows(
         bias if bias is not None else weight,
         y,
         part,
+        ss,
         tickets,
+        residual if residual is not None else x,
+        residual_out if residual_out is not None else x,
+        norm_weight if norm else weight,
         m,
         n,
         k,
         x.stride(0),
         weight.stride(0),
+        eps,
         HAS_BIAS=bias is not None,
         SILU_MUL=silu_mul,
+        NORM=norm,
+        HAS_RES=residual is not None,
         **_pdl(pdl, x.device),
         **meta,
     )
