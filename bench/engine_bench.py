@@ -327,7 +327,7 @@ def ablation_plan(
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take."""
+    take, then its folded add & RMSNorm (`gemv_norm`) at the same steps."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -344,8 +344,9 @@ def ablation_plan(
         if 2 <= bs * q <= dot_rows_max and (ctx, bs, q) not in few_rows
     ]
     plan = []
-    if dot_rows:
+    if dot_rows:  # and its folded add & RMSNorm (gemv_norm) where it runs
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
+        plan.append(("no gemv_norm (dot_rows steps)", ("gemv_norm",), dot_rows))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
