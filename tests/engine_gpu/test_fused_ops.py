@@ -191,19 +191,26 @@ def test_gemv_folded_norm_argument_errors():
         tk.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
 
 
-@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8])
-@pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
-def test_gemv_rows(m, variant):
-    g = torch.Generator().manual_seed(m * 3 + len(variant))
-    n, k = 40, 72  # not multiples of the blocks
+def linear_case(seed: int, m: int, variant: str):
+    """(x, weight, bias, silu_mul, F.linear in float64) for a few-row kernel test: N 40 and K 72, not
+    multiples of any block; variant "plain", "bias" or "silu_mul" (x is [gate | up])."""
+    g = torch.Generator().manual_seed(seed)
+    n, k = 40, 72
     silu_mul = variant == "silu_mul"
     x = torch.randn(m, 2 * k if silu_mul else k, generator=g).to(DEVICE)
     w = torch.randn(n, k, generator=g).to(DEVICE)
     b = torch.randn(n, generator=g).to(DEVICE) if variant == "bias" else None
     inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
-    want = torch.nn.functional.linear(inp, w, b)
+    want = torch.nn.functional.linear(inp.double(), w.double(), None if b is None else b.double()).float()
+    return x, w, b, silu_mul, want
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
+def test_gemv_rows(m, variant):
+    x, w, b, silu_mul, want = linear_case(m * 3 + len(variant), m, variant)
     got = tk.gemv_rows(x, w, b, silu_mul=silu_mul)
-    assert got.shape == (m, n)
+    assert got.shape == (m, w.shape[0])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # row by row it is the one-row GEMV
     one = torch.cat([tk.gemv(x[i : i + 1], w, b, silu_mul=silu_mul) for i in range(m)])
@@ -313,16 +320,9 @@ DOT_CONFIGS = [
 @pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
 @pytest.mark.parametrize("config", DOT_CONFIGS, ids=["default", "split1", "split4", "split8"])
 def test_dot_rows(m, variant, config):
-    g = torch.Generator().manual_seed(m * 5 + len(variant))
-    n, k = 40, 72  # not multiples of the blocks
-    silu_mul = variant == "silu_mul"
-    x = torch.randn(m, 2 * k if silu_mul else k, generator=g).to(DEVICE)
-    w = torch.randn(n, k, generator=g).to(DEVICE)
-    b = torch.randn(n, generator=g).to(DEVICE) if variant == "bias" else None
-    inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
-    want = torch.nn.functional.linear(inp.double(), w.double(), None if b is None else b.double()).float()
+    x, w, b, silu_mul, want = linear_case(m * 5 + len(variant), m, variant)
     got = tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config)
-    assert got.shape == (m, n)
+    assert got.shape == (m, w.shape[0])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # a second launch on the same tickets (each launch leaves them zero) gives the same, bit for bit
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)

@@ -960,10 +960,12 @@ else:
     _FIXED = {}
 
 
-def _check_gemv_inputs(fn, shape, x, weight, silu_mul, norm_weight, residual, residual_out) -> None:
-    """The input variants' checks shared by `gemv` and `gemv_rows` (ValueErrors named after `fn`): x's width
-    matches the weight (2K with `silu_mul`), the norm and SiLU * up do not combine, and a residual comes with
-    `residual_out` and a norm, both contiguous and shaped like x (`shape` in the message), and distinct."""
+def _linear_variant(fn, shape, x, weight, bias, silu_mul, norm_weight, residual, residual_out) -> tuple:
+    """The input variants of the linear kernels (`gemv`, `gemv_rows`, `dot_rows`), checked (ValueErrors named
+    after `fn`: x's width matches the weight (2K with `silu_mul`), the norm and SiLU * up do not combine, and a
+    residual comes with `residual_out` and a norm, both contiguous and shaped like x (`shape` in the message),
+    and distinct) and turned into what every launch passes: the (Bias, R, R_out, NW) pointers (x or the
+    weight standing in for absent ones) and the HAS_BIAS / SILU_MUL / NORM / HAS_RES flags."""
     k = weight.shape[1]
     if x.shape[1] != (2 * k if silu_mul else k):
         raise ValueError(f"{fn}: input width {x.shape[1]} does not match the weight {tuple(weight.shape)}")
@@ -978,6 +980,14 @@ def _check_gemv_inputs(fn, shape, x, weight, silu_mul, norm_weight, residual, re
                 raise ValueError(f"{fn}: residual and residual_out must be contiguous {shape} like x")
         if residual_out.data_ptr() == residual.data_ptr():
             raise ValueError(f"{fn}: residual_out must not be residual (other programs still read it)")
+    pointers = (
+        bias if bias is not None else weight,
+        residual if residual is not None else x,
+        residual_out if residual_out is not None else x,
+        norm_weight if norm else weight,
+    )
+    flags = dict(HAS_BIAS=bias is not None, SILU_MUL=silu_mul, NORM=norm, HAS_RES=residual is not None)
+    return pointers, flags
 
 
 def gemv(
@@ -1008,26 +1018,24 @@ def gemv(
     n, k = weight.shape
     if x.dim() != 2 or x.shape[0] != 1 or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("gemv takes one row [1, K], contiguous in the last dim")
-    _check_gemv_inputs("gemv", "[1, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
-    norm = norm_weight is not None
+    (b, r, r_out, nw), flags = _linear_variant(
+        "gemv", "[1, K]", x, weight, bias, silu_mul, norm_weight, residual, residual_out
+    )
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     kernel = _gemv if extra_tiles else _gemv_base
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
-        bias if bias is not None else weight,
+        b,
         y,
-        residual if residual is not None else x,
-        residual_out if residual_out is not None else x,
-        norm_weight if norm else weight,
+        r,
+        r_out,
+        nw,
         n,
         k,
         weight.stride(0),
         eps,
-        HAS_BIAS=bias is not None,
-        SILU_MUL=silu_mul,
-        NORM=norm,
-        HAS_RES=residual is not None,
+        **flags,
         **_pdl(pdl, x.device),
         **_FIXED,
     )
@@ -1222,28 +1230,26 @@ def gemv_rows(
     if x.dim() != 2 or not 2 <= x.shape[0] <= GEMV_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"gemv_rows takes 2-{GEMV_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
     m = x.shape[0]
-    _check_gemv_inputs("gemv_rows", "[M, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
-    norm = norm_weight is not None
+    (b, r, r_out, nw), flags = _linear_variant(
+        "gemv_rows", "[M, K]", x, weight, bias, silu_mul, norm_weight, residual, residual_out
+    )
     block_m = max(2, triton.next_power_of_2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     _gemv_few[block_m][lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
-        bias if bias is not None else weight,
+        b,
         y,
-        residual if residual is not None else x,
-        residual_out if residual_out is not None else x,
-        norm_weight if norm else weight,
+        r,
+        r_out,
+        nw,
         m,
         n,
         k,
         x.stride(0),
         weight.stride(0),
         eps,
-        HAS_BIAS=bias is not None,
-        SILU_MUL=silu_mul,
-        NORM=norm,
-        HAS_RES=residual is not None,
+        **flags,
         BLOCK_M=block_m,
         **_pdl(pdl, x.device),
         **_FIXED_FEW,
@@ -1455,8 +1461,9 @@ def dot_rows(
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"dot_rows takes 1-{DOT_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
-    _check_gemv_inputs("dot_rows", "[M, K]", x, weight, silu_mul, norm_weight, residual, residual_out)
-    norm = norm_weight is not None
+    (b, r, r_out, nw), flags = _linear_variant(
+        "dot_rows", "[M, K]", x, weight, bias, silu_mul, norm_weight, residual, residual_out
+    )
     m = x.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     part, tickets = _dot_scratch(x.device, n)
@@ -1472,24 +1479,21 @@ def dot_rows(
     kernel[lambda cfg: (triton.cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
         x,
         weight,
-        bias if bias is not None else weight,
+        b,
         y,
         part,
         ss,
         tickets,
-        residual if residual is not None else x,
-        residual_out if residual_out is not None else x,
-        norm_weight if norm else weight,
+        r,
+        r_out,
+        nw,
         m,
         n,
         k,
         x.stride(0),
         weight.stride(0),
         eps,
-        HAS_BIAS=bias is not None,
-        SILU_MUL=silu_mul,
-        NORM=norm,
-        HAS_RES=residual is not None,
+        **flags,
         **_pdl(pdl, x.device),
         **meta,
     )
