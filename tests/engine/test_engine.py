@@ -222,3 +222,26 @@ def test_numpy_token_ids_are_accepted_and_floats_refused():
     torch.testing.assert_close(a, b)
     with pytest.raises(EngineRowError, match="ints"):
         engine.forward([StepInput("c", [1.0])])
+
+
+def test_an_engine_on_another_gpu_is_made_current(monkeypatch):
+    """Triton launches on the current device's stream and graphs capture the current stream, so an engine
+    placed on cuda:1 makes cuda:1 current (load_engine), and the in-process executor steps each engine with
+    its device current (device_scope); CPU and index-less devices are left alone."""
+    import contextlib
+
+    from tokenrouter.runtime.engine import embedded
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda dev: calls.append(("set", str(dev))))
+    monkeypatch.setattr(
+        torch.cuda, "device", lambda dev: calls.append(("scope", str(dev))) or contextlib.nullcontext()
+    )
+    embedded.make_current(torch.device("cuda:1"))
+    embedded.make_current(torch.device("cpu"))
+    embedded.make_current(torch.device("cuda"))
+    with embedded.device_scope("cuda:1"):
+        pass
+    for other in ("cpu", None, torch.device("cpu")):
+        assert isinstance(embedded.device_scope(other), contextlib.nullcontext)
+    assert calls == [("set", "cuda:1"), ("scope", "cuda:1")]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine, EngineError
+from tokenrouter.runtime.engine.embedded import device_scope
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
 
@@ -149,7 +150,8 @@ class OfflineExecutor:
             self.clock.now = max(self.clock.now, min(deadlines))
             return
         for s in ready:
-            self.queue.extend(s.step())
+            with device_scope(getattr(s.engine, "device", None)):  # models on two GPUs in this process
+                self.queue.extend(s.step())
             self.steps[s.model] += 1
             self._deliver()
 

@@ -19,6 +19,7 @@ graph copies its inputs to the device once (the runner's staging), not twice. A 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,6 +296,24 @@ def resolve_dtype(name: str | None, device: torch.device, config: ModelConfig) -
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+def make_current(dev: torch.device) -> None:
+    """Make a CUDA device with an index the process's current device. Triton launches its kernels on the
+    current device's stream and `torch.cuda.graph` captures the current stream, whatever device the tensors
+    are on, so an engine on cuda:1 (a model placed on GPU 1) must also be the current device, or its kernels
+    and graphs land on GPU 0's stream. One engine per process (each subserver is one)."""
+    if dev.type == "cuda" and dev.index is not None:
+        torch.cuda.set_device(dev)
+
+
+def device_scope(device) -> contextlib.AbstractContextManager:
+    """The CUDA device `device` (a torch.device or its name) current for a `with` block, or nothing for a CPU
+    device or None: for one process that steps engines on two GPUs (the in-process executor)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda" and dev.index is not None:
+        return torch.cuda.device(dev)
+    return contextlib.nullcontext()
+
+
 def load_engine(
     path: str | Path,
     *,
@@ -332,6 +351,7 @@ def load_engine(
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise EngineError(f"device {device!r} requested but CUDA is not available")
+    make_current(dev)
     model = build_empty(config, dev, resolve_dtype(dtype, dev, config))
     if load == "dummy":
         init_dummy_weights(model, seed)
