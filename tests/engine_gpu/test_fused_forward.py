@@ -16,6 +16,7 @@ from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_MAX,
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
+    FUSED_MERGE_ROWS_ENV,
     GEMV_ROWS_BATCH_MAX,
     GEMV_ROWS_ENV,
     GEMV_ROWS_MAX,
@@ -255,6 +256,46 @@ def test_dot_rows_reach_from_the_environment(monkeypatch):
     for bad in ("1", "17", "x"):
         monkeypatch.setenv(DOT_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{DOT_ROWS_ENV}={bad!r}: expected"):
+            TritonAttnBackend(cfg)
+
+
+def test_fused_merge_rows_from_the_environment(monkeypatch):
+    """TOKENROUTER_FUSED_MERGE_ROWS=16: the extends' 16-row blocks merge their splits in the attention kernel
+    too; the same steps, the tickets left at zero; bad values are named."""
+    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    assert TritonAttnBackend(cfg).fused_merge_rows == tk.FUSED_MERGE_MAX_ROWS == 4
+    monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "16")
+    backend = TritonAttnBackend(cfg)
+    assert backend.fused_merge_rows == 16
+    merges = []  # the second kernel's launches: (step, grid)
+
+    class Counted:
+        def __getitem__(self, grid):
+            merges.append((len(got), grid))
+            return real[grid]
+
+    real, got = tk._merge_splits_kernel, []
+    monkeypatch.setattr(tk, "_merge_splits_kernel", Counted())
+
+    def forward(fb):
+        got.append(None)
+        return fused_decoder_forward(model, fb)
+
+    got = run_steps(model, backend, forward, STEPS)
+    # only the steps with blocks of more than 16 rows (13 and 18 tokens, GQA 2) merge in a second kernel
+    group = cfg.num_heads // cfg.num_kv_heads
+    wide = {i + 1 for i, step in enumerate(STEPS) if max(len(new) for _, new in step) * group > 16}
+    assert {i for i, _ in merges} == wide and wide, (merges, wide)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    assert not backend.metadata_for(1, 8).tickets.any()
+    for bad in ("0", "65", "many"):
+        monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)
 
 

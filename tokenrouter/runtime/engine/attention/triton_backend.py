@@ -88,6 +88,25 @@ def gemv_rows_from_env() -> tuple[int, int]:
     return int(b), int(q)
 
 
+# the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
+# merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
+# H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 would fold them,
+# and whether one program's serial merge of 16 rows beats a launch is unmeasured
+FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
+
+
+def fused_merge_rows_from_env() -> int:
+    """The fused merge's row limit from TOKENROUTER_FUSED_MERGE_ROWS (ValueError naming a bad value)."""
+    raw = os.environ.get(FUSED_MERGE_ROWS_ENV, "").strip()
+    if not raw:
+        return tk.FUSED_MERGE_MAX_ROWS
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise ValueError(
+            f"{FUSED_MERGE_ROWS_ENV}={raw!r}: expected the rows per block to merge in the kernel, 1 to 64"
+        )
+    return int(raw)
+
+
 def dot_rows_from_env() -> int:
     """`dot_rows_max` from TOKENROUTER_DOT_ROWS="Q" (ValueError naming a bad value)."""
     raw = os.environ.get(DOT_ROWS_ENV, "").strip()
@@ -136,6 +155,7 @@ class TritonAttnBackend(AttentionBackend):
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
+        self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
@@ -227,6 +247,7 @@ class TritonAttnBackend(AttentionBackend):
             pdl=self.pdl,
             prefetch=self.attn_prefetch,
             tickets=md.tickets if self.fused_merge else None,
+            fused_rows=self.fused_merge_rows,
         )
 
 

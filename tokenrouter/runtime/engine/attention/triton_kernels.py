@@ -413,6 +413,7 @@ def paged_attention(
     prefetch: bool = False,
     tickets: torch.Tensor | None = None,
     block_n: int | None = None,
+    fused_rows: int | None = None,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -461,7 +462,7 @@ def paged_attention(
         mid_o = mid_lse = out  # unused by the kernel when NUM_SPLITS == 1
     # the fused merge is one program's serial tail: for the few rows of a decode (or a 2-token extend at
     # GQA 2) only; more rows merge in the second kernel, one program per row
-    fused_merge = num_splits > 1 and tickets is not None and rows <= FUSED_MERGE_MAX_ROWS
+    fused_merge = num_splits > 1 and tickets is not None and rows <= (fused_rows or FUSED_MERGE_MAX_ROWS)
     if fused_merge and (
         tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
     ):
