@@ -31,8 +31,9 @@ GEMV_ROWS_BATCH_MAX = 4
 # program recomputes the 4096-wide norm), so large models run both unfolded and on cuBLAS.
 SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
-# their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). Unmeasured default: the
-# H200 run that follows it decides (engine_bench's "no dot_rows" ablation rows).
+# their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
+# "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
+# 1.286 ms); its folded add & RMSNorm came after that run and is unmeasured.
 DOT_ROWS_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
@@ -282,9 +283,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         and not small
         and 2 <= tokens <= min(backend.dot_rows_max, tk.DOT_ROWS_LIMIT)
     )
-    fast = (
-        small or dot
-    )  # a Triton kernel for the linear layers (with SiLU*up and, if `fold`, add & norm in it)
+    # a Triton kernel for the linear layers, with SiLU*up and (if `fold`) add & RMSNorm in it
+    fast = small or dot
     fold = fast and backend.gemv_norm and small_model
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
