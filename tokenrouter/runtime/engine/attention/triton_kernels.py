@@ -1276,7 +1276,7 @@ def gemv_rows(
 # ---------------------------------------------------------------------------------------------------------
 
 DOT_ROWS_LIMIT = 16  # the most rows `dot_rows` takes (the MMA's N side)
-_DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); unmeasured on the H200 when written
+_DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed alone in run H (docs/raw/run-h)
     (32, 128, 1, 4, 4),
     (64, 128, 1, 4, 4),
     (64, 64, 1, 4, 6),
