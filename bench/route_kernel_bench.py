@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tokenrouter and bench.graph_timing, without PYTHONPATH
     sys.path.insert(0, str(ROOT))
 
+from bench.graph_timing import capture, replay_us  # noqa: E402
 from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
 
 
@@ -115,7 +116,6 @@ def graph_time_us(step, n_buffers: int, reps: int) -> float:
         for k in range(n_buffers):
             step(k)
         return (time.perf_counter() - t0) * 1e6 / n_buffers
-    from bench.graph_timing import capture, replay_us
 
     def steps() -> None:
         for k in range(n_buffers):

@@ -9,8 +9,8 @@ batch size that ran at least `min_steps` times, and `tokenrouter_hops_total` ove
 A decision either writes a token (staying, or a hop that keeps it) or hops and drops it, so i's decisions
 are `tokenrouter_generation_tokens_total` plus its dropping hops; which hops drop is read from the plan's
 rules (`policy_routing`'s committed share per transition; a transition whose rules both keep and drop is
-weighted by their probabilities where the policy implies them, else by the share of its rules that keep). With a `before`
-scrape, only what happened in between counts (a warm-up, say, is left out).
+weighted by their probabilities where the policy implies them, else by the share of its rules that keep).
+With a `before` scrape, only what happened in between counts (a warm-up, say, is left out).
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -108,7 +108,8 @@ def profile_from_metrics(
         row[x] = decisions - sum(row.values())
         if row[x] < 0:
             raise MetricsProfileError(
-                f"model {x!r}: more hops than decisions (tokens written plus dropping hops): are the scrapes in order?"
+                f"model {x!r}: more hops than decisions (tokens written plus dropping hops): are the scrapes in "
+                "order?"
             )
         counts[x] = row
         routing[x] = {y: n / decisions for y, n in row.items()}

@@ -296,22 +296,26 @@ def resolve_dtype(name: str | None, device: torch.device, config: ModelConfig) -
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def make_current(dev: torch.device) -> None:
+def _indexed_cuda(device) -> torch.device | None:
+    """`device` (a torch.device, its name or None) when it names one CUDA device by index, else None."""
+    dev = torch.device(device) if device is not None else None
+    return dev if dev is not None and dev.type == "cuda" and dev.index is not None else None
+
+
+def make_current(device) -> None:
     """Make a CUDA device with an index the process's current device. Triton launches its kernels on the
     current device's stream and `torch.cuda.graph` captures the current stream, whatever device the tensors
     are on, so an engine on cuda:1 (a model placed on GPU 1) must also be the current device, or its kernels
     and graphs land on GPU 0's stream. One engine per process (each subserver is one)."""
-    if dev.type == "cuda" and dev.index is not None:
+    if (dev := _indexed_cuda(device)) is not None:
         torch.cuda.set_device(dev)
 
 
 def device_scope(device) -> contextlib.AbstractContextManager:
-    """The CUDA device `device` (a torch.device or its name) current for a `with` block, or nothing for a CPU
-    device or None: for one process that steps engines on two GPUs (the in-process executor)."""
-    dev = torch.device(device) if device is not None else None
-    if dev is not None and dev.type == "cuda" and dev.index is not None:
-        return torch.cuda.device(dev)
-    return contextlib.nullcontext()
+    """The CUDA device `device` current for a `with` block, or nothing for a CPU device, an index-less one
+    or None: for one process that steps engines on two GPUs (the in-process executor)."""
+    dev = _indexed_cuda(device)
+    return torch.cuda.device(dev) if dev is not None else contextlib.nullcontext()
 
 
 def load_engine(
