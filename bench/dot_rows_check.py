@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.gemv_rows_check import linear_dims  # noqa: E402
 from bench.graph_timing import capture, replay_us  # noqa: E402
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
 from tokenrouter.runtime.engine.make_model import SHAPES  # noqa: E402
@@ -36,13 +37,7 @@ HBM_BYTES = 256 << 20  # weight bytes cycled per timing: well past the H200's 50
 
 def layers(shape: dict) -> dict[str, tuple[int, int, bool]]:
     """linear -> (N, K, silu_mul) of a make_model shape (down_proj takes [gate | up] and applies SiLU * up)."""
-    h, i, d = shape["hidden"], shape["intermediate"], shape["head_dim"]
-    return {
-        "qkv": ((shape["heads"] + 2 * shape["kv_heads"]) * d, h, False),
-        "o": (h, shape["heads"] * d, False),
-        "gate_up": (2 * i, h, False),
-        "down": (h, i, True),
-    }
+    return {name: (n, k, name == "down") for name, (n, k) in linear_dims(shape).items()}
 
 
 def time_us(call, copies: int, gpu: bool) -> float:

@@ -120,23 +120,10 @@ class Check:
     # ---- timing ----------------------------------------------------------------------------------------
     def per_call_us(self, call, copies: int) -> float:
         """Microseconds per call: a CUDA graph of back-to-back calls, call(i) using weight copy i."""
-        torch = self.torch
+        from bench.graph_timing import capture, replay_us
+
         n = max(24, 2 * copies)
-        for i in range(copies):
-            call(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(n):
-                call(i % copies)
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / (5 * n)
+        return replay_us(capture(lambda: [call(i % copies) for i in range(n)]), 5, warmup=1) / n
 
     def precompile(self) -> None:
         """Every few-row (and, for the model's decode steps, one-row) GEMV variant this run autotunes, compiled
