@@ -305,6 +305,9 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 )
 
 
+# Engine parts that are off by default (backend attributes): an ablation row naming one turns it on.
+OPT_IN = {"dot_rows_norm"}
+
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
 NEW_AFTER_GEMV_ROWS = ("fused_merge", "last_norm_rows")
@@ -327,7 +330,8 @@ def ablation_plan(
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its folded add & RMSNorm (`gemv_norm`) at the same steps."""
+    take, then its first weight tile read before the PDL wait (`dot_prefetch`) and its folded add & RMSNorm
+    (`dot_rows_norm`, off by default: `OPT_IN`, turned on for its row) at the same steps."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -344,9 +348,10 @@ def ablation_plan(
         if 2 <= bs * q <= dot_rows_max and (ctx, bs, q) not in few_rows
     ]
     plan = []
-    if dot_rows:  # and its folded add & RMSNorm (gemv_norm) where it runs
+    if dot_rows:  # and its weight prefetch and folded add & RMSNorm where it runs
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
-        plan.append(("no gemv_norm (dot_rows steps)", ("gemv_norm",), dot_rows))
+        plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
+        plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
@@ -362,17 +367,24 @@ def ablation_plan(
         )
     plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
     for _, off, _ in plan:
-        unknown = set(off) - FAST_PATH_OPTIONS.keys()
+        unknown = set(off) - FAST_PATH_OPTIONS.keys() - OPT_IN
         if unknown:
             raise ValueError(f"ablation names unknown options {unknown}")
     return plan
+
+
+def parts(names) -> dict:
+    """An ablation row's record of what it changed: parts_off (and parts_on, the opt-in parts it turned on)."""
+    on = [n for n in names if n in OPT_IN]
+    return dict(parts_off=[n for n in names if n not in OPT_IN], **({"parts_on": on} if on else {}))
 
 
 def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
     """Each planned variant: the options off, graphs captured again for its points' shapes only, the
     points timed next to the default (the main runner, timed again here: same minute, same GPU state)."""
     backend = engine.attn_backend
-    print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off), ms:\n")
+    print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off, or an "
+          f"opt-in part on), ms:\n")  # fmt: skip
     print("| parts off | ctx | bs | q | default | parts off | off / default | max logit diff / max logit |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     default_ms: dict[tuple[int, int, int], float] = {}
@@ -392,9 +404,9 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         if time.perf_counter() - started > args.ablation_budget_s:
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
             continue
-        saved = backend.options()
+        saved = {**backend.options(), **{o: getattr(backend, o) for o in OPT_IN}}
         for o in off:
-            setattr(backend, o, False)
+            setattr(backend, o, o in OPT_IN)  # a fast-path part off, an opt-in part on
         try:
             shapes = sorted({(bs, q) for _, bs, q in points})
             runner = CudaGraphRunner(
@@ -422,7 +434,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         except Exception as e:  # noqa: BLE001 — report the variant and go on with the others
             print(f"| {label} | failed: {type(e).__name__}: {str(e)[:200]} | | | | | | |", flush=True)
             results["ablation"].append(
-                dict(shape=name, parts_off=list(off), error=f"{type(e).__name__}: {e}")
+                dict(shape=name, **parts(off), error=f"{type(e).__name__}: {e}")
             )
             continue
         finally:
@@ -436,7 +448,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             ctx, bs, q = pt
             d, o = default_ms[pt], off_ms[pt]
             results["ablation"].append(
-                dict(shape=name, parts_off=list(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o,
+                dict(shape=name, **parts(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o,
                      max_logit_diff=diff)
             )  # fmt: skip
             print(

@@ -120,17 +120,19 @@ def compile_all() -> list[str]:
             cfg.num_warps,
             cfg.num_stages,
         )
-    dot_variants = [  # the tensor-core few-row kernel: every tile config with SiLU*up, and with add & norm
-        (cfg, variant)
+    dot_variants = [  # the tensor-core few-row kernel: every tile config with SiLU*up, with add & norm, and
+        (cfg, variant)  # plain with PDL and the first weight tile read before the wait (the engine's default)
         for cfg in tk._DOT_ROWS_CONFIGS
         for variant in (
-            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
-            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
+            dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False),
+            dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False, PREFETCH_W=False),
+            dict(SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True),
         )
     ]
-    dot_variants.append(
-        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
-    )
+    dot_variants += [
+        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True, PREFETCH_W=p))
+        for p in (False, True)
+    ]
     for cfg, variant in dot_variants:
         build(
             tk._dot_rows_kernel,
@@ -206,7 +208,7 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 2 * len(tk._DOT_ROWS_CONFIGS) + 1
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2
     assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled

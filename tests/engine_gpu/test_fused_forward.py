@@ -14,6 +14,7 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_ENV,
     DOT_ROWS_MAX,
+    DOT_ROWS_NORM_ENV,
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
     FUSED_MERGE_ROWS_ENV,
@@ -152,7 +153,7 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     backend = TritonAttnBackend(cfg)
-    backend.gemv_norm = fold
+    backend.gemv_norm = backend.dot_rows_norm = fold  # dot_rows' fold too (off by default: see below)
     # the defaults: steps of 2-4 tokens, models of hidden size <= 2048 (the tiny one's is 64)
     assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (4, 4, 2048)
     backend.gemv_rows = rows > 0
@@ -247,6 +248,30 @@ def test_dot_rows_off_runs_cublas(monkeypatch):
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
+def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
+    """`dot_rows_norm` is off by default (the H200 measured the fold slower): a dot_rows step launches the
+    input norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_DOT_ROWS_NORM=1 folds
+    the dot_rows steps' too. The same logits."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
+    layers = model.config.num_hidden_layers
+    for env, dot_norms in (("", 1 + 2 * layers), ("1", 1)):
+        monkeypatch.setenv(DOT_ROWS_NORM_ENV, env)
+        backend = TritonAttnBackend(cfg)
+        assert (backend.gemv_norm, backend.dot_rows_norm) == (True, env == "1")
+        calls, forward = counted_fused_forward(model, monkeypatch)
+        got = run_steps(model, backend, forward, STEPS[2:5])  # 1 token, 2 (gemv_rows), 13 (dot_rows)
+        assert [c["rmsnorm"] for c in calls] == [1, 1, dot_norms]
+        assert calls[2]["dot_rows"] == 4 * layers
+        for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+            torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+            torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    monkeypatch.setenv(DOT_ROWS_NORM_ENV, "yes")
+    with pytest.raises(ValueError, match=f"{DOT_ROWS_NORM_ENV}='yes': expected"):
+        TritonAttnBackend(cfg)
 
 
 def test_dot_rows_reach_from_the_environment(monkeypatch):

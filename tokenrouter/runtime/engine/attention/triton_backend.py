@@ -33,8 +33,12 @@ SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
 # their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
 # "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
-# 1.286 ms); its folded add & RMSNorm came after that run and is unmeasured.
+# 1.286 ms).
 DOT_ROWS_MAX = 16
+# `dot_rows_norm`, off by default: dot_rows steps fold add & RMSNorm into the kernel's prologue as the GEMVs
+# do (TOKENROUTER_DOT_ROWS_NORM=1 turns it on). Run I (docs/benchmarks.md) measured the fold 4-9 % slower
+# than a separate rmsnorm launch at every 0.6B dot_rows step, so the steps launch the norm.
+DOT_ROWS_NORM_ENV = "TOKENROUTER_DOT_ROWS_NORM"
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -42,7 +46,8 @@ DOT_ROWS_MAX = 16
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
-    "gemv_norm": "one-token steps (and gemv_rows and dot_rows steps) fold add & RMSNorm into the next linear "
+    "gemv_norm": "one-token steps (and gemv_rows steps, and dot_rows steps with `dot_rows_norm`) fold add & "
+    "RMSNorm into the next linear "
     "kernel's prologue, on models of hidden size <= `small_hidden_max` (default 2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
@@ -51,6 +56,8 @@ FAST_PATH_OPTIONS = {
     "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX}) that neither GEMV takes, on "
     f"models of hidden size <= `small_hidden_max`, run their linear layers on tensor cores as `dot_rows` "
     "(the weight on the MMA's large side, split K for narrow layers) (off: cuBLAS)",
+    "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel, "
+    "as the GEMV does (off: every read after the wait)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -120,6 +127,15 @@ def dot_rows_from_env() -> int:
     return int(raw)
 
 
+def dot_rows_norm_from_env() -> bool:
+    """`dot_rows_norm` from TOKENROUTER_DOT_ROWS_NORM ("1" on, "0" or unset off; ValueError naming a bad
+    value)."""
+    raw = os.environ.get(DOT_ROWS_NORM_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{DOT_ROWS_NORM_ENV}={raw!r}: expected 1 (fold) or 0")
+    return raw == "1"
+
+
 def options_off_from_env() -> set[str]:
     """The option names TOKENROUTER_ENGINE_OFF turns off (ValueError naming an unknown one)."""
     names = {n.strip() for n in os.environ.get(ENGINE_OFF_ENV, "").split(",") if n.strip()}
@@ -156,6 +172,7 @@ class TritonAttnBackend(AttentionBackend):
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
+        self.dot_rows_norm = dot_rows_norm_from_env()  # with dot_rows and gemv_norm: fold its norms too
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
@@ -259,7 +276,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens that neither
-    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with the same fusions. Returns (last-position
+    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
+    `dot_rows_norm`). Returns (last-position
     logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
@@ -285,7 +303,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     )
     # a Triton kernel for the linear layers, with SiLU*up and (if `fold`) add & RMSNorm in it
     fast = small or dot
-    fold = fast and backend.gemv_norm and small_model
+    fold = small_model and backend.gemv_norm and (small or (dot and backend.dot_rows_norm))
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
@@ -294,7 +312,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
         if few_rows:
             return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
-        return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+        return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl, prefetch=backend.dot_prefetch, **variant)
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         return gemv(x, layer) if fast else layer(x)

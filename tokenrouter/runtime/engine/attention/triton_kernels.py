@@ -1297,6 +1297,40 @@ _DOT_ROWS_MAX_SPLIT = max(t[2] for t in _DOT_ROWS_TILES)
 
 
 @triton.jit
+def _dot_rows_tile(acc, ss, w, W, x_ptrs, R, R_out, NW, r_offs, k0, kk, k_hi, x_ok, K, pid_n,
+                   SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr,
+                   DOT_F32: tl.constexpr):  # fmt: skip
+    """One K tile of `_dot_rows_kernel`: the rows' inputs at [k0, k0 + BLOCK_K) (SiLU * up, add & RMSNorm
+    as its flags say) times the weight tile `w`, added to acc; NORM: the tile's squares added to ss."""
+    k_ok = k0 + kk < k_hi
+    xk_ok = k_ok[:, None] & x_ok[None, :]
+    x = tl.load(x_ptrs + k0, mask=xk_ok, other=0.0)
+    if SILU_MUL:
+        g = x.to(tl.float32)
+        up = tl.load(x_ptrs + K + k0, mask=xk_ok, other=0.0).to(tl.float32)
+        x = (g / (1.0 + tl.exp(-g)) * up).to(W.dtype.element_ty)
+    if NORM:
+        # as in `gemv_rows`: rstd_m factors out of row m's dot products, so the squares are summed
+        # here and the scale applied to the result; the MMA takes h * NW in the weight dtype
+        if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
+            r = tl.load(R + r_offs + k0, mask=xk_ok, other=0.0).to(tl.float32)
+            x = (x.to(tl.float32) + r).to(R_out.dtype.element_ty)
+            if pid_n == 0:
+                tl.store(R_out + r_offs + k0, x, mask=xk_ok)
+        hf = x.to(tl.float32)
+        ss += tl.sum(hf * hf, 0)
+        nw = tl.load(NW + k0 + kk, mask=k_ok, other=0.0).to(tl.float32)
+        x = (hf * nw[:, None]).to(W.dtype.element_ty)
+    if DOT_F32:
+        acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
+    elif W.dtype.element_ty == tl.float32:  # exact products for float32 models (no TF32)
+        acc += tl.dot(w, x.to(tl.float32), input_precision="ieee")
+    else:
+        acc += tl.dot(w, x.to(W.dtype.element_ty))
+    return acc, ss
+
+
+@triton.jit
 def _dot_rows_kernel(
     X,
     W,
@@ -1322,6 +1356,7 @@ def _dot_rows_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     USE_PDL: tl.constexpr = False,
+    PREFETCH_W: tl.constexpr = False,  # read the first weight tile before waiting on the previous kernel
     DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
 ):
     BLOCK_X: tl.constexpr = 16
@@ -1337,39 +1372,25 @@ def _dot_rows_kernel(
     k_hi = tl.minimum(k_lo + span, K)
     w_ptrs = W + offs_w.to(tl.int64)[:, None] * stride_wn + kk[None, :]
     x_ptrs = X + offs_x.to(tl.int64)[None, :] * stride_x + kk[:, None]  # [BLOCK_K, BLOCK_X]: X transposed
+    r_offs = offs_x.to(tl.int64)[None, :] * K + kk[:, None]  # R / R_out are [M, K] contiguous
+    # the first K tile is peeled off the loop: with PREFETCH_W its weights are read before waiting on the
+    # previous kernel (PDL; weights are never written), as the GEMV does
+    w_first_ok = w_ok[:, None] & (k_lo + kk < k_hi)[None, :]
+    if PREFETCH_W:
+        w = tl.load(w_ptrs + k_lo, mask=w_first_ok, other=0.0)
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    r_offs = offs_x.to(tl.int64)[None, :] * K + kk[:, None]  # R / R_out are [M, K] contiguous
+    if not PREFETCH_W:
+        w = tl.load(w_ptrs + k_lo, mask=w_first_ok, other=0.0)
     acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
     ss = tl.zeros([BLOCK_X], dtype=tl.float32)  # NORM: this split's sum of squares per row
-    for k0 in tl.range(k_lo, k_hi, BLOCK_K):
-        k_ok = k0 + kk < k_hi
-        w = tl.load(w_ptrs + k0, mask=w_ok[:, None] & k_ok[None, :], other=0.0)
-        xk_ok = k_ok[:, None] & x_ok[None, :]
-        x = tl.load(x_ptrs + k0, mask=xk_ok, other=0.0)
-        if SILU_MUL:
-            g = x.to(tl.float32)
-            up = tl.load(x_ptrs + K + k0, mask=xk_ok, other=0.0).to(tl.float32)
-            x = (g / (1.0 + tl.exp(-g)) * up).to(W.dtype.element_ty)
-        if NORM:
-            # as in `gemv_rows`: rstd_m factors out of row m's dot products, so the squares are summed
-            # here and the scale applied to the result; the MMA takes h * NW in the weight dtype
-            if HAS_RES:  # h = x + residual, kept in the model dtype (as `rmsnorm` stores it)
-                r = tl.load(R + r_offs + k0, mask=xk_ok, other=0.0).to(tl.float32)
-                x = (x.to(tl.float32) + r).to(R_out.dtype.element_ty)
-                if pid_n == 0:
-                    tl.store(R_out + r_offs + k0, x, mask=xk_ok)
-            hf = x.to(tl.float32)
-            ss += tl.sum(hf * hf, 0)
-            nw = tl.load(NW + k0 + kk, mask=k_ok, other=0.0).to(tl.float32)
-            x = (hf * nw[:, None]).to(W.dtype.element_ty)
-        if DOT_F32:
-            acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
-        elif W.dtype.element_ty == tl.float32:  # exact products for float32 models (no TF32)
-            acc += tl.dot(w, x.to(tl.float32), input_precision="ieee")
-        else:
-            acc += tl.dot(w, x.to(W.dtype.element_ty))
+    acc, ss = _dot_rows_tile(acc, ss, w, W, x_ptrs, R, R_out, NW, r_offs, k_lo, kk, k_hi, x_ok, K, pid_n,
+                             SILU_MUL, NORM, HAS_RES, DOT_F32)  # fmt: skip
+    for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+        w = tl.load(w_ptrs + k0, mask=w_ok[:, None] & (k0 + kk < k_hi)[None, :], other=0.0)
+        acc, ss = _dot_rows_tile(acc, ss, w, W, x_ptrs, R, R_out, NW, r_offs, k0, kk, k_hi, x_ok, K, pid_n,
+                                 SILU_MUL, NORM, HAS_RES, DOT_F32)  # fmt: skip
     y_ptrs = Y + offs_x.to(tl.int64)[None, :] * N + offs_w[:, None]  # Y [M, N] written transposed
     y_ok = w_ok[:, None] & x_ok[None, :]
     if SPLIT_K == 1:
@@ -1411,7 +1432,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
 else:
     _dot_rows = triton.autotune(
-        configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
+        configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"]
     )(_dot_rows_kernel)
     _FIXED_DOT = {}
 
@@ -1448,6 +1469,7 @@ def dot_rows(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     pdl: bool = False,
+    prefetch: bool = True,
     config: dict | None = None,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
@@ -1458,7 +1480,9 @@ def dot_rows(
     The input variants are `gemv_rows`' (per row; residual and residual_out [M, K]): `silu_mul` (x is [M, 2K]
     = [gate | up], the input SiLU(gate) * up), `norm_weight` (the input is `rmsnorm(h)` of h = x, or with
     `residual` h = x + residual, also written to `residual_out`). The normed row enters the MMA as h * NW in
-    the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead)."""
+    the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead). With `pdl`
+    (see `_pdl`) and `prefetch`, each program reads its first weight tile before waiting on the kernel before.
+    """
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"dot_rows takes 1-{DOT_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
@@ -1468,6 +1492,7 @@ def dot_rows(
     m = x.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     part, tickets = _dot_scratch(x.device, n)
+    launch = _pdl(pdl, x.device)
     ss = part[_DOT_ROWS_MAX_SPLIT * 16 * n :]
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
@@ -1495,7 +1520,8 @@ def dot_rows(
         weight.stride(0),
         eps,
         **flags,
-        **_pdl(pdl, x.device),
+        **launch,
+        PREFETCH_W=bool(prefetch and launch["USE_PDL"]),
         **meta,
     )
     return y
