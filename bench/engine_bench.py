@@ -45,6 +45,7 @@ from tokenrouter.runtime.engine.attention.triton_backend import (
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
     GEMV_ROWS_MAX,
+    OPT_IN_OPTIONS,
 )
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
@@ -305,8 +306,8 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 )
 
 
-# Engine parts that are off by default (backend attributes): an ablation row naming one turns it on.
-OPT_IN = {"dot_rows_norm"}
+# Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
+OPT_IN = OPT_IN_OPTIONS.keys()
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
@@ -330,8 +331,8 @@ def ablation_plan(
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its first weight tile read before the PDL wait (`dot_prefetch`) and its folded add & RMSNorm
-    (`dot_rows_norm`, off by default: `OPT_IN`, turned on for its row) at the same steps."""
+    take, then its two opt-in parts turned on (`OPT_IN_OPTIONS`: its first weight tile read before the PDL
+    wait, `dot_prefetch`, and its folded add & RMSNorm, `dot_rows_norm`) at the same steps."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -350,7 +351,7 @@ def ablation_plan(
     plan = []
     if dot_rows:  # and its weight prefetch and folded add & RMSNorm where it runs
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
-        plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
+        plan.append(("dot_prefetch on (dot_rows steps)", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
@@ -404,7 +405,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         if time.perf_counter() - started > args.ablation_budget_s:
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
             continue
-        saved = {**backend.options(), **{o: getattr(backend, o) for o in OPT_IN}}
+        saved = backend.options()
         for o in off:
             setattr(backend, o, o in OPT_IN)  # a fast-path part off, an opt-in part on
         try:
@@ -433,9 +434,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             del runner
         except Exception as e:  # noqa: BLE001 — report the variant and go on with the others
             print(f"| {label} | failed: {type(e).__name__}: {str(e)[:200]} | | | | | | |", flush=True)
-            results["ablation"].append(
-                dict(shape=name, **parts(off), error=f"{type(e).__name__}: {e}")
-            )
+            results["ablation"].append(dict(shape=name, **parts(off), error=f"{type(e).__name__}: {e}"))
             continue
         finally:
             for o, on in saved.items():

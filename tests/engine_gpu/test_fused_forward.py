@@ -14,13 +14,14 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_ENV,
     DOT_ROWS_MAX,
-    DOT_ROWS_NORM_ENV,
     ENGINE_OFF_ENV,
+    ENGINE_ON_ENV,
     FAST_PATH_OPTIONS,
     FUSED_MERGE_ROWS_ENV,
     GEMV_ROWS_BATCH_MAX,
     GEMV_ROWS_ENV,
     GEMV_ROWS_MAX,
+    OPT_IN_OPTIONS,
     TritonAttnBackend,
     fused_decoder_forward,
 )
@@ -251,17 +252,18 @@ def test_dot_rows_off_runs_cublas(monkeypatch):
 
 
 def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
-    """`dot_rows_norm` is off by default (the H200 measured the fold slower): a dot_rows step launches the
-    input norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_DOT_ROWS_NORM=1 folds
-    the dot_rows steps' too. The same logits."""
+    """`dot_rows_norm` is opt-in (the H200 measured the fold no faster): a dot_rows step launches the input
+    norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_ENGINE_ON=dot_rows_norm folds
+    the dot_rows steps' too, and with dot_prefetch on as well the logits stay the same."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
     layers = model.config.num_hidden_layers
-    for env, dot_norms in (("", 1 + 2 * layers), ("1", 1)):
-        monkeypatch.setenv(DOT_ROWS_NORM_ENV, env)
+    for env, dot_norms in (("", 1 + 2 * layers), ("dot_rows_norm", 1), (" dot_rows_norm, dot_prefetch", 1)):
+        monkeypatch.setenv(ENGINE_ON_ENV, env)
         backend = TritonAttnBackend(cfg)
-        assert (backend.gemv_norm, backend.dot_rows_norm) == (True, env == "1")
+        on = {n for n in OPT_IN_OPTIONS if n in env}
+        assert {n for n in OPT_IN_OPTIONS if backend.options()[n]} == on and backend.gemv_norm
         calls, forward = counted_fused_forward(model, monkeypatch)
         got = run_steps(model, backend, forward, STEPS[2:5])  # 1 token, 2 (gemv_rows), 13 (dot_rows)
         assert [c["rmsnorm"] for c in calls] == [1, 1, dot_norms]
@@ -269,8 +271,8 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
         for (wl, wh), (gl, gh) in zip(want, got, strict=True):
             torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
             torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    monkeypatch.setenv(DOT_ROWS_NORM_ENV, "yes")
-    with pytest.raises(ValueError, match=f"{DOT_ROWS_NORM_ENV}='yes': expected"):
+    monkeypatch.setenv(ENGINE_ON_ENV, "dot_rows_norm,pdl")  # a fast-path part is not opt-in
+    with pytest.raises(ValueError, match=f"{ENGINE_ON_ENV}: unknown option\\(s\\) pdl"):
         TritonAttnBackend(cfg)
 
 
@@ -326,11 +328,15 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
 
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
-    assert all(TritonAttnBackend(cfg).options().values())
+    default = TritonAttnBackend(cfg).options()  # every fast-path part on, every opt-in part off
+    assert default == {**dict.fromkeys(FAST_PATH_OPTIONS, True), **dict.fromkeys(OPT_IN_OPTIONS, False)}
     monkeypatch.setenv(ENGINE_OFF_ENV, "gemv_norm, wide_splits")
     backend = TritonAttnBackend(cfg)
-    assert {n for n, on in backend.options().items() if not on} == {"gemv_norm", "wide_splits"}
-    assert set(backend.options()) == set(FAST_PATH_OPTIONS)
+    assert {n for n, on in backend.options().items() if not on} == {
+        "gemv_norm",
+        "wide_splits",
+        *OPT_IN_OPTIONS,
+    }
     monkeypatch.setenv(ENGINE_OFF_ENV, "gemv,no_such_thing")
     with pytest.raises(ValueError, match="no_such_thing"):
         TritonAttnBackend(cfg)

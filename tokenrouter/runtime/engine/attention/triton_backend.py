@@ -35,10 +35,6 @@ SMALL_HIDDEN_MAX = 2048
 # "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
 # 1.286 ms).
 DOT_ROWS_MAX = 16
-# `dot_rows_norm`, off by default: dot_rows steps fold add & RMSNorm into the kernel's prologue as the GEMVs
-# do (TOKENROUTER_DOT_ROWS_NORM=1 turns it on). Run I (docs/benchmarks.md) measured the fold 4-9 % slower
-# than a separate rmsnorm launch at every 0.6B dot_rows step, so the steps launch the norm.
-DOT_ROWS_NORM_ENV = "TOKENROUTER_DOT_ROWS_NORM"
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -56,8 +52,6 @@ FAST_PATH_OPTIONS = {
     "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX}) that neither GEMV takes, on "
     f"models of hidden size <= `small_hidden_max`, run their linear layers on tensor cores as `dot_rows` "
     "(the weight on the MMA's large side, split K for narrow layers) (off: cuBLAS)",
-    "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel, "
-    "as the GEMV does (off: every read after the wait)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -75,6 +69,18 @@ FAST_PATH_OPTIONS = {
     "on the previous kernel (with pdl; off: every read after the wait)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
+
+# Parts that the H200 measured no faster, off by default and kept switchable so that a later run can time
+# them again: TOKENROUTER_ENGINE_ON="name,name" turns them on (engine_bench's ablation times each one on).
+# Run I (docs/benchmarks.md): at the 0.6B's dot_rows steps the fold was 4-10 % slower than the rmsnorm launch
+# in one call and -7 % to +8 % in the next; the prefetch 1.6 % slower on average (-4 % to +1 %).
+OPT_IN_OPTIONS = {
+    "dot_rows_norm": "with gemv_norm, dot_rows steps fold add & RMSNorm into the kernel's prologue as the "
+    "GEMV steps do (off: an rmsnorm launch before the linear)",
+    "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel, "
+    "as the GEMV does (off: every read after the wait)",
+}
+ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
 # requests use `gemv_rows` (e.g. "1:4": one-request extends of 2-4 tokens); default: GEMV_ROWS_BATCH_MAX:MAX
 GEMV_ROWS_ENV = "TOKENROUTER_GEMV_ROWS"
@@ -127,24 +133,21 @@ def dot_rows_from_env() -> int:
     return int(raw)
 
 
-def dot_rows_norm_from_env() -> bool:
-    """`dot_rows_norm` from TOKENROUTER_DOT_ROWS_NORM ("1" on, "0" or unset off; ValueError naming a bad
-    value)."""
-    raw = os.environ.get(DOT_ROWS_NORM_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{DOT_ROWS_NORM_ENV}={raw!r}: expected 1 (fold) or 0")
-    return raw == "1"
-
-
 def options_off_from_env() -> set[str]:
     """The option names TOKENROUTER_ENGINE_OFF turns off (ValueError naming an unknown one)."""
-    names = {n.strip() for n in os.environ.get(ENGINE_OFF_ENV, "").split(",") if n.strip()}
-    unknown = names - FAST_PATH_OPTIONS.keys()
+    return _names_from_env(ENGINE_OFF_ENV, FAST_PATH_OPTIONS)
+
+
+def options_on_from_env() -> set[str]:
+    """The opt-in option names TOKENROUTER_ENGINE_ON turns on (ValueError naming an unknown one)."""
+    return _names_from_env(ENGINE_ON_ENV, OPT_IN_OPTIONS)
+
+
+def _names_from_env(var: str, known: dict) -> set[str]:
+    names = {n.strip() for n in os.environ.get(var, "").split(",") if n.strip()}
+    unknown = names - known.keys()
     if unknown:
-        raise ValueError(
-            f"{ENGINE_OFF_ENV}: unknown option(s) {', '.join(sorted(unknown))} "
-            f"(known: {', '.join(FAST_PATH_OPTIONS)})"
-        )
+        raise ValueError(f"{var}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     return names
 
 
@@ -167,12 +170,13 @@ class TritonAttnBackend(AttentionBackend):
             setattr(self, name, True)
         for name in options_off_from_env():
             setattr(self, name, False)
+        for name in OPT_IN_OPTIONS:  # see OPT_IN_OPTIONS
+            setattr(self, name, name in options_on_from_env())
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
-        self.dot_rows_norm = dot_rows_norm_from_env()  # with dot_rows and gemv_norm: fold its norms too
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
@@ -183,8 +187,8 @@ class TritonAttnBackend(AttentionBackend):
         self._tickets: list[torch.Tensor] = []
 
     def options(self) -> dict[str, bool]:
-        """The state of every switchable part (for benchmark records)."""
-        return {name: getattr(self, name) for name in FAST_PATH_OPTIONS}
+        """The state of every switchable part, opt-in parts included (for benchmark records)."""
+        return {name: getattr(self, name) for name in (*FAST_PATH_OPTIONS, *OPT_IN_OPTIONS)}
 
     def fused_forward(self, model, forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder's forward with fused element-wise ops (see `fused_decoder_forward`)."""
