@@ -256,10 +256,8 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
                 print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
     save(args, results)
 
-    if args.targets:
-        target_ablation(engine, ctxs, args, results, name)
-    elif args.ablation:
-        ablation(engine, ctxs, args, results, name)
+    if args.ablation:  # --no-ablation skips either
+        (target_ablation if args.targets else ablation)(engine, ctxs, args, results, name)
     if args.profile:
         profile(runner, ctxs, args, name)
     del runner, engine, ctxs
