@@ -133,6 +133,10 @@ def compile_all() -> list[str]:
         (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True, PREFETCH_W=p))
         for p in (False, True)
     ]
+    dot_variants += [  # the one-tile configs that `dot_prefetch` tunes over, with SiLU*up (down_proj)
+        (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True))
+        for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
+    ]
     for cfg, variant in dot_variants:
         build(
             tk._dot_rows_kernel,
@@ -208,7 +212,7 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + len(tk._DOT_ROWS_ONE_TILE_CONFIGS)
     assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled

@@ -309,18 +309,22 @@ def test_gemv_rows_argument_errors():
 
 
 # the tensor-core few-row linear: the interpreter's fixed config (BLOCK_W 16, BLOCK_K 32, SPLIT_K 2) and
-# explicit tile configs, split K from 1 (no partials) to 8 (splits past K's end: empty K ranges)
+# explicit tile configs, split K from 1 (no partials) to 12 (splits past K's end: empty K ranges); "tile1"
+# and "split12" are one K tile per program (K 72), as the `dot_prefetch` configs are
 DOT_CONFIGS = [
     None,
     {"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 1},
     {"BLOCK_W": 32, "BLOCK_K": 32, "SPLIT_K": 4},
     {"BLOCK_W": 16, "BLOCK_K": 64, "SPLIT_K": 8},
+    {"BLOCK_W": 16, "BLOCK_K": 128, "SPLIT_K": 1},
+    {"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 12},
 ]
+DOT_IDS = ["default", "split1", "split4", "split8", "tile1", "split12"]
 
 
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 13, 16])
 @pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
-@pytest.mark.parametrize("config", DOT_CONFIGS, ids=["default", "split1", "split4", "split8"])
+@pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
 def test_dot_rows(m, variant, config):
     x, w, b, silu_mul, want = linear_case(m * 5 + len(variant), m, variant)
     got = tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config)
@@ -332,7 +336,7 @@ def test_dot_rows(m, variant, config):
 
 @pytest.mark.parametrize("m", [1, 3, 16])
 @pytest.mark.parametrize("with_residual", [False, True])
-@pytest.mark.parametrize("config", DOT_CONFIGS, ids=["default", "split1", "split4", "split8"])
+@pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
 def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
     """add & RMSNorm folded in: the same as rmsnorm (which adds the residual in place) then a linear, and the
     new residual stream in residual_out (the old one untouched)."""
@@ -353,6 +357,18 @@ def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
         torch.testing.assert_close(res, kept, atol=0, rtol=0)
     again = tk.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
     torch.testing.assert_close(again, got, atol=0, rtol=0)
+
+
+def test_dot_rows_prefetch_tunes_over_one_tile_configs():
+    """With PREFETCH_W the autotuner's candidates read a program's whole weight slice in one K tile at the
+    small models' K (1024, 2048, 3072); without it, the run-H tile list."""
+    assert tk._dot_rows_prune(None, {"K": 1024}) == tk._DOT_ROWS_CONFIGS
+    assert tk._dot_rows_prune(None, {"K": 1024}, PREFETCH_W=False) == tk._DOT_ROWS_CONFIGS
+    for k in (1024, 2048, 3072):
+        one = tk._dot_rows_prune(None, {"K": k}, PREFETCH_W=True)
+        assert one and all(-(-k // c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"] for c in one), k
+        assert all(c.kwargs["SPLIT_K"] <= tk._DOT_ROWS_MAX_SPLIT for c in one)
+    assert tk._dot_rows_prune(None, {"K": 8192}, PREFETCH_W=True) == tk._DOT_ROWS_ONE_TILE_CONFIGS
 
 
 def test_dot_rows_argument_errors():

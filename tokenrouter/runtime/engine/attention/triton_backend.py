@@ -78,7 +78,8 @@ OPT_IN_OPTIONS = {
     "dot_rows_norm": "with gemv_norm, dot_rows steps fold add & RMSNorm into the kernel's prologue as the "
     "GEMV steps do (off: an rmsnorm launch before the linear)",
     "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel, "
-    "as the GEMV does (off: every read after the wait)",
+    "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV "
+    "does (off: every read after the wait; run I timed the first-tile read with the usual tiles only)",
 }
 ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B

@@ -1289,11 +1289,42 @@ _DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed al
     (16, 128, 4, 4, 4),
     (32, 64, 8, 4, 4),
 ]
-_DOT_ROWS_CONFIGS = [
-    triton.Config({"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
-    for bw, bk, sk, w, s in _DOT_ROWS_TILES
+# With PREFETCH_W (the opt-in `dot_prefetch`) the autotuner tries these instead: one K tile per program
+# (cdiv(K, SPLIT_K) <= BLOCK_K, for the small models' K of 1024, 2048 and 3072), so that a program reads its
+# whole weight slice before the PDL wait, as the one-token GEMV does with its 1024-wide tiles. Unmeasured.
+_DOT_ROWS_ONE_TILE = [
+    (32, 128, 8, 4, 1),
+    (16, 256, 4, 4, 1),
+    (32, 256, 4, 4, 1),
+    (16, 256, 8, 4, 1),
+    (32, 256, 8, 4, 1),
+    (16, 256, 12, 4, 1),
+    (32, 256, 12, 4, 1),
 ]
-_DOT_ROWS_MAX_SPLIT = max(t[2] for t in _DOT_ROWS_TILES)
+
+
+def _dot_configs(tiles) -> list:
+    return [
+        triton.Config({"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
+        for bw, bk, sk, w, s in tiles
+    ]
+
+
+_DOT_ROWS_CONFIGS = _dot_configs(_DOT_ROWS_TILES)
+_DOT_ROWS_ONE_TILE_CONFIGS = _dot_configs(_DOT_ROWS_ONE_TILE)
+_DOT_ROWS_MAX_SPLIT = max(t[2] for t in _DOT_ROWS_TILES + _DOT_ROWS_ONE_TILE)
+
+
+def _dot_rows_prune(configs, named_args, **kwargs) -> list:
+    """The autotuner's candidates: `_DOT_ROWS_CONFIGS`, or with PREFETCH_W the one-tile configs that cover
+    this K in one tile (all of them where none does)."""
+    if not kwargs.get("PREFETCH_W"):
+        return _DOT_ROWS_CONFIGS
+    k = named_args["K"]
+    one = [
+        c for c in _DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
+    ]
+    return one or _DOT_ROWS_ONE_TILE_CONFIGS
 
 
 @triton.jit
@@ -1432,7 +1463,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
 else:
     _dot_rows = triton.autotune(
-        configs=_DOT_ROWS_CONFIGS, key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"]
+        configs=_DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,
+        key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"],
+        prune_configs_by={"early_config_prune": _dot_rows_prune},
     )(_dot_rows_kernel)
     _FIXED_DOT = {}
 
