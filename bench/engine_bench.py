@@ -106,6 +106,37 @@ def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
     return statistics.median(runs)
 
 
+def time_pair(fn_a, fn_b, target_s: float = 0.1, rounds: int = 4, sync=None) -> tuple[float, float]:
+    """Seconds per call of `fn_a` and of `fn_b`, timed in alternation (A B B A A B B A ...: a slow drift of
+    the GPU's clocks over the measurement falls on both alike); the median of `rounds` runs each. Ratios of
+    two steps (extend / decode, an ablation's variant / default) come from here: in run I, times of one
+    step taken minutes apart in one process differed by up to 7 %. `sync`: torch.cuda.synchronize."""
+    sync = sync or torch.cuda.synchronize
+    for _ in range(3):
+        fn_a()
+        fn_b()
+    sync()
+    t0 = time.perf_counter()
+    fn_a()
+    sync()
+    iters = int(min(200, max(5, target_s / max(time.perf_counter() - t0, 1e-5))))
+    runs: tuple[list[float], list[float]] = ([], [])
+
+    def run(i: int, fn) -> None:
+        sync()
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        runs[i].append((time.perf_counter() - t) / iters)
+
+    for r in range(rounds):
+        order = ((0, fn_a), (1, fn_b)) if r % 2 == 0 else ((1, fn_b), (0, fn_a))
+        for i, fn in order:
+            run(i, fn)
+    return statistics.median(runs[0]), statistics.median(runs[1])
+
+
 def build_engine(
     name: str, max_tokens: int, max_batch: int, graphs: bool, graph_config: CudaGraphConfig | None = None
 ) -> EmbeddedEngine:
@@ -236,18 +267,18 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
             print(f"| {ctx} | {bs} | {g:.3f} | {e:.3f} | {g / floor_ms:.2f} |", flush=True)
     save(args, results)
 
-    print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms) "
-          "| extend / decode (graphs) |")  # fmt: skip
+    print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms; "
+          "timed in alternation with the extend) | extend / decode (graphs) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for ctx in args.ctx:
         for bs in args.extend_bs:
-            dec = decode.get((ctx, bs))
-            if dec is None:
-                dec = time_step(graph_step(runner, ctxs.batch(bs, ctx, 1))) * 1e3
+            decode_step = graph_step(runner, ctxs.batch(bs, ctx, 1))
             for q in args.extend_q:
                 fb = ctxs.batch(bs, ctx, q)
                 shape = runner.shape_for(fb)
-                g = time_step(graph_step(runner, fb)) * 1e3 if shape else float("nan")
+                # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
+                g, dec = (x * 1e3 for x in time_pair(graph_step(runner, fb), decode_step)) if shape else (
+                    float("nan"), decode.get((ctx, bs), float("nan")))  # fmt: skip
                 e = time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
                 results["extend"].append(
                     dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=e, decode_graph_ms=dec,
@@ -379,14 +410,27 @@ def parts(names) -> dict:
 
 
 def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
-    """Each planned variant: the options off, graphs captured again for its points' shapes only, the
-    points timed next to the default (the main runner, timed again here: same minute, same GPU state)."""
+    """Each planned variant: the options off (opt-in ones on), graphs captured again for its points' shapes
+    only, each point timed in alternation with the default (the main runner)."""
     backend = engine.attn_backend
+
+    def set_options(state: dict) -> None:
+        for o, v in state.items():
+            setattr(backend, o, v)
+
+    def in_state(state: dict, fn):
+        """`fn` run with the backend's options set to `state` first."""
+
+        def run():
+            set_options(state)
+            return fn()
+
+        return run
+
     print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off, or an "
           f"opt-in part on), ms:\n")  # fmt: skip
     print("| parts off | ctx | bs | q | default | parts off | off / default | max logit diff / max logit |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    default_ms: dict[tuple[int, int, int], float] = {}
     started = time.perf_counter()
     decode_bs = sorted(set(args.decode_bs) | set(args.extend_bs))  # the main runner's decode graphs
     small = backend.small_hidden_max is None or engine.model_config.hidden_size <= backend.small_hidden_max
@@ -404,8 +448,9 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
             continue
         saved = backend.options()
-        for o in off:
-            setattr(backend, o, o in OPT_IN)  # a fast-path part off, an opt-in part on
+        default_state = {o: saved[o] for o in off}
+        variant_state = {o: o in OPT_IN for o in off}  # a fast-path part off, an opt-in part on
+        set_options(variant_state)
         try:
             shapes = sorted({(bs, q) for _, bs, q in points})
             runner = CudaGraphRunner(
@@ -416,18 +461,25 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
                     tuple(sorted({q for _, q in shapes if q > 1})),
                 ),
             )
-            off_ms, diffs = {}, {}
+            timed, diffs = {}, {}
             for pt in points:
                 fb = ctxs.batch(pt[1], pt[0], pt[2])
-                off_ms[pt] = time_step(graph_step(runner, fb)) * 1e3
+                # default and variant in alternation (`time_pair`); a replay reads `one_copy_inputs`, so each
+                # side runs with its own option state
+                timed[pt] = time_pair(
+                    in_state(default_state, graph_step(engine.graph_runner, fb)),
+                    in_state(variant_state, graph_step(runner, fb)),
+                )
                 # a check that the variants compute the same step: the default and the variant back to back,
                 # so both read the same KV. A step writes the K/V of its own q new positions only; the ones
                 # before them hold what the last step that had them as new tokens wrote (a larger q, another
                 # bs: other token ids), so logits taken minutes apart differ for that alone (run D's 0.3-1.4
                 # x the largest logit at q 2 and 4, rounding at q 8, the largest q).
                 with torch.inference_mode():
+                    set_options(default_state)
                     ref = engine.graph_runner.replay(fb)[0].float()
-                    var = runner.replay(fb)[0].float()  # (not `off`: that names the parts turned off)
+                    set_options(variant_state)
+                    var = runner.replay(fb)[0].float()
                 diffs[pt] = ((ref - var).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
             del runner
         except Exception as e:  # noqa: BLE001 — report the variant and go on with the others
@@ -438,12 +490,9 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             for o, on in saved.items():
                 setattr(backend, o, on)
         for pt in points:
-            fb = ctxs.batch(pt[1], pt[0], pt[2])
-            if pt not in default_ms:
-                default_ms[pt] = time_step(graph_step(engine.graph_runner, fb)) * 1e3
             diff = diffs[pt]
             ctx, bs, q = pt
-            d, o = default_ms[pt], off_ms[pt]
+            d, o = (x * 1e3 for x in timed[pt])
             results["ablation"].append(
                 dict(shape=name, **parts(off), ctx=ctx, bs=bs, q=q, default_ms=d, off_ms=o,
                      max_logit_diff=diff)

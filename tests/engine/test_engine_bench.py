@@ -141,3 +141,22 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     assert all(
         label != "no dot_rows" for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)
     )
+
+
+def test_time_pair_alternates_the_two_steps(bench):
+    """A B B A A B B A: each side's runs interleave with the other's, and each side's time is its own."""
+    import time
+
+    log = []
+
+    def step(name, seconds):
+        def run():
+            log.append(name)
+            time.sleep(seconds)
+
+        return run
+
+    a, b = bench.time_pair(step("a", 0.002), step("b", 0.004), target_s=0.01, rounds=4, sync=lambda: None)
+    assert 0.0015 < a < 0.0035 and 0.0035 < b < 0.006 and b > a
+    runs = [name for i, name in enumerate(log[7:]) if i == 0 or log[7 + i - 1] != name]  # after warm-up
+    assert runs == ["a", "b", "a", "b", "a"]  # A | B B | A A | B B | A: four runs each, alternating
