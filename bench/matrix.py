@@ -154,6 +154,11 @@ class Settings:
     deadline_s: float | None = None  # start no server after this many seconds of the part
     r2r_threshold: str | None = None
     r_stitch_threshold: str | None = None
+    # r2r / r_stitch without an explicit threshold: calibrated so that the large model writes this share of
+    # the tokens (`tokenrouter.training.calibrate`); None: the stdlib's default
+    route_share: float | None = 0.1
+    calibrate_prompts: int = 8
+    calibrate_len: int = 256
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
     # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
@@ -199,11 +204,26 @@ def model_folder(s: Settings, shape: str) -> str:
 
 
 def base_plan(s: Settings, pair_name: str, policy: str, raw: Path) -> Path:
-    """The stdlib policy on this pair: placement, memory shares, dummy weights; untrained routers."""
-    from tokenrouter.compiler.driver import compile_file
-    from tokenrouter.compiler.passes.check_feasibility import feasibility
+    """The stdlib policy on this pair: placement, memory shares, dummy weights; untrained routers; r2r and
+    r_stitch with the threshold given, else one calibrated to `s.route_share` (`calibrate_plan`)."""
     from tokenrouter.compiler.plan import write_plan
     from tokenrouter.runtime.route.routers import init_router_file
+
+    stdlib = POLICIES[policy][0]
+    given = {"r2r": s.r2r_threshold, "r_stitch": s.r_stitch_threshold}.get(stdlib)
+    plan = compile_policy(s, pair_name, policy, raw, given)
+    for router, entry in plan["routers"].items():
+        init_router_file(plan, router, entry["path"], seed=0)
+    if stdlib in ("r2r", "r_stitch") and given is None and s.route_share is not None:
+        plan = compile_policy(s, pair_name, policy, raw, calibrate_plan(s, plan, raw))
+    path = raw / f"{pair_name}-{policy}.plan"
+    write_plan(plan, path)
+    return path
+
+
+def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshold: str | None) -> dict:
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.compiler.passes.check_feasibility import feasibility
 
     pair = PAIRS[pair_name]
     stdlib, defines = POLICIES[policy]
@@ -213,10 +233,8 @@ def base_plan(s: Settings, pair_name: str, policy: str, raw: Path) -> Path:
     defines.update({names[0]: small, names[1]: large})
     if stdlib == "r2r":
         defines["router_path"] = str(raw / "r2r_router.safetensors")
-        if s.r2r_threshold:
-            defines["threshold"] = s.r2r_threshold
-    if stdlib == "r_stitch" and s.r_stitch_threshold:
-        defines["threshold"] = s.r_stitch_threshold
+    if threshold is not None:
+        defines["threshold"] = threshold
     res = compile_file(ROOT / "tokenrouter/stdlib" / f"{stdlib}.tr", defines)
     if res.plan is None:
         raise RuntimeError(f"{stdlib}.tr did not compile: {[str(d) for d in res.diagnostics]}")
@@ -234,11 +252,26 @@ def base_plan(s: Settings, pair_name: str, policy: str, raw: Path) -> Path:
             )
         assert spec["path"] == folder, (name, spec["path"])
     plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
-    for router, entry in plan["routers"].items():
-        init_router_file(plan, router, entry["path"], seed=0)
-    path = raw / f"{pair_name}-{policy}.plan"
-    write_plan(plan, path)
-    return path
+    return plan
+
+
+def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
+    """The threshold at which the plan, served in-process on the load generator's first prompts (greedy,
+    as `bench` asks), has the large model write `s.route_share` of the tokens (raw/calibration.json)."""
+    from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
+    from tokenrouter.training.calibrate import calibrate_threshold
+
+    spec = LoadSpec(num_prompts=s.calibrate_prompts, prompt_len=s.prompt_len)  # `tokenrouter bench`'s
+    length = min(s.calibrate_len, s.output_len)
+    t0 = time.perf_counter()
+    got = calibrate_threshold(plan, "threshold", s.route_share, make_prompts(spec), length, s.device)
+    got.update(wanted_share=s.route_share, prompts=s.calibrate_prompts, tokens_each=length,
+               seconds=time.perf_counter() - t0)  # fmt: skip
+    (raw / "calibration.json").write_text(json.dumps(got, indent=1))
+    say(s, f"calibrated threshold {got['threshold']:.6g} in {got['seconds']:.0f} s: the large model writes "
+           f"{got['share']:.3f} of {got['positions']} tokens served in-process (at the threshold from the small "
+           f"model's solo positions, {got['solo_threshold']:.6g}: {got['solo_share']:.3f})")  # fmt: skip
+    return repr(got["threshold"])
 
 
 def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, dict]:
@@ -712,6 +745,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--r2r-threshold", default=None, help="-D threshold= for r2r (default: the stdlib's)")
     ap.add_argument("--r-stitch-threshold", default=None, help="-D threshold= for r_stitch")
     ap.add_argument(
+        "--route-share",
+        type=float,
+        default=0.1,
+        help="r2r / r_stitch without a threshold: calibrate it so that the large model writes this share of the "
+        "tokens, served in-process on the load's first prompts (0: the stdlib's default threshold)",
+    )
+    ap.add_argument(
         "--serve-arg",
         action="append",
         default=[],
@@ -768,7 +808,8 @@ def main(argv: list[str] | None = None) -> int:
         s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
                      tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
-                     r_stitch_threshold=a.r_stitch_threshold, deadline_s=a.deadline_s)  # fmt: skip
+                     r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
+                     deadline_s=a.deadline_s)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len
         if part.rounds is not None:
@@ -777,8 +818,6 @@ def main(argv: list[str] | None = None) -> int:
             s.device, s.batch_sizes, s.warmup_len = "cpu", "1,2,4", 4
             if a.output_len == 512:
                 s.output_len = 32
-            if a.r2r_threshold is None:
-                s.r2r_threshold = "0.35"  # the untrained router's sigmoid sits near 0.4 on the tiny models
         try:
             records, failures = run_part(s, name, part)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:

@@ -134,10 +134,13 @@ def policy_values(plan: dict, entry: str, data: TeacherData, seed: int) -> dict[
     return values
 
 
-def sweep_policy(
-    plan: dict, entry: str, values: dict, n: int, node: int, shares, scorer: Scorer
-) -> list[dict]:
-    ir = plan["routes"][entry]
+def threshold_for_share(
+    ir: dict, values: dict, n: int, node: int, target: float
+) -> tuple[float, float, torch.Tensor]:
+    """(threshold, the share reached, the fired rule per row, -1 = stay): the value of the const `node` (a
+    threshold, one side of one comparison) at which the route IR's rules fire on about `target` of the n
+    rows, by bisection between the compared value's extremes. PolicyViewError when the share does not
+    move with the threshold."""
 
     def share_at(v: float) -> tuple[float, torch.Tensor]:
         w = fired_rule(ir, values, n, {node: v})
@@ -156,18 +159,26 @@ def sweep_policy(
             f"the large-model share does not move with the swept threshold (stays {s_lo:.3f})"
         )
     increasing = s_hi > s_lo
+    a, b = lo, hi
+    for _ in range(40):
+        mid = (a + b) / 2
+        s = share_at(mid)[0]
+        if (s < target) == increasing:
+            a = mid
+        else:
+            b = mid
+    best = min((a, b), key=lambda v: abs(share_at(v)[0] - target))
+    reached, writer = share_at(best)
+    return best, reached, writer
+
+
+def sweep_policy(
+    plan: dict, entry: str, values: dict, n: int, node: int, shares, scorer: Scorer
+) -> list[dict]:
+    ir = plan["routes"][entry]
     out = []
     for target in shares:
-        a, b = lo, hi
-        for _ in range(40):
-            mid = (a + b) / 2
-            s = share_at(mid)[0]
-            if (s < target) == increasing:
-                a = mid
-            else:
-                b = mid
-        best = min((a, b), key=lambda v: abs(share_at(v)[0] - target))
-        writer = share_at(best)[1]
+        best, _, writer = threshold_for_share(ir, values, n, node, target)
         out.append((scorer.point(writer, target_share=target, threshold=best), writer))
     return out
 

@@ -82,3 +82,22 @@ def test_time_table_from_metrics_deltas():
                             m.format("step_rows_total"): 150.0, m.format("step_tokens_total"): 1200.0}  # fmt: skip
     assert matrix.step_deltas(rec)["llm"]["steps_total"] == 100.0
     assert "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 |" in matrix.tables([rec])
+
+
+def test_r2r_plans_are_calibrated_to_the_route_share_unless_a_threshold_is_given(tmp_path):
+    """The tiny pair on CPU: r2r's threshold is the calibrated one (calibration.json, the plan's param),
+    or the one given; bernoulli has no threshold to calibrate."""
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
+                        route_share=0.2, calibrate_prompts=3)  # fmt: skip
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = json.loads(matrix.base_plan(s, "tiny", "r2r", raw).read_text())
+    got = json.loads((raw / "calibration.json").read_text())
+    assert got["wanted_share"] == 0.2 and got["positions"] == 3 * 16 and abs(got["share"] - 0.2) <= 0.05
+    assert plan["params"]["threshold"]["value"] == got["threshold"]
+    (raw / "calibration.json").unlink()
+    s.r2r_threshold = "0.45"
+    plan = json.loads(matrix.base_plan(s, "tiny", "r2r", raw).read_text())
+    assert plan["params"]["threshold"]["value"] == 0.45 and not (raw / "calibration.json").exists()
+    matrix.base_plan(s, "tiny", "bern0.35", raw)
+    assert not (raw / "calibration.json").exists()

@@ -1,0 +1,67 @@
+"""`calibrate_threshold`: the threshold at which the entry model hands off on a wanted share of its own
+generated positions, on the committed tiny random pair (an untrained r2r router; r_stitch's entropy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.compiler.driver import compile_file
+from tokenrouter.runtime.route.routers import init_router_file
+from tokenrouter.training.calibrate import calibrate_threshold
+from tokenrouter.training.policy_view import PolicyViewError
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL, LARGE = REPO / "examples/models/tiny-small", REPO / "examples/models/tiny-large"
+PROMPTS = [[11 + 7 * i + j for j in range(6)] for i in range(4)]
+
+
+def stdlib_plan(name: str, tmp_path: Path, **defines) -> dict:
+    defines = {"slm_path": str(SMALL), "llm_path": str(LARGE), **defines}
+    if name == "r2r":
+        defines["router_path"] = str(tmp_path / "router.safetensors")
+    res = compile_file(REPO / "tokenrouter/stdlib" / f"{name}.tr", {k: str(v) for k, v in defines.items()})
+    assert res.plan is not None, [str(d) for d in res.diagnostics]
+    for router, entry in res.plan["routers"].items():
+        if not Path(entry["path"]).exists():
+            init_router_file(res.plan, router, entry["path"], seed=0)
+    return res.plan
+
+
+@pytest.mark.parametrize("policy", ["r2r", "r_stitch"])
+def test_calibrated_threshold_hands_off_at_the_wanted_share(policy, tmp_path):
+    from tokenrouter.runtime import messages as m
+    from tokenrouter.runtime.offline import load_offline
+
+    plan = stdlib_plan(policy, tmp_path)
+    found = {s: calibrate_threshold(plan, "threshold", s, PROMPTS, 20, "cpu") for s in (0.1, 0.3)}
+    for share, got in found.items():
+        assert got["positions"] == 4 * 20
+        assert abs(got["share"] - share) <= 0.05, (share, got)
+    # both policies hand off above the threshold: a larger share needs a lower one
+    assert found[0.1]["threshold"] > found[0.3]["threshold"]
+    # compiled with that threshold and served by the runtime, the plan hands off on the share reported
+    got = found[0.3]
+    again = stdlib_plan(policy, tmp_path, threshold=repr(got["threshold"]))
+    runs = load_offline(again, "cpu").generate(
+        PROMPTS, m.SamplingSpec(temperature=0.0, max_tokens=20, seed=0, ignore_eos=True)
+    )
+    writers = [w for r in runs for w in r.models]
+    assert sum(w == "llm" for w in writers) / len(writers) == got["share"]
+
+
+def test_solo_generations_misjudge_the_served_share(tmp_path):
+    """The reason calibration serves the plan: the entry model's solo positions, each rewrite not taken
+    into account, put the threshold elsewhere (on this pair and these prompts, r2r hands off on less than
+    the wanted share at the solo threshold)."""
+    got = calibrate_threshold(stdlib_plan("r2r", tmp_path), "threshold", 0.3, PROMPTS, 20, "cpu")
+    assert got["solo_threshold"] != got["threshold"] and abs(got["solo_share"] - 0.3) > 0.05, got
+
+
+def test_calibration_errors_are_clear(tmp_path):
+    plan = stdlib_plan("r2r", tmp_path)
+    with pytest.raises(PolicyViewError, match="no param 'tau'"):
+        calibrate_threshold(plan, "tau", 0.1, PROMPTS, 4, "cpu")
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\)"):
+        calibrate_threshold(plan, "threshold", 1.0, PROMPTS, 4, "cpu")

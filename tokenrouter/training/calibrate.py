@@ -1,0 +1,165 @@
+"""A route threshold for a wanted share of hand-offs, found by generating with the plan itself.
+
+A policy whose rule compares a feature or an untrained router against a threshold param (``r2r.tr``'s
+``sigmoid(divergence) >= threshold``, ``r_stitch.tr``'s ``norm_entropy > threshold``) hands off at a rate
+that depends on the models' weights: on the random-weight Qwen3 shapes of the serving matrix, r2r at its
+default 0.5 sent 56 % of the tokens to the large model (docs/matrix.md, run 14).
+
+``calibrate_threshold`` loads the plan's models as the subservers would (same weights, same seed; eager, no
+graphs), runs the in-process executor (the runtime's schedulers and hops; route kernels from the torch
+renderer, whose decisions equal the Triton kernel's) on the prompts, greedy, and bisects the threshold until
+the models other than the entry one write ``share`` of the tokens. The bracket comes from the entry model's
+own route inputs over its solo generations (``entry_values``), which alone would be a poor estimate: on the
+tiny random pair a threshold that fires on 10 % of the small model's solo positions hands off on 4 % when
+served, since each rewrite changes the text that follows (solo runs repeat themselves, and a repeated
+position that fires counts every time).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+
+from .policy_view import PolicyViewError, threshold_node
+from .teacher import router_input_values, step_features
+
+
+@torch.no_grad()
+def entry_values(
+    plan: dict, prompts: Sequence[Sequence[int]], max_new: int, device: str | None = None, seed: int = 0
+):
+    """(values, n): the entry model's route inputs (features, `uniform()`, router outputs) at each position
+    it generates from `prompts` (greedy, `max_new` tokens each, EOS ignored), as `eval_ir` reads them."""
+    from tokenrouter.runtime.engine.generate import generate
+    from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
+    from tokenrouter.runtime.route.routers import RouterSpec, load_router
+    from tokenrouter.runtime.sampling import SamplingParams
+    from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+
+    entry = plan["entry"]
+    engine, _ = load_model_runtime(plan, entry, pick_device(plan["models"][entry], device), cuda_graph=False)
+    device = engine.device
+    params = [SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True, seed=seed)] * len(prompts)
+    runs = generate(engine, [list(p) for p in prompts], params, rid_prefix="calibrate")
+    specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in plan["routes"][entry]["routers"]}
+    routers = {r: load_router(spec, None, device)[0] for r, spec in specs.items()}
+    cols: dict[str, list[torch.Tensor]] = {}
+    for prompt, run in zip(prompts, runs, strict=True):
+        ids = [*prompt, *run.token_ids]
+        logits, hidden = engine.forward_full(ids[:-1])  # row t: after reading ids[0..t]
+        rows = slice(len(prompt) - 1, len(ids) - 1)  # the rows that chose a generated token
+        f = step_features(logits[rows].float())
+        t = torch.arange(len(ids) - 1, device=logits.device)[rows]
+        f.update(position=t + 2, generated=t + 2 - len(prompt), run_length=t + 2 - len(prompt))
+        f["uniform"] = uniform(torch.full_like(t, seed), t + 1, STREAM_UNIFORM, torch.zeros_like(t))
+        for r, spec in specs.items():
+            xs = router_input_values(spec, logits[rows], hidden[rows], f["token"], engine.embed)
+            f[r] = routers[r](xs.to(device)).flatten()
+        for k, v in f.items():
+            cols.setdefault(k, []).append(v.cpu())
+    del engine, routers  # its KV pool and weights, before the caller starts the subservers
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    values = {k: torch.cat(v) for k, v in cols.items()}
+    return values, int(values["token"].shape[0])
+
+
+def with_threshold(plan: dict, param: str, value: float) -> dict:
+    """A copy of `plan` with `param` set to `value` where it was folded in: the one comparison per route
+    block that compares against it (`threshold_node`; r_stitch has one in each model's block)."""
+    out = copy.deepcopy(plan)
+    found = 0
+    for ir in out["routes"].values():
+        try:
+            node = threshold_node(out, ir, param)
+        except PolicyViewError as e:
+            if "more than one" in str(e):
+                raise
+            continue
+        ir["nodes"][node]["value"] = value
+        found += 1
+    if not found:
+        threshold_node(out, out["routes"][out["entry"]], param)  # its message says why
+    out["params"][param]["value"] = value
+    return out
+
+
+def routed_share(executor_for, plan: dict, prompts, max_new: int) -> float:
+    """The share of generated tokens that models other than the entry one write, serving `prompts` greedily
+    with `plan` (`executor_for(plan)`: an OfflineExecutor on already loaded engines)."""
+    from tokenrouter.runtime import messages as m
+
+    results = executor_for(plan).generate(
+        [list(p) for p in prompts],
+        m.SamplingSpec(temperature=0.0, max_tokens=max_new, seed=0, ignore_eos=True),
+    )
+    writers = [w for r in results for w in r.models]
+    return sum(w != plan["entry"] for w in writers) / max(len(writers), 1)
+
+
+def calibrate_threshold(
+    plan: dict,
+    param: str,
+    share: float,
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    device: str | None = None,
+    iterations: int = 10,
+) -> dict:
+    """{"threshold", "share" (reached, served), "positions", "solo_threshold", "solo_share"}: the value
+    of `param` at which the plan, served greedily on `prompts`, has the other models write about `share` of
+    the tokens (bisection, `iterations` routed generations); "solo_*": the threshold at which the entry
+    model's rules fire on `share` of its solo positions, and the served share at it. PolicyViewError (a
+    message for users) when the param is not one side of one comparison or the share does not move."""
+    from tokenrouter.runtime.offline import OfflineExecutor
+    from tokenrouter.runtime.route import RouteKernel
+    from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+
+    from .evaluate import threshold_for_share
+    from .policy_view import eval_ir
+
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"share must be in (0, 1), got {share}")
+    ir = plan["routes"][plan["entry"]]
+    node = threshold_node(plan, ir, param)
+    values, n = entry_values(plan, prompts, max_new, device)
+    if n == 0:
+        raise PolicyViewError("no generated positions to calibrate on")
+    solo, _, _ = threshold_for_share(ir, values, n, node, share)
+    cmp = next(x for x in ir["nodes"] if x["op"] in ("lt", "le", "gt", "ge") and node in x["args"])
+    score = eval_ir(ir, values, n)[cmp["args"][0] if cmp["args"][1] == node else cmp["args"][1]].float()
+    engines = {  # placed as `serve` places them, unless `device` is given
+        name: load_model_runtime(plan, name, pick_device(spec, device), cuda_graph=False)[0]
+        for name, spec in plan["models"].items()
+    }
+
+    def executor_for(p: dict) -> OfflineExecutor:
+        kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in engines.items()}
+        return OfflineExecutor(p, engines, kernels)
+
+    def served(v: float) -> float:
+        return routed_share(executor_for, with_threshold(plan, param, v), prompts, max_new)
+
+    lo, hi = float(score.min()) - 1e-6, float(score.max()) + 1e-6
+    s_lo, s_hi = served(lo), served(hi)
+    if s_lo == s_hi:
+        raise PolicyViewError(f"the served share does not move with {param!r} (stays {s_lo:.3f})")
+    increasing = s_hi > s_lo
+    tried = {lo: s_lo, hi: s_hi}
+    a, b = lo, hi
+    for _ in range(iterations):
+        mid = (a + b) / 2
+        tried[mid] = served(mid)
+        if (tried[mid] < share) == increasing:
+            a = mid
+        else:
+            b = mid
+    best = min(tried, key=lambda v: abs(tried[v] - share))
+    out = {"threshold": best, "share": tried[best], "positions": n, "solo_threshold": solo,
+           "solo_share": served(solo)}  # fmt: skip
+    engines.clear()  # their KV pools and weights, before the caller starts the subservers
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
