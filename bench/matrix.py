@@ -157,8 +157,8 @@ class Settings:
     # r2r / r_stitch without an explicit threshold: calibrated so that the large model writes this share of
     # the tokens (`tokenrouter.training.calibrate`); None: the stdlib's default
     route_share: float | None = 0.1
-    calibrate_prompts: int = 8
-    calibrate_len: int = 256
+    calibrate_prompts: int = 8  # x calibrate_len tokens per routed generation; the bisection runs ~11
+    calibrate_len: int = 128  # (eager engines: ~18 ms per 0.6B step on the H200, run 13's no-graphs)
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
     # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
@@ -264,7 +264,9 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
     spec = LoadSpec(num_prompts=s.calibrate_prompts, prompt_len=s.prompt_len)  # `tokenrouter bench`'s
     length = min(s.calibrate_len, s.output_len)
     t0 = time.perf_counter()
-    got = calibrate_threshold(plan, "threshold", s.route_share, make_prompts(spec), length, s.device)
+    got = calibrate_threshold(
+        plan, "threshold", s.route_share, make_prompts(spec), length, s.device, iterations=8
+    )
     got.update(wanted_share=s.route_share, prompts=s.calibrate_prompts, tokens_each=length,
                seconds=time.perf_counter() - t0)  # fmt: skip
     (raw / "calibration.json").write_text(json.dumps(got, indent=1))
