@@ -257,16 +257,19 @@ def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshol
 
 def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
     """The threshold at which the plan, served in-process on the load generator's first prompts (greedy,
-    as `bench` asks), has the large model write `s.route_share` of the tokens (raw/calibration.json)."""
-    from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
-    from tokenrouter.training.calibrate import calibrate_threshold
+    as `bench` asks), has the large model write `s.route_share` of the tokens (`tokenrouter calibrate`, in
+    its own process: this one holds no CUDA context while the subservers run; raw/calibration.json)."""
+    from tokenrouter.compiler.plan import write_plan
 
-    spec = LoadSpec(num_prompts=s.calibrate_prompts, prompt_len=s.prompt_len)  # `tokenrouter bench`'s
+    uncalibrated = raw / "uncalibrated.plan"
+    write_plan(plan, uncalibrated)
     length = min(s.calibrate_len, s.output_len)
+    dev = ["--device", s.device] if s.device else []
     t0 = time.perf_counter()
-    got = calibrate_threshold(
-        plan, "threshold", s.route_share, make_prompts(spec), length, s.device, iterations=8
-    )
+    proc = run_cmd(s, cli("calibrate", str(uncalibrated), "--share", str(s.route_share), "--json",
+                          "--num-prompts", str(s.calibrate_prompts), "--prompt-len", str(s.prompt_len),
+                          "--max-tokens", str(length), *dev), raw / "calibrate.log")  # fmt: skip
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
     got.update(wanted_share=s.route_share, prompts=s.calibrate_prompts, tokens_each=length,
                seconds=time.perf_counter() - t0)  # fmt: skip
     (raw / "calibration.json").write_text(json.dumps(got, indent=1))

@@ -790,6 +790,60 @@ def eval_cmd(
         typer.echo(f"wrote {plot}")
 
 
+@app.command()
+def calibrate(
+    plan_file: str = typer.Argument(..., metavar="PLAN", help="A policy (.tr) or a compiled plan."),
+    share: float = typer.Option(
+        ..., "--share", help="The share of the tokens the other models should write."
+    ),
+    param: str = typer.Option("threshold", help="The param to calibrate (one side of one comparison)."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE (.tr only)."),
+    prompts_file: str = typer.Option(
+        None, "--prompts-file", help="One prompt per line (text); default: synthetic token-id prompts."
+    ),
+    num_prompts: int = typer.Option(8, help="Prompts per routed generation."),
+    prompt_len: int = typer.Option(32, help="Length of synthetic token-id prompts (as `bench` sends)."),
+    max_tokens: int = typer.Option(128, help="Tokens generated per prompt, EOS ignored."),
+    iterations: int = typer.Option(8, help="Bisection steps (one routed generation each)."),
+    device: str = typer.Option(None, help="Run every model here (default: the plan's placement)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """The param value at which the plan, served greedily in this process, has the models other than the
+    entry one write --share of the tokens (docs/serving.md, "Calibrating a threshold")."""
+    import json
+
+    from tokenrouter.runtime.engine.base import EngineError
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+    from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
+    from tokenrouter.training.calibrate import calibrate_threshold
+    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+
+    if not 0.0 < share < 1.0 or num_prompts < 1 or prompt_len < 1 or max_tokens < 1 or iterations < 1:
+        typer.echo("error: --share must be in (0, 1); --num-prompts, --prompt-len, --max-tokens and "
+                   "--iterations at least 1", err=True)  # fmt: skip
+        raise typer.Exit(2)
+    try:
+        plan = load_plan(plan_file, _defines(define))
+        prompts = make_prompts(
+            LoadSpec(num_prompts=num_prompts, prompt_len=prompt_len, prompts_file=prompts_file)
+        )
+        if prompts_file:
+            tok = load_tokenizer(plan["models"][plan["entry"]]["path"])
+            prompts = [tok.encode(p).ids for p in prompts]
+        got = calibrate_threshold(plan, param, share, prompts, max_tokens, device, iterations=iterations)
+    except (PolicyViewError, EngineError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if json_out:
+        typer.echo(json.dumps(got))
+        return
+    typer.echo(
+        f"{param} = {got['threshold']:.6g}: the other models wrote {got['share']:.3f} of "
+        f"{num_prompts * max_tokens} tokens (wanted {share:g}); the entry model's solo generations alone "
+        f"would give {param} = {got['solo_threshold']:.6g}, served {got['solo_share']:.3f}"
+    )
+
+
 # --- throughput commands ---
 
 

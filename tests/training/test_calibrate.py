@@ -65,3 +65,30 @@ def test_calibration_errors_are_clear(tmp_path):
         calibrate_threshold(plan, "tau", 0.1, PROMPTS, 4, "cpu")
     with pytest.raises(ValueError, match=r"share must be in \(0, 1\)"):
         calibrate_threshold(plan, "threshold", 1.0, PROMPTS, 4, "cpu")
+
+
+def test_calibrate_command(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+
+    runner = CliRunner()
+    tr = str(REPO / "tokenrouter/stdlib/r_stitch.tr")
+    models = ["-D", f"slm_path={SMALL}", "-D", f"llm_path={LARGE}", "--device", "cpu"]
+    small = ["--num-prompts", "3", "--max-tokens", "12", "--iterations", "6"]
+    res = runner.invoke(app, ["calibrate", tr, "--share", "0.25", "--json", *models, *small])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert abs(got["share"] - 0.25) <= 0.1 and got["positions"] == 3 * 12
+    res = runner.invoke(app, ["calibrate", tr, "--share", "0.25", *models, *small])
+    assert res.exit_code == 0 and "threshold = " in res.stdout and "wanted 0.25" in res.stdout
+    res = runner.invoke(app, ["calibrate", tr, "--share", "1.5", *models])
+    assert res.exit_code == 2 and "--share must be in (0, 1)" in res.output
+    res = runner.invoke(app, ["calibrate", tr, "--share", "0.2", "--param", "tau", *models])
+    assert res.exit_code == 1 and "no param 'tau'" in res.output and "Traceback" not in res.output
+    res = runner.invoke(
+        app, ["calibrate", tr, "--share", "0.2", "-D", "slm_path=/nowhere", "-D", f"llm_path={LARGE}"]
+    )
+    assert res.exit_code == 1 and "/nowhere" in res.output and "Traceback" not in res.output
