@@ -43,8 +43,8 @@ FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
     "gemv_norm": "one-token steps (and gemv_rows steps, and dot_rows steps with `dot_rows_norm`) fold add & "
-    "RMSNorm into the next linear "
-    "kernel's prologue, on models of hidden size <= `small_hidden_max` (default 2048) (off: an rmsnorm launch)",
+    "RMSNorm into the next linear kernel's prologue, on models of hidden size <= `small_hidden_max` (default "
+    "2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
     f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
@@ -171,8 +171,9 @@ class TritonAttnBackend(AttentionBackend):
             setattr(self, name, True)
         for name in options_off_from_env():
             setattr(self, name, False)
+        on = options_on_from_env()
         for name in OPT_IN_OPTIONS:  # see OPT_IN_OPTIONS
-            setattr(self, name, name in options_on_from_env())
+            setattr(self, name, name in on)
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
@@ -282,8 +283,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens that neither
     GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
-    `dot_rows_norm`). Returns (last-position
-    logits [B, V], hidden [B, H])."""
+    `dot_rows_norm`). Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config

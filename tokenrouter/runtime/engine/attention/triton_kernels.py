@@ -1502,7 +1502,7 @@ def dot_rows(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     pdl: bool = False,
-    prefetch: bool = True,
+    prefetch: bool = False,
     config: dict | None = None,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
