@@ -27,19 +27,16 @@ from .teacher import router_input_values, step_features
 
 
 @torch.no_grad()
-def entry_values(
-    plan: dict, prompts: Sequence[Sequence[int]], max_new: int, device: str | None = None, seed: int = 0
-):
+def entry_values(plan: dict, engine, prompts: Sequence[Sequence[int]], max_new: int, seed: int = 0):
     """(values, n): the entry model's route inputs (features, `uniform()`, router outputs) at each position
-    it generates from `prompts` (greedy, `max_new` tokens each, EOS ignored), as `eval_ir` reads them."""
+    it generates alone (`engine`, loaded for the plan's entry model) from `prompts` (greedy, `max_new`
+    tokens each, EOS ignored), as `eval_ir` reads them."""
     from tokenrouter.runtime.engine.generate import generate
     from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
     from tokenrouter.runtime.route.routers import RouterSpec, load_router
     from tokenrouter.runtime.sampling import SamplingParams
-    from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 
     entry = plan["entry"]
-    engine, _ = load_model_runtime(plan, entry, pick_device(plan["models"][entry], device), cuda_graph=False)
     device = engine.device
     params = [SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True, seed=seed)] * len(prompts)
     runs = generate(engine, [list(p) for p in prompts], params, rid_prefix="calibrate")
@@ -59,9 +56,6 @@ def entry_values(
             f[r] = routers[r](xs.to(device)).flatten()
         for k, v in f.items():
             cols.setdefault(k, []).append(v.cpu())
-    del engine, routers  # its KV pool and weights, before the caller starts the subservers
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
     values = {k: torch.cat(v) for k, v in cols.items()}
     return values, int(values["token"].shape[0])
 
@@ -86,12 +80,12 @@ def with_threshold(plan: dict, param: str, value: float) -> dict:
     return out
 
 
-def routed_share(executor_for, plan: dict, prompts, max_new: int) -> float:
-    """The share of generated tokens that models other than the entry one write, serving `prompts` greedily
-    with `plan` (`executor_for(plan)`: an OfflineExecutor on already loaded engines)."""
+def routed_share(executor, plan: dict, prompts, max_new: int) -> float:
+    """The share of generated tokens that models other than the entry one write when `executor` (an
+    OfflineExecutor for `plan`) serves `prompts` greedily."""
     from tokenrouter.runtime import messages as m
 
-    results = executor_for(plan).generate(
+    results = executor.generate(
         [list(p) for p in prompts],
         m.SamplingSpec(temperature=0.0, max_tokens=max_new, seed=0, ignore_eos=True),
     )
@@ -115,47 +109,31 @@ def calibrate_threshold(
     message for users) when the param is not one side of one comparison or the share does not move."""
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
-    from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+    from tokenrouter.runtime.subserver.loading import load_model_engine, pick_device
 
-    from .evaluate import threshold_for_share
-    from .policy_view import eval_ir
+    from .evaluate import bisect_share, compared_range, threshold_for_share
 
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
     ir = plan["routes"][plan["entry"]]
     node = threshold_node(plan, ir, param)
-    values, n = entry_values(plan, prompts, max_new, device)
-    if n == 0:
-        raise PolicyViewError("no generated positions to calibrate on")
-    solo, _, _ = threshold_for_share(ir, values, n, node, share)
-    cmp = next(x for x in ir["nodes"] if x["op"] in ("lt", "le", "gt", "ge") and node in x["args"])
-    score = eval_ir(ir, values, n)[cmp["args"][0] if cmp["args"][1] == node else cmp["args"][1]].float()
     engines = {  # placed as `serve` places them, unless `device` is given
-        name: load_model_runtime(plan, name, pick_device(spec, device), cuda_graph=False)[0]
+        name: load_model_engine(plan, name, pick_device(spec, device), cuda_graph=False)
         for name, spec in plan["models"].items()
     }
-
-    def executor_for(p: dict) -> OfflineExecutor:
-        kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in engines.items()}
-        return OfflineExecutor(p, engines, kernels)
+    values, n = entry_values(plan, engines[plan["entry"]], prompts, max_new)
+    if n == 0:
+        raise PolicyViewError("no generated positions to calibrate on")
+    bounds = compared_range(ir, values, n, node)
+    solo, _, _ = threshold_for_share(ir, values, n, node, share, bounds)
 
     def served(v: float) -> float:
-        return routed_share(executor_for, with_threshold(plan, param, v), prompts, max_new)
+        p = with_threshold(plan, param, v)
+        kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in engines.items()}
+        return routed_share(OfflineExecutor(p, engines, kernels), p, prompts, max_new)
 
-    lo, hi = float(score.min()) - 1e-6, float(score.max()) + 1e-6
-    s_lo, s_hi = served(lo), served(hi)
-    if s_lo == s_hi:
-        raise PolicyViewError(f"the served share does not move with {param!r} (stays {s_lo:.3f})")
-    increasing = s_hi > s_lo
-    tried = {lo: s_lo, hi: s_hi}
-    a, b = lo, hi
-    for _ in range(iterations):
-        mid = (a + b) / 2
-        tried[mid] = served(mid)
-        if (tried[mid] < share) == increasing:
-            a = mid
-        else:
-            b = mid
+    stuck = f"the served share does not move with {param!r}"
+    _, _, tried = bisect_share(served, *bounds, share, iterations, stuck)
     best = min(tried, key=lambda v: abs(tried[v] - share))
     out = {"threshold": best, "share": tried[best], "positions": n, "solo_threshold": solo,
            "solo_share": served(solo)}  # fmt: skip

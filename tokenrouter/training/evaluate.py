@@ -134,51 +134,65 @@ def policy_values(plan: dict, entry: str, data: TeacherData, seed: int) -> dict[
     return values
 
 
-def threshold_for_share(
-    ir: dict, values: dict, n: int, node: int, target: float
-) -> tuple[float, float, torch.Tensor]:
-    """(threshold, the share reached, the fired rule per row, -1 = stay): the value of the const `node` (a
-    threshold, one side of one comparison) at which the route IR's rules fire on about `target` of the n
-    rows, by bisection between the compared value's extremes. PolicyViewError when the share does not
-    move with the threshold."""
-
-    def share_at(v: float) -> tuple[float, torch.Tensor]:
-        w = fired_rule(ir, values, n, {node: v})
-        return float((w >= 0).float().mean()), w
-
-    nodes = ir["nodes"]
-    cmp = next(x for x in nodes if x["op"] in ("lt", "le", "gt", "ge") and node in x["args"])
-    other = cmp["args"][0] if cmp["args"][1] == node else cmp["args"][1]
+def compared_range(ir: dict, values: dict, n: int, node: int) -> tuple[float, float]:
+    """The extremes over the n rows of the value that the const `node` is compared with, widened by 1e-6: a
+    threshold at one end fires the comparison on every row, at the other on none."""
     from .policy_view import eval_ir
 
+    cmp = next(x for x in ir["nodes"] if x["op"] in ("lt", "le", "gt", "ge") and node in x["args"])
+    other = cmp["args"][0] if cmp["args"][1] == node else cmp["args"][1]
     score = eval_ir(ir, values, n)[other].float()
-    lo, hi = float(score.min()) - 1e-6, float(score.max()) + 1e-6
-    s_lo, s_hi = share_at(lo)[0], share_at(hi)[0]
-    if s_lo == s_hi:
-        raise PolicyViewError(
-            f"the large-model share does not move with the swept threshold (stays {s_lo:.3f})"
-        )
-    increasing = s_hi > s_lo
+    return float(score.min()) - 1e-6, float(score.max()) + 1e-6
+
+
+def bisect_share(
+    share_of, lo: float, hi: float, target: float, iterations: int, stuck: str
+) -> tuple[float, float, dict[float, float]]:
+    """Bisection of a threshold v in [lo, hi] for `share_of(v)` (monotone in v) to reach `target`: the final
+    bracket (a, b) and the share at every v tried, in order. PolicyViewError "`stuck` (stays S)" when the
+    share is the same at both ends."""
+    tried = {lo: share_of(lo), hi: share_of(hi)}
+    if tried[lo] == tried[hi]:
+        raise PolicyViewError(f"{stuck} (stays {tried[lo]:.3f})")
+    increasing = tried[hi] > tried[lo]
     a, b = lo, hi
-    for _ in range(40):
+    for _ in range(iterations):
         mid = (a + b) / 2
-        s = share_at(mid)[0]
-        if (s < target) == increasing:
+        tried[mid] = share_of(mid)
+        if (tried[mid] < target) == increasing:
             a = mid
         else:
             b = mid
-    best = min((a, b), key=lambda v: abs(share_at(v)[0] - target))
-    reached, writer = share_at(best)
-    return best, reached, writer
+    return a, b, tried
+
+
+def threshold_for_share(
+    ir: dict, values: dict, n: int, node: int, target: float, bounds: tuple[float, float] | None = None
+) -> tuple[float, float, torch.Tensor]:
+    """(threshold, the share reached, the fired rule per row, -1 = stay): the value of the const `node` (a
+    threshold, one side of one comparison) at which the route IR's rules fire on about `target` of the n
+    rows, by bisection between the compared value's extremes (`bounds`: `compared_range`, computed here if
+    None). PolicyViewError when the share does not move with the threshold."""
+
+    def share_at(v: float) -> float:
+        return float((fired_rule(ir, values, n, {node: v}) >= 0).float().mean())
+
+    lo, hi = bounds or compared_range(ir, values, n, node)
+    stuck = "the large-model share does not move with the swept threshold"
+    a, b, tried = bisect_share(share_at, lo, hi, target, 40, stuck)
+    best = min((a, b), key=lambda v: abs(tried[v] - target))
+    writer = fired_rule(ir, values, n, {node: best})
+    return best, tried[best], writer
 
 
 def sweep_policy(
     plan: dict, entry: str, values: dict, n: int, node: int, shares, scorer: Scorer
 ) -> list[dict]:
     ir = plan["routes"][entry]
+    bounds = compared_range(ir, values, n, node)
     out = []
     for target in shares:
-        best, _, writer = threshold_for_share(ir, values, n, node, target)
+        best, _, writer = threshold_for_share(ir, values, n, node, target, bounds)
         out.append((scorer.point(writer, target_share=target, threshold=best), writer))
     return out
 

@@ -49,10 +49,9 @@ def engine_kwargs(spec: dict, device: str) -> dict:
     return kw
 
 
-def load_model_runtime(plan: dict, model: str, device: str, **overrides):
-    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine."""
+def load_model_engine(plan: dict, model: str, device: str, **overrides):
+    """The engine of one model of a plan on `device`; `overrides` go to load_engine."""
     from tokenrouter.runtime.engine.embedded import load_engine
-    from tokenrouter.runtime.route import RouteKernel
 
     spec = plan["models"][model]
     kind = spec.get("engine", "embedded")
@@ -64,9 +63,15 @@ def load_model_runtime(plan: dict, model: str, device: str, **overrides):
         from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
 
         kw = {**engine_kwargs(spec, device), **overrides}
-        engine = load_sglang_engine(spec["path"], model=model, device=device, **kw)
-    else:
-        engine = load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
+        return load_sglang_engine(spec["path"], model=model, device=device, **kw)
+    return load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
+
+
+def load_model_runtime(plan: dict, model: str, device: str, **overrides):
+    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine."""
+    from tokenrouter.runtime.route import RouteKernel
+
+    engine = load_model_engine(plan, model, device, **overrides)
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)
