@@ -337,6 +337,8 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 
 # Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
 OPT_IN = OPT_IN_OPTIONS.keys()
+# Backend sizes an ablation row may set ("gemv_rows_max=2"): the steps each kernel takes
+SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "fused_merge_rows"}
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
@@ -360,8 +362,8 @@ def ablation_plan(
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its two opt-in parts turned on (`OPT_IN_OPTIONS`: its first weight tile read before the PDL
-    wait, `dot_prefetch`, and its folded add & RMSNorm, `dot_rows_norm`) at the same steps."""
+    take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
+    at the same steps, and the few-row GEMV's 3-4 token steps moved to it (`gemv_rows_max=2`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -380,8 +382,11 @@ def ablation_plan(
     plan = []
     if dot_rows:  # and its weight prefetch and folded add & RMSNorm where it runs
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
-        plan.append(("dot_prefetch on (dot_rows steps)", ("dot_prefetch",), dot_rows))
+        plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
+        wider = [p for p in few_rows if p[1] * p[2] > 2]  # the few-row GEMV's 3-4 token steps, on dot_rows
+        if wider:
+            plan.append(("gemv_rows_max=2 (3-4 token steps on dot_rows)", ("gemv_rows_max=2",), wider))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
@@ -397,16 +402,25 @@ def ablation_plan(
         )
     plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
     for _, off, _ in plan:
-        unknown = set(off) - FAST_PATH_OPTIONS.keys() - OPT_IN
+        unknown = {n for n in off if "=" not in n} - FAST_PATH_OPTIONS.keys() - OPT_IN
+        unknown |= settings(off).keys() - SETTINGS
         if unknown:
             raise ValueError(f"ablation names unknown options {unknown}")
     return plan
 
 
+def settings(names) -> dict[str, int]:
+    """The "attribute=value" entries of an ablation row's names, as {attribute: int value}."""
+    return {k: int(v) for k, _, v in (n.partition("=") for n in names if "=" in n)}
+
+
 def parts(names) -> dict:
-    """An ablation row's record of what it changed: parts_off (and parts_on, the opt-in parts it turned on)."""
+    """An ablation row's record of what it changed: parts_off (and parts_on, the opt-in parts it turned on;
+    settings, the backend sizes it set)."""
     on = [n for n in names if n in OPT_IN]
-    return dict(parts_off=[n for n in names if n not in OPT_IN], **({"parts_on": on} if on else {}))
+    off = [n for n in names if n not in OPT_IN and "=" not in n]
+    extra = ({"parts_on": on} if on else {}) | ({"settings": settings(names)} if settings(names) else {})
+    return dict(parts_off=off, **extra)
 
 
 def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
@@ -447,9 +461,12 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         if time.perf_counter() - started > args.ablation_budget_s:
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
             continue
-        saved = backend.options()
-        default_state = {o: saved[o] for o in off}
-        variant_state = {o: o in OPT_IN for o in off}  # a fast-path part off, an opt-in part on
+        saved = backend.options() | {k: getattr(backend, k) for k in SETTINGS}
+        sizes = settings(off)
+        switches = [o for o in off if "=" not in o]
+        default_state = {o: saved[o] for o in (*switches, *sizes)}
+        # a fast-path part off, an opt-in part on, a size set
+        variant_state = {o: o in OPT_IN for o in switches} | sizes
         set_options(variant_state)
         try:
             shapes = sorted({(bs, q) for _, bs, q in points})

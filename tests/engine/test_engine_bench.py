@@ -132,11 +132,18 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     assert plan[0][:2] == ("no dot_rows", ("dot_rows",))
     # bs 1 x 8, bs 4 x 2 / 4 (8 and 16 tokens), decode bs 8: the 2-4 token steps are gemv_rows'
     assert plan[0][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
-    # its opt-in parts, weight prefetch and folded norm (off by default: the rows turn them on), same steps
-    assert plan[1] == ("dot_prefetch on (dot_rows steps)", ("dot_prefetch",), plan[0][2])
+    # its weight prefetch off, its folded norm on (opt-in), same steps
+    assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
     assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])
     assert bench.parts(plan[2][1]) == {"parts_off": [], "parts_on": ["dot_rows_norm"]}
-    assert bench.parts(plan[1][1]) == {"parts_off": [], "parts_on": ["dot_prefetch"]}
+    assert bench.parts(plan[1][1]) == {"parts_off": ["dot_prefetch"]}
+    # the few-row GEMV's 3-4 token steps (bs 1 x 4, decode bs 4) moved to dot_rows by a size setting
+    assert plan[3] == (
+        "gemv_rows_max=2 (3-4 token steps on dot_rows)",
+        ("gemv_rows_max=2",),
+        [(512, 1, 4), (512, 4, 1)],
+    )
+    assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
     assert bench.parts(("gemv_norm", "pdl")) == {"parts_off": ["gemv_norm", "pdl"]}
     assert all(
         label != "no dot_rows" for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)

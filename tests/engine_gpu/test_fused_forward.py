@@ -254,16 +254,19 @@ def test_dot_rows_off_runs_cublas(monkeypatch):
 def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
     """`dot_rows_norm` is opt-in (the H200 measured the fold no faster): a dot_rows step launches the input
     norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_ENGINE_ON=dot_rows_norm folds
-    the dot_rows steps' too, and with dot_prefetch on as well the logits stay the same."""
+    the dot_rows steps' too, and with dot_prefetch (on by default) off as well the logits stay the same."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
     layers = model.config.num_hidden_layers
-    for env, dot_norms in (("", 1 + 2 * layers), ("dot_rows_norm", 1), (" dot_rows_norm, dot_prefetch", 1)):
+    cases = (("", "", 1 + 2 * layers), ("dot_rows_norm", "", 1), (" dot_rows_norm ", "dot_prefetch", 1))
+    for env, off, dot_norms in cases:
         monkeypatch.setenv(ENGINE_ON_ENV, env)
+        monkeypatch.setenv(ENGINE_OFF_ENV, off)
         backend = TritonAttnBackend(cfg)
         on = {n for n in OPT_IN_OPTIONS if n in env}
         assert {n for n in OPT_IN_OPTIONS if backend.options()[n]} == on and backend.gemv_norm
+        assert backend.dot_prefetch == (off == "")
         calls, forward = counted_fused_forward(model, monkeypatch)
         got = run_steps(model, backend, forward, STEPS[2:5])  # 1 token, 2 (gemv_rows), 13 (dot_rows)
         assert [c["rmsnorm"] for c in calls] == [1, 1, dot_norms]

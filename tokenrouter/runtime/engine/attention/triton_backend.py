@@ -52,6 +52,10 @@ FAST_PATH_OPTIONS = {
     "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX}) that neither GEMV takes, on "
     f"models of hidden size <= `small_hidden_max`, run their linear layers on tensor cores as `dot_rows` "
     "(the weight on the MMA's large side, split K for narrow layers) (off: cuBLAS)",
+    "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel "
+    "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV does; "
+    "run J: 0.82-0.96x the step time of every 0.6B dot_rows step (off: every read after the wait, the tiles "
+    "of run H)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -73,13 +77,10 @@ ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 # Parts that the H200 measured no faster, off by default and kept switchable so that a later run can time
 # them again: TOKENROUTER_ENGINE_ON="name,name" turns them on (engine_bench's ablation times each one on).
 # Run I (docs/benchmarks.md): at the 0.6B's dot_rows steps the fold was 4-10 % slower than the rmsnorm launch
-# in one call and -7 % to +8 % in the next; the prefetch 1.6 % slower on average (-4 % to +1 %).
+# in one call and -7 % to +8 % in the next.
 OPT_IN_OPTIONS = {
     "dot_rows_norm": "with gemv_norm, dot_rows steps fold add & RMSNorm into the kernel's prologue as the "
     "GEMV steps do (off: an rmsnorm launch before the linear)",
-    "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel, "
-    "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV "
-    "does (off: every read after the wait; run I timed the first-tile read with the usual tiles only)",
 }
 ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
