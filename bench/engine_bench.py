@@ -363,7 +363,8 @@ def ablation_plan(
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
     take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
-    at the same steps, and the few-row GEMV's 3-4 token steps moved to it (`gemv_rows_max=2`)."""
+    at the same steps, and the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
+    `gemv_rows_max=2` when the GEMV takes them)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -384,9 +385,13 @@ def ablation_plan(
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
-        wider = [p for p in few_rows if p[1] * p[2] > 2]  # the few-row GEMV's 3-4 token steps, on dot_rows
-        if wider:
+        # the 3-4 token steps (run G's reach of the few-row GEMV) on the kernel that does not take them now
+        wider = [(ctx, bs, q) for ctx in ctxs for bs, q in sorted(steps) if 3 <= bs * q <= 4 and bs <= 4]
+        if wider and gemv_rows_max >= 4:
             plan.append(("gemv_rows_max=2 (3-4 token steps on dot_rows)", ("gemv_rows_max=2",), wider))
+        elif wider:
+            row = ("gemv_rows_max=4", "gemv_rows_batch_max=4")
+            plan.append(("gemv_rows_max=4 (3-4 token steps on gemv_rows)", row, wider))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )

@@ -276,6 +276,8 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
     say(s, f"calibrated threshold {got['threshold']:.6g} in {got['seconds']:.0f} s: the large model writes "
            f"{got['share']:.3f} of {got['positions']} tokens served in-process (at the threshold from the small "
            f"model's solo positions, {got['solo_threshold']:.6g}: {got['solo_share']:.3f})")  # fmt: skip
+    if "warning" in got:
+        say(s, f"calibration warning: {got['warning']}")
     return repr(got["threshold"])
 
 

@@ -834,6 +834,8 @@ def calibrate(
     except (PolicyViewError, EngineError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    if "warning" in got:
+        typer.echo(f"warning: {got['warning']}", err=True)
     if json_out:
         typer.echo(json.dumps(got))
         return

@@ -144,6 +144,12 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
         [(512, 1, 4), (512, 4, 1)],
     )
     assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
+    # with the default reach (2 tokens) dot_rows takes them: the row moves them back to the GEMV
+    plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)
+    assert plan[0][2] == [(512, 1, 4), (512, 1, 8), (512, 4, 1), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
+    label, names, points = plan[3]
+    assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])
+    assert bench.parts(names) == {"parts_off": [], "settings": {"gemv_rows_max": 4, "gemv_rows_batch_max": 4}}
     assert bench.parts(("gemv_norm", "pdl")) == {"parts_off": ["gemv_norm", "pdl"]}
     assert all(
         label != "no dot_rows" for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)

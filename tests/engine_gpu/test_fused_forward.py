@@ -155,8 +155,8 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     backend = TritonAttnBackend(cfg)
     backend.gemv_norm = backend.dot_rows_norm = fold  # dot_rows' fold too (off by default: see below)
-    # the defaults: steps of 2-4 tokens, models of hidden size <= 2048 (the tiny one's is 64)
-    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (4, 4, 2048)
+    # the defaults: steps of 2 tokens, models of hidden size <= 2048 (the tiny one's is 64)
+    assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (2, 2, 2048)
     backend.gemv_rows = rows > 0
     backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)

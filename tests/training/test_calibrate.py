@@ -9,7 +9,7 @@ import pytest
 
 from tokenrouter.compiler.driver import compile_file
 from tokenrouter.runtime.route.routers import init_router_file
-from tokenrouter.training.calibrate import calibrate_threshold
+from tokenrouter.training.calibrate import calibrate_threshold, resolution, resolution_warning
 from tokenrouter.training.policy_view import PolicyViewError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +49,29 @@ def test_calibrated_threshold_hands_off_at_the_wanted_share(policy, tmp_path):
     )
     writers = [w for r in runs for w in r.models]
     assert sum(w == "llm" for w in writers) / len(writers) == got["share"]
+
+
+def test_a_threshold_too_narrow_to_hold_is_flagged(tmp_path):
+    """`resolution`: how far r_stitch's threshold moves between firing on 5 % and 15 % of the positions. The
+    random-weight 0.6B gave entropies within ~1e-5 of each other (docs/matrix.md, run 16): such a threshold
+    gets a warning; the tiny pair's spread does not."""
+    import torch
+
+    from tokenrouter.training.evaluate import compared_range
+    from tokenrouter.training.policy_view import threshold_node
+
+    plan = stdlib_plan("r_stitch", tmp_path)
+    ir = plan["routes"][plan["entry"]]
+    node = threshold_node(plan, ir, "threshold")
+    gen = torch.Generator().manual_seed(0)
+    for spread, narrow in ((1e-5, True), (0.2, False)):
+        values = {"norm_entropy": 0.98 - spread * torch.rand(2000, generator=gen)}
+        width = resolution(ir, values, 2000, node, 0.1, compared_range(ir, values, 2000, node))
+        assert 0.05 * spread < width < 0.15 * spread, (spread, width)  # 10 % of uniform positions
+        warning = resolution_warning("threshold", 0.1, 0.98, width)
+        assert (warning is not None) == narrow and (not narrow or "threshold = 0.98" in warning)
+    got = calibrate_threshold(plan, "threshold", 0.1, PROMPTS, 20, "cpu")
+    assert got["solo_width"] > 1e-3 and "warning" not in got, got
 
 
 def test_solo_generations_misjudge_the_served_share(tmp_path):

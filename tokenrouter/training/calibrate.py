@@ -60,6 +60,34 @@ def entry_values(plan: dict, engine, prompts: Sequence[Sequence[int]], max_new: 
     return values, int(values["token"].shape[0])
 
 
+# A threshold whose solo share moves from half the wanted share to 1.5 times it within this fraction of its
+# own size is called too narrow to hold once served. On the random-weight Qwen3 shapes r_stitch's normalized
+# entropies all lie near 0.98290 and the 10 % threshold moved by 5e-6 between the solo and the in-process
+# estimate; served on the H200 it handed off 15-27 % instead of 10 % (docs/matrix.md, run 16).
+NARROW = 1e-4
+
+
+def resolution(ir: dict, values: dict, n: int, node: int, share: float, bounds) -> float:
+    """How far the threshold moves while the entry model's rules go from firing on share / 2 of its solo
+    positions to 1.5 x share (at most all of them): the resolution a calibrated threshold has to hold."""
+    from .evaluate import threshold_for_share
+
+    lo, _, _ = threshold_for_share(ir, values, n, node, share / 2, bounds)
+    hi, _, _ = threshold_for_share(ir, values, n, node, min(1.5 * share, 1.0), bounds)
+    return abs(hi - lo)
+
+
+def resolution_warning(param: str, share: float, threshold: float, width: float) -> str | None:
+    """A message when `width` (`resolution`) is under NARROW of the threshold's size, else None."""
+    if width >= NARROW * max(abs(threshold), 1e-2):
+        return None
+    return (
+        f"the entry model's positions go from firing on {share / 2:g} to {min(1.5 * share, 1.0):g} of the time "
+        f"within {width:.3g} of {param} = {threshold:.6g}: at that resolution the decision follows the "
+        "rounding of the kernels, and a server (CUDA graphs, other batch sizes) may hand off another share"
+    )
+
+
 def with_threshold(plan: dict, param: str, value: float) -> dict:
     """A copy of `plan` with `param` set to `value` where it was folded in: the one comparison per route
     block that compares against it (`threshold_node`; r_stitch has one in each model's block)."""
@@ -102,10 +130,11 @@ def calibrate_threshold(
     device: str | None = None,
     iterations: int = 10,
 ) -> dict:
-    """{"threshold", "share" (reached, served), "positions", "solo_threshold", "solo_share"}: the value
-    of `param` at which the plan, served greedily on `prompts`, has the other models write about `share` of
-    the tokens (bisection, `iterations` routed generations); "solo_*": the threshold at which the entry
-    model's rules fire on `share` of its solo positions, and the served share at it. PolicyViewError (a
+    """{"threshold", "share" (reached, served), "positions", "solo_threshold", "solo_share", "solo_width"
+    [, "warning"]}: the value of `param` at which the plan, served greedily on `prompts`, has the other
+    models write about `share` of the tokens (bisection, `iterations` routed generations); "solo_*": the
+    threshold at which the entry model's rules fire on `share` of its solo positions, the served share at
+    it, and `resolution` (a "warning" when it is under NARROW of the threshold). PolicyViewError (a
     message for users) when the param is not one side of one comparison or the share does not move."""
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
@@ -126,6 +155,7 @@ def calibrate_threshold(
         raise PolicyViewError("no generated positions to calibrate on")
     bounds = compared_range(ir, values, n, node)
     solo, _, _ = threshold_for_share(ir, values, n, node, share, bounds)
+    width = resolution(ir, values, n, node, share, bounds)
 
     def served(v: float) -> float:
         p = with_threshold(plan, param, v)
@@ -136,7 +166,10 @@ def calibrate_threshold(
     _, _, tried = bisect_share(served, *bounds, share, iterations, stuck)
     best = min(tried, key=lambda v: abs(tried[v] - share))
     out = {"threshold": best, "share": tried[best], "positions": n, "solo_threshold": solo,
-           "solo_share": served(solo)}  # fmt: skip
+           "solo_share": served(solo), "solo_width": width}  # fmt: skip
+    warning = resolution_warning(param, share, best, width)
+    if warning:
+        out["warning"] = warning
     engines.clear()  # their KV pools and weights, before the caller starts the subservers
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

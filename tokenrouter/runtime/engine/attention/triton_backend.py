@@ -17,12 +17,15 @@ from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
-GEMV_ROWS_MAX = 4  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`
-# the default `gemv_rows_batch_max`: the most requests such a step may hold. 4, i.e. any step of 2-4 tokens:
-# the kernel's cost depends on the rows, not on which request they belong to, so a decode of 2-4 rows (the
-# small model's usual step in serving) gains what the 2-4 token extends gained; timed end to end as
-# engine_bench's "no gemv_rows" ablation rows at decode bs 4 (docs/benchmarks.md, run G).
-GEMV_ROWS_BATCH_MAX = 4
+GEMV_ROWS_MAX = 2  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. Run J
+# (docs/benchmarks.md): with `dot_prefetch`, `dot_rows` took the 0.6B's 3-4 token steps in 0.93-0.96x the time
+# of `gemv_rows` (bs 1 x 4 extends and bs 4 decodes, ctx 512 and 4096), so those run on `dot_rows` (2-token
+# steps were not timed against it and stay here)
+# the default `gemv_rows_batch_max`: the most requests such a step may hold. 2, i.e. any step of 2 tokens:
+# the kernel's cost depends on the rows, not on which request they belong to, so a decode of 2 rows gains
+# what the 2-token extends gained; timed end to end as engine_bench's "no gemv_rows" ablation rows at decode
+# bs 2-4 (docs/benchmarks.md, run G).
+GEMV_ROWS_BATCH_MAX = 2
 # the default `small_hidden_max`: `gemv_rows` and `gemv_norm` act on models of at most this hidden size only.
 # On the H200 (docs/benchmarks.md, "Run F"): at the 0.6B (hidden 1024) the few-row GEMV makes a bs-1 extend
 # of 2 tokens 0.89 ms against 1.37 with cuBLAS and of 4 tokens 1.19 against 1.37 (8 tokens: slower than
