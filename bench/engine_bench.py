@@ -363,8 +363,8 @@ def ablation_plan(
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
     take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
-    at the same steps, and the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
-    `gemv_rows_max=2` when the GEMV takes them)."""
+    at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
+    `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -392,6 +392,9 @@ def ablation_plan(
         elif wider:
             row = ("gemv_rows_max=4", "gemv_rows_batch_max=4")
             plan.append(("gemv_rows_max=4 (3-4 token steps on gemv_rows)", row, wider))
+        twos = [p for p in few_rows if p[1] * p[2] == 2]  # the GEMV's 2-token steps, on dot_rows
+        if twos:
+            plan.append(("gemv_rows_max=1 (2-token steps on dot_rows)", ("gemv_rows_max=1",), twos))
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )

@@ -150,6 +150,12 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     label, names, points = plan[3]
     assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])
     assert bench.parts(names) == {"parts_off": [], "settings": {"gemv_rows_max": 4, "gemv_rows_batch_max": 4}}
+    # and the GEMV's own 2-token steps (bs 1 x 2, decode bs 2) on dot_rows
+    assert plan[4] == (
+        "gemv_rows_max=1 (2-token steps on dot_rows)",
+        ("gemv_rows_max=1",),
+        [(512, 1, 2), (512, 2, 1)],
+    )
     assert bench.parts(("gemv_norm", "pdl")) == {"parts_off": ["gemv_norm", "pdl"]}
     assert all(
         label != "no dot_rows" for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)
