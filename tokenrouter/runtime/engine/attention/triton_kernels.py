@@ -1301,6 +1301,11 @@ _DOT_ROWS_ONE_TILE = [
     (32, 256, 8, 4, 1),
     (16, 256, 12, 4, 1),
     (32, 256, 12, 4, 1),
+    # K 1024 (q/k/v and gate/up of the 0.6B) in one or two splits: no split-K ticket and reload, or one
+    # partner; 64 KB / 32-48 KB of shared memory per program (sm_90 build). Added after run J, unmeasured.
+    (16, 1024, 1, 8, 1),
+    (16, 512, 2, 4, 1),
+    (32, 512, 2, 8, 1),
 ]
 
 
