@@ -85,25 +85,32 @@ def measure_copy_bandwidth(device: torch.device, gib: float = 2.0) -> float:
     return 2 * n / best
 
 
-def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
-    """Seconds per call of `fn`, calls back to back (median of `reps` runs of an adaptive count)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
+def _calls_for(fn, target_s: float, sync) -> int:
+    """How many back-to-back calls of `fn` take about `target_s` (5 to 200), from one timed call."""
+    sync()
     t0 = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
-    est = max(time.perf_counter() - t0, 1e-5)
-    iters = int(min(200, max(5, target_s / est)))
-    runs = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / iters)
-    return statistics.median(runs)
+    sync()
+    return int(min(200, max(5, target_s / max(time.perf_counter() - t0, 1e-5))))
+
+
+def _per_call(fn, iters: int, sync) -> float:
+    """Seconds per call of `fn` over `iters` calls back to back."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
+    """Seconds per call of `fn`, calls back to back (median of `reps` runs of an adaptive count)."""
+    sync = torch.cuda.synchronize
+    for _ in range(3):
+        fn()
+    iters = _calls_for(fn, target_s, sync)
+    return statistics.median(_per_call(fn, iters, sync) for _ in range(reps))
 
 
 def time_pair(fn_a, fn_b, target_s: float = 0.1, rounds: int = 4, sync=None) -> tuple[float, float]:
@@ -115,25 +122,12 @@ def time_pair(fn_a, fn_b, target_s: float = 0.1, rounds: int = 4, sync=None) -> 
     for _ in range(3):
         fn_a()
         fn_b()
-    sync()
-    t0 = time.perf_counter()
-    fn_a()
-    sync()
-    iters = int(min(200, max(5, target_s / max(time.perf_counter() - t0, 1e-5))))
+    iters = _calls_for(fn_a, target_s, sync)
     runs: tuple[list[float], list[float]] = ([], [])
-
-    def run(i: int, fn) -> None:
-        sync()
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        runs[i].append((time.perf_counter() - t) / iters)
-
     for r in range(rounds):
         order = ((0, fn_a), (1, fn_b)) if r % 2 == 0 else ((1, fn_b), (0, fn_a))
         for i, fn in order:
-            run(i, fn)
+            runs[i].append(_per_call(fn, iters, sync))
     return statistics.median(runs[0]), statistics.median(runs[1])
 
 

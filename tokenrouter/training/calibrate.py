@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .evaluate import bisect_share, compared_range, threshold_for_share
 from .policy_view import PolicyViewError, threshold_node
 from .teacher import router_input_values, step_features
 
@@ -70,8 +71,6 @@ NARROW = 1e-4
 def resolution(ir: dict, values: dict, n: int, node: int, share: float, bounds) -> float:
     """How far the threshold moves while the entry model's rules go from firing on share / 2 of its solo
     positions to 1.5 x share (at most all of them): the resolution a calibrated threshold has to hold."""
-    from .evaluate import threshold_for_share
-
     lo, _, _ = threshold_for_share(ir, values, n, node, share / 2, bounds)
     hi, _, _ = threshold_for_share(ir, values, n, node, min(1.5 * share, 1.0), bounds)
     return abs(hi - lo)
@@ -139,8 +138,6 @@ def calibrate_threshold(
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
     from tokenrouter.runtime.subserver.loading import load_model_engine, pick_device
-
-    from .evaluate import bisect_share, compared_range, threshold_for_share
 
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
