@@ -356,10 +356,9 @@ def ablation_plan(
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
     kernel (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its deferred split-K sums off (`dot_split_sum`), its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
+    take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
     at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
-    `gemv_rows_max=2` when the GEMV takes them), the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`) and
-    the bs 1 extends of 4+ tokens with their split merge in the attention kernel (`fused_merge_rows=16`)."""
+    `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
     few_rows = [
@@ -378,7 +377,6 @@ def ablation_plan(
     plan = []
     if dot_rows:  # and its weight prefetch and folded add & RMSNorm where it runs
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
-        plan.append(("no dot_split_sum", ("dot_split_sum",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
         # the 3-4 token steps (run G's reach of the few-row GEMV) on the kernel that does not take them now
@@ -391,11 +389,6 @@ def ablation_plan(
         twos = [p for p in few_rows if p[1] * p[2] == 2]  # the GEMV's 2-token steps, on dot_rows
         if twos:
             plan.append(("gemv_rows_max=1 (2-token steps on dot_rows)", ("gemv_rows_max=1",), twos))
-    merged = [p for p in bs1_extends if p[2] >= 4]  # row blocks of more than 4 rows: a merge kernel
-    if dot_rows and merged:  # the small model's extends: their splits merged in the attention kernel too
-        plan.append(
-            ("fused_merge_rows=16 (bs 1 extends merge in the attention)", ("fused_merge_rows=16",), merged)
-        )
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )

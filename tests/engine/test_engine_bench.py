@@ -132,9 +132,7 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     assert plan[0][:2] == ("no dot_rows", ("dot_rows",))
     # bs 1 x 8, bs 4 x 2 / 4 (8 and 16 tokens), decode bs 8: the 2-4 token steps are gemv_rows'
     assert plan[0][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
-    # its deferred split-K sums off, its weight prefetch off, its folded norm on (opt-in), same steps
-    assert plan[1] == ("no dot_split_sum", ("dot_split_sum",), plan[0][2])
-    plan = plan[:1] + plan[2:]
+    # its weight prefetch off, its folded norm on (opt-in), same steps
     assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
     assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])
     assert bench.parts(plan[2][1]) == {"parts_off": [], "parts_on": ["dot_rows_norm"]}
@@ -149,7 +147,6 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     # with the default reach (2 tokens) dot_rows takes them: the row moves them back to the GEMV
     plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)
     assert plan[0][2] == [(512, 1, 4), (512, 1, 8), (512, 4, 1), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
-    plan = plan[:1] + plan[2:]
     label, names, points = plan[3]
     assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])
     assert bench.parts(names) == {"parts_off": [], "settings": {"gemv_rows_max": 4, "gemv_rows_batch_max": 4}}
@@ -158,12 +155,6 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
         "gemv_rows_max=1 (2-token steps on dot_rows)",
         ("gemv_rows_max=1",),
         [(512, 1, 2), (512, 2, 1)],
-    )
-    # the bs 1 extends whose 8- and 16-row blocks merge in a second kernel, merged in the attention instead
-    assert plan[5] == (
-        "fused_merge_rows=16 (bs 1 extends merge in the attention)",
-        ("fused_merge_rows=16",),
-        [(512, 1, 4), (512, 1, 8)],
     )
     assert bench.parts(("gemv_norm", "pdl")) == {"parts_off": ["gemv_norm", "pdl"]}
     assert all(

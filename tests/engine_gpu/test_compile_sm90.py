@@ -137,44 +137,22 @@ def compile_all() -> list[str]:
         (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True))
         for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
     ]
-    dot_variants += [  # `dot_split_sum`: o_proj (plain) and down_proj (SiLU*up) leave their partials, no bias
-        (
-            cfg,
-            dict(
-                SILU_MUL=silu,
-                NORM=False,
-                HAS_RES=False,
-                USE_PDL=True,
-                PREFETCH_W=True,
-                DEFER=True,
-                HAS_BIAS=False,
-            ),
-        )  # fmt: skip
-        for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
-        for silu in (False, True)
-    ]
     for cfg, variant in dot_variants:
         build(
             tk._dot_rows_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
                  R="*bf16", R_out="*bf16", NW="*bf16"),
             dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-            {"HAS_BIAS": True, "DOT_F32": False, "DEFER": False, **variant, **cfg.kwargs},
+            dict(HAS_BIAS=True, DOT_F32=False, **variant, **cfg.kwargs),
             cfg.num_warps,
             cfg.num_stages,
         )  # fmt: skip
-    for pdl, gather, splits in (
-        (False, False, 0),
-        (True, False, 0),
-        (True, True, 0),
-        (True, False, 8),
-        (True, True, 12),
-    ):
-        build(  # splits > 0: the input is a deferred dot_rows' float32 partials (`SplitSum`)
+    for pdl, gather in ((False, False), (True, False), (True, True)):
+        build(
             tk._rmsnorm_kernel,
-            dict(X="*fp32" if splits else "*bf16", Residual="*bf16", W="*bf16", Out="*bf16", Rows="*i64"),
-            dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32", stride_s="i32"),
-            dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl, GATHER=gather, SPLITS=splits),
+            dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16", Rows="*i64"),
+            dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32"),
+            dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl, GATHER=gather),
         )
     for pdl in (False, True):
         build(tk._silu_and_mul_kernel, dict(X="*bf16", Out="*bf16"),
@@ -234,9 +212,8 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 3 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS)  # (+2: deferred sums)
-    norms = 5  # rmsnorm: plain, PDL, gathered rows, and over split-K partials (all rows, gathered)
-    assert proc.stdout.count("\n") == 9 + norms + gemvs + few + dots + 3 + 2 * 2 + 1, (
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + len(tk._DOT_ROWS_ONE_TILE_CONFIGS)
+    assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

@@ -279,42 +279,6 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
         TritonAttnBackend(cfg)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen2"])
-def test_dot_split_sum_leaves_the_steps_unchanged(family, monkeypatch):
-    """`dot_split_sum` (on by default): at dot_rows steps o_proj and down_proj return their split-K partials
-    and the add & RMSNorm after each sums them; the logits and hidden rows are bit for bit those of the
-    ticket's sum (off), and the other steps do not defer."""
-    model = tiny_model(family)
-    cfg = attn_config(model.config)
-    layers = model.config.num_hidden_layers
-    results = {}
-    deferred: list[bool] = []
-    real = tk.dot_rows
-
-    def counted(*a, defer=False, **k):
-        y = real(*a, defer=defer, **k)
-        deferred.append(isinstance(y, tk.SplitSum))
-        return y
-
-    monkeypatch.setattr(tk, "dot_rows", counted)
-    for on in (True, False):
-        backend = TritonAttnBackend(cfg)
-        assert backend.dot_split_sum
-        backend.dot_split_sum = on
-        steps = []
-        for step in STEPS:
-            deferred.clear()
-            (out,) = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), [step])
-            steps.append(out)
-            tokens = sum(len(new) for _, new in step)
-            dot = 3 <= tokens <= 16  # the dot_rows steps (2 tokens: gemv_rows)
-            assert sum(deferred) == (2 * layers if on and dot else 0), (tokens, deferred)
-        results[on] = steps
-    for (ol, oh), (fl, fh) in zip(results[True], results[False], strict=True):
-        torch.testing.assert_close(oh, fh, atol=0, rtol=0)
-        torch.testing.assert_close(ol, fl, atol=0, rtol=0)
-
-
 def test_dot_rows_reach_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     monkeypatch.setenv(DOT_ROWS_ENV, "8")

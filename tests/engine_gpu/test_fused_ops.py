@@ -359,43 +359,6 @@ def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
     torch.testing.assert_close(again, got, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("m", [1, 5, 16])
-@pytest.mark.parametrize("variant", ["plain", "silu_mul"])
-@pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_dot_rows_deferred_split_sum(m, variant, config, dtype):
-    """`defer`: a launch that splits K returns its partials (`SplitSum`), one that does not its rows; an add &
-    RMSNorm over the partials (all rows, or some by index) equals, bit for bit, the same norm over the rows
-    that the split-K ticket sums, and updates the residual stream the same way."""
-    x, w, _, silu_mul, _ = linear_case(m * 7 + len(variant), m, variant)
-    x, w = x.to(dtype), w.to(dtype)
-    summed = tk.dot_rows(x, w, silu_mul=silu_mul, config=config)
-    got = tk.dot_rows(x, w, silu_mul=silu_mul, config=config, defer=True)
-    split = (config or tk._FIXED_DOT or {"SPLIT_K": 1})["SPLIT_K"]
-    assert isinstance(got, tk.SplitSum) == (split > 1)
-    if split == 1:
-        torch.testing.assert_close(got, summed, atol=0, rtol=0)
-        return
-    assert got.shape == summed.shape and got.parts.shape[0] == split
-    exact = (
-        dict(atol=0, rtol=0) if dtype == torch.float32 else {}
-    )  # (the interpreter rounds bf16 its own way)
-    torch.testing.assert_close(got.sum(), summed, **exact)
-    g = torch.Generator().manual_seed(m)
-    nw = torch.randn(w.shape[0], generator=g).to(DEVICE, dtype)
-    res = torch.randn(m, w.shape[0], generator=g).to(DEVICE, dtype)
-    res_want = res.clone()
-    want = tk.rmsnorm(summed, nw, 1e-6, residual=res_want)
-    assert tk.rmsnorm(got, nw, 1e-6).dtype == dtype
-    torch.testing.assert_close(tk.rmsnorm(got, nw, 1e-6, residual=res), want, atol=0, rtol=0)
-    torch.testing.assert_close(res, res_want, atol=0, rtol=0)
-    rows = torch.tensor([m - 1], device=DEVICE)
-    torch.testing.assert_close(tk.rmsnorm(got, nw, 1e-6, rows=rows), tk.rmsnorm(summed, nw, 1e-6, rows=rows),
-                               atol=0, rtol=0)  # fmt: skip
-    with pytest.raises(ValueError, match="defer takes no bias"):
-        tk.dot_rows(x, w, torch.zeros(w.shape[0], device=DEVICE, dtype=dtype), config=config, defer=True)
-
-
 def test_dot_rows_prefetch_tunes_over_one_tile_configs():
     """With PREFETCH_W the autotuner's candidates read a program's whole weight slice in one K tile at the
     small models' K (1024, 2048, 3072); without it, the run-H tile list."""

@@ -59,9 +59,6 @@ FAST_PATH_OPTIONS = {
     "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV does; "
     "run J: 0.82-0.96x the step time of every 0.6B dot_rows step (off: every read after the wait, the tiles "
     "of run H)",
-    "dot_split_sum": "`dot_rows` steps leave the split-K partials of o_proj and down_proj (no bias) unsummed, "
-    "and the add & RMSNorm after each sums them as it reads them (off: a ticket, and the last program of each "
-    "column block sums them)",
     "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
@@ -329,14 +326,6 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         return gemv(x, layer) if fast else layer(x)
 
-    # `dot_split_sum`: the outputs that only an add & RMSNorm reads stay split-K partials (`tk.SplitSum`)
-    defer = dot and not fold and backend.dot_split_sum
-
-    def summed_by_norm(x: torch.Tensor, layer: torch.nn.Linear, **variant):
-        if defer and layer.bias is None:
-            return tk.dot_rows(x, layer.weight, pdl=pdl, prefetch=backend.dot_prefetch, defer=True, **variant)
-        return gemv(x, layer, **variant) if fast else layer(x)
-
     residual = m.embed_tokens(fb.input_ids)
 
     def normed_linear(delta: torch.Tensor | None, norm, layer: torch.nn.Linear) -> torch.Tensor:
@@ -372,11 +361,11 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             eps,
             pdl=pdl,
         )
-        o = summed_by_norm(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
+        o = linear(backend.attend(q, attn.layer_id, fb).view(q.shape[0], -1), attn.o_proj)
         gate_up = normed_linear(o, layer.post_attention_layernorm, layer.mlp.gate_up_proj)
         down = layer.mlp.down_proj
         if fast:  # SiLU(gate) * up fused into the kernel's input load
-            d = summed_by_norm(gate_up, down, silu_mul=True)
+            d = gemv(gate_up, down, silu_mul=True)
         else:
             d = down(tk.silu_and_mul(gate_up, pdl=pdl))
     if fb.num_tokens == fb.batch_size and backend.decode_no_gather:

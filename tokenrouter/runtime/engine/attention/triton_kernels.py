@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -558,8 +557,6 @@ def _rmsnorm_kernel(
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr = False,
     GATHER: tl.constexpr = False,  # program i reads row Rows[i] of X / Residual, writes row i of Out
-    SPLITS: tl.constexpr = 0,  # > 0: X is a `SplitSum`'s float32 partials, SPLITS of them stride_s apart
-    stride_s=0,
 ):
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
@@ -573,10 +570,6 @@ def _rmsnorm_kernel(
     offs = tl.arange(0, BLOCK)
     ok = offs < n_cols
     x = tl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(tl.float32)
-    if SPLITS > 0:  # the rest of the partials, in split order, then the linear layer's rounding
-        for s in tl.static_range(1, SPLITS):
-            x += tl.load(X + s * stride_s + row * stride_x + offs, mask=ok, other=0.0)
-        x = x.to(Out.dtype.element_ty).to(tl.float32)
     if HAS_RESIDUAL:
         x += tl.load(Residual + row * stride_r + offs, mask=ok, other=0.0).to(tl.float32)
         tl.store(Residual + row * stride_r + offs, x.to(Residual.dtype.element_ty), mask=ok)
@@ -587,32 +580,8 @@ def _rmsnorm_kernel(
     tl.store(Out + out_row * stride_o + offs, (y * w).to(Out.dtype.element_ty), mask=ok)
 
 
-@dataclass(frozen=True, slots=True)
-class SplitSum:
-    """A linear layer's output [rows, N] left as its split-K partials (`dot_rows(defer=True)`): the sum of
-    `parts[:, :rows]` over the splits, in split order, in float32, rounded to `dtype` (the sum the split-K
-    ticket's last program would have stored). `rmsnorm` takes one as its input and sums while it reads."""
-
-    parts: (
-        torch.Tensor
-    )  # float32 [splits, 16, N], a view of dot_rows' scratch: read it before the next dot_rows
-    rows: int
-    dtype: torch.dtype
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.rows, self.parts.shape[2])
-
-    def sum(self) -> torch.Tensor:
-        """The summed rows (torch ops; tests and fallbacks)."""
-        out = self.parts[0, : self.rows].clone()
-        for s in range(1, self.parts.shape[0]):
-            out += self.parts[s, : self.rows]
-        return out.to(self.dtype)
-
-
 def rmsnorm(
-    x: torch.Tensor | SplitSum,
+    x: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
     residual: torch.Tensor | None = None,
@@ -623,21 +592,14 @@ def rmsnorm(
     """RMSNorm over the last dim of a 2-D `x`. With `residual`: `residual += x` in place first, then the
     norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows.
     With `rows` (a 1-D index tensor): only those rows, out[i] = norm of row rows[i] (with `residual`,
-    only those rows of it are updated): the decoder's final norm of the last tokens without a gather.
-    `x` may be a `SplitSum` (a deferred `dot_rows` output): its partials are summed as they are read."""
-    splits, stride_s = 0, 0
-    if isinstance(x, SplitSum):
-        splits, stride_s, dtype = x.parts.shape[0], x.parts.stride(0), x.dtype
-        x = x.parts[0, : x.rows]
-    else:
-        dtype = x.dtype
+    only those rows of it are updated): the decoder's final norm of the last tokens without a gather."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise ValueError("rmsnorm needs a 2-D tensor contiguous in its last dim")
     if rows is not None and (rows.dim() != 1 or rows.stride(0) != 1):
         raise ValueError("rmsnorm: rows must be a contiguous 1-D index tensor")
     n_rows, n_cols = x.shape if rows is None else (rows.shape[0], x.shape[1])
     if out is None:
-        out = torch.empty((n_rows, n_cols), dtype=dtype, device=x.device)
+        out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return out
     block = triton.next_power_of_2(n_cols)
@@ -656,8 +618,6 @@ def rmsnorm(
         BLOCK=block,
         num_warps=min(16, max(1, block // 256)),
         GATHER=rows is not None,
-        SPLITS=splits,
-        stride_s=stride_s,
         **_pdl(pdl, x.device),
     )
     return out
@@ -1435,7 +1395,6 @@ def _dot_rows_kernel(
     USE_PDL: tl.constexpr = False,
     PREFETCH_W: tl.constexpr = False,  # read the first weight tile before waiting on the previous kernel
     DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
-    DEFER: tl.constexpr = False,  # SPLIT_K > 1: leave the partials in Part for the next kernel to sum
 ):
     BLOCK_X: tl.constexpr = 16
     pid_n = tl.program_id(0)
@@ -1484,25 +1443,23 @@ def _dot_rows_kernel(
         ss_ptrs = SS + (pid_n * SPLIT_K) * BLOCK_X + offs_x
         if NORM:
             tl.store(ss_ptrs + pid_k * BLOCK_X, ss)
-        # DEFER: done; the kernel after this one sums the partials as it reads them (`SplitSum`). Else
-        # every thread's partial is stored before one thread takes the ticket (release, GPU scope); the
-        # last split of the block sees all of them (acquire)
-        if not DEFER:
-            tl.debug_barrier()
-            ticket = tl.atomic_add(Tickets + pid_n, 1, sem="acq_rel", scope="gpu")
-            if ticket == SPLIT_K - 1:
-                tl.atomic_xchg(Tickets + pid_n, 0, sem="relaxed", scope="gpu")  # zero for the next launch
-                out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
-                total = tl.zeros([BLOCK_X], dtype=tl.float32)
-                for s in range(SPLIT_K):  # in split order: the same sum whichever program came last
-                    out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
-                    if NORM:
-                        total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
+        # every thread's partial stored before one thread takes the ticket (release, GPU scope); the last
+        # split of the block sees all of them (acquire)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(Tickets + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            tl.atomic_xchg(Tickets + pid_n, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+            out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+            total = tl.zeros([BLOCK_X], dtype=tl.float32)
+            for s in range(SPLIT_K):  # in split order: the same sum whichever program came last
+                out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
                 if NORM:
-                    out = out * tl.rsqrt(total / K + eps)[None, :]
-                if HAS_BIAS:
-                    out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
-                tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
+                    total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
+            if NORM:
+                out = out * tl.rsqrt(total / K + eps)[None, :]
+            if HAS_BIAS:
+                out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
+            tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
 
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
@@ -1513,7 +1470,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
 else:
     _dot_rows = triton.autotune(
         configs=_DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,
-        key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W", "DEFER"],
+        key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"],
         prune_configs_by={"early_config_prune": _dot_rows_prune},
     )(_dot_rows_kernel)
     _FIXED_DOT = {}
@@ -1553,8 +1510,7 @@ def dot_rows(
     pdl: bool = False,
     prefetch: bool = False,
     config: dict | None = None,
-    defer: bool = False,
-) -> torch.Tensor | SplitSum:
+) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
     cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). Autotuned per
     (N, K, variant) on first use, so run it once before a CUDA graph capture; `config` ({"BLOCK_W",
@@ -1565,11 +1521,7 @@ def dot_rows(
     `residual` h = x + residual, also written to `residual_out`). The normed row enters the MMA as h * NW in
     the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead). With `pdl`
     (see `_pdl`) and `prefetch`, each program reads its first weight tile before waiting on the kernel before.
-    With `defer` (no bias, no norm), a launch that splits K leaves its partials unsummed and returns them as a
-    `SplitSum` for `rmsnorm` to sum as it reads them: no split-K ticket and no reload in a last program.
     """
-    if defer and (bias is not None or norm_weight is not None):
-        raise ValueError("dot_rows: defer takes no bias and no norm (the partials' reader only sums them)")
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"dot_rows takes 1-{DOT_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
@@ -1609,11 +1561,6 @@ def dot_rows(
         **flags,
         **launch,
         PREFETCH_W=bool(prefetch and launch["USE_PDL"]),
-        DEFER=defer,
         **meta,
     )
-    if defer:
-        split = meta["SPLIT_K"] if "SPLIT_K" in meta else _dot_rows.best_config.kwargs["SPLIT_K"]
-        if split > 1:
-            return SplitSum(part[: split * 16 * n].view(split, 16, n), m, x.dtype)
     return y
