@@ -494,6 +494,29 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+SHARE_GAP = 0.02  # a TR / mode ratio whose two runs gave the large models shares further apart is flagged
+
+
+def large_share(rec: dict) -> float | None:
+    """The share of the run's tokens written by models other than the entry model `slm` (None when `slm`
+    wrote none: llm-only)."""
+    tokens = rec["report"]["tokens_per_model"]
+    total = sum(tokens.values())
+    return 1.0 - tokens["slm"] / total if total and tokens.get("slm") else None
+
+
+def share_ratio(tr: dict | None, other: dict | None) -> str:
+    """TR / other, with both large-model shares where they differ by more than SHARE_GAP (a ratio of runs
+    that did not do the same work)."""
+    if tr is None or other is None:
+        return "-"
+    text = ratio(tr["report"]["decode_throughput_tok_s"], other["report"]["decode_throughput_tok_s"])
+    a, b = large_share(tr), large_share(other)
+    if a is not None and b is not None and abs(a - b) > SHARE_GAP:
+        text += f" (shares {100 * a:.1f} / {100 * b:.1f} %)"
+    return text
+
+
 def tables(records: list[dict]) -> str:
     out = []
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -503,6 +526,7 @@ def tables(records: list[dict]) -> str:
         ns = sorted({r["n"] for r in recs})
         modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
         tok = {(r["mode"], r["n"]): r["report"]["decode_throughput_tok_s"] for r in recs}
+        by = {(r["mode"], r["n"]): r for r in recs}
         out.append(f"### {pair}, {policy} (decode tok/s; {recs[0]['output_len']} tokens per request)\n")
         out.append("| mode | " + " | ".join(f"N={n}" for n in ns) + " |")
         out.append("| --- |" + " ---: |" * len(ns))
@@ -516,9 +540,16 @@ def tables(records: list[dict]) -> str:
             if m in modes:
                 out.append(
                     f"| {label} | "
-                    + " | ".join(ratio(tok.get(("tokenrouter", n)), tok.get((m, n))) for n in ns)
+                    + " | ".join(share_ratio(by.get(("tokenrouter", n)), by.get((m, n))) for n in ns)
                     + " |"
                 )
+        if "tokenrouter" in modes:
+            shares = [large_share(by[("tokenrouter", n)]) if ("tokenrouter", n) in by else None for n in ns]
+            out.append(
+                "| large-model share (TR) | "
+                + " | ".join(f"{100 * x:.1f} %" if x is not None else "-" for x in shares)
+                + " |"
+            )
         pred = {
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }

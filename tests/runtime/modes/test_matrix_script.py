@@ -57,6 +57,13 @@ def test_tables_ratios_and_prediction(tmp_path):
     assert "| TR / lockstep | 3.00x | - |" in text
     assert "| TR / eager | - | 1.25x |" in text
     assert "| measured / predicted | 0.75x | - |" in text
+    assert "| large-model share (TR) | 10.0 % | 10.0 % |" in text
+    # a mode that gave the large model another share than TR's is flagged on its ratio
+    recs[4]["report"]["tokens_per_model"] = {"slm": 85, "llm": 15}
+    assert "| TR / eager | - | 1.25x (shares 10.0 / 15.0 %) |" in matrix.tables(recs)
+    recs[4]["report"]["tokens_per_model"] = {"slm": 885, "llm": 115}  # within SHARE_GAP: no flag
+    assert "| TR / eager | - | 1.25x |" in matrix.tables(recs)
+    recs[4]["report"]["tokens_per_model"] = {"slm": 9, "llm": 1}
     raw = tmp_path / "raw-x"
     raw.mkdir()
     for i, r in enumerate(recs):
