@@ -97,3 +97,13 @@ def test_run_load_against_scripted_server():
     assert report["decode_throughput_tok_s"] == pytest.approx(56 / report["wall_s"])
     assert 0 < report["ttft_ms"]["p50"] <= 1e3 * report["e2e_s"]["p50"]
     assert "decode throughput" in format_report(report)
+    # each request's own record, in prompt order; 3 workers: the first three are sent at once, the last after
+    per = report["per_request"]
+    assert len(per) == 7 and all(r["ok"] and r["output_tokens"] == 8 for r in per)
+    assert sum(r["hops"] for r in per) == 14 and all(
+        r["tokens_per_model"] == {"small": 6, "large": 2} for r in per
+    )
+    assert max(r["start_s"] for r in per[:3]) < min(r["start_s"] for r in per[3:])
+    assert max(r["start_s"] + r["e2e_s"] for r in per) <= report["wall_s"]
+    assert report["drain_s"] == pytest.approx(report["wall_s"] - max(r["start_s"] for r in per))
+    assert 0 < report["drain_s"] < report["wall_s"] and "drain after the last send" in format_report(report)

@@ -63,6 +63,7 @@ class RequestResult:
     tokens_per_model: dict[str, int] = field(default_factory=dict)
     hops: int = 0
     error: str | None = None
+    start_s: float = 0.0  # when it was sent, seconds after the run's start
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -189,7 +190,9 @@ async def run_load(spec: LoadSpec) -> dict:
                     i = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                sent = time.perf_counter() - start
                 results[i] = await _one_request(client, spec, model, prompts[i], i)
+                results[i].start_s = sent
                 done += 1
                 if spec.progress:
                     _progress(done, len(prompts))
@@ -201,6 +204,9 @@ async def run_load(spec: LoadSpec) -> dict:
 
 
 def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: float) -> dict:
+    """The report: totals, percentiles, and `per_request` (each request's own record, in prompt order).
+    `drain_s` is the time from the last request's send to the end of the run, when fewer than the
+    concurrency may be in flight: the part of `wall_s` that a steady-state model does not describe."""
     ok = [r for r in results if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     tpots = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
@@ -230,6 +236,19 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         },
         "tokens_per_model": per_model,
         "hops": sum(r.hops for r in ok),
+        "drain_s": wall_s - max((r.start_s for r in results), default=0.0),
+        "per_request": [
+            {
+                "ok": r.ok,
+                "start_s": r.start_s,
+                "ttft_s": r.ttft_s,
+                "e2e_s": r.e2e_s,
+                "output_tokens": r.output_tokens,
+                "tokens_per_model": r.tokens_per_model,
+                "hops": r.hops,
+            }
+            for r in results
+        ],  # fmt: skip
     }
 
 
@@ -243,6 +262,7 @@ def format_report(report: dict) -> str:
         ("TPOT p50 / p99 (ms)", f"{report['tpot_ms']['p50']:.2f} / {report['tpot_ms']['p99']:.2f}"),
         ("E2E p50 / p99 (s)", f"{report['e2e_s']['p50']:.2f} / {report['e2e_s']['p99']:.2f}"),
         ("hops", f"{report['hops']}"),
+        ("drain after the last send (s)", f"{report['drain_s']:.2f}"),
     ]
     total = sum(report["tokens_per_model"].values())
     for name, n in sorted(report["tokens_per_model"].items()):
