@@ -579,14 +579,19 @@ def tables(records: list[dict]) -> str:
             )
         out.append("")
         out.append(
-            "| mode | N | TTFT p50 ms | TPOT p50 ms | E2E p99 s | tokens per model | hops | B | start s |"
+            "| mode | N | TTFT p50 ms | TPOT p50 ms | E2E p50 / p99 s | drain s | tokens per model | hops | B | "
+            "start s |"
         )
-        out.append("| --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
+        out.append("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
         for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
             rep = r["report"]
+            drain = (
+                f"{rep['drain_s']:.2f}" if "drain_s" in rep else "-"
+            )  # (reports before the eighth session)
             out.append(
                 f"| {r['mode']} | {r['n']} | {rep['ttft_ms']['p50']:.1f} | {rep['tpot_ms']['p50']:.2f} | "
-                f"{rep['e2e_s']['p99']:.2f} | {rep['tokens_per_model']} | {rep['hops']} | "
+                f"{rep['e2e_s'].get('p50', float('nan')):.2f} / {rep['e2e_s']['p99']:.2f} | {drain} | "
+                f"{rep['tokens_per_model']} | {rep['hops']} | "
                 f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
             )
         out.append("")
