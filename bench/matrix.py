@@ -494,15 +494,16 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+ENTRY = "slm"  # the entry model of every pair's plans (the stdlib policies' small model)
 SHARE_GAP = 0.02  # a TR / mode ratio whose two runs gave the large models shares further apart is flagged
 
 
 def large_share(rec: dict) -> float | None:
-    """The share of the run's tokens written by models other than the entry model `slm` (None when `slm`
-    wrote none: llm-only)."""
+    """The share of the run's tokens written by models other than ENTRY (None when ENTRY wrote none:
+    llm-only)."""
     tokens = rec["report"]["tokens_per_model"]
     total = sum(tokens.values())
-    return 1.0 - tokens["slm"] / total if total and tokens.get("slm") else None
+    return 1.0 - tokens[ENTRY] / total if total and tokens.get(ENTRY) else None
 
 
 def share_ratio(tr: dict | None, other: dict | None) -> str:
@@ -585,9 +586,8 @@ def tables(records: list[dict]) -> str:
         out.append("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
         for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
             rep = r["report"]
-            drain = (
-                f"{rep['drain_s']:.2f}" if "drain_s" in rep else "-"
-            )  # (reports before the eighth session)
+            # reports from before the eighth session have no drain
+            drain = f"{rep['drain_s']:.2f}" if "drain_s" in rep else "-"
             out.append(
                 f"| {r['mode']} | {r['n']} | {rep['ttft_ms']['p50']:.1f} | {rep['tpot_ms']['p50']:.2f} | "
                 f"{rep['e2e_s'].get('p50', float('nan')):.2f} / {rep['e2e_s']['p99']:.2f} | {drain} | "
@@ -628,8 +628,8 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
     models = sorted(
         {found.group(1) for k in after if (found := re.search(r'model="([^"]+)"', k))},
-        key=lambda x: (x != "slm", x),
-    )  # fmt: skip  (the matrix's pairs enter at "slm")
+        key=lambda x: (x != ENTRY, x),
+    )  # fmt: skip
     if len(models) < 2:
         return None
 

@@ -133,7 +133,7 @@ def calibrate_threshold(
     [, "warning"]}: the value of `param` at which the plan, served greedily on `prompts`, has the other
     models write about `share` of the tokens (bisection, `iterations` routed generations); "solo_*": the
     threshold at which the entry model's rules fire on `share` of its solo positions, the served share at
-    it, and `resolution` (a "warning" when it is under NARROW of the threshold). PolicyViewError (a
+    it, and its `resolution` (with a "warning" when that is under NARROW of the threshold). PolicyViewError (a
     message for users) when the param is not one side of one comparison or the share does not move."""
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
