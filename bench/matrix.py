@@ -127,13 +127,14 @@ def _parts() -> dict[str, Part]:
         output_len=64,
         rounds=1,
     )
-    parts["8b-2gpu-bern0.1"] = Part(
-        "0.6b+8b-2gpu",
-        "bern0.1",
-        {"tokenrouter": (4, 8), "llm-only": (4, 8)},
-        "one model per GPU (kind nvidia-h200-x2)",
-        5.0,
-    )
+    for pol in ("bern0.1", "bern0.35", "r2r"):
+        parts[f"8b-2gpu-{pol}"] = Part(
+            "0.6b+8b-2gpu",
+            pol,
+            {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+            "the target ratios with one model per GPU (kind nvidia-h200-x2)",
+            6.5,
+        )
     return parts
 
 

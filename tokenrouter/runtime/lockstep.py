@@ -25,6 +25,7 @@ import msgspec
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import Engine
+from tokenrouter.runtime.engine.embedded import device_scope
 from tokenrouter.runtime.subserver.batching import BatchingConfig
 from tokenrouter.runtime.subserver.process import Subserver, SubserverArgs, run_server_process
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
@@ -51,15 +52,16 @@ class LockstepCore:
             )
             for x in self.order
         }
+        self.devices = {x: getattr(engines[x], "device", None) for x in self.order}  # made current per call
         self.steps = 0
         self._stats_turn = 0
 
     def handle(self, msg: msgspec.Struct) -> Outbox:
         if isinstance(msg, m.NewRequest):
-            return self._deliver(self.schedulers[self.model].handle(msg))
+            return self._deliver(self._on(self.model, self.schedulers[self.model].handle, msg))
         out: Outbox = []
-        for s in self.schedulers.values():
-            out += self._deliver(s.handle(msg))
+        for name in self.order:
+            out += self._deliver(self._on(name, self.schedulers[name].handle, msg))
         return out
 
     def ready(self) -> bool:
@@ -74,7 +76,7 @@ class LockstepCore:
         for name in self.order:
             s = self.schedulers[name]
             if s.runnable:
-                out += self._deliver(s.step())
+                out += self._deliver(self._on(name, s.step))
         self.steps += 1
         return out
 
@@ -87,8 +89,14 @@ class LockstepCore:
             if dest == FRONTEND:
                 to_frontend.append((dest, msg))
             else:
-                todo.extend(self.schedulers[dest].handle(msg))
+                todo.extend(self._on(dest, self.schedulers[dest].handle, msg))
         return to_frontend
+
+    def _on(self, name: str, fn: Callable, *args):
+        """`fn(*args)` with model `name`'s GPU current: Triton launches on, and CUDA graphs replay from, the
+        current device, and with one model per GPU this process steps engines on two of them."""
+        with device_scope(self.devices[name]):
+            return fn(*args)
 
     def stats(self) -> m.SubserverStats:
         """One model's stats per call, in turn (the decode loop sends one report per interval)."""

@@ -93,6 +93,48 @@ def test_lockstep_runs_the_large_model_in_the_same_global_step(tmp_path):
     assert seen_b > 0
 
 
+def test_lockstep_makes_each_models_device_current(tmp_path, monkeypatch):
+    """With one model per GPU the lockstep process steps engines on two devices; Triton and CUDA graphs use
+    the current one, so every forward and release of a model runs with that model's device current."""
+    import contextlib
+
+    import tokenrouter.runtime.lockstep as lockstep
+
+    current: list[str | None] = [None]
+
+    @contextlib.contextmanager
+    def scope(device):
+        before, current[0] = current[0], str(device)
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    monkeypatch.setattr(lockstep, "device_scope", scope)
+    core = load_lockstep(compile_policy(tmp_path, "drop"))
+    calls = []
+    for name, s in core.schedulers.items():
+        eng, fake = s.engine, f"cuda:{len(calls)}-{name}"
+        calls.append(fake)
+        forward, release = eng.forward, eng.release
+
+        def check(fn, fake=fake):
+            def wrapped(*a, **k):
+                assert current[0] == fake, (current[0], fake)
+                calls.append(fake)
+                return fn(*a, **k)
+
+            return wrapped
+
+        core.devices[name] = fake
+        monkeypatch.setattr(eng, "forward", check(forward))
+        monkeypatch.setattr(eng, "release", check(release))
+    results = run_lockstep(core, PROMPTS, GREEDY)
+    assert all(r.finish_reason for r in results)
+    assert {c for c in calls[2:]} == {"cuda:0-a", "cuda:1-b"}  # both models ran, each on its own device
+    assert current[0] is None
+
+
 def test_std_serving_reuses_cached_prefixes(tmp_path):
     """Hops are new requests: the sender forgets the request and its KV goes to the prefix cache; the
     receiver matches the cached prefix and prefills only the rest. The counters add up, the cache holds
