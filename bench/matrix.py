@@ -60,6 +60,7 @@ PAIRS = {
     "0.6b+8b": Pair("qwen3-0.6b", "qwen3-8b", (0.15, 0.7)),
     "0.6b+32b": Pair("qwen3-0.6b", "qwen3-32b", (0.12, 0.8)),
     "0.6b+8b-2gpu": Pair("qwen3-0.6b", "qwen3-8b", (0.8, 0.8), gpus=(0, 1)),
+    "0.6b+32b-2gpu": Pair("qwen3-0.6b", "qwen3-32b", (0.8, 0.8), gpus=(0, 1)),
     "tiny": Pair(
         str(ROOT / "examples/models/tiny-small"), str(ROOT / "examples/models/tiny-large"), (0.5, 0.5)
     ),
@@ -135,6 +136,13 @@ def _parts() -> dict[str, Part]:
             "the target ratios with one model per GPU (kind nvidia-h200-x2)",
             6.5,
         )
+    parts["32b-2gpu-bern0.1"] = Part(
+        "0.6b+32b-2gpu",
+        "bern0.1",
+        {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+        "0.6B + 32B with one model per GPU, the target modes (kind nvidia-h200-x2)",
+        7.0,
+    )
     return parts
 
 
