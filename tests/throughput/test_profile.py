@@ -34,6 +34,28 @@ def test_profile_then_tune_reads_it(tmp_path):
     assert tuning["sources"]["p"] == {"slm": "profile", "llm": "profile"}
 
 
+def test_profile_times_each_model_with_its_device_current(monkeypatch):
+    """With the models on two GPUs, each model's step latency is timed with that model's GPU current."""
+    from fake_devices import fake_devices
+
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.compiler.throughput.profile import ProfileConfig, run_profile
+
+    tiny = EXAMPLES / "models"
+    stdlib = EXAMPLES.parent / "tokenrouter" / "stdlib"
+    res = compile_file(stdlib / "bernoulli.tr", {"slm_path": str(tiny / "tiny-small"),
+                                                   "llm_path": str(tiny / "tiny-large")})  # fmt: skip
+    assert res.plan is not None, [str(d) for d in res.diagnostics]
+    seen = fake_devices(monkeypatch, "load_model_runtime")
+    cfg = ProfileConfig(batch_sizes=(1, 2), prompts=2, max_tokens=4, repeats=1, warmup=0)
+    prof = run_profile(res.plan, cfg)
+    assert set(prof.step_ms) == {"slm", "llm"}
+    # timed with its own device current; never with the other model's (the executor's sample run scopes
+    # each step with the engine's real device, "cpu" here)
+    assert {dev for dev, cur in seen if cur == dev} == {"fake-tiny-small", "fake-tiny-large"}
+    assert [(dev, cur) for dev, cur in seen if cur and cur.startswith("fake-") and cur != dev] == []
+
+
 def test_bad_profile_files(tmp_path):
     bad = tmp_path / "p.json"
     bad.write_text(

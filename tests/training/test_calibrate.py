@@ -51,6 +51,18 @@ def test_calibrated_threshold_hands_off_at_the_wanted_share(policy, tmp_path):
     assert sum(w == "llm" for w in writers) / len(writers) == got["share"]
 
 
+def test_calibration_steps_the_entry_model_with_its_device_current(tmp_path, monkeypatch):
+    """With the models on two GPUs, the entry model's solo generations run with its GPU current (the
+    models are loaded one after the other, so the current device is the last one's)."""
+    from fake_devices import fake_devices
+
+    seen = fake_devices(monkeypatch, "load_model_engine")
+    got = calibrate_threshold(stdlib_plan("r_stitch", tmp_path), "threshold", 0.3, PROMPTS, 8)
+    assert got["positions"] == 4 * 8
+    assert ("fake-tiny-small", "fake-tiny-small") in seen
+    assert [(dev, cur) for dev, cur in seen if cur and cur.startswith("fake-") and cur != dev] == []
+
+
 def test_a_threshold_too_narrow_to_hold_is_flagged(tmp_path):
     """`resolution`: how far r_stitch's threshold moves between firing on 5 % and 15 % of the positions. The
     random-weight 0.6B gave entropies within ~1e-5 of each other (docs/matrix.md, run 16): such a threshold

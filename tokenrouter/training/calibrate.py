@@ -135,6 +135,7 @@ def calibrate_threshold(
     threshold at which the entry model's rules fire on `share` of its solo positions, the served share at
     it, and its `resolution` (with a "warning" when that is under NARROW of the threshold). PolicyViewError (a
     message for users) when the param is not one side of one comparison or the share does not move."""
+    from tokenrouter.runtime.engine.embedded import device_scope
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
     from tokenrouter.runtime.subserver.loading import load_model_engine, pick_device
@@ -143,11 +144,13 @@ def calibrate_threshold(
         raise ValueError(f"share must be in (0, 1), got {share}")
     ir = plan["routes"][plan["entry"]]
     node = threshold_node(plan, ir, param)
-    engines = {  # placed as `serve` places them, unless `device` is given
-        name: load_model_engine(plan, name, pick_device(spec, device), cuda_graph=False)
-        for name, spec in plan["models"].items()
+    devices = {name: pick_device(spec, device) for name, spec in plan["models"].items()}  # as `serve` does
+    engines = {
+        name: load_model_engine(plan, name, devices[name], cuda_graph=False) for name in plan["models"]
     }
-    values, n = entry_values(plan, engines[plan["entry"]], prompts, max_new)
+    entry = plan["entry"]
+    with device_scope(devices[entry]):  # the last model loaded (maybe on another GPU) is the current device
+        values, n = entry_values(plan, engines[entry], prompts, max_new)
     if n == 0:
         raise PolicyViewError("no generated positions to calibrate on")
     bounds = compared_range(ir, values, n, node)

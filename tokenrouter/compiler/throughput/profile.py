@@ -57,7 +57,7 @@ def _sync(device: str) -> None:
     if str(device).startswith("cuda"):
         import torch
 
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def measure_step_latency(engine, device: str, cfg: ProfileConfig, vocab: int, tag: str) -> StepLatency:
@@ -127,11 +127,14 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
         ex, devices = _counting_executor(plan, cfg.device)
     except (EngineError, ValueError, OSError) as e:
         raise ProfileRunError(f"cannot load the plan's models: {e}") from None
+    from tokenrouter.runtime.engine.embedded import device_scope
+
     step: dict[str, StepLatency] = {}
     for name, sched in ex.schedulers.items():
         vocab = sched.engine.info.vocab_size
-        try:
-            step[name] = measure_step_latency(sched.engine, devices[name], cfg, vocab, name)
+        try:  # with the model's GPU current: Triton and CUDA graphs run on the current device
+            with device_scope(devices[name]):
+                step[name] = measure_step_latency(sched.engine, devices[name], cfg, vocab, name)
         except EngineError as e:
             raise ProfileRunError(f"model {name}: cannot run a batch of the requested size: {e}") from None
     entry = plan["entry"]
