@@ -102,7 +102,15 @@ def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
     for r in gen["runs"].values():
         assert 0 < r["tokens"] <= 12 and r["large_nll_per_token"] > 0
     assert 0 <= gen["runs"]["routed"]["large_share"] <= 1
-    assert set(res["curves"]) == {"policy", "confidence", "entropy", "random", "query", "oracle"}
+    assert set(res["curves"]) == {
+        "policy",
+        "confidence",
+        "entropy",
+        "random",
+        "query",
+        "divergence",
+        "oracle",
+    }
     n = res["tokens"]
     assert 600 <= n <= 700 + 64
     for method, pts in res["curves"].items():
@@ -116,6 +124,12 @@ def test_eval_json_and_plot(trained_r2r, tiny_corpus, tmp_path):
         assert (
             res["curves"]["oracle"][i]["nll"] <= min(res["curves"][m][i]["nll"] for m in res["curves"]) + 1e-9
         )
+    # the divergence bound routes every position where the greedy tokens differ first; at agreeing positions
+    # both models are equally right, so from a share of the divergence rate on it has the large one's accuracy
+    full = [p for p in res["curves"]["divergence"] if p["share"] >= res["label_rate"]]
+    assert full
+    for p in full:
+        assert p["accuracy"] == pytest.approx(res["large"]["accuracy"], abs=1e-9)
     for base in ("confidence", "entropy"):
         for i, r in enumerate(res["policy_minus"][base]):
             lo, hi = r["accuracy_ci95"]

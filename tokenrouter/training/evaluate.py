@@ -11,6 +11,10 @@ Methods, each at the same target shares of large-model positions:
 - ``random``: a seeded random subset of positions;
 - ``query``: whole windows, highest mean small-model entropy over the window's prompt first
   (RouteLLM-style query routing; its share moves in whole windows);
+- ``divergence``: the positions where the two models' greedy tokens differ, in random order, then the
+  others (a bound, not a method: a router that knows exactly where the models disagree, R2R's and CITER's
+  label, but not which of them is right; below the divergence rate d it recovers share / d of the accuracy
+  gap in expectation);
 - ``oracle``: the positions where the large model lowers the NLL most (an upper bound, not a method).
 """
 
@@ -25,7 +29,7 @@ from .policy_view import PolicyViewError, fired_rule, routed_shape, threshold_no
 from .teacher import TeacherConfig, TeacherData, make_windows
 
 DEFAULT_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
-METHODS = ("policy", "confidence", "entropy", "random", "query", "oracle")
+METHODS = ("policy", "confidence", "entropy", "random", "query", "divergence", "oracle")
 
 
 @dataclass(slots=True)
@@ -228,6 +232,8 @@ def evaluate(
     gen = torch.Generator().manual_seed(cfg.seed)
     rand_score = torch.rand(n, generator=gen)
     gain = data.nll[entry] - data.nll[shape.targets[0]]
+    differ = (data.greedy[entry] != data.greedy[shape.targets[0]]).float()
+    diverge_score = differ + 0.5 * rand_score  # every differing position first, in random order
     curves: dict[str, list[dict]] = {m: [] for m in METHODS}
     swept = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
     curves["policy"] = [p for p, _ in swept]
@@ -256,6 +262,7 @@ def evaluate(
         curves["entropy"].append(scorer.point(w_ent, target_share=s))
         curves["random"].append(scorer.point(top_share(rand_score, s), target_share=s))
         curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
+        curves["divergence"].append(scorer.point(top_share(diverge_score, s), target_share=s))
         curves["oracle"].append(scorer.point(top_share(gain, s), target_share=s))
         minus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
         minus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
@@ -270,7 +277,7 @@ def evaluate(
         "models": {"small": entry, "large": shape.targets[0]},
         "small": scorer.small,
         "large": scorer.large,
-        "label_rate": float((data.greedy[entry] != data.greedy[shape.targets[0]]).float().mean()),
+        "label_rate": float(differ.mean()),
         "at_plan_threshold": own,
         "curves": curves,
         "policy_minus": minus,
@@ -333,6 +340,7 @@ def plot(result: dict, path: Path) -> None:
         "entropy": "^--",
         "random": "x:",
         "query": "d:",
+        "divergence": "+",
         "oracle": ".",
     }
     for m in METHODS:
@@ -343,7 +351,7 @@ def plot(result: dict, path: Path) -> None:
             [100 * p["accuracy"] for p in pts],
             styles[m],
             label=label,
-            alpha=0.5 if m == "oracle" else 1.0,
+            alpha=0.5 if m in ("divergence", "oracle") else 1.0,
         )
     ax.axhline(100 * result["small"]["accuracy"], color="grey", ls="--", lw=0.8)
     ax.axhline(100 * result["large"]["accuracy"], color="black", ls="--", lw=0.8)
