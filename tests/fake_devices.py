@@ -12,12 +12,10 @@ import tokenrouter.runtime.engine.embedded as embedded
 import tokenrouter.runtime.subserver.loading as loading
 
 
-def fake_devices(monkeypatch, loader: str) -> list[tuple[str, str | None]]:
-    """Patch `loading.pick_device` (a model's device: "fake-" + its folder's name), `loading.<loader>`
-    ("load_model_engine" or "load_model_runtime": loads on the CPU) and `embedded.device_scope`. Returns the
-    list that every forward / forward_full appends (the engine's fake device, the current one) to."""
+def record_scopes(monkeypatch, module) -> list[str | None]:
+    """Replace `module.device_scope` by one that only records: the returned list's one item is the device
+    made current (as a string), None outside every scope."""
     current: list[str | None] = [None]
-    seen: list[tuple[str, str | None]] = []
 
     @contextlib.contextmanager
     def scope(device):
@@ -26,6 +24,17 @@ def fake_devices(monkeypatch, loader: str) -> list[tuple[str, str | None]]:
             yield
         finally:
             current[0] = before
+
+    monkeypatch.setattr(module, "device_scope", scope)
+    return current
+
+
+def fake_devices(monkeypatch, loader: str) -> list[tuple[str, str | None]]:
+    """Patch `loading.pick_device` (a model's device: "fake-" + its folder's name), `loading.<loader>`
+    ("load_model_engine" or "load_model_runtime": loads on the CPU) and `embedded.device_scope`. Returns the
+    list that every forward / forward_full appends (the engine's fake device, the current one) to."""
+    current = record_scopes(monkeypatch, embedded)
+    seen: list[tuple[str, str | None]] = []
 
     def watched(engine, fake: str):
         for name in ("forward", "forward_full"):
@@ -48,5 +57,4 @@ def fake_devices(monkeypatch, loader: str) -> list[tuple[str, str | None]]:
 
     monkeypatch.setattr(loading, "pick_device", lambda spec, override=None: f"fake-{Path(spec['path']).name}")
     monkeypatch.setattr(loading, loader, load)
-    monkeypatch.setattr(embedded, "device_scope", scope)
     return seen

@@ -10,6 +10,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "subserver"))  # subserver_helpers: plans on the tiny models
+sys.path.insert(0, str(HERE.parents[1]))  # fake_devices: per-model device scopes recorded on the CPU
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -96,21 +96,11 @@ def test_lockstep_runs_the_large_model_in_the_same_global_step(tmp_path):
 def test_lockstep_makes_each_models_device_current(tmp_path, monkeypatch):
     """With one model per GPU the lockstep process steps engines on two devices; Triton and CUDA graphs use
     the current one, so every forward and release of a model runs with that model's device current."""
-    import contextlib
+    from fake_devices import record_scopes
 
     import tokenrouter.runtime.lockstep as lockstep
 
-    current: list[str | None] = [None]
-
-    @contextlib.contextmanager
-    def scope(device):
-        before, current[0] = current[0], str(device)
-        try:
-            yield
-        finally:
-            current[0] = before
-
-    monkeypatch.setattr(lockstep, "device_scope", scope)
+    current = record_scopes(monkeypatch, lockstep)
     core = load_lockstep(compile_policy(tmp_path, "drop"))
     calls = []
     for name, s in core.schedulers.items():
