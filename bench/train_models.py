@@ -1,4 +1,5 @@
-"""Train the demo pair (Qwen3 architecture): py-small (~1.3M parameters) and py-large (~11M).
+"""Train the demo pair (Qwen3 architecture): py-small (~1.3M parameters) and py-large (~11M); with
+``--models small-deep``, a candidate small model of 7 layers (~1.9M, docs/quality.md, "What falls short").
 
 Reads the prepared corpus (``python -m tokenrouter.training.prepare --out .data/corpus``): ``train.npy`` and
 ``val.npy`` (uint16 token ids) and ``tokenizer/``. Plain PyTorch on `transformers.Qwen3ForCausalLM`, fixed
@@ -56,13 +57,18 @@ RECIPES = {
     "small": TrainConfig(steps=3000, batch=64, seq_len=512, lr=3e-3, warmup=150),
     # run 1 (2500 steps, no dropout) overfit after ~1000 steps (5 epochs): best held-out 2.195 at step 1000
     "large": TrainConfig(steps=1600, batch=64, seq_len=512, lr=1.5e-3, warmup=100, dropout=0.1),
+    "small-deep": TrainConfig(steps=3000, batch=64, seq_len=512, lr=3e-3, warmup=150),  # small's recipe
     "tiny-small": TrainConfig(
         steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
     ),
     "tiny-large": TrainConfig(
         steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
     ),
+    "tiny-small-deep": TrainConfig(
+        steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
+    ),
 }
+MODELS = ("small", "large", "small-deep")  # --models; small-deep is a candidate, not shipped
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -261,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Train the demo pair py-small / py-large.")
     ap.add_argument("--data", type=Path, default=Path(".data/corpus"))
     ap.add_argument("--out", type=Path, default=Path("out/models"))
-    ap.add_argument("--models", default="small,large", help="comma-separated: small, large")
+    ap.add_argument("--models", default="small,large", help=f"comma-separated: {', '.join(MODELS)}")
     ap.add_argument("--tiny", action="store_true", help="toy shapes and a dozen steps (CPU smoke test)")
     ap.add_argument("--parallel", action="store_true", help="train the models at once, one process each")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -271,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         print(plot(args.plot))
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
-    bad = [n for n in names if n not in ("small", "large")]
+    bad = [n for n in names if n not in MODELS]
     if bad or not names:
-        print(f"error: --models takes small and/or large, got {args.models!r}", file=sys.stderr)
+        print(f"error: --models takes {', '.join(MODELS)}, got {args.models!r}", file=sys.stderr)
         return 2
     if not (args.data / "train.npy").is_file():
         print(

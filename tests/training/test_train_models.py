@@ -8,6 +8,35 @@ from tokenrouter.training.lm import SHAPES
 def test_shapes_are_in_range():
     assert 1_000_000 <= SHAPES["small"].n_params() <= 2_000_000
     assert 10_000_000 <= SHAPES["large"].n_params() <= 15_000_000
+    # the candidate small model: the small range, deeper than py-small, same width and vocabulary
+    deep, small = SHAPES["small-deep"], SHAPES["small"]
+    assert small.n_params() < deep.n_params() <= 2_000_000
+    assert deep.num_hidden_layers > small.num_hidden_layers and deep.hidden_size == small.hidden_size
+
+
+def test_train_models_takes_the_candidate_and_names_bad_models(tiny_corpus, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "train_models.py"
+    base = [
+        sys.executable,
+        str(script),
+        "--data",
+        str(tiny_corpus),
+        "--out",
+        str(tmp_path),
+        "--tiny",
+        "--device",
+        "cpu",
+    ]
+    proc = subprocess.run([*base, "--models", "small-deep"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((tmp_path / "py-small-deep" / "config.json").read_text())
+    assert config["num_hidden_layers"] == SHAPES["tiny-small-deep"].num_hidden_layers
+    proc = subprocess.run([*base, "--models", "medium"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "small-deep" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_tiny_training_writes_loadable_hf_folders(tiny_pair):

@@ -61,6 +61,16 @@ SHAPES: dict[str, LMShape] = {
         num_key_value_heads=2,
         head_dim=32,
     ),
+    # ~1.9M parameters: "small" with 7 layers, a candidate nearer the large model (docs/quality.md, "What
+    # falls short": the divergence bound asks for a pair whose greedy tokens differ less often); not shipped
+    "small-deep": LMShape(
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=7,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    ),
     # ~11M parameters
     "large": LMShape(
         hidden_size=384,
@@ -75,6 +85,15 @@ SHAPES: dict[str, LMShape] = {
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+    ),
+    "tiny-small-deep": LMShape(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=16,
