@@ -85,13 +85,17 @@ class Part:
     rounds: int | None = None  # None: --rounds
 
 
+# the target ratios side by side: TR vs llm-only and lockstep at N = 4, vs eager at N = 8
+TARGET_RUNS = {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)}
+
+
 def _parts() -> dict[str, Part]:
     parts = {}
     for pol in POLICIES:
         parts[f"8b-{pol}-targets"] = Part(
             "0.6b+8b",
             pol,
-            {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+            TARGET_RUNS,
             "the target ratios side by side: TR vs llm-only and lockstep at N=4, vs eager at N=8",
             6.2,
             "run 12, bern0.1, --rounds 6",
@@ -132,14 +136,14 @@ def _parts() -> dict[str, Part]:
         parts[f"8b-2gpu-{pol}"] = Part(
             "0.6b+8b-2gpu",
             pol,
-            {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+            TARGET_RUNS,
             "the target ratios with one model per GPU (kind nvidia-h200-x2)",
             6.5,
         )
     parts["32b-2gpu-bern0.1"] = Part(
         "0.6b+32b-2gpu",
         "bern0.1",
-        {"tokenrouter": (4, 8), "llm-only": (4, 8), "lockstep": (4,), "eager": (8,)},
+        TARGET_RUNS,
         "0.6B + 32B with one model per GPU, the target modes (kind nvidia-h200-x2)",
         7.0,
     )
