@@ -1,5 +1,6 @@
 """Train the demo pair (Qwen3 architecture): py-small (~1.3M parameters) and py-large (~11M); with
-``--models small-deep``, a candidate small model of 7 layers (~1.9M, docs/quality.md, "What falls short").
+``--models small-deep,small-wide``, candidate small models of ~1.9M (7 layers of 128, or 5 of 160; docs/quality.md,
+"What falls short").
 
 Reads the prepared corpus (``python -m tokenrouter.training.prepare --out .data/corpus``): ``train.npy`` and
 ``val.npy`` (uint16 token ids) and ``tokenizer/``. Plain PyTorch on `transformers.Qwen3ForCausalLM`, fixed
@@ -20,7 +21,7 @@ import math
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -64,9 +65,12 @@ RECIPES = {
         steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000
     ),
 }
-# the candidate small model (not shipped) trains on small's recipe
-RECIPES["small-deep"], RECIPES["tiny-small-deep"] = RECIPES["small"], RECIPES["tiny-small"]
-MODELS = tuple(n for n in RECIPES if not n.startswith("tiny-"))  # --models: small, large, small-deep
+# the candidate small models (not shipped) train on small's recipe, with room for their extra compute when
+# trained side by side (--parallel)
+for _name in ("small-deep", "small-wide"):
+    RECIPES[_name] = replace(RECIPES["small"], max_seconds=420.0)
+    RECIPES[f"tiny-{_name}"] = RECIPES["tiny-small"]
+MODELS = tuple(n for n in RECIPES if not n.startswith("tiny-"))  # --models: small, large, small-deep, small-wide
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

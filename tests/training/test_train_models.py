@@ -12,6 +12,9 @@ def test_shapes_are_in_range():
     deep, small = SHAPES["small-deep"], SHAPES["small"]
     assert small.n_params() < deep.n_params() <= 2_000_000
     assert deep.num_hidden_layers > small.num_hidden_layers and deep.hidden_size == small.hidden_size
+    wide = SHAPES["small-wide"]
+    assert small.n_params() < wide.n_params() <= 2_000_000 and wide.hidden_size > small.hidden_size
+    assert wide.num_attention_heads * wide.head_dim == wide.hidden_size and wide.vocab_size == small.vocab_size
 
 
 def test_train_models_takes_the_candidate_and_names_bad_models(tiny_corpus, tmp_path):
@@ -31,10 +34,14 @@ def test_train_models_takes_the_candidate_and_names_bad_models(tiny_corpus, tmp_
         "--device",
         "cpu",
     ]
-    proc = subprocess.run([*base, "--models", "small-deep"], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [*base, "--models", "small-deep,small-wide"], capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads((tmp_path / "py-small-deep" / "config.json").read_text())
     assert config["num_hidden_layers"] == SHAPES["tiny-small-deep"].num_hidden_layers
+    config = json.loads((tmp_path / "py-small-wide" / "config.json").read_text())
+    assert config["hidden_size"] == SHAPES["tiny-small-wide"].hidden_size
     proc = subprocess.run([*base, "--models", "medium"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "small-deep" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -95,6 +95,12 @@ SHAPES: dict[str, LMShape] = {
 # short": the divergence bound asks for a pair whose greedy tokens differ less often); not shipped
 SHAPES["small-deep"] = replace(SHAPES["small"], num_hidden_layers=7)
 SHAPES["tiny-small-deep"] = replace(SHAPES["tiny-small"], num_hidden_layers=2)
+# ~1.9M parameters: the other way to the same size, wider (160) and one layer deeper than "small", with 5
+# query heads of 32 sharing one KV head; not shipped
+SHAPES["small-wide"] = replace(
+    SHAPES["small"], hidden_size=160, num_hidden_layers=5, num_attention_heads=5, num_key_value_heads=1
+)
+SHAPES["tiny-small-wide"] = replace(SHAPES["tiny-small"], hidden_size=48, num_attention_heads=3)
 
 
 def hf_config(shape: LMShape, eos_id: int, dtype: str = "float16") -> dict:
