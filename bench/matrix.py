@@ -312,6 +312,11 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     out = {}
     for n in ns:
         tuned = raw / f"{plan.stem}-n{n}.plan"
+        if profiles.get(n) is None:  # profile_served could not read one at this N (its log says why)
+            if n != 1:
+                raise RuntimeError(f"no profile at N = {n}; see tune.log")
+            out[1] = untuned_n1(s, plan, tuned)
+            continue
         proc = run_cmd(
             s,
             cli("tune", str(plan), "--profile", str(profiles[n]), "-n", str(n), "--json", "-o", str(tuned)),
@@ -326,9 +331,10 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     return out
 
 
-def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path]:
+def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path | None]:
     """Profiles from the models running side by side: serve the plan with B = 1 (eager), put N clients
-    on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N."""
+    on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N
+    (None where `profile` failed: its message is in tune.log)."""
     import httpx
 
     say(s, f"profile {plan.name} from serving metrics (eager, N = {ns})")
@@ -345,11 +351,28 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
             after = raw / f"profile-metrics-n{n}-after.txt"
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
             out[n] = raw / f"profile-n{n}.json"
-            run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
-                           "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+            try:
+                run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
+                               "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+            except RuntimeError as exc:  # e.g. a policy at a low share: the large model stepped too rarely
+                say(s, f"profile N={n}: {exc}")
+                out[n] = None
     finally:
         srv.stop()
     return out
+
+
+def untuned_n1(s: Settings, plan: Path, tuned: Path) -> dict:
+    """N = 1 without a profile: Σ(B_i − 1) < N leaves B = 1 for every model, so there is nothing to tune;
+    the plan is served eager and the run has no DTMC prediction (its own-step-time check still runs)."""
+    from tokenrouter.compiler.plan import read_plan, write_plan
+    from tokenrouter.runtime.modes import with_thresholds
+
+    data = with_thresholds(read_plan(plan), 1)
+    write_plan(data, tuned)
+    thresholds = dict.fromkeys(data["models"], 1)
+    say(s, f"tune N=1: B = {thresholds} (the only feasible thresholds), no prediction without a profile")
+    return {"plan": tuned, "thresholds": thresholds, "predicted_tok_s": None, "p": None, "step_ms": None}
 
 
 class Server:

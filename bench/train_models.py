@@ -70,7 +70,8 @@ RECIPES = {
 for _name in ("small-deep", "small-wide"):
     RECIPES[_name] = replace(RECIPES["small"], max_seconds=420.0)
     RECIPES[f"tiny-{_name}"] = RECIPES["tiny-small"]
-MODELS = tuple(n for n in RECIPES if not n.startswith("tiny-"))  # --models: small, large, small-deep, small-wide
+# --models: small, large, small-deep, small-wide
+MODELS = tuple(n for n in RECIPES if not n.startswith("tiny-"))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -14,7 +14,8 @@ def test_shapes_are_in_range():
     assert deep.num_hidden_layers > small.num_hidden_layers and deep.hidden_size == small.hidden_size
     wide = SHAPES["small-wide"]
     assert small.n_params() < wide.n_params() <= 2_000_000 and wide.hidden_size > small.hidden_size
-    assert wide.num_attention_heads * wide.head_dim == wide.hidden_size and wide.vocab_size == small.vocab_size
+    assert wide.num_attention_heads * wide.head_dim == wide.hidden_size
+    assert wide.vocab_size == small.vocab_size
 
 
 def test_train_models_takes_the_candidate_and_names_bad_models(tiny_corpus, tmp_path):

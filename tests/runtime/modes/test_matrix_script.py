@@ -114,3 +114,23 @@ def test_r2r_plans_are_calibrated_to_the_route_share_unless_a_threshold_is_given
     assert plan["params"]["threshold"]["value"] == 0.45 and not (raw / "calibration.json").exists()
     matrix.base_plan(s, "tiny", "bern0.35", raw)
     assert not (raw / "calibration.json").exists()
+
+
+def test_n1_without_a_profile_is_served_at_b1_and_other_ns_fail(tmp_path, monkeypatch):
+    """A low-share policy at N = 1 can leave the large model too few steps to profile (run 30): N = 1 has
+    only B = 1 to choose, so its plan is the base plan at B = 1, valid, with no prediction; any other N
+    without a profile stops the part."""
+    from tokenrouter.compiler.plan import read_plan
+
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.1", raw)
+    monkeypatch.setattr(matrix, "profile_served", lambda s, plan, ns, raw: dict.fromkeys(ns))
+    got = matrix.profile_and_tune(s, plan, [1], raw)[1]
+    assert got["predicted_tok_s"] is None and set(got["thresholds"].values()) == {1}
+    served = read_plan(got["plan"])
+    assert {m["batch"] for m in served["models"].values()} == {1}
+    assert served["policy"] == json.loads(plan.read_text())["policy"]
+    with pytest.raises(RuntimeError, match="no profile at N = 4"):
+        matrix.profile_and_tune(s, plan, [1, 4], raw)
