@@ -107,3 +107,27 @@ def test_run_load_against_scripted_server():
     assert max(r["start_s"] + r["e2e_s"] for r in per) <= report["wall_s"]
     assert report["drain_s"] == pytest.approx(report["wall_s"] - max(r["start_s"] for r in per))
     assert 0 < report["drain_s"] < report["wall_s"] and "drain after the last send" in format_report(report)
+
+
+def test_share_per_request_shows_routing_that_fires_on_few_requests():
+    """Run 31's shape: most requests never reach the large model, one is written almost wholly by it."""
+    from tokenrouter.runtime.loadgen import RequestResult, summarize
+
+    results = [RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 10}) for _ in range(8)]
+    results.append(RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 1, "large": 9}))
+    results.append(RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 8, "large": 2}))
+    results.append(RequestResult(ok=False, error="boom"))  # failed requests do not count
+    spec = LoadSpec(url="http://x", concurrency=2, num_prompts=11, output_len=10, progress=False)
+    report = summarize(spec, "m", results, wall_s=1.0)
+    large = report["share_per_request"]["large"]
+    assert large["requests_with_any"] == 2 and large["requests"] == 10
+    assert large["p50"] == 0.0 and large["max"] == pytest.approx(0.9)
+    assert large["p99"] == pytest.approx(_percentile([0.0] * 8 + [0.9, 0.2], 0.99))
+    small = report["share_per_request"]["small"]
+    assert small["requests_with_any"] == 10 and small["p50"] == 1.0 and small["max"] == 1.0
+    text = format_report(report)
+    assert "large's share of a request p50 / p99 / max | 0.0 / " in text and "(any in 2 of 10)" in text
+    # one model (llm-only): nothing to spread
+    solo = [RequestResult(ok=True, output_tokens=4, tokens_per_model={"llm": 4})]
+    assert summarize(spec, "m", solo, wall_s=1.0)["share_per_request"] == {}
+    assert "share of a request" not in format_report(summarize(spec, "m", solo, wall_s=1.0))

@@ -235,6 +235,7 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
             "p99": _percentile([r.e2e_s for r in ok], 0.99),
         },
         "tokens_per_model": per_model,
+        "share_per_request": share_spread(ok, per_model),
         "hops": sum(r.hops for r in ok),
         "drain_s": wall_s - max((r.start_s for r in results), default=0.0),
         "per_request": [
@@ -252,6 +253,30 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
     }
 
 
+def share_spread(ok: list[RequestResult], per_model: dict[str, int]) -> dict[str, dict]:
+    """Per model (when more than one wrote tokens): how its share of a request's tokens is spread over the
+    requests: how many requests it wrote any token of, and the p50 / p99 / max of its share. Routing that
+    fires on a few requests only (a heavy tail the throughput model, which assumes alike requests, cannot
+    see: docs/matrix.md, run 31) shows here as a low p50 and a high max."""
+    if len(per_model) < 2:
+        return {}
+    out = {}
+    for name in sorted(per_model):
+        shares = [
+            r.tokens_per_model.get(name, 0) / total
+            for r in ok
+            if (total := sum(r.tokens_per_model.values())) > 0
+        ]
+        out[name] = {
+            "requests_with_any": sum(1 for x in shares if x > 0),
+            "requests": len(shares),
+            "p50": _percentile(shares, 0.5),
+            "p99": _percentile(shares, 0.99),
+            "max": max(shares, default=float("nan")),
+        }
+    return out
+
+
 def format_report(report: dict) -> str:
     rows = [
         ("requests (ok / failed)", f"{report['completed']} / {report['failed']}"),
@@ -267,6 +292,14 @@ def format_report(report: dict) -> str:
     total = sum(report["tokens_per_model"].values())
     for name, n in sorted(report["tokens_per_model"].items()):
         rows.append((f"tokens by {name}", f"{n} ({100.0 * n / total:.1f}%)" if total else str(n)))
+    for name, sp in (report.get("share_per_request") or {}).items():
+        rows.append(
+            (
+                f"{name}'s share of a request p50 / p99 / max",
+                f"{100 * sp['p50']:.1f} / {100 * sp['p99']:.1f} / {100 * sp['max']:.1f}% "
+                f"(any in {sp['requests_with_any']} of {sp['requests']})",
+            )
+        )
     width = max(len(k) for k, _ in rows)
     lines = [f"| {'metric'.ljust(width)} | value |", f"| {'-' * width} | ----- |"]
     lines += [f"| {k.ljust(width)} | {v} |" for k, v in rows]
