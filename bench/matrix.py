@@ -531,6 +531,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 ENTRY = "slm"  # the entry model of every pair's plans (the stdlib policies' small model)
+STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy the parts compile
 SHARE_GAP = 0.02  # a TR / mode ratio whose two runs gave the large models shares further apart is flagged
 
 
@@ -590,19 +591,22 @@ def tables(records: list[dict]) -> str:
         pred = {
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }
-        from_run = {(r["mode"], r["n"]): run_prediction(r) for r in recs}
-        for m in ("tokenrouter", "eager"):
-            if any(from_run.get((m, n)) for n in ns):
-                out.append(
-                    f"| DTMC on the run's own step times ({m}) | "
-                    + " | ".join(f"{from_run[(m, n)]:.1f}" if from_run.get((m, n)) else "-" for n in ns)
-                    + " |"
-                )
-                out.append(
-                    f"| measured / that ({m}) | "
-                    + " | ".join(ratio(tok.get((m, n)), from_run.get((m, n))) for n in ns)
-                    + " |"
-                )
+        checks = [("DTMC on the run's own step times", run_prediction),
+                  ("simulated as the run was (its requests, each with its own routing)", run_simulation)]  # fmt: skip
+        for label, model in checks:
+            from_run = {(r["mode"], r["n"]): model(r) for r in recs}
+            for m in ("tokenrouter", "eager"):
+                if any(from_run.get((m, n)) for n in ns):
+                    out.append(
+                        f"| {label} ({m}) | "
+                        + " | ".join(f"{from_run[(m, n)]:.1f}" if from_run.get((m, n)) else "-" for n in ns)
+                        + " |"
+                    )
+                    out.append(
+                        f"| measured / that ({m}) | "
+                        + " | ".join(ratio(tok.get((m, n)), from_run.get((m, n))) for n in ns)
+                        + " |"
+                    )
         if pred:
             out.append(
                 "| DTMC predicted (TR) | "
@@ -648,14 +652,11 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
-    """The DTMC's throughput for this run's thresholds (eager: all 1) from what the run measured: the
-    profile `tokenrouter profile --from-metrics` would build from the run's two scrapes (each model's mean
-    step time by batch size, p_ij = hops i→j / decisions of i, with the
-    plan's dropping hops among the decisions and in c_ij). This checks the queueing model on the
-    latencies the models really had next to each other (the tuning's prediction may use latencies
-    profiled one model at a time)."""
-    from tokenrouter.compiler.throughput.dtmc import analyze
+def run_system(rec: dict, min_steps: int = 5):
+    """The throughput model's inputs from what this run measured, or None: the profile `tokenrouter profile
+    --from-metrics` would build from the run's two scrapes (each model's mean step time by batch size,
+    p_ij = hops i→j / decisions of i, with the plan's dropping hops among the decisions and in c_ij), as
+    (SystemInputs, the run's thresholds B)."""
     from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
     from tokenrouter.compiler.throughput.inputs import make_inputs
 
@@ -684,8 +685,60 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     c = [[1.0 if i == j else committed[i].get(j, 1.0) for j in models] for i in models]
     thresholds = rec.get("thresholds") or {}
     b = tuple(int(thresholds.get(x, 1)) for x in models)
-    inputs = make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0])
-    return analyze(inputs, b).throughput
+    return make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0]), b
+
+
+def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
+    """The DTMC's throughput for this run's thresholds (eager: all 1) on `run_system`'s inputs. This checks
+    the queueing model on the latencies the models really had next to each other (the tuning's prediction
+    may use latencies profiled one model at a time)."""
+    from tokenrouter.compiler.throughput.dtmc import analyze
+
+    system = run_system(rec, min_steps)
+    return None if system is None else analyze(*system).throughput
+
+
+def request_routing(inputs, per_request: list[dict]) -> list | None:
+    """Each completed request's own routing matrix, for a two-model plan: the entry row from its hops and
+    tokens (hops entry→other = ⌈hops / 2⌉; the entry model's decisions = its stays + those hops, where a
+    kept hop's token is one of the entry model's tokens), the other row as measured over the run. None for
+    other plans or records without `per_request` (before the eighth session's load generator)."""
+    import numpy as np
+
+    if inputs.n_models != 2 or not per_request:
+        return None
+    e, o = inputs.models
+    keep = inputs.c[0, 1]
+    out = []
+    for r in per_request:
+        if not r.get("ok"):
+            continue
+        hops_out = -(-int(r.get("hops", 0)) // 2)
+        stays = r["tokens_per_model"].get(e, 0) - keep * hops_out
+        decisions = stays + hops_out
+        p_out = hops_out / decisions if decisions > 0 else 0.0
+        out.append(np.array([[1.0 - p_out, p_out], inputs.p[1]]))
+    return out or None
+
+
+def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | None:
+    """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
+    at a time, each with its own routing (`request_routing`), `output_len` tokens each, the stdlib's
+    5 ms max delay, until the last one ends (tail included); the mean over `seeds` seeds. Where requests are
+    not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B) this is what the DTMC, which
+    assumes N alike requests in flight forever, cannot see."""
+    from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+    system = run_system(rec, min_steps)
+    if system is None:
+        return None
+    inputs, b = system
+    routing = request_routing(inputs, (rec.get("report") or {}).get("per_request") or [])
+    if routing is None:
+        return None
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=STDLIB_MAX_DELAY_MS)
+    runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
+    return sum(runs) / len(runs)
 
 
 def time_table(recs: list[dict]) -> list[str]:

@@ -157,3 +157,48 @@ def test_iterative_solve_gives_the_direct_throughput(lat, p, n, b, delta):
     fast = _stationary_irreducible(mat, direct_limit=0)
     t_direct, t_fast = (direct @ reward) / (direct @ tau), (fast @ reward) / (fast @ tau)
     assert abs(t_fast - t_direct) <= 1e-9 * t_direct
+
+
+def test_finite_run_of_unlike_requests_is_exact_when_routing_is_certain():
+    """`SimConfig.requests`: one request at a time (N = 1), 10 tokens each; the first never leaves the fast
+    entry model (10 steps of 1 ms), the second bounces on every token (a dropped entry step of 1 ms, then a
+    10 ms step of the other model that commits the token): 10 + 110 ms for 20 tokens."""
+    inp = make_inputs(
+        ["fast", "slow"], {"fast": 1.0, "slow": 10.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 1
+    )
+    stay, bounce = [[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]
+    r = simulate(inp, SimConfig((1, 1), request_tokens=10, requests=(stay, bounce)))
+    assert r.time_ms == pytest.approx(120.0) and r.tokens == 20 and r.finished_requests == 2
+    assert r.throughput == pytest.approx(20 / 120.0 * 1000)
+    # two at a time: both start at once and share the fast model's steps; the bouncer ends alone
+    r2 = simulate(
+        make_inputs(["fast", "slow"], {"fast": 1.0, "slow": 10.0}, [[1, 0], [1, 0]], [[1, 0], [1, 0]], 2),
+        SimConfig((1, 1), request_tokens=10, requests=(stay, bounce)),
+    )
+    assert r2.time_ms == pytest.approx(110.0) and r2.finished_requests == 2
+
+
+def test_finite_run_of_alike_requests_approaches_the_steady_state():
+    inp = make_inputs(["a", "b"], {"a": 2.0, "b": 9.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 4)
+    p = [[0.9, 0.1], [1.0, 0.0]]
+    finite = simulate(inp, SimConfig((1, 1), request_tokens=200, requests=(p,) * 200, seed=3))
+    steady = analyze(inp, (1, 1)).throughput
+    assert finite.finished_requests == 200 and finite.throughput == pytest.approx(steady, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({"requests": ([[1.0, 0.0], [1.0, 0.0]],)}, "needs request_tokens"),
+        ({"requests": (), "request_tokens": 4}, "needs request_tokens"),
+    ],
+)
+def test_finite_run_settings_are_checked(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        SimConfig((1, 1), **kw)
+
+
+def test_finite_run_rejects_a_routing_matrix_of_the_wrong_shape():
+    inp = r2r(2)
+    with pytest.raises(ValueError, match="request 1: routing must be 2x2"):
+        simulate(inp, SimConfig((1, 1), request_tokens=4, requests=([[1, 0], [1, 0]], [[1.0]])))

@@ -10,6 +10,10 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   squared coefficient of variation `burstiness` > 1 for bursty arrivals). While fewer than N requests are
   active the thresholds are lowered by the runtime's rule (`effective_thresholds`, restated here because
   the compiler does not import the runtime), and `max_delay_ms` starts a waiting queue anyway.
+- `requests`: a finite run, as a closed-loop benchmark makes one: these requests in order, N at a time,
+  each routed by its own matrix (requests that are not alike: a router that fires on some prompts only);
+  the run ends when the last one has committed `request_tokens`, and the throughput is the tokens over
+  that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class SimConfig:
     think_ms: float = 0.0
     burstiness: float = 1.0  # squared coefficient of variation of think times (>= 1)
     max_delay_ms: float | None = None  # None: no timeout
+    requests: tuple[np.ndarray, ...] | None = None  # a finite run: each request's own routing matrix
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -60,6 +65,10 @@ class SimConfig:
             self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
         ):
             raise ValueError(f"max_delay_ms must be a finite number >= 0, got {self.max_delay_ms!r}")
+        if self.requests is not None:
+            if self.request_tokens is None or not self.requests:
+                raise ValueError("requests (a finite run) needs request_tokens and at least one request")
+            self.requests = tuple(np.asarray(p, dtype=float) for p in self.requests)
 
 
 @dataclass(slots=True)
@@ -117,16 +126,26 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         raise ValueError(f"expected {m} thresholds, got {len(cfg.thresholds)}")
     rng = np.random.default_rng(cfg.seed)
     think = _think_sampler(cfg, rng)
-    cum = np.cumsum(inputs.p, axis=1)
-    queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request, ready since)
+    # a request slot r (0..N-1) holds request req_of[r]; without `requests` every request routes by p
+    if cfg.requests is None:
+        cums, req_of, warmup = [np.cumsum(inputs.p, axis=1)], [0] * n, cfg.warmup_ms
+    else:
+        for k, p in enumerate(cfg.requests):
+            if p.shape != (m, m) or np.any(p < 0) or not np.allclose(p.sum(axis=1), 1.0, atol=1e-6):
+                raise ValueError(f"request {k}: routing must be {m}x{m}, non-negative, rows summing to 1")
+        cums, warmup = [np.cumsum(p, axis=1) for p in cfg.requests], 0.0
+        req_of = list(range(min(n, len(cfg.requests))))
+    next_req = len(req_of) if cfg.requests is not None else 0  # the next request to start, finite run
+    slots = len(req_of)
+    queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request slot, ready since)
     running: list[list[int]] = [[] for _ in range(m)]
     end = [math.inf] * m
-    tokens_of = [0.0] * n
-    returns: list[tuple[float, int]] = []  # (time, request) of requests thinking
-    queue[inputs.entry] = [(r, 0.0) for r in range(n)]
-    active = n
+    tokens_of = [0.0] * slots
+    returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
+    queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
+    active = slots
     now = 0.0
-    t_end = cfg.warmup_ms + cfg.horizon_ms
+    t_end = warmup + cfg.horizon_ms
     tokens = 0.0
     busy = np.zeros(m)
     batch_time = np.zeros(m)
@@ -161,7 +180,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             stalled = True
             break
         nxt = min(min(candidates), t_end)
-        lo, hi = max(now, cfg.warmup_ms), nxt
+        lo, hi = max(now, warmup), nxt
         if hi > lo:
             for i in range(m):
                 if running[i]:
@@ -171,15 +190,15 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         now = nxt
         if now >= t_end:
             break
-        measuring = now > cfg.warmup_ms
+        measuring = now > warmup or cfg.requests is not None
         for i in range(m):
             if end[i] <= now + _EPS:
                 batch, running[i], end[i] = running[i], [], math.inf
                 if measuring:
                     steps[i] += 1
-                dests = np.searchsorted(cum[i], rng.random(len(batch)) * cum[i][-1], side="right")
-                for r, j in zip(batch, dests, strict=True):
-                    j = min(int(j), m - 1)
+                for r, u in zip(batch, rng.random(len(batch)), strict=True):
+                    cum = cums[req_of[r]]
+                    j = min(int(np.searchsorted(cum[i], u * cum[i][-1], side="right")), m - 1)
                     got = inputs.c[i, j]
                     tokens_of[r] += got
                     if measuring:
@@ -188,7 +207,11 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         finished += 1
                         active -= 1
                         tokens_of[r] = 0.0
-                        returns.append((now + think(), r))
+                        if cfg.requests is None:
+                            returns.append((now + think(), r))
+                        elif next_req < len(cfg.requests):  # the slot takes the next request
+                            req_of[r], next_req = next_req, next_req + 1
+                            returns.append((now + think(), r))
                     else:
                         queue[j].append((r, now))
         back = [x for x in returns if x[0] <= now + _EPS]
@@ -197,9 +220,14 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             for _, r in sorted(back):
                 queue[inputs.entry].append((r, now))
                 active += 1
+        if cfg.requests is not None and finished == len(cfg.requests):
+            break  # the finite run's makespan
         eff = effective_thresholds(tuple(cfg.thresholds), active) if active < n else tuple(cfg.thresholds)
         start_ready(now)
-    span = max(now - cfg.warmup_ms, 0.0) if stalled else cfg.horizon_ms
+    if cfg.requests is not None:
+        span = now
+    else:
+        span = max(now - warmup, 0.0) if stalled else cfg.horizon_ms
     span = span or 1.0
     return SimResult(
         thresholds=tuple(cfg.thresholds),
