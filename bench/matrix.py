@@ -698,43 +698,23 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     return None if system is None else analyze(*system).throughput
 
 
-def request_routing(inputs, per_request: list[dict]) -> list | None:
-    """Each completed request's own routing matrix, for a two-model plan: the entry row from its hops and
-    tokens (hops entry→other = ⌈hops / 2⌉; the entry model's decisions = its stays + those hops, where a
-    kept hop's token is one of the entry model's tokens), the other row as measured over the run. None for
-    other plans or records without `per_request` (before the eighth session's load generator)."""
-    import numpy as np
-
-    if inputs.n_models != 2 or not per_request:
-        return None
-    e, o = inputs.models
-    keep = inputs.c[0, 1]
-    out = []
-    for r in per_request:
-        if not r.get("ok"):
-            continue
-        hops_out = -(-int(r.get("hops", 0)) // 2)
-        stays = r["tokens_per_model"].get(e, 0) - keep * hops_out
-        decisions = stays + hops_out
-        p_out = hops_out / decisions if decisions > 0 else 0.0
-        out.append(np.array([[1.0 - p_out, p_out], inputs.p[1]]))
-    return out or None
-
-
 def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
-    at a time, each with its own routing (`request_routing`), `output_len` tokens each, the stdlib's
-    5 ms max delay, until the last one ends (tail included); the mean over `seeds` seeds. Where requests are
-    not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B) this is what the DTMC, which
-    assumes N alike requests in flight forever, cannot see."""
+    at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
+    each, the stdlib's 5 ms max delay, until the last one ends (tail included); the mean over `seeds`
+    seeds. Where requests are not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B)
+    this is what the DTMC, which assumes N alike requests in flight forever, cannot see."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+    from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
 
     system = run_system(rec, min_steps)
-    if system is None:
+    per_request = (rec.get("report") or {}).get("per_request")
+    if system is None or not per_request:  # records before the eighth session have no per_request
         return None
     inputs, b = system
-    routing = request_routing(inputs, (rec.get("report") or {}).get("per_request") or [])
-    if routing is None:
+    try:
+        routing = request_routing(inputs, per_request)
+    except WorkloadError:
         return None
     cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=STDLIB_MAX_DELAY_MS)
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]

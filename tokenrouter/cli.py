@@ -919,6 +919,12 @@ def simulate(
     delta_ms: float = typer.Option(0.1, "--delta-ms", help="δ of the chain shown for comparison, ms."),
     no_chain: bool = typer.Option(False, "--no-chain", help="Do not compute the chain's prediction."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    requests: str = typer.Option(
+        None,
+        "--requests",
+        help="A `tokenrouter bench --json` report: replay its requests, each with its own routing, as a "
+        "finite run (two-model plans).",
+    ),
 ) -> None:
     """Discrete-event simulation of the plan's closed system: throughput, utilization, queueing."""
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_simulate
@@ -926,7 +932,7 @@ def simulate(
     args = SystemArgs(plan, concurrency, step_ms, p, profile)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
            "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms}  # fmt: skip
-    typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms))
+    typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests))
 
 
 @app.command()

@@ -125,3 +125,32 @@ def test_tune_skips_candidates_over_the_state_cap(tmp_path):
     assert res.exit_code == 0, res.output
     assert "not evaluated: B = 1,1: the chain has more than 20 states" in res.output
     assert "B* = slm 1, llm 3" in res.output  # 14 states: still evaluated
+
+
+def test_simulate_replays_a_bench_report_as_a_finite_run(tmp_path):
+    """`--requests`: the load generator's per-request records, each request with its own routing. One at a
+    time, 10 tokens each: a request that never hops (10 steps of 1 ms) and one that hops on every token (a
+    dropped 1 ms step, then a 10 ms step of llm): 120 ms for 20 tokens, exactly (routing certain)."""
+    src = write(tmp_path, R2R_LIKE)
+    report = {"spec": {"output_len": 10}, "per_request": [
+        {"ok": True, "hops": 0, "tokens_per_model": {"slm": 10}},
+        {"ok": True, "hops": 20, "tokens_per_model": {"llm": 10}},
+        {"ok": False, "hops": 0, "tokens_per_model": {}}]}  # fmt: skip
+    (tmp_path / "bench.json").write_text(json.dumps(report))
+    base = ["simulate", src, "-n", "1", "--step-ms", "slm=1", "--step-ms", "llm=10", "--batch", "llm=1"]
+    res = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    sim = json.loads(res.output)["simulation"]
+    assert sim["simulated_ms"] == pytest.approx(120.0) and sim["finished_requests"] == 2
+    assert sim["throughput_tok_s"] == pytest.approx(20 / 0.120)
+    assert "chain" not in json.loads(res.output)  # not the chain's closed system
+    text = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json")]).output
+    assert "a finite run of 2 requests" in text and "to the last one's end: 0.120 s" in text
+    (tmp_path / "old.json").write_text(json.dumps({"spec": {"output_len": 10}, "tokens_per_model": {}}))
+    for name, msg in (("old.json", "no per_request records"), ("missing.json", "no such file")):
+        res = runner.invoke(app, [*base, "--requests", str(tmp_path / name)])
+        assert res.exit_code == 1 and msg in res.output and "Traceback" not in res.output
+    del report["spec"]
+    (tmp_path / "nolen.json").write_text(json.dumps(report))
+    res = runner.invoke(app, [*base, "--requests", str(tmp_path / "nolen.json")])
+    assert res.exit_code == 2 and "--request-tokens" in res.output

@@ -136,26 +136,6 @@ def test_n1_without_a_profile_is_served_at_b1_and_other_ns_fail(tmp_path, monkey
         matrix.profile_and_tune(s, plan, [1, 4], raw)
 
 
-def test_request_routing_reads_each_requests_own_hop_rate():
-    from tokenrouter.compiler.throughput.inputs import make_inputs
-
-    drop = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": 5.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 4)
-    per = [{"ok": True, "hops": 1011, "tokens_per_model": {"slm": 6, "llm": 506}},  # run 31's outlier
-           {"ok": True, "hops": 0, "tokens_per_model": {"slm": 512}},
-           {"ok": False, "hops": 0, "tokens_per_model": {}}]  # fmt: skip
-    got = matrix.request_routing(drop, per)
-    assert len(got) == 2  # the failed request is left out
-    assert got[0][0, 1] == pytest.approx(506 / 512) and got[1][0, 1] == 0.0
-    assert all((g[1] == drop.p[1]).all() for g in got)  # the large model's row: as measured over the run
-    # a kept hop's token is the entry model's: 10 hops out of 100 entry tokens are 10 of 100 decisions
-    keep = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": 5.0}, [[0.9, 0.1], [1, 0]], [[1, 1], [1, 0]], 4)
-    got = matrix.request_routing(
-        keep, [{"ok": True, "hops": 20, "tokens_per_model": {"slm": 100, "llm": 10}}]
-    )
-    assert got[0][0, 1] == pytest.approx(10 / 100)
-    assert matrix.request_routing(keep, []) is None
-
-
 def test_simulation_as_the_run_was_explains_run_31():
     """Run 31 (r2r, N = 16, docs/matrix.md): one request of 48 had 506 of its 512 tokens on the 8B. The
     DTMC on the run's own step times (N alike requests) overshoots; the simulator given each request's own

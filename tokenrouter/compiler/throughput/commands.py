@@ -179,11 +179,27 @@ def run_simulate(
     as_json: bool = False,
     chain: bool = True,
     delta_ms: float = DEFAULT_DELTA_MS,
+    requests: str | None = None,
 ) -> str:
+    """`requests`: a `tokenrouter bench --json` report whose per-request records the simulation replays as a
+    finite run (`SimConfig.requests`, `throughput.workload`)."""
     from tokenrouter.compiler.passes.check_feasibility import feasibility_error
 
     plan, system = build_system(args)
     inp = system.inputs
+    cfg_kw = dict(cfg_kw or {})
+    if requests is not None:
+        from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests, request_routing
+
+        try:
+            per_request, output_len = read_requests(requests)
+            cfg_kw["requests"] = tuple(request_routing(inp, per_request))
+        except WorkloadError as e:
+            raise ThroughputInputError(str(e)) from None
+        if cfg_kw.get("request_tokens") is None:
+            if output_len is None:
+                raise ThroughputUsageError(f"{requests} has no spec.output_len: give --request-tokens")
+            cfg_kw["request_tokens"] = output_len
     given = parse_batch(batch, inp.models)
     thresholds = {}
     for m in inp.models:
@@ -200,7 +216,7 @@ def run_simulate(
         raise ThroughputInputError(err)
     b = tuple(thresholds[m] for m in inp.models)
     try:
-        cfg = SimConfig(b, **(cfg_kw or {}))
+        cfg = SimConfig(b, **cfg_kw)
     except ValueError as e:
         raise ThroughputUsageError(str(e)) from None
     sim = simulate(inp, cfg)
@@ -215,10 +231,17 @@ def run_simulate(
         if pred is not None:
             out["chain"] = pred if isinstance(pred, str) else pred.as_dict(inp.models)
         return json.dumps(out, indent=2)
+    if cfg.requests is None:
+        span = f"{cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up"
+    else:
+        span = (
+            f"a finite run of {len(cfg.requests)} requests from {requests} ({cfg.request_tokens} tokens each,"
+            f" each request's own routing) to the last one's end: {sim.time_ms / 1000:.3f} s"
+        )
     lines = [
         f"simulate {plan['policy']['name']}: N = {inp.concurrency}, B = "
         + ", ".join(f"{m} {x}" for m, x in thresholds.items())
-        + f", {cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up, seed {cfg.seed}",
+        + f", {span}, seed {cfg.seed}",
         *describe_inputs(system),
         f"throughput: {sim.throughput:.2f} tok/s"
         + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),

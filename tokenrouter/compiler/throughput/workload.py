@@ -1,0 +1,73 @@
+"""A measured workload for the simulator's finite run (`SimConfig.requests`): each request's own routing.
+
+The load generator (`tokenrouter bench --json`) keeps every request's record: tokens per model and hops.
+For a two-model plan that is enough to give each request its own entry-model row of the routing matrix
+(the other row stays the system's): hops entry→other = ⌈hops / 2⌉ (a request that ends away from the entry
+model made one hop more out than back), and the entry model's decisions = its stays + those hops, where a
+kept hop (c = 1) commits one of the entry model's tokens and a dropped one (c = 0) commits none. Requests
+that are not alike (a router that fires on some prompts only) then run as they did, which the chain, with
+N alike requests in flight forever, cannot describe (docs/throughput.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tokenrouter.compiler.throughput.inputs import SystemInputs
+
+
+class WorkloadError(ValueError):
+    """Per-request records that cannot give routings (the message names the file or the reason)."""
+
+
+def request_routing(inputs: SystemInputs, per_request: list[dict]) -> list[np.ndarray]:
+    """One routing matrix per completed request, in order (failed requests are left out)."""
+    if inputs.n_models != 2:
+        raise WorkloadError(
+            f"per-request routing needs a two-model plan (this one has {inputs.n_models}: "
+            f"{', '.join(inputs.models)}); a request's record does not say which model each hop went to"
+        )
+    entry = inputs.entry
+    other = 1 - entry
+    e, o = inputs.models[entry], inputs.models[other]
+    keep = float(inputs.c[entry, other])
+    out = []
+    for k, r in enumerate(per_request):
+        if not r.get("ok"):
+            continue
+        tokens = r.get("tokens_per_model") or {}
+        unknown = set(tokens) - {e, o}
+        if unknown:
+            raise WorkloadError(
+                f"request {k}: tokens by {', '.join(sorted(unknown))}, not a model of the plan"
+            )
+        hops_out = -(-int(r.get("hops", 0)) // 2)
+        decisions = tokens.get(e, 0) - keep * hops_out + hops_out
+        p_out = min(1.0, hops_out / decisions) if decisions > 0 else 0.0
+        p = np.array(inputs.p, dtype=float)
+        p[entry, entry], p[entry, other] = 1.0 - p_out, p_out
+        out.append(p)
+    if not out:
+        raise WorkloadError("no completed request to take routings from")
+    return out
+
+
+def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
+    """The per-request records of a `tokenrouter bench --json` report (or a `bench/matrix.py` record holding
+    one as `report`), and the report's output length per request (None where it has none)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"{p}: not a readable JSON report: {exc}") from None
+    report = data.get("report", data) if isinstance(data, dict) else None
+    per = report.get("per_request") if isinstance(report, dict) else None
+    if not isinstance(per, list) or not per:
+        raise WorkloadError(f"{p}: no per_request records (write them with `tokenrouter bench --json FILE`)")
+    length = (report.get("spec") or {}).get("output_len") if isinstance(report.get("spec"), dict) else None
+    return per, int(length) if isinstance(length, int) and length > 0 else None
