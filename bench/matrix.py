@@ -716,7 +716,9 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | Non
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
-    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=STDLIB_MAX_DELAY_MS)
+    # horizon: a cap far past any run here (the run's last request ends the simulation)
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=STDLIB_MAX_DELAY_MS,
+               horizon_ms=3_600_000.0)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 

@@ -146,6 +146,9 @@ def test_simulate_replays_a_bench_report_as_a_finite_run(tmp_path):
     assert "chain" not in json.loads(res.output)  # not the chain's closed system
     text = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json")]).output
     assert "a finite run of 2 requests" in text and "to the last one's end: 0.120 s" in text
+    assert "warning" not in text
+    cut = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json"), "--horizon-ms", "50"]).output
+    assert "finished requests: 1" in cut and "warning: the run was cut at --horizon-ms 50" in cut
     (tmp_path / "old.json").write_text(json.dumps({"spec": {"output_len": 10}, "tokens_per_model": {}}))
     for name, msg in (("old.json", "no per_request records"), ("missing.json", "no such file")):
         res = runner.invoke(app, [*base, "--requests", str(tmp_path / name)])

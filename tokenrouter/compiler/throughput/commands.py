@@ -258,6 +258,11 @@ def run_simulate(
         )
     if cfg.request_tokens is not None:
         lines.append(f"finished requests: {sim.finished_requests}")
+    if cfg.requests is not None and sim.finished_requests < len(cfg.requests):
+        lines.append(
+            f"warning: the run was cut at --horizon-ms {cfg.horizon_ms:g} before its last request ended: "
+            "raise it for the whole run"
+        )
     return "\n".join(lines)
 
 
