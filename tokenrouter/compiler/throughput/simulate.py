@@ -196,9 +196,14 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                 batch, running[i], end[i] = running[i], [], math.inf
                 if measuring:
                     steps[i] += 1
-                for r, u in zip(batch, rng.random(len(batch)), strict=True):
-                    cum = cums[req_of[r]]
-                    j = min(int(np.searchsorted(cum[i], u * cum[i][-1], side="right")), m - 1)
+                us = rng.random(len(batch))
+                if len(cums) == 1:  # every request routes alike: one search for the whole batch
+                    dests = np.searchsorted(cums[0][i], us * cums[0][i][-1], side="right")
+                else:
+                    dests = [np.searchsorted(cums[req_of[r]][i], u * cums[req_of[r]][i][-1], side="right")
+                             for r, u in zip(batch, us, strict=True)]  # fmt: skip
+                for r, j in zip(batch, dests, strict=True):
+                    j = min(int(j), m - 1)
                     got = inputs.c[i, j]
                     tokens_of[r] += got
                     if measuring:
