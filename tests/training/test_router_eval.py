@@ -333,3 +333,30 @@ def test_train_router_gain_label_from_the_command_line(tmp_path, tiny_pair, tiny
     assert policy.with_suffix(".safetensors").stat().st_size > 0
     bad = cli("train-router", policy, "div", "--data", tiny_corpus / "router", *SMALL, "--label", "nope")
     assert bad.returncode == 2 and "unknown label 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_divergence_breakdown_adds_up_and_matches_eval(trained_r2r, tiny_corpus):
+    """bench/divergence_breakdown.py (docs/quality.md's table of where the models disagree): the five
+    kinds of position cover all of them, the three divergent ones add up to eval's label rate on the
+    same windows, and the bound's mean over random orders is printed."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    policy, _ = trained_r2r
+    script = Path(__file__).resolve().parents[2] / "bench" / "divergence_breakdown.py"
+    proc = subprocess.run([sys.executable, str(script), str(policy), "--data", str(tiny_corpus / "eval"), *SMALL,
+                           "--draws", "20"], capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pct = {k: float(v) for k, v in re.findall(r"  (.+): ([0-9.]+) %", proc.stdout)}
+    assert len(pct) == 5 and sum(pct.values()) == pytest.approx(100, abs=0.05)
+    d = float(re.search(r"divergence rate d = ([0-9.]+) %", proc.stdout).group(1))
+    divergent = ("large right, small wrong", "small right, large wrong", "both wrong (but different)")
+    assert sum(pct[k] for k in divergent) == pytest.approx(d, abs=0.02)
+    res = json.loads(cli("eval", policy, "--data", tiny_corpus / "eval", "--json", *SMALL).stdout)
+    assert d == pytest.approx(100 * res["label_rate"], abs=0.006)
+    assert "divergence bound at share 0.25" in proc.stdout or "no gap" in proc.stdout
+    bad = subprocess.run([sys.executable, str(script), str(policy) + ".nope", "--data", str(tiny_corpus)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 1 and "error:" in bad.stderr and "Traceback" not in bad.stderr
