@@ -1,6 +1,10 @@
 """Train the demo pair (Qwen3 architecture): py-small (~1.3M parameters) and py-large (~11M); with
 ``--models small-deep,small-wide``, candidate small models of ~1.9M (7 layers of 128, or 5 of 160; docs/quality.md,
-"What falls short").
+"What falls short"); with ``--models small-kd,...``, small models distilled from a trained large one
+(``--teacher``, default ``examples/models/py-large``): the loss mixes cross-entropy on the true token with
+KL(teacher || student) on the teacher's full next-token distribution, and the curve records how often the
+student's greedy token equals the teacher's on the held-out windows (the pair's agreement, 1 - d in
+docs/quality.md).
 
 Reads the prepared corpus (``python -m tokenrouter.training.prepare --out .data/corpus``): ``train.npy`` and
 ``val.npy`` (uint16 token ids) and ``tokenizer/``. Plain PyTorch on `transformers.Qwen3ForCausalLM`, fixed
@@ -43,6 +47,7 @@ class TrainConfig:
     eval_tokens: int = 400_000  # of val.npy, evaluated in full windows
     max_seconds: float = 240.0  # a guard: stop at the next evaluation past this (and say so in the meta)
     seed: int = 1234
+    distill: float = 0.0  # weight of KL(teacher || student); 0 = plain language modelling, no teacher
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "seq_len", "eval_every", "eval_tokens"):
@@ -52,6 +57,8 @@ class TrainConfig:
             raise ValueError("dropout must be in [0, 1)")
         if not 0 < self.lr < 1:
             raise ValueError("lr must be in (0, 1)")
+        if not 0 <= self.distill <= 1:
+            raise ValueError("distill must be in [0, 1]")
 
 
 RECIPES = {
@@ -70,8 +77,39 @@ RECIPES = {
 for _name in ("small-deep", "small-wide"):
     RECIPES[_name] = replace(RECIPES["small"], max_seconds=420.0)
     RECIPES[f"tiny-{_name}"] = RECIPES["tiny-small"]
-# --models: small, large, small-deep, small-wide
+# small models distilled from py-large (--teacher): the student's shape is the name before "-kd"
+RECIPES["small-kd"] = replace(RECIPES["small"], distill=1.0, max_seconds=420.0)
+RECIPES["small-kd-half"] = replace(RECIPES["small-kd"], distill=0.5)
+RECIPES["small-kd-long"] = replace(RECIPES["small-kd"], steps=6000, warmup=300, max_seconds=480.0)
+RECIPES["small-deep-kd"] = replace(RECIPES["small-kd"])
+for _name in ("small-kd", "small-kd-half", "small-kd-long", "small-deep-kd"):
+    RECIPES[f"tiny-{_name}"] = replace(RECIPES["tiny-small"], distill=RECIPES[_name].distill)
+# --models: small, large, small-deep, small-wide, small-kd, ...
 MODELS = tuple(n for n in RECIPES if not n.startswith("tiny-"))
+
+
+def shape_of(name: str) -> LMShape:
+    """The shape a recipe trains: a distilled recipe ("small-kd-half") trains its student's shape ("small")."""
+    return SHAPES[name.split("-kd")[0]]
+
+
+def load_teacher(folder: Path, vocab_size: int, device):
+    """The trained large model whose distribution a distilled recipe learns; errors name the folder."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(
+            f"teacher {folder}: no config.json (a trained model folder, e.g. examples/models/py-large)"
+        )
+    vocab = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    if vocab != vocab_size:
+        raise ValueError(f"teacher {folder}: vocabulary {vocab}, but the corpus tokenizer has {vocab_size}")
+    teacher = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -118,14 +156,14 @@ def add_branch_dropout(model, p: float) -> None:
         layer.mlp.register_forward_hook(hook)
 
 
-def train_one(name: str, data: Path, out: Path, device: str) -> dict:
+def train_one(name: str, data: Path, out: Path, device: str, teacher_dir: Path | None = None) -> dict:
     import numpy as np
     import torch
     import torch.nn.functional as F
 
     from tokenrouter.training.tokenizer import EOS, load_tokenizer
 
-    shape, cfg = SHAPES[name], RECIPES[name]
+    shape, cfg = shape_of(name), RECIPES[name]
     tok = load_tokenizer(data / "tokenizer")
     if tok.get_vocab_size() != shape.vocab_size:
         shape = LMShape(**{**asdict(shape), "vocab_size": tok.get_vocab_size()})
@@ -140,6 +178,11 @@ def train_one(name: str, data: Path, out: Path, device: str) -> dict:
     val_x = val[: n_val * cfg.seq_len].view(n_val, cfg.seq_len)
     val_y = val[1 : n_val * cfg.seq_len + 1].view(n_val, cfg.seq_len)
 
+    teacher = None
+    if cfg.distill > 0:
+        if teacher_dir is None:
+            raise ValueError(f"{name} is distilled: give --teacher FOLDER")
+        teacher = load_teacher(teacher_dir, shape.vocab_size, dev)
     model = build_model(shape, eos_id).to(dev)
     if cfg.dropout > 0:
         add_branch_dropout(model, cfg.dropout)
@@ -157,19 +200,41 @@ def train_one(name: str, data: Path, out: Path, device: str) -> dict:
     amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
     offsets = torch.arange(cfg.seq_len + 1, device=dev)
 
-    def loss_of(x, y):
+    def logits_of(net, x):
         with amp:
-            logits = model(input_ids=x).logits
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+            return net(input_ids=x).logits.float()
+
+    def loss_of(x, y):
+        logits = logits_of(model, x)
+        ce = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+        if teacher is None:
+            return ce
+        with torch.no_grad():
+            t_logp = F.log_softmax(logits_of(teacher, x), dim=-1).view(-1, logits.size(-1))
+        s_logp = F.log_softmax(logits, dim=-1).view(-1, logits.size(-1))
+        kl = F.kl_div(s_logp, t_logp, log_target=True, reduction="batchmean")
+        return (1 - cfg.distill) * ce + cfg.distill * kl
+
+    teacher_greedy = None
+    if teacher is not None:  # the teacher's greedy tokens on the held-out windows, once
+        with torch.no_grad():
+            teacher_greedy = torch.cat(
+                [logits_of(teacher, val_x[i : i + 32]).argmax(-1) for i in range(0, n_val, 32)]
+            )
 
     @torch.no_grad()
-    def val_loss() -> float:
+    def val_loss() -> tuple[float, float | None]:
+        """Held-out cross-entropy on the true tokens and, with a teacher, the greedy agreement with it."""
         model.eval()
-        tot = 0.0
+        tot, agree = 0.0, 0
         for i in range(0, n_val, 32):
-            tot += float(loss_of(val_x[i : i + 32], val_y[i : i + 32])) * val_x[i : i + 32].shape[0]
+            logits = logits_of(model, val_x[i : i + 32])
+            ce = F.cross_entropy(logits.view(-1, logits.size(-1)), val_y[i : i + 32].reshape(-1))
+            tot += float(ce) * logits.shape[0]
+            if teacher_greedy is not None:
+                agree += int((logits.argmax(-1) == teacher_greedy[i : i + 32]).sum())
         model.train()
-        return tot / n_val
+        return tot / n_val, (agree / val_x.numel() if teacher_greedy is not None else None)
 
     curve: list[dict] = []
     best = {"val_loss": float("inf"), "step": -1, "state": None}
@@ -190,20 +255,23 @@ def train_one(name: str, data: Path, out: Path, device: str) -> dict:
         if (step + 1) % cfg.eval_every == 0 or last:
             lv = float(loss.detach())
             ema = lv if ema is None else 0.8 * ema + 0.2 * lv
-            vl = val_loss()
+            vl, agree = val_loss()
             elapsed = time.perf_counter() - t0
             curve.append(
                 {
                     "step": step + 1,
                     "train_loss": lv,
                     "val_loss": vl,
+                    **({"agree_with_teacher": agree} if agree is not None else {}),
                     "lr": lr_at(step, cfg),
                     "seconds": round(elapsed, 2),
                     "tokens": (step + 1) * cfg.batch * cfg.seq_len,
                 }
             )
+            agreed = f" agree {agree:.4f}" if agree is not None else ""
             print(
-                f"[{name}] step {step + 1}/{cfg.steps} train {lv:.4f} val {vl:.4f} {elapsed:.1f}s", flush=True
+                f"[{name}] step {step + 1}/{cfg.steps} train {lv:.4f} val {vl:.4f}{agreed} {elapsed:.1f}s",
+                flush=True,
             )
             if vl < best["val_loss"]:
                 best = {
@@ -229,6 +297,10 @@ def train_one(name: str, data: Path, out: Path, device: str) -> dict:
         "seconds": round(time.perf_counter() - t0, 1),
         "stopped_early": stopped_early,
         "val_tokens": n_val * cfg.seq_len,
+        "teacher": str(teacher_dir) if teacher is not None else None,
+        "best_agree_with_teacher": next(
+            (p.get("agree_with_teacher") for p in curve if p["step"] == best["step"]), None
+        ),
     }
     folder = out / f"py-{name.removeprefix('tiny-')}"
     save_hf_folder(best["state"], shape, data / "tokenizer", folder, eos_id, meta)
@@ -274,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="toy shapes and a dozen steps (CPU smoke test)")
     ap.add_argument("--parallel", action="store_true", help="train the models at once, one process each")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument(
+        "--teacher",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "examples" / "models" / "py-large",
+        help="the trained large model that the -kd recipes distil (default: examples/models/py-large)",
+    )
     ap.add_argument("--plot", type=Path, default=None, help="only plot the curves found in this folder")
     args = ap.parse_args(argv)
     if args.plot is not None:
@@ -295,13 +373,18 @@ def main(argv: list[str] | None = None) -> int:
         base = [sys.executable, __file__, "--data", str(args.data), "--out", str(args.out)]
         base += ["--tiny"] if args.tiny else []
         base += ["--device", args.device] if args.device else []
+        base += ["--teacher", str(args.teacher)]
         procs = [subprocess.Popen([*base, "--models", n]) for n in names]
         return max(p.wait() for p in procs)
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     for n in names:
-        train_one(f"tiny-{n}" if args.tiny else n, args.data, args.out, device)
+        try:
+            train_one(f"tiny-{n}" if args.tiny else n, args.data, args.out, device, args.teacher)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -85,3 +85,32 @@ def test_tiny_folder_matches_transformers(tiny_pair):
         ref = hf(input_ids=ids[None]).logits[0]
     ours, _ = load_engine(folder, device="cpu", dtype="float32", max_tokens=64).forward_full(ids)
     torch.testing.assert_close(ours.float(), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_distilled_recipe_learns_from_the_teacher_and_names_a_bad_one(tiny_corpus, tiny_pair, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "train_models.py"
+    base = [sys.executable, str(script), "--data", str(tiny_corpus), "--out", str(tmp_path), "--tiny"]
+    base += ["--device", "cpu", "--models", "small-kd"]
+    proc = subprocess.run(
+        [*base, "--teacher", str(tiny_pair / "py-large")], capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    curve = json.loads((tmp_path / "py-small-kd.curve.json").read_text())
+    agree = [p["agree_with_teacher"] for p in curve["curve"]]
+    assert all(0.0 <= a <= 1.0 for a in agree)
+    assert curve["meta"]["teacher"] == str(tiny_pair / "py-large")
+    assert curve["meta"]["best_agree_with_teacher"] in agree
+    config = json.loads((tmp_path / "py-small-kd" / "config.json").read_text())
+    assert config["hidden_size"] == SHAPES["tiny-small"].hidden_size
+    # a missing teacher and one of another vocabulary are named, without a traceback
+    proc = subprocess.run(
+        [*base, "--teacher", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1 and "nope" in proc.stderr and "Traceback" not in proc.stderr
+    big = Path(__file__).resolve().parents[2] / "examples" / "models" / "py-large"
+    proc = subprocess.run([*base, "--teacher", str(big)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "vocabulary 4096" in proc.stderr and "Traceback" not in proc.stderr
