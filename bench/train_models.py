@@ -325,7 +325,9 @@ def plot(folder: Path) -> Path:
         d = json.loads(path.read_text())
         tokens = [p["tokens"] / 1e6 for p in d["curve"]]
         name = d["meta"]["name"]
-        ax.plot(tokens, [p["train_loss"] for p in d["curve"]], alpha=0.5, label=f"{name} train")
+        distilled = d["meta"]["train"].get("distill", 0) > 0
+        train_label = f"{name} train (distillation loss)" if distilled else f"{name} train"
+        ax.plot(tokens, [p["train_loss"] for p in d["curve"]], alpha=0.5, label=train_label)
         ax.plot(tokens, [p["val_loss"] for p in d["curve"]], label=f"{name} held-out")
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("cross-entropy (nats/token)")

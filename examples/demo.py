@@ -2,10 +2,11 @@
 
     python3 examples/demo.py [POLICY.tr] [--prompt TEXT] [--max-tokens N]
 
-It starts `tokenrouter serve POLICY` (default: examples/r2r_lp.tr — py-small writes, py-large rewrites the tokens
-the trained router doubts) on a free port, sends one completion and one chat request through the unmodified
-`openai` client, prints the text and which model wrote which tokens, and shuts the server down with Ctrl-C's
-signal. Everything runs offline on the CPU.
+It starts `tokenrouter serve POLICY` (default: examples/r2r_kd.tr — py-small-kd, distilled from py-large,
+writes, and py-large rewrites the tokens where the trained router expects the two to disagree) on a free
+port, sends one completion and one chat request through the unmodified `openai` client, prints the text and
+which model wrote which tokens, and shuts the server down with Ctrl-C's signal. Everything runs offline on
+the CPU.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def show(title: str, text: str, routing: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("policy", nargs="?", default=str(HERE / "r2r_lp.tr"))
+    ap.add_argument("policy", nargs="?", default=str(HERE / "r2r_kd.tr"))
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--max-tokens", type=int, default=48)
     args = ap.parse_args()
