@@ -360,3 +360,36 @@ def test_divergence_breakdown_adds_up_and_matches_eval(trained_r2r, tiny_corpus)
     bad = subprocess.run([sys.executable, str(script), str(policy) + ".nope", "--data", str(tiny_corpus)],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 1 and "error:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_gap_recovered_interval_brackets_the_estimate_and_is_exact_at_the_ends():
+    from tokenrouter.training.evaluate import Scorer
+    from tokenrouter.training.teacher import TeacherData
+
+    gen = torch.Generator().manual_seed(0)
+    n, windows = 4000, 40
+    target = torch.randint(0, 5, (n,), generator=gen)
+    # the large model is right more often than the small one
+    large = torch.where(torch.rand(n, generator=gen) < 0.7, target, (target + 1) % 5)
+    small = torch.where(torch.rand(n, generator=gen) < 0.5, target, (target + 2) % 5)
+    data = TeacherData(
+        models=["slm", "llm"],
+        target=target,
+        greedy={"slm": small, "llm": large},
+        nll={"slm": torch.rand(n, generator=gen) + 1.0, "llm": torch.rand(n, generator=gen) + 0.5},
+        window=torch.arange(n) * windows // n,
+        window_file=[f"f{i}" for i in range(windows)],
+    )
+    scorer = Scorer(data, "slm", ["llm"])
+    half = torch.where(torch.rand(n, generator=gen) < 0.5, 0, -1)
+    point = scorer.point(half)
+    ci = scorer.gap_recovered_ci(half, seed=1)
+    for key in ("acc", "nll"):
+        lo, hi = ci[f"{key}_gap_recovered_ci95"]
+        assert lo < point[f"{key}_gap_recovered"] < hi and hi - lo < 0.5
+    # all rows to the large model recover exactly the whole gap, none recovers nothing, in every resample
+    assert scorer.gap_recovered_ci(torch.zeros(n, dtype=torch.int64), seed=1)["acc_gap_recovered_ci95"] == [
+        1.0,
+        1.0,
+    ]
+    assert scorer.gap_recovered_ci(torch.full((n,), -1), seed=1)["nll_gap_recovered_ci95"] == [0.0, 0.0]

@@ -91,6 +91,32 @@ class Scorer:
             out[f"{key}_ci95"] = [float(boot[int(0.025 * rounds)]), float(boot[int(0.975 * rounds) - 1])]
         return out
 
+    def gap_recovered_ci(self, writer: torch.Tensor, seed: int, rounds: int = 1000) -> dict:
+        """95 % intervals of the share of the accuracy and NLL gaps that a routing recovers, from a bootstrap
+        over windows: numerator (routed minus small) and denominator (large minus small) are resampled
+        together, so the interval includes the uncertainty of the gap itself."""
+        acc, nll = self.per_row(writer)
+        acc_s, nll_s = self.per_row(torch.full_like(writer, -1))
+        acc_l, nll_l = self.per_row(torch.zeros_like(writer), [self.targets[0]])
+        w = self.data.window
+        nw = len(self.data.window_file)
+
+        def per_window(x: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(nw, dtype=torch.float64).index_add_(0, w, x.double())
+
+        idx = torch.randint(0, nw, (rounds, nw), generator=torch.Generator().manual_seed(seed))
+        out = {}
+        for key, num, den in (
+            ("acc_gap_recovered_ci95", per_window(acc - acc_s), per_window(acc_l - acc_s)),
+            ("nll_gap_recovered_ci95", per_window(nll_s - nll), per_window(nll_s - nll_l)),
+        ):
+            d = den[idx].sum(1)
+            ok = d != 0
+            boot = (num[idx].sum(1)[ok] / d[ok]).sort().values
+            k = boot.numel()
+            out[key] = [float(boot[int(0.025 * k)]), float(boot[int(0.975 * k) - 1])] if k else None
+        return out
+
     def point(self, writer: torch.Tensor, **extra) -> dict:
         q = self.quality(writer)
         d_acc = self.large["accuracy"] - self.small["accuracy"]
@@ -252,11 +278,14 @@ def evaluate(
         other_node = threshold_node(versus, other_ir, cfg.param)
         other_values = policy_values(versus, entry, data, cfg.seed)
         other = sweep_policy(versus, entry, other_values, n, other_node, cfg.shares, scorer)
+        for p, w_other in other:
+            p.update(scorer.gap_recovered_ci(w_other, cfg.seed))
         curves["versus"] = [p for p, _ in other]
         v = [scorer.paired(w, w_other, s, cfg.seed) for (_, w), (_, w_other), s in
              zip(swept, other, cfg.shares, strict=True)]  # fmt: skip
         minus["versus"] = v
-    for (_, w_policy), s in zip(swept, cfg.shares, strict=True):
+    for (point, w_policy), s in zip(swept, cfg.shares, strict=True):
+        point.update(scorer.gap_recovered_ci(w_policy, cfg.seed))
         w_conf, w_ent = top_share(-f["confidence"], s), top_share(f["entropy"], s)
         curves["confidence"].append(scorer.point(w_conf, target_share=s))
         curves["entropy"].append(scorer.point(w_ent, target_share=s))
@@ -308,6 +337,18 @@ def format_table(result: dict) -> str:
                 star = "*" if abs(p["share"] - p["target_share"]) > 0.01 else " "
                 cells.append(f"{v:.4f} ({gtxt}){star}")
             lines.append(f"{target['target_share']:6.2f} " + " ".join(f"{c:>17}" for c in cells))
+        lines.append("")
+    if all("acc_gap_recovered_ci95" in p for p in result["curves"]["policy"]):
+        lines.append("policy's gap recovered (95 % bootstrap interval over windows):")
+        for p in result["curves"]["policy"]:
+            a, n = p["acc_gap_recovered_ci95"], p["nll_gap_recovered_ci95"]
+            if a is None or n is None:
+                continue
+            lines.append(
+                f"  share {p['target_share']:.2f}: accuracy {100 * p['acc_gap_recovered']:.1f} % "
+                f"[{100 * a[0]:.1f}, {100 * a[1]:.1f}], NLL {100 * p['nll_gap_recovered']:.1f} % "
+                f"[{100 * n[0]:.1f}, {100 * n[1]:.1f}]"
+            )
         lines.append("")
     for base, rows in result.get("policy_minus", {}).items():
         lines.append(f"policy minus {base} (95 % bootstrap interval over windows):")
