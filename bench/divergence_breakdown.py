@@ -32,10 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from tokenrouter.runtime.route.routers import RouterSpec
-    from tokenrouter.training.feature_cache import teacher_force_cached
+    from tokenrouter.training.evaluate import teacher_force_plan
     from tokenrouter.training.policy_view import PolicyViewError, load_plan, routed_shape
-    from tokenrouter.training.teacher import TeacherConfig, make_windows
+    from tokenrouter.training.teacher import TeacherConfig
 
     try:
         defines = dict(d.split("=", 1) for d in args.define)
@@ -47,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         shape = routed_shape(plan)
         entry, large = shape.entry, shape.targets[0]
         teacher = TeacherConfig(seq_len=args.seq_len, prompt=args.prompt, max_tokens=args.max_tokens)
-        specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in shape.ir["routers"]}
-        windows = make_windows(args.data, Path(plan["models"][entry]["path"]), teacher)
-        data, _ = teacher_force_cached(None, plan, entry, [entry, large], windows, teacher, specs)
+        data, _ = teacher_force_plan(plan, args.data, teacher)
     except (PolicyViewError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -43,22 +43,25 @@ class EvalConfig:
             raise ValueError("shares must be fractions in (0, 1)")
 
 
+def summary(share: float, rows: tuple[torch.Tensor, torch.Tensor]) -> dict:
+    """A routing's large-model share and its mean accuracy and NLL from `Scorer.per_row`'s rows."""
+    acc, nll = rows
+    return {"share": share, "accuracy": float(acc.mean()), "nll": float(nll.mean())}
+
+
 class Scorer:
     """Quality of routings over teacher-forced data: writer per row, -1 = the entry model."""
 
     def __init__(self, data: TeacherData, entry: str, targets: list[str]) -> None:
         self.data, self.entry, self.targets = data, entry, targets
         self.correct = {m: data.correct(m).float() for m in data.models}
-        self.small = self.quality(torch.full((data.n,), -1))
-        self.large = self.quality(torch.zeros(data.n, dtype=torch.int64), [targets[0]])
+        self.small_rows = self.per_row(torch.full((data.n,), -1))
+        self.large_rows = self.per_row(torch.zeros(data.n, dtype=torch.int64), [targets[0]])
+        self.small = summary(0.0, self.small_rows)
+        self.large = summary(1.0, self.large_rows)
 
     def quality(self, writer: torch.Tensor, targets: list[str] | None = None) -> dict:
-        acc, nll = self.per_row(writer, targets)
-        return {
-            "share": float((writer >= 0).float().mean()),
-            "accuracy": float(acc.mean()),
-            "nll": float(nll.mean()),
-        }
+        return summary(float((writer >= 0).float().mean()), self.per_row(writer, targets))
 
     def per_row(
         self, writer: torch.Tensor, targets: list[str] | None = None
@@ -72,23 +75,28 @@ class Scorer:
             nll[mask] = self.data.nll[m][mask]
         return acc, nll
 
+    def by_window(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-row values summed per window (the bootstrap's unit: rows of one window move together)."""
+        nw = len(self.data.window_file)
+        return torch.zeros(nw, dtype=torch.float64).index_add_(0, self.data.window, x.double())
+
+    def resample(self, seed: int, rounds: int) -> torch.Tensor:
+        """[rounds, windows] window indices drawn with replacement, the same draws for a given seed."""
+        nw = len(self.data.window_file)
+        return torch.randint(0, nw, (rounds, nw), generator=torch.Generator().manual_seed(seed))
+
     def paired(self, a: torch.Tensor, b: torch.Tensor, share: float, seed: int, rounds: int = 1000) -> dict:
         """Routing a minus routing b: accuracy and NLL differences with 95 % intervals from a bootstrap
         over windows (rows of one window move together)."""
         acc_a, nll_a = self.per_row(a)
         acc_b, nll_b = self.per_row(b)
-        w = self.data.window
-        nw = len(self.data.window_file)
-        rows = torch.bincount(w, minlength=nw).double()
-        d_acc = torch.zeros(nw, dtype=torch.float64).index_add_(0, w, (acc_a - acc_b).double())
-        d_nll = torch.zeros(nw, dtype=torch.float64).index_add_(0, w, (nll_a - nll_b).double())
-        idx = torch.randint(0, nw, (rounds, nw), generator=torch.Generator().manual_seed(seed))
+        rows = self.by_window(torch.ones(self.data.n))
+        idx = self.resample(seed, rounds)
         den = rows[idx].sum(1)
         out = {"target_share": share}
-        for key, d in (("accuracy", d_acc), ("nll", d_nll)):
-            boot = (d[idx].sum(1) / den).sort().values
+        for key, d in (("accuracy", self.by_window(acc_a - acc_b)), ("nll", self.by_window(nll_a - nll_b))):
             out[key] = float(d.sum() / rows.sum())
-            out[f"{key}_ci95"] = [float(boot[int(0.025 * rounds)]), float(boot[int(0.975 * rounds) - 1])]
+            out[f"{key}_ci95"] = ci95(d[idx].sum(1) / den)
         return out
 
     def gap_recovered_ci(self, writer: torch.Tensor, seed: int, rounds: int = 1000) -> dict:
@@ -96,25 +104,16 @@ class Scorer:
         over windows: numerator (routed minus small) and denominator (large minus small) are resampled
         together, so the interval includes the uncertainty of the gap itself."""
         acc, nll = self.per_row(writer)
-        acc_s, nll_s = self.per_row(torch.full_like(writer, -1))
-        acc_l, nll_l = self.per_row(torch.zeros_like(writer), [self.targets[0]])
-        w = self.data.window
-        nw = len(self.data.window_file)
-
-        def per_window(x: torch.Tensor) -> torch.Tensor:
-            return torch.zeros(nw, dtype=torch.float64).index_add_(0, w, x.double())
-
-        idx = torch.randint(0, nw, (rounds, nw), generator=torch.Generator().manual_seed(seed))
+        (acc_s, nll_s), (acc_l, nll_l) = self.small_rows, self.large_rows
+        idx = self.resample(seed, rounds)
         out = {}
         for key, num, den in (
-            ("acc_gap_recovered_ci95", per_window(acc - acc_s), per_window(acc_l - acc_s)),
-            ("nll_gap_recovered_ci95", per_window(nll_s - nll), per_window(nll_s - nll_l)),
+            ("acc_gap_recovered_ci95", self.by_window(acc - acc_s), self.by_window(acc_l - acc_s)),
+            ("nll_gap_recovered_ci95", self.by_window(nll_s - nll), self.by_window(nll_s - nll_l)),
         ):
             d = den[idx].sum(1)
             ok = d != 0
-            boot = (num[idx].sum(1)[ok] / d[ok]).sort().values
-            k = boot.numel()
-            out[key] = [float(boot[int(0.025 * k)]), float(boot[int(0.975 * k) - 1])] if k else None
+            out[key] = ci95(num[idx].sum(1)[ok] / d[ok]) if bool(ok.any()) else None
         return out
 
     def point(self, writer: torch.Tensor, **extra) -> dict:
@@ -125,6 +124,13 @@ class Scorer:
         q["nll_gap_recovered"] = (self.small["nll"] - q["nll"]) / d_nll if d_nll else None
         q.update(extra)
         return q
+
+
+def ci95(draws: torch.Tensor) -> list[float]:
+    """The 2.5 % and 97.5 % points of bootstrap draws."""
+    boot = draws.sort().values
+    k = boot.numel()
+    return [float(boot[int(0.025 * k)]), float(boot[int(0.975 * k) - 1])]
 
 
 def top_share(score: torch.Tensor, share: float) -> torch.Tensor:
@@ -227,6 +233,24 @@ def sweep_policy(
     return out
 
 
+def teacher_force_plan(
+    plan: dict, data_dir: Path, teacher: TeacherConfig, cache: Path | None = None
+) -> tuple[TeacherData, list]:
+    """A routed policy's teacher-forced rows over the text files in `data_dir` (the entry model, every
+    target model, the routers' inputs; `cache`: feature_cache.py), and the windows they come from."""
+    from tokenrouter.runtime.route.routers import RouterSpec
+
+    from .feature_cache import teacher_force_cached
+
+    shape = routed_shape(plan)
+    entry = shape.entry
+    models = [entry, *dict.fromkeys(t for t in shape.targets if t != entry)]
+    specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in shape.ir["routers"]}
+    windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
+    data, _ = teacher_force_cached(cache, plan, entry, models, windows, teacher, specs)
+    return data, windows
+
+
 def evaluate(
     plan: dict,
     data_dir: Path,
@@ -240,17 +264,10 @@ def evaluate(
     ``versus``: the same policy with other param values (e.g. another router file), swept the same way
     and compared paired at each share ("policy minus versus": one bootstrap over the same windows, so
     the interval is the one of the difference, not of two separate figures)."""
-    from tokenrouter.runtime.route.routers import RouterSpec
-
-    from .feature_cache import teacher_force_cached
-
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
     node = threshold_node(plan, ir, cfg.param)
-    models = [entry, *dict.fromkeys(t for t in shape.targets if t != entry)]
-    specs = {r: RouterSpec.from_plan(r, plan["routers"][r]) for r in ir["routers"]}
-    windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
-    data, _ = teacher_force_cached(cache, plan, entry, models, windows, teacher, specs)
+    data, windows = teacher_force_plan(plan, data_dir, teacher, cache)
     scorer = Scorer(data, entry, shape.targets)
     values = policy_values(plan, entry, data, cfg.seed)
     n = data.n
