@@ -28,8 +28,7 @@ def test_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(
-    "prefetch,stages,sampler",
-    [(0, 0, DEFAULT), (2, 0, DEFAULT), (0, 3, DEFAULT), *[(2, 0, s) for s in OTHERS]],
+    "prefetch,stages,sampler", [(0, 0, DEFAULT), (2, 0, DEFAULT), (0, 3, DEFAULT), *[(2, 0, s) for s in OTHERS]]
 )
 def test_compiled_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
     out = _script(["route_variants_check.py", str(prefetch), str(stages), "cuda", sampler], interpret=False)
