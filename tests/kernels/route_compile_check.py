@@ -91,24 +91,22 @@ def main() -> int:
         if name == "with_router" or i % 4 == 0:
             compile_kernel(mod.rules_kernel, "*fp32", {}, 1)
             n += 1
-    # the cases above render the default sampler; the other ones (every statistic: split merge; no
-    # statistic: one program per row) and the benchmarks' debug tails of every sampler (bf16, split 4, as
+    # the cases above render the default sampler; the other one (every statistic: split merge; no
+    # statistic: one program per row) and the benchmarks' debug tails of both samplers (bf16, split 4, as
     # --tail-split launches them at bs 64)
+    (other,) = (s for s in SAMPLERS if s != DEFAULT_SAMPLER)
     ir = irs["citer_like"]
     sampled = dict(SPLIT=4, BLOCK=4096, SC=2048, NC=128, SG=8, SAMPLING=True, HAS_FORCED=True, EVAL_RULES=True,
                    WRITE_FEATURES=False, FAST_MATH=True, PREFETCH=1, STAGES=0)  # fmt: skip
-    others = [
-        (other, "full", logits_type, changes)
-        for other in SAMPLERS
-        if other != DEFAULT_SAMPLER
-        for logits_type, changes in (
-            ("*bf16", {}),
-            ("*fp32", dict(SPLIT=1, HAS_FORCED=False)),
-            ("*bf16", dict(BLOCK=8192, PREFETCH=0, STAGES=3)),
-        )
-    ]
-    tails = [(sampler, tail, "*bf16", {}) for sampler in SAMPLERS for tail in ("chunk", "none")]
-    for sampler, tail, logits_type, changes in others + tails:
+    for sampler, tail, logits_type, changes in (
+        (other, "full", "*bf16", {}),
+        (other, "full", "*fp32", dict(SPLIT=1, HAS_FORCED=False)),
+        (other, "full", "*bf16", dict(BLOCK=8192, PREFETCH=0, STAGES=3)),
+        ("strided", "chunk", "*bf16", {}),
+        ("strided", "none", "*bf16", {}),
+        ("cdf", "chunk", "*bf16", {}),
+        ("cdf", "none", "*bf16", {}),
+    ):
         src = render_route_kernel(ir, "triton", sampler=sampler, debug_tail=tail)
         mod = load_source(src, f"check_{sampler}_{tail}")
         compiled = compile_kernel(mod.route_kernel, logits_type, {**sampled, **changes}, 8)

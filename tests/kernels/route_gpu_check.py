@@ -3,13 +3,12 @@ bs 1 / 8 / 64 (the launcher's split and tile choices), fp32 and bf16 logits, ran
 greedy, temperature (T = 1 and not), top-k and top-p rows. Tokens and fired rules must be equal, except
 sampled rows within float rounding of another outcome, counted and printed: with the "strided" sampler (the
 default, tokenrouter.runtime.sampling.DEFAULT_SAMPLER) rows whose two best chunk scores, or two best Gumbel
-scores within the chunk, are within 1e-4 of each other; with `cells`, the same for the two best cell scores
-and the two best Gumbel scores within the cell; with the word `cdf` among the arguments both renderers use
-the "cdf" sampler, and the tolerated rows are those whose chunk draw u lies within 1e-5 (relative) of a
-chunk boundary of the cumulative mass (docs/ir.md: the two renderers sum in different orders). A script, so
-that it runs where pytest is not installed: python route_gpu_check.py [ROWS,... [VOCAB [cpu]]]
-[cdf|strided|cells] (cpu: under Triton's interpreter, to check this script itself at a small vocabulary).
-Exits non-zero on a mismatch."""
+scores within the chunk, are within 1e-4 of each other; with the word `cdf` among the arguments both
+renderers use the "cdf" sampler, and the tolerated rows are those whose chunk draw u lies within 1e-5
+(relative) of a chunk boundary of the cumulative mass (docs/ir.md: the two renderers sum in different
+orders). A script, so that it runs where pytest is not installed: python route_gpu_check.py
+[ROWS,... [VOCAB [cpu]]] [cdf|strided] (cpu: under Triton's interpreter, to check this script itself at a
+small vocabulary). Exits non-zero on a mismatch."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ import math
 import os
 import sys
 
-NAMES = ("cdf", "strided", "cells")
-SAMPLER = next((a for a in sys.argv[1:] if a in NAMES), None)  # None: the default (below)
-sys.argv = [a for a in sys.argv if a not in NAMES]
+SAMPLER = next((a for a in sys.argv[1:] if a in ("cdf", "strided")), None)  # None: the default (below)
+sys.argv = [a for a in sys.argv if a not in ("cdf", "strided")]
 if sys.argv[3:4] == ["cpu"]:
     os.environ["TRITON_INTERPRET"] = "1"
 else:
@@ -29,17 +27,9 @@ import torch  # noqa: E402
 from route_cases import CASES  # noqa: E402
 from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
 
-from tokenrouter.runtime.rng import (  # noqa: E402
-    STREAM_CELL,
-    STREAM_CHUNK,
-    STREAM_GROUP,
-    STREAM_SAMPLE,
-    U_MAX,
-    U_MIN,
-    uniform_int,
-)
+from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform_int  # noqa: E402
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel  # noqa: E402
-from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLE_CELL, SAMPLE_CHUNK, SAMPLE_GROUP  # noqa: E402
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLE_CHUNK, SAMPLE_GROUP  # noqa: E402
 
 SAMPLER = SAMPLER or DEFAULT_SAMPLER
 
@@ -77,27 +67,6 @@ def near_strided_tie(row: torch.Tensor, temperature: float, seed: int, position:
     return len(ids) > 1 and float(top[0] - top[1]) < 1e-4
 
 
-def near_cells_tie(row: torch.Tensor, temperature: float, seed: int, position: int) -> bool:
-    """The "cells" draw in float64: are the two best cell scores, or the two best Gumbel scores within the
-    chosen cell, within 1e-4 of each other? (Only cells whose score can reach the best are scored.)"""
-    z = row.double() / temperature
-    vocab = row.numel()
-    e = torch.nn.functional.pad(torch.exp(z - z.max()), (0, -vocab % SAMPLE_CELL))
-    logw = torch.log(e.view(-1, SAMPLE_CELL).sum(-1))
-    cand = torch.nonzero(logw > float(logw.max()) - 25.0).flatten().tolist()  # Gumbel noise spans < 20
-    score = {c: float(logw[c]) + _gumbel(seed, position, STREAM_CELL, c) for c in cand}
-    ranked = sorted(score.values(), reverse=True)
-    if len(ranked) > 1 and ranked[0] - ranked[1] < 1e-4:
-        return True
-    c = max(cand, key=lambda c: (score[c], -c))
-    ids = [v for v in range(c * SAMPLE_CELL, min(vocab, (c + 1) * SAMPLE_CELL))]
-    inner = sorted((float(z[v]) + _gumbel(seed, position, STREAM_SAMPLE, v) for v in ids), reverse=True)
-    return len(inner) > 1 and inner[0] - inner[1] < 1e-4
-
-
-NEAR = {"cdf": near_chunk_boundary, "strided": near_strided_tie, "cells": near_cells_tie}
-
-
 def main() -> int:
     dev = torch.device("cpu" if sys.argv[3:4] == ["cpu"] else "cuda")
     vocab = int(sys.argv[2]) if len(sys.argv) > 2 else 151_936
@@ -119,7 +88,7 @@ def main() -> int:
                     label = f"{name} bs={rows} {dtype} {make.__name__}"
                     for i in torch.nonzero((a.token != b.token) | (a.rule != b.rule)).flatten().tolist():
                         t = float(host.temperature[i])
-                        near = NEAR[SAMPLER]
+                        near = near_chunk_boundary if SAMPLER == "cdf" else near_strided_tie
                         if t > 0 and near(
                             logits[i].float().cpu(), t, int(host.seed[i]), int(host.position[i])
                         ):
@@ -138,7 +107,7 @@ def main() -> int:
                     checked += 1
                 print(f"ok {name} bs={rows} {dtype}", flush=True)
     assert math.isfinite(checked)
-    what = "at a chunk boundary" if SAMPLER == "cdf" else "with near-tied chunk, cell or Gumbel scores"
+    what = "at a chunk boundary" if SAMPLER == "cdf" else "with near-tied chunk or Gumbel scores"
     print(f"OK {checked} full-vocabulary comparisons, sampler {SAMPLER} ({ties} sampled rows {what})")
     return 0
 

@@ -1,6 +1,6 @@
 """The Triton route kernel under Triton's interpreter against the torch renderer (run as a script, in a
 fresh process, with TRITON_INTERPRET=1 set before triton is imported; test_route_triton_interp.py runs it).
-Usage: python route_interp_check.py TMPDIR [cpu|cuda] [cdf|strided|cells] (the sampler of both renderers, default
+Usage: python route_interp_check.py TMPDIR [cpu|cuda] [cdf|strided] (the sampler of both renderers, default
 tokenrouter.runtime.sampling.DEFAULT_SAMPLER). Exits non-zero with the first mismatch."""
 
 from __future__ import annotations

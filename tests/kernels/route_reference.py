@@ -11,8 +11,6 @@ from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_SAMPLE, STREAM_UNIFORM,
 SAMPLE_CHUNK = 2048  # docs/ir.md, "Randomness" (written out here, not imported)
 SAMPLE_GROUP = 8  # the "strided" sampler's ids per chunk and span
 STREAM_GROUP = 3
-SAMPLE_CELL = 8  # the "cells" sampler's consecutive ids per cell
-STREAM_CELL = 4
 DEFAULT_SAMPLER = "strided"  # runtime.sampling.DEFAULT_SAMPLER, written out (test_route_sampling checks it)
 
 INF = math.inf
@@ -72,8 +70,6 @@ def sample_row(
         cand = kept
     if sampler == "strided":
         return _strided_draw(scaled, cand, seed, position)
-    if sampler == "cells":
-        return _cells_draw(scaled, cand, seed, position)
     # stage 1: the chunk of SAMPLE_CHUNK ids, from the cumulative chunk masses and the stream-2 draw
     mx = max(scaled[i] for i in cand)
     n_chunks = -(-vocab // SAMPLE_CHUNK)
@@ -121,23 +117,6 @@ def _strided_draw(scaled: list[float], cand: list[int], seed: int, position: int
     return _gumbel_max(
         scaled, [i for i in cand if (i % SAMPLE_CHUNK) // SAMPLE_GROUP == chosen], seed, position
     )
-
-
-def _cells_draw(scaled: list[float], cand: list[int], seed: int, position: int) -> int:
-    """The "cells" sampler: cell c = ids 8c .. 8c + 7, chosen by Gumbel-max over log(mass) (stream 4, index
-    c), then Gumbel-max within it."""
-    mx = max(scaled[i] for i in cand)
-    mass: dict[int, float] = {}
-    for i in cand:
-        if scaled[i] != -INF:
-            mass[i // SAMPLE_CELL] = mass.get(i // SAMPLE_CELL, 0.0) + math.exp(scaled[i] - mx)
-    best, chosen = -INF, None
-    for c in sorted(mass):
-        if mass[c] > 0:
-            score = math.log(mass[c]) + gumbel_noise(seed, position, STREAM_CELL, c)
-            if chosen is None or score > best:
-                best, chosen = score, c
-    return _gumbel_max(scaled, [i for i in cand if i // SAMPLE_CELL == chosen], seed, position)
 
 
 def _div(a: float, b: float) -> float:

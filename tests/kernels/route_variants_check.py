@@ -3,7 +3,7 @@ warps, programs per SM) under Triton's interpreter, on rows of several tiles: ea
 plain loop's results (prefetch 0, stages 0, the same split and tile) bit for bit, and the torch renderer's
 within route_interp_check's tolerances. Run as a script in a fresh process (TRITON_INTERPRET=1 must be set
 before triton is imported); test_route_triton_variants.py runs it. Usage:
-python route_variants_check.py PREFETCH [STAGES [WARPS]] [cuda] [cdf|strided|cells] (the sampler of both renderers,
+python route_variants_check.py PREFETCH [STAGES [WARPS]] [cuda] [cdf|strided] (the sampler of both renderers,
 default tokenrouter.runtime.sampling.DEFAULT_SAMPLER). Exits non-zero at the first mismatch."""
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def bitwise_equal(a, b, label: str) -> None:
 
 
 def main() -> int:
-    args = [a for a in sys.argv[1:] if a not in ("cuda", "cdf", "strided", "cells")]
+    args = [a for a in sys.argv[1:] if a not in ("cuda", "cdf", "strided")]
     device = "cuda" if "cuda" in sys.argv[1:] else "cpu"
-    sampler = next((a for a in sys.argv[1:] if a in ("cdf", "strided", "cells")), DEFAULT_SAMPLER)
+    sampler = next((a for a in sys.argv[1:] if a in ("cdf", "strided")), DEFAULT_SAMPLER)
     prefetch = int(args[0])
     stages = int(args[1]) if len(args) > 1 else 0
     warps = int(args[2]) if len(args) > 2 else None

@@ -1,9 +1,8 @@
 """The two-stage draws of tokenrouter.runtime.sampling, which the route kernels implement: "cdf" (chunk by
-cumulative mass, then Gumbel-max within the chunk), "strided" (chunk of ids v with (v mod 2048) // 8 == j
-by Gumbel-max over log chunk masses, then Gumbel-max within it) and "cells" (cell of ids 8c .. 8c + 7 by
-Gumbel-max over log cell masses, then Gumbel-max within it). Each is an exact sample from
-softmax(logits / T) across chunks, spans and cells (a chi-square test), "cdf" is plain Gumbel-max for a
-vocabulary of one chunk, and each gives the per-row Python reference's tokens over several chunks. The default sampler
+cumulative mass, then Gumbel-max within the chunk) and "strided" (chunk of ids v with (v mod 2048) // 8 == j
+by Gumbel-max over log chunk masses, then Gumbel-max within it). Each is an exact sample from
+softmax(logits / T) across chunks and spans (a chi-square test), "cdf" is plain Gumbel-max for a vocabulary
+of one chunk, and both give the per-row Python reference's tokens over several chunks. The default sampler
 ("strided") is one constant that the runtime, the compiler (which never imports the runtime) and the Python
 reference each write out; every path that samples with it gives the same tokens for a seed."""
 
@@ -68,9 +67,9 @@ def test_default_is_the_same_on_every_path():
     assert kernel.tolist() == [r["token"] for r in reference(ir, logits, state)]
     assert torch.equal(kernel, sample(logits, state.temperature, state.top_k, state.top_p, state.seed,
                                       state.position, sampler=DEFAULT_SAMPLER))  # fmt: skip
-    for other in (s for s in SAMPLERS if s != DEFAULT_SAMPLER):
-        assert not torch.equal(kernel, sample(logits, state.temperature, state.top_k, state.top_p,
-                                              state.seed, state.position, sampler=other))  # fmt: skip
+    (other,) = (s for s in SAMPLERS if s != DEFAULT_SAMPLER)
+    assert not torch.equal(kernel, sample(logits, state.temperature, state.top_k, state.top_p, state.seed,
+                                          state.position, sampler=other))  # fmt: skip
 
 
 def test_empirical_distribution_across_chunks():
@@ -92,12 +91,12 @@ def test_empirical_distribution_across_chunks():
         assert abs(float(freq[tok]) - math.sqrt(p) / z) < 0.025, (tok, float(freq[tok]))
 
 
-@pytest.mark.parametrize("sampler", ["cdf", "strided", "cells"])
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chi_square_against_softmax(sampler, temperature):
     """Tokens in the same "cdf" chunk and in the same "strided" chunk (ids 8 apart in one span, 2048 apart
-    across spans), in one cell (ids 0 and 3, 4099 and 4100 straddle a cell boundary), in different chunks
-    of all three, and a partial last span; the rest of the vocabulary is one category. 8000 draws (positions 0..7999); at the 1e-3 level the test would fail once in 1000 seeds."""
+    across spans), in different chunks of both, and a partial last span; the rest of the vocabulary is one
+    category. 8000 draws (positions 0..7999); at the 1e-3 level the test would fail once in 1000 seeds."""
     vocab = 2 * SAMPLE_CHUNK + 300
     probs = {0: 0.2, 3: 0.05, 8: 0.1, 2048: 0.15, 2056: 0.05, 1000: 0.1, 4100: 0.1, 4099: 0.05, 3000: 0.1}
     row = torch.randn(vocab, generator=torch.Generator().manual_seed(1)) - 12.0  # the rest: ~5 % at T = 1
@@ -135,20 +134,7 @@ def test_one_chunk_is_plain_gumbel_max():
         assert tok == max(range(vocab), key=lambda v: (scores[v], -v))
 
 
-def test_cells_draw_within_one_cell_and_across_a_partial_last_cell():
-    """ "cells": all the mass on ids 9 and 14 (one cell) and on the last id of a vocabulary that ends in a
-    partial cell; each is drawn about as often as its probability."""
-    vocab = SAMPLE_CHUNK + 5  # the last cell holds 5 ids
-    row = torch.full((vocab,), -50.0)
-    row[9] = row[14] = math.log(0.25)
-    row[vocab - 1] = math.log(0.5)
-    toks = _draws(row, 4000, 1.0, seed=4, sampler="cells")
-    assert set(toks.tolist()) == {9, 14, vocab - 1}
-    assert abs(float((toks == vocab - 1).double().mean()) - 0.5) < 0.04
-    assert abs(float((toks == 9).double().mean()) - 0.25) < 0.04
-
-
-@pytest.mark.parametrize("sampler", ["cdf", "strided", "cells"])
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
 def test_torch_renderer_matches_python_over_several_chunks(sampler):
     ir = CASES["citer_like"]()
     kernel = RouteKernel(plan_for(ir), "slm", "torch", sampler=sampler)

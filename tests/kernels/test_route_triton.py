@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenrouter.runtime.sampling import SAMPLERS
-
 HERE = Path(__file__).parent
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -32,7 +30,7 @@ def _script(args: list[str], interpret: bool, timeout: int = 300) -> str:
     return res.stdout
 
 
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
 def test_triton_interpreter_matches_torch(tmp_path, sampler):
     out = _script(["route_interp_check.py", str(tmp_path), "cpu", sampler], interpret=True)
     assert "OK" in out and f"sampler {sampler}" in out
@@ -46,7 +44,7 @@ def test_triton_kernels_compile_for_sm90():
 
 @pytest.mark.gpu
 @cuda
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
 def test_compiled_triton_matches_torch_small(tmp_path, sampler):
     out = _script(["route_interp_check.py", str(tmp_path), "cuda", sampler], interpret=False)
     assert "OK" in out and f"sampler {sampler}" in out
@@ -54,7 +52,7 @@ def test_compiled_triton_matches_torch_small(tmp_path, sampler):
 
 @pytest.mark.gpu
 @cuda
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("sampler", ["cdf", "strided"])
 def test_compiled_triton_matches_torch_full_vocab(sampler):
     out = _script(["route_gpu_check.py", "1,8,64", "151936", sampler], interpret=False, timeout=900)
     assert "OK" in out and f"sampler {sampler}" in out

@@ -19,7 +19,6 @@ STREAM_SAMPLE = 0
 STREAM_UNIFORM = 1
 STREAM_CHUNK = 2  # index 0: the chunk draw of temperature sampling (tokenrouter.runtime.sampling)
 STREAM_GROUP = 3  # index j: chunk j's Gumbel noise in the "strided" sampler (runtime.sampling)
-STREAM_CELL = 4  # index c: cell c's Gumbel noise in the "cells" sampler (runtime.sampling)
 U_MIN = 2.0**-24
 U_MAX = 1.0 - 2.0**-24
 

@@ -31,16 +31,6 @@ renderers and every engine produce the same token for the same request whatever 
   Gumbel-max. Two implementations agree on the token except when u falls within float-summation error of a
   chunk boundary (the fused kernel sums in another order; about 1e-5 of the draws at 75 chunks) or two
   Gumbel scores tie to float32 rounding.
-  "cells" (the third):
-  1. cell c holds the SAMPLE_CELL = 8 consecutive ids 8c .. 8c + 7; its mass w_c as above; the cell is the
-     Gumbel-max argmax_c(log w_c − log(−log u_c)) with u_c = u(seed, position, stream 4, c) (ties: the
-     lowest c);
-  2. within it, Gumbel-max as in "strided" stage 2 (stream 0, index v), over 8 ids.
-  P(v) = (w_c / Σ w) · (p_v / w_c) once more. A fused kernel finds the cell in its main pass (a thread's
-  vector of 8 logits is one cell: one mass, one noise and one compare per 8 ids, a running best per thread)
-  and keeps one candidate per program, so the program that finishes a row takes a max over the candidates
-  and re-reads 8 logits: no reduction over chunk masses after the loop. Two implementations differ only
-  when two cell scores or two Gumbel scores tie to float32 rounding.
 Top-k keeps the k largest logits; among equal logits the lower index wins a place. Top-p keeps the shortest
 prefix of the candidates sorted by descending probability (ties by index) whose mass reaches p.
 """
@@ -52,20 +42,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenrouter.runtime.rng import (
-    STREAM_CELL,
-    STREAM_CHUNK,
-    STREAM_GROUP,
-    STREAM_SAMPLE,
-    U_MAX,
-    U_MIN,
-    uniform,
-)
+from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform
 
 SAMPLE_CHUNK = 2048  # ids per chunk of the two-stage draw; part of the sampler's definition
 SAMPLE_GROUP = 8  # the "strided" sampler: consecutive ids of one chunk in each span of SAMPLE_CHUNK ids
-SAMPLE_CELL = 8  # the "cells" sampler: consecutive ids per cell
-SAMPLERS = ("cdf", "strided", "cells")  # the two-stage draws (module docstring)
+SAMPLERS = ("cdf", "strided")  # the two-stage draws (module docstring)
 DEFAULT_SAMPLER = "strided"  # every path's sampler unless told otherwise (module docstring)
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
@@ -193,7 +174,7 @@ def sample(
     if restrict:
         x = apply_top_k_top_p(x, temperature, top_k, top_p)
     t = torch.where(temperature > 0, temperature, 1.0)[:, None]
-    sampled_tok = _DRAWS[sampler](x / t, seed, position)
+    sampled_tok = (draw if sampler == "cdf" else draw_strided)(x / t, seed, position)
     return torch.where(temperature > 0, sampled_tok, greedy_tok)
 
 
@@ -240,22 +221,6 @@ def draw_strided(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) ->
     span = torch.arange(spans, device=z.device)[:, None] * SAMPLE_CHUNK
     ids = (span + torch.arange(SAMPLE_GROUP, device=z.device)[None, :]).view(1, -1)  # chunk 0's ids
     return _gumbel_max(z, seed, position, ids + chosen[:, None] * SAMPLE_GROUP)
-
-
-def draw_cells(z: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """The "cells" two-stage draw (module docstring) from z = logits / T [B, V] float32: ids [B] int64."""
-    rows, vocab = z.shape
-    cells = -(-vocab // SAMPLE_CELL)
-    e = torch.exp(z - z.amax(dim=-1, keepdim=True))
-    w = torch.nn.functional.pad(e, (0, cells * SAMPLE_CELL - vocab)).view(rows, cells, SAMPLE_CELL).sum(-1)
-    c = torch.arange(cells, device=z.device)
-    u = uniform(seed[:, None], position[:, None], STREAM_CELL, c[None, :]).clamp_(U_MIN, U_MAX)
-    chosen = (torch.log(w) - torch.log(-torch.log(u))).argmax(dim=-1)  # the first maximum
-    ids = chosen[:, None] * SAMPLE_CELL + torch.arange(SAMPLE_CELL, device=z.device)[None, :]
-    return _gumbel_max(z, seed, position, ids)
-
-
-_DRAWS = {"cdf": draw, "strided": draw_strided, "cells": draw_cells}
 
 
 def sample_params(

@@ -65,7 +65,7 @@ def _operands(spec: RouteSpec, backend: str) -> list[list[str]]:
 
 # tokenrouter.runtime.sampling.SAMPLERS and DEFAULT_SAMPLER, written out (the compiler never imports runtime;
 # tests/kernels/test_route_sampling.py checks that they agree)
-SAMPLERS = ("cdf", "strided", "cells")
+SAMPLERS = ("cdf", "strided")
 DEFAULT_SAMPLER = "strided"
 DEBUG_TAILS = ("full", "chunk", "none")
 

@@ -80,8 +80,7 @@ class TritonRoute:
 
     def _grow(self, rows: int, split: int, chunk_floats: int) -> None:
         """`chunk_floats`: the sampler's workspace per row ("cdf": the chunk table, 2 x NC; "strided": each
-        program's chunk masses, split x SAMPLE_CHUNK / SAMPLE_GROUP; "cells": each program's best key and
-        cell, split x 2)."""
+        program's chunk masses, split x SAMPLE_CHUNK / SAMPLE_GROUP)."""
         want = (rows, split, chunk_floats)
         if all(a <= b for a, b in zip(want, self._ws, strict=True)):
             return
@@ -128,11 +127,7 @@ class TritonRoute:
         rows, vocab = logits.shape
         split, block, warps = self.config(rows, vocab, logits.element_size(), sampling)
         n_chunks = _pow2_ceil(math.ceil(vocab / SAMPLE_CHUNK))
-        per_row = {
-            "cdf": 2 * n_chunks,
-            "strided": split * (SAMPLE_CHUNK // SAMPLE_GROUP),
-            "cells": split * 2,
-        }[self.module.SAMPLER]
+        per_row = 2 * n_chunks if self.module.SAMPLER == "cdf" else split * (SAMPLE_CHUNK // SAMPLE_GROUP)
         self._grow(rows, split, per_row if sampling else 1)
         chunk = math.ceil(math.ceil(vocab / split) / block) * block
         dev = logits.device
