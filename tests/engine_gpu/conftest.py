@@ -1,4 +1,5 @@
-"""Without CUDA, load the Triton kernels under Triton's interpreter (CPU tensors).
+"""Without CUDA, load the Triton kernels under Triton's interpreter (CPU tensors), made faster by
+tests/triton_interp.py.
 
 The interpreter is chosen when a kernel is decorated, so the variable must be set while the kernels module
 is (re)loaded, and Triton reads it again at launch, so it stays set for the rest of the session."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -17,3 +19,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read at decoration and again at launch: it stays set
     if KERNELS in sys.modules:
         importlib.reload(sys.modules[KERNELS])
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    import triton_interp  # noqa: E402
+
+    triton_interp.install()  # one patch of triton.language per kernel run, not one per device-function call

@@ -10,6 +10,10 @@ import sys
 
 if len(sys.argv) < 3 or sys.argv[2] != "cuda":
     os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import triton_interp
+
+    triton_interp.install()  # tests/triton_interp.py: one patch of triton.language per kernel run
 
 import torch  # noqa: E402
 from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies, with_router  # noqa: E402

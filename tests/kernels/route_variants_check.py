@@ -13,6 +13,10 @@ import sys
 
 if "cuda" not in sys.argv[1:]:
     os.environ["TRITON_INTERPRET"] = "1"
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import triton_interp
+
+    triton_interp.install()  # tests/triton_interp.py: one patch of triton.language per kernel run
 
 import torch  # noqa: E402
 from route_cases import CASES  # noqa: E402

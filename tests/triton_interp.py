@@ -1,0 +1,63 @@
+"""A faster Triton interpreter for the CPU tests: `install()` makes a kernel run patch triton.language once.
+
+Triton's interpreter re-patches the language modules (an `inspect.getmembers` scan of triton.language, its
+tensor class and math module, a few milliseconds) at every call of a device function inside a kernel:
+every `tl.sum`, `tl.max`, `tl.reshape` and every `@triton.jit` helper. Under cProfile that was 55 of the
+126 s of one fused-forward test. The patches a repeat call makes are the ones already in place (they
+depend only on which language modules the function's globals hold: `triton.language` or its `core`), so
+`install()` lets the first call per set of modules in a kernel run patch, as before, and makes the repeats
+no-ops; nothing else in the interpreter changes, and the kernels compute the same values. Where this
+Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns False.
+
+Imported by tests/conftest.py (every in-process test) and by the scripts under tests/kernels/ that run
+the interpreter in a fresh process."""
+
+from __future__ import annotations
+
+import inspect
+
+
+def install() -> bool:
+    try:
+        import triton.language as tl
+        import triton.runtime.interpreter as ti
+
+        patch_lang, run_grid, scope = ti._patch_lang, ti.GridExecutor.__call__, ti._LangPatchScope
+    except (ImportError, AttributeError):
+        return False
+    if getattr(ti, "_patched_once_per_run", False):
+        return True
+    state = {"depth": 0, "done": set()}
+    keys: dict = {}  # (id, size) of a globals dict -> the language modules in it (recomputed if it grows)
+
+    def modules(fn) -> frozenset:
+        g = fn.__globals__
+        key = keys.get((id(g), len(g)))
+        if key is None:
+            key = keys[(id(g), len(g))] = frozenset(
+                id(v) for v in g.values() if inspect.ismodule(v) and v in (tl, tl.core)
+            )
+        return key
+
+    def patch_once(fn):
+        if not state["depth"]:  # outside a kernel run: as before
+            return patch_lang(fn)
+        key = modules(fn)
+        if key in state["done"]:
+            return scope()  # nothing to patch (and so nothing to restore)
+        state["done"].add(key)
+        return patch_lang(fn)
+
+    def run(self, *args, **kwargs):
+        state["depth"] += 1
+        try:
+            return run_grid(self, *args, **kwargs)
+        finally:
+            state["depth"] -= 1
+            if not state["depth"]:
+                state["done"].clear()  # the run's own patches are restored by now: patch again next run
+
+    ti._patch_lang = patch_once
+    ti.GridExecutor.__call__ = run
+    ti._patched_once_per_run = True
+    return True
