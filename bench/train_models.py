@@ -93,6 +93,15 @@ def shape_of(name: str) -> LMShape:
     return SHAPES[name.split("-kd")[0]]
 
 
+def _shown(path: Path) -> str:
+    """A path as the meta records it: relative to the repository when inside it (the shipped folders'
+    training.json must not carry the training machine's directories), else as given."""
+    try:
+        return str(path.resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return str(path)
+
+
 def load_teacher(folder: Path, vocab_size: int, device):
     """The trained large model whose distribution a distilled recipe learns; errors name the folder."""
     import torch
@@ -297,7 +306,7 @@ def train_one(name: str, data: Path, out: Path, device: str, teacher_dir: Path |
         "seconds": round(time.perf_counter() - t0, 1),
         "stopped_early": stopped_early,
         "val_tokens": n_val * cfg.seq_len,
-        "teacher": str(teacher_dir) if teacher is not None else None,
+        "teacher": _shown(teacher_dir) if teacher is not None else None,
         "best_agree_with_teacher": next(
             (p.get("agree_with_teacher") for p in curve if p["step"] == best["step"]), None
         ),

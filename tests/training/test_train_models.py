@@ -114,3 +114,20 @@ def test_distilled_recipe_learns_from_the_teacher_and_names_a_bad_one(tiny_corpu
     big = Path(__file__).resolve().parents[2] / "examples" / "models" / "py-large"
     proc = subprocess.run([*base, "--teacher", str(big)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "vocabulary 4096" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_meta_records_a_teacher_inside_the_repository_relative_to_it():
+    """The shipped folders' training.json must not carry the training machine's directories."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("train_models_script", root / "bench" / "train_models.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    assert mod._shown(root / "examples" / "models" / "py-large") == "examples/models/py-large"
+    assert mod._shown(Path("/elsewhere/py-large")) == "/elsewhere/py-large"
+    shipped = json.loads((root / "examples" / "models" / "py-small-kd" / "training.json").read_text())
+    assert shipped["teacher"] == "examples/models/py-large"
