@@ -9,8 +9,8 @@ depend only on which language modules the function's globals hold: `triton.langu
 no-ops; nothing else in the interpreter changes, and the kernels compute the same values. Where this
 Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns False.
 
-Imported by tests/conftest.py (every in-process test) and by the scripts under tests/kernels/ that run
-the interpreter in a fresh process."""
+Installed by tests/engine_gpu/conftest.py (after it sets TRITON_INTERPRET: triton must not be imported
+before that) and by the scripts under tests/kernels/ that run the interpreter in a fresh process."""
 
 from __future__ import annotations
 
