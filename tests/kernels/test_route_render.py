@@ -72,7 +72,7 @@ def test_one_assignment_per_node_and_only_needed_statistics(backend, case):
     for i in range(len(ir["nodes"])):
         assert f"v{i} = " in src
     needs_entropy = {"entropy", "norm_entropy"} & set(ir["features"])
-    entropy_acc = "e * (x - m" if backend == "torch" else "t += e * tl.maximum(y,"
+    entropy_acc = "e * (x - m" if backend == "torch" else "t += tl.sum(e * tl.maximum(y,"
     top2 = "topk(2" if backend == "torch" else "n_top = tl.sum(tl.sum(is_top"
     assert (entropy_acc in src) == bool(needs_entropy)  # the entropy accumulator only where read
     assert (top2 in src) == ("margin" in ir["features"])
