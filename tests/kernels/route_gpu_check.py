@@ -25,7 +25,7 @@ else:
 
 import torch  # noqa: E402
 from route_cases import CASES  # noqa: E402
-from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
+from route_inputs import extreme_logits, mixed_state, offset_logits, random_logits, tie_logits  # noqa: E402
 
 from tokenrouter.runtime.rng import STREAM_CHUNK, STREAM_GROUP, STREAM_SAMPLE, U_MAX, U_MIN, uniform_int  # noqa: E402
 from tokenrouter.runtime.route import RouteBatchState, RouteKernel  # noqa: E402
@@ -78,7 +78,7 @@ def main() -> int:
         tri = RouteKernel(plan, "slm", "triton", dev, split=2 if dev.type == "cpu" else None, sampler=SAMPLER)
         for rows in batches:
             for dtype in (torch.float32, torch.bfloat16):
-                for make in (random_logits, tie_logits, extreme_logits):
+                for make in (random_logits, tie_logits, extreme_logits, offset_logits):
                     logits = make(max(rows, 6), vocab, seed=rows)[:rows].to(dtype).to(dev)
                     host = mixed_state(rows)
                     state = RouteBatchState(*[getattr(host, f).to(dev) for f in (

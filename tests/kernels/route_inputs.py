@@ -23,6 +23,15 @@ def tie_logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
     return x
 
 
+def offset_logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """Ordinary rows moved by large offsets, on both sides of the Triton kernel's |max| <= 4096 bound: below
+    it the sums are relative to a rounded max * log2(e) and corrected after the loop, above it they are
+    summed again relative to the max itself."""
+    g = torch.Generator().manual_seed(seed)
+    offsets = torch.tensor([4000.0, -4000.0, 5000.0, -5000.0, 4090.0, 300.0])
+    return torch.randn(rows, vocab, generator=g) * 4 + offsets[torch.arange(rows) % len(offsets)][:, None]
+
+
 def extreme_logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
     """-inf entries (masked tokens), huge values, and rows whose spread overflows x - max."""
     g = torch.Generator().manual_seed(seed)

@@ -17,7 +17,7 @@ if len(sys.argv) < 3 or sys.argv[2] != "cuda":
 
 import torch  # noqa: E402
 from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies, with_router  # noqa: E402
-from route_inputs import extreme_logits, mixed_state, random_logits, tie_logits  # noqa: E402
+from route_inputs import extreme_logits, mixed_state, offset_logits, random_logits, tie_logits  # noqa: E402
 
 from tokenrouter.runtime.route import RouteKernel  # noqa: E402
 from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
@@ -70,6 +70,7 @@ def main() -> int:
                 ("random", random_logits),
                 ("ties", tie_logits),
                 ("extreme", extreme_logits),
+                ("offset", offset_logits),
             ):
                 if True:
                     logits = maker(rows, vocab, seed=len(name)).to(dtype).to(device)
