@@ -62,16 +62,33 @@ class Harness:
     def run(
         self, requests: dict[str, tuple[list[int], m.SamplingSpec]], abort_after: dict[str, int] | None = None
     ):
-        """Play the frontend: submit, collect tokens (reordered by index), Release on finish."""
+        """Play the frontend: submit, collect tokens (reordered by index), Release on finish. Two subservers
+        send on separate connections, so a token may arrive after a later one from the other model: a
+        finished request leaves only when its tokens have no gap, and an abort counts the gap-free prefix.
+        Tokens still on their way when the last request ends are not waited for; aborted requests keep
+        their gap-free prefix."""
         abort_after = abort_after or {}
         tokens: dict[str, dict[int, tuple[int, str]]] = {rid: {} for rid in requests}
         finished: dict[str, m.Finished] = {}
+        aborted: set[str] = set()
         n = 0
         for rid, (prompt, spec) in requests.items():
             n += 1
             self.subs[self.entry].send(m.NewRequest(rid, prompt, spec, n_active=n))
         self.broadcast(m.ActiveCount(n))
         active = set(requests)
+
+        def prefix(rid: str) -> int:
+            k = 0
+            while k in tokens[rid]:
+                k += 1
+            return k
+
+        def end(rid: str, msg: m.Release | m.Abort) -> None:
+            active.discard(rid)
+            self.broadcast(msg)
+            self.broadcast(m.ActiveCount(len(active)))
+
         deadline = time.monotonic() + TIMEOUT_S
         while active and time.monotonic() < deadline:
             if not self.frontend.poll(100):
@@ -83,22 +100,24 @@ class Harness:
                 assert isinstance(msg, m.StepOutputs), msg
                 for t in msg.tokens:
                     for k, tok in enumerate(t.token_ids):
+                        assert t.index + k not in tokens[t.rid], (t.rid, t.index + k)  # no duplicate
                         tokens[t.rid][t.index + k] = (tok, t.model)
-                    if t.rid in abort_after and t.rid in active and len(tokens[t.rid]) >= abort_after[t.rid]:
-                        active.discard(t.rid)
-                        self.broadcast(m.Abort(t.rid))
-                        self.broadcast(m.ActiveCount(len(active)))
                 for f in msg.finished:
-                    if f.rid in active:
-                        finished[f.rid] = f
-                        active.discard(f.rid)
-                        self.broadcast(m.Release(f.rid))
-                        self.broadcast(m.ActiveCount(len(active)))
+                    assert f.rid not in finished and f.rid not in aborted, f
+                    finished[f.rid] = f
+                for rid in list(active):
+                    if rid in abort_after and prefix(rid) >= abort_after[rid]:
+                        aborted.add(rid)
+                        end(rid, m.Abort(rid))
+                    elif rid in finished and prefix(rid) == len(tokens[rid]):
+                        end(rid, m.Release(rid))
         assert not active, f"requests did not finish within {TIMEOUT_S} s: {sorted(active)}"
         out = {}
         for rid, by_index in tokens.items():
-            assert sorted(by_index) == list(range(len(by_index)))  # no gap, no duplicate
-            out[rid] = [by_index[i] for i in range(len(by_index))]
+            n_ok = prefix(rid)
+            if rid not in aborted:
+                assert n_ok == len(by_index), (rid, sorted(by_index))  # no gap
+            out[rid] = [by_index[i] for i in range(n_ok)]
         return out, finished
 
     def wait_all_free(self) -> dict[str, m.SubserverStats]:
