@@ -6,7 +6,8 @@ every `tl.sum`, `tl.max`, `tl.reshape` and every `@triton.jit` helper. Under cPr
 126 s of one fused-forward test. The patches a repeat call makes are the ones already in place (they
 depend only on which language modules the function's globals hold: `triton.language` or its `core`), so
 `install()` lets the first call per set of modules in a kernel run patch, as before, and makes the repeats
-no-ops; nothing else in the interpreter changes, and the kernels compute the same values. Where this
+no-ops; the kernels compute the same values. It also makes a tensor's `__index__` (a loop bound taken
+from `tl.program_id`) work in Triton 3.6's interpreter under numpy 2, as it does in 3.7 and later. Where this
 Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns False.
 
 Installed by tests/engine_gpu/conftest.py (after it sets TRITON_INTERPRET: triton must not be imported
@@ -15,6 +16,12 @@ before that) and by the scripts under tests/kernels/ that run the interpreter in
 from __future__ import annotations
 
 import inspect
+
+
+def _index(self) -> int:
+    """A tensor as a Python int (a loop bound): Triton 3.6's interpreter takes `int(data)`, which numpy 2
+    refuses for the one-element arrays that `tl.program_id` gives there; 3.7 and later squeeze first."""
+    return int(self.handle.data.squeeze())
 
 
 def install() -> bool:
@@ -39,14 +46,19 @@ def install() -> bool:
             )
         return key
 
+    def patch_lang_index(fn):
+        patched = patch_lang(fn)
+        patched.set_attr(tl.core.tensor, "__index__", _index)  # restored with the interpreter's own patches
+        return patched
+
     def patch_once(fn):
         if not state["depth"]:  # outside a kernel run: as before
-            return patch_lang(fn)
+            return patch_lang_index(fn)
         key = modules(fn)
         if key in state["done"]:
             return scope()  # nothing to patch (and so nothing to restore)
         state["done"].add(key)
-        return patch_lang(fn)
+        return patch_lang_index(fn)
 
     def run(self, *args, **kwargs):
         state["depth"] += 1

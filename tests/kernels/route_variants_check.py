@@ -17,6 +17,8 @@ if "cuda" not in sys.argv[1:]:
     import triton_interp
 
     triton_interp.install()  # tests/triton_interp.py: one patch of triton.language per kernel run
+else:
+    os.environ.pop("TRITON_INTERPRET", None)  # compiled for real, whatever the caller's environment says
 
 import torch  # noqa: E402
 from route_cases import CASES  # noqa: E402
@@ -63,6 +65,10 @@ def main() -> int:
                 plan, "slm", "triton", device, split=split, block=block, warps=warps, sampler=sampler
             )
             tri._triton.options.prefetch, tri._triton.options.stages = prefetch, stages
+            interpreted = type(tri._triton.module.route_kernel).__name__ == "InterpretedFunction"
+            assert interpreted == (device == "cpu"), (
+                f"{device}: the kernel is {type(tri._triton.module.route_kernel)}"
+            )
             for maker in (random_logits, tie_logits, extreme_logits):
                 logits = maker(rows, vocab, seed=split + block).to(dtype).to(device)
                 logits[4:] *= torch.linspace(0.2, 2.0, rows - 4)[:, None].to(dtype).to(device)
