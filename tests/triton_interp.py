@@ -7,7 +7,8 @@ every `tl.sum`, `tl.max`, `tl.reshape` and every `@triton.jit` helper. Under cPr
 depend only on which language modules the function's globals hold: `triton.language` or its `core`), so
 `install()` lets the first call per set of modules in a kernel run patch, as before, and makes the repeats
 no-ops; the kernels compute the same values. It also makes a tensor's `__index__` (a loop bound taken
-from `tl.program_id`) work in Triton 3.6's interpreter under numpy 2, as it does in 3.7 and later. Where this
+from `tl.program_id`) work in Triton 3.6's interpreter under numpy 2, as it does in 3.7 and later, and
+makes 3.6-3.8's `tl.fma` round once, as 3.9's and the GPU's do. Where this
 Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns False.
 
 Installed by tests/engine_gpu/conftest.py (after it sets TRITON_INTERPRET: triton must not be imported
@@ -22,6 +23,20 @@ def _index(self) -> int:
     """A tensor as a Python int (a loop bound): Triton 3.6's interpreter takes `int(data)`, which numpy 2
     refuses for the one-element arrays that `tl.program_id` gives there; 3.7 and later squeeze first."""
     return int(self.handle.data.squeeze())
+
+
+def _create_fma(self, x, y, z):
+    """`tl.fma` rounded once, as on the GPU (the route kernel's rounding correction depends on it): a float32
+    product is exact in float64, so the sum is rounded once there and once more to float32; the result can
+    differ from the fused one only where the float64 sum lands exactly halfway between two float32 values
+    (rare, and within the tests' tolerances). Other dtypes as before."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+
+    if z.data.dtype == np.float32:
+        wide = x.data.astype(np.float64) * y.data.astype(np.float64) + z.data.astype(np.float64)
+        return TensorHandle(wide.astype(np.float32), z.dtype.scalar)
+    return TensorHandle(x.data * y.data + z.data, z.dtype.scalar)
 
 
 def install() -> bool:
@@ -69,6 +84,9 @@ def install() -> bool:
             if not state["depth"]:
                 state["done"].clear()  # the run's own patches are restored by now: patch again next run
 
+    builder = getattr(ti, "InterpreterBuilder", None)
+    if builder is not None and "fma_fp" not in inspect.getsource(builder.create_fma):
+        builder.create_fma = _create_fma  # Triton 3.6-3.8: x * y + z, rounded twice
     ti._patch_lang = patch_once
     ti.GridExecutor.__call__ = run
     ti._patched_once_per_run = True
