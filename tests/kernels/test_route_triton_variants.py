@@ -11,15 +11,14 @@ from test_route_triton import _script
 from tokenrouter.runtime.route.triton_backend import LaunchOptions
 from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS
 
-# every variant with the default sampler, the widest pipeline with the other one too
+# every variant with the default sampler, the widest pipeline with the other one too. Under the interpreter
+# only the prefetch distance changes what runs: prefetch 0 is the plain loop itself (every case runs it as the
+# reference), and the interpreter ignores Triton's pipeline stages, so (0, 0) and (0, 3) are compiled only
 DEFAULT = DEFAULT_SAMPLER
 (OTHER,) = (s for s in SAMPLERS if s != DEFAULT_SAMPLER)
 
 
-@pytest.mark.parametrize(
-    "prefetch,stages,sampler",
-    [(0, 0, DEFAULT), (1, 0, DEFAULT), (2, 0, DEFAULT), (0, 3, DEFAULT), (2, 0, OTHER)],
-)
+@pytest.mark.parametrize("prefetch,stages,sampler", [(1, 0, DEFAULT), (2, 0, DEFAULT), (2, 0, OTHER)])
 def test_variant_matches_plain_loop_bitwise(prefetch, stages, sampler):
     out = _script(["route_variants_check.py", str(prefetch), str(stages), sampler], interpret=True)
     assert "OK" in out and f"sampler {sampler}" in out
