@@ -608,7 +608,8 @@ def stage_decode(st: Stage, cases: tuple[str, ...] = DECODE_CASES) -> None:
 
 
 def stage_contract(st: Stage) -> None:
-    cmd = [sys.executable, "-m", "pytest", "tests/engine_sglang", "-q", "-rs", "-p", "no:cacheprovider",
+    # -n 0: one process (pyproject's addopts ask for two workers; two SGLang engines would share the GPU)
+    cmd = [sys.executable, "-m", "pytest", "tests/engine_sglang", "-n", "0", "-q", "-rs", "-p", "no:cacheprovider",
            "-k", "not sglang-fake and not embedded-cpu", f"--timeout={int(max(30, st.left() - 10))}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=st.left() - 5)
     print(proc.stdout, proc.stderr, flush=True)
