@@ -367,3 +367,29 @@ def test_gemv_rows_reach_from_the_environment(monkeypatch):
         monkeypatch.setenv(GEMV_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=rf"{GEMV_ROWS_ENV}=.*2 <= Q <= 8 tokens"):
             TritonAttnBackend(cfg)
+
+
+def test_autotune_cache_from_the_environment(monkeypatch):
+    """TOKENROUTER_AUTOTUNE_CACHE: the linear kernels' autotuners keep their results on disk by default and not
+    with 0 (read when the kernels module is imported: checked in fresh interpreters without TRITON_INTERPRET,
+    where the autotuners exist); a bad value is named when a backend is built."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import tokenrouter.runtime.engine.attention.triton_kernels as tk;"
+        "print([a.cache_results for a in (tk._gemv, tk._gemv_base, tk._dot_rows, *tk._gemv_few.values())])"
+    )
+    for value, want in ((None, True), ("0", False), ("off", False), ("1", True)):
+        env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_AUTOTUNING")}
+        if value is not None:
+            env[tk.AUTOTUNE_CACHE_ENV] = value
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == repr([want] * 6), (value, out.stdout, out.stderr)
+    cfg = attn_config(tiny_model("qwen3").config)
+    monkeypatch.setenv(tk.AUTOTUNE_CACHE_ENV, "0")
+    TritonAttnBackend(cfg)
+    monkeypatch.setenv(tk.AUTOTUNE_CACHE_ENV, "sometimes")
+    with pytest.raises(ValueError, match=rf"{tk.AUTOTUNE_CACHE_ENV}='sometimes'"):
+        TritonAttnBackend(cfg)

@@ -54,6 +54,36 @@ def _pdl_supported() -> bool:
 
 PDL_SUPPORTED = _pdl_supported()
 
+# Autotuning results on disk. Each autotuned kernel below (the linear layers) times every candidate tile
+# config per (N, K, variant) the first time a process runs it: on the H200 that is most of an engine's start
+# once Triton's compiled kernels are cached (docs/benchmarks.md, "Engine start"). With the results cached,
+# Triton keeps each choice in its cache directory (TRITON_CACHE_DIR, default ~/.triton/cache), keyed by the
+# Triton version, the GPU architecture, the kernel's source, the tuning key and the candidate configs, so a
+# later process on the same kind of GPU reuses it instead of timing the candidates again (and so every
+# process picks the same tiles). TOKENROUTER_AUTOTUNE_CACHE=0 times them afresh in every process, as before.
+AUTOTUNE_CACHE_ENV = "TOKENROUTER_AUTOTUNE_CACHE"
+
+
+def autotune_cache_enabled() -> bool:
+    """Whether the linear kernels' autotuners keep their results on disk (`AUTOTUNE_CACHE_ENV`, default on);
+    ValueError naming a bad value (the Triton attention backend checks it when an engine is built)."""
+    raw = os.environ.get(AUTOTUNE_CACHE_ENV, "").strip().lower()
+    if raw in ("", "1", "on", "true", "yes"):
+        return True
+    if raw in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"{AUTOTUNE_CACHE_ENV}={raw!r}: expected 1 (keep autotuning results on disk, the default) or 0")
+
+
+def _autotune(configs: list, key: list[str], **kwargs):
+    """`triton.autotune` with its results cached on disk unless `AUTOTUNE_CACHE_ENV` says otherwise (a bad
+    value counts as the default here: the error comes when an engine is built)."""
+    try:
+        cache = autotune_cache_enabled()
+    except ValueError:
+        cache = True
+    return triton.autotune(configs=configs, key=key, cache_results=cache, **kwargs)
+
 
 @functools.lru_cache(maxsize=16)
 def _sm90_or_later(device: torch.device) -> bool:
@@ -956,8 +986,8 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
 else:
     _KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
-    _gemv = triton.autotune(configs=_GEMV_CONFIGS, key=_KEY)(_gemv_kernel)
-    _gemv_base = triton.autotune(configs=_GEMV_CONFIGS_BASE, key=_KEY)(_gemv_kernel)
+    _gemv = _autotune(_GEMV_CONFIGS, _KEY)(_gemv_kernel)
+    _gemv_base = _autotune(_GEMV_CONFIGS_BASE, _KEY)(_gemv_kernel)
     _FIXED = {}
 
 
@@ -1203,7 +1233,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
 else:
     _ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]  # one autotuner per BLOCK_M
     _gemv_few = {
-        bm: triton.autotune(configs=cfgs, key=_ROWS_KEY)(_gemv_few_kernel)
+        bm: _autotune(cfgs, _ROWS_KEY)(_gemv_few_kernel)
         for bm, cfgs in _GEMV_FEW_CONFIGS.items()
     }
     _FIXED_FEW = {}
@@ -1468,9 +1498,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     # its dots run in float32 on the bf16 values (the GPU's tensor cores also sum bf16 products in float32)
     _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
 else:
-    _dot_rows = triton.autotune(
-        configs=_DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,
-        key=["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"],
+    _dot_rows = _autotune(
+        _DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,
+        ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"],
         prune_configs_by={"early_config_prune": _dot_rows_prune},
     )(_dot_rows_kernel)
     _FIXED_DOT = {}
