@@ -87,7 +87,9 @@ def main() -> None:
     ap.add_argument("--out", default="out/startup")
     ap.add_argument("--work", default=None, help="model folders and Triton caches (default: under --out)")
     ap.add_argument("--timeout-s", type=float, default=400.0, help="per process")
-    ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a smoke test: no graphs)")
+    ap.add_argument(
+        "--device", default="cuda", help="cuda (the measurement) or cpu (a smoke test: no graphs)"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -111,7 +113,9 @@ def main() -> None:
             )
         cache_dir = work / f"triton-cache-{shape}"
         if cache_dir.exists():
-            raise SystemExit(f"{cache_dir} exists: the cold start needs an empty Triton cache (pass a new --work)")
+            raise SystemExit(
+                f"{cache_dir} exists: the cold start needs an empty Triton cache (pass a new --work)"
+            )
         cache_dir.mkdir()
         for name, autotune_cache, what in SCENARIOS:
             r = run_child(folder, args.device, cache_dir, autotune_cache, args.timeout_s)

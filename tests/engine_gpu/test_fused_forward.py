@@ -382,10 +382,14 @@ def test_autotune_cache_from_the_environment(monkeypatch):
         "print([a.cache_results for a in (tk._gemv, tk._gemv_base, tk._dot_rows, *tk._gemv_few.values())])"
     )
     for value, want in ((None, True), ("0", False), ("off", False), ("1", True)):
-        env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_AUTOTUNING")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_AUTOTUNING")
+        }
         if value is not None:
             env[tk.AUTOTUNE_CACHE_ENV] = value
-        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
         assert out.stdout.strip() == repr([want] * 6), (value, out.stdout, out.stderr)
     cfg = attn_config(tiny_model("qwen3").config)
     monkeypatch.setenv(tk.AUTOTUNE_CACHE_ENV, "0")

@@ -72,7 +72,9 @@ def autotune_cache_enabled() -> bool:
         return True
     if raw in ("0", "off", "false", "no"):
         return False
-    raise ValueError(f"{AUTOTUNE_CACHE_ENV}={raw!r}: expected 1 (keep autotuning results on disk, the default) or 0")
+    raise ValueError(
+        f"{AUTOTUNE_CACHE_ENV}={raw!r}: expected 1 (keep autotuning results on disk, the default) or 0"
+    )
 
 
 def _autotune(configs: list, key: list[str], **kwargs):
@@ -1232,10 +1234,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _FIXED_FEW = {"BLOCK_N": 4, "BLOCK_K": 64}
 else:
     _ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]  # one autotuner per BLOCK_M
-    _gemv_few = {
-        bm: _autotune(cfgs, _ROWS_KEY)(_gemv_few_kernel)
-        for bm, cfgs in _GEMV_FEW_CONFIGS.items()
-    }
+    _gemv_few = {bm: _autotune(cfgs, _ROWS_KEY)(_gemv_few_kernel) for bm, cfgs in _GEMV_FEW_CONFIGS.items()}
     _FIXED_FEW = {}
 
 
