@@ -1,0 +1,183 @@
+"""Tile configs of the linear kernels chosen inside the CUDA graph step, against the autotuner's choice.
+
+Triton's autotuner times each candidate config of a kernel alone (`do_bench`: the kernel back to back, L2
+flushed), so it never sees what a step in a CUDA graph does to it: under programmatic dependent launch a
+kernel's first weight reads overlap the kernel before (run J, docs/benchmarks.md: restricting `dot_rows` to
+configs that read their whole weight slice early made the 0.6B's extends 4-18 % faster, although the
+autotuner had ranked those configs below others). This script asks whether the autotuner's choice is the
+best one inside the step: for each tuning key of a kernel (one per layer type: q/k/v, o, gate/up, down),
+coordinate descent over candidate configs, each captured into fresh graphs (the autotuner's cache entry is
+overridden; nothing is written to disk) and timed in alternation with the best so far on the steps that run
+that kernel. Kernels: `dot_rows` (steps of 3-16 tokens; objective: bs-1 extends of 4 and 8 tokens) and
+`gemv` (one-token steps; objective: the bs-1 decode).
+
+    python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune
+
+Prints markdown tables; writes graph_tune.json under --out (after every key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_bench import Contexts, build_engine, graph_step, time_pair  # noqa: E402
+
+from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
+from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
+
+
+def _cfg(d: dict) -> triton.Config:
+    return triton.Config(dict(d["kwargs"]), num_warps=d["num_warps"], num_stages=d["num_stages"])
+
+
+def _desc(c: triton.Config) -> dict:
+    return dict(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages)
+
+
+def dot_rows_candidates(k: int) -> list[triton.Config]:
+    """The product's one-tile configs for this K, and one-tile configs of every (BLOCK_W, BLOCK_K) with the
+    fewest splits that cover K (at most the scratch's split count), 4 warps (and 8 for 512-1024 wide tiles)."""
+    out = [
+        c for c in tk._DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
+    ]
+    seen = {(c.kwargs["BLOCK_W"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps) for c in out}
+    for bw in (16, 32, 64):
+        for bk in (128, 256, 512, 1024):
+            split = triton.cdiv(k, bk)
+            if split > tk._DOT_ROWS_MAX_SPLIT or bw * bk > 64 * 512:  # registers / shared memory
+                continue
+            for warps in (4, 8) if bk >= 512 else (4,):
+                if (bw, bk, split, warps) in seen:
+                    continue
+                seen.add((bw, bk, split, warps))
+                out.append(
+                    triton.Config(
+                        {"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": split}, num_warps=warps, num_stages=1
+                    )
+                )
+    return out
+
+
+def tune_kernel(name, autotuner, candidates_for, engine, ctxs, graph_cfg, cases, results, deadline) -> None:
+    keys = list(autotuner.cache)
+    rows = results.setdefault(name, [])
+    print(f"\n### {name}: {len(keys)} tuning keys; objective: {', '.join(c for c, _ in cases)}\n", flush=True)
+    print(
+        "| key (N, K, flags) | autotuner's config | best in the graph | candidates timed | objective, best / autotuner's |"
+    )
+    print("| --- | --- | --- | ---: | ---: |", flush=True)
+    for key in keys:
+        if time.monotonic() > deadline:
+            print(f"(deadline: {name} stopped before key {key})", flush=True)
+            break
+        chosen = autotuner.cache[key]
+        n, k = key[0], key[1]
+        best = chosen
+        best_runner = CudaGraphRunner(engine, graph_cfg)
+        steps_best = [graph_step(best_runner, fb) for _, fb in cases]
+        total = 1.0  # the objective relative to the autotuner's choice
+        timed = 0
+        for cand in candidates_for(n, k):
+            if time.monotonic() > deadline:
+                break
+            if str(cand) == str(best):
+                continue
+            autotuner.cache[key] = cand
+            try:
+                runner = CudaGraphRunner(engine, graph_cfg)
+            except Exception as e:  # noqa: BLE001 — a config this GPU cannot run (resources)
+                print(f"  {cand}: {type(e).__name__}", flush=True)
+                autotuner.cache[key] = best
+                continue
+            timed += 1
+            ratio = 0.0
+            for (_, fb), step_best in zip(cases, steps_best, strict=True):
+                t_best, t_cand = time_pair(step_best, graph_step(runner, fb))
+                ratio += t_cand / t_best / len(cases)
+            if ratio < 0.99:  # a clear gain: the candidate becomes the best
+                best, best_runner, total = cand, runner, total * ratio
+                steps_best = [graph_step(best_runner, fb) for _, fb in cases]
+            else:
+                del runner
+            autotuner.cache[key] = best
+        autotuner.cache[key] = best
+        rows.append(
+            dict(key=repr(key), autotuner=_desc(chosen), best=_desc(best), timed=timed, objective=total)
+        )
+        print(f"| {key[:6]} | {chosen} | {best} | {timed} | {total:.3f} |", flush=True)
+        del best_runner
+        torch.cuda.empty_cache()
+
+
+def compare(engine, ctxs, graph_cfg, autotuners, chosen, tuned, cases, results) -> None:
+    """The autotuner's configs against the tuned ones, every case, side by side."""
+    print("\n### The autotuner's configs against the ones tuned in the graph\n")
+    print("| step | autotuner's (ms) | tuned (ms) | tuned / autotuner's |")
+    print("| --- | ---: | ---: | ---: |", flush=True)
+    for tuner, picks in zip(autotuners, chosen, strict=True):
+        tuner.cache.update(picks)
+    base = CudaGraphRunner(engine, graph_cfg)
+    for tuner, picks in zip(autotuners, tuned, strict=True):
+        tuner.cache.update(picks)
+    new = CudaGraphRunner(engine, graph_cfg)
+    for label, fb in cases:
+        a, b = time_pair(graph_step(base, fb), graph_step(new, fb), rounds=6)
+        results.setdefault("compare", []).append(dict(step=label, autotuner_ms=a * 1e3, tuned_ms=b * 1e3))
+        print(f"| {label} | {a * 1e3:.3f} | {b * 1e3:.3f} | {b / a:.3f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="qwen3-0.6b")
+    ap.add_argument("--kernels", default="dot_rows,gemv")
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--deadline-s", type=float, default=420.0, help="stop tuning after this; then compare")
+    ap.add_argument("--out", default="out/graph_tune")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.deadline_s
+    graph_cfg = CudaGraphConfig((1,), (1,), (4, 8))
+    engine = build_engine(args.shape, 8192, 1, graphs=True, graph_config=graph_cfg)  # autotunes every key
+    ctxs = Contexts(engine, 1, 4096)
+    cases = {
+        "decode bs 1": ctxs.batch(1, args.ctx, 1),
+        "extend bs 1 x 4": ctxs.batch(1, args.ctx, 4),
+        "extend bs 1 x 8": ctxs.batch(1, args.ctx, 8),
+    }
+    results: dict = dict(shape=args.shape, ctx=args.ctx, gpu=torch.cuda.get_device_name())
+    kernels = {
+        "dot_rows": (
+            tk._dot_rows,
+            lambda n, k: dot_rows_candidates(k),
+            ["extend bs 1 x 4", "extend bs 1 x 8"],
+        ),
+        "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"]),
+    }
+    todo = [kernels[name] for name in args.kernels.split(",")]
+    chosen = [dict(t.cache) for t, _, _ in todo]
+    for name, (tuner, cands, objective) in zip(args.kernels.split(","), todo, strict=True):
+        tune_kernel(
+            name, tuner, cands, engine, ctxs, graph_cfg, [(c, cases[c]) for c in objective], results, deadline
+        )
+        (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
+    tuned = [dict(t.cache) for t, _, _ in todo]
+    compare(engine, ctxs, graph_cfg, [t for t, _, _ in todo], chosen, tuned, list(cases.items()), results)
+    results["ctx_4096"] = []
+    long = {
+        f"{k} (ctx 4096)": ctxs.batch(1, 4096, q) for k, q in (("decode bs 1", 1), ("extend bs 1 x 8", 8))
+    }
+    compare(engine, ctxs, graph_cfg, [t for t, _, _ in todo], chosen, tuned, list(long.items()), results)
+    (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
