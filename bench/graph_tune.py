@@ -11,7 +11,11 @@ overridden; nothing is written to disk) and timed in alternation with the best s
 that kernel. Kernels: `dot_rows` (steps of 3-16 tokens; objective: bs-1 extends of 4 and 8 tokens) and
 `gemv` (one-token steps; objective: the bs-1 decode).
 
-    python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune
+    python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune --table tiles.json
+
+`--table` writes the tuned `dot_rows` configs as a table that the engine reads with
+TOKENROUTER_TUNED_TILES=tiles.json (the shipped one, tuned_tiles.json, came from this script on the H200).
+The engine does not read tuned `gemv` configs: for that kernel this script only measures.
 
 Prints markdown tables; writes graph_tune.json under --out (after every key).
 """
@@ -19,7 +23,9 @@ Prints markdown tables; writes graph_tune.json under --out (after every key).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import Contexts, build_engine, graph_step, time_pair  # noqa: E402
 
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
+from tokenrouter.runtime.engine.attention.triton_backend import ENGINE_OFF_ENV  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
 
 
@@ -49,7 +56,7 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
         c for c in tk._DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
     ]
     seen = {(c.kwargs["BLOCK_W"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps) for c in out}
-    for bw in (16, 32, 64):
+    for bw in (16, 32, 64, 128):
         for bk in (128, 256, 512, 1024):
             split = triton.cdiv(k, bk)
             if split > tk._DOT_ROWS_MAX_SPLIT or bw * bk > 64 * 512:  # registers / shared memory
@@ -64,6 +71,25 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
                     )
                 )
     return out
+
+
+def table_entries(results: dict) -> list[dict]:
+    """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
+    names = ("N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W")
+    entries = []
+    for row in results["dot_rows"]:
+        key = ast.literal_eval(row["key"])
+        best = row["best"]
+        entries.append(
+            dict(
+                gpu=results["gpu"],
+                kernel="dot_rows",
+                dtype=key[len(names)].removeprefix("torch."),  # the dtype of X, the first tensor argument
+                key=dict(zip(names, key[: len(names)], strict=True)),
+                config=dict(best["kwargs"], num_warps=best["num_warps"], num_stages=best["num_stages"]),
+            )
+        )
+    return entries
 
 
 def tune_kernel(name, autotuner, candidates_for, engine, ctxs, graph_cfg, cases, results, deadline) -> None:
@@ -141,7 +167,16 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--deadline-s", type=float, default=420.0, help="stop tuning after this; then compare")
     ap.add_argument("--out", default="out/graph_tune")
+    ap.add_argument(
+        "--table",
+        default=None,
+        help="write the tuned dot_rows configs here, in the format that "
+        "TOKENROUTER_TUNED_TILES reads (tokenrouter/runtime/engine/attention/tuned_tiles.py)",
+    )
     args = ap.parse_args()
+    # the autotuner's choices are the starting point: the engine's shipped table must not replace them
+    off = os.environ.get(ENGINE_OFF_ENV, "")
+    os.environ[ENGINE_OFF_ENV] = ",".join(filter(None, [off, "tuned_tiles"]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
@@ -170,6 +205,8 @@ def main() -> None:
         )
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, _, _ in todo]
+    if args.table and "dot_rows" in results:
+        Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
     compare(engine, ctxs, graph_cfg, [t for t, _, _ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []
     long = {

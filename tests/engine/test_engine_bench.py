@@ -126,12 +126,15 @@ def test_extend_verdict_with_gemv_rows_off(bench):
 
 
 def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
-    """`dot_rows` (the tensor-core few-row kernel): first in the plan, at the steps of 2 to dot_rows_max tokens
-    that gemv_rows does not take; absent for models it does not act on (dot_rows_max 0)."""
+    """`dot_rows` (the tensor-core few-row kernel): its graph-tuned tiles and the kernel first in the plan, at the
+    steps of 2 to dot_rows_max tokens that gemv_rows does not take; absent for models it does not act on
+    (dot_rows_max 0)."""
     plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 4, 4, 16)
-    assert plan[0][:2] == ("no dot_rows", ("dot_rows",))
+    assert plan[0][:2] == ("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",))
+    assert plan[1][:2] == ("no dot_rows", ("dot_rows",))
     # bs 1 x 8, bs 4 x 2 / 4 (8 and 16 tokens), decode bs 8: the 2-4 token steps are gemv_rows'
-    assert plan[0][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
+    assert plan[0][2] == plan[1][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
+    plan = plan[1:]
     # its weight prefetch off, its folded norm on (opt-in), same steps
     assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
     assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])
@@ -145,7 +148,7 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     )
     assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
     # with the default reach (2 tokens) dot_rows takes them: the row moves them back to the GEMV
-    plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)
+    plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)[1:]
     assert plan[0][2] == [(512, 1, 4), (512, 1, 8), (512, 4, 1), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
     label, names, points = plan[3]
     assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])
@@ -158,7 +161,8 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     )
     assert bench.parts(("gemv_norm", "pdl")) == {"parts_off": ["gemv_norm", "pdl"]}
     assert all(
-        label != "no dot_rows" for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)
+        label not in ("no dot_rows", "no tuned_tiles (the autotuner's dot_rows tiles)")
+        for label, _, _ in bench.ablation_plan([512], [1], [2, 4, 8], [1], 4, 4)
     )
 
 

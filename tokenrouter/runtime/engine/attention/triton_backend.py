@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
@@ -63,6 +64,10 @@ FAST_PATH_OPTIONS = {
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
     "by an atomic ticket) (off: a second kernel, `_merge_splits_kernel`, per attention)",
+    "tuned_tiles": "`dot_rows` takes the tile configs measured fastest inside the CUDA graph step where "
+    "`tuned_tiles.json` (or a TOKENROUTER_TUNED_TILES file) has one for this GPU model and layer (written by "
+    "bench/graph_tune.py; run O: the 0.6B's bs-1 extends 0.82x at ctx 512 on the H200) (off: the autotuner's "
+    "choice, each config timed alone)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
@@ -185,6 +190,7 @@ class TritonAttnBackend(AttentionBackend):
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
+        tuned_tiles.check_env()  # and a TOKENROUTER_TUNED_TILES file that cannot be read
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
@@ -322,7 +328,15 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             return tk.gemv(x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, **variant)
         if few_rows:
             return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
-        return tk.dot_rows(x, layer.weight, layer.bias, pdl=pdl, prefetch=backend.dot_prefetch, **variant)
+        return tk.dot_rows(
+            x,
+            layer.weight,
+            layer.bias,
+            pdl=pdl,
+            prefetch=backend.dot_prefetch,
+            tuned=backend.tuned_tiles,
+            **variant,
+        )
 
     def linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         return gemv(x, layer) if fast else layer(x)

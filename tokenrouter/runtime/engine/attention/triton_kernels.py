@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tokenrouter.runtime.engine.attention import tuned_tiles
+
 _LOG2E = 1.4426950408889634
 
 
@@ -1539,6 +1541,7 @@ def dot_rows(
     pdl: bool = False,
     prefetch: bool = False,
     config: dict | None = None,
+    tuned: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
     cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). Autotuned per
@@ -1550,6 +1553,8 @@ def dot_rows(
     `residual` h = x + residual, also written to `residual_out`). The normed row enters the MMA as h * NW in
     the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead). With `pdl`
     (see `_pdl`) and `prefetch`, each program reads its first weight tile before waiting on the kernel before.
+    With `tuned`, a config measured fastest inside the CUDA graph step for this GPU model, dtype and tuning
+    key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one.
     """
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
@@ -1561,7 +1566,12 @@ def dot_rows(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     part, tickets = _dot_scratch(x.device, n)
     launch = _pdl(pdl, x.device)
+    prefetch_w = bool(prefetch and launch["USE_PDL"])
     ss = part[_DOT_ROWS_MAX_SPLIT * 16 * n :]
+    if config is None and tuned:
+        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
+        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w)
+        config = tuned_tiles.lookup("dot_rows", x.device, weight.dtype, **key)
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
         if os.environ.get("TRITON_INTERPRET") == "1":
@@ -1589,7 +1599,7 @@ def dot_rows(
         eps,
         **flags,
         **launch,
-        PREFETCH_W=bool(prefetch and launch["USE_PDL"]),
+        PREFETCH_W=prefetch_w,
         **meta,
     )
     return y

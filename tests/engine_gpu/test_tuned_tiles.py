@@ -1,0 +1,101 @@
+"""Tile configs tuned inside the CUDA graph step (`tuned_tiles`): the shipped table parses and names the H200's
+0.6B layers, lookups match GPU model, dtype and tuning key exactly, a TOKENROUTER_TUNED_TILES file adds to it
+(and a bad one is named when a backend is built), and `dot_rows(tuned=True)` launches with the config the
+table gives for its key (under the interpreter, where the real lookup finds no CUDA device)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from test_fused_ops import linear_case
+
+from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.attention import tuned_tiles
+from tokenrouter.runtime.engine.attention.base import AttentionConfig
+from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
+
+H200_QKV = dict(N=4096, K=1024, SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True)
+CUDA = torch.device("cuda")  # only its type is read: no GPU needed with gpu_name patched
+
+
+@pytest.fixture
+def h200(monkeypatch):
+    monkeypatch.setattr(tuned_tiles, "gpu_name", lambda device: "NVIDIA H200")
+    monkeypatch.delenv(tuned_tiles.TUNED_TILES_ENV, raising=False)
+
+
+def test_shipped_table_names_the_h200_0_6b_layers(h200):
+    table = tuned_tiles.read_table(tuned_tiles.SHIPPED)
+    keys = {(g, k, d, dict(key)["N"], dict(key)["K"]) for g, k, d, key in table}
+    assert keys == {
+        ("NVIDIA H200", "dot_rows", "bfloat16", n, k)
+        for n, k in ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
+    }
+    cfg = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV)
+    assert set(cfg) == {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
+    assert cfg["SPLIT_K"] <= tk._DOT_ROWS_MAX_SPLIT
+    # every part of the key counts: dtype, a flag, the GPU model, the device type
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) is None
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"PREFETCH_W": False})) is None
+    assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
+    assert tuned_tiles.lookup("dot_rows", torch.device("cpu"), torch.bfloat16, **H200_QKV) is None
+
+
+def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
+    mine = dict(BLOCK_W=64, BLOCK_K=256, SPLIT_K=4, num_warps=8, num_stages=1)
+    entries = [
+        dict(gpu="NVIDIA H200", kernel="dot_rows", dtype="bfloat16", key=H200_QKV, config=mine),
+        dict(gpu="Other GPU", kernel="dot_rows", dtype="float16", key=H200_QKV, config=mine),
+    ]
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps({"entries": entries}))
+    monkeypatch.setenv(tuned_tiles.TUNED_TILES_ENV, str(path))
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV) == mine  # the file's entry wins
+    monkeypatch.setattr(tuned_tiles, "gpu_name", lambda device: "Other GPU")
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) == mine
+    other = dict(H200_QKV, N=1024, K=3072, SILU_MUL=True)  # a shipped H200 key: not for this GPU
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **other) is None
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (None, "cannot read the tuned tile table"),
+        ("{", "not JSON"),
+        ('{"entries": {}}', "expected an object with a list of 'entries'"),
+        ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {}, "config": {}}]}',
+         "entry 0 needs"),
+    ],
+)  # fmt: skip
+def test_a_bad_table_file_is_named_when_a_backend_is_built(monkeypatch, tmp_path, text, message):
+    path = tmp_path / "tiles.json"
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setenv(tuned_tiles.TUNED_TILES_ENV, str(path))
+    cfg = AttentionConfig(num_heads=4, num_kv_heads=2, head_dim=16, scaling=0.25, num_layers=1,
+                          dtype=torch.float32, device=torch.device("cpu"))  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        TritonAttnBackend(cfg)
+
+
+def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
+    asked = []
+    config = {"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 4, "num_warps": 4, "num_stages": 1}
+
+    def lookup(kernel, device, dtype, **key):
+        asked.append((kernel, dtype, key))
+        return dict(config)
+
+    monkeypatch.setattr(tk.tuned_tiles, "lookup", lookup)
+    x, w, b, silu_mul, want = linear_case(7, 5, "silu_mul")
+    got = tk.dot_rows(x, w, b, silu_mul=True, tuned=True)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    key = dict(N=40, K=72, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False)
+    assert asked == [("dot_rows", w.dtype, key)]
+    # the same config given directly: the same result, bit for bit; without `tuned` no lookup
+    torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=True, config=config), got, atol=0, rtol=0)
+    tk.dot_rows(x, w, b, silu_mul=True)
+    assert len(asked) == 1

@@ -1,0 +1,93 @@
+"""Tile configs of the linear kernels measured fastest inside the CUDA graph step, per GPU model.
+
+Triton's autotuner times each candidate config of a kernel alone, back to back. Inside a captured step the
+kernels run under programmatic dependent launch, each overlapping the one before, and there the fastest
+config can be another one: on the H200, `bench/graph_tune.py` found configs for the Qwen3-0.6B's `dot_rows`
+layers that make its one-request extends 0.82x (ctx 512) and 0.90x (ctx 4096) as long as with the
+autotuner's picks (docs/benchmarks.md, run O). This module holds such configs: `tuned_tiles.json` beside it
+(shipped, measured on the GPUs it names) and, where `TOKENROUTER_TUNED_TILES=FILE` names one, a table that
+`bench/graph_tune.py --table FILE` wrote on another GPU (its entries take precedence). A kernel launch with
+no entry for its GPU model, dtype and tuning key keeps the autotuner's choice. The engine's `tuned_tiles`
+part (on by default; `TOKENROUTER_ENGINE_OFF=tuned_tiles`) decides whether the tables are read at all.
+
+An entry: {"gpu": torch.cuda.get_device_name(), "kernel": "dot_rows", "dtype": "bfloat16", "key": {the
+autotuner's key: N, K and the kernel's variant flags}, "config": {the kernel's tile meta-parameters,
+"num_warps", "num_stages"}}.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import torch
+
+TUNED_TILES_ENV = "TOKENROUTER_TUNED_TILES"
+SHIPPED = Path(__file__).with_name("tuned_tiles.json")
+_CONFIG_FIELDS = {"num_warps", "num_stages"}
+
+
+def _key(gpu: str, kernel: str, dtype: str, key: dict) -> tuple:
+    return (gpu, kernel, dtype, tuple(sorted((k, v) for k, v in key.items())))
+
+
+def read_table(path: Path) -> dict[tuple, dict]:
+    """The entries of one table file, by (gpu, kernel, dtype, key); ValueError naming the file and what is
+    wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the tuned tile table ({e.strerror or e})") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from e
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected an object with a list of 'entries'")
+    table = {}
+    for i, e in enumerate(entries):
+        ok = (
+            isinstance(e, dict)
+            and all(isinstance(e.get(f), str) for f in ("gpu", "kernel", "dtype"))
+            and isinstance(e.get("key"), dict)
+            and isinstance(e.get("config"), dict)
+            and _CONFIG_FIELDS <= set(e["config"])
+            and all(isinstance(v, int) for v in e["config"].values())
+        )
+        if not ok:
+            raise ValueError(
+                f"{path}: entry {i} needs 'gpu', 'kernel', 'dtype' (strings), 'key' (an object) and 'config' "
+                "(integer tile parameters with num_warps and num_stages)"
+            )
+        table[_key(e["gpu"], e["kernel"], e["dtype"], e["key"])] = dict(e["config"])
+    return table
+
+
+@functools.lru_cache(maxsize=4)
+def _tables(extra: str) -> dict[tuple, dict]:
+    table = read_table(SHIPPED)
+    if extra:
+        table.update(read_table(Path(extra)))
+    return table
+
+
+def check_env() -> None:
+    """Read the tables now (ValueError naming a bad TOKENROUTER_TUNED_TILES file): the Triton attention
+    backend calls this when it is built."""
+    _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
+
+
+@functools.lru_cache(maxsize=16)
+def gpu_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device)
+
+
+def lookup(kernel: str, device: torch.device, dtype: torch.dtype, **key) -> dict | None:
+    """The tuned config (tile meta-parameters, num_warps, num_stages) of `kernel` for this GPU model, dtype
+    and tuning key, or None (then the autotuner chooses)."""
+    if device.type != "cuda":
+        return None
+    table = _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
+    cfg = table.get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
+    return dict(cfg) if cfg is not None else None
