@@ -75,7 +75,7 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
 
 def table_entries(results: dict) -> list[dict]:
     """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
-    names = tuple(tk.DOT_ROWS_KEY)
+    names = ("N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W")
     entries = []
     for row in results["dot_rows"]:
         key = ast.literal_eval(row["key"])

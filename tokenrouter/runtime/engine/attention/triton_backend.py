@@ -37,8 +37,8 @@ SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
 # their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
 # "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
-# 1.286 ms); run O: 1.06-1.43x with cuBLAS at every step of 4-16 tokens. 17-32 tokens (BLOCK_X 32) since run P.
-DOT_ROWS_MAX = 32
+# 1.286 ms).
+DOT_ROWS_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
