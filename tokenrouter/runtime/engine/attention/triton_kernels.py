@@ -57,12 +57,14 @@ def _pdl_supported() -> bool:
 PDL_SUPPORTED = _pdl_supported()
 
 # Autotuning results on disk. Each autotuned kernel below (the linear layers) times every candidate tile
-# config per (N, K, variant) the first time a process runs it: on the H200 that is most of an engine's start
-# once Triton's compiled kernels are cached (docs/benchmarks.md, "Engine start"). With the results cached,
-# Triton keeps each choice in its cache directory (TRITON_CACHE_DIR, default ~/.triton/cache), keyed by the
-# Triton version, the GPU architecture, the kernel's source, the tuning key and the candidate configs, so a
-# later process on the same kind of GPU reuses it instead of timing the candidates again (and so every
-# process picks the same tiles). TOKENROUTER_AUTOTUNE_CACHE=0 times them afresh in every process, as before.
+# config per (N, K, variant) the first time a process runs it: on the H200 that is most of an engine's
+# start once Triton's compiled kernels are cached (docs/benchmarks.md, run O, "Engine start": 0.6B 26.8 s
+# -> 9.4 s). With the results cached, Triton keeps each choice in its cache directory (TRITON_CACHE_DIR,
+# default ~/.triton/cache), keyed by the Triton version, the GPU architecture, the kernel's source, the
+# tuning key and the candidate configs, so a later process on the same kind of GPU reuses it instead of
+# timing the candidates again (and every process picks the same tiles). TOKENROUTER_AUTOTUNE_CACHE=0 times
+# them afresh in every process, as before. `dot_rows` may skip its autotuner for configs timed in the graph
+# step (`tuned_tiles`).
 AUTOTUNE_CACHE_ENV = "TOKENROUTER_AUTOTUNE_CACHE"
 
 
