@@ -355,8 +355,8 @@ def ablation_plan(
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
-    kernel's tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`) first, at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
+    kernel's tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`) first, at every
+    measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
     at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
     `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]

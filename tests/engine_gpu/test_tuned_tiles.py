@@ -29,6 +29,8 @@ def h200(monkeypatch):
 
 def test_shipped_table_names_the_h200_0_6b_layers(h200):
     table = tuned_tiles.read_table(tuned_tiles.SHIPPED)
+    for config in table.values():
+        tk.check_tile_config("dot_rows", config)
     keys = {(g, k, d, dict(key)["N"], dict(key)["K"]) for g, k, d, key in table}
     assert keys == {
         ("NVIDIA H200", "dot_rows", "bfloat16", n, k)
@@ -68,6 +70,15 @@ def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
         ('{"entries": {}}', "expected an object with a list of 'entries'"),
         ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {}, "config": {}}]}',
          "entry 0 needs"),
+        ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 64, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for dot_rows on G, bfloat16, {'N': 8}: SPLIT_K 64: expected 1 to 12"),
+        ('{"entries": [{"gpu": "G", "kernel": "gemv", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for gemv on G, bfloat16, {'N': 8}: the engine reads tuned tiles for dot_rows only, not 'gemv'"),
+        ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_W": 24, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for dot_rows on G, bfloat16, {'N': 8}: {'BLOCK_W': 24}: BLOCK_W and BLOCK_K must be powers"),
     ],
 )  # fmt: skip
 def test_a_bad_table_file_is_named_when_a_backend_is_built(monkeypatch, tmp_path, text, message):

@@ -191,7 +191,7 @@ class TritonAttnBackend(AttentionBackend):
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
-        tuned_tiles.check_env()  # and a TOKENROUTER_TUNED_TILES file that cannot be read
+        tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0

@@ -1530,6 +1530,24 @@ def _dot_scratch(device: torch.device, n: int) -> tuple[torch.Tensor, torch.Tens
     return bufs[-1]
 
 
+def check_tile_config(kernel: str, config: dict) -> None:
+    """ValueError unless `config` is a launchable `kernel` config from a tuned tile table (`tuned_tiles`): the
+    engine reads them for `dot_rows` only, with BLOCK_W and BLOCK_K powers of two from 16, SPLIT_K 1 to the
+    scratch buffers' limit, num_warps a power of two up to 16 and num_stages >= 1."""
+    if kernel != "dot_rows":
+        raise ValueError(f"the engine reads tuned tiles for dot_rows only, not {kernel!r}")
+    want = {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
+    if set(config) != want:
+        raise ValueError(f"expected exactly the parameters {sorted(want)}, got {sorted(config)}")
+    pow2 = {c: v for c, v in config.items() if c in ("BLOCK_W", "BLOCK_K") and (v < 16 or v & (v - 1))}
+    if pow2:
+        raise ValueError(f"{pow2}: BLOCK_W and BLOCK_K must be powers of two, at least 16")
+    if not 1 <= config["SPLIT_K"] <= _DOT_ROWS_MAX_SPLIT:
+        raise ValueError(f"SPLIT_K {config['SPLIT_K']}: expected 1 to {_DOT_ROWS_MAX_SPLIT}")
+    if config["num_warps"] not in (1, 2, 4, 8, 16) or config["num_stages"] < 1:
+        raise ValueError("num_warps must be 1, 2, 4, 8 or 16 and num_stages at least 1")
+
+
 def dot_rows(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -1573,7 +1591,7 @@ def dot_rows(
     if config is None and tuned:
         key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
         key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w)
-        config = tuned_tiles.lookup("dot_rows", x.device, weight.dtype, **key)
+        config = tuned_tiles.lookup("dot_rows", x.device, x.dtype, **key)
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
         if os.environ.get("TRITON_INTERPRET") == "1":

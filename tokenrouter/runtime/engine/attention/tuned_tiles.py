@@ -72,10 +72,20 @@ def _tables(extra: str) -> dict[tuple, dict]:
     return table
 
 
-def check_env() -> None:
-    """Read the tables now (ValueError naming a bad TOKENROUTER_TUNED_TILES file): the Triton attention
-    backend calls this when it is built."""
-    _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
+def check_env(check_config=None) -> None:
+    """Read the tables now and pass every entry to `check_config(kernel, config)` (ValueError naming a bad
+    TOKENROUTER_TUNED_TILES file, or the entry `check_config` rejects): the Triton attention backend calls
+    this when it is built, with the kernels' own check."""
+    extra = os.environ.get(TUNED_TILES_ENV, "").strip()
+    for (gpu, kernel, dtype, key), config in _tables(extra).items():
+        if check_config is not None:
+            try:
+                check_config(kernel, config)
+            except ValueError as e:
+                where = extra or SHIPPED
+                raise ValueError(
+                    f"{where}: the entry for {kernel} on {gpu}, {dtype}, {dict(key)}: {e}"
+                ) from e
 
 
 @functools.lru_cache(maxsize=16)
