@@ -9,18 +9,33 @@ import sys
 from pathlib import Path
 
 import pytest
-import triton
+
+from tokenrouter.runtime.engine.attention import tuned_tiles
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-graph_tune = pytest.importorskip("graph_tune")
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
-from tokenrouter.runtime.engine.attention import tuned_tiles  # noqa: E402
+
+@pytest.fixture
+def graph_tune():
+    """The script as a module, imported when a test runs. Neither it (it imports Triton and the kernels) nor
+    triton may be imported while this module is collected: in a whole-suite run tests/engine_gpu/conftest.py,
+    which sets TRITON_INTERPRET, loads only after tests/bench is collected, and a Triton imported before that
+    leaves `tl.sum` and the other language functions compiled-only (the interpreted kernels then fail with
+    "Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import graph_tune
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return graph_tune
 
 
 @pytest.mark.parametrize("k", [1024, 2048, 3072])
-def test_candidates_cover_k_in_one_tile(k):
+def test_candidates_cover_k_in_one_tile(graph_tune, k):
+    import triton
+
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
     cands = graph_tune.dot_rows_candidates(k)
     assert len(cands) >= 10
     assert len({str(c) for c in cands}) == len(cands)  # no config twice
@@ -30,7 +45,7 @@ def test_candidates_cover_k_in_one_tile(k):
         tk.check_tile_config("dot_rows", dict(kw, num_warps=c.num_warps, num_stages=c.num_stages))
 
 
-def test_the_table_it_writes_is_the_shipped_one(tmp_path):
+def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     results = json.loads((ROOT / "docs/raw/run-o/call2-graph_tune.json").read_text())
     entries = graph_tune.table_entries(results)
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
