@@ -16,6 +16,13 @@ import torch
 KERNELS = "tokenrouter.runtime.engine.attention.triton_kernels"
 
 if not torch.cuda.is_available():
+    if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        # its own @triton.jit functions (tl.sum, tl.max, ...) were decorated for compilation, and no reload of
+        # the kernels module changes them: every interpreted kernel would fail to call them
+        raise RuntimeError(
+            "triton was imported before tests/engine_gpu/conftest.py chose Triton's interpreter: a test module "
+            "collected earlier imports it at module level; import it inside the tests instead"
+        )
     os.environ["TRITON_INTERPRET"] = "1"  # read at decoration and again at launch: it stays set
     if KERNELS in sys.modules:
         importlib.reload(sys.modules[KERNELS])
