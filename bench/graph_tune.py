@@ -41,10 +41,6 @@ from tokenrouter.runtime.engine.attention.triton_backend import ENGINE_OFF_ENV  
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
 
 
-def _cfg(d: dict) -> triton.Config:
-    return triton.Config(dict(d["kwargs"]), num_warps=d["num_warps"], num_stages=d["num_stages"])
-
-
 def _desc(c: triton.Config) -> dict:
     return dict(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages)
 
@@ -75,7 +71,7 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
 
 def table_entries(results: dict) -> list[dict]:
     """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
-    names = ("N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W")
+    names = tk.DOT_ROWS_KEY
     entries = []
     for row in results["dot_rows"]:
         key = ast.literal_eval(row["key"])

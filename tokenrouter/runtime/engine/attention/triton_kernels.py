@@ -1309,6 +1309,8 @@ def gemv_rows(
 # ---------------------------------------------------------------------------------------------------------
 
 DOT_ROWS_LIMIT = 16  # the most rows `dot_rows` takes (the MMA's N side)
+# the autotuner's key, and a tuned tile table's (`tuned_tiles`, bench/graph_tune.py): the layer and the variant
+DOT_ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"]
 _DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed alone in run H (docs/raw/run-h)
     (32, 128, 1, 4, 4),
     (64, 128, 1, 4, 4),
@@ -1503,7 +1505,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
 else:
     _dot_rows = _autotune(
         _DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,
-        ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"],
+        DOT_ROWS_KEY,
         prune_configs_by={"early_config_prune": _dot_rows_prune},
     )(_dot_rows_kernel)
     _FIXED_DOT = {}

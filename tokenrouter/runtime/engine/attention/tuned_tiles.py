@@ -65,27 +65,31 @@ def read_table(path: Path) -> dict[tuple, dict]:
 
 
 @functools.lru_cache(maxsize=4)
+def _files(extra: str) -> tuple[tuple[Path, dict[tuple, dict]], ...]:
+    """(path, entries) of the shipped table and, where given, of the TOKENROUTER_TUNED_TILES file."""
+    paths = [SHIPPED, Path(extra)] if extra else [SHIPPED]
+    return tuple((path, read_table(path)) for path in paths)
+
+
+@functools.lru_cache(maxsize=4)
 def _tables(extra: str) -> dict[tuple, dict]:
-    table = read_table(SHIPPED)
-    if extra:
-        table.update(read_table(Path(extra)))
+    """Every entry, the file's over the shipped ones."""
+    table: dict[tuple, dict] = {}
+    for _, entries in _files(extra):
+        table.update(entries)
     return table
 
 
-def check_env(check_config=None) -> None:
+def check_env(check_config) -> None:
     """Read the tables now and pass every entry to `check_config(kernel, config)` (ValueError naming a bad
-    TOKENROUTER_TUNED_TILES file, or the entry `check_config` rejects): the Triton attention backend calls
-    this when it is built, with the kernels' own check."""
-    extra = os.environ.get(TUNED_TILES_ENV, "").strip()
-    for (gpu, kernel, dtype, key), config in _tables(extra).items():
-        if check_config is not None:
+    TOKENROUTER_TUNED_TILES file, or the file and entry that `check_config` rejects): the Triton attention
+    backend calls this when it is built, with the kernels' own check."""
+    for path, entries in _files(os.environ.get(TUNED_TILES_ENV, "").strip()):
+        for (gpu, kernel, dtype, key), config in entries.items():
             try:
                 check_config(kernel, config)
             except ValueError as e:
-                where = extra or SHIPPED
-                raise ValueError(
-                    f"{where}: the entry for {kernel} on {gpu}, {dtype}, {dict(key)}: {e}"
-                ) from e
+                raise ValueError(f"{path}: the entry for {kernel} on {gpu}, {dtype}, {dict(key)}: {e}") from e
 
 
 @functools.lru_cache(maxsize=16)
