@@ -8,8 +8,9 @@ autotuner had ranked those configs below others). This script asks whether the a
 best one inside the step: for each tuning key of a kernel (one per layer type: q/k/v, o, gate/up, down),
 coordinate descent over candidate configs, each captured into fresh graphs (the autotuner's cache entry is
 overridden; nothing is written to disk) and timed in alternation with the best so far on the steps that run
-that kernel. Kernels: `dot_rows` (steps of 3-16 tokens; objective: bs-1 extends of 4 and 8 tokens) and
-`gemv` (one-token steps; objective: the bs-1 decode).
+that kernel. Kernels: `dot_rows` (steps of 3-32 tokens; objective: `--objective`, by default the bs-1 extends
+of 4 and 8 tokens, which run the 16-row block; `--objective 4x8` tunes the 32-row block's keys, with
+TOKENROUTER_DOT_ROWS=32 set for this process) and `gemv` (one-token steps; objective: the bs-1 decode).
 
     python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune --table tiles.json
 
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import Contexts, build_engine, graph_step, time_pair  # noqa: E402
 
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
-from tokenrouter.runtime.engine.attention.triton_backend import ENGINE_OFF_ENV  # noqa: E402
+from tokenrouter.runtime.engine.attention.triton_backend import DOT_ROWS_ENV, ENGINE_OFF_ENV  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
 
 
@@ -69,12 +70,33 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
     return out
 
 
+def objective_steps(text: str) -> list[tuple[int, int]]:
+    """--objective "1x4,1x8": (requests, new tokens each) per extend; at most 32 tokens, q >= 2."""
+    steps = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        bs, sep, q = item.lower().partition("x")
+        if (
+            not (sep and bs.isdigit() and q.isdigit())
+            or int(q) < 2
+            or not 1 <= int(bs) * int(q) <= tk.DOT_ROWS_LIMIT
+        ):
+            raise SystemExit(
+                f"--objective: {item!r} is not BSxQ with q >= 2 and at most {tk.DOT_ROWS_LIMIT} tokens"
+            )
+        steps.append((int(bs), int(q)))
+    if not steps or len({bs * q <= 16 for bs, q in steps}) > 1:
+        raise SystemExit("--objective: one or more extends, all of at most 16 tokens or all of 17-32")
+    return steps
+
+
 def table_entries(results: dict) -> list[dict]:
     """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
     names = tk.DOT_ROWS_KEY
     entries = []
     for row in results["dot_rows"]:
         key = ast.literal_eval(row["key"])
+        if isinstance(key[len(names) - 1], str):  # recorded before BLOCK_X was in the key (run O): 16 rows
+            key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])
         best = row["best"]
         entries.append(
             dict(
@@ -88,8 +110,10 @@ def table_entries(results: dict) -> list[dict]:
     return entries
 
 
-def tune_kernel(name, autotuner, candidates_for, engine, ctxs, graph_cfg, cases, results, deadline) -> None:
-    keys = list(autotuner.cache)
+def tune_kernel(
+    name, autotuner, candidates_for, wanted, engine, ctxs, graph_cfg, cases, results, deadline
+) -> None:
+    keys = [key for key in autotuner.cache if wanted(key)]
     rows = results.setdefault(name, [])
     print(f"\n### {name}: {len(keys)} tuning keys; objective: {', '.join(c for c, _ in cases)}\n", flush=True)
     print(
@@ -169,6 +193,12 @@ def main() -> None:
         help="write the tuned dot_rows configs here, in the format that "
         "TOKENROUTER_TUNED_TILES reads (tokenrouter/runtime/engine/attention/tuned_tiles.py)",
     )
+    ap.add_argument(
+        "--objective",
+        default="1x4,1x8",
+        help="dot_rows' objective, extends BSxQ (requests x new tokens each); the 16-row block's keys are tuned "
+        "when every step has at most 16 tokens, else the 32-row block's",
+    )
     args = ap.parse_args()
     # the autotuner's choices are the starting point: the engine's shipped table must not replace them
     off = os.environ.get(ENGINE_OFF_ENV, "")
@@ -176,39 +206,46 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
-    graph_cfg = CudaGraphConfig((1,), (1,), (4, 8))
-    engine = build_engine(args.shape, 8192, 1, graphs=True, graph_config=graph_cfg)  # autotunes every key
-    ctxs = Contexts(engine, 1, 4096)
-    cases = {
-        "decode bs 1": ctxs.batch(1, args.ctx, 1),
-        "extend bs 1 x 4": ctxs.batch(1, args.ctx, 4),
-        "extend bs 1 x 8": ctxs.batch(1, args.ctx, 8),
-    }
-    results: dict = dict(shape=args.shape, ctx=args.ctx, gpu=torch.cuda.get_device_name())
+    steps = objective_steps(args.objective)
+    sizes = sorted({1, *(bs for bs, _ in steps)})
+    graph_cfg = CudaGraphConfig(
+        tuple(sizes), tuple(sorted({bs for bs, _ in steps})), tuple(sorted({q for _, q in steps}))
+    )
+    # dot_rows' keys of the objective's row block (16 or 32 rows)
+    block_x = 16 if max(bs * q for bs, q in steps) <= 16 else 32
+    if block_x == 32 and not os.environ.get(DOT_ROWS_ENV):  # the engine's default reach is 16 tokens
+        os.environ[DOT_ROWS_ENV] = str(tk.DOT_ROWS_LIMIT)
+    # autotunes every key
+    engine = build_engine(args.shape, 4096 * max(sizes) + 64, max(sizes), graphs=True, graph_config=graph_cfg)
+    ctxs = Contexts(engine, max(sizes), 4096)
+    cases = {f"decode bs {bs}": ctxs.batch(bs, args.ctx, 1) for bs in sizes}
+    cases |= {f"extend bs {bs} x {q}": ctxs.batch(bs, args.ctx, q) for bs, q in steps}
+    results: dict = dict(
+        shape=args.shape, ctx=args.ctx, gpu=torch.cuda.get_device_name(), objective=args.objective
+    )
     kernels = {
         "dot_rows": (
             tk._dot_rows,
             lambda n, k: dot_rows_candidates(k),
-            ["extend bs 1 x 4", "extend bs 1 x 8"],
+            [f"extend bs {bs} x {q}" for bs, q in steps],
+            lambda key: key[tk.DOT_ROWS_KEY.index("BLOCK_X")] == block_x,
         ),
-        "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"]),
+        "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"], lambda key: True),
     }
     todo = [kernels[name] for name in args.kernels.split(",")]
-    chosen = [dict(t.cache) for t, _, _ in todo]
-    for name, (tuner, cands, objective) in zip(args.kernels.split(","), todo, strict=True):
-        tune_kernel(
-            name, tuner, cands, engine, ctxs, graph_cfg, [(c, cases[c]) for c in objective], results, deadline
-        )
+    chosen = [dict(t.cache) for t, *_ in todo]
+    for name, (tuner, cands, objective, wanted) in zip(args.kernels.split(","), todo, strict=True):
+        cases_ = [(c, cases[c]) for c in objective]
+        tune_kernel(name, tuner, cands, wanted, engine, ctxs, graph_cfg, cases_, results, deadline)
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
-    tuned = [dict(t.cache) for t, _, _ in todo]
+    tuned = [dict(t.cache) for t, *_ in todo]
     if args.table and "dot_rows" in results:
         Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
-    compare(engine, ctxs, graph_cfg, [t for t, _, _ in todo], chosen, tuned, list(cases.items()), results)
+    compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []
-    long = {
-        f"{k} (ctx 4096)": ctxs.batch(1, 4096, q) for k, q in (("decode bs 1", 1), ("extend bs 1 x 8", 8))
-    }
-    compare(engine, ctxs, graph_cfg, [t for t, _, _ in todo], chosen, tuned, list(long.items()), results)
+    long = {f"{label} (ctx 4096)": ctxs.batch(bs, 4096, q) for label, (bs, q) in
+            [(f"decode bs {b}", (b, 1)) for b in sizes] + [(f"extend bs {b} x {q}", (b, q)) for b, q in steps]}  # fmt: skip
+    compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(long.items()), results)
     (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
 
 

@@ -133,9 +133,11 @@ def compile_all() -> list[str]:
         (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True, PREFETCH_W=p))
         for p in (False, True)
     ]
-    dot_variants += [  # the one-tile configs that `dot_prefetch` tunes over, with SiLU*up (down_proj)
-        (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True))
+    dot_variants += [  # the one-tile configs that `dot_prefetch` tunes over, with SiLU*up (down_proj), for
+        # steps of up to 16 and of 17-32 rows
+        (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True, BLOCK_X=bx))
         for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
+        for bx in (16, 32)
     ]
     for cfg, variant in dot_variants:
         build(
@@ -143,7 +145,7 @@ def compile_all() -> list[str]:
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
                  R="*bf16", R_out="*bf16", NW="*bf16"),
             dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-            dict(HAS_BIAS=True, DOT_F32=False, **variant, **cfg.kwargs),
+            dict(HAS_BIAS=True, DOT_F32=False, **{"BLOCK_X": 16, **variant}, **cfg.kwargs),
             cfg.num_warps,
             cfg.num_stages,
         )  # fmt: skip
@@ -212,7 +214,7 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + len(tk._DOT_ROWS_ONE_TILE_CONFIGS)
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS)
     assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled

@@ -1,8 +1,8 @@
 """The fused decoder forward of the Triton path against the model's own forward on the SDPA backend,
 for tiny random Qwen3 (q/k norm), Qwen2 (qkv bias) and Llama models: prefill, a mixed extend/decode
 step, a one-token step (which runs the linear layers as the Triton GEMV, with add & RMSNorm folded
-into the GEMVs or not), steps of 2-8 tokens (the few-row GEMV `gemv_rows`, or cuBLAS with it off) and one
-of 13 tokens (cuBLAS)."""
+into the GEMVs or not), steps of 2-8 tokens (the few-row GEMV `gemv_rows`, or cuBLAS with it off), of 13 and
+18 tokens (the tensor-core `dot_rows`, 16- and 32-row blocks) and one of 34 tokens (cuBLAS)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def attn_config(cfg: ModelConfig) -> AttentionConfig:
 def run_steps(model, backend, forward, steps):
     """Run `steps` (lists of (row, new_ids)) on fresh pools; returns the logits of every step."""
     cfg = model.config
-    r2t = ReqToTokenPool(4, 64, DEVICE)
+    r2t = ReqToTokenPool(8, 64, DEVICE)
     pool = MHATokenToKVPool(
         256, torch.float32, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, DEVICE
     )
@@ -118,7 +118,8 @@ STEPS = [
     [(1, [4])],  # one token: the GEMV path
     [(2, [7, 8])],  # 2
     [(0, list(range(13, 25))), (2, [5])],  # 13: more than gemv_rows_max: dot_rows (cuBLAS with it off)
-    [(0, list(range(30, 47))), (1, [6])],  # 18: more than dot_rows_max, cuBLAS
+    [(0, list(range(30, 47))), (1, [6])],  # 18: dot_rows' 32-row block (with dot_rows_max 32; else cuBLAS)
+    [(3, list(range(1, 34))), (1, [6])],  # 34: more than dot_rows_max, cuBLAS
 ]
 KERNELS = ("gemv", "gemv_rows", "dot_rows", "rmsnorm")
 
@@ -169,6 +170,7 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     backend.gemv_rows = rows > 0
     backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
+    backend.dot_rows_max = tk.DOT_ROWS_LIMIT  # 32: the 18-token step on the 32-row block (default 16: cuBLAS)
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
@@ -177,7 +179,7 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
         few = 2 <= tokens <= 8 and len(step) <= rows
         assert counts["gemv"] == (4 * layers if tokens == 1 else 0), (tokens, counts)
         assert counts["gemv_rows"] == (4 * layers if few else 0), (tokens, counts)
-        dot = 2 <= tokens <= 16 and not few  # the tensor-core kernel takes the other steps of up to 16 tokens
+        dot = 2 <= tokens <= 32 and not few  # the tensor-core kernel takes the other steps of up to 32 tokens
         assert counts["dot_rows"] == (4 * layers if dot else 0), (tokens, counts)
         # folded: only the final norm is its own launch; else the input norm and two add & norms per layer
         folded = fold and (tokens == 1 or few or dot)
@@ -292,7 +294,7 @@ def test_dot_rows_reach_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     monkeypatch.setenv(DOT_ROWS_ENV, "8")
     assert TritonAttnBackend(cfg).dot_rows_max == 8
-    for bad in ("1", "17", "x"):
+    for bad in ("1", "33", "x"):
         monkeypatch.setenv(DOT_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{DOT_ROWS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)
@@ -304,7 +306,7 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
     monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[:-1])  # the last splits no KV
     assert TritonAttnBackend(cfg).fused_merge_rows == tk.FUSED_MERGE_MAX_ROWS == 4
     monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "16")
     backend = TritonAttnBackend(cfg)
@@ -323,10 +325,10 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
         got.append(None)
         return fused_decoder_forward(model, fb)
 
-    got = run_steps(model, backend, forward, STEPS)
-    # only the steps with blocks of more than 16 rows (13 and 18 tokens, GQA 2) merge in a second kernel
+    got = run_steps(model, backend, forward, STEPS[:-1])
+    # only the steps with blocks of more than 16 rows (13, 18 and 34 tokens, GQA 2) merge in a second kernel
     group = cfg.num_heads // cfg.num_kv_heads
-    wide = {i + 1 for i, step in enumerate(STEPS) if max(len(new) for _, new in step) * group > 16}
+    wide = {i + 1 for i, step in enumerate(STEPS[:-1]) if max(len(new) for _, new in step) * group > 16}
     assert {i for i, _ in merges} == wide and wide, (merges, wide)
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)

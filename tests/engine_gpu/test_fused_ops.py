@@ -322,7 +322,7 @@ DOT_CONFIGS = [
 DOT_IDS = ["default", "split1", "split4", "split8", "tile1", "split12"]
 
 
-@pytest.mark.parametrize("m", [1, 2, 5, 8, 13, 16])
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 13, 16, 17, 32])  # 17 and 32: the 32-row block
 @pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
 @pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
 def test_dot_rows(m, variant, config):
@@ -334,7 +334,7 @@ def test_dot_rows(m, variant, config):
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("m", [1, 3, 16, 27])
 @pytest.mark.parametrize("with_residual", [False, True])
 @pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
 def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
@@ -375,8 +375,8 @@ def test_dot_rows_argument_errors():
     n, k = 33, 100
     x = torch.zeros(5, k, device=DEVICE)
     w = torch.zeros(n, k, device=DEVICE)
-    with pytest.raises(ValueError, match="1-16 rows"):
-        tk.dot_rows(torch.zeros(17, k, device=DEVICE), w)
+    with pytest.raises(ValueError, match="1-32 rows"):
+        tk.dot_rows(torch.zeros(33, k, device=DEVICE), w)
     with pytest.raises(ValueError, match="does not match the weight"):
         tk.dot_rows(torch.zeros(2, k, device=DEVICE), w, silu_mul=True)
     with pytest.raises(ValueError, match="do not combine"):

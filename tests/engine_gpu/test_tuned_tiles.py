@@ -17,7 +17,9 @@ from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionConfig
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
 
-H200_QKV = dict(N=4096, K=1024, SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True)
+H200_QKV = dict(
+    N=4096, K=1024, SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True, BLOCK_X=16
+)
 CUDA = torch.device("cuda")  # only its type is read: no GPU needed with gpu_name patched
 
 
@@ -42,6 +44,7 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     # every part of the key counts: dtype, a flag, the GPU model, the device type
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"PREFETCH_W": False})) is None
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 32})) is None
     assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", torch.device("cpu"), torch.bfloat16, **H200_QKV) is None
 
@@ -104,7 +107,9 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
     x, w, b, silu_mul, want = linear_case(7, 5, "silu_mul")
     got = tk.dot_rows(x, w, b, silu_mul=True, tuned=True)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-    key = dict(N=40, K=72, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False)
+    key = dict(
+        N=40, K=72, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False, BLOCK_X=16
+    )
     assert asked == [("dot_rows", w.dtype, key)]
     # the same config given directly: the same result, bit for bit; without `tuned` no lookup
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=True, config=config), got, atol=0, rtol=0)

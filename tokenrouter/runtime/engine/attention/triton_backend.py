@@ -37,8 +37,8 @@ SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
 # their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
 # "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
-# 1.286 ms). Run O: a 32-row block for steps of 17-32 tokens was 1.12-1.21x slower than cuBLAS at every such
-# step (bs 4 x 8, bs 16 x 2, decode bs 32), so it was reverted and 16 stays the kernel's limit.
+# 1.286 ms). Run O: a 32-row block (BLOCK_X 32) for steps of 17-32 tokens was 1.12-1.21x slower than cuBLAS
+# with the autotuner's tiles at every such step; TOKENROUTER_DOT_ROWS=32 turns it on.
 DOT_ROWS_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be

@@ -1292,15 +1292,16 @@ def gemv_rows(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Few-row linear layers on tensor cores (M = 2..16 rows), "swap AB". `gemv_rows` above spends M float32
+# Few-row linear layers on tensor cores (M = 1..32 rows), "swap AB". `gemv_rows` above spends M float32
 # FMAs per weight element, which past ~4 rows makes a step compute-bound (the 0.6B's one-request extends of
 # 8 tokens: 1.6x a decode, docs/benchmarks.md, run F), and the earlier `tl.dot` kernel (run B, removed) put
 # the few rows on the MMA's M side with 4-32 weight rows per program, below the tensor cores' tile shapes.
 # Here the weight is the MMA's M side: a program multiplies BLOCK_W weight rows (output columns) by the
-# activations transposed, [BLOCK_W, BLOCK_K] x [BLOCK_K, 16] -> [BLOCK_W, 16] (rows past M masked to zero),
+# activations transposed, [BLOCK_W, BLOCK_K] x [BLOCK_K, BLOCK_X] -> [BLOCK_W, BLOCK_X] with BLOCK_X 16 (up to
+# 16 rows) or 32 (17-32 rows; rows past M masked to zero),
 # so the tensor cores do the FMAs and the program's cost is its weight bytes. Layers with few output
 # columns (the 0.6B's o_proj and down_proj: N = 1024) split K over SPLIT_K programs per column block for
-# more bytes in flight; the split programs store float32 partials [SPLIT_K, 16, N] and the last one of a
+# more bytes in flight; the split programs store float32 partials [SPLIT_K, BLOCK_X, N] and the last one of a
 # block to finish (an atomic ticket, as in the attention's fused merge) sums them in split order (the
 # result does not depend on which program finishes last) and writes Y, leaving its ticket zero for the next
 # launch. SiLU(gate) * up is applied in the activation load (down_proj), rounded to the weight dtype as
@@ -1308,9 +1309,9 @@ def gemv_rows(
 # summed with its dots (per split, merged with the partials) and its rstd scales the result.
 # ---------------------------------------------------------------------------------------------------------
 
-DOT_ROWS_LIMIT = 16  # the most rows `dot_rows` takes (the MMA's N side)
-# the autotuner's key, and a tuned tile table's (`tuned_tiles`, bench/graph_tune.py): the layer and the variant
-DOT_ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W"]
+# the autotuner's key (and a tuned tile table's, `tuned_tiles`): the layer's shape, the variant, the rows' block
+DOT_ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W", "BLOCK_X"]
+DOT_ROWS_LIMIT = 32  # the most rows `dot_rows` takes (the MMA's N side: BLOCK_X 16 up to 16 rows, else 32)
 _DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed alone in run H (docs/raw/run-h)
     (32, 128, 1, 4, 4),
     (64, 128, 1, 4, 4),
@@ -1408,8 +1409,8 @@ def _dot_rows_kernel(
     W,
     Bias,
     Y,
-    Part,  # float32 [SPLIT_K, 16, N] partials (SPLIT_K > 1)
-    SS,  # float32 [column blocks, SPLIT_K, 16] partial sums of squares (NORM and SPLIT_K > 1)
+    Part,  # float32 [SPLIT_K, BLOCK_X, N] partials (SPLIT_K > 1)
+    SS,  # float32 [column blocks, SPLIT_K, BLOCK_X] partial sums of squares (NORM and SPLIT_K > 1)
     Tickets,  # int32, one per column block, zero between launches (SPLIT_K > 1)
     R,
     R_out,
@@ -1427,11 +1428,11 @@ def _dot_rows_kernel(
     BLOCK_W: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    BLOCK_X: tl.constexpr = 16,  # the rows' block (the MMA's N): 16, or 32 for 17-32 rows
     USE_PDL: tl.constexpr = False,
     PREFETCH_W: tl.constexpr = False,  # read the first weight tile before waiting on the previous kernel
     DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
 ):
-    BLOCK_X: tl.constexpr = 16
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_w = pid_n * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -1517,12 +1518,12 @@ _dot_rows_scratch: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] =
 
 
 def _dot_scratch(device: torch.device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(partials, tickets) for an N-wide layer: float32 [2 * max split * 16 * N] (the dot partials, then the
+    """(partials, tickets) for an N-wide layer: float32 [2 * max split * DOT_ROWS_LIMIT * N] (the dot partials, then the
     sums of squares, one set per column block: at most N blocks), int32 [N] (zero)."""
     bufs = _dot_rows_scratch.setdefault(device, [])
-    need = 2 * _DOT_ROWS_MAX_SPLIT * 16 * n
+    need = 2 * _DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * n
     if not bufs or bufs[-1][0].numel() < need or bufs[-1][1].numel() < n:
-        size = max(need, 2 * _DOT_ROWS_MAX_SPLIT * 16 * 8192)
+        size = max(need, 2 * _DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * 8192)
         bufs.append(
             (
                 torch.empty(size, dtype=torch.float32, device=device),
@@ -1565,7 +1566,7 @@ def dot_rows(
     config: dict | None = None,
     tuned: bool = False,
 ) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (16), on tensor
+    """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (32), on tensor
     cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). Autotuned per
     (N, K, variant) on first use, so run it once before a CUDA graph capture; `config` ({"BLOCK_W",
     "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}) runs one tile config instead (tests, benchmarks).
@@ -1589,10 +1590,11 @@ def dot_rows(
     part, tickets = _dot_scratch(x.device, n)
     launch = _pdl(pdl, x.device)
     prefetch_w = bool(prefetch and launch["USE_PDL"])
-    ss = part[_DOT_ROWS_MAX_SPLIT * 16 * n :]
+    ss = part[_DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * n :]
+    block_x = 16 if m <= 16 else 32
     if config is None and tuned:
         key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
-        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w)
+        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w, BLOCK_X=block_x)
         config = tuned_tiles.lookup("dot_rows", x.device, x.dtype, **key)
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
@@ -1622,6 +1624,7 @@ def dot_rows(
         **flags,
         **launch,
         PREFETCH_W=prefetch_w,
+        BLOCK_X=block_x,
         **meta,
     )
     return y
