@@ -332,7 +332,7 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 # Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
 OPT_IN = OPT_IN_OPTIONS.keys()
 # Backend sizes an ablation row may set ("gemv_rows_max=2"): the steps each kernel takes
-SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "fused_merge_rows", "extend_splits_max"}
+SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "fused_merge_rows"}
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
@@ -349,9 +349,7 @@ def ablation_plan(
     dot_rows_max: int = 0,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
-    Each part is timed where it acts: first the extends' split merge in the attention kernel
-    (`fused_merge_rows=16`) at the extends of 4 and more tokens per request, with the extends' splits capped
-    (`extend_splits_max`) at 8 (bs 1), 4 and 1 (bs 1 and 4, the most tokens); then the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
+    Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
     into attention at decode bs 1 and the smallest bs 1 extend, the final norm of the last tokens at the
     bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
@@ -378,22 +376,6 @@ def ablation_plan(
         if 2 <= bs * q <= dot_rows_max and (ctx, bs, q) not in few_rows
     ]
     plan = []
-    merged = ("fused_merge_rows=16",)
-    # first, the split-KV merge of the extends' 16- and 8-row blocks: in the attention kernel instead of a
-    # second launch, alone and with fewer splits (bs 1 extends get 32, bs 4 8, bs 16 2 on 132 SMs)
-    wide = [(ctx, bs, q) for ctx in ctxs for bs, q in sorted(steps) if q >= 4]
-    if wide:
-        plan.append(("fused_merge_rows=16 (extends merge in the kernel)", merged, wide))
-        most = [p for p in wide if p[1] in (1, 4) and p[2] == max(extend_q)]
-        plan.append(
-            (
-                "extend_splits_max=8, fused_merge_rows=16",
-                ("extend_splits_max=8", *merged),
-                [p for p in wide if p[1] == 1],
-            )
-        )
-        plan.append(("extend_splits_max=4, fused_merge_rows=16", ("extend_splits_max=4", *merged), most))
-        plan.append(("extend_splits_max=1", ("extend_splits_max=1",), most))
     if dot_rows:  # its tiles tuned in the graph, weight prefetch and folded add & RMSNorm where it runs
         plan.append(("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",), dot_rows))
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))

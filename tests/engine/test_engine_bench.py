@@ -18,45 +18,12 @@ def bench():
     return module
 
 
-MERGE_ROWS = ("fused_merge_rows=", "extend_splits_max=")
-
-
-def other_rows(plan):
-    """The plan without its first rows, the extends' split merge (see the test below)."""
-    return [row for row in plan if not row[0].startswith(MERGE_ROWS)]
-
-
-def test_ablation_plan_times_the_extends_split_merge_first(bench):
-    """The extends' split merge in the attention kernel (16-row blocks) and their split caps come first: at
-    the extends of 4 and more tokens per request, the caps of 8 at bs 1, of 4 and 1 at the largest q."""
-    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4], 2, 1, 16)
-    first = plan[:4]
-    assert all(row[0].startswith(MERGE_ROWS) for row in first)
-    assert not any(row[0].startswith(MERGE_ROWS) for row in plan[4:])
-    assert first[0][1:] == (
-        ("fused_merge_rows=16",),
-        [(ctx, bs, q) for ctx in (512, 4096) for bs in (1, 4, 16) for q in (4, 8)],
-    )
-    assert first[1][1:] == (
-        ("extend_splits_max=8", "fused_merge_rows=16"),
-        [(512, 1, 4), (512, 1, 8), (4096, 1, 4), (4096, 1, 8)],
-    )
-    most = [(512, 1, 8), (512, 4, 8), (4096, 1, 8), (4096, 4, 8)]
-    assert first[2][1:] == (("extend_splits_max=4", "fused_merge_rows=16"), most)
-    assert first[3][1:] == (("extend_splits_max=1",), most)
-    assert bench.parts(first[1][1]) == {
-        "parts_off": [],
-        "settings": {"extend_splits_max": 8, "fused_merge_rows": 16},
-    }
-    assert not any(row[0].startswith(MERGE_ROWS) for row in bench.ablation_plan([512], [1], [2], [1]))
-
-
 def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     # imported here, not at collection: the Triton kernels module must first be imported after
     # tests/engine_gpu/conftest.py chose the interpreter (CPU)
     from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
 
-    plan = other_rows(bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8, 8))
+    plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8, 8)
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
     new = {*bench.NEW_AFTER_GEMV_ROWS}
     assert singles == {*new, *bench.NEW_SINCE_AB, "attn_stages", "gemv_rows"}
@@ -162,7 +129,7 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     """`dot_rows` (the tensor-core few-row kernel): its graph-tuned tiles and the kernel first in the plan, at the
     steps of 2 to dot_rows_max tokens that gemv_rows does not take; absent for models it does not act on
     (dot_rows_max 0)."""
-    plan = other_rows(bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 4, 4, 16))
+    plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 4, 4, 16)
     assert plan[0][:2] == ("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",))
     assert plan[1][:2] == ("no dot_rows", ("dot_rows",))
     # bs 1 x 8, bs 4 x 2 / 4 (8 and 16 tokens), decode bs 8: the 2-4 token steps are gemv_rows'
@@ -187,7 +154,7 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     )
     assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
     # with the default reach (2 tokens) dot_rows takes them: the row moves them back to the GEMV
-    plan = other_rows(bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16))[1:]
+    plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)[1:]
     assert plan[0][2] == [(512, 1, 4), (512, 1, 8), (512, 4, 1), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
     label, names, points = plan[3]
     assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])

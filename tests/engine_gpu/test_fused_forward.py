@@ -16,7 +16,6 @@ from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_MAX,
     ENGINE_OFF_ENV,
     ENGINE_ON_ENV,
-    EXTEND_SPLITS_ENV,
     FAST_PATH_OPTIONS,
     FUSED_MERGE_ROWS_ENV,
     GEMV_ROWS_BATCH_MAX,
@@ -337,32 +336,6 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
     for bad in ("0", "65", "many"):
         monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
-            TritonAttnBackend(cfg)
-
-
-def test_extend_splits_from_the_environment(monkeypatch):
-    """TOKENROUTER_EXTEND_SPLITS=S caps the KV splits of launches with more than one new token per row, not
-    the decodes'; the steps' results stay the SDPA reference's; bad values are named."""
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
-    model = tiny_model("qwen3")
-    cfg = attn_config(model.config)
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
-    default = TritonAttnBackend(cfg)
-    assert default.extend_splits_max == tk.MAX_SPLITS
-    monkeypatch.setenv(EXTEND_SPLITS_ENV, "2")
-    backend = TritonAttnBackend(cfg)
-    assert backend.extend_splits_max == 2
-    for bs in (1, 4):
-        assert backend.metadata_for(bs, 1).num_splits == default.metadata_for(bs, 1).num_splits > 2
-        assert default.metadata_for(bs, 8).num_splits > 2
-        assert backend.metadata_for(bs, 8).num_splits == 2
-    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
-    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
-        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
-        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    for bad in ("0", "65", "x"):
-        monkeypatch.setenv(EXTEND_SPLITS_ENV, bad)
-        with pytest.raises(ValueError, match=f"{EXTEND_SPLITS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)
 
 

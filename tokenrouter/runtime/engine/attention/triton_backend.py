@@ -122,30 +122,13 @@ FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
 
 def fused_merge_rows_from_env() -> int:
     """The fused merge's row limit from TOKENROUTER_FUSED_MERGE_ROWS (ValueError naming a bad value)."""
-    return _int_from_env(
-        FUSED_MERGE_ROWS_ENV, tk.FUSED_MERGE_MAX_ROWS, 64, "the rows per block to merge in the kernel"
-    )
-
-
-# the most programs that share one row block's KV range in a launch of more than one new token per row
-# (extends); decodes keep `choose_num_splits`' count. TOKENROUTER_EXTEND_SPLITS="S" (1-64; default 64, i.e.
-# no cap below the decode's rule): at bs 1 an extend gets 32 splits, which means a 16-row block's partials
-# are merged in a second kernel (see FUSED_MERGE_ROWS_ENV); fewer splits can keep the merge in the kernel
-EXTEND_SPLITS_ENV = "TOKENROUTER_EXTEND_SPLITS"
-
-
-def extend_splits_from_env() -> int:
-    """`extend_splits_max` from TOKENROUTER_EXTEND_SPLITS (ValueError naming a bad value)."""
-    return _int_from_env(EXTEND_SPLITS_ENV, tk.MAX_SPLITS, tk.MAX_SPLITS, "the most KV splits of an extend")
-
-
-def _int_from_env(var: str, default: int, most: int, what: str) -> int:
-    """An integer 1..most from the environment variable `var` (unset or empty: `default`)."""
-    raw = os.environ.get(var, "").strip()
+    raw = os.environ.get(FUSED_MERGE_ROWS_ENV, "").strip()
     if not raw:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise ValueError(f"{var}={raw!r}: expected {what}, 1 to {most}")
+        return tk.FUSED_MERGE_MAX_ROWS
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise ValueError(
+            f"{FUSED_MERGE_ROWS_ENV}={raw!r}: expected the rows per block to merge in the kernel, 1 to 64"
+        )
     return int(raw)
 
 
@@ -207,7 +190,6 @@ class TritonAttnBackend(AttentionBackend):
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
-        self.extend_splits_max = extend_splits_from_env()  # the most KV splits of an extend's launch
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
@@ -244,8 +226,6 @@ class TritonAttnBackend(AttentionBackend):
         else:
             row_blocks = -(-rows // tk.row_block_size(rows))
             cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
-            if max_extend_len > 1:
-                cap = min(cap, self.extend_splits_max)
             splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
         tickets = None
         if splits > 1:
