@@ -355,8 +355,8 @@ def ablation_plan(
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
-    kernel's tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`) first, then its 17-32 token
-    steps on cuBLAS (`dot_rows_max=16`), at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
+    kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: TOKENROUTER_DOT_ROWS=32) first,
+    then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
     take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
     at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
     `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
@@ -377,11 +377,11 @@ def ablation_plan(
     ]
     plan = []
     if dot_rows:  # its tiles tuned in the graph, weight prefetch and folded add & RMSNorm where it runs
-        plan.append(("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",), dot_rows))
-        plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         wide_dot = [p for p in dot_rows if p[1] * p[2] > 16]  # the 32-row block's steps, on cuBLAS before
         if wide_dot:
             plan.append(("dot_rows_max=16 (17-32 token steps on cuBLAS)", ("dot_rows_max=16",), wide_dot))
+        plan.append(("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",), dot_rows))
+        plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
         # the 3-4 token steps (run G's reach of the few-row GEMV) on the kernel that does not take them now

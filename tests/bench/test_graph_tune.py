@@ -54,3 +54,12 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     path.write_text(json.dumps({"entries": entries}))
     table = tuned_tiles.read_table(path)
     assert len(table) == 4 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
+
+
+def test_objective_steps(graph_tune):
+    """--objective: extends BSxQ, all on one row block of dot_rows (up to 16 tokens, or 17-32); bad ones named."""
+    assert graph_tune.objective_steps("1x4, 1X8") == [(1, 4), (1, 8)]
+    assert graph_tune.objective_steps("4x8,16x2") == [(4, 8), (16, 2)]
+    for bad in ("4x1", "1x4,4x8", "8x8", "x8", "", "4"):
+        with pytest.raises(SystemExit, match="--objective"):
+            graph_tune.objective_steps(bad)

@@ -135,12 +135,12 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
     # bs 1 x 8, bs 4 x 2 / 4 (8 and 16 tokens), decode bs 8: the 2-4 token steps are gemv_rows'
     assert plan[0][2] == plan[1][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
     plan = plan[1:]
-    # up to 32 tokens: the 17-32 token steps (bs 4 x 8, decode bs 32) also on cuBLAS, right after
-    wide = other_rows(bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32))
-    assert wide[1][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1), (512, 32, 1)]
-    assert wide[2] == ("dot_rows_max=16 (17-32 token steps on cuBLAS)", ("dot_rows_max=16",),
+    # up to 32 tokens: the 17-32 token steps (bs 4 x 8, decode bs 32) on cuBLAS first
+    wide = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32)
+    assert wide[0] == ("dot_rows_max=16 (17-32 token steps on cuBLAS)", ("dot_rows_max=16",),
                        [(512, 4, 8), (512, 32, 1)])  # fmt: skip
-    assert bench.parts(wide[2][1]) == {"parts_off": [], "settings": {"dot_rows_max": 16}}
+    assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1), (512, 32, 1)]
+    assert bench.parts(wide[0][1]) == {"parts_off": [], "settings": {"dot_rows_max": 16}}
     # its weight prefetch off, its folded norm on (opt-in), same steps
     assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
     assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])
