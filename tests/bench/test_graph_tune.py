@@ -46,14 +46,16 @@ def test_candidates_cover_k_in_one_tile(graph_tune, k):
 
 
 def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
-    results = json.loads((ROOT / "docs/raw/run-o/call2-graph_tune.json").read_text())
-    entries = graph_tune.table_entries(results)
+    entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run P's 32-row block
+    for raw in ("run-o/call2-graph_tune.json", "run-p/call2-graph_tune32.json"):
+        entries += graph_tune.table_entries(json.loads((ROOT / "docs/raw" / raw).read_text()))
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries == shipped
+    assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps({"entries": entries}))
     table = tuned_tiles.read_table(path)
-    assert len(table) == 4 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
+    assert len(table) == 8 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
 
 
 def test_objective_steps(graph_tune):

@@ -33,10 +33,11 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     table = tuned_tiles.read_table(tuned_tiles.SHIPPED)
     for config in table.values():
         tk.check_tile_config("dot_rows", config)
-    keys = {(g, k, d, dict(key)["N"], dict(key)["K"]) for g, k, d, key in table}
-    assert keys == {
-        ("NVIDIA H200", "dot_rows", "bfloat16", n, k)
+    keys = {(g, k, d, dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_X"]) for g, k, d, key in table}
+    assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run P)
+        ("NVIDIA H200", "dot_rows", "bfloat16", n, k, bx)
         for n, k in ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
+        for bx in (16, 32)
     }
     cfg = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV)
     assert set(cfg) == {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
@@ -44,7 +45,9 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     # every part of the key counts: dtype, a flag, the GPU model, the device type
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"PREFETCH_W": False})) is None
-    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 32})) is None
+    wide = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 32}))
+    assert wide is not None and wide != cfg  # run P tuned the 32-row block's q/k/v tile on its own
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 64})) is None
     assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", torch.device("cpu"), torch.bfloat16, **H200_QKV) is None
 
