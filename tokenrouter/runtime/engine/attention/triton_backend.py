@@ -37,8 +37,9 @@ SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
 # their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
 # "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
-# 1.286 ms). Run O: a 32-row block (BLOCK_X 32) for steps of 17-32 tokens was 1.12-1.21x slower than cuBLAS
-# with the autotuner's tiles at every such step; TOKENROUTER_DOT_ROWS=32 turns it on.
+# 1.286 ms). Steps of 17-32 tokens have a 32-row block (BLOCK_X 32), off by default: with the autotuner's tiles
+# it was 1.12-1.21x slower than cuBLAS at every such step (run O), with tiles tuned in the graph (run P) level
+# with it (0.99-1.04x), so they stay on cuBLAS; TOKENROUTER_DOT_ROWS=32 turns it on.
 DOT_ROWS_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
@@ -115,8 +116,8 @@ def gemv_rows_from_env() -> tuple[int, int]:
 
 # the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
 # merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
-# H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 would fold them,
-# and whether one program's serial merge of 16 rows beats a launch is unmeasured
+# H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
+# was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P)
 FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
 
 
