@@ -416,6 +416,22 @@ def ablation_plan(
     return plan
 
 
+def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tuple[str, tuple, list]]:
+    """--ablate "a,b=2": one row per entry (a part off, an opt-in part on, or a size set), each at every
+    measured step (the decodes of --decode-bs, then the extends), instead of `ablation_plan`'s rows."""
+    points = [(ctx, bs, 1) for ctx in ctxs for bs in decode_bs]
+    points += [(ctx, bs, q) for ctx in ctxs for bs in extend_bs for q in extend_q]
+    plan = []
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        known = name in FAST_PATH_OPTIONS or name in OPT_IN or name.partition("=")[0] in SETTINGS
+        if not known or ("=" in name and not name.partition("=")[2].isdigit()):
+            raise SystemExit(f"--ablate: {name!r} is not a fast-path part, an opt-in part or SIZE=N "
+                             f"({', '.join(sorted(SETTINGS))})")  # fmt: skip
+        label = f"{name} on" if name in OPT_IN else (name if "=" in name else f"no {name}")
+        plan.append((label, (name,), points))
+    return plan
+
+
 def settings(names) -> dict[str, int]:
     """The "attribute=value" entries of an ablation row's names, as {attribute: int value}."""
     return {k: int(v) for k, _, v in (n.partition("=") for n in names if "=" in n)}
@@ -464,6 +480,8 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         backend.gemv_rows_batch_max,
         backend.dot_rows_max if backend.dot_rows and small else 0,
     )
+    if args.ablate:
+        plan = named_ablation(args.ablate, args.ctx, args.extend_bs, args.extend_q, args.decode_bs)
     for label, off, points in plan:
         if time.perf_counter() - started > args.ablation_budget_s:
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
@@ -789,6 +807,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=75.0,
         help="--targets: seconds per shape for the ablation; later rows are skipped (listed as skipped)",
+    )
+    p.add_argument(
+        "--ablate",
+        default="",
+        help="--targets: instead of the planned ablation, these parts off (opt-in parts on, SIZE=N set), "
+        "comma-separated, each at every measured step (e.g. pdl,dot_prefetch,attn_prefetch)",
     )
     p.add_argument("--out", default="out/engine_bench")
     args = p.parse_args(argv)

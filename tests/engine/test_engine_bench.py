@@ -189,3 +189,19 @@ def test_time_pair_alternates_the_two_steps(bench):
     assert 0.0015 < a < 0.0035 and 0.0035 < b < 0.006 and b > a
     runs = [name for i, name in enumerate(log[7:]) if i == 0 or log[7 + i - 1] != name]  # after warm-up
     assert runs == ["a", "b", "a", "b", "a"]  # A | B B | A A | B B | A: four runs each, alternating
+
+
+def test_named_ablation_times_each_part_at_every_step(bench):
+    """--ablate: one row per named part (off; an opt-in part on; a size set), at every measured step."""
+    plan = bench.named_ablation("pdl, dot_prefetch,dot_rows_norm,dot_rows_max=32", [512], [2, 4], [8], [4])
+    steps = [(512, 4, 1), (512, 2, 8), (512, 4, 8)]
+    assert plan == [
+        ("no pdl", ("pdl",), steps),
+        ("no dot_prefetch", ("dot_prefetch",), steps),
+        ("dot_rows_norm on", ("dot_rows_norm",), steps),
+        ("dot_rows_max=32", ("dot_rows_max=32",), steps),
+    ]
+    assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"dot_rows_max": 32}}
+    for bad in ("warp_drive", "dot_rows_max=many", "depth=3"):
+        with pytest.raises(SystemExit, match="--ablate"):
+            bench.named_ablation(bad, [512], [1], [8], [1])
