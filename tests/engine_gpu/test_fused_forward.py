@@ -339,6 +339,32 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
             TritonAttnBackend(cfg)
 
 
+def test_attention_prefetch_is_for_decodes_only(monkeypatch):
+    """`attn_prefetch` asks the attention kernel for its early reads at one-token launches only (run P: the
+    extends were faster without them); off, at none. The logits stay the reference's."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    asked = []  # (largest new tokens per row, prefetch) per attention launch
+    real = tk.paged_attention
+
+    def recorded(*args, **kwargs):
+        asked.append((kwargs["max_extend_len"], kwargs["prefetch"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    backend = TritonAttnBackend(cfg)
+    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
+    assert {q for q, _ in asked} >= {1, 5, 17} and all(p == (q == 1) for q, p in asked), asked
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    asked.clear()
+    backend.attn_prefetch = False
+    run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS[2:4])
+    assert asked and not any(p for _, p in asked)
+
+
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     default = TritonAttnBackend(cfg).options()  # every fast-path part on, every opt-in part off

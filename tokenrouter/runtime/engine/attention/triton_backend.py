@@ -79,8 +79,9 @@ FAST_PATH_OPTIONS = {
     "waiting on other loads first (off: the load order of runs A/B)",
     "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
     "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
-    "attn_prefetch": "attention reads its first tile's page-table entries and older tokens' K/V before waiting "
-    "on the previous kernel (with pdl; off: every read after the wait)",
+    "attn_prefetch": "a decode's attention reads its first tile's page-table entries and older tokens' K/V "
+    "before waiting on the previous kernel (with pdl; off: every read after the wait). Decodes only: run P "
+    "measured extends of 8 tokens 1.3-3.7 % faster without it at ctx 512 (docs/benchmarks.md)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -282,7 +283,7 @@ class TritonAttnBackend(AttentionBackend):
             num_stages=None if self.attn_stages else 2,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
-            prefetch=self.attn_prefetch,
+            prefetch=self.attn_prefetch and md.max_extend_len == 1,  # decodes only (see attn_prefetch)
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
         )
