@@ -385,3 +385,18 @@ def test_dot_rows_argument_errors():
         )
     with pytest.raises(ValueError, match="SPLIT_K at most"):
         tk.dot_rows(x, w, config={"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 64})
+
+
+def test_dot_rows_scratch_grows_for_the_32_row_block(monkeypatch):
+    """The split partials' scratch is sized for the row block that runs: 16 rows until a step of 17-32 rows
+    (the 32-row block, off by default in the engine) first needs more; then that buffer serves every step."""
+    monkeypatch.setattr(tk, "_dot_rows_scratch", {})
+    n, k = 4200, 16  # 2 * split * 32 * N is past the 16-row buffer's least size (N = 8192)
+    w = torch.randn(n, k, device=DEVICE)
+    config = {"BLOCK_W": 128, "BLOCK_K": 16, "SPLIT_K": 1}
+    split = tk._DOT_ROWS_MAX_SPLIT
+    for m, size in ((8, 16 * 8192), (16, 16 * 8192), (20, 32 * 8192), (3, 32 * 8192)):
+        x = torch.randn(m, k, device=DEVICE)
+        torch.testing.assert_close(tk.dot_rows(x, w, config=config), x @ w.T, atol=1e-4, rtol=1e-4)
+        assert tk._dot_rows_scratch[DEVICE][-1][0].numel() == 2 * split * size, m
+    assert len(tk._dot_rows_scratch[DEVICE]) == 2

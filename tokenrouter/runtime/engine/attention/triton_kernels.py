@@ -1517,13 +1517,14 @@ else:
 _dot_rows_scratch: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
 
-def _dot_scratch(device: torch.device, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(partials, tickets) for an N-wide layer: float32 [2 * max split * DOT_ROWS_LIMIT * N] (the dot partials, then the
-    sums of squares, one set per column block: at most N blocks), int32 [N] (zero)."""
+def _dot_scratch(device: torch.device, n: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partials, tickets) for an N-wide layer and a `rows`-row block: float32 [2 * max split * rows * N] (the
+    dot partials, then the sums of squares, one set per column block: at most N blocks), int32 [N] (zero). The
+    32-row block's larger buffer is made the first time it runs (it is off by default)."""
     bufs = _dot_rows_scratch.setdefault(device, [])
-    need = 2 * _DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * n
+    need = 2 * _DOT_ROWS_MAX_SPLIT * rows * n
     if not bufs or bufs[-1][0].numel() < need or bufs[-1][1].numel() < n:
-        size = max(need, 2 * _DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * 8192)
+        size = max(need, 2 * _DOT_ROWS_MAX_SPLIT * rows * 8192)
         bufs.append(
             (
                 torch.empty(size, dtype=torch.float32, device=device),
@@ -1587,11 +1588,11 @@ def dot_rows(
     )
     m = x.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    part, tickets = _dot_scratch(x.device, n)
+    block_x = 16 if m <= 16 else 32
+    part, tickets = _dot_scratch(x.device, n, block_x)
     launch = _pdl(pdl, x.device)
     prefetch_w = bool(prefetch and launch["USE_PDL"])
-    ss = part[_DOT_ROWS_MAX_SPLIT * DOT_ROWS_LIMIT * n :]
-    block_x = 16 if m <= 16 else 32
+    ss = part[_DOT_ROWS_MAX_SPLIT * block_x * n :]
     if config is None and tuned:
         key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
         key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w, BLOCK_X=block_x)
