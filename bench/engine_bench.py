@@ -355,9 +355,9 @@ def ablation_plan(
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
-    kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: TOKENROUTER_DOT_ROWS=32) first,
-    then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not
-    take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
+    kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: TOKENROUTER_DOT_ROWS=32)
+    first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
+    measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
     at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
     `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
@@ -409,11 +409,20 @@ def ablation_plan(
         )
     plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
     for _, off, _ in plan:
-        unknown = {n for n in off if "=" not in n} - FAST_PATH_OPTIONS.keys() - OPT_IN
-        unknown |= settings(off).keys() - SETTINGS
-        if unknown:
+        if unknown := unknown_names(off):
             raise ValueError(f"ablation names unknown options {unknown}")
     return plan
+
+
+def unknown_names(names) -> set[str]:
+    """The entries of an ablation row's names that are neither a fast-path part, an opt-in part nor a size
+    setting with an integer value (SIZE=N)."""
+    unknown = {n for n in names if "=" not in n} - FAST_PATH_OPTIONS.keys() - OPT_IN
+    for name in (n for n in names if "=" in n):
+        size, _, value = name.partition("=")
+        if size not in SETTINGS or not value.isdigit():
+            unknown.add(name)
+    return unknown
 
 
 def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tuple[str, tuple, list]]:
@@ -423,8 +432,7 @@ def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tup
     points += [(ctx, bs, q) for ctx in ctxs for bs in extend_bs for q in extend_q]
     plan = []
     for name in filter(None, (n.strip() for n in names.split(","))):
-        known = name in FAST_PATH_OPTIONS or name in OPT_IN or name.partition("=")[0] in SETTINGS
-        if not known or ("=" in name and not name.partition("=")[2].isdigit()):
+        if unknown_names((name,)):
             raise SystemExit(f"--ablate: {name!r} is not a fast-path part, an opt-in part or SIZE=N "
                              f"({', '.join(sorted(SETTINGS))})")  # fmt: skip
         label = f"{name} on" if name in OPT_IN else (name if "=" in name else f"no {name}")

@@ -218,8 +218,10 @@ def main() -> None:
     # autotunes every key
     engine = build_engine(args.shape, 4096 * max(sizes) + 64, max(sizes), graphs=True, graph_config=graph_cfg)
     ctxs = Contexts(engine, max(sizes), 4096)
-    cases = {f"decode bs {bs}": ctxs.batch(bs, args.ctx, 1) for bs in sizes}
-    cases |= {f"extend bs {bs} x {q}": ctxs.batch(bs, args.ctx, q) for bs, q in steps}
+    shapes = [(f"decode bs {bs}", bs, 1) for bs in sizes] + [
+        (f"extend bs {bs} x {q}", bs, q) for bs, q in steps
+    ]
+    cases = {label: ctxs.batch(bs, args.ctx, q) for label, bs, q in shapes}
     results: dict = dict(
         shape=args.shape, ctx=args.ctx, gpu=torch.cuda.get_device_name(), objective=args.objective
     )
@@ -243,8 +245,7 @@ def main() -> None:
         Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
     compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []
-    long = {f"{label} (ctx 4096)": ctxs.batch(bs, 4096, q) for label, (bs, q) in
-            [(f"decode bs {b}", (b, 1)) for b in sizes] + [(f"extend bs {b} x {q}", (b, q)) for b, q in steps]}  # fmt: skip
+    long = {f"{label} (ctx 4096)": ctxs.batch(bs, 4096, q) for label, bs, q in shapes}
     compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(long.items()), results)
     (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
 
