@@ -11,6 +11,9 @@ overridden; nothing is written to disk) and timed in alternation with the best s
 that kernel. Kernels: `dot_rows` (steps of 3-32 tokens; objective: `--objective`, by default the bs-1 extends
 of 4 and 8 tokens, which run the 16-row block; `--objective 4x8` tunes the 32-row block's keys, with
 TOKENROUTER_DOT_ROWS=32 set for this process) and `gemv` (one-token steps; objective: the bs-1 decode).
+`--maxnreg 128,168` also times each `dot_rows` candidate under those register caps (a cap lets more programs
+share an SM, so that under PDL the next kernel's programs find room to start early; it may spill), and
+`--start table` starts from the shipped table's configs instead of the autotuner's.
 
     python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune --table tiles.json
 
@@ -38,12 +41,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import Contexts, build_engine, graph_step, time_pair  # noqa: E402
 
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
+from tokenrouter.runtime.engine.attention import tuned_tiles  # noqa: E402
 from tokenrouter.runtime.engine.attention.triton_backend import DOT_ROWS_ENV, ENGINE_OFF_ENV  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
 
 
 def _desc(c: triton.Config) -> dict:
-    return dict(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages)
+    out = dict(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages)
+    if getattr(c, "maxnreg", None) is not None:
+        out["maxnreg"] = c.maxnreg
+    return out
+
+
+def capped(c: triton.Config, maxnreg: int) -> triton.Config:
+    """`c` with at most `maxnreg` registers per thread (more programs per SM, perhaps spills)."""
+    return triton.Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=maxnreg)
+
+
+def table_config(config: dict) -> triton.Config:
+    """A tuned tile table's config as the autotuner's."""
+    kw = {k: config[k] for k in ("BLOCK_W", "BLOCK_K", "SPLIT_K")}
+    return triton.Config(
+        kw, num_warps=config["num_warps"], num_stages=config["num_stages"], maxnreg=config.get("maxnreg")
+    )
+
+
+def key_fields(key: tuple) -> tuple[dict, str]:
+    """An autotuner key of `dot_rows` as the tuned tables' key fields, and the dtype's name."""
+    names = tk.DOT_ROWS_KEY
+    if isinstance(key[len(names) - 1], str):  # recorded before BLOCK_X was in the key (run O): 16 rows
+        key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])
+    return dict(zip(names, key[: len(names)], strict=True)), key[len(names)].removeprefix("torch.")
 
 
 def dot_rows_candidates(k: int) -> list[triton.Config]:
@@ -91,28 +119,22 @@ def objective_steps(text: str) -> list[tuple[int, int]]:
 
 def table_entries(results: dict) -> list[dict]:
     """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
-    names = tk.DOT_ROWS_KEY
     entries = []
     for row in results["dot_rows"]:
-        key = ast.literal_eval(row["key"])
-        if isinstance(key[len(names) - 1], str):  # recorded before BLOCK_X was in the key (run O): 16 rows
-            key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])
+        fields, dtype = key_fields(ast.literal_eval(row["key"]))  # dtype: X's, the first tensor argument
         best = row["best"]
-        entries.append(
-            dict(
-                gpu=results["gpu"],
-                kernel="dot_rows",
-                dtype=key[len(names)].removeprefix("torch."),  # the dtype of X, the first tensor argument
-                key=dict(zip(names, key[: len(names)], strict=True)),
-                config=dict(best["kwargs"], num_warps=best["num_warps"], num_stages=best["num_stages"]),
-            )
-        )
+        config = dict(best["kwargs"], num_warps=best["num_warps"], num_stages=best["num_stages"])
+        if best.get("maxnreg") is not None:
+            config["maxnreg"] = best["maxnreg"]
+        entries.append(dict(gpu=results["gpu"], kernel="dot_rows", dtype=dtype, key=fields, config=config))
     return entries
 
 
 def tune_kernel(
-    name, autotuner, candidates_for, wanted, engine, ctxs, graph_cfg, cases, results, deadline
+    name, autotuner, candidates_for, wanted, engine, ctxs, graph_cfg, cases, results, deadline, maxnreg=()
 ) -> None:
+    """Coordinate descent per tuning key, from the config in the autotuner's cache; with `maxnreg`, the
+    starting config under each register cap is timed first, and every candidate also under each cap."""
     keys = [key for key in autotuner.cache if wanted(key)]
     rows = results.setdefault(name, [])
     print(f"\n### {name}: {len(keys)} tuning keys; objective: {', '.join(c for c, _ in cases)}\n", flush=True)
@@ -120,10 +142,12 @@ def tune_kernel(
         "| key (N, K, flags) | autotuner's config | best in the graph | candidates timed | objective, best / autotuner's |"
     )
     print("| --- | --- | --- | ---: | ---: |", flush=True)
-    for key in keys:
-        if time.monotonic() > deadline:
+    for i, key in enumerate(keys):
+        now = time.monotonic()
+        if now > deadline:
             print(f"(deadline: {name} stopped before key {key})", flush=True)
             break
+        key_deadline = now + (deadline - now) / (len(keys) - i)  # the time left, shared by the keys left
         chosen = autotuner.cache[key]
         n, k = key[0], key[1]
         best = chosen
@@ -131,8 +155,10 @@ def tune_kernel(
         steps_best = [graph_step(best_runner, fb) for _, fb in cases]
         total = 1.0  # the objective relative to the autotuner's choice
         timed = 0
-        for cand in candidates_for(n, k):
-            if time.monotonic() > deadline:
+        base = candidates_for(n, k)
+        cands = [capped(chosen, r) for r in maxnreg] + base + [capped(c, r) for c in base for r in maxnreg]
+        for cand in cands:
+            if time.monotonic() > key_deadline:
                 break
             if str(cand) == str(best):
                 continue
@@ -199,7 +225,28 @@ def main() -> None:
         help="dot_rows' objective, extends BSxQ (requests x new tokens each); the 16-row block's keys are tuned "
         "when every step has at most 16 tokens, else the 32-row block's",
     )
+    ap.add_argument(
+        "--maxnreg",
+        default="",
+        help="register caps per thread to try as well, e.g. 128,168: each candidate config also under each "
+        "cap (dot_rows only; more programs fit on an SM)",
+    )
+    ap.add_argument(
+        "--start",
+        choices=("autotuner", "table"),
+        default="autotuner",
+        help="dot_rows' starting configs: the autotuner's, or the shipped tuned table's where it has the key "
+        "(then the comparison is against the table)",
+    )
     args = ap.parse_args()
+    try:
+        maxnreg = tuple(int(r) for r in filter(None, args.maxnreg.split(",")))
+        for r in maxnreg:
+            tk.check_tile_config(
+                "dot_rows", dict(BLOCK_W=16, BLOCK_K=16, SPLIT_K=1, num_warps=4, num_stages=1, maxnreg=r)
+            )
+    except ValueError as e:
+        raise SystemExit(f"--maxnreg {args.maxnreg!r}: {e}") from None
     # the autotuner's choices are the starting point: the engine's shipped table must not replace them
     off = os.environ.get(ENGINE_OFF_ENV, "")
     os.environ[ENGINE_OFF_ENV] = ",".join(filter(None, [off, "tuned_tiles"]))
@@ -234,11 +281,23 @@ def main() -> None:
         ),
         "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"], lambda key: True),
     }
+    if args.start == "table":
+        started = 0
+        for key in list(tk._dot_rows.cache):
+            fields, dtype = key_fields(key)
+            config = tuned_tiles.lookup("dot_rows", engine.device, getattr(torch, dtype), **fields)
+            if config is not None:
+                tk._dot_rows.cache[key] = table_config(config)
+                started += 1
+        print(
+            f"dot_rows: {started} of {len(tk._dot_rows.cache)} keys start from the shipped table", flush=True
+        )
     todo = [kernels[name] for name in args.kernels.split(",")]
     chosen = [dict(t.cache) for t, *_ in todo]
     for name, (tuner, cands, objective, wanted) in zip(args.kernels.split(","), todo, strict=True):
         cases_ = [(c, cases[c]) for c in objective]
-        tune_kernel(name, tuner, cands, wanted, engine, ctxs, graph_cfg, cases_, results, deadline)
+        caps = maxnreg if name == "dot_rows" else ()
+        tune_kernel(name, tuner, cands, wanted, engine, ctxs, graph_cfg, cases_, results, deadline, caps)
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, *_ in todo]
     if args.table and "dot_rows" in results:

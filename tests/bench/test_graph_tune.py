@@ -65,3 +65,27 @@ def test_objective_steps(graph_tune):
     for bad in ("4x1", "1x4,4x8", "8x8", "x8", "", "4"):
         with pytest.raises(SystemExit, match="--objective"):
             graph_tune.objective_steps(bad)
+
+
+def test_register_caps_reach_the_table(graph_tune):
+    """A capped candidate (`--maxnreg`) keeps its tile, and the table written from it carries the cap in a form
+    the kernel's check accepts; `table_config` reads it back."""
+    import triton
+
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    base = triton.Config({"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 8}, num_warps=4, num_stages=1)
+    cap = graph_tune.capped(base, 128)
+    assert cap.kwargs == base.kwargs and cap.maxnreg == 128 and base.maxnreg is None
+    key = (1024, 2048, False, False, False, True, True, 32, "torch.bfloat16")
+    results = dict(gpu="NVIDIA H200", dot_rows=[dict(key=repr(key), best=graph_tune._desc(cap))])
+    (entry,) = graph_tune.table_entries(results)
+    assert entry["config"] == dict(BLOCK_W=32, BLOCK_K=256, SPLIT_K=8, num_warps=4, num_stages=1, maxnreg=128)
+    assert entry["key"]["BLOCK_X"] == 32 and entry["dtype"] == "bfloat16"
+    tk.check_tile_config("dot_rows", entry["config"])
+    back = graph_tune.table_config(entry["config"])
+    assert back.kwargs == cap.kwargs and back.maxnreg == 128
+    (plain,) = graph_tune.table_entries(
+        dict(results, dot_rows=[dict(key=repr(key), best=graph_tune._desc(base))])
+    )
+    assert "maxnreg" not in plain["config"]

@@ -33,7 +33,8 @@ def compile_all() -> list[str]:
         return kernel
 
     def build(kernel, pointers, scalars, consts, num_warps=4, num_stages=2):
-        sig = {**pointers, **scalars, **dict.fromkeys(consts, "constexpr")}
+        given = {**pointers, **scalars, **dict.fromkeys(consts, "constexpr")}
+        sig = {name: given[name] for name in jit(kernel).arg_names if name in given}  # in the kernel's order
         src = ASTSource(fn=jit(kernel), signature=sig, constexprs=consts)
         options = {"num_warps": num_warps, "num_stages": num_stages}
         if consts.get("USE_PDL"):
@@ -139,13 +140,17 @@ def compile_all() -> list[str]:
         for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
         for bx in (16, 32)
     ]
+    dot_variants.append(  # the timeline trace (`DotTrace`: the GPU's global timer and SM id)
+        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True,
+                                       TRACE=True))
+    )  # fmt: skip
     for cfg, variant in dot_variants:
         build(
             tk._dot_rows_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
-                 R="*bf16", R_out="*bf16", NW="*bf16"),
-            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
-            dict(HAS_BIAS=True, DOT_F32=False, **{"BLOCK_X": 16, **variant}, **cfg.kwargs),
+                 R="*bf16", R_out="*bf16", NW="*bf16", Trace="*i64"),
+            dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32", trace_at="i32"),
+            dict(HAS_BIAS=True, DOT_F32=False, **{"BLOCK_X": 16, "TRACE": False, **variant}, **cfg.kwargs),
             cfg.num_warps,
             cfg.num_stages,
         )  # fmt: skip
@@ -214,7 +219,7 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS)
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1  # + the traced one
     assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled

@@ -85,6 +85,9 @@ def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
         ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_W": 24, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 1}}]}',
          "the entry for dot_rows on G, bfloat16, {'N': 8}: {'BLOCK_W': 24}: BLOCK_W and BLOCK_K must be powers"),
+        ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 1, "maxnreg": 300}}]}',
+         "the entry for dot_rows on G, bfloat16, {'N': 8}: maxnreg 300: expected 32 to 255"),
     ],
 )  # fmt: skip
 def test_a_bad_table_file_is_named_when_a_backend_is_built(monkeypatch, tmp_path, text, message):
@@ -118,3 +121,7 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=True, config=config), got, atol=0, rtol=0)
     tk.dot_rows(x, w, b, silu_mul=True)
     assert len(asked) == 1
+    # a register cap (a launch option) is accepted in a tuned config and does not change the result
+    tk.check_tile_config("dot_rows", dict(config, maxnreg=128))
+    capped = tk.dot_rows(x, w, b, silu_mul=True, config=dict(config, maxnreg=128))
+    torch.testing.assert_close(capped, got, atol=0, rtol=0)

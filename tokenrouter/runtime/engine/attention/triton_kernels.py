@@ -1421,6 +1421,8 @@ def _dot_rows_kernel(
     stride_x,
     stride_wn,
     eps,
+    Trace,  # int64 [programs, 4] per launch from trace_at (TRACE; `DotTrace`)
+    trace_at,
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,  # row m of X is [gate | up] of width 2K: its input is SiLU(gate) * up
     NORM: tl.constexpr,  # row m's input is RMSNorm(h_m) * NW, h = X (+ R when HAS_RES)
@@ -1432,7 +1434,10 @@ def _dot_rows_kernel(
     USE_PDL: tl.constexpr = False,
     PREFETCH_W: tl.constexpr = False,  # read the first weight tile before waiting on the previous kernel
     DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
+    TRACE: tl.constexpr = False,  # record the program's timeline (a diagnostic; GPU only)
 ):
+    if TRACE:
+        t_start = tl.extra.cuda.globaltimer()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_w = pid_n * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -1454,6 +1459,8 @@ def _dot_rows_kernel(
     if USE_PDL:  # wait for the kernel before, then let the next one start
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if TRACE:
+        t_waited = tl.extra.cuda.globaltimer()
     if not PREFETCH_W:
         w = tl.load(w_ptrs + k_lo, mask=w_first_ok, other=0.0)
     acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
@@ -1496,6 +1503,13 @@ def _dot_rows_kernel(
             if HAS_BIAS:
                 out += tl.load(Bias + offs_w, mask=w_ok, other=0.0).to(tl.float32)[:, None]
             tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_ok)
+    if TRACE:  # start, PDL wait over, end (global timer, ns), SM
+        t_end = tl.extra.cuda.globaltimer()
+        at = Trace + (trace_at + pid_k * tl.num_programs(0) + pid_n).to(tl.int64) * 4
+        tl.store(at, t_start)
+        tl.store(at + 1, t_waited)
+        tl.store(at + 2, t_end)
+        tl.store(at + 3, tl.extra.cuda.smid().to(tl.int64))
 
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
@@ -1534,15 +1548,70 @@ def _dot_scratch(device: torch.device, n: int, rows: int) -> tuple[torch.Tensor,
     return bufs[-1]
 
 
+class DotTrace:
+    """A timeline of `dot_rows` launches, to see where programmatic dependent launch overlaps kernels
+    (bench/pdl_timeline.py; Nsight Systems does not run on the GPU machine). While one is active (`with
+    DotTrace(device) as trace:`), every `dot_rows` launch on `device` reserves rows of `buf` and each of its
+    programs writes there the GPU's global timer (ns) when it starts, when its PDL wait returns (at once
+    without PDL) and when it ends, and its SM; a launch captured in a CUDA graph writes at every replay.
+    `launches` holds, in launch order, each launch's rows (`at`, `programs` at most) and what it ran."""
+
+    active: DotTrace | None = None
+
+    def __init__(self, device: torch.device, capacity: int = 1 << 22) -> None:
+        if torch.device(device).type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+            raise ValueError("DotTrace reads the GPU's timer: CUDA only, not under the interpreter")
+        self.buf = torch.zeros((capacity, 4), dtype=torch.int64, device=device)
+        self.used = 0
+        self.launches: list[dict] = []
+
+    def __enter__(self) -> DotTrace:
+        DotTrace.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        DotTrace.active = None
+
+    def reserve(self, programs: int, **info) -> int:
+        """Rows for a launch of at most `programs` programs; returns the first."""
+        if self.used + programs > self.buf.shape[0]:
+            raise RuntimeError(
+                f"DotTrace: more than {self.buf.shape[0]} programs traced; give a larger capacity"
+            )
+        at = self.used
+        self.used += programs
+        self.launches.append(dict(at=at, programs=programs, **info))
+        return at
+
+    def clear(self) -> None:
+        self.buf.zero_()
+
+    def read(self) -> list[dict]:
+        """The launches that ran since `clear`, in launch order, each with `timeline`: [start, waited, end,
+        sm] per program that ran."""
+        data = self.buf[: self.used].cpu()
+        out = []
+        for launch in self.launches:
+            rows = data[launch["at"] : launch["at"] + launch["programs"]]
+            rows = rows[rows[:, 0] != 0]
+            if len(rows):
+                out.append(dict(launch, timeline=rows.tolist()))
+        return out
+
+
 def check_tile_config(kernel: str, config: dict) -> None:
     """ValueError unless `config` is a launchable `kernel` config from a tuned tile table (`tuned_tiles`): the
     engine reads them for `dot_rows` only, with BLOCK_W and BLOCK_K powers of two from 16, SPLIT_K 1 to the
-    scratch buffers' limit, num_warps a power of two up to 16 and num_stages >= 1."""
+    scratch buffers' limit, num_warps a power of two up to 16, num_stages >= 1 and, if given, maxnreg (the
+    most registers per thread) 32 to 255."""
     if kernel != "dot_rows":
         raise ValueError(f"the engine reads tuned tiles for dot_rows only, not {kernel!r}")
     want = {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
-    if set(config) != want:
-        raise ValueError(f"expected exactly the parameters {sorted(want)}, got {sorted(config)}")
+    if set(config) - {"maxnreg"} != want:
+        raise ValueError(f"expected the parameters {sorted(want)} (and maxnreg), got {sorted(config)}")
+    reg = config.get("maxnreg")
+    if reg is not None and (not isinstance(reg, int) or not 32 <= reg <= 255):
+        raise ValueError(f"maxnreg {reg!r}: expected 32 to 255")
     pow2 = {c: v for c, v in config.items() if c in ("BLOCK_W", "BLOCK_K") and (v < 16 or v & (v - 1))}
     if pow2:
         raise ValueError(f"{pow2}: BLOCK_W and BLOCK_K must be powers of two, at least 16")
@@ -1605,7 +1674,15 @@ def dot_rows(
             raise ValueError(f"dot_rows: SPLIT_K at most {_DOT_ROWS_MAX_SPLIT}")
     else:
         kernel, meta = _dot_rows, dict(_FIXED_DOT)
-    kernel[lambda cfg: (triton.cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
+    if meta.get("maxnreg") is None:
+        meta.pop("maxnreg", None)
+    trace = DotTrace.active
+    tracing = trace is not None and trace.buf.device == x.device
+    trace_at = 0
+    if tracing:
+        programs = triton.cdiv(n, meta.get("BLOCK_W", 16)) * meta.get("SPLIT_K", _DOT_ROWS_MAX_SPLIT)
+        trace_at = trace.reserve(programs, n=n, k=k, rows=m, config=config)
+    compiled = kernel[lambda cfg: (triton.cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
         x,
         weight,
         b,
@@ -1622,10 +1699,17 @@ def dot_rows(
         x.stride(0),
         weight.stride(0),
         eps,
+        trace.buf if tracing else tickets,
+        trace_at,
         **flags,
         **launch,
         PREFETCH_W=prefetch_w,
         BLOCK_X=block_x,
+        TRACE=tracing,
         **meta,
     )
+    if tracing:  # what limits how many of its programs fit on an SM
+        trace.launches[-1].update(
+            regs=compiled.n_regs, shared=compiled.metadata.shared, warps=compiled.metadata.num_warps
+        )
     return y
