@@ -76,7 +76,7 @@ def key_fields(key: tuple) -> tuple[dict, str]:
 
 def dot_rows_candidates(k: int) -> list[triton.Config]:
     """The product's one-tile configs for this K, and one-tile configs of every (BLOCK_W, BLOCK_K) with the
-    fewest splits that cover K (at most the scratch's split count), 4 warps (and 8 for 512-1024 wide tiles)."""
+    fewest splits that cover K (at most the scratch's split count), 4 warps (and 8 for 256-1024 wide tiles)."""
     out = [
         c for c in tk._DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
     ]
@@ -86,7 +86,7 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
             split = triton.cdiv(k, bk)
             if split > tk._DOT_ROWS_MAX_SPLIT or bw * bk > 64 * 512:  # registers / shared memory
                 continue
-            for warps in (4, 8) if bk >= 512 else (4,):
+            for warps in (4, 8) if bk >= 256 else (4,):
                 if (bw, bk, split, warps) in seen:
                     continue
                 seen.add((bw, bk, split, warps))
@@ -131,11 +131,25 @@ def table_entries(results: dict) -> list[dict]:
 
 
 def tune_kernel(
-    name, autotuner, candidates_for, wanted, engine, ctxs, graph_cfg, cases, results, deadline, maxnreg=()
+    name,
+    autotuner,
+    candidates_for,
+    wanted,
+    engine,
+    ctxs,
+    graph_cfg,
+    cases,
+    results,
+    deadline,
+    maxnreg=(),
+    only=(),
 ) -> None:
     """Coordinate descent per tuning key, from the config in the autotuner's cache; with `maxnreg`, the
-    starting config under each register cap is timed first, and every candidate also under each cap."""
+    starting config under each register cap is timed first, and every candidate also under each cap; with
+    `only` ((N, K) pairs), those layers' keys alone."""
     keys = [key for key in autotuner.cache if wanted(key)]
+    if only:
+        keys = [key for key in keys if (key[0], key[1]) in only]
     rows = results.setdefault(name, [])
     print(f"\n### {name}: {len(keys)} tuning keys; objective: {', '.join(c for c, _ in cases)}\n", flush=True)
     print(
@@ -238,7 +252,14 @@ def main() -> None:
         help="dot_rows' starting configs: the autotuner's, or the shipped tuned table's where it has the key "
         "(then the comparison is against the table)",
     )
+    ap.add_argument("--keys", default="", help="tune only these layers' keys, NxK (e.g. 1024x3072,6144x1024)")
     args = ap.parse_args()
+    try:
+        only = {tuple(int(v) for v in item.lower().split("x")) for item in filter(None, args.keys.split(","))}
+        if any(len(pair) != 2 for pair in only):
+            raise ValueError("expected NxK")
+    except ValueError:
+        raise SystemExit(f"--keys {args.keys!r}: expected layers as NxK, e.g. 1024x3072,6144x1024") from None
     try:
         maxnreg = tuple(int(r) for r in filter(None, args.maxnreg.split(",")))
         for r in maxnreg:
@@ -297,7 +318,9 @@ def main() -> None:
     for name, (tuner, cands, objective, wanted) in zip(args.kernels.split(","), todo, strict=True):
         cases_ = [(c, cases[c]) for c in objective]
         caps = maxnreg if name == "dot_rows" else ()
-        tune_kernel(name, tuner, cands, wanted, engine, ctxs, graph_cfg, cases_, results, deadline, caps)
+        tune_kernel(
+            name, tuner, cands, wanted, engine, ctxs, graph_cfg, cases_, results, deadline, caps, only
+        )
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, *_ in todo]
     if args.table and "dot_rows" in results:
