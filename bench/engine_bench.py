@@ -332,7 +332,7 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 # Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
 OPT_IN = OPT_IN_OPTIONS.keys()
 # Backend sizes an ablation row may set ("gemv_rows_max=2"): the steps each kernel takes
-SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "fused_merge_rows"}
+SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "dot_rows_decode_max", "fused_merge_rows"}
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
@@ -347,6 +347,7 @@ def ablation_plan(
     gemv_rows_max: int = GEMV_ROWS_MAX,
     gemv_rows_batch_max: int = GEMV_ROWS_MAX,
     dot_rows_max: int = 0,
+    dot_rows_decode_max: int | None = None,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
     Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
@@ -354,8 +355,9 @@ def ablation_plan(
     bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
-    blocks). With `dot_rows_max` (0: the model is too large for it, or it is off), the tensor-core few-row
-    kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: TOKENROUTER_DOT_ROWS=32)
+    blocks). With `dot_rows_max` (0: the model is too large for it, or it is off; decodes up to
+    `dot_rows_decode_max` rows, None: the same), the tensor-core few-row kernel's 17-32 token steps on cuBLAS
+    (`dot_rows_max=16`, where it takes them: by default with tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
     first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
     measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
     at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
@@ -373,7 +375,8 @@ def ablation_plan(
         (ctx, bs, q)
         for ctx in ctxs
         for bs, q in sorted(steps)
-        if 2 <= bs * q <= dot_rows_max and (ctx, bs, q) not in few_rows
+        if 2 <= bs * q <= (dot_rows_max if q > 1 or dot_rows_decode_max is None else dot_rows_decode_max)
+        and (ctx, bs, q) not in few_rows
     ]
     plan = []
     if dot_rows:  # its tiles tuned in the graph, weight prefetch and folded add & RMSNorm where it runs
@@ -487,6 +490,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         backend.gemv_rows_max,
         backend.gemv_rows_batch_max,
         backend.dot_rows_max if backend.dot_rows and small else 0,
+        backend.dot_rows_decode_max,
     )
     if args.ablate:
         plan = named_ablation(args.ablate, args.ctx, args.extend_bs, args.extend_q, args.decode_bs)

@@ -13,7 +13,8 @@ of 4 and 8 tokens, which run the 16-row block; `--objective 4x8` tunes the 32-ro
 TOKENROUTER_DOT_ROWS=32 set for this process) and `gemv` (one-token steps; objective: the bs-1 decode).
 `--maxnreg 128,168` also times each `dot_rows` candidate under those register caps (a cap lets more programs
 share an SM, so that under PDL the next kernel's programs find room to start early; it may spill), and
-`--start table` starts from the shipped table's configs instead of the autotuner's.
+`--start table` starts from the shipped table's configs instead of the autotuner's; `--keys` and `--tiles`
+narrow the search to some layers and some tiles.
 
     python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune --table tiles.json
 
@@ -95,6 +96,23 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
                         {"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": split}, num_warps=warps, num_stages=1
                     )
                 )
+    return out
+
+
+def explicit_tiles(text: str) -> list[triton.Config]:
+    """--tiles "64,256,12,4;64,256,12,8": one-stage dot_rows configs (ValueError naming a bad one)."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        parts = item.split(",")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{item!r} is not BLOCK_W,BLOCK_K,SPLIT_K,warps")
+        bw, bk, sk, warps = (int(p) for p in parts)
+        tk.check_tile_config(
+            "dot_rows", dict(BLOCK_W=bw, BLOCK_K=bk, SPLIT_K=sk, num_warps=warps, num_stages=1)
+        )
+        out.append(
+            triton.Config({"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=warps, num_stages=1)
+        )
     return out
 
 
@@ -253,7 +271,16 @@ def main() -> None:
         "(then the comparison is against the table)",
     )
     ap.add_argument("--keys", default="", help="tune only these layers' keys, NxK (e.g. 1024x3072,6144x1024)")
+    ap.add_argument(
+        "--tiles",
+        default="",
+        help="dot_rows' candidates instead of the generated ones: BLOCK_W,BLOCK_K,SPLIT_K,warps[;...] (one stage)",
+    )
     args = ap.parse_args()
+    try:
+        tiles = explicit_tiles(args.tiles)
+    except ValueError as e:
+        raise SystemExit(f"--tiles {args.tiles!r}: {e}") from None
     try:
         only = {tuple(int(v) for v in item.lower().split("x")) for item in filter(None, args.keys.split(","))}
         if any(len(pair) != 2 for pair in only):
@@ -296,7 +323,7 @@ def main() -> None:
     kernels = {
         "dot_rows": (
             tk._dot_rows,
-            lambda n, k: dot_rows_candidates(k),
+            lambda n, k: list(tiles) if tiles else dot_rows_candidates(k),
             [f"extend bs {bs} x {q}" for bs, q in steps],
             lambda key: key[tk.DOT_ROWS_KEY.index("BLOCK_X")] == block_x,
         ),

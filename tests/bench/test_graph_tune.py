@@ -46,8 +46,8 @@ def test_candidates_cover_k_in_one_tile(graph_tune, k):
 
 
 def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
-    entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run P's 32-row block
-    for raw in ("run-o/call2-graph_tune.json", "run-p/call2-graph_tune32.json"):
+    entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run Q's 32-row block
+    for raw in ("run-o/call2-graph_tune.json", "run-q/call1-graph_tune32cap.json"):
         entries += graph_tune.table_entries(json.loads((ROOT / "docs/raw" / raw).read_text()))
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries == shipped
@@ -89,3 +89,19 @@ def test_register_caps_reach_the_table(graph_tune):
         dict(results, dot_rows=[dict(key=repr(key), best=graph_tune._desc(base))])
     )
     assert "maxnreg" not in plain["config"]
+
+
+def test_explicit_tiles(graph_tune):
+    got = graph_tune.explicit_tiles("64,256,12,4; 128,256,12,8")
+    assert [(c.kwargs["BLOCK_W"], c.kwargs["SPLIT_K"], c.num_warps, c.num_stages) for c in got] == [
+        (64, 12, 4, 1),
+        (128, 12, 8, 1),
+    ]
+    assert graph_tune.explicit_tiles("") == []
+    for bad, message in (
+        ("64,256,12", "is not"),
+        ("48,256,12,4", "powers of two"),
+        ("64,256,64,4", "SPLIT_K"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            graph_tune.explicit_tiles(bad)

@@ -141,6 +141,10 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
                        [(512, 4, 8), (512, 32, 1)])  # fmt: skip
     assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1), (512, 32, 1)]
     assert bench.parts(wide[0][1]) == {"parts_off": [], "settings": {"dot_rows_max": 16}}
+    # decodes have their own reach (the engine's default 16 rows): decode bs 32 is not a dot_rows step
+    wide = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32, 16)
+    assert wide[0][2] == [(512, 4, 8)]
+    assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1)]
     # its weight prefetch off, its folded norm on (opt-in), same steps
     assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
     assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])

@@ -12,8 +12,9 @@ import torch
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
+    DOT_ROWS_DECODE_MAX,
     DOT_ROWS_ENV,
-    DOT_ROWS_MAX,
+    DOT_ROWS_NARROW_MAX,
     ENGINE_OFF_ENV,
     ENGINE_ON_ENV,
     FAST_PATH_OPTIONS,
@@ -71,10 +72,11 @@ def attn_config(cfg: ModelConfig) -> AttentionConfig:
     )
 
 
-def run_steps(model, backend, forward, steps):
-    """Run `steps` (lists of (row, new_ids)) on fresh pools; returns the logits of every step."""
+def run_steps(model, backend, forward, steps, reqs: int = 8):
+    """Run `steps` (lists of (row, new_ids)) on fresh pools of `reqs` requests; returns the logits of every
+    step."""
     cfg = model.config
-    r2t = ReqToTokenPool(8, 64, DEVICE)
+    r2t = ReqToTokenPool(reqs, 64, DEVICE)
     pool = MHATokenToKVPool(
         256, torch.float32, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, DEVICE
     )
@@ -169,7 +171,7 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     backend.gemv_rows = rows > 0
     backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
-    backend.dot_rows_max = tk.DOT_ROWS_LIMIT  # 32: the 18-token step on the 32-row block (default 16: cuBLAS)
+    backend.dot_rows_max = tk.DOT_ROWS_LIMIT  # 32: the 18-token step on the 32-row block (no tuned tiles: 16)
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
@@ -251,11 +253,37 @@ def test_dot_rows_off_runs_cublas(monkeypatch):
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     backend = TritonAttnBackend(cfg)
-    assert backend.dot_rows_max == DOT_ROWS_MAX == 16
+    # no tuned 32-row tiles for the CPU: the 16-row block's reach
+    assert (
+        (backend.dot_rows_max, backend.dot_rows_decode_max)
+        == (DOT_ROWS_NARROW_MAX, DOT_ROWS_DECODE_MAX)
+        == (16, 16)
+    )
     backend.dot_rows = False
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     assert all(counts["dot_rows"] == 0 for counts in calls)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
+def test_dot_rows_decodes_have_their_own_reach(monkeypatch):
+    """`dot_rows_decode_max` (default 16) bounds the rows of a decode step (one new token per row) on
+    dot_rows, apart from `dot_rows_max`: the H200 measured the 32-row block slower than cuBLAS at decode bs
+    32 and faster at extends of 17-32 tokens. The same logits either way."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    decode = [(row, [row + 1]) for row in range(18)]  # 18 rows, one new token each
+    steps = [decode, [(0, list(range(30, 47))), (1, [6])], [(row, [row + 2]) for row in range(12)]]
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps, reqs=18)
+    backend = TritonAttnBackend(cfg)
+    backend.dot_rows_max, backend.dot_rows_decode_max = tk.DOT_ROWS_LIMIT, DOT_ROWS_DECODE_MAX
+    calls, forward = counted_fused_forward(model, monkeypatch)
+    got = run_steps(model, backend, forward, steps, reqs=18)
+    layers = model.config.num_hidden_layers
+    # the 18-row decode on cuBLAS, the 18-token extend and the 12-row decode on dot_rows
+    assert [c["dot_rows"] for c in calls] == [0, 4 * layers, 4 * layers]
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
@@ -292,8 +320,12 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
 def test_dot_rows_reach_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     monkeypatch.setenv(DOT_ROWS_ENV, "8")
-    assert TritonAttnBackend(cfg).dot_rows_max == 8
-    for bad in ("1", "33", "x"):
+    backend = TritonAttnBackend(cfg)
+    assert (backend.dot_rows_max, backend.dot_rows_decode_max) == (8, 8)
+    monkeypatch.setenv(DOT_ROWS_ENV, "32:12")
+    backend = TritonAttnBackend(cfg)
+    assert (backend.dot_rows_max, backend.dot_rows_decode_max) == (32, 12)
+    for bad in ("1", "33", "x", "32:", "32:1", "32:x", ":16"):
         monkeypatch.setenv(DOT_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{DOT_ROWS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)

@@ -34,19 +34,21 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     for config in table.values():
         tk.check_tile_config("dot_rows", config)
     keys = {(g, k, d, dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_X"]) for g, k, d, key in table}
-    assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run P)
+    assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run Q)
         ("NVIDIA H200", "dot_rows", "bfloat16", n, k, bx)
         for n, k in ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
         for bx in (16, 32)
     }
     cfg = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV)
     assert set(cfg) == {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
+    gate_up = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | dict(N=6144, BLOCK_X=32)))
+    assert gate_up["maxnreg"] == 128  # run Q: the 32-row gate/up tile under a register cap
     assert cfg["SPLIT_K"] <= tk._DOT_ROWS_MAX_SPLIT
     # every part of the key counts: dtype, a flag, the GPU model, the device type
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"PREFETCH_W": False})) is None
     wide = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 32}))
-    assert wide is not None and wide != cfg  # run P tuned the 32-row block's q/k/v tile on its own
+    assert wide is not None and wide != cfg  # run Q tuned the 32-row block's q/k/v tile on its own
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 64})) is None
     assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", torch.device("cpu"), torch.bfloat16, **H200_QKV) is None
@@ -125,3 +127,25 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
     tk.check_tile_config("dot_rows", dict(config, maxnreg=128))
     capped = tk.dot_rows(x, w, b, silu_mul=True, config=dict(config, maxnreg=128))
     torch.testing.assert_close(capped, got, atol=0, rtol=0)
+
+
+def test_the_32_row_block_is_the_default_where_its_tiles_are_tuned(h200, monkeypatch):
+    """Steps of 17-32 tokens beat cuBLAS only with tuned 32-row tiles (docs/benchmarks.md, runs O and Q): a
+    backend reaches 32 tokens by default for a GPU model and dtype that the tables cover, 16 otherwise or with
+    the tables off; decodes 16 rows either way."""
+    assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=32)
+    assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=16, N=1024, K=3072)
+    assert not tuned_tiles.covers("dot_rows", CUDA, torch.float16, BLOCK_X=32)
+    assert not tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=64)
+    assert not tuned_tiles.covers("dot_rows", torch.device("cpu"), torch.bfloat16, BLOCK_X=32)
+
+    def reach(dtype):
+        cfg = AttentionConfig(num_heads=16, num_kv_heads=8, head_dim=128, scaling=0.1, num_layers=1,
+                              dtype=dtype, device=CUDA)  # fmt: skip
+        backend = TritonAttnBackend(cfg)
+        return backend.dot_rows_max, backend.dot_rows_decode_max
+
+    assert reach(torch.bfloat16) == (32, 16)
+    assert reach(torch.float16) == (16, 16)
+    monkeypatch.setenv("TOKENROUTER_ENGINE_OFF", "tuned_tiles")
+    assert reach(torch.bfloat16) == (16, 16)

@@ -36,11 +36,16 @@ GEMV_ROWS_BATCH_MAX = 2
 SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
 # their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
-# "Run H") every 0.6B step it took was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens: 1.150 vs
-# 1.286 ms). Steps of 17-32 tokens have a 32-row block (BLOCK_X 32), off by default: with the autotuner's tiles
-# it was 1.12-1.21x slower than cuBLAS at every such step (run O), with tiles tuned in the graph (run P) level
-# with it (0.99-1.04x), so they stay on cuBLAS; TOKENROUTER_DOT_ROWS=32 turns it on.
-DOT_ROWS_MAX = 16
+# "Run H") every 0.6B step of up to 16 tokens was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens:
+# 1.150 vs 1.286 ms). Steps of 17-32 tokens run a 32-row block (BLOCK_X 32), which beats cuBLAS only with tiles
+# tuned in the graph: with the autotuner's 1.12-1.21x slower (run O), with run Q's tuned tiles the extends of
+# 4 x 8 and 16 x 2 tokens 0.92x / 0.98x as long as on cuBLAS (ctx 512 and 4096). So the default reach is
+# DOT_ROWS_MAX where the tuned tables have 32-row tiles for the GPU model and dtype, else 16 (`DOT_ROWS_NARROW_MAX`).
+DOT_ROWS_MAX = 32
+DOT_ROWS_NARROW_MAX = 16  # the 16-row block's reach
+# the default `dot_rows_decode_max`: decodes (one new token per row) of more rows than this run on cuBLAS. Run Q
+# measured the 32-row block at decode bs 32 slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
+DOT_ROWS_DECODE_MAX = 16
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -55,9 +60,11 @@ FAST_PATH_OPTIONS = {
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
     f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
     "`gemv_rows` (each weight read once for all rows) (off: cuBLAS)",
-    "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX}) that neither GEMV takes, on "
-    f"models of hidden size <= `small_hidden_max`, run their linear layers on tensor cores as `dot_rows` "
-    "(the weight on the MMA's large side, split K for narrow layers) (off: cuBLAS)",
+    "dot_rows": f"steps of up to `dot_rows_max` tokens (default {DOT_ROWS_MAX} where the tuned tables have "
+    f"32-row tiles for the GPU, else {DOT_ROWS_NARROW_MAX}; decodes up to `dot_rows_decode_max` rows, default "
+    f"{DOT_ROWS_DECODE_MAX}) that neither GEMV takes, on models of hidden size <= `small_hidden_max`, run their "
+    "linear layers on tensor cores as `dot_rows` (the weight on the MMA's large side, split K for narrow layers) "
+    "(off: cuBLAS)",
     "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel "
     "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV does; "
     "run J: 0.82-0.96x the step time of every 0.6B dot_rows step (off: every read after the wait, the tiles "
@@ -97,7 +104,8 @@ ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
 # requests use `gemv_rows` (e.g. "1:4": one-request extends of 2-4 tokens); default: GEMV_ROWS_BATCH_MAX:MAX
 GEMV_ROWS_ENV = "TOKENROUTER_GEMV_ROWS"
-# the tensor-core few-row kernel's reach: TOKENROUTER_DOT_ROWS="Q", steps of up to Q tokens (default DOT_ROWS_MAX)
+# the tensor-core few-row kernel's reach: TOKENROUTER_DOT_ROWS="Q" (steps of up to Q tokens, decodes too) or
+# "Q:D" (decodes of up to D rows); default DOT_ROWS_MAX (see there) and DOT_ROWS_DECODE_MAX
 DOT_ROWS_ENV = "TOKENROUTER_DOT_ROWS"
 
 
@@ -134,16 +142,21 @@ def fused_merge_rows_from_env() -> int:
     return int(raw)
 
 
-def dot_rows_from_env() -> int:
-    """`dot_rows_max` from TOKENROUTER_DOT_ROWS="Q" (ValueError naming a bad value)."""
+def dot_rows_from_env(wide_tiles: bool) -> tuple[int, int]:
+    """(`dot_rows_max`, `dot_rows_decode_max`) from TOKENROUTER_DOT_ROWS="Q" or "Q:D" (ValueError naming a bad
+    value); unset: DOT_ROWS_MAX where `wide_tiles` (the tuned tables have 32-row tiles for this GPU), else
+    DOT_ROWS_NARROW_MAX, and DOT_ROWS_DECODE_MAX."""
     raw = os.environ.get(DOT_ROWS_ENV, "").strip()
     if not raw:
-        return DOT_ROWS_MAX
-    if not raw.isdigit() or not 2 <= int(raw) <= tk.DOT_ROWS_LIMIT:
+        return (DOT_ROWS_MAX if wide_tiles else DOT_ROWS_NARROW_MAX), DOT_ROWS_DECODE_MAX
+    q, sep, d = raw.partition(":")
+    ok = q.isdigit() and (d.isdigit() if sep else True)
+    if not ok or not all(2 <= int(v) <= tk.DOT_ROWS_LIMIT for v in (q, d if sep else q)):
         raise ValueError(
-            f"{DOT_ROWS_ENV}={raw!r}: expected the most tokens per step, 2 to {tk.DOT_ROWS_LIMIT}"
+            f"{DOT_ROWS_ENV}={raw!r}: expected the most tokens per step, 2 to {tk.DOT_ROWS_LIMIT}, optionally "
+            "with the most rows of a decode step after a colon (e.g. 32:16)"
         )
-    return int(raw)
+    return int(q), int(d) if sep else int(q)
 
 
 def options_off_from_env() -> set[str]:
@@ -190,10 +203,12 @@ class TritonAttnBackend(AttentionBackend):
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
-        self.dot_rows_max = dot_rows_from_env()  # with dot_rows: the most tokens of a `dot_rows` step
         self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
+        # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
+        wide = self.tuned_tiles and tuned_tiles.covers("dot_rows", config.device, config.dtype, BLOCK_X=32)
+        self.dot_rows_max, self.dot_rows_decode_max = dot_rows_from_env(wide)
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
@@ -295,8 +310,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     4 GEMMs, 3 fused ops, attention (1-2 launches). A one-token step runs its GEMMs as the Triton GEMV, and
     (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
-    GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens that neither
-    GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
+    GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens (a decode:
+    `dot_rows_decode_max`) that neither GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
     `dot_rows_norm`). Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
@@ -305,6 +320,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     pool = fb.token_to_kv_pool
     cos_sin = backend.rope_table(m.rotary)
     tokens = fb.input_ids.shape[0]
+    decode = tokens == fb.batch_size  # one new token per row
     one_row = backend.gemv and tokens == 1
     small_model = backend.small_hidden_max is None or cfg.hidden_size <= backend.small_hidden_max
     few_rows = (
@@ -314,12 +330,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         and fb.batch_size <= backend.gemv_rows_batch_max
     )
     small = one_row or few_rows  # the linear layers run as a Triton GEMV, else as dot_rows, else cuBLAS
-    dot = (
-        backend.dot_rows
-        and small_model
-        and not small
-        and 2 <= tokens <= min(backend.dot_rows_max, tk.DOT_ROWS_LIMIT)
-    )
+    reach = backend.dot_rows_decode_max if decode else backend.dot_rows_max
+    dot = backend.dot_rows and small_model and not small and 2 <= tokens <= min(reach, tk.DOT_ROWS_LIMIT)
     # a Triton kernel for the linear layers, with SiLU*up and (if `fold`) add & RMSNorm in it
     fast = small or dot
     fold = small_model and backend.gemv_norm and (small or (dot and backend.dot_rows_norm))

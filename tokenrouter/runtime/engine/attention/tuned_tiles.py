@@ -105,3 +105,15 @@ def lookup(kernel: str, device: torch.device, dtype: torch.dtype, **key) -> dict
     table = _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
     cfg = table.get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
     return dict(cfg) if cfg is not None else None
+
+
+def covers(kernel: str, device: torch.device, dtype: torch.dtype, **fields) -> bool:
+    """Whether the tables hold any `kernel` entry for this GPU model and dtype whose key has `fields` (e.g.
+    BLOCK_X=32: tiles for `dot_rows`' 32-row block)."""
+    if device.type != "cuda":
+        return False
+    gpu, want = gpu_name(device), str(dtype).removeprefix("torch.")
+    return any(
+        g == gpu and k == kernel and d == want and all(dict(key).get(f) == v for f, v in fields.items())
+        for g, k, d, key in _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
+    )
