@@ -49,6 +49,12 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run Q's 32-row block
     for raw in ("run-o/call2-graph_tune.json", "run-q/call1-graph_tune32cap.json"):
         entries += graph_tune.table_entries(json.loads((ROOT / "docs/raw" / raw).read_text()))
+    # run Q's call 3 tuned the 32-row down projection again, over wider tiles
+    (down,) = graph_tune.table_entries(
+        json.loads((ROOT / "docs/raw/run-q/call3-graph_tune_down32.json").read_text())
+    )
+    assert down["key"]["BLOCK_X"] == 32 and down["key"]["K"] == 3072
+    entries = [down if e["key"] == down["key"] else e for e in entries]
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries == shipped
     assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4
