@@ -332,7 +332,14 @@ NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skippe
 # Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
 OPT_IN = OPT_IN_OPTIONS.keys()
 # Backend sizes an ablation row may set ("gemv_rows_max=2"): the steps each kernel takes
-SETTINGS = {"gemv_rows_max", "gemv_rows_batch_max", "dot_rows_max", "dot_rows_decode_max", "fused_merge_rows"}
+SETTINGS = {
+    "gemv_rows_max",
+    "gemv_rows_batch_max",
+    "dot_rows_max",
+    "dot_rows_decode_max",
+    "dot_rows_norm_max",
+    "fused_merge_rows",
+}
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
@@ -348,6 +355,7 @@ def ablation_plan(
     gemv_rows_batch_max: int = GEMV_ROWS_MAX,
     dot_rows_max: int = 0,
     dot_rows_decode_max: int | None = None,
+    dot_rows_norm_max: int = 0,
 ) -> list[tuple[str, tuple, list]]:
     """(label, options off, points) for the target ablation, most telling first; a point is (ctx, bs, q).
     Each part is timed where it acts: first the newest parts (`NEW_AFTER_GEMV_ROWS`): the merge fused
@@ -359,8 +367,10 @@ def ablation_plan(
     `dot_rows_decode_max` rows, None: the same), the tensor-core few-row kernel's 17-32 token steps on cuBLAS
     (`dot_rows_max=16`, where it takes them: by default with tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
     first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
-    measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off (`dot_prefetch`) and its folded add & RMSNorm on (`dot_rows_norm`, opt-in)
-    at the same steps, the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
+    measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off
+    (`dot_prefetch`) and its folded add & RMSNorm on at every such step (`dot_rows_norm`, opt-in), then off at
+    the steps of up to `dot_rows_norm_max` tokens, where the tuned tables fold it (`dot_rows_norm_max=0`);
+    then the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
     `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
     decode = [(ctx, 1, 1) for ctx in ctxs]
     steps = {(bs, 1) for bs in decode_bs} | {(bs, q) for bs in extend_bs for q in extend_q}
@@ -387,6 +397,9 @@ def ablation_plan(
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
+        folded = [p for p in dot_rows if p[1] * p[2] <= dot_rows_norm_max]  # the tables' folded row blocks
+        if folded:
+            plan.append(("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",), folded))
         # the 3-4 token steps (run G's reach of the few-row GEMV) on the kernel that does not take them now
         wider = [(ctx, bs, q) for ctx in ctxs for bs, q in sorted(steps) if 3 <= bs * q <= 4 and bs <= 4]
         if wider and gemv_rows_max >= 4:
@@ -491,6 +504,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         backend.gemv_rows_batch_max,
         backend.dot_rows_max if backend.dot_rows and small else 0,
         backend.dot_rows_decode_max,
+        backend.dot_rows_norm_max,
     )
     if args.ablate:
         plan = named_ablation(args.ablate, args.ctx, args.extend_bs, args.extend_q, args.decode_bs)

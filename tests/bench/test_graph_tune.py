@@ -55,13 +55,18 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     )
     assert down["key"]["BLOCK_X"] == 32 and down["key"]["K"] == 3072
     entries = [down if e["key"] == down["key"] else e for e in entries]
+    # and call 4 the folded norm's keys of the 16-row block (q/k/v of the first layer, of the others, gate/up)
+    entries += graph_tune.table_entries(
+        json.loads((ROOT / "docs/raw/run-q/call4-graph_tune_norm16.json").read_text())
+    )
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries == shipped
-    assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4
+    assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4 + [16] * 3
+    assert [e["key"]["NORM"] for e in entries] == [False] * 8 + [True] * 3
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps({"entries": entries}))
     table = tuned_tiles.read_table(path)
-    assert len(table) == 8 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
+    assert len(table) == 11 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
 
 
 def test_objective_steps(graph_tune):

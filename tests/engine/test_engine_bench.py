@@ -141,6 +141,12 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
                        [(512, 4, 8), (512, 32, 1)])  # fmt: skip
     assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1), (512, 32, 1)]
     assert bench.parts(wide[0][1]) == {"parts_off": [], "settings": {"dot_rows_max": 16}}
+    # the folded norm where the tuned tables fold it (the 16-row block): off at those steps, after its opt-in row
+    folded = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32, 16, 16)
+    assert folded[5] == ("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",),
+                         [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)])  # fmt: skip
+    assert folded[4][0] == "dot_rows_norm on (dot_rows steps)"
+    assert bench.parts(folded[5][1]) == {"parts_off": [], "settings": {"dot_rows_norm_max": 0}}
     # decodes have their own reach (the engine's default 16 rows): decode bs 32 is not a dot_rows step
     wide = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32, 16)
     assert wide[0][2] == [(512, 4, 8)]

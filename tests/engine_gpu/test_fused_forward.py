@@ -289,6 +289,26 @@ def test_dot_rows_decodes_have_their_own_reach(monkeypatch):
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
 
 
+def test_dot_rows_fold_their_norm_up_to_dot_rows_norm_max(monkeypatch):
+    """`dot_rows_norm_max` (the row blocks whose folded tiles the tuned tables hold; none on the CPU): dot_rows
+    steps of up to that many tokens fold add & RMSNorm without the opt-in switch, longer ones launch it."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    steps = [STEPS[4], STEPS[5]]  # 13 tokens (16-row block), 18 (32-row block)
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
+    backend = TritonAttnBackend(cfg)
+    assert backend.dot_rows_norm_max == 0 and not backend.dot_rows_norm
+    backend.dot_rows_max, backend.dot_rows_norm_max = tk.DOT_ROWS_LIMIT, 16
+    calls, forward = counted_fused_forward(model, monkeypatch)
+    got = run_steps(model, backend, forward, steps)
+    layers = model.config.num_hidden_layers
+    assert [c["dot_rows"] for c in calls] == [4 * layers] * 2
+    assert [c["rmsnorm"] for c in calls] == [1, 1 + 2 * layers]  # folded, then launched
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+
+
 def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
     """`dot_rows_norm` is opt-in (the H200 measured the fold no faster): a dot_rows step launches the input
     norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_ENGINE_ON=dot_rows_norm folds

@@ -38,6 +38,10 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
         ("NVIDIA H200", "dot_rows", "bfloat16", n, k, bx)
         for n, k in ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
         for bx in (16, 32)
+    }  # and the folded norm's (run Q) for q/k/v and gate/up, 16-row block only
+    assert {(dict(key)["N"], dict(key)["BLOCK_X"]) for _, _, _, key in table if dict(key)["NORM"]} == {
+        (4096, 16),
+        (6144, 16),
     }
     cfg = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV)
     assert set(cfg) == {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
@@ -132,7 +136,8 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
 def test_the_32_row_block_is_the_default_where_its_tiles_are_tuned(h200, monkeypatch):
     """Steps of 17-32 tokens beat cuBLAS only with tuned 32-row tiles (docs/benchmarks.md, runs O and Q): a
     backend reaches 32 tokens by default for a GPU model and dtype that the tables cover, 16 otherwise or with
-    the tables off; decodes 16 rows either way."""
+    the tables off; decodes 16 rows either way. Likewise the folded add & RMSNorm, for the row blocks whose
+    folded tiles the tables hold (`dot_rows_norm_max`)."""
     assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=32)
     assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=16, N=1024, K=3072)
     assert not tuned_tiles.covers("dot_rows", CUDA, torch.float16, BLOCK_X=32)
@@ -143,9 +148,9 @@ def test_the_32_row_block_is_the_default_where_its_tiles_are_tuned(h200, monkeyp
         cfg = AttentionConfig(num_heads=16, num_kv_heads=8, head_dim=128, scaling=0.1, num_layers=1,
                               dtype=dtype, device=CUDA)  # fmt: skip
         backend = TritonAttnBackend(cfg)
-        return backend.dot_rows_max, backend.dot_rows_decode_max
+        return backend.dot_rows_max, backend.dot_rows_decode_max, backend.dot_rows_norm_max
 
-    assert reach(torch.bfloat16) == (32, 16)
-    assert reach(torch.float16) == (16, 16)
+    assert reach(torch.bfloat16) == (32, 16, 16)  # folded norm: the 16-row block's tiles only
+    assert reach(torch.float16) == (16, 16, 0)
     monkeypatch.setenv("TOKENROUTER_ENGINE_OFF", "tuned_tiles")
-    assert reach(torch.bfloat16) == (16, 16)
+    assert reach(torch.bfloat16) == (16, 16, 0)

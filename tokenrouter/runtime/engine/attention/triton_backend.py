@@ -53,7 +53,8 @@ DOT_ROWS_DECODE_MAX = 16
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
-    "gemv_norm": "one-token steps (and gemv_rows steps, and dot_rows steps with `dot_rows_norm`) fold add & "
+    "gemv_norm": "one-token steps (and gemv_rows steps, and dot_rows steps of up to `dot_rows_norm_max` tokens) "
+    "fold add & "
     "RMSNorm into the next linear kernel's prologue, on models of hidden size <= `small_hidden_max` (default "
     "2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
@@ -95,10 +96,13 @@ ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 # Parts that the H200 measured no faster, off by default and kept switchable so that a later run can time
 # them again: TOKENROUTER_ENGINE_ON="name,name" turns them on (engine_bench's ablation times each one on).
 # Run I (docs/benchmarks.md): at the 0.6B's dot_rows steps the fold was 4-10 % slower than the rmsnorm launch
-# in one call and -7 % to +8 % in the next.
+# in one call and -7 % to +8 % in the next, with the autotuner's tiles; run Q measured it with tiles tuned in
+# the graph for its keys 0.96-1.00x at every 16-row step (ctx 512 and 4096), so by default the steps of a row
+# block that the tuned tables cover fold (`dot_rows_norm_max`); this option folds every dot_rows step.
 OPT_IN_OPTIONS = {
-    "dot_rows_norm": "with gemv_norm, dot_rows steps fold add & RMSNorm into the kernel's prologue as the "
-    "GEMV steps do (off: an rmsnorm launch before the linear)",
+    "dot_rows_norm": "with gemv_norm, every dot_rows step folds add & RMSNorm into the kernel's prologue as the "
+    "GEMV steps do (off: only steps of up to `dot_rows_norm_max` tokens, the row blocks whose folded tiles are "
+    "tuned for the GPU; the others launch an rmsnorm before the linear)",
 }
 ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
@@ -209,6 +213,14 @@ class TritonAttnBackend(AttentionBackend):
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
         wide = self.tuned_tiles and tuned_tiles.covers("dot_rows", config.device, config.dtype, BLOCK_X=32)
         self.dot_rows_max, self.dot_rows_decode_max = dot_rows_from_env(wide)
+        # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (see OPT_IN_OPTIONS):
+        # each row block whose folded tiles the tuned tables hold for this GPU, from the 16-row one up
+        self.dot_rows_norm_max = 0
+        for block in (16, tk.DOT_ROWS_LIMIT):
+            if not (self.tuned_tiles and tuned_tiles.covers("dot_rows", config.device, config.dtype,
+                                                            NORM=True, BLOCK_X=block)):  # fmt: skip
+                break
+            self.dot_rows_norm_max = block
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
         # the fused ops need a power-of-two head_dim
         self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
@@ -312,7 +324,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens (a decode:
     `dot_rows_decode_max`) that neither GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
-    `dot_rows_norm`). Returns (last-position logits [B, V], hidden [B, H])."""
+    `dot_rows_norm`, or for steps of up to `dot_rows_norm_max` tokens). Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
@@ -334,7 +346,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     dot = backend.dot_rows and small_model and not small and 2 <= tokens <= min(reach, tk.DOT_ROWS_LIMIT)
     # a Triton kernel for the linear layers, with SiLU*up and (if `fold`) add & RMSNorm in it
     fast = small or dot
-    fold = small_model and backend.gemv_norm and (small or (dot and backend.dot_rows_norm))
+    fold_dot = dot and (backend.dot_rows_norm or tokens <= backend.dot_rows_norm_max)
+    fold = small_model and backend.gemv_norm and (small or fold_dot)
     tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
