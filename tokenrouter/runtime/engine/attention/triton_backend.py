@@ -323,8 +323,9 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     (`gemv_rows`) a step of 2 to `gemv_rows_max` tokens as the few-row GEMV, with SiLU*up in the down
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens (a decode:
-    `dot_rows_decode_max`) that neither GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up folded (and add+RMSNorm with
-    `dot_rows_norm`, or for steps of up to `dot_rows_norm_max` tokens). Returns (last-position logits [B, V], hidden [B, H])."""
+    `dot_rows_decode_max`) that neither GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up
+    folded, and add+RMSNorm too in steps of up to `dot_rows_norm_max` tokens (every step with `dot_rows_norm`).
+    Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
     cfg = model.config
