@@ -137,20 +137,24 @@ def test_the_32_row_block_is_the_default_where_its_tiles_are_tuned(h200, monkeyp
     """Steps of 17-32 tokens beat cuBLAS only with tuned 32-row tiles (docs/benchmarks.md, runs O and Q): a
     backend reaches 32 tokens by default for a GPU model and dtype that the tables cover, 16 otherwise or with
     the tables off; decodes 16 rows either way. Likewise the folded add & RMSNorm, for the row blocks whose
-    folded tiles the tables hold (`dot_rows_norm_max`)."""
+    folded tiles the tables hold (`dot_rows_norm_max`). Tiles are tuned per layer shape, so the model's
+    counts too (its q/k/v projection's N and K)."""
     assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=32)
     assert tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=16, N=1024, K=3072)
     assert not tuned_tiles.covers("dot_rows", CUDA, torch.float16, BLOCK_X=32)
     assert not tuned_tiles.covers("dot_rows", CUDA, torch.bfloat16, BLOCK_X=64)
     assert not tuned_tiles.covers("dot_rows", torch.device("cpu"), torch.bfloat16, BLOCK_X=32)
 
-    def reach(dtype):
+    def reach(dtype, hidden=1024):  # the Qwen3-0.6B's attention and hidden size by default
         cfg = AttentionConfig(num_heads=16, num_kv_heads=8, head_dim=128, scaling=0.1, num_layers=1,
-                              dtype=dtype, device=CUDA)  # fmt: skip
+                              dtype=dtype, device=CUDA, hidden_size=hidden)  # fmt: skip
         backend = TritonAttnBackend(cfg)
         return backend.dot_rows_max, backend.dot_rows_decode_max, backend.dot_rows_norm_max
 
     assert reach(torch.bfloat16) == (32, 16, 16)  # folded norm: the 16-row block's tiles only
     assert reach(torch.float16) == (16, 16, 0)
+    # another model (the 1.7B's attention, hidden 2048) or one of unknown shape: no tiles tuned for it
+    assert reach(torch.bfloat16, hidden=2048) == (16, 16, 0)
+    assert reach(torch.bfloat16, hidden=None) == (16, 16, 0)
     monkeypatch.setenv("TOKENROUTER_ENGINE_OFF", "tuned_tiles")
     assert reach(torch.bfloat16) == (16, 16, 0)

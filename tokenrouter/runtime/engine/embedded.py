@@ -157,6 +157,7 @@ class EmbeddedEngine(HeldRequestsEngine):
             num_layers=c.num_hidden_layers,
             dtype=self.dtype,
             device=self.device,
+            hidden_size=c.hidden_size,
         )
         try:
             self.attn_backend = create_attention_backend(self.settings.attention, attn_cfg)

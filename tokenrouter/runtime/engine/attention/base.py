@@ -44,6 +44,7 @@ class AttentionConfig:
     num_layers: int
     dtype: torch.dtype
     device: torch.device
+    hidden_size: int | None = None  # the model's (for backends whose kernels are tuned per layer shape)
 
     def __post_init__(self) -> None:
         if self.num_heads < 1 or self.num_kv_heads < 1 or self.head_dim < 1:

@@ -211,14 +211,12 @@ class TritonAttnBackend(AttentionBackend):
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
-        wide = self.tuned_tiles and tuned_tiles.covers("dot_rows", config.device, config.dtype, BLOCK_X=32)
-        self.dot_rows_max, self.dot_rows_decode_max = dot_rows_from_env(wide)
+        self.dot_rows_max, self.dot_rows_decode_max = dot_rows_from_env(self._tuned_for(BLOCK_X=32))
         # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (see OPT_IN_OPTIONS):
-        # each row block whose folded tiles the tuned tables hold for this GPU, from the 16-row one up
+        # each row block whose folded tiles the tuned tables hold for this GPU and model, from the 16-row one up
         self.dot_rows_norm_max = 0
         for block in (16, tk.DOT_ROWS_LIMIT):
-            if not (self.tuned_tiles and tuned_tiles.covers("dot_rows", config.device, config.dtype,
-                                                            NORM=True, BLOCK_X=block)):  # fmt: skip
+            if not self._tuned_for(NORM=True, BLOCK_X=block):
                 break
             self.dot_rows_norm_max = block
         self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
@@ -228,6 +226,15 @@ class TritonAttnBackend(AttentionBackend):
         # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
         # replaced by a larger stays alive, as graphs captured with it still use it
         self._tickets: list[torch.Tensor] = []
+
+    def _tuned_for(self, **fields) -> bool:
+        """Whether the tuned tables hold `dot_rows` tiles with these key fields for this GPU model, dtype and
+        model (its q/k/v projection's shape stands for its layers; unknown without `hidden_size`)."""
+        c = self.config
+        if not self.tuned_tiles or c.hidden_size is None:
+            return False
+        qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+        return tuned_tiles.covers("dot_rows", c.device, c.dtype, N=qkv, K=c.hidden_size, **fields)
 
     def options(self) -> dict[str, bool]:
         """The state of every switchable part, opt-in parts included (for benchmark records)."""
