@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from tokenrouter.runtime.engine.attention.triton_backend import (
+    DOT_ROWS_NARROW_MAX,
     ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
     GEMV_ROWS_MAX,
@@ -381,18 +382,24 @@ def ablation_plan(
         if 2 <= bs * q <= gemv_rows_max and bs <= gemv_rows_batch_max
     ]
     bs1_extends = [(ctx, 1, q) for ctx in ctxs for q in sorted(extend_q) if 1 in extend_bs]
+    decode_max = dot_rows_max if dot_rows_decode_max is None else dot_rows_decode_max
     dot_rows = [
         (ctx, bs, q)
         for ctx in ctxs
         for bs, q in sorted(steps)
-        if 2 <= bs * q <= (dot_rows_max if q > 1 or dot_rows_decode_max is None else dot_rows_decode_max)
-        and (ctx, bs, q) not in few_rows
+        if 2 <= bs * q <= (dot_rows_max if q > 1 else decode_max) and (ctx, bs, q) not in few_rows
     ]
     plan = []
     if dot_rows:  # its tiles tuned in the graph, weight prefetch and folded add & RMSNorm where it runs
-        wide_dot = [p for p in dot_rows if p[1] * p[2] > 16]  # the 32-row block's steps, on cuBLAS before
+        narrow = DOT_ROWS_NARROW_MAX  # the 32-row block's steps, on cuBLAS before
+        wide_dot = [p for p in dot_rows if p[1] * p[2] > narrow]
         if wide_dot:
-            plan.append(("dot_rows_max=16 (17-32 token steps on cuBLAS)", ("dot_rows_max=16",), wide_dot))
+            row = (
+                f"dot_rows_max={narrow} (17-32 token steps on cuBLAS)",
+                (f"dot_rows_max={narrow}",),
+                wide_dot,
+            )
+            plan.append(row)
         plan.append(("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",), dot_rows))
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))

@@ -110,10 +110,8 @@ def explicit_tiles(text: str) -> list[triton.Config]:
         tk.check_tile_config(
             "dot_rows", dict(BLOCK_W=bw, BLOCK_K=bk, SPLIT_K=sk, num_warps=warps, num_stages=1)
         )
-        out.append(
-            triton.Config({"BLOCK_W": bw, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=warps, num_stages=1)
-        )
-    return out
+        out.append((bw, bk, sk, warps, 1))
+    return tk._dot_configs(out)
 
 
 def objective_steps(text: str) -> list[tuple[int, int]]:
@@ -308,7 +306,8 @@ def main() -> None:
     )
     # dot_rows' keys of the objective's row block (16 or 32 rows)
     block_x = 16 if max(bs * q for bs, q in steps) <= 16 else 32
-    if block_x == 32 and not os.environ.get(DOT_ROWS_ENV):  # the engine's default reach is 16 tokens
+    # with tuned_tiles off (above) the engine's default reach is 16 tokens
+    if block_x == 32 and not os.environ.get(DOT_ROWS_ENV):
         os.environ[DOT_ROWS_ENV] = str(tk.DOT_ROWS_LIMIT)
     # autotunes every key
     engine = build_engine(args.shape, 4096 * max(sizes) + 64, max(sizes), graphs=True, graph_config=graph_cfg)

@@ -69,7 +69,8 @@ def fit_per_sm(regs: int, shared: int, warps: int) -> int:
 
 
 def launch_stats(launch: dict) -> dict:
-    """One launch's timeline summarised (times in µs; `waited` is the first program's wait return)."""
+    """One launch's timeline summarised (times in µs; `start`, `waited`, `end`: the first program's start and
+    wait return, the last program's end, in ns of the GPU's timer)."""
     tl = launch["timeline"]
     start = [r[0] for r in tl]
     waited = min(r[1] for r in tl)
@@ -84,6 +85,7 @@ def launch_stats(launch: dict) -> dict:
         lead_us=(waited - min(start)) / 1e3,
         late_start_us=max(0, max(start) - waited) / 1e3,
         exposed_us=(end - waited) / 1e3,
+        start=min(start),
         waited=waited,
         end=end,
     )
@@ -206,14 +208,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for stats in reps:
             entry["replays"].append(
-                [{k: v for k, v in s.items() if k not in ("waited", "end")} for s in stats]
+                [{k: v for k, v in s.items() if k not in ("start", "waited", "end")} for s in stats]
             )
             seg = layer_segments(stats, names)
             entry.setdefault("segments", []).append(
                 {k: statistics.mean(v) if v else None for k, v in seg.items()}
             )
-            first = min(s["waited"] - s["lead_us"] * 1e3 for s in stats)
-            entry.setdefault("span_us", []).append((max(s["end"] for s in stats) - first) / 1e3)
+            span = max(s["end"] for s in stats) - min(s["start"] for s in stats)
+            entry.setdefault("span_us", []).append(span / 1e3)
         title = f"{args.shape}, step {label} (ctx {args.ctx})"
         print_step(title, entry, reps, names)
         (out / "pdl_timeline.json").write_text(json.dumps(results, indent=1))

@@ -54,9 +54,8 @@ FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
     "gemv_norm": "one-token steps (and gemv_rows steps, and dot_rows steps of up to `dot_rows_norm_max` tokens) "
-    "fold add & "
-    "RMSNorm into the next linear kernel's prologue, on models of hidden size <= `small_hidden_max` (default "
-    "2048) (off: an rmsnorm launch)",
+    "fold add & RMSNorm into the next linear kernel's prologue, on models of hidden size <= `small_hidden_max` "
+    "(default 2048) (off: an rmsnorm launch)",
     "gemv_rows": f"steps of 2 to `gemv_rows_max` tokens (default {GEMV_ROWS_MAX}) of at most "
     f"`gemv_rows_batch_max` requests (default {GEMV_ROWS_BATCH_MAX}), on models of hidden size <= "
     f"`small_hidden_max` (default {SMALL_HIDDEN_MAX}), run their linear layers as the few-row Triton GEMV "
@@ -215,7 +214,7 @@ class TritonAttnBackend(AttentionBackend):
         # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (see OPT_IN_OPTIONS):
         # each row block whose folded tiles the tuned tables hold for this GPU and model, from the 16-row one up
         self.dot_rows_norm_max = 0
-        for block in (16, tk.DOT_ROWS_LIMIT):
+        for block in (DOT_ROWS_NARROW_MAX, tk.DOT_ROWS_LIMIT):
             if not self._tuned_for(NORM=True, BLOCK_X=block):
                 break
             self.dot_rows_norm_max = block

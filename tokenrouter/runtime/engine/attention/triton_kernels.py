@@ -1534,7 +1534,7 @@ _dot_rows_scratch: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] =
 def _dot_scratch(device: torch.device, n: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(partials, tickets) for an N-wide layer and a `rows`-row block: float32 [2 * max split * rows * N] (the
     dot partials, then the sums of squares, one set per column block: at most N blocks), int32 [N] (zero). The
-    32-row block's larger buffer is made the first time it runs (it is off by default)."""
+    32-row block's larger buffer is made the first time a 17-32 row step runs."""
     bufs = _dot_rows_scratch.setdefault(device, [])
     need = 2 * _DOT_ROWS_MAX_SPLIT * rows * n
     if not bufs or bufs[-1][0].numel() < need or bufs[-1][1].numel() < n:
@@ -1674,8 +1674,6 @@ def dot_rows(
             raise ValueError(f"dot_rows: SPLIT_K at most {_DOT_ROWS_MAX_SPLIT}")
     else:
         kernel, meta = _dot_rows, dict(_FIXED_DOT)
-    if meta.get("maxnreg") is None:
-        meta.pop("maxnreg", None)
     trace = DotTrace.active
     tracing = trace is not None and trace.buf.device == x.device
     trace_at = 0

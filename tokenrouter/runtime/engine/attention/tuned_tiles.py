@@ -80,11 +80,16 @@ def _tables(extra: str) -> dict[tuple, dict]:
     return table
 
 
+def _extra() -> str:
+    """The TOKENROUTER_TUNED_TILES file's path, or ""."""
+    return os.environ.get(TUNED_TILES_ENV, "").strip()
+
+
 def check_env(check_config) -> None:
     """Read the tables now and pass every entry to `check_config(kernel, config)` (ValueError naming a bad
     TOKENROUTER_TUNED_TILES file, or the file and entry that `check_config` rejects): the Triton attention
     backend calls this when it is built, with the kernels' own check."""
-    for path, entries in _files(os.environ.get(TUNED_TILES_ENV, "").strip()):
+    for path, entries in _files(_extra()):
         for (gpu, kernel, dtype, key), config in entries.items():
             try:
                 check_config(kernel, config)
@@ -102,8 +107,7 @@ def lookup(kernel: str, device: torch.device, dtype: torch.dtype, **key) -> dict
     and tuning key, or None (then the autotuner chooses)."""
     if device.type != "cuda":
         return None
-    table = _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
-    cfg = table.get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
+    cfg = _tables(_extra()).get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
     return dict(cfg) if cfg is not None else None
 
 
@@ -115,5 +119,5 @@ def covers(kernel: str, device: torch.device, dtype: torch.dtype, **fields) -> b
     gpu, want = gpu_name(device), str(dtype).removeprefix("torch.")
     return any(
         g == gpu and k == kernel and d == want and all(dict(key).get(f) == v for f, v in fields.items())
-        for g, k, d, key in _tables(os.environ.get(TUNED_TILES_ENV, "").strip())
+        for g, k, d, key in _tables(_extra())
     )
