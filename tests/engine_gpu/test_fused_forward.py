@@ -385,7 +385,20 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     assert not backend.metadata_for(1, 8).tickets.any()
-    for bad in ("0", "65", "many"):
+    assert (backend.fused_merge_rows, backend.fused_merge_passes) == (16, 0)
+    monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "4:2")
+    backend = TritonAttnBackend(cfg)
+    assert (backend.fused_merge_rows, backend.fused_merge_passes) == (4, 2)
+    # "4:2": blocks merged in at most two passes fold too; at this model's 64 splits and head_dim 16 a pass
+    # takes 8 rows, so the blocks of up to 16 rows fold (as with "16") and those of 26 and 36 rows do not
+    merges.clear()
+    got = []
+    got = run_steps(model, backend, forward, STEPS[:-1])
+    assert {i for i, _ in merges} == wide, (merges, wide)
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    for bad in ("0", "65", "many", "4:", "4:x", "4:17", ":2"):
         monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)

@@ -137,6 +137,55 @@ def test_fused_split_merge_matches_reference(case, prefetch, max_rows, monkeypat
         assert not tickets.any()
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        ([12, 30, 7], [3, 8, 7], 2, 2, 16, 4),
+        ([300, 9], [8, 8], 2, 2, 16, 8),
+        ([200, 70], [6, 2], 2, 2, 32, 2),
+    ],
+)
+def test_merge_passes_fold_wider_blocks(case, monkeypatch):
+    """`merge_passes`: row blocks above `fused_rows` merge in the kernel too, several rows per pass
+    (`fused_merge_rows`), with no merge launch; the reference's result and the tickets back at zero."""
+    seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
+    gen = torch.Generator().manual_seed(sum(seq_lens) + 7)
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    q, k_buf, v_buf, t = _make_batch(seq_lens, ext_lens, kv_heads, head_dim, group, dtype, DEVICE, gen)
+    tickets = torch.zeros(tk.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group), dtype=torch.int32,
+                          device=DEVICE)  # fmt: skip
+    launches = []
+    real = tk._merge_splits_kernel
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(tk, "_merge_splits_kernel", Counted())
+    want = _reference(q, k_buf, v_buf, t, head_dim**-0.5)
+    for passes in (0, 1):
+        out = torch.full_like(q, float("nan"))
+        tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=head_dim**-0.5,
+                           num_splits=splits, tickets=tickets, merge_passes=passes)  # fmt: skip
+        torch.testing.assert_close(out.float(), want, atol=tol, rtol=tol)
+        assert not tickets.any()
+        assert len(launches) == 1  # the second kernel without passes (blocks of 6-16 rows), none with one
+
+
+def test_fused_merge_rows_per_pass():
+    """Rows per merge pass: 2 without passes; with them, as many as the tile budget holds for the splits
+    (powers of two, at most the block's rows rounded up, at least 2)."""
+    assert tk.fused_merge_rows(16, 8, 128, 4, 0) == 2
+    assert tk.fused_merge_rows(16, 8, 128, 4, 2) == 8  # bs 4 x 8 on the 0.6B: two passes
+    assert tk.fused_merge_rows(16, 2, 128, 4, 1) == 16  # bs 16: one
+    assert tk.fused_merge_rows(16, 32, 128, 4, 2) == 2  # bs 1: eight (so it keeps the merge launch)
+    assert tk.fused_merge_rows(6, 4, 128, 4, 1) == 8
+    assert tk.fused_merge_rows(16, 64, 128, 4, 1) == 2
+    assert tk.fused_merge_rows(16, 8, 128, 8, 1) == 16  # twice the threads, twice the rows
+
+
 def test_fused_split_merge_argument_errors():
     gen = torch.Generator().manual_seed(5)
     q, k_buf, v_buf, t = _make_batch([9, 4], [1, 1], 2, 16, 2, torch.float32, DEVICE, gen)

@@ -129,20 +129,28 @@ def gemv_rows_from_env() -> tuple[int, int]:
 # the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
 # merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
 # H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
-# was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P)
+# was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P),
+# with the tail merging 2 rows per pass. "R:P" also merges in the kernel every block whose partials it loads
+# in at most P passes of as many rows as fit (`tk.fused_merge_rows`: a 16-row block with 8 splits in 2); the
+# default P, FUSED_MERGE_PASSES, is 0 (none)
 FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
+FUSED_MERGE_PASSES = 0
 
 
-def fused_merge_rows_from_env() -> int:
-    """The fused merge's row limit from TOKENROUTER_FUSED_MERGE_ROWS (ValueError naming a bad value)."""
+def fused_merge_rows_from_env() -> tuple[int, int]:
+    """(rows, passes) of the fused merge from TOKENROUTER_FUSED_MERGE_ROWS="R" or "R:P" (ValueError naming a
+    bad value)."""
     raw = os.environ.get(FUSED_MERGE_ROWS_ENV, "").strip()
     if not raw:
-        return tk.FUSED_MERGE_MAX_ROWS
-    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        return tk.FUSED_MERGE_MAX_ROWS, FUSED_MERGE_PASSES
+    rows, sep, passes = (part.strip() for part in raw.partition(":"))
+    ok = rows.isdigit() and 1 <= int(rows) <= 64 and (not sep or passes.isdigit() and int(passes) <= 16)
+    if not ok:
         raise ValueError(
-            f"{FUSED_MERGE_ROWS_ENV}={raw!r}: expected the rows per block to merge in the kernel, 1 to 64"
+            f"{FUSED_MERGE_ROWS_ENV}={raw!r}: expected R or R:P, the rows per block to merge in the kernel "
+            "(1 to 64) and the most merge passes of a larger block that still merges there (0 to 16)"
         )
-    return int(raw)
+    return int(rows), int(passes) if sep else FUSED_MERGE_PASSES
 
 
 def dot_rows_from_env(wide_tiles: bool) -> tuple[int, int]:
@@ -206,7 +214,8 @@ class TritonAttnBackend(AttentionBackend):
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
-        self.fused_merge_rows = fused_merge_rows_from_env()  # with fused_merge: its rows per block
+        # with fused_merge: its rows per block, and the passes of a larger block that still merges in the kernel
+        self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
@@ -319,6 +328,7 @@ class TritonAttnBackend(AttentionBackend):
             prefetch=self.attn_prefetch and md.max_extend_len == 1,  # decodes only (see attn_prefetch)
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
+            merge_passes=self.fused_merge_passes,
         )
 
 

@@ -381,6 +381,20 @@ def _merge_splits_kernel(
 
 
 FUSED_MERGE_MAX_ROWS = 4  # `paged_attention(tickets=...)` merges in the kernel up to this many rows per block
+# ... and (`merge_passes` P > 0) every row block whose merge takes at most P passes, one pass loading the
+# partials of as many rows at once as FUSED_MERGE_TILE floats hold (64 registers per thread at 4 warps):
+# a row block with few splits (many programs: bs 4 and more) merges its 16 rows in one or two passes, where
+# the default tail merges 2 rows per pass
+FUSED_MERGE_TILE = 8192
+
+
+def fused_merge_rows(block_rows: int, block_s: int, block_d: int, num_warps: int, passes: int) -> int:
+    """Rows the fused merge loads per pass: 2, or (passes > 0) as many of the block's rows as the tile
+    budget allows for `block_s` splits of `block_d` floats (a power of two, 2 to the block's rows)."""
+    if passes <= 0:
+        return 2
+    fit = FUSED_MERGE_TILE * num_warps // 4 // (block_s * block_d)
+    return max(2, min(triton.next_power_of_2(block_rows), 1 << max(fit, 1).bit_length() - 1))
 
 
 def attention_tickets(batch_size: int, num_kv_heads: int, max_extend_len: int, group: int) -> int:
@@ -450,6 +464,7 @@ def paged_attention(
     tickets: torch.Tensor | None = None,
     block_n: int | None = None,
     fused_rows: int | None = None,
+    merge_passes: int = 0,
 ) -> torch.Tensor:
     """Attention for a ragged batch over paged KV; writes and returns `out` [T, q_heads, head_dim].
 
@@ -465,7 +480,9 @@ def paged_attention(
     the caller guarantees the page table and the older tokens' K/V were written before that kernel).
     `tickets` (int32, zeros, at least batch_size * kv_heads * row blocks; see `attention_tickets`): with a
     split KV range, the last program of each row block merges the partials (no second launch) and leaves
-    its ticket at zero again, so one buffer serves every launch and graph replay on its stream."""
+    its ticket at zero again, so one buffer serves every launch and graph replay on its stream. It does so
+    for row blocks of up to `fused_rows` rows (default FUSED_MERGE_MAX_ROWS), and with `merge_passes` P > 0
+    for every row block whose partials it loads in at most P passes of `fused_merge_rows` rows."""
     num_tokens, num_q_heads, head_dim = q.shape
     if q.stride(2) != 1 or k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
@@ -497,8 +514,16 @@ def paged_attention(
     else:
         mid_o = mid_lse = out  # unused by the kernel when NUM_SPLITS == 1
     # the fused merge is one program's serial tail: for the few rows of a decode (or a 2-token extend at
-    # GQA 2) only; more rows merge in the second kernel, one program per row
-    fused_merge = num_splits > 1 and tickets is not None and rows <= (fused_rows or FUSED_MERGE_MAX_ROWS)
+    # GQA 2), and (merge_passes) for row blocks it merges in that many passes; more rows merge in the
+    # second kernel, one program per row
+    block_s = max(2, triton.next_power_of_2(num_splits))
+    merge_rows = fused_merge_rows(min(rows, block_m), block_s, block_d, num_warps, merge_passes)
+    passes = -(-min(rows, block_m) // merge_rows)
+    fused_merge = (
+        num_splits > 1
+        and tickets is not None
+        and (rows <= (fused_rows or FUSED_MERGE_MAX_ROWS) or 0 < passes <= merge_passes)
+    )
     if fused_merge and (
         tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
     ):
@@ -542,7 +567,8 @@ def paged_attention(
         EAGER_LOADS=eager_loads,
         PREFETCH=prefetch,
         FUSED_MERGE=fused_merge,
-        BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+        BLOCK_S=block_s,
+        MERGE_ROWS=merge_rows,
         num_warps=num_warps,
         num_stages=num_stages,
         **_pdl(pdl, q.device),
@@ -562,7 +588,7 @@ def paged_attention(
             HEAD_DIM=head_dim,
             BLOCK_D=block_d,
             NUM_SPLITS=num_splits,
-            BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            BLOCK_S=block_s,
             EAGER_LOADS=eager_loads,
             num_warps=4 if block_d >= 128 else 2,
             **_pdl(pdl, q.device),
