@@ -63,10 +63,13 @@ def compile_all() -> list[str]:
         (2, 16, tk.MAX_SPLITS, 1, True, True, True),
         (2, 16, tk.MAX_SPLITS, 2, True, True, True),
         (2, 16, tk.MAX_SPLITS, 1, True, False, True),
+        (2, 16, 8, 2, True, True, True),  # the one-pass merges of 16-row blocks (fused_merge_rows 8, 16)
+        (2, 16, 2, 2, True, True, True),
     ):
+        merge_rows = tk.fused_merge_rows(block_m, splits, 128, 4, 1) if block_m == 16 and fused else 2
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
                       IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl, FUSED_MERGE=fused,
-                      BLOCK_S=splits if fused else 2, MERGE_ROWS=2)  # fmt: skip
+                      BLOCK_S=splits if fused else 2, MERGE_ROWS=merge_rows)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
     for eager, pdl in ((True, False), (False, False), (True, True)):
         build(
@@ -220,7 +223,7 @@ def test_kernels_compile_for_sm90():
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
     dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1  # + the traced one
-    assert proc.stdout.count("\n") == 9 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
+    assert proc.stdout.count("\n") == 11 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

@@ -385,7 +385,7 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     assert not backend.metadata_for(1, 8).tickets.any()
-    assert (backend.fused_merge_rows, backend.fused_merge_passes) == (16, 0)
+    assert (backend.fused_merge_rows, backend.fused_merge_passes) == (16, 1)
     monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "4:2")
     backend = TritonAttnBackend(cfg)
     assert (backend.fused_merge_rows, backend.fused_merge_passes) == (4, 2)

@@ -130,11 +130,12 @@ def gemv_rows_from_env() -> tuple[int, int]:
 # merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
 # H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
 # was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P),
-# with the tail merging 2 rows per pass. "R:P" also merges in the kernel every block whose partials it loads
-# in at most P passes of as many rows as fit (`tk.fused_merge_rows`: a 16-row block with 8 splits in 2); the
-# default P, FUSED_MERGE_PASSES, is 0 (none)
+# with the tail merging 2 rows per pass. "R:P" also merges in the kernel every larger block whose partials it
+# loads in at most P passes of as many rows as fit (`tk.fused_merge_rows`: a 16-row block with 8 splits in 2,
+# with 2 splits in 1). Default P, FUSED_MERGE_PASSES: 1 (run R: 0.94-0.98x the step time of the merge launch
+# where a block takes one pass, 1.03-1.07x where it takes two); 0 merges every larger block in the launch
 FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
-FUSED_MERGE_PASSES = 0
+FUSED_MERGE_PASSES = 1
 
 
 def fused_merge_rows_from_env() -> tuple[int, int]:

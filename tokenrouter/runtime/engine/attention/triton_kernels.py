@@ -381,10 +381,12 @@ def _merge_splits_kernel(
 
 
 FUSED_MERGE_MAX_ROWS = 4  # `paged_attention(tickets=...)` merges in the kernel up to this many rows per block
-# ... and (`merge_passes` P > 0) every row block whose merge takes at most P passes, one pass loading the
-# partials of as many rows at once as FUSED_MERGE_TILE floats hold (64 registers per thread at 4 warps):
-# a row block with few splits (many programs: bs 4 and more) merges its 16 rows in one or two passes, where
-# the default tail merges 2 rows per pass
+# ... and (`merge_passes` P > 0) every larger row block whose merge takes at most P passes, one pass loading
+# the partials of as many rows at once as FUSED_MERGE_TILE floats hold (64 registers per thread at 4 warps):
+# a row block with few splits (many programs: bs 4 and more) merges its 8-16 rows in one pass, where the tail
+# of the small blocks merges 2 rows per pass. Run R (docs/benchmarks.md), 0.6B on the H200: one pass is
+# 0.94-0.98x the step time of the merge launch (bs 4 x 4, 16 x 4, 16 x 8); two passes (bs 4 x 8: 16 rows at
+# 8 splits) 1.03-1.07x, and one pass of twice this tile there 1.04-1.15x
 FUSED_MERGE_TILE = 8192
 
 
@@ -517,13 +519,10 @@ def paged_attention(
     # GQA 2), and (merge_passes) for row blocks it merges in that many passes; more rows merge in the
     # second kernel, one program per row
     block_s = max(2, triton.next_power_of_2(num_splits))
-    merge_rows = fused_merge_rows(min(rows, block_m), block_s, block_d, num_warps, merge_passes)
+    few = rows <= (fused_rows or FUSED_MERGE_MAX_ROWS)  # these keep the merge of 2 rows a pass
+    merge_rows = 2 if few else fused_merge_rows(min(rows, block_m), block_s, block_d, num_warps, merge_passes)
     passes = -(-min(rows, block_m) // merge_rows)
-    fused_merge = (
-        num_splits > 1
-        and tickets is not None
-        and (rows <= (fused_rows or FUSED_MERGE_MAX_ROWS) or 0 < passes <= merge_passes)
-    )
+    fused_merge = num_splits > 1 and tickets is not None and (few or passes <= merge_passes)
     if fused_merge and (
         tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
     ):
