@@ -20,7 +20,8 @@ narrow the search to some layers and some tiles.
 
 `--table` writes the tuned `dot_rows` configs as a table that the engine reads with
 TOKENROUTER_TUNED_TILES=tiles.json (the shipped one, tuned_tiles.json, came from this script on the H200).
-The engine does not read tuned `gemv` configs: for that kernel this script only measures.
+The table holds the tuned `gemv` configs as well (the one-token GEMV is autotuned the same way, and its
+picks differed between machines: run R, docs/benchmarks.md).
 
 Prints markdown tables; writes graph_tune.json under --out (after every key).
 """
@@ -67,11 +68,11 @@ def table_config(config: dict) -> triton.Config:
     )
 
 
-def key_fields(key: tuple) -> tuple[dict, str]:
-    """An autotuner key of `dot_rows` as the tuned tables' key fields, and the dtype's name."""
-    names = tk.DOT_ROWS_KEY
-    if isinstance(key[len(names) - 1], str):  # recorded before BLOCK_X was in the key (run O): 16 rows
-        key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])
+def key_fields(key: tuple, kernel: str = "dot_rows") -> tuple[dict, str]:
+    """An autotuner key of `dot_rows` (or `gemv`) as the tuned tables' key fields, and the dtype's name."""
+    names = tk.DOT_ROWS_KEY if kernel == "dot_rows" else tk.GEMV_KEY
+    if kernel == "dot_rows" and isinstance(key[len(names) - 1], str):  # before BLOCK_X was in the key
+        key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])  # (run O): 16 rows
     return dict(zip(names, key[: len(names)], strict=True)), key[len(names)].removeprefix("torch.")
 
 
@@ -134,15 +135,18 @@ def objective_steps(text: str) -> list[tuple[int, int]]:
 
 
 def table_entries(results: dict) -> list[dict]:
-    """The tuned dot_rows configs as `tuned_tiles` table entries (the autotuner's key: N, K, then its flags)."""
+    """The tuned dot_rows and gemv configs as `tuned_tiles` table entries (the autotuner's key: N, K, then
+    its flags)."""
     entries = []
-    for row in results["dot_rows"]:
-        fields, dtype = key_fields(ast.literal_eval(row["key"]))  # dtype: X's, the first tensor argument
-        best = row["best"]
-        config = dict(best["kwargs"], num_warps=best["num_warps"], num_stages=best["num_stages"])
-        if best.get("maxnreg") is not None:
-            config["maxnreg"] = best["maxnreg"]
-        entries.append(dict(gpu=results["gpu"], kernel="dot_rows", dtype=dtype, key=fields, config=config))
+    for kernel in ("dot_rows", "gemv"):
+        for row in results.get(kernel, []):
+            # dtype: X's, the first tensor argument
+            fields, dtype = key_fields(ast.literal_eval(row["key"]), kernel)
+            best = row["best"]
+            config = dict(best["kwargs"], num_warps=best["num_warps"], num_stages=best["num_stages"])
+            if best.get("maxnreg") is not None:
+                config["maxnreg"] = best["maxnreg"]
+            entries.append(dict(gpu=results["gpu"], kernel=kernel, dtype=dtype, key=fields, config=config))
     return entries
 
 
@@ -349,7 +353,7 @@ def main() -> None:
         )
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, *_ in todo]
-    if args.table and "dot_rows" in results:
+    if args.table and ("dot_rows" in results or "gemv" in results):
         Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
     compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []

@@ -85,9 +85,16 @@ def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
         ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 64, "num_warps": 4, "num_stages": 1}}]}',
          "the entry for dot_rows on G, bfloat16, {'N': 8}: SPLIT_K 64: expected 1 to 12"),
-        ('{"entries": [{"gpu": "G", "kernel": "gemv", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+        ('{"entries": [{"gpu": "G", "kernel": "gemv_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
-         "the entry for gemv on G, bfloat16, {'N': 8}: the engine reads tuned tiles for dot_rows only, not 'gemv'"),
+         "the entry for gemv_rows on G, bfloat16, {'N': 8}: the engine reads tuned tiles for dot_rows and gemv "
+         "only, not 'gemv_rows'"),
+        ('{"entries": [{"gpu": "G", "kernel": "gemv", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_N": 24, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for gemv on G, bfloat16, {'N': 8}: BLOCK_N 24, BLOCK_K 256: powers of two"),
+        ('{"entries": [{"gpu": "G", "kernel": "gemv", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for gemv on G, bfloat16, {'N': 8}: expected the parameters"),
         ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_W": 24, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 1}}]}',
          "the entry for dot_rows on G, bfloat16, {'N': 8}: {'BLOCK_W': 24}: BLOCK_W and BLOCK_K must be powers"),
@@ -105,6 +112,31 @@ def test_a_bad_table_file_is_named_when_a_backend_is_built(monkeypatch, tmp_path
                           dtype=torch.float32, device=torch.device("cpu"))  # fmt: skip
     with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
         TritonAttnBackend(cfg)
+
+
+def test_gemv_launches_with_the_tuned_config(monkeypatch):
+    """`gemv(tuned=True)` asks the tables for its key (N, K, the variant flags, PDL) and launches the plain
+    kernel with the config it gets; the result is the autotuned launch's; without `tuned` (or with
+    `extra_tiles=False`, the runs-A/B comparison) no lookup."""
+    asked = []
+    config = {"BLOCK_N": 8, "BLOCK_K": 16, "num_warps": 2, "num_stages": 1}
+    tk.check_tile_config("gemv", config)
+
+    def lookup(kernel, device, dtype, **key):
+        asked.append((kernel, dtype, key))
+        return dict(config)
+
+    monkeypatch.setattr(tk.tuned_tiles, "lookup", lookup)
+    x, w, b, _, _ = linear_case(5, 1, "bias")
+    h = torch.randn_like(x)
+    nw = torch.rand(x.shape[1], dtype=x.dtype) + 0.5
+    plain = tk.gemv(x, w, b, norm_weight=nw, residual=h, residual_out=torch.empty_like(h))
+    got = tk.gemv(x, w, b, norm_weight=nw, residual=h, residual_out=torch.empty_like(h), tuned=True)
+    torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)
+    key = dict(N=w.shape[0], K=w.shape[1], SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False)
+    assert asked == [("gemv", w.dtype, key)]
+    tk.gemv(x, w, b, tuned=True, extra_tiles=False)
+    assert len(asked) == 1
 
 
 def test_dot_rows_launches_with_the_tuned_config(monkeypatch):

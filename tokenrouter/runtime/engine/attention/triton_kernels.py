@@ -1012,13 +1012,14 @@ def _gemv_kernel(
     tl.store(Y + offs_n, out.to(Y.dtype.element_ty), mask=n_ok)
 
 
+# the GEMV autotuner's key (and a tuned tile table's, `tuned_tiles`): the layer's shape and the variant
+GEMV_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
     _gemv = _gemv_base = _gemv_kernel
     _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
 else:
-    _KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
-    _gemv = _autotune(_GEMV_CONFIGS, _KEY)(_gemv_kernel)
-    _gemv_base = _autotune(_GEMV_CONFIGS_BASE, _KEY)(_gemv_kernel)
+    _gemv = _autotune(_GEMV_CONFIGS, GEMV_KEY)(_gemv_kernel)
+    _gemv_base = _autotune(_GEMV_CONFIGS_BASE, GEMV_KEY)(_gemv_kernel)
     _FIXED = {}
 
 
@@ -1064,11 +1065,14 @@ def gemv(
     residual_out: torch.Tensor | None = None,
     extra_tiles: bool = True,
     pdl: bool = False,
+    tuned: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]. Autotuned per (N, K, variant) on first
     use (so run it once before a CUDA graph capture); `extra_tiles=False` autotunes over the tile shapes
     of the measured runs A/B only (for side-by-side timing); `pdl`: programmatic dependent launch where
-    supported (see `_pdl`; the first weight tile is read before waiting on the previous kernel).
+    supported (see `_pdl`; the first weight tile is read before waiting on the previous kernel). With
+    `tuned` (and `extra_tiles`), a config measured fastest inside the CUDA graph step for this GPU model,
+    dtype and tuning key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one.
 
     Input variants: with `silu_mul`, x is [1, 2K] = [gate | up] and the input is SiLU(gate) * up. With
     `norm_weight`, the input is `rmsnorm(h, norm_weight, eps)` of h = x, or with `residual` h = x +
@@ -1084,7 +1088,13 @@ def gemv(
         "gemv", "[1, K]", x, weight, bias, silu_mul, norm_weight, residual, residual_out
     )
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
-    kernel = _gemv if extra_tiles else _gemv_base
+    launch = _pdl(pdl, x.device)
+    kernel, meta = (_gemv if extra_tiles else _gemv_base), _FIXED
+    if tuned and extra_tiles:
+        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
+        config = tuned_tiles.lookup("gemv", x.device, x.dtype, N=n, K=k, USE_PDL=launch["USE_PDL"], **key)
+        if config is not None:
+            kernel, meta = _gemv_kernel, config
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
@@ -1098,8 +1108,8 @@ def gemv(
         weight.stride(0),
         eps,
         **flags,
-        **_pdl(pdl, x.device),
-        **_FIXED,
+        **launch,
+        **meta,
     )
     return y
 
@@ -1626,11 +1636,22 @@ class DotTrace:
 
 def check_tile_config(kernel: str, config: dict) -> None:
     """ValueError unless `config` is a launchable `kernel` config from a tuned tile table (`tuned_tiles`): the
-    engine reads them for `dot_rows` only, with BLOCK_W and BLOCK_K powers of two from 16, SPLIT_K 1 to the
+    engine reads them for `dot_rows`, with BLOCK_W and BLOCK_K powers of two from 16, SPLIT_K 1 to the
     scratch buffers' limit, num_warps a power of two up to 16, num_stages >= 1 and, if given, maxnreg (the
-    most registers per thread) 32 to 255."""
+    most registers per thread) 32 to 255; and for `gemv`, with BLOCK_N a power of two up to 128 and BLOCK_K
+    one from 16 to 4096, the same warps and stages."""
+    if kernel == "gemv":
+        want = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+        if set(config) != want:
+            raise ValueError(f"expected the parameters {sorted(want)}, got {sorted(config)}")
+        bn, bk = config["BLOCK_N"], config["BLOCK_K"]
+        if not (1 <= bn <= 128 and 16 <= bk <= 4096) or bn & (bn - 1) or bk & (bk - 1):
+            raise ValueError(f"BLOCK_N {bn}, BLOCK_K {bk}: powers of two, 1-128 and 16-4096")
+        if config["num_warps"] not in (1, 2, 4, 8, 16) or config["num_stages"] < 1:
+            raise ValueError("num_warps must be 1, 2, 4, 8 or 16 and num_stages at least 1")
+        return
     if kernel != "dot_rows":
-        raise ValueError(f"the engine reads tuned tiles for dot_rows only, not {kernel!r}")
+        raise ValueError(f"the engine reads tuned tiles for dot_rows and gemv only, not {kernel!r}")
     want = {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
     if set(config) - {"maxnreg"} != want:
         raise ValueError(f"expected the parameters {sorted(want)} (and maxnreg), got {sorted(config)}")
