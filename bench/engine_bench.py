@@ -401,7 +401,10 @@ def ablation_plan(
                 wide_dot,
             )
             plan.append(row)
-        plan.append(("no tuned_tiles (the autotuner's dot_rows tiles)", ("tuned_tiles",), dot_rows))
+        # the decode bs 1 too: its one-token GEMV's tiles are tuned as well (run R)
+        one = [(ctx, 1, 1) for ctx in ctxs if 1 in decode_bs]
+        tuned = one + dot_rows
+        plan.append(("no tuned_tiles (the autotuner's dot_rows and GEMV tiles)", ("tuned_tiles",), tuned))
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
         plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))

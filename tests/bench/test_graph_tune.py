@@ -59,14 +59,19 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     entries += graph_tune.table_entries(
         json.loads((ROOT / "docs/raw/run-q/call4-graph_tune_norm16.json").read_text())
     )
+    # and run R's call 6 the one-token GEMV's five keys
+    gemv = graph_tune.table_entries(
+        json.loads((ROOT / "docs/raw/run-r/call6-graph_tune_gemv.json").read_text())
+    )
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
-    assert entries == shipped
+    assert entries + gemv == shipped
     assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4 + [16] * 3
     assert [e["key"]["NORM"] for e in entries] == [False] * 8 + [True] * 3
+    assert [e["kernel"] for e in gemv] == ["gemv"] * 5 and all("BLOCK_X" not in e["key"] for e in gemv)
     path = tmp_path / "tiles.json"
-    path.write_text(json.dumps({"entries": entries}))
+    path.write_text(json.dumps({"entries": entries + gemv}))
     table = tuned_tiles.read_table(path)
-    assert len(table) == 11 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
+    assert len(table) == 16 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
 
 
 def test_objective_steps(graph_tune):

@@ -31,8 +31,11 @@ def h200(monkeypatch):
 
 def test_shipped_table_names_the_h200_0_6b_layers(h200):
     table = tuned_tiles.read_table(tuned_tiles.SHIPPED)
-    for config in table.values():
-        tk.check_tile_config("dot_rows", config)
+    for (_, kernel, _, _), config in table.items():
+        tk.check_tile_config(kernel, config)
+    gemv = {(dict(key)["N"], dict(key)["K"]) for _, kernel, _, key in table if kernel == "gemv"}
+    assert gemv == {(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)}  # run R: the one-token GEMV's
+    table = {key: config for key, config in table.items() if key[1] == "dot_rows"}
     keys = {(g, k, d, dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_X"]) for g, k, d, key in table}
     assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run Q)
         ("NVIDIA H200", "dot_rows", "bfloat16", n, k, bx)
@@ -55,6 +58,11 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     assert wide is not None and wide != cfg  # run Q tuned the 32-row block's q/k/v tile on its own
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 64})) is None
     assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
+    gemv_qkv = dict(N=4096, K=1024, SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)
+    assert set(tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **gemv_qkv)) == {
+        "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"
+    }  # fmt: skip
+    assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **(gemv_qkv | {"USE_PDL": False})) is None
     assert tuned_tiles.lookup("dot_rows", torch.device("cpu"), torch.bfloat16, **H200_QKV) is None
 
 
