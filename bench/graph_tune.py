@@ -21,7 +21,8 @@ narrow the search to some layers and some tiles.
 `--table` writes the tuned `dot_rows` configs as a table that the engine reads with
 TOKENROUTER_TUNED_TILES=tiles.json (the shipped one, tuned_tiles.json, came from this script on the H200).
 The table holds the tuned `gemv` configs as well (the one-token GEMV is autotuned the same way, and its
-picks differed between machines: run R, docs/benchmarks.md).
+picks differed between machines: run R, docs/benchmarks.md), and `gemv_rows`' (the few-row GEMV of the
+2-token steps; objective `--objective 1x2`).
 
 Prints markdown tables; writes graph_tune.json under --out (after every key).
 """
@@ -68,12 +69,21 @@ def table_config(config: dict) -> triton.Config:
     )
 
 
+# `gemv_rows` is tuned for its 2-row block only (its autotuner of BLOCK_M 2: the engine's default reach, the
+# 2-token steps); a table's key names the block
+GEMV_ROWS_BLOCK = 2
+
+
 def key_fields(key: tuple, kernel: str = "dot_rows") -> tuple[dict, str]:
-    """An autotuner key of `dot_rows` (or `gemv`) as the tuned tables' key fields, and the dtype's name."""
+    """An autotuner key of `dot_rows` (or `gemv`, `gemv_rows`) as the tuned tables' key fields, and the dtype's
+    name."""
     names = tk.DOT_ROWS_KEY if kernel == "dot_rows" else tk.GEMV_KEY
     if kernel == "dot_rows" and isinstance(key[len(names) - 1], str):  # before BLOCK_X was in the key
         key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])  # (run O): 16 rows
-    return dict(zip(names, key[: len(names)], strict=True)), key[len(names)].removeprefix("torch.")
+    fields = dict(zip(names, key[: len(names)], strict=True))
+    if kernel == "gemv_rows":
+        fields["BLOCK_M"] = GEMV_ROWS_BLOCK
+    return fields, key[len(names)].removeprefix("torch.")
 
 
 def dot_rows_candidates(k: int) -> list[triton.Config]:
@@ -135,10 +145,10 @@ def objective_steps(text: str) -> list[tuple[int, int]]:
 
 
 def table_entries(results: dict) -> list[dict]:
-    """The tuned dot_rows and gemv configs as `tuned_tiles` table entries (the autotuner's key: N, K, then
-    its flags)."""
+    """The tuned dot_rows, gemv and gemv_rows configs as `tuned_tiles` table entries (the autotuner's key: N,
+    K, then its flags; gemv_rows' with its block)."""
     entries = []
-    for kernel in ("dot_rows", "gemv"):
+    for kernel in ("dot_rows", "gemv", "gemv_rows"):
         for row in results.get(kernel, []):
             # dtype: X's, the first tensor argument
             fields, dtype = key_fields(ast.literal_eval(row["key"]), kernel)
@@ -243,7 +253,9 @@ def compare(engine, ctxs, graph_cfg, autotuners, chosen, tuned, cases, results) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen3-0.6b")
-    ap.add_argument("--kernels", default="dot_rows,gemv")
+    ap.add_argument(
+        "--kernels", default="dot_rows,gemv", help="dot_rows, gemv and/or gemv_rows (comma-separated)"
+    )
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--deadline-s", type=float, default=420.0, help="stop tuning after this; then compare")
     ap.add_argument("--out", default="out/graph_tune")
@@ -304,6 +316,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
     steps = objective_steps(args.objective)
+    names = args.kernels.split(",")
+    if unknown := set(names) - {"dot_rows", "gemv", "gemv_rows"}:
+        raise SystemExit(f"--kernels: {', '.join(sorted(unknown))}: expected dot_rows, gemv or gemv_rows")
+    if "gemv_rows" in names and not any(bs * q == GEMV_ROWS_BLOCK for bs, q in steps):
+        raise SystemExit("--kernels gemv_rows: its objective is a 2-token extend (--objective 1x2)")
     sizes = sorted({1, *(bs for bs, _ in steps)})
     graph_cfg = CudaGraphConfig(
         tuple(sizes), tuple(sorted({bs for bs, _ in steps})), tuple(sorted({q for _, q in steps}))
@@ -331,6 +348,12 @@ def main() -> None:
             lambda key: key[tk.DOT_ROWS_KEY.index("BLOCK_X")] == block_x,
         ),
         "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"], lambda key: True),
+        "gemv_rows": (
+            tk._gemv_few[GEMV_ROWS_BLOCK],
+            lambda n, k: list(tk._GEMV_FEW_CONFIGS[GEMV_ROWS_BLOCK]),
+            [f"extend bs {bs} x {q}" for bs, q in steps if bs * q == GEMV_ROWS_BLOCK],
+            lambda key: True,
+        ),
     }
     if args.start == "table":
         started = 0
@@ -343,9 +366,9 @@ def main() -> None:
         print(
             f"dot_rows: {started} of {len(tk._dot_rows.cache)} keys start from the shipped table", flush=True
         )
-    todo = [kernels[name] for name in args.kernels.split(",")]
+    todo = [kernels[name] for name in names]
     chosen = [dict(t.cache) for t, *_ in todo]
-    for name, (tuner, cands, objective, wanted) in zip(args.kernels.split(","), todo, strict=True):
+    for name, (tuner, cands, objective, wanted) in zip(names, todo, strict=True):
         cases_ = [(c, cases[c]) for c in objective]
         caps = maxnreg if name == "dot_rows" else ()
         tune_kernel(
@@ -353,7 +376,7 @@ def main() -> None:
         )
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, *_ in todo]
-    if args.table and ("dot_rows" in results or "gemv" in results):
+    if args.table and any(kernel in results for kernel in ("dot_rows", "gemv", "gemv_rows")):
         Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
     compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []

@@ -121,3 +121,39 @@ def test_explicit_tiles(graph_tune):
     ):
         with pytest.raises(ValueError, match=message):
             graph_tune.explicit_tiles(bad)
+
+
+def test_gemv_rows_results_reach_the_table(graph_tune):
+    """`--kernels gemv_rows` tunes the few-row GEMV's 2-row block: its results become table entries keyed like
+    the GEMV's with BLOCK_M 2, in a form the kernel's check accepts (one candidate of its own list)."""
+    import triton
+
+    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+
+    best = tk._GEMV_FEW_CONFIGS[2][3]
+    assert isinstance(best, triton.Config)
+    key = (1024, 3072, True, False, False, True, "torch.bfloat16", "torch.bfloat16")
+    (entry,) = graph_tune.table_entries(
+        dict(gpu="G", gemv_rows=[dict(key=repr(key), best=graph_tune._desc(best))])
+    )
+    assert entry["kernel"] == "gemv_rows" and entry["dtype"] == "bfloat16"
+    assert entry["key"] == dict(
+        N=1024, K=3072, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, BLOCK_M=2
+    )
+    assert entry["config"] == dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
+    for config in tk._GEMV_FEW_CONFIGS[2]:  # every candidate passes the check the engine applies to tables
+        tk.check_tile_config("gemv_rows", dict(config.kwargs, num_warps=config.num_warps, num_stages=1))
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--kernels", "gemv,cublas"], "--kernels: cublas: expected dot_rows, gemv or gemv_rows"),
+        (["--kernels", "gemv_rows"], "--kernels gemv_rows: its objective is a 2-token extend"),
+    ],
+)
+def test_bad_kernel_choices_are_named_before_any_gpu_work(graph_tune, monkeypatch, tmp_path, argv, message):
+    monkeypatch.setattr(sys, "argv", ["graph_tune.py", *argv, "--out", str(tmp_path / "out")])
+    monkeypatch.setenv("TOKENROUTER_ENGINE_OFF", "")
+    with pytest.raises(SystemExit, match=message):
+        graph_tune.main()

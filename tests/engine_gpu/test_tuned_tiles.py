@@ -93,10 +93,13 @@ def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
         ('{"entries": [{"gpu": "G", "kernel": "dot_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 64, "num_warps": 4, "num_stages": 1}}]}',
          "the entry for dot_rows on G, bfloat16, {'N': 8}: SPLIT_K 64: expected 1 to 12"),
+        ('{"entries": [{"gpu": "G", "kernel": "gemv_few", "dtype": "bfloat16", "key": {"N": 8}, "config": '
+         '{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
+         "the entry for gemv_few on G, bfloat16, {'N': 8}: the engine reads tuned tiles for dot_rows, gemv and "
+         "gemv_rows only, not 'gemv_few'"),
         ('{"entries": [{"gpu": "G", "kernel": "gemv_rows", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
-         "the entry for gemv_rows on G, bfloat16, {'N': 8}: the engine reads tuned tiles for dot_rows and gemv "
-         "only, not 'gemv_rows'"),
+         "the entry for gemv_rows on G, bfloat16, {'N': 8}: BLOCK_K 256: gemv_rows loads 256 columns per warp"),
         ('{"entries": [{"gpu": "G", "kernel": "gemv", "dtype": "bfloat16", "key": {"N": 8}, "config": '
          '{"BLOCK_N": 24, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1}}]}',
          "the entry for gemv on G, bfloat16, {'N': 8}: BLOCK_N 24, BLOCK_K 256: powers of two"),
@@ -145,6 +148,29 @@ def test_gemv_launches_with_the_tuned_config(monkeypatch):
     assert asked == [("gemv", w.dtype, key)]
     tk.gemv(x, w, b, tuned=True, extra_tiles=False)
     assert len(asked) == 1
+
+
+def test_gemv_rows_launches_with_the_tuned_config(monkeypatch):
+    """`gemv_rows(tuned=True)`: the lookup names the row block (BLOCK_M), the table's config is launched, and
+    the result is the autotuned launch's; a config whose K tile does not match its warps is refused."""
+    asked = []
+    config = {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 2, "num_stages": 1}
+    tk.check_tile_config("gemv_rows", config)
+
+    def lookup(kernel, device, dtype, **key):
+        asked.append((kernel, key))
+        return dict(config)
+
+    x, w, b, silu_mul, want = linear_case(11, 3, "silu_mul")
+    plain = tk.gemv_rows(x, w, b, silu_mul=True)
+    monkeypatch.setattr(tk.tuned_tiles, "lookup", lookup)
+    got = tk.gemv_rows(x, w, b, silu_mul=True, tuned=True)
+    torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    key = dict(N=40, K=72, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, BLOCK_M=4)
+    assert asked == [("gemv_rows", key)]
+    with pytest.raises(ValueError, match="256 columns per warp"):
+        tk.check_tile_config("gemv_rows", dict(config, num_warps=4))
 
 
 def test_dot_rows_launches_with_the_tuned_config(monkeypatch):

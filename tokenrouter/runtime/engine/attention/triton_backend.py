@@ -73,8 +73,8 @@ FAST_PATH_OPTIONS = {
     "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
     "by an atomic ticket) (off: a second kernel, `_merge_splits_kernel`, per attention)",
-    "tuned_tiles": "`dot_rows` and the one-token GEMV take the tile configs measured fastest inside the CUDA "
-    "graph step where `tuned_tiles.json` (or a TOKENROUTER_TUNED_TILES file) has one for this GPU model and "
+    "tuned_tiles": "`dot_rows` and the GEMVs (`gemv`, `gemv_rows`) take the tile configs measured fastest inside "
+    "the CUDA graph step where `tuned_tiles.json` (or a TOKENROUTER_TUNED_TILES file) has one for this GPU model and "
     "layer (written by bench/graph_tune.py; run O: the 0.6B's bs-1 extends 0.82x at ctx 512 on the H200) "
     "(off: the autotuner's choice, each config timed alone)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
@@ -375,7 +375,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
                 x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, tuned=backend.tuned_tiles, **variant
             )
         if few_rows:
-            return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, **variant)
+            return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, tuned=backend.tuned_tiles, **variant)
         return tk.dot_rows(
             x,
             layer.weight,

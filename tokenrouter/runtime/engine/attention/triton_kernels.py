@@ -1271,9 +1271,8 @@ def _gemv_few_kernel(
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
     _gemv_few = dict.fromkeys(_GEMV_FEW_CONFIGS, _gemv_few_kernel)
     _FIXED_FEW = {"BLOCK_N": 4, "BLOCK_K": 64}
-else:
-    _ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]  # one autotuner per BLOCK_M
-    _gemv_few = {bm: _autotune(cfgs, _ROWS_KEY)(_gemv_few_kernel) for bm, cfgs in _GEMV_FEW_CONFIGS.items()}
+else:  # one autotuner per BLOCK_M, keyed like the GEMV's (a tuned tile table's key adds BLOCK_M)
+    _gemv_few = {bm: _autotune(cfgs, GEMV_KEY)(_gemv_few_kernel) for bm, cfgs in _GEMV_FEW_CONFIGS.items()}
     _FIXED_FEW = {}
 
 
@@ -1288,13 +1287,16 @@ def gemv_rows(
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     pdl: bool = False,
+    tuned: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 2 <= M <= GEMV_ROWS_LIMIT (8):
     `_gemv_few_kernel`, `gemv` with every program keeping all M rows (each weight tile read once, the
     activations once per K tile, M float32 FMAs per weight element). Autotuned per (M rounded up to a
     power of two, N, K, variant) on first use, so run it once before a CUDA graph capture. The input
     variants (`silu_mul`, `norm_weight`, `residual` / `residual_out`, all per row) and `pdl` are `gemv`'s;
-    residual and residual_out are [M, K]."""
+    residual and residual_out are [M, K]. With `tuned`, a config measured fastest inside the CUDA graph step
+    for this GPU model, dtype and tuning key (`gemv`'s and BLOCK_M; `tuned_tiles.lookup`) replaces the
+    autotuner's choice where the tables have one."""
     n, k = weight.shape
     if x.dim() != 2 or not 2 <= x.shape[0] <= GEMV_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(f"gemv_rows takes 2-{GEMV_ROWS_LIMIT} rows [M, K], contiguous in the last dim")
@@ -1304,7 +1306,15 @@ def gemv_rows(
     )
     block_m = max(2, triton.next_power_of_2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    _gemv_few[block_m][lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    launch = _pdl(pdl, x.device)
+    kernel, meta = _gemv_few[block_m], _FIXED_FEW
+    if tuned:
+        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
+        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], BLOCK_M=block_m)
+        config = tuned_tiles.lookup("gemv_rows", x.device, x.dtype, **key)
+        if config is not None:
+            kernel, meta = _gemv_few_kernel, config
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         b,
@@ -1320,8 +1330,8 @@ def gemv_rows(
         eps,
         **flags,
         BLOCK_M=block_m,
-        **_pdl(pdl, x.device),
-        **_FIXED_FEW,
+        **launch,
+        **meta,
     )
     return y
 
@@ -1638,9 +1648,10 @@ def check_tile_config(kernel: str, config: dict) -> None:
     """ValueError unless `config` is a launchable `kernel` config from a tuned tile table (`tuned_tiles`): the
     engine reads them for `dot_rows`, with BLOCK_W and BLOCK_K powers of two from 16, SPLIT_K 1 to the
     scratch buffers' limit, num_warps a power of two up to 16, num_stages >= 1 and, if given, maxnreg (the
-    most registers per thread) 32 to 255; and for `gemv`, with BLOCK_N a power of two up to 128 and BLOCK_K
-    one from 16 to 4096, the same warps and stages."""
-    if kernel == "gemv":
+    most registers per thread) 32 to 255; for `gemv` and `gemv_rows`, with BLOCK_N a power of two up to 128
+    and BLOCK_K one from 16 to 4096 (`gemv_rows`: 256 per warp, its load layout), the same warps and
+    stages."""
+    if kernel in ("gemv", "gemv_rows"):
         want = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
         if set(config) != want:
             raise ValueError(f"expected the parameters {sorted(want)}, got {sorted(config)}")
@@ -1649,9 +1660,15 @@ def check_tile_config(kernel: str, config: dict) -> None:
             raise ValueError(f"BLOCK_N {bn}, BLOCK_K {bk}: powers of two, 1-128 and 16-4096")
         if config["num_warps"] not in (1, 2, 4, 8, 16) or config["num_stages"] < 1:
             raise ValueError("num_warps must be 1, 2, 4, 8 or 16 and num_stages at least 1")
+        if kernel == "gemv_rows" and bk != 256 * config["num_warps"]:
+            raise ValueError(
+                f"BLOCK_K {bk}: gemv_rows loads 256 columns per warp (BLOCK_K = 256 * num_warps)"
+            )
         return
     if kernel != "dot_rows":
-        raise ValueError(f"the engine reads tuned tiles for dot_rows and gemv only, not {kernel!r}")
+        raise ValueError(
+            f"the engine reads tuned tiles for dot_rows, gemv and gemv_rows only, not {kernel!r}"
+        )
     want = {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
     if set(config) - {"maxnreg"} != want:
         raise ValueError(f"expected the parameters {sorted(want)} (and maxnreg), got {sorted(config)}")
