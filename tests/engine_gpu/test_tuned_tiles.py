@@ -6,6 +6,7 @@ table gives for its key (under the interpreter, where the real lookup finds no C
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -80,6 +81,14 @@ def test_a_table_file_adds_to_the_shipped_one(h200, monkeypatch, tmp_path):
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) == mine
     other = dict(H200_QKV, N=1024, K=3072, SILU_MUL=True)  # a shipped H200 key: not for this GPU
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **other) is None
+    # several files (os.pathsep between them): a later file's entry over an earlier one's
+    later = dict(mine, num_warps=4)
+    second = tmp_path / "more.json"
+    second.write_text(json.dumps({"entries": [dict(entries[1], config=later)]}))
+    monkeypatch.setenv(tuned_tiles.TUNED_TILES_ENV, f"{path}{os.pathsep}{second}")
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) == later
+    monkeypatch.setattr(tuned_tiles, "gpu_name", lambda device: "NVIDIA H200")
+    assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV) == mine  # only in the first
 
 
 @pytest.mark.parametrize(
@@ -118,7 +127,9 @@ def test_a_bad_table_file_is_named_when_a_backend_is_built(monkeypatch, tmp_path
     path = tmp_path / "tiles.json"
     if text is not None:
         path.write_text(text)
-    monkeypatch.setenv(tuned_tiles.TUNED_TILES_ENV, str(path))
+    good = tmp_path / "good.json"  # a readable table before it: the bad one is still named
+    good.write_text('{"entries": []}')
+    monkeypatch.setenv(tuned_tiles.TUNED_TILES_ENV, f"{good}{os.pathsep}{path}")
     cfg = AttentionConfig(num_heads=4, num_kv_heads=2, head_dim=16, scaling=0.25, num_layers=1,
                           dtype=torch.float32, device=torch.device("cpu"))  # fmt: skip
     with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):

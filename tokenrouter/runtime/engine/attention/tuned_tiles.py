@@ -7,8 +7,9 @@ layers that make its one-request extends 0.82x (ctx 512) and 0.90x (ctx 4096) as
 autotuner's picks (docs/benchmarks.md, run O), and for its one-token GEMV configs that make the decode bs 1
 0.90x / 0.92x as long as one process's autotuner picks (whose picks, and the step, varied by machine: run R).
 `dot_rows`, `gemv` and `gemv_rows` read the tables. This module holds such configs: `tuned_tiles.json` beside it
-(shipped, measured on the GPUs it names) and, where `TOKENROUTER_TUNED_TILES=FILE` names one, a table that
-`bench/graph_tune.py --table FILE` wrote on another GPU (its entries take precedence). A kernel launch with
+(shipped, measured on the GPUs it names) and, where `TOKENROUTER_TUNED_TILES=FILE[:FILE...]` names them,
+tables that `bench/graph_tune.py --table FILE` wrote on another GPU (their entries take precedence, a later
+file's over an earlier one's). A kernel launch with
 no entry for its GPU model, dtype and tuning key keeps the autotuner's choice. The engine's `tuned_tiles`
 part (on by default; `TOKENROUTER_ENGINE_OFF=tuned_tiles`) decides whether the tables are read at all.
 
@@ -68,14 +69,15 @@ def read_table(path: Path) -> dict[tuple, dict]:
 
 @functools.lru_cache(maxsize=4)
 def _files(extra: str) -> tuple[tuple[Path, dict[tuple, dict]], ...]:
-    """(path, entries) of the shipped table and, where given, of the TOKENROUTER_TUNED_TILES file."""
-    paths = [SHIPPED, Path(extra)] if extra else [SHIPPED]
+    """(path, entries) of the shipped table and, where given, of the TOKENROUTER_TUNED_TILES files (several
+    separated by os.pathsep, e.g. "dot.json:gemv.json")."""
+    paths = [SHIPPED, *(Path(part) for part in extra.split(os.pathsep) if part.strip())]
     return tuple((path, read_table(path)) for path in paths)
 
 
 @functools.lru_cache(maxsize=4)
 def _tables(extra: str) -> dict[tuple, dict]:
-    """Every entry, the file's over the shipped ones."""
+    """Every entry, a later file's over an earlier one's and the files' over the shipped ones."""
     table: dict[tuple, dict] = {}
     for _, entries in _files(extra):
         table.update(entries)
