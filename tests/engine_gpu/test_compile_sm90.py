@@ -147,13 +147,20 @@ def compile_all() -> list[str]:
         (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True,
                                        TRACE=True))
     )  # fmt: skip
+    dot_variants += [  # the split merge unrolled (`dot_merge_unroll`): 12 splits with SiLU*up, 8 with the norm
+        (tk._DOT_ROWS_ONE_TILE_CONFIGS[6], dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True,
+                                                PREFETCH_W=True, UNROLL_MERGE=True)),
+        (tk._DOT_ROWS_ONE_TILE_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True,
+                                                PREFETCH_W=True, UNROLL_MERGE=True)),
+    ]  # fmt: skip
     for cfg, variant in dot_variants:
         build(
             tk._dot_rows_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
                  R="*bf16", R_out="*bf16", NW="*bf16", Trace="*i64"),
             dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32", trace_at="i32"),
-            dict(HAS_BIAS=True, DOT_F32=False, **{"BLOCK_X": 16, "TRACE": False, **variant}, **cfg.kwargs),
+            dict(HAS_BIAS=True, DOT_F32=False, **{"BLOCK_X": 16, "TRACE": False, "UNROLL_MERGE": False, **variant},
+                 **cfg.kwargs),
             cfg.num_warps,
             cfg.num_stages,
         )  # fmt: skip
@@ -222,7 +229,8 @@ def test_kernels_compile_for_sm90():
     assert gemvs == 2 * 14 + 1
     few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1  # + the traced one
+    # + the traced one and the two with the merge unrolled
+    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1 + 2
     assert proc.stdout.count("\n") == 11 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled

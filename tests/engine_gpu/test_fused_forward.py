@@ -318,6 +318,7 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
     layers = model.config.num_hidden_layers
     cases = (("", "", 1 + 2 * layers), ("dot_rows_norm", "", 1), (" dot_rows_norm ", "dot_prefetch", 1))
+    cases += (("dot_merge_unroll", "", 1 + 2 * layers),)  # the split merge unrolled: same launches, logits
     for env, off, dot_norms in cases:
         monkeypatch.setenv(ENGINE_ON_ENV, env)
         monkeypatch.setenv(ENGINE_OFF_ENV, off)

@@ -202,6 +202,9 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
     assert asked == [("dot_rows", w.dtype, key)]
     # the same config given directly: the same result, bit for bit; without `tuned` no lookup
     torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=True, config=config), got, atol=0, rtol=0)
+    # the split merge unrolled (`unroll_merge`, 4 splits here): the same sum in the same order, bit for bit
+    unrolled = tk.dot_rows(x, w, b, silu_mul=True, config=config, unroll_merge=True)
+    torch.testing.assert_close(unrolled, got, atol=0, rtol=0)
     tk.dot_rows(x, w, b, silu_mul=True)
     assert len(asked) == 1
     # a register cap (a launch option) is accepted in a tuned config and does not change the result

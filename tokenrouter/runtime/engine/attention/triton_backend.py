@@ -102,6 +102,9 @@ OPT_IN_OPTIONS = {
     "dot_rows_norm": "with gemv_norm, every dot_rows step folds add & RMSNorm into the kernel's prologue as the "
     "GEMV steps do (off: only steps of up to `dot_rows_norm_max` tokens, the row blocks whose folded tiles are "
     "tuned for the GPU; the others launch an rmsnorm before the linear)",
+    "dot_merge_unroll": "`dot_rows`' split-K merge (the last program of a column block sums the partials) issues "
+    "every partial's load at once (off: a loop of one L2 round trip per split where Triton keeps it rolled, e.g. "
+    "the 0.6B's down projection at 12 splits); not measured on a GPU yet",
 }
 ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
@@ -383,6 +386,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
             pdl=pdl,
             prefetch=backend.dot_prefetch,
             tuned=backend.tuned_tiles,
+            unroll_merge=backend.dot_merge_unroll,
             **variant,
         )
 

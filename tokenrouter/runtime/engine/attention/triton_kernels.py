@@ -1480,6 +1480,7 @@ def _dot_rows_kernel(
     PREFETCH_W: tl.constexpr = False,  # read the first weight tile before waiting on the previous kernel
     DOT_F32: tl.constexpr = False,  # float32 dots for every dtype (the interpreter: its bf16 dot is wrong)
     TRACE: tl.constexpr = False,  # record the program's timeline (a diagnostic; GPU only)
+    UNROLL_MERGE: tl.constexpr = False,  # the split merge's loop unrolled (`dot_rows(unroll_merge=True)`)
 ):
     if TRACE:
         t_start = tl.extra.cuda.globaltimer()
@@ -1539,10 +1540,19 @@ def _dot_rows_kernel(
             tl.atomic_xchg(Tickets + pid_n, 0, sem="relaxed", scope="gpu")  # zero for the next launch
             out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
             total = tl.zeros([BLOCK_X], dtype=tl.float32)
-            for s in range(SPLIT_K):  # in split order: the same sum whichever program came last
-                out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
-                if NORM:
-                    total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
+            # in split order: the same sum whichever program came last. UNROLL_MERGE unrolls the loop, so
+            # that the partials' loads are issued together (one L2 round trip, not SPLIT_K: Triton 3.6
+            # leaves a loop of 8 or 12 splits rolled, e.g. the down projection's); the sum is the same
+            if UNROLL_MERGE:
+                for s in tl.static_range(SPLIT_K):
+                    out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
+                    if NORM:
+                        total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
+            else:
+                for s in range(SPLIT_K):
+                    out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
+                    if NORM:
+                        total += tl.load(ss_ptrs + s * BLOCK_X, cache_modifier=".cg")
             if NORM:
                 out = out * tl.rsqrt(total / K + eps)[None, :]
             if HAS_BIAS:
@@ -1698,6 +1708,7 @@ def dot_rows(
     prefetch: bool = False,
     config: dict | None = None,
     tuned: bool = False,
+    unroll_merge: bool = False,
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows x [M, K] -> [M, N], 1 <= M <= DOT_ROWS_LIMIT (32), on tensor
     cores (`_dot_rows_kernel`: the weight on the MMA's large side, split K for narrow layers). Autotuned per
@@ -1710,7 +1721,8 @@ def dot_rows(
     the weight dtype and rstd scales the float32 result (`rmsnorm` rounds h * rstd * NW instead). With `pdl`
     (see `_pdl`) and `prefetch`, each program reads its first weight tile before waiting on the kernel before.
     With `tuned`, a config measured fastest inside the CUDA graph step for this GPU model, dtype and tuning
-    key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one.
+    key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one. `unroll_merge`
+    unrolls the split-K merge's loop (the partials loaded together; the same result, bit for bit).
     """
     n, k = weight.shape
     if x.dim() != 2 or not 1 <= x.shape[0] <= DOT_ROWS_LIMIT or x.stride(-1) != 1 or weight.stride(-1) != 1:
@@ -1767,6 +1779,7 @@ def dot_rows(
         PREFETCH_W=prefetch_w,
         BLOCK_X=block_x,
         TRACE=tracing,
+        UNROLL_MERGE=unroll_merge,
         **meta,
     )
     if tracing:  # what limits how many of its programs fit on an SM
