@@ -104,7 +104,7 @@ OPT_IN_OPTIONS = {
     "tuned for the GPU; the others launch an rmsnorm before the linear)",
     "dot_merge_unroll": "`dot_rows`' split-K merge (the last program of a column block sums the partials) issues "
     "every partial's load at once (off: a loop of one L2 round trip per split where Triton keeps it rolled, e.g. "
-    "the 0.6B's down projection at 12 splits); not measured on a GPU yet",
+    "the 0.6B's down projection at 12 splits and the 32-row block's layers); not measured on a GPU yet",
 }
 ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
 # the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B

@@ -1541,8 +1541,8 @@ def _dot_rows_kernel(
             out = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
             total = tl.zeros([BLOCK_X], dtype=tl.float32)
             # in split order: the same sum whichever program came last. UNROLL_MERGE unrolls the loop, so
-            # that the partials' loads are issued together (one L2 round trip, not SPLIT_K: Triton 3.6
-            # leaves a loop of 8 or 12 splits rolled, e.g. the down projection's); the sum is the same
+            # that the partials' loads are issued together (one L2 round trip, not SPLIT_K: Triton 3.6 leaves
+            # the loop rolled where its body is large, e.g. the down projection's 12 splits); the same sum
             if UNROLL_MERGE:
                 for s in tl.static_range(SPLIT_K):
                     out += tl.load(p_ptrs + s * BLOCK_X * N, mask=y_ok, other=0.0, cache_modifier=".cg")
