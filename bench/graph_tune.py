@@ -69,6 +69,8 @@ def table_config(config: dict) -> triton.Config:
     )
 
 
+# the kernels this script tunes, and whose results its --table holds
+KERNELS = ("dot_rows", "gemv", "gemv_rows")
 # `gemv_rows` is tuned for its 2-row block only (its autotuner of BLOCK_M 2: the engine's default reach, the
 # 2-token steps); a table's key names the block
 GEMV_ROWS_BLOCK = 2
@@ -148,7 +150,7 @@ def table_entries(results: dict) -> list[dict]:
     """The tuned dot_rows, gemv and gemv_rows configs as `tuned_tiles` table entries (the autotuner's key: N,
     K, then its flags; gemv_rows' with its block)."""
     entries = []
-    for kernel in ("dot_rows", "gemv", "gemv_rows"):
+    for kernel in KERNELS:
         for row in results.get(kernel, []):
             # dtype: X's, the first tensor argument
             fields, dtype = key_fields(ast.literal_eval(row["key"]), kernel)
@@ -317,8 +319,10 @@ def main() -> None:
     deadline = time.monotonic() + args.deadline_s
     steps = objective_steps(args.objective)
     names = args.kernels.split(",")
-    if unknown := set(names) - {"dot_rows", "gemv", "gemv_rows"}:
-        raise SystemExit(f"--kernels: {', '.join(sorted(unknown))}: expected dot_rows, gemv or gemv_rows")
+    if unknown := set(names) - set(KERNELS):
+        raise SystemExit(
+            f"--kernels: {', '.join(sorted(unknown))}: expected {', '.join(KERNELS[:-1])} or {KERNELS[-1]}"
+        )
     if "gemv_rows" in names and not any(bs * q == GEMV_ROWS_BLOCK for bs, q in steps):
         raise SystemExit("--kernels gemv_rows: its objective is a 2-token extend (--objective 1x2)")
     sizes = sorted({1, *(bs for bs, _ in steps)})
@@ -376,7 +380,7 @@ def main() -> None:
         )
         (out / "graph_tune.json").write_text(json.dumps(results, indent=1))
     tuned = [dict(t.cache) for t, *_ in todo]
-    if args.table and any(kernel in results for kernel in ("dot_rows", "gemv", "gemv_rows")):
+    if args.table and any(kernel in results for kernel in KERNELS):
         Path(args.table).write_text(json.dumps(dict(entries=table_entries(results)), indent=1) + "\n")
     compare(engine, ctxs, graph_cfg, [t for t, *_ in todo], chosen, tuned, list(cases.items()), results)
     results["ctx_4096"] = []

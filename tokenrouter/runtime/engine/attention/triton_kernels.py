@@ -520,8 +520,9 @@ def paged_attention(
     # second kernel, one program per row
     block_s = max(2, triton.next_power_of_2(num_splits))
     few = rows <= (fused_rows or FUSED_MERGE_MAX_ROWS)  # these keep the merge of 2 rows a pass
-    merge_rows = 2 if few else fused_merge_rows(min(rows, block_m), block_s, block_d, num_warps, merge_passes)
-    passes = -(-min(rows, block_m) // merge_rows)
+    block_rows = min(rows, block_m)
+    merge_rows = 2 if few else fused_merge_rows(block_rows, block_s, block_d, num_warps, merge_passes)
+    passes = -(-block_rows // merge_rows)
     fused_merge = num_splits > 1 and tickets is not None and (few or passes <= merge_passes)
     if fused_merge and (
         tickets.dtype != torch.int32 or tickets.numel() < batch_size * num_kv_heads * row_blocks
@@ -1053,6 +1054,15 @@ def _linear_variant(fn, shape, x, weight, bias, silu_mul, norm_weight, residual,
     return pointers, flags
 
 
+def _tuned_config(
+    kernel: str, x: torch.Tensor, n: int, k: int, flags: dict, use_pdl: bool, **extra
+) -> dict | None:
+    """The tuned tables' config for a linear kernel's launch (`tuned_tiles.lookup`; key: N, K, the variant flags
+    of `_linear_variant` but the bias, USE_PDL and the kernel's `extra` fields), or None."""
+    key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
+    return tuned_tiles.lookup(kernel, x.device, x.dtype, N=n, K=k, USE_PDL=use_pdl, **key, **extra)
+
+
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -1091,8 +1101,7 @@ def gemv(
     launch = _pdl(pdl, x.device)
     kernel, meta = (_gemv if extra_tiles else _gemv_base), _FIXED
     if tuned and extra_tiles:
-        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
-        config = tuned_tiles.lookup("gemv", x.device, x.dtype, N=n, K=k, USE_PDL=launch["USE_PDL"], **key)
+        config = _tuned_config("gemv", x, n, k, flags, launch["USE_PDL"])
         if config is not None:
             kernel, meta = _gemv_kernel, config
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
@@ -1309,9 +1318,7 @@ def gemv_rows(
     launch = _pdl(pdl, x.device)
     kernel, meta = _gemv_few[block_m], _FIXED_FEW
     if tuned:
-        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
-        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], BLOCK_M=block_m)
-        config = tuned_tiles.lookup("gemv_rows", x.device, x.dtype, **key)
+        config = _tuned_config("gemv_rows", x, n, k, flags, launch["USE_PDL"], BLOCK_M=block_m)
         if config is not None:
             kernel, meta = _gemv_few_kernel, config
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
@@ -1738,9 +1745,9 @@ def dot_rows(
     prefetch_w = bool(prefetch and launch["USE_PDL"])
     ss = part[_DOT_ROWS_MAX_SPLIT * block_x * n :]
     if config is None and tuned:
-        key = {name: flags[name] for name in ("SILU_MUL", "NORM", "HAS_RES")}
-        key.update(N=n, K=k, USE_PDL=launch["USE_PDL"], PREFETCH_W=prefetch_w, BLOCK_X=block_x)
-        config = tuned_tiles.lookup("dot_rows", x.device, x.dtype, **key)
+        config = _tuned_config(
+            "dot_rows", x, n, k, flags, launch["USE_PDL"], PREFETCH_W=prefetch_w, BLOCK_X=block_x
+        )
     if config is not None:
         kernel, meta = _dot_rows_kernel, dict(config)
         if os.environ.get("TRITON_INTERPRET") == "1":

@@ -85,7 +85,7 @@ def _tables(extra: str) -> dict[tuple, dict]:
 
 
 def _extra() -> str:
-    """The TOKENROUTER_TUNED_TILES file's path, or ""."""
+    """The TOKENROUTER_TUNED_TILES value (the files' paths, os.pathsep between them), or ""."""
     return os.environ.get(TUNED_TILES_ENV, "").strip()
 
 
