@@ -132,6 +132,12 @@ def time_pair(fn_a, fn_b, target_s: float = 0.1, rounds: int = 4, sync=None) -> 
     return statistics.median(runs[0]), statistics.median(runs[1])
 
 
+def median_pass(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """Of (extend, decode) times from several passes, the pass whose ratio is the median one (the lower middle
+    for an even count): a pair measured together, so the ratio it gives is one the run saw."""
+    return sorted(runs, key=lambda gd: gd[0] / gd[1])[(len(runs) - 1) // 2]
+
+
 def build_engine(
     name: str, max_tokens: int, max_batch: int, graphs: bool, graph_config: CudaGraphConfig | None = None
 ) -> EmbeddedEngine:
@@ -262,24 +268,36 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
             print(f"| {ctx} | {bs} | {g:.3f} | {e:.3f} | {g / floor_ms:.2f} |", flush=True)
     save(args, results)
 
+    passes = " (median of the passes' ratios) | ratio, each pass" if args.passes > 1 else ""
     print("\n| ctx | bs | new tokens / row | extend, graphs (ms) | extend, eager (ms) | decode, graphs (ms; "
-          "timed in alternation with the extend) | extend / decode (graphs) |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for ctx in args.ctx:
-        for bs in args.extend_bs:
-            decode_step = graph_step(runner, ctxs.batch(bs, ctx, 1))
-            for q in args.extend_q:
-                fb = ctxs.batch(bs, ctx, q)
-                shape = runner.shape_for(fb)
-                # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
-                g, dec = (x * 1e3 for x in time_pair(graph_step(runner, fb), decode_step)) if shape else (
-                    float("nan"), decode.get((ctx, bs), float("nan")))  # fmt: skip
-                e = time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
-                results["extend"].append(
-                    dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=e, decode_graph_ms=dec,
-                         graph_shape=shape)
-                )  # fmt: skip
-                print(f"| {ctx} | {bs} | {q} | {g:.3f} | {e:.3f} | {dec:.3f} | {g / dec:.2f} |", flush=True)
+          f"timed in alternation with the extend) | extend / decode (graphs){passes} |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if passes else ""))
+    points = [(ctx, bs, q) for ctx in args.ctx for bs in args.extend_bs for q in args.extend_q]
+    timed: dict[tuple, list[tuple[float, float]]] = {pt: [] for pt in points}
+    eager: dict[tuple, float] = {}
+    for k in range(args.passes):  # each pass over every point: a point's ratio at P moments of the run
+        for ctx, bs, q in points:
+            fb = ctxs.batch(bs, ctx, q)
+            shape = runner.shape_for(fb)
+            # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
+            pair = time_pair(graph_step(runner, fb), graph_step(runner, ctxs.batch(bs, ctx, 1))) if shape else (
+                float("nan"), decode.get((ctx, bs), float("nan")) / 1e3)  # fmt: skip
+            timed[(ctx, bs, q)].append(tuple(x * 1e3 for x in pair))
+            if k == 0:
+                eager[(ctx, bs, q)] = (
+                    time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
+                )
+            if k < args.passes - 1:
+                continue
+            g, dec = median_pass(timed[(ctx, bs, q)])
+            each = [gd[0] / gd[1] for gd in timed[(ctx, bs, q)]]
+            results["extend"].append(
+                dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=eager[(ctx, bs, q)], decode_graph_ms=dec,
+                     graph_shape=shape, pass_ratios=each)
+            )  # fmt: skip
+            cell = f" {' / '.join(f'{r:.3f}' for r in each)} |" if passes else ""
+            print(f"| {ctx} | {bs} | {q} | {g:.3f} | {eager[(ctx, bs, q)]:.3f} | {dec:.3f} | {g / dec:.2f} |{cell}",
+                  flush=True)  # fmt: skip
     save(args, results)
 
     if args.ablation:  # --no-ablation skips either
@@ -851,6 +869,13 @@ def main(argv: list[str] | None = None) -> int:
         help="--targets: instead of the planned ablation, these parts off (opt-in parts on, SIZE=N set), "
         "comma-separated, each at every measured step (e.g. pdl,dot_prefetch,attn_prefetch)",
     )
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="time every extend point (with its decode in alternation) this many times, in passes over all "
+        "points; each point reports the pass with the median ratio, and every pass's ratio",
+    )
     p.add_argument("--out", default="out/engine_bench")
     args = p.parse_args(argv)
     if args.targets:  # the target points; --shapes/--ctx/... given explicitly still narrow them
@@ -859,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
             args.profile = False
     elif args.profile is None:
         args.profile = True
+    if args.passes < 1:
+        p.error(f"--passes {args.passes}: expected at least 1")
     if not torch.cuda.is_available():
         print("engine_bench needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -63,15 +63,20 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     gemv = graph_tune.table_entries(
         json.loads((ROOT / "docs/raw/run-r/call6-graph_tune_gemv.json").read_text())
     )
+    # and run S's call 1 the 2-row GEMV's five keys
+    rows = graph_tune.table_entries(
+        json.loads((ROOT / "docs/raw/run-s/call1-graph_tune_rows.json").read_text())
+    )
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
-    assert entries + gemv == shipped
+    assert entries + gemv + rows == shipped
     assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4 + [16] * 3
     assert [e["key"]["NORM"] for e in entries] == [False] * 8 + [True] * 3
     assert [e["kernel"] for e in gemv] == ["gemv"] * 5 and all("BLOCK_X" not in e["key"] for e in gemv)
+    assert [(e["kernel"], e["key"]["BLOCK_M"]) for e in rows] == [("gemv_rows", 2)] * 5
     path = tmp_path / "tiles.json"
-    path.write_text(json.dumps({"entries": entries + gemv}))
+    path.write_text(json.dumps({"entries": entries + gemv + rows}))
     table = tuned_tiles.read_table(path)
-    assert len(table) == 16 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
+    assert len(table) == 21 and all(gpu == "NVIDIA H200" for gpu, _, _, _ in table)
 
 
 def test_objective_steps(graph_tune):

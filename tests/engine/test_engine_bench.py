@@ -216,3 +216,13 @@ def test_named_ablation_times_each_part_at_every_step(bench):
     for bad in ("warp_drive", "dot_rows_max=many", "depth=3"):
         with pytest.raises(SystemExit, match="--ablate"):
             bench.named_ablation(bad, [512], [1], [8], [1])
+
+
+def test_median_pass_keeps_a_measured_pair(bench):
+    """--passes: a point reports the pass with the median extend / decode ratio, both times from that pass."""
+    assert bench.median_pass([(1.0, 0.8)]) == (1.0, 0.8)
+    runs = [(1.30, 1.0), (0.99, 0.75), (1.2, 1.0)]  # ratios 1.30, 1.32, 1.20
+    assert bench.median_pass(runs) == (1.30, 1.0)
+    assert bench.median_pass(runs[:2]) == (1.30, 1.0)  # the lower middle of two
+    with pytest.raises(SystemExit):
+        bench.main(["--passes", "0"])

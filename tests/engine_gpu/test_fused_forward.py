@@ -318,14 +318,15 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
     layers = model.config.num_hidden_layers
     cases = (("", "", 1 + 2 * layers), ("dot_rows_norm", "", 1), (" dot_rows_norm ", "dot_prefetch", 1))
-    cases += (("dot_merge_unroll", "", 1 + 2 * layers),)  # the split merge unrolled: same launches, logits
+    cases += (("", "dot_merge_unroll", 1 + 2 * layers),)  # the split merge rolled: same launches, logits
     for env, off, dot_norms in cases:
         monkeypatch.setenv(ENGINE_ON_ENV, env)
         monkeypatch.setenv(ENGINE_OFF_ENV, off)
         backend = TritonAttnBackend(cfg)
         on = {n for n in OPT_IN_OPTIONS if n in env}
         assert {n for n in OPT_IN_OPTIONS if backend.options()[n]} == on and backend.gemv_norm
-        assert backend.dot_prefetch == (off == "")
+        assert backend.dot_prefetch == ("dot_prefetch" not in off)
+        assert backend.dot_merge_unroll == ("dot_merge_unroll" not in off)
         calls, forward = counted_fused_forward(model, monkeypatch)
         got = run_steps(model, backend, forward, STEPS[2:5])  # 1 token, 2 (gemv_rows), 13 (dot_rows)
         assert [c["rmsnorm"] for c in calls] == [1, 1, dot_norms]

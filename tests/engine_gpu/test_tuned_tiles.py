@@ -36,6 +36,17 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
         tk.check_tile_config(kernel, config)
     gemv = {(dict(key)["N"], dict(key)["K"]) for _, kernel, _, key in table if kernel == "gemv"}
     assert gemv == {(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)}  # run R: the one-token GEMV's
+    rows = {
+        (dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_M"])
+        for _, kernel, _, key in table
+        if kernel == "gemv_rows"
+    }
+    assert rows == {
+        (4096, 1024, 2),
+        (1024, 2048, 2),
+        (6144, 1024, 2),
+        (1024, 3072, 2),
+    }  # run S: the 2-row GEMV's
     table = {key: config for key, config in table.items() if key[1] == "dot_rows"}
     keys = {(g, k, d, dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_X"]) for g, k, d, key in table}
     assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run Q)
