@@ -686,18 +686,34 @@ def attention_sweep(args, results: dict) -> None:
     torch.cuda.empty_cache()
 
 
+def parse_steps(text: str, flag: str, min_q: int = 1, max_tokens: int | None = None) -> list[tuple[int, int]]:
+    """Steps written "4x1,1x8" (the bench scripts' --steps, --objective, --points): (requests, new tokens each)
+    per step, q 1 a decode; each at least `min_q` new tokens a request and `max_tokens` in all. A bad item
+    exits naming `flag` and what was expected."""
+    need = f"BSxQ (requests x new tokens, q >= {min_q}" + (
+        f", at most {max_tokens} tokens" if max_tokens else ""
+    )
+    steps = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        bs, sep, q = item.lower().partition("x")
+        ok = sep and bs.isdigit() and q.isdigit() and int(bs) >= 1 and int(q) >= min_q
+        if not ok or (max_tokens is not None and int(bs) * int(q) > max_tokens):
+            raise SystemExit(f"{flag}: {item!r} is not {need})")
+        steps.append((int(bs), int(q)))
+    if not steps:
+        raise SystemExit(f"{flag}: give at least one {need})")
+    return steps
+
+
 def profile_cases(text: str) -> list[tuple[int, int, int]]:
     """--profile-cases "BSxQ@CTX,...": (bs, q, ctx) per case; q 1 is a decode."""
     cases = []
     for item in filter(None, (x.strip() for x in text.split(","))):
-        try:
-            shape, ctx = item.split("@")
-            bs, q = shape.lower().split("x")
-            cases.append((int(bs), int(q), int(ctx)))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--profile-cases: {item!r} is not BSxQ@CTX (e.g. 1x2@512)"
-            ) from None
+        shape, sep, ctx = item.partition("@")
+        if not (sep and ctx.strip().isdigit()):
+            raise SystemExit(f"--profile-cases: {item!r} is not BSxQ@CTX (e.g. 1x2@512)")
+        ((bs, q),) = parse_steps(shape, f"--profile-cases {item!r}")
+        cases.append((bs, q, int(ctx)))
     return cases
 
 

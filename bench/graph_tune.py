@@ -41,7 +41,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_bench import Contexts, build_engine, graph_step, time_pair  # noqa: E402
+from engine_bench import Contexts, build_engine, graph_step, parse_steps, time_pair  # noqa: E402
 
 from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
 from tokenrouter.runtime.engine.attention import tuned_tiles  # noqa: E402
@@ -129,19 +129,8 @@ def explicit_tiles(text: str) -> list[triton.Config]:
 
 def objective_steps(text: str) -> list[tuple[int, int]]:
     """--objective "1x4,1x8": (requests, new tokens each) per extend; at most 32 tokens, q >= 2."""
-    steps = []
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        bs, sep, q = item.lower().partition("x")
-        if (
-            not (sep and bs.isdigit() and q.isdigit())
-            or int(q) < 2
-            or not 1 <= int(bs) * int(q) <= tk.DOT_ROWS_LIMIT
-        ):
-            raise SystemExit(
-                f"--objective: {item!r} is not BSxQ with q >= 2 and at most {tk.DOT_ROWS_LIMIT} tokens"
-            )
-        steps.append((int(bs), int(q)))
-    if not steps or len({bs * q <= 16 for bs, q in steps}) > 1:
+    steps = parse_steps(text, "--objective", min_q=2, max_tokens=tk.DOT_ROWS_LIMIT)
+    if len({bs * q <= 16 for bs, q in steps}) > 1:
         raise SystemExit("--objective: one or more extends, all of at most 16 tokens or all of 17-32")
     return steps
 

@@ -48,15 +48,9 @@ SEGMENTS = (
 
 def parse_steps(text: str) -> list[tuple[int, int]]:
     """Steps as "4x1,1x8": (requests, new tokens each) per step; q = 1 is a decode."""
-    steps = []
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        bs, sep, q = item.lower().partition("x")
-        if not (sep and bs.isdigit() and q.isdigit() and int(bs) >= 1 and int(q) >= 1):
-            raise SystemExit(f"--steps: {item!r} is not BSxQ (requests x new tokens, both at least 1)")
-        steps.append((int(bs), int(q)))
-    if not steps:
-        raise SystemExit("--steps: give at least one BSxQ")
-    return steps
+    from engine_bench import parse_steps as parse
+
+    return parse(text, "--steps")
 
 
 def fit_per_sm(regs: int, shared: int, warps: int) -> int:

@@ -54,8 +54,24 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
 
 def test_profile_cases(bench):
     assert bench.profile_cases("1x1@4096, 1x2@512,1X8@512") == [(1, 1, 4096), (1, 2, 512), (1, 8, 512)]
-    with pytest.raises(Exception, match="BSxQ@CTX"):
-        bench.profile_cases("1x2")
+    for bad in ("1x2", "1x2@", "1y2@512", "0x2@512"):
+        with pytest.raises(SystemExit, match="--profile-cases"):
+            bench.profile_cases(bad)
+
+
+def test_parse_steps(bench):
+    """The bench scripts' one BSxQ parser (engine_bench, graph_tune, pdl_timeline, step_partner)."""
+    assert bench.parse_steps("4x1, 1x8,4X8", "--steps") == [(4, 1), (1, 8), (4, 8)]
+    assert bench.parse_steps("16x2", "--objective", min_q=2, max_tokens=32) == [(16, 2)]
+    for bad, kw, message in (
+        ("4x1", dict(min_q=2), "--points: '4x1' is not BSxQ \\(requests x new tokens, q >= 2\\)"),
+        ("8x8", dict(max_tokens=32), "at most 32 tokens"),
+        ("", {}, "--points: give at least one BSxQ"),
+        ("x8", {}, "'x8' is not BSxQ"),
+        ("4", {}, "'4' is not BSxQ"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            bench.parse_steps(bad, "--points", **kw)
 
 
 def test_target_verdicts(bench):

@@ -1,0 +1,32 @@
+"""bench/step_partner.py without a GPU: its points are parsed (and a bad one named) before it asks for CUDA."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def partner():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import step_partner
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return step_partner
+
+
+def test_a_decode_is_not_a_point(partner):
+    with pytest.raises(SystemExit, match="--points: '4x1' is not BSxQ"):
+        partner.main(["--points", "1x8,4x1"])
+
+
+def test_needs_a_gpu(partner, capsys):
+    if partner.torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert partner.main(["--points", "1x8"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
