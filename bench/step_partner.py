@@ -8,8 +8,11 @@ targets, 0.959 in the ablation; the 32-row decode 2.030 against 2.155), while th
 agreed within 0.2 % and a second process repeated them. A first version of this script (run S, call 3) found
 no effect of the partner: alone, beside the decode, beside itself and beside a copy all agreed, at the
 ablation's figures. So this one asks about history: the engine is built as engine_bench's targets build it
-(the same graph shapes, rows and context), each point is timed before anything else runs, then again after a
-second runner captures the same shapes, and again after that runner is dropped.
+(the same graph shapes, rows and context), each point is timed before anything else runs, then after each of
+what a process may do between measurements: a large allocation taken and freed, steps run eagerly (the
+points' shapes and a prefill), a second runner capturing graphs, that runner dropped. (Run S, call 4, with
+the first, the fourth and the fifth phase only: the second runner's capture moved every step by -2.4 % to
++6 %, and dropping it did not move them back.)
 
 Per point and phase: `alone` (back to back), `beside decode` (the targets' pairing), `replay only` (the graph's
 replays timed with CUDA events, without the host's input staging); decodes alone.
@@ -43,11 +46,8 @@ def measure(runner: CudaGraphRunner, ctxs: eb.Contexts, points, decode_bs, ctx: 
         shape = runner.shape_for(fb)
         with torch.inference_mode():
             runner.load_batch(fb, shape)
-        out[f"{bs}x{q}"] = dict(
-            alone=eb.time_step(ext) * 1e3,
-            beside_decode=eb.time_pair(ext, dec)[0] * 1e3,
-            replay_only=replay_us(runner.graphs[shape], reps=200) / 1e3,
-        )
+        out[f"{bs}x{q}"] = dict(alone=eb.time_step(ext) * 1e3, beside_decode=eb.time_pair(ext, dec)[0] * 1e3)
+        out[f"{bs}x{q}"]["replay_only"] = replay_us(runner.graphs[shape], reps=200) / 1e3
     for bs in decode_bs:
         out[f"{bs}x1"] = dict(alone=eb.time_step(eb.graph_step(runner, ctxs.batch(bs, ctx, 1))) * 1e3)
     return out
@@ -79,16 +79,30 @@ def main(argv: list[str] | None = None) -> int:
     rows = max(decode_sizes)
     engine = eb.build_engine(args.shape, rows * args.ctx_max + 64, rows, graphs=True, graph_config=config)
     ctxs = eb.Contexts(engine, rows, args.ctx_max)
-    phases = {}
-    phases["first"] = measure(engine.graph_runner, ctxs, args.points, args.decode_bs, args.ctx)
+    runner = engine.graph_runner
+
+    def timed() -> dict:
+        return measure(runner, ctxs, args.points, args.decode_bs, args.ctx)
+
+    phases = {"first": timed()}
+    # what a process may do between captures: take and free a large allocation, run steps eagerly (the
+    # points' shapes and a 512-token prefill, as a serving engine runs the shapes it has no graph for)
+    big = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    del big
+    torch.cuda.empty_cache()
+    phases["after 4 GiB taken and freed"] = timed()
+    with torch.inference_mode():
+        for bs, q in [*args.points, (1, args.ctx)]:
+            for _ in range(3):
+                eb.eager_step(engine, ctxs.batch(bs, args.ctx, q))()
+        torch.cuda.synchronize()
+    phases["after eager steps"] = timed()
     copy = CudaGraphRunner(engine, CudaGraphConfig(tuple(args.decode_bs), extend_bs, extend_q))
-    phases["after a second runner's capture"] = measure(
-        engine.graph_runner, ctxs, args.points, args.decode_bs, args.ctx
-    )
+    phases["after a second runner's capture"] = timed()
     del copy
     gc.collect()
     torch.cuda.empty_cache()
-    phases["after it is dropped"] = measure(engine.graph_runner, ctxs, args.points, args.decode_bs, args.ctx)
+    phases["after it is dropped"] = timed()
 
     print(f"### {args.shape}, ctx {args.ctx}: the same graphs, ms per step, by phase of the process\n")
     names = list(phases)
