@@ -19,7 +19,14 @@ For each model shape (random bf16 weights filled on the GPU, the engine's dummy 
 
 A "step" is the model forward the engine runs per scheduler step: for graphs `CudaGraphRunner.replay`
 (host-side input copies included), eagerly `init_forward_metadata` + `model(fb)`. Timing: `iters`
-back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs.
+back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs. An extend and
+the decode it is divided by are timed in alternation (`time_pair`); `--passes P` times every point P times,
+in passes over all points, and reports the pass with the median ratio (run S: passes agree within 0.3 %).
+
+The process's history matters: once a second set of graphs has been captured (the ablation's variants),
+the engine's own graphs run 0.5-2.4 % faster (bs 1 extends) or 2-6 % slower (other steps) for the rest of the
+process (run S, `bench/step_partner.py`). The decode and extend tables come first, in the state a serving
+subserver runs in (it captures once); the ablation's ratios compare two sides in the later state.
 
     python bench/engine_bench.py --shapes qwen3-0.6b,qwen3-8b --out out/engine_bench
     python bench/engine_bench.py --targets --out out/engine_bench
