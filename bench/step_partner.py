@@ -8,16 +8,19 @@ targets, 0.959 in the ablation; the 32-row decode 2.030 against 2.155), while th
 agreed within 0.2 % and a second process repeated them. A first version of this script (run S, call 3) found
 no effect of the partner: alone, beside the decode, beside itself and beside a copy all agreed, at the
 ablation's figures. So this one asks about history: the engine is built as engine_bench's targets build it
-(the same graph shapes, rows and context), each point is timed before anything else runs, then after each of
-what a process may do between measurements: a large allocation taken and freed, steps run eagerly (the
-points' shapes and a prefill), a second runner capturing graphs, that runner dropped. (Run S, call 4, with
-the first, the fourth and the fifth phase only: the second runner's capture moved every step by -2.4 % to
-+6 %, and dropping it did not move them back.)
+(the same graph shapes, rows and context; with --server-graphs, the engine's default shapes, as `tokenrouter
+serve` captures them), each point is timed before anything else runs, then after each action of --phases:
+a large allocation taken and freed, steps run eagerly (the points' shapes and a prefill), a one-kernel graph
+captured, a second runner of one graph, a second runner of the points' shapes, all of these dropped. Run S:
+call 4 (first, capture, drop) found that the second runner's capture moved every step by -2.4 % to +6 % and
+dropping it did not move them back; call 5 (alloc, eager, capture, drop) that neither allocation nor eager
+steps move them.
 
 Per point and phase: `alone` (back to back), `beside decode` (the targets' pairing), `replay only` (the graph's
 replays timed with CUDA events, without the host's input staging); decodes alone.
 
     python3 bench/step_partner.py --points 1x4,1x8,4x8,16x4 --decode-bs 1,4,32 --ctx 512 --out out/step_partner
+    python3 bench/step_partner.py --server-graphs --phases tiny,one,capture --out out/step_partner
 """
 
 from __future__ import annotations
@@ -32,9 +35,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_bench as eb  # noqa: E402
-from graph_timing import replay_us  # noqa: E402
+from graph_timing import capture, replay_us  # noqa: E402
 
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
+
+# the actions between measurements (--phases), and the column each one's measurement is shown under
+ACTIONS = {
+    "alloc": "after 4 GiB taken and freed",
+    "eager": "after eager steps",
+    "tiny": "after a one-kernel graph's capture",
+    "one": "after a second runner of one graph",
+    "capture": "after a second runner's capture",
+    "drop": "after they are dropped",
+}
 
 
 def measure(runner: CudaGraphRunner, ctxs: eb.Contexts, points, decode_bs, ctx: int) -> dict:
@@ -62,47 +75,67 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--ctx-max", type=int, default=4096, help="KV slots per request (engine_bench: its largest ctx)"
     )
+    ap.add_argument(
+        "--phases",
+        default="alloc,eager,capture,drop",
+        help=f"what to do before each further measurement, in order: {', '.join(f'{k} ({v})' for k, v in ACTIONS.items())}",
+    )
+    ap.add_argument(
+        "--server-graphs",
+        action="store_true",
+        help="capture the engine's default shapes (as a server) instead",
+    )
     ap.add_argument("--out", default="out/step_partner")
     args = ap.parse_args(argv)
+    args.phases = [a.strip() for a in args.phases.split(",") if a.strip()]
+    if bad := [a for a in args.phases if a not in ACTIONS]:
+        ap.error(f"--phases: unknown {', '.join(bad)}; expected {', '.join(ACTIONS)}")
     args.points = eb.parse_steps(args.points, "--points", min_q=2)
     if not torch.cuda.is_available():
         print("step_partner needs a CUDA GPU", file=sys.stderr)
         return 2
-    # the graphs of engine_bench --targets: decodes at its decode and extend sizes, extends of bs {1,4,16} x q
-    # {2,4,8}, rows for the largest decode, each request ctx_max slots
-    decode_sizes = tuple(
-        sorted({1, 8, 32, 64} | {1, 4, 16} | set(args.decode_bs) | {bs for bs, _ in args.points})
-    )
-    extend_bs = tuple(sorted({1, 4, 16} | {bs for bs, _ in args.points}))
-    extend_q = tuple(sorted({2, 4, 8} | {q for _, q in args.points}))
-    config = CudaGraphConfig(decode_sizes, extend_bs, extend_q)
-    rows = max(decode_sizes)
-    engine = eb.build_engine(args.shape, rows * args.ctx_max + 64, rows, graphs=True, graph_config=config)
+    points_bs, points_q = {bs for bs, _ in args.points}, {q for _, q in args.points}
+    rows = max({64} | set(args.decode_bs) | points_bs)
+    if args.server_graphs:  # the engine's default shapes, as `tokenrouter serve` captures them
+        engine = eb.build_engine(args.shape, rows * args.ctx_max + 64, rows, graphs=True)
+    else:  # engine_bench --targets' shapes: decodes at its decode and extend sizes, extends of {1,4,16} x {2,4,8}
+        decode_sizes = tuple(sorted({1, 8, 32, 64} | {1, 4, 16} | set(args.decode_bs) | points_bs))
+        config = CudaGraphConfig(
+            decode_sizes, tuple(sorted({1, 4, 16} | points_bs)), tuple(sorted({2, 4, 8} | points_q))
+        )
+        engine = eb.build_engine(args.shape, rows * args.ctx_max + 64, rows, graphs=True, graph_config=config)
     ctxs = eb.Contexts(engine, rows, args.ctx_max)
     runner = engine.graph_runner
-
-    def timed() -> dict:
-        return measure(runner, ctxs, args.points, args.decode_bs, args.ctx)
-
-    phases = {"first": timed()}
-    # what a process may do between captures: take and free a large allocation, run steps eagerly (the
-    # points' shapes and a 512-token prefill, as a serving engine runs the shapes it has no graph for)
-    big = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
-    del big
-    torch.cuda.empty_cache()
-    phases["after 4 GiB taken and freed"] = timed()
-    with torch.inference_mode():
-        for bs, q in [*args.points, (1, args.ctx)]:
-            for _ in range(3):
-                eb.eager_step(engine, ctxs.batch(bs, args.ctx, q))()
-        torch.cuda.synchronize()
-    phases["after eager steps"] = timed()
-    copy = CudaGraphRunner(engine, CudaGraphConfig(tuple(args.decode_bs), extend_bs, extend_q))
-    phases["after a second runner's capture"] = timed()
-    del copy
-    gc.collect()
-    torch.cuda.empty_cache()
-    phases["after it is dropped"] = timed()
+    print(f"{len(runner.graphs)} graphs captured", file=sys.stderr)
+    phases = {"first": measure(runner, ctxs, args.points, args.decode_bs, args.ctx)}
+    kept = []  # what the phases captured, alive until "drop"
+    for action in args.phases:
+        label = ACTIONS[action]
+        if action == "alloc":
+            big = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+            del big
+            torch.cuda.empty_cache()
+        elif (
+            action == "eager"
+        ):  # the points' shapes and a prefill, as a server runs the shapes it has no graph for
+            with torch.inference_mode():
+                for bs, q in [*args.points, (1, args.ctx)]:
+                    for _ in range(3):
+                        eb.eager_step(engine, ctxs.batch(bs, args.ctx, q))()
+            torch.cuda.synchronize()
+        elif action == "tiny":
+            x = torch.zeros(1024, device="cuda")
+            kept.append(capture(lambda x=x: x.add_(1)))
+        elif action == "one":
+            kept.append(CudaGraphRunner(engine, CudaGraphConfig((1,), (), ())))
+        elif action == "capture":
+            shapes = CudaGraphConfig(tuple(args.decode_bs), tuple(sorted(points_bs)), tuple(sorted(points_q)))
+            kept.append(CudaGraphRunner(engine, shapes))
+        elif action == "drop":
+            kept.clear()
+            gc.collect()
+            torch.cuda.empty_cache()
+        phases[label] = measure(runner, ctxs, args.points, args.decode_bs, args.ctx)
 
     print(f"### {args.shape}, ctx {args.ctx}: the same graphs, ms per step, by phase of the process\n")
     names = list(phases)

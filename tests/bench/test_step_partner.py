@@ -30,3 +30,9 @@ def test_needs_a_gpu(partner, capsys):
         pytest.skip("a GPU is here")
     assert partner.main(["--points", "1x8"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_an_unknown_phase_is_named(partner, capsys):
+    with pytest.raises(SystemExit):
+        partner.main(["--phases", "alloc,reboot"])
+    assert "--phases: unknown reboot; expected alloc, eager, tiny, one, capture, drop" in capsys.readouterr().err
