@@ -366,6 +366,7 @@ SETTINGS = {
     "dot_rows_norm_max",
     "fused_merge_rows",
     "fused_merge_passes",
+    "extend_split_fill",
 }
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,

@@ -11,10 +11,13 @@ ablation's figures. So this one asks about history: the engine is built as engin
 (the same graph shapes, rows and context; with --server-graphs, the engine's default shapes, as `tokenrouter
 serve` captures them), each point is timed before anything else runs, then after each action of --phases:
 a large allocation taken and freed, steps run eagerly (the points' shapes and a prefill), a one-kernel graph
-captured, a second runner of one graph, a second runner of the points' shapes, all of these dropped. Run S:
+captured, pinned host buffers taken, the model's forward run on a new side stream (a runner's warm-up without
+its capture), a second runner of one graph captured with PDL off, one with the defaults, a second runner of
+the points' shapes, all of these dropped. Run S:
 call 4 (first, capture, drop) found that the second runner's capture moved every step by -2.4 % to +6 % and
 dropping it did not move them back; call 5 (alloc, eager, capture, drop) that neither allocation nor eager
-steps move them.
+steps move them; call 6 (tiny, one, capture, with --server-graphs) that a one-kernel graph does not and a
+runner of one graph does. Not run yet: `--phases pinned,warm,one_nopdl,one`, which narrows it further.
 
 Per point and phase: `alone` (back to back), `beside decode` (the targets' pairing), `replay only` (the graph's
 replays timed with CUDA events, without the host's input staging); decodes alone.
@@ -44,6 +47,9 @@ ACTIONS = {
     "alloc": "after 4 GiB taken and freed",
     "eager": "after eager steps",
     "tiny": "after a one-kernel graph's capture",
+    "pinned": "after pinned host buffers are taken",
+    "warm": "after the model's forward on a new side stream",
+    "one_nopdl": "after a second runner of one graph, captured with pdl off",
     "one": "after a second runner of one graph",
     "capture": "after a second runner's capture",
     "drop": "after they are dropped",
@@ -126,6 +132,22 @@ def main(argv: list[str] | None = None) -> int:
         elif action == "tiny":
             x = torch.zeros(1024, device="cuda")
             kept.append(capture(lambda x=x: x.add_(1)))
+        elif action == "pinned":  # as a runner's input ring
+            kept.append([torch.zeros(1 << 16, dtype=torch.int64, pin_memory=True) for _ in range(4)])
+        elif action == "warm":  # as a runner's warm-up before its capture, without the capture
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.inference_mode():
+                for _ in range(2):
+                    eb.eager_step(engine, ctxs.batch(1, args.ctx, 1))()
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+        elif action == "one_nopdl":
+            engine.attn_backend.pdl = False
+            try:
+                kept.append(CudaGraphRunner(engine, CudaGraphConfig((1,), (), ())))
+            finally:
+                engine.attn_backend.pdl = True
         elif action == "one":
             kept.append(CudaGraphRunner(engine, CudaGraphConfig((1,), (), ())))
         elif action == "capture":

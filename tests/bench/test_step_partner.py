@@ -35,4 +35,7 @@ def test_needs_a_gpu(partner, capsys):
 def test_an_unknown_phase_is_named(partner, capsys):
     with pytest.raises(SystemExit):
         partner.main(["--phases", "alloc,reboot"])
-    assert "--phases: unknown reboot; expected alloc, eager, tiny, one, capture, drop" in capsys.readouterr().err
+    assert (
+        "--phases: unknown reboot; expected alloc, eager, tiny, pinned, warm, one_nopdl, one, capture, drop"
+        in capsys.readouterr().err
+    )
