@@ -16,18 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def graph_tune():
-    """The script as a module, imported when a test runs. Neither it (it imports Triton and the kernels) nor
-    triton may be imported while this module is collected: in a whole-suite run tests/engine_gpu/conftest.py,
-    which sets TRITON_INTERPRET, loads only after tests/bench is collected, and a Triton imported before that
-    leaves `tl.sum` and the other language functions compiled-only (the interpreted kernels then fail with
-    "Cannot call @triton.jit'd outside of the scope of a kernel")."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import graph_tune
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return graph_tune
+def graph_tune(bench_script):
+    return bench_script("graph_tune")
 
 
 @pytest.mark.parametrize("k", [1024, 2048, 3072])

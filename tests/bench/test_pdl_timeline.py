@@ -5,22 +5,12 @@ tests/engine_gpu/test_compile_sm90.py, and on CPU it refuses to start."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def timeline():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import pdl_timeline
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return pdl_timeline
+def timeline(bench_script):
+    return bench_script("pdl_timeline")
 
 
 def test_parse_steps(timeline):

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def partner():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import step_partner
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return step_partner
+def partner(bench_script):
+    return bench_script("step_partner")
 
 
 def test_a_decode_is_not_a_point(partner):
