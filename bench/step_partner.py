@@ -13,8 +13,7 @@ serve` captures them), each point is timed before anything else runs, then after
 a large allocation taken and freed, steps run eagerly (the points' shapes and a prefill), a one-kernel graph
 captured, pinned host buffers taken, the model's forward run on a new side stream (a runner's warm-up without
 its capture), a second runner of one graph captured with PDL off, one with the defaults, a second runner of
-the points' shapes, all of these dropped. Run S:
-call 4 (first, capture, drop) found that the second runner's capture moved every step by -2.4 % to +6 % and
+the points' shapes, all of these dropped. Run S: call 4 (first, capture, drop) found that the second runner's capture moved every step by -2.4 % to +6 % and
 dropping it did not move them back; call 5 (alloc, eager, capture, drop) that neither allocation nor eager
 steps move them; call 6 (tiny, one, capture, with --server-graphs) that a one-kernel graph does not and a
 runner of one graph does. Not run yet: `--phases pinned,warm,one_nopdl,one`, which narrows it further.
@@ -116,14 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     phases = {"first": measure(runner, ctxs, args.points, args.decode_bs, args.ctx)}
     kept = []  # what the phases captured, alive until "drop"
     for action in args.phases:
-        label = ACTIONS[action]
+        label = ACTIONS[action] + (f" ({len(phases)})" if ACTIONS[action] in phases else "")
         if action == "alloc":
             big = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
             del big
             torch.cuda.empty_cache()
-        elif (
-            action == "eager"
-        ):  # the points' shapes and a prefill, as a server runs the shapes it has no graph for
+        elif action == "eager":
+            # the points' shapes and a prefill, as a server runs the shapes it has no graph for
             with torch.inference_mode():
                 for bs, q in [*args.points, (1, args.ctx)]:
                     for _ in range(3):
@@ -143,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
         elif action == "one_nopdl":
-            engine.attn_backend.pdl = False
+            pdl, engine.attn_backend.pdl = engine.attn_backend.pdl, False
             try:
                 kept.append(CudaGraphRunner(engine, CudaGraphConfig((1,), (), ())))
             finally:
-                engine.attn_backend.pdl = True
+                engine.attn_backend.pdl = pdl
         elif action == "one":
             kept.append(CudaGraphRunner(engine, CudaGraphConfig((1,), (), ())))
         elif action == "capture":
