@@ -13,10 +13,11 @@ serve` captures them), each point is timed before anything else runs, then after
 a large allocation taken and freed, steps run eagerly (the points' shapes and a prefill), a one-kernel graph
 captured, pinned host buffers taken, the model's forward run on a new side stream (a runner's warm-up without
 its capture), a second runner of one graph captured with PDL off, one with the defaults, a second runner of
-the points' shapes, all of these dropped. Run S: call 4 (first, capture, drop) found that the second runner's capture moved every step by -2.4 % to +6 % and
-dropping it did not move them back; call 5 (alloc, eager, capture, drop) that neither allocation nor eager
-steps move them; call 6 (tiny, one, capture, with --server-graphs) that a one-kernel graph does not and a
-runner of one graph does. Not run yet: `--phases pinned,warm,one_nopdl,one`, which narrows it further.
+the points' shapes, all of these dropped. Run S: call 4 (first, capture, drop) found that the second
+runner's capture moved every step by -2.4 % to +6 % and dropping it did not move them back; call 5 (alloc,
+eager, capture, drop) that neither allocation nor eager steps move them; call 6 (tiny, one, capture, with
+--server-graphs) that a one-kernel graph does not and a runner of one graph does. Not run yet: `--phases
+pinned,warm,one_nopdl,one`, which narrows it further.
 
 Per point and phase: `alone` (back to back), `beside decode` (the targets' pairing), `replay only` (the graph's
 replays timed with CUDA events, without the host's input staging); decodes alone.
