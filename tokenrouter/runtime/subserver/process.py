@@ -331,8 +331,11 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
     finally:
         if sub is not None:
             sub.close()
-        launcher.sock.close(0)
-        frontend.sock.close(0)
+        # each socket's own LINGER: 0 after a clean run; 2 s after a crash, so that the queued Fatal still
+        # reaches its peer (a close(0) here dropped it when the IO thread had not sent it yet: CI saw a missing
+        # plan file's Fatal never arrive)
+        launcher.sock.close()
+        frontend.sock.close()
         ctx.term()
     if code:
         raise SystemExit(code)
