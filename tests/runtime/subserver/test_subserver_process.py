@@ -7,6 +7,7 @@ import multiprocessing as mp
 import shutil
 import tempfile
 import time
+import warnings
 
 import pytest
 import zmq
@@ -213,7 +214,11 @@ def test_a_crash_at_start_always_reports_fatal():
         fork = mp.get_context("fork")  # no re-import: the crash comes within milliseconds of the connect
         for _ in range(10):
             p = fork.Process(target=_crash_at_start, args=(eps.to_dict(),))
-            p.start()
+            with (
+                warnings.catch_warnings()
+            ):  # Python 3.12+ warns of fork() in a process with threads (torch's);
+                warnings.simplefilter("ignore", DeprecationWarning)  # the child only logs, sends and exits
+                p.start()
             p.join(30)
             assert p.exitcode == 1
             for r in (launcher, frontend):
