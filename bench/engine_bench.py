@@ -283,27 +283,29 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
     timed: dict[tuple, list[tuple[float, float]]] = {pt: [] for pt in points}
     eager: dict[tuple, float] = {}
     for k in range(args.passes):  # each pass over every point: a point's ratio at P moments of the run
-        for ctx, bs, q in points:
+        for pt in points:
+            ctx, bs, q = pt
             fb = ctxs.batch(bs, ctx, q)
             shape = runner.shape_for(fb)
-            # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
-            pair = time_pair(graph_step(runner, fb), graph_step(runner, ctxs.batch(bs, ctx, 1))) if shape else (
-                float("nan"), decode.get((ctx, bs), float("nan")) / 1e3)  # fmt: skip
-            timed[(ctx, bs, q)].append(tuple(x * 1e3 for x in pair))
+            if (
+                shape
+            ):  # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
+                pair = time_pair(graph_step(runner, fb), graph_step(runner, ctxs.batch(bs, ctx, 1)))
+                timed[pt].append((pair[0] * 1e3, pair[1] * 1e3))
+            else:
+                timed[pt].append((float("nan"), decode.get((ctx, bs), float("nan"))))
             if k == 0:
-                eager[(ctx, bs, q)] = (
-                    time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
-                )
+                eager[pt] = time_step(eager_step(engine, fb)) * 1e3 if not args.targets else float("nan")
             if k < args.passes - 1:
                 continue
-            g, dec = median_pass(timed[(ctx, bs, q)])
-            each = [gd[0] / gd[1] for gd in timed[(ctx, bs, q)]]
+            g, dec = median_pass(timed[pt])
+            each = [gd[0] / gd[1] for gd in timed[pt]]
             results["extend"].append(
-                dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=eager[(ctx, bs, q)], decode_graph_ms=dec,
+                dict(shape=name, ctx=ctx, bs=bs, q=q, graph_ms=g, eager_ms=eager[pt], decode_graph_ms=dec,
                      graph_shape=shape, pass_ratios=each)
             )  # fmt: skip
             cell = f" {' / '.join(f'{r:.3f}' for r in each)} |" if passes else ""
-            print(f"| {ctx} | {bs} | {q} | {g:.3f} | {eager[(ctx, bs, q)]:.3f} | {dec:.3f} | {g / dec:.2f} |{cell}",
+            print(f"| {ctx} | {bs} | {q} | {g:.3f} | {eager[pt]:.3f} | {dec:.3f} | {g / dec:.2f} |{cell}",
                   flush=True)  # fmt: skip
     save(args, results)
 
@@ -698,18 +700,17 @@ def parse_steps(text: str, flag: str, min_q: int = 1, max_tokens: int | None = N
     """Steps written "4x1,1x8" (the bench scripts' --steps, --objective, --points): (requests, new tokens each)
     per step, q 1 a decode; each at least `min_q` new tokens a request and `max_tokens` in all. A bad item
     exits naming `flag` and what was expected."""
-    need = f"BSxQ (requests x new tokens, q >= {min_q}" + (
-        f", at most {max_tokens} tokens" if max_tokens else ""
-    )
+    limit = f", at most {max_tokens} tokens" if max_tokens else ""
+    need = f"BSxQ (requests x new tokens, q >= {min_q}{limit})"
     steps = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         bs, sep, q = item.lower().partition("x")
         ok = sep and bs.isdigit() and q.isdigit() and int(bs) >= 1 and int(q) >= min_q
         if not ok or (max_tokens is not None and int(bs) * int(q) > max_tokens):
-            raise SystemExit(f"{flag}: {item!r} is not {need})")
+            raise SystemExit(f"{flag}: {item!r} is not {need}")
         steps.append((int(bs), int(q)))
     if not steps:
-        raise SystemExit(f"{flag}: give at least one {need})")
+        raise SystemExit(f"{flag}: give at least one {need}")
     return steps
 
 
