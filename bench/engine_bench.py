@@ -369,6 +369,8 @@ SETTINGS = {
     "fused_merge_rows",
     "fused_merge_passes",
     "extend_split_fill",
+    "attn_single_stage_rows",
+    "attn_prefetch_max",
 }
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,

@@ -437,7 +437,8 @@ def test_extend_split_fill_rounds_the_extends_splits_down(monkeypatch):
 
 def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     """`attn_prefetch` asks the attention kernel for its early reads at one-token launches only (run P: the
-    extends were faster without them); off, at none. The logits stay the reference's."""
+    extends were faster without them), at launches of up to `attn_prefetch_max` tokens per row where that is
+    raised; off, at none. The logits stay the reference's."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -456,9 +457,46 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     asked.clear()
+    backend.attn_prefetch_max = 5
+    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
+    assert {q for q, _ in asked} >= {1, 5, 17} and all(p == (q <= 5) for q, p in asked), asked
+    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    asked.clear()
     backend.attn_prefetch = False
     run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS[2:4])
     assert asked and not any(p for _, p in asked)
+
+
+def test_attention_stages_follow_the_single_stage_rows(monkeypatch):
+    """The attention's KV loop runs unpipelined for row blocks of up to `attn_single_stage_rows` query rows
+    (new tokens x GQA group), 2 stages above (3 for 32-row blocks), and 2 everywhere with `attn_stages` off."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    group = cfg.num_heads // cfg.num_kv_heads
+    asked = []  # (largest new tokens per row, stages) per attention launch
+    real = tk.paged_attention
+
+    def recorded(*args, **kwargs):
+        asked.append((kwargs["max_extend_len"], kwargs["num_stages"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    backend = TritonAttnBackend(cfg)
+
+    def stages_by_len(steps) -> dict[int, int]:
+        asked.clear()
+        run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
+        return dict(asked)
+
+    assert backend.attn_single_stage_rows == tk.SINGLE_STAGE_ROWS == 8
+    want = {q: 1 if q * group <= 8 else (3 if 16 < q * group <= 32 else 2) for q in stages_by_len(STEPS)}
+    assert stages_by_len(STEPS) == want and {1, 2} <= set(want.values()), want
+    backend.attn_single_stage_rows = 0
+    assert set(stages_by_len(STEPS).values()) - {3} == {2}
+    backend.attn_stages = False
+    assert set(stages_by_len(STEPS).values()) == {2}
 
 
 def test_options_off_from_the_environment(monkeypatch):

@@ -83,7 +83,8 @@ FAST_PATH_OPTIONS = {
     "(off: the autotuner's choice, each config timed alone)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
-    "attn_stages": "attention pipeline stages per row block: 1 decode, 2 (16 rows), 3 (32) (off: 2 for all)",
+    "attn_stages": "attention pipeline stages per row block: 1 up to `attn_single_stage_rows` query rows (default "
+    f"{tk.SINGLE_STAGE_ROWS}: decodes, extends of up to 8 // GQA group tokens), 2 (16 rows), 3 (32) (off: 2 for all)",
     "decode_no_gather": "decode steps take the final hidden rows as they are (off: a gather of last tokens)",
     "one_copy_inputs": "graph replay loads a step's inputs in one host-to-device copy (off: 5 copies)",
     "attn_eager_loads": "attention issues a row's scalar loads, and the split merge its partials, without "
@@ -91,8 +92,9 @@ FAST_PATH_OPTIONS = {
     "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
     "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
     "attn_prefetch": "a decode's attention reads its first tile's page-table entries and older tokens' K/V "
-    "before waiting on the previous kernel (with pdl; off: every read after the wait). Decodes only: run P "
-    "measured extends of 8 tokens 1.3-3.7 % faster without it at ctx 512 (docs/benchmarks.md)",
+    "before waiting on the previous kernel (with pdl; off: every read after the wait). At launches of up to "
+    "`attn_prefetch_max` new tokens per request, by default 1 (decodes only): run P measured extends of 8 tokens "
+    "1.3-3.7 % faster without it at ctx 512 (docs/benchmarks.md)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -241,6 +243,10 @@ class TritonAttnBackend(AttentionBackend):
         self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
         # extends' KV splits rounded down where this share of the SMs (percent) stays busy; 0: rounded up
         self.extend_split_fill = extend_split_fill_from_env()
+        # with attn_stages: row blocks of at most this many query rows run the KV loop unpipelined
+        self.attn_single_stage_rows = tk.SINGLE_STAGE_ROWS
+        # with attn_prefetch: launches of at most this many new tokens per request prefetch (1: decodes)
+        self.attn_prefetch_max = 1
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
@@ -335,6 +341,8 @@ class TritonAttnBackend(AttentionBackend):
         if q.stride(2) != 1:
             q = q.contiguous()
         out = torch.empty_like(q)
+        rows = md.max_extend_len * (q.shape[1] // k_buf.shape[1])
+        stages = tk.attention_stages(rows, tk.row_block_size(rows), self.attn_single_stage_rows)
         return tk.paged_attention(
             q,
             k_buf,
@@ -348,10 +356,10 @@ class TritonAttnBackend(AttentionBackend):
             max_extend_len=md.max_extend_len,
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
-            num_stages=None if self.attn_stages else 2,
+            num_stages=stages if self.attn_stages else 2,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
-            prefetch=self.attn_prefetch and md.max_extend_len == 1,  # decodes only (see attn_prefetch)
+            prefetch=self.attn_prefetch and md.max_extend_len <= self.attn_prefetch_max,  # see attn_prefetch
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
             merge_passes=self.fused_merge_passes,

@@ -417,6 +417,17 @@ def row_block_size(rows: int) -> int:
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 
+# Row blocks of at most this many query rows run the attention's KV loop unpipelined. From run B's sweep
+# (docs/benchmarks.md; bs 16, ctx 4096, before PDL): decode rows fastest with 1 stage, 16-row blocks with 2,
+# 32-row blocks with 3.
+SINGLE_STAGE_ROWS = 8
+
+
+def attention_stages(rows: int, block_m: int, single_stage_rows: int = SINGLE_STAGE_ROWS) -> int:
+    """Pipeline stages of the attention's KV loop for `rows` query rows in blocks of `block_m`."""
+    return 1 if rows <= single_stage_rows else (3 if block_m == 32 else 2)
+
+
 # Split cap for decode-sized row blocks. A split's KV range is ceil(kv_len / splits) rounded up to the
 # kernel's 64-token tile, so the splits that do work grow with the context (ctx 512: 8 busy programs per
 # KV head, ctx 4096: 64) while the grid stays fixed for a captured graph; empty splits return at once.
@@ -506,9 +517,7 @@ def paged_attention(
     if block_m is None:
         block_m = row_block_size(rows)
     if num_stages is None:
-        # from the H200 sweep in docs/benchmarks.md (bs 16, ctx 4096): decode rows (<= 8) fastest
-        # unpipelined, 16-row blocks with 2 stages, 32-row blocks with 3
-        num_stages = 1 if rows <= 8 else (3 if block_m == 32 else 2)
+        num_stages = attention_stages(rows, block_m)
     row_blocks = triton.cdiv(rows, block_m)
     if num_splits is None:
         num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, q.device)
