@@ -369,7 +369,8 @@ SETTINGS = {
     "fused_merge_rows",
     "fused_merge_passes",
     "extend_split_fill",
-    "attn_single_stage_rows",
+    "attn_decode_single_stage_bs",
+    "attn_extend_single_stage_rows",
     "attn_prefetch_max",
 }
 

@@ -469,35 +469,45 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     assert asked and not any(p for _, p in asked)
 
 
-def test_attention_stages_follow_the_single_stage_rows(monkeypatch):
-    """The attention's KV loop runs unpipelined for row blocks of up to `attn_single_stage_rows` query rows
-    (new tokens x GQA group), 2 stages above (3 for 32-row blocks), and 2 everywhere with `attn_stages` off."""
+def test_attention_stages_decodes_unpipelined_up_to_a_batch_size(monkeypatch):
+    """The attention's KV loop runs unpipelined (1 stage) for decodes of up to `attn_decode_single_stage_bs`
+    requests and for extends of row blocks of up to `attn_extend_single_stage_rows` query rows (new tokens x
+    GQA group; by default none), 2 stages otherwise (3 for 32-row blocks), 2 everywhere with `attn_stages` off."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    asked = []  # (largest new tokens per row, stages) per attention launch
+    asked = []  # (batch size, largest new tokens per row, stages) per attention launch
     real = tk.paged_attention
 
     def recorded(*args, **kwargs):
-        asked.append((kwargs["max_extend_len"], kwargs["num_stages"]))
+        asked.append((args[6].shape[0], kwargs["max_extend_len"], kwargs["num_stages"]))  # args[6]: seq_lens
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tk, "paged_attention", recorded)
     backend = TritonAttnBackend(cfg)
+    decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
+    steps = decodes + STEPS
 
-    def stages_by_len(steps) -> dict[int, int]:
+    def stages() -> set[tuple[int, int, int]]:
         asked.clear()
         run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
-        return dict(asked)
+        return set(asked)
 
-    assert backend.attn_single_stage_rows == tk.SINGLE_STAGE_ROWS == 8
-    want = {q: 1 if q * group <= 8 else (3 if 16 < q * group <= 32 else 2) for q in stages_by_len(STEPS)}
-    assert stages_by_len(STEPS) == want and {1, 2} <= set(want.values()), want
-    backend.attn_single_stage_rows = 0
-    assert set(stages_by_len(STEPS).values()) - {3} == {2}
+    def pipelined(q: int) -> int:
+        return 3 if 16 < q * group <= 32 else 2
+
+    assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (16, 0)
+    got = stages()
+    assert {(b, q) for b, q, _ in got} >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
+    assert got == {(b, q, 1 if q == 1 else pipelined(q)) for b, q, _ in got}
+    backend.attn_decode_single_stage_bs = 2  # bs 3 pipelined
+    assert stages() == {(b, q, 1 if q == 1 and b <= 2 else pipelined(q)) for b, q, _ in got}
+    backend.attn_extend_single_stage_rows = 8  # the rule before run T: row blocks of up to 8 rows
+    assert stages() == {
+        (b, q, 1 if (q == 1 and b <= 2) or (q > 1 and q * group <= 8) else pipelined(q)) for b, q, _ in got
+    }
     backend.attn_stages = False
-    assert set(stages_by_len(STEPS).values()) == {2}
-
+    assert {s for _, _, s in stages()} == {2}
 
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)

@@ -47,6 +47,15 @@ DOT_ROWS_NARROW_MAX = 16  # the 16-row block's reach
 # measured the 32-row block at decode bs 32 slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
 DOT_ROWS_DECODE_MAX = 16
 
+# With `attn_stages`, which attention launches run their KV loop unpipelined (1 stage; the others take 2, or 3
+# in 32-row blocks). Until run T every block of up to tk.SINGLE_STAGE_ROWS (8) query rows did, from run B's
+# sweep at bs 16, ctx 4096 (before PDL and the decodes' early reads). Run T (docs/benchmarks.md), 0.6B on the
+# H200, side by side: the extends with 8-row blocks (bs 16 x 2 and x 4) take 0.70x the time pipelined at ctx
+# 4096, 0.90x at 512 (bs 1 and 4: 0.96-0.99x, but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined
+# were slower at bs 1 and 8 (1.005-1.032x) and faster at bs 32 and 64 (0.956-0.991x).
+ATTN_DECODE_SINGLE_STAGE_BS = 16
+ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
+
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
 # or set the attribute and capture the graphs again (bench/engine_bench.py's ablation does this).
@@ -83,8 +92,9 @@ FAST_PATH_OPTIONS = {
     "(off: the autotuner's choice, each config timed alone)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
-    "attn_stages": "attention pipeline stages per row block: 1 up to `attn_single_stage_rows` query rows (default "
-    f"{tk.SINGLE_STAGE_ROWS}: decodes, extends of up to 8 // GQA group tokens), 2 (16 rows), 3 (32) (off: 2 for all)",
+    "attn_stages": "attention pipeline stages: 1 for decodes of up to `attn_decode_single_stage_bs` requests "
+    f"(default {ATTN_DECODE_SINGLE_STAGE_BS}) and for extends of up to `attn_extend_single_stage_rows` query rows "
+    f"per block (default {ATTN_EXTEND_SINGLE_STAGE_ROWS}: none), else 2 (3 for 32-row blocks) (off: 2 for all)",
     "decode_no_gather": "decode steps take the final hidden rows as they are (off: a gather of last tokens)",
     "one_copy_inputs": "graph replay loads a step's inputs in one host-to-device copy (off: 5 copies)",
     "attn_eager_loads": "attention issues a row's scalar loads, and the split merge its partials, without "
@@ -243,8 +253,10 @@ class TritonAttnBackend(AttentionBackend):
         self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
         # extends' KV splits rounded down where this share of the SMs (percent) stays busy; 0: rounded up
         self.extend_split_fill = extend_split_fill_from_env()
-        # with attn_stages: row blocks of at most this many query rows run the KV loop unpipelined
-        self.attn_single_stage_rows = tk.SINGLE_STAGE_ROWS
+        # with attn_stages: decodes of at most this many requests run the attention's KV loop unpipelined,
+        # extends whose row blocks hold at most this many query rows (see ATTN_DECODE_SINGLE_STAGE_BS)
+        self.attn_decode_single_stage_bs = ATTN_DECODE_SINGLE_STAGE_BS
+        self.attn_extend_single_stage_rows = ATTN_EXTEND_SINGLE_STAGE_ROWS
         # with attn_prefetch: launches of at most this many new tokens per request prefetch (1: decodes)
         self.attn_prefetch_max = 1
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
@@ -342,7 +354,11 @@ class TritonAttnBackend(AttentionBackend):
             q = q.contiguous()
         out = torch.empty_like(q)
         rows = md.max_extend_len * (q.shape[1] // k_buf.shape[1])
-        stages = tk.attention_stages(rows, tk.row_block_size(rows), self.attn_single_stage_rows)
+        if md.max_extend_len == 1:  # a decode (the batch size is the captured one in a graph: shape only)
+            single = tk.SINGLE_STAGE_ROWS if fb.batch_size <= self.attn_decode_single_stage_bs else 0
+        else:
+            single = self.attn_extend_single_stage_rows
+        stages = tk.attention_stages(rows, tk.row_block_size(rows), single)
         return tk.paged_attention(
             q,
             k_buf,
