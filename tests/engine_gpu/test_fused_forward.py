@@ -509,6 +509,7 @@ def test_attention_stages_decodes_unpipelined_up_to_a_batch_size(monkeypatch):
     backend.attn_stages = False
     assert {s for _, _, s in stages()} == {2}
 
+
 def test_options_off_from_the_environment(monkeypatch):
     cfg = attn_config(tiny_model("qwen3").config)
     default = TritonAttnBackend(cfg).options()  # every fast-path part on, every opt-in part off
