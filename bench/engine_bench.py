@@ -368,7 +368,6 @@ SETTINGS = {
     "dot_rows_norm_max",
     "fused_merge_rows",
     "fused_merge_passes",
-    "extend_split_fill",
     "attn_decode_single_stage_bs",
     "attn_extend_single_stage_rows",
     "attn_prefetch_max",

@@ -17,7 +17,6 @@ from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_NARROW_MAX,
     ENGINE_OFF_ENV,
     ENGINE_ON_ENV,
-    EXTEND_SPLIT_FILL_ENV,
     FAST_PATH_OPTIONS,
     FUSED_MERGE_ROWS_ENV,
     GEMV_ROWS_BATCH_MAX,
@@ -404,34 +403,6 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
     for bad in ("0", "65", "many", "4:", "4:x", "4:17", ":2"):
         monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
-            TritonAttnBackend(cfg)
-
-
-def test_extend_split_fill_rounds_the_extends_splits_down(monkeypatch):
-    """TOKENROUTER_EXTEND_SPLIT_FILL=90: an extend's KV split count is rounded down where the programs still
-    cover 90 % of the SMs (132 here: this model's 2 KV heads at bs 2 take 32 splits instead of 64), decodes
-    keep theirs, and the steps' logits stay the reference's; bad values are named."""
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
-    model = tiny_model("qwen3")
-    cfg = attn_config(model.config)
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[:-1])
-    plain = TritonAttnBackend(cfg)
-    assert plain.extend_split_fill == 0
-    monkeypatch.setenv(EXTEND_SPLIT_FILL_ENV, "90")
-    backend = TritonAttnBackend(cfg)
-    assert backend.extend_split_fill == 90
-    splits = {(bs, q): (plain.metadata_for(bs, q).num_splits, backend.metadata_for(bs, q).num_splits)
-              for bs, q in ((2, 5), (3, 3), (1, 2), (2, 12), (1, 1), (2, 1))}  # fmt: skip
-    assert splits == {(2, 5): (64, 32), (3, 3): (32, 32), (1, 2): (64, 64), (2, 12): (64, 32), (1, 1): (64, 64),
-                      (2, 1): (64, 64)}  # fmt: skip
-    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS[:-1])
-    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
-        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
-        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    assert not backend.metadata_for(2, 5).tickets.any()
-    for bad in ("101", "x", "-5", "0.9"):
-        monkeypatch.setenv(EXTEND_SPLIT_FILL_ENV, bad)
-        with pytest.raises(ValueError, match=f"{EXTEND_SPLIT_FILL_ENV}={bad!r}: expected a percentage"):
             TritonAttnBackend(cfg)
 
 

@@ -208,17 +208,6 @@ def test_decode_split_count_on_an_h200(monkeypatch):
     assert tk.choose_num_splits(2, 8, 1, cpu) == 16
     assert tk.choose_num_splits(8, 8, 1, cpu) == 4
     assert tk.choose_num_splits(64, 8, 1, cpu) == 1
-    # rounded down where the programs still cover 90 % of the SMs (extend_split_fill): 16 x 8 = 128 >= 118.8
-    assert [tk.choose_num_splits(bs, 8, 1, cpu, fill=0.9) for bs in (1, 2, 4, 8, 16, 64)] == [
-        16,
-        8,
-        4,
-        2,
-        1,
-        1,
-    ]
-    assert tk.choose_num_splits(3, 8, 1, cpu, fill=0.9) == 8  # 3 x 8 x 4 = 96 programs: too few, kept at 8
-    assert tk.choose_num_splits(1, 8, 1, cpu, tk.MAX_SPLITS_OLD, fill=0.9) == 16
 
 
 @pytest.mark.gpu

@@ -152,24 +152,6 @@ def gemv_rows_from_env() -> tuple[int, int]:
 # where a block takes one pass, 1.03-1.07x where it takes two); 0 merges every larger block in the launch
 FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
 FUSED_MERGE_PASSES = 1
-# the extends' KV split count rounded down where the fewer programs still cover this share of the SMs, in
-# percent (`tk.choose_num_splits(fill=...)`); 0, the default, rounds up as decodes do. TOKENROUTER_EXTEND_SPLIT_FILL=90
-# gives the 0.6B's bs-4 extends 4 splits instead of 8 on an H200, so the merge of their 16-row blocks fits one
-# pass in the kernel; bs-1 extends 16 instead of 32, bs-16 ones none instead of 2. Not measured yet (run S).
-EXTEND_SPLIT_FILL_ENV = "TOKENROUTER_EXTEND_SPLIT_FILL"
-
-
-def extend_split_fill_from_env() -> int:
-    """`extend_split_fill` from TOKENROUTER_EXTEND_SPLIT_FILL="N" (0-100; ValueError naming a bad value)."""
-    raw = os.environ.get(EXTEND_SPLIT_FILL_ENV, "").strip()
-    if not raw:
-        return 0
-    if not raw.isdigit() or int(raw) > 100:
-        raise ValueError(
-            f"{EXTEND_SPLIT_FILL_ENV}={raw!r}: expected a percentage 0-100, the least share of the GPU's SMs "
-            "that an extend's attention may keep busy when its KV split count is rounded down (0: never)"
-        )
-    return int(raw)
 
 
 def fused_merge_rows_from_env() -> tuple[int, int]:
@@ -251,8 +233,6 @@ class TritonAttnBackend(AttentionBackend):
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         # with fused_merge: its rows per block, and the passes of a larger block that still merges in the kernel
         self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
-        # extends' KV splits rounded down where this share of the SMs (percent) stays busy; 0: rounded up
-        self.extend_split_fill = extend_split_fill_from_env()
         # with attn_stages: decodes of at most this many requests run the attention's KV loop unpipelined,
         # extends whose row blocks hold at most this many query rows (see ATTN_DECODE_SINGLE_STAGE_BS)
         self.attn_decode_single_stage_bs = ATTN_DECODE_SINGLE_STAGE_BS
@@ -313,8 +293,7 @@ class TritonAttnBackend(AttentionBackend):
         else:
             row_blocks = -(-rows // tk.row_block_size(rows))
             cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
-            fill = self.extend_split_fill / 100 if max_extend_len > 1 else 0.0
-            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap, fill)
+            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
         tickets = None
         if splits > 1:
             group = cfg.num_heads // cfg.num_kv_heads

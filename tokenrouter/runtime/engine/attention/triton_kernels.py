@@ -442,25 +442,20 @@ def choose_num_splits(
     row_blocks: int,
     device: torch.device,
     max_splits: int = MAX_SPLITS,
-    fill: float = 0.0,
 ) -> int:
     """How many programs share one row block's KV range: about one program per SM (rounded up to a power
     of two). Two waves (the rule before) gave bs 1 with 8 KV heads 64 splits; the decode attention sweep on
     the H200 (docs/benchmarks.md, "Decode attention at bs 1") measured 32 faster at ctx 4096 (0.6B 13.4 ->
     11.1 us per layer, 8B 15.9 -> 12.7) and at ctx 512 (5.8 -> 4.9, 7.5 -> 5.8): fewer partials to write and
-    merge, and the merging program's serial tail reads half as many.
-
-    With `fill` > 0 the count is rounded down instead where that still gives programs for at least that share
-    of the SMs (0.9: a bs-4 extend with 8 KV heads, 32 row blocks, takes 4 splits on 132 SMs instead of 8, one
-    wave either way): fewer partials, so a 16-row block's merge fits one pass of the kernel's fused merge
-    (`fused_merge_rows`) instead of a second launch, at the price of more KV tiles per program.
+    merge, and the merging program's serial tail reads half as many. Rounding down for extends instead, so
+    that fewer, longer programs still cover 90 % of the SMs and a 16-row block's merge fits one pass in the
+    kernel, was 1.04-1.76x slower at every bs 4 and 16 extend (run T, call 1): the split programs are latency
+    bound, and two per SM hide each other's loads.
 
     Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""
     programs = max(1, batch_size * num_kv_heads * row_blocks)
     sms = _num_sms(device)
     splits = triton.next_power_of_2(math.ceil(sms / programs))
-    if fill > 0 and splits > 1 and splits // 2 * programs >= fill * sms:
-        splits //= 2
     return max(1, min(max_splits, splits))
 
 
