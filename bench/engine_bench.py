@@ -483,17 +483,19 @@ def unknown_names(names) -> set[str]:
 
 
 def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tuple[str, tuple, list]]:
-    """--ablate "a,b=2": one row per entry (a part off, an opt-in part on, or a size set), each at every
-    measured step (the decodes of --decode-bs, then the extends), instead of `ablation_plan`'s rows."""
+    """--ablate "a,b=2,c+d=3": one row per entry (a part off, an opt-in part on, or a size set; "+" joins
+    changes made together in one row), each at every measured step (the decodes of --decode-bs, then the
+    extends), instead of `ablation_plan`'s rows."""
     points = [(ctx, bs, 1) for ctx in ctxs for bs in decode_bs]
     points += [(ctx, bs, q) for ctx in ctxs for bs in extend_bs for q in extend_q]
     plan = []
-    for name in filter(None, (n.strip() for n in names.split(","))):
-        if unknown_names((name,)):
-            raise SystemExit(f"--ablate: {name!r} is not a fast-path part, an opt-in part or SIZE=N "
-                             f"({', '.join(sorted(SETTINGS))})")  # fmt: skip
-        label = f"{name} on" if name in OPT_IN else (name if "=" in name else f"no {name}")
-        plan.append((label, (name,), points))
+    for entry in filter(None, (n.strip() for n in names.split(","))):
+        row = tuple(n.strip() for n in entry.split("+"))
+        if bad := unknown_names(row) | ({""} & set(row)):
+            raise SystemExit(f"--ablate: {', '.join(map(repr, sorted(bad)))} in {entry!r}: not a fast-path part, "
+                             f"an opt-in part or SIZE=N ({', '.join(sorted(SETTINGS))})")  # fmt: skip
+        label = " + ".join(f"{n} on" if n in OPT_IN else (n if "=" in n else f"no {n}") for n in row)
+        plan.append((label, row, points))
     return plan
 
 

@@ -229,7 +229,15 @@ def test_named_ablation_times_each_part_at_every_step(bench):
         ("dot_rows_max=32", ("dot_rows_max=32",), steps),
     ]
     assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"dot_rows_max": 32}}
-    for bad in ("warp_drive", "dot_rows_max=many", "depth=3"):
+    (combined,) = bench.named_ablation("pdl + dot_rows_max=16+dot_rows_norm", [512], [2, 4], [8], [4])
+    assert combined == ("no pdl + dot_rows_max=16 + dot_rows_norm on", ("pdl", "dot_rows_max=16", "dot_rows_norm"),
+                        steps)  # fmt: skip
+    assert bench.parts(combined[1]) == {
+        "parts_off": ["pdl"],
+        "parts_on": ["dot_rows_norm"],
+        "settings": {"dot_rows_max": 16},
+    }
+    for bad in ("warp_drive", "dot_rows_max=many", "depth=3", "pdl+warp_drive", "pdl+"):
         with pytest.raises(SystemExit, match="--ablate"):
             bench.named_ablation(bad, [512], [1], [8], [1])
 
