@@ -417,9 +417,10 @@ def row_block_size(rows: int) -> int:
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 
-# Row blocks of at most this many query rows run the attention's KV loop unpipelined. From run B's sweep
-# (docs/benchmarks.md; bs 16, ctx 4096, before PDL): decode rows fastest with 1 stage, 16-row blocks with 2,
-# 32-row blocks with 3.
+# `paged_attention`'s default (num_stages None): row blocks of at most this many query rows run the KV loop
+# unpipelined. From run B's sweep (docs/benchmarks.md; bs 16, ctx 4096, before PDL): decode rows fastest with
+# 1 stage, 16-row blocks with 2, 32-row blocks with 3. The engine's backend picks per step kind instead
+# (triton_backend.ATTN_DECODE_SINGLE_STAGE_BS: run T measured extends pipelined faster at every such block).
 SINGLE_STAGE_ROWS = 8
 
 
