@@ -47,13 +47,15 @@ DOT_ROWS_NARROW_MAX = 16  # the 16-row block's reach
 # measured the 32-row block at decode bs 32 slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
 DOT_ROWS_DECODE_MAX = 16
 
-# With `attn_stages`, which attention launches run their KV loop unpipelined (1 stage; the others take 2, or 3
-# in 32-row blocks). Until run T every block of up to tk.SINGLE_STAGE_ROWS (8) query rows did, from run B's
-# sweep at bs 16, ctx 4096 (before PDL and the decodes' early reads). Run T (docs/benchmarks.md), 0.6B on the
-# H200, side by side: the extends with 8-row blocks (bs 16 x 2 and x 4) take 0.70x the time pipelined at ctx
-# 4096, 0.90x at 512 (bs 1 and 4: 0.96-0.99x, but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined
-# were slower at bs 1 and 8 (1.005-1.032x) and faster at bs 32 and 64 (0.956-0.991x).
-ATTN_DECODE_SINGLE_STAGE_BS = 16
+# Which attention launches run their KV loop unpipelined (`attn_stages`: 1 stage; the others take 2, or 3 in
+# 32-row blocks) and read their first tile before the PDL wait (`attn_prefetch`). Until run T every block of up
+# to tk.SINGLE_STAGE_ROWS (8) query rows ran unpipelined (run B's sweep at bs 16, ctx 4096, before PDL) and every
+# decode read early (run P). Run T (docs/benchmarks.md), 0.6B on the H200, side by side: extends with 8-row
+# blocks pipelined take 0.70x the time at bs 16 x 2 and x 4, ctx 4096, 0.90x at 512 (bs 1 and 4: 0.87-0.99x,
+# but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
+# ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512), where
+# pipelined with the early reads they had gained 1-4 % at bs 32-64 only.
+ATTN_DECODE_SINGLE_STAGE_BS = 2
 ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
@@ -101,10 +103,11 @@ FAST_PATH_OPTIONS = {
     "waiting on other loads first (off: the load order of runs A/B)",
     "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
     "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
-    "attn_prefetch": "a decode's attention reads its first tile's page-table entries and older tokens' K/V "
-    "before waiting on the previous kernel (with pdl; off: every read after the wait). At launches of up to "
-    "`attn_prefetch_max` new tokens per request, by default 1 (decodes only): run P measured extends of 8 tokens "
-    "1.3-3.7 % faster without it at ctx 512 (docs/benchmarks.md)",
+    "attn_prefetch": "a decode of up to `attn_decode_single_stage_bs` requests (and an extend of up to "
+    "`attn_prefetch_max` new tokens per request, default 1: none) reads its attention's first tile's page-table "
+    "entries and older tokens' K/V before waiting on the previous kernel (with pdl; off: every read after the "
+    "wait). Run P measured extends of 8 tokens 1.3-3.7 % faster without it at ctx 512, run T decodes of 4-64 "
+    "requests 2-47 % faster without it, pipelined (docs/benchmarks.md)",
 }
 ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
 
@@ -233,11 +236,12 @@ class TritonAttnBackend(AttentionBackend):
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         # with fused_merge: its rows per block, and the passes of a larger block that still merges in the kernel
         self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
-        # with attn_stages: decodes of at most this many requests run the attention's KV loop unpipelined,
-        # extends whose row blocks hold at most this many query rows (see ATTN_DECODE_SINGLE_STAGE_BS)
+        # decodes of at most this many requests read their first KV tile early (attn_prefetch) and run the
+        # attention's KV loop unpipelined (attn_stages), larger ones pipelined without early reads; extends
+        # whose row blocks hold at most this many query rows run it unpipelined (see ATTN_DECODE_SINGLE_STAGE_BS)
         self.attn_decode_single_stage_bs = ATTN_DECODE_SINGLE_STAGE_BS
         self.attn_extend_single_stage_rows = ATTN_EXTEND_SINGLE_STAGE_ROWS
-        # with attn_prefetch: launches of at most this many new tokens per request prefetch (1: decodes)
+        # with attn_prefetch: extends of at most this many new tokens per request read early too (1: none)
         self.attn_prefetch_max = 1
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
@@ -334,8 +338,10 @@ class TritonAttnBackend(AttentionBackend):
         out = torch.empty_like(q)
         rows = md.max_extend_len * (q.shape[1] // k_buf.shape[1])
         if md.max_extend_len == 1:  # a decode (the batch size is the captured one in a graph: shape only)
-            single = tk.SINGLE_STAGE_ROWS if fb.batch_size <= self.attn_decode_single_stage_bs else 0
+            early = fb.batch_size <= self.attn_decode_single_stage_bs  # early reads, one stage
+            single = tk.SINGLE_STAGE_ROWS if early else 0
         else:
+            early = md.max_extend_len <= self.attn_prefetch_max
             single = self.attn_extend_single_stage_rows
         stages = tk.attention_stages(rows, tk.row_block_size(rows), single)
         return tk.paged_attention(
@@ -354,7 +360,7 @@ class TritonAttnBackend(AttentionBackend):
             num_stages=stages if self.attn_stages else 2,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
-            prefetch=self.attn_prefetch and md.max_extend_len <= self.attn_prefetch_max,  # see attn_prefetch
+            prefetch=self.attn_prefetch and early,  # see attn_prefetch
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
             merge_passes=self.fused_merge_passes,
