@@ -407,9 +407,9 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
 
 
 def test_attention_prefetch_is_for_decodes_only(monkeypatch):
-    """`attn_prefetch` asks the attention kernel for its early reads at one-token launches only (run P: the
-    extends were faster without them), at launches of up to `attn_prefetch_max` tokens per row where that is
-    raised; off, at none. The logits stay the reference's."""
+    """`attn_prefetch` asks the attention kernel for its early reads at one-token launches (of up to
+    `attn_decode_single_stage_bs` requests: this test's decodes have one) and not at extends (run P: they were
+    faster without them), unless `attn_prefetch_max` is raised; off, at none. The logits stay the reference's."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -440,45 +440,53 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     assert asked and not any(p for _, p in asked)
 
 
-def test_attention_stages_decodes_unpipelined_up_to_a_batch_size(monkeypatch):
-    """The attention's KV loop runs unpipelined (1 stage) for decodes of up to `attn_decode_single_stage_bs`
-    requests and for extends of row blocks of up to `attn_extend_single_stage_rows` query rows (new tokens x
-    GQA group; by default none), 2 stages otherwise (3 for 32-row blocks), 2 everywhere with `attn_stages` off."""
+def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
+    """Decodes of up to `attn_decode_single_stage_bs` requests (default 2) read their first KV tile early and run
+    the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (run T), as do extends
+    (unpipelined only for row blocks of up to `attn_extend_single_stage_rows` query rows: by default none).
+    Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    asked = []  # (batch size, largest new tokens per row, stages) per attention launch
+    asked = []  # (batch size, largest new tokens per row, stages, early reads) per attention launch
     real = tk.paged_attention
 
     def recorded(*args, **kwargs):
-        asked.append((args[6].shape[0], kwargs["max_extend_len"], kwargs["num_stages"]))  # args[6]: seq_lens
+        bs = args[6].shape[0]  # seq_lens
+        asked.append((bs, kwargs["max_extend_len"], kwargs["num_stages"], kwargs["prefetch"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tk, "paged_attention", recorded)
-    backend = TritonAttnBackend(cfg)
     decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
     steps = decodes + STEPS
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    backend = TritonAttnBackend(cfg)
 
-    def stages() -> set[tuple[int, int, int]]:
+    def launches(check: bool = False) -> set[tuple[int, int, int, bool]]:
         asked.clear()
-        run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
+        got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
+        if check:
+            for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+                torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+                torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
         return set(asked)
 
     def pipelined(q: int) -> int:
         return 3 if 16 < q * group <= 32 else 2
 
-    assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (16, 0)
-    got = stages()
-    assert {(b, q) for b, q, _ in got} >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
-    assert got == {(b, q, 1 if q == 1 else pipelined(q)) for b, q, _ in got}
-    backend.attn_decode_single_stage_bs = 2  # bs 3 pipelined
-    assert stages() == {(b, q, 1 if q == 1 and b <= 2 else pipelined(q)) for b, q, _ in got}
-    backend.attn_extend_single_stage_rows = 8  # the rule before run T: row blocks of up to 8 rows
-    assert stages() == {
-        (b, q, 1 if (q == 1 and b <= 2) or (q > 1 and q * group <= 8) else pipelined(q)) for b, q, _ in got
+    assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (2, 0)
+    got = launches(check=True)
+    shapes = {(b, q) for b, q, _, _ in got}
+    assert shapes >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
+    assert got == {(b, q, 1, True) if q == 1 and b <= 2 else (b, q, pipelined(q), False) for b, q in shapes}
+    backend.attn_decode_single_stage_bs = 16  # bs 3 reads early too
+    assert launches() == {(b, q, 1, True) if q == 1 else (b, q, pipelined(q), False) for b, q in shapes}
+    backend.attn_extend_single_stage_rows = 8  # the extends' rule before run T: row blocks of up to 8 rows
+    assert launches() == {
+        (b, q, 1, True) if q == 1 else (b, q, 1 if q * group <= 8 else pipelined(q), False) for b, q in shapes
     }
     backend.attn_stages = False
-    assert {s for _, _, s in stages()} == {2}
+    assert {s for _, _, s, _ in launches()} == {2}
 
 
 def test_options_off_from_the_environment(monkeypatch):
