@@ -54,7 +54,8 @@ DOT_ROWS_DECODE_MAX = 16
 # blocks pipelined take 0.70x the time at bs 16 x 2 and x 4, ctx 4096, 0.90x at 512 (bs 1 and 4: 0.87-0.99x,
 # but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
 # ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512), where
-# pipelined with the early reads they had gained 1-4 % at bs 32-64 only.
+# pipelined with the early reads they had gained 1-4 % at bs 32-64 only. The 8B's decodes (4 query rows per block
+# instead of 2, the same grid) were not timed on this rule: run T's last call found no machine free.
 ATTN_DECODE_SINGLE_STAGE_BS = 2
 ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
 
