@@ -213,6 +213,8 @@ def _names_from_env(var: str, known: dict) -> set[str]:
 class TritonMetadata:
     max_extend_len: int  # bounds every row's new tokens; sizes the kernel grid
     num_splits: int  # programs sharing one row block's KV range (flash-decoding)
+    num_stages: int = 2  # the KV loop's pipeline stages (see ATTN_DECODE_SINGLE_STAGE_BS)
+    prefetch: bool = False  # the first KV tile read before the PDL wait (attn_prefetch)
     tickets: torch.Tensor | None = None  # with splits: the fused merge's counters (zeros between launches)
 
 
@@ -292,7 +294,8 @@ class TritonAttnBackend(AttentionBackend):
     def metadata_for(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
         """The metadata for a launch shape; a graph runner calls this once per captured shape."""
         cfg = self.config
-        rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
+        group = cfg.num_heads // cfg.num_kv_heads
+        rows = max_extend_len * group
         if rows > 64:  # long extends / prefills: enough row blocks to fill the GPU without splitting
             splits = 1
         else:
@@ -301,11 +304,23 @@ class TritonAttnBackend(AttentionBackend):
             splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
         tickets = None
         if splits > 1:
-            group = cfg.num_heads // cfg.num_kv_heads
             tickets = self._tickets_for(
                 tk.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group)
             )
-        return TritonMetadata(max_extend_len=max_extend_len, num_splits=splits, tickets=tickets)
+        if max_extend_len == 1:  # a decode: early reads and one stage up to a batch size (shape only)
+            early = batch_size <= self.attn_decode_single_stage_bs
+            single = tk.SINGLE_STAGE_ROWS if early else 0
+        else:
+            early = max_extend_len <= self.attn_prefetch_max
+            single = self.attn_extend_single_stage_rows
+        stages = tk.attention_stages(rows, tk.row_block_size(rows), single) if self.attn_stages else 2
+        return TritonMetadata(
+            max_extend_len=max_extend_len,
+            num_splits=splits,
+            num_stages=stages,
+            prefetch=self.attn_prefetch and early,
+            tickets=tickets,
+        )
 
     def _tickets_for(self, n: int) -> torch.Tensor:
         """A zeroed int32 buffer of at least n tickets (allocated outside graph capture: the graph runner
@@ -337,14 +352,6 @@ class TritonAttnBackend(AttentionBackend):
         if q.stride(2) != 1:
             q = q.contiguous()
         out = torch.empty_like(q)
-        rows = md.max_extend_len * (q.shape[1] // k_buf.shape[1])
-        if md.max_extend_len == 1:  # a decode (the batch size is the captured one in a graph: shape only)
-            early = fb.batch_size <= self.attn_decode_single_stage_bs  # early reads, one stage
-            single = tk.SINGLE_STAGE_ROWS if early else 0
-        else:
-            early = md.max_extend_len <= self.attn_prefetch_max
-            single = self.attn_extend_single_stage_rows
-        stages = tk.attention_stages(rows, tk.row_block_size(rows), single)
         return tk.paged_attention(
             q,
             k_buf,
@@ -358,10 +365,10 @@ class TritonAttnBackend(AttentionBackend):
             max_extend_len=md.max_extend_len,
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
-            num_stages=stages if self.attn_stages else 2,
+            num_stages=md.num_stages,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
-            prefetch=self.attn_prefetch and early,  # see attn_prefetch
+            prefetch=md.prefetch,
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
             merge_passes=self.fused_merge_passes,
