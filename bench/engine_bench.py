@@ -287,9 +287,8 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
             ctx, bs, q = pt
             fb = ctxs.batch(bs, ctx, q)
             shape = runner.shape_for(fb)
-            if (
-                shape
-            ):  # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
+            # the decode of the same bs in alternation with the extend: the ratio's two sides, same minute
+            if shape:
                 pair = time_pair(graph_step(runner, fb), graph_step(runner, ctxs.batch(bs, ctx, 1)))
                 timed[pt].append((pair[0] * 1e3, pair[1] * 1e3))
             else:

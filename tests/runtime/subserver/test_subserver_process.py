@@ -214,10 +214,9 @@ def test_a_crash_at_start_always_reports_fatal():
         fork = mp.get_context("fork")  # no re-import: the crash comes within milliseconds of the connect
         for _ in range(10):
             p = fork.Process(target=_crash_at_start, args=(eps.to_dict(),))
-            with (
-                warnings.catch_warnings()
-            ):  # Python 3.12+ warns of fork() in a process with threads (torch's);
-                warnings.simplefilter("ignore", DeprecationWarning)  # the child only logs, sends and exits
+            # Python 3.12+ warns of fork() in a process with threads (torch's); the child only logs, sends and exits
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
                 p.start()
             p.join(30)
             assert p.exitcode == 1
