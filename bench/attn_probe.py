@@ -38,16 +38,34 @@ LAUNCH_OPTIONS = {"stages": "num_stages", "warps": "num_warps", "block_n": "bloc
 DATA_VARIANTS = ("zero_q", "permuted")
 
 
+SWEEP = {"block_n": (32, 64, 128), "stages": (1, 2, 3), "warps": (4, 8)}
+
+
 def parse_variants(text: str) -> list[str]:
+    """ "zero_q,stages=3,block_n=128+stages=3" -> ["default", ...]: a data variant, or launch options joined
+    by "+" into one variant."""
     variants = ["default"]
     for item in filter(None, (x.strip() for x in text.split(","))):
-        name, sep, value = item.partition("=")
-        ok = (name in DATA_VARIANTS and not sep) or (name in LAUNCH_OPTIONS and sep and value.isdigit())
+        parts = [x.strip() for x in item.split("+")]
+        ok = item in DATA_VARIANTS or all(
+            name in LAUNCH_OPTIONS and sep and value.isdigit()
+            for name, sep, value in (x.partition("=") for x in parts)
+        )
         if not ok:
             known = ", ".join([*DATA_VARIANTS, *(f"{k}=N" for k in LAUNCH_OPTIONS)])
-            raise SystemExit(f"--variants: {item!r} is not one of {known}")
-        variants.append(item)
+            raise SystemExit(f"--variants: {item!r} is not one of {known}, or launch options joined by +")
+        variants.append("+".join(parts))
     return variants
+
+
+def sweep_variants() -> list[str]:
+    """Every combination of SWEEP's launch options, as variants."""
+    return ["default"] + [
+        f"block_n={n}+stages={s}+warps={w}"
+        for n in SWEEP["block_n"]
+        for s in SWEEP["stages"]
+        for w in SWEEP["warps"]
+    ]
 
 
 def launch_options(backend: TritonAttnBackend, bs: int, q_len: int, variant: str) -> dict:
@@ -57,19 +75,22 @@ def launch_options(backend: TritonAttnBackend, bs: int, q_len: int, variant: str
     launch = dict(
         num_splits=md.num_splits,
         num_stages=md.num_stages,
+        num_warps=4,
+        block_n=md.block_n,
         eager_loads=backend.attn_eager_loads,
         prefetch=md.prefetch,
         tickets=md.tickets if backend.fused_merge else None,
         fused_rows=backend.fused_merge_rows,
         merge_passes=backend.fused_merge_passes,
     )
-    name, _, value = variant.partition("=")
-    if name in LAUNCH_OPTIONS:
-        launch[LAUNCH_OPTIONS[name]] = int(value)
-        if name == "splits" and int(value) > 1 and launch["tickets"] is None and backend.fused_merge:
-            cfg = backend.config
-            group = cfg.num_heads // cfg.num_kv_heads  # a ticket per row block, as metadata_for takes them
-            launch["tickets"] = backend._tickets_for(tk.attention_tickets(bs, cfg.num_kv_heads, q_len, group))
+    for item in variant.split("+"):
+        name, _, value = item.partition("=")
+        if name in LAUNCH_OPTIONS:
+            launch[LAUNCH_OPTIONS[name]] = int(value)
+    if launch["num_splits"] > 1 and launch["tickets"] is None and backend.fused_merge:  # `splits=N` from 1
+        cfg = backend.config
+        group = cfg.num_heads // cfg.num_kv_heads  # a ticket per row block, as metadata_for takes them
+        launch["tickets"] = backend._tickets_for(tk.attention_tickets(bs, cfg.num_kv_heads, q_len, group))
     return launch
 
 
@@ -102,8 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--points", type=profile_cases, default=profile_cases("16x1@4096,16x8@4096"))
     p.add_argument("--variants", type=parse_variants, default=["default"])
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="every combination of block_n 32/64/128, stages 1-3, warps 4/8 (instead of --variants); prints "
+        "each point's best and writes every time to the JSON",
+    )
     p.add_argument("--out", default="out/attn_probe")
     args = p.parse_args(argv)
+    if args.sweep:
+        args.variants = sweep_variants()
     if not torch.cuda.is_available():
         print("attn_probe needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -136,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| point | variant | splits | stages | early reads | µs | KV GB/s | vs default |")
     print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
     rows = []
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     for bs, q_len, ctx in args.points:
         q = torch.randn(bs * q_len, args.heads, args.head_dim, device=dev, dtype=dtype, generator=gen)
         out = torch.empty_like(q)
@@ -155,15 +185,32 @@ def main(argv: list[str] | None = None) -> int:
                 tk.paged_attention, q_in, k_buf, v_buf, out, table, req, seq, starts, ext, q_len, cfg.scaling,
                 **launch,
             )  # fmt: skip
-            us = time_graph(call)
+            try:
+                us = time_graph(call)
+            except Exception as e:  # noqa: BLE001 — e.g. a tile that does not fit the SM's shared memory
+                print(
+                    f"| {bs}x{q_len}@{ctx} | {variant} | failed: {type(e).__name__} | | | | | |", flush=True
+                )
+                continue
             base_us = us if variant == "default" else base_us
-            rows.append(dict(bs=bs, q=q_len, ctx=ctx, variant=variant, us=us, splits=launch["num_splits"],
-                             stages=launch["num_stages"], prefetch=launch["prefetch"]))  # fmt: skip
-            print(f"| {bs}x{q_len}@{ctx} | {variant} | {launch['num_splits']} | {launch['num_stages']} | "
-                  f"{'yes' if launch['prefetch'] else 'no'} | {us:.2f} | {kv_bytes / us / 1e3:.0f} | "
-                  f"{us / base_us:.3f} |", flush=True)  # fmt: skip
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "attn_probe.json").write_text(json.dumps(dict(argv=sys.argv[1:], rows=rows), indent=1))
+            row = dict(bs=bs, q=q_len, ctx=ctx, variant=variant, us=us, splits=launch["num_splits"],
+                       stages=launch["num_stages"], block_n=launch.get("block_n"), warps=launch["num_warps"],
+                       prefetch=launch["prefetch"])  # fmt: skip
+            rows.append(row)
+            if not args.sweep:
+                print(f"| {bs}x{q_len}@{ctx} | {variant} | {launch['num_splits']} | {launch['num_stages']} | "
+                      f"{'yes' if launch['prefetch'] else 'no'} | {us:.2f} | {kv_bytes / us / 1e3:.0f} | "
+                      f"{us / base_us:.3f} |", flush=True)  # fmt: skip
+        if args.sweep:
+            point = [r for r in rows if (r["bs"], r["q"], r["ctx"]) == (bs, q_len, ctx)]
+            best = min(point, key=lambda r: r["us"])
+            print(f"| {bs}x{q_len}@{ctx} | best: {best['variant']} | {best['splits']} | {best['stages']} | "
+                  f"{'yes' if best['prefetch'] else 'no'} | {best['us']:.2f} | {kv_bytes / best['us'] / 1e3:.0f} | "
+                  f"{best['us'] / base_us:.3f} |", flush=True)  # fmt: skip
+        # after every point: a run stopped by its time limit keeps what it measured
+        (Path(args.out) / "attn_probe.json").write_text(
+            json.dumps(dict(argv=sys.argv[1:], rows=rows), indent=1)
+        )
     return 0
 
 

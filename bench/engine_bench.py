@@ -370,6 +370,8 @@ SETTINGS = {
     "attn_decode_single_stage_bs",
     "attn_extend_single_stage_rows",
     "attn_prefetch_max",
+    "attn_wide_tile_splits",
+    "attn_narrow_tile_splits",
 }
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,

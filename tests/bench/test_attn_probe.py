@@ -45,3 +45,17 @@ def test_launch_options_follow_the_backend(probe):
     changed = probe.launch_options(backend, 16, 8, "stages=3")
     assert changed["num_stages"] == 3 and changed["num_splits"] == backend.metadata_for(16, 8).num_splits
     assert probe.launch_options(backend, 16, 8, "zero_q") == probe.launch_options(backend, 16, 8, "default")
+
+
+def test_joined_variants_and_the_sweep(probe):
+    assert probe.parse_variants("block_n=128 + stages=3") == ["default", "block_n=128+stages=3"]
+    with pytest.raises(SystemExit):
+        probe.parse_variants("block_n=128+zero_q")
+    sweep = probe.sweep_variants()
+    assert sweep[0] == "default" and len(sweep) == 1 + 3 * 3 * 2 and len(set(sweep)) == len(sweep)
+    backend = _backend()
+    launch = probe.launch_options(backend, 16, 8, "block_n=128+stages=3+warps=8")
+    assert (launch["block_n"], launch["num_stages"], launch["num_warps"]) == (128, 3, 8)
+    # a split count forced from 1 takes the fused merge's tickets, as the backend's own launches do
+    assert probe.launch_options(backend, 64, 1, "default")["tickets"] is None
+    assert probe.launch_options(backend, 64, 1, "splits=4")["tickets"] is not None

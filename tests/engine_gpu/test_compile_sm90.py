@@ -53,7 +53,7 @@ def compile_all() -> list[str]:
     # and the decode one with the load order of runs A/B; with programmatic dependent launch and the
     # first tile read before the wait: decode and a 32-row extend
     # and the split merge fused in (decode and a 16-row extend, with PDL and prefetch, and a plain decode)
-    for group, block_m, splits, stages, eager, pdl, fused in (
+    for group, block_m, splits, stages, eager, pdl, fused, *rest in (
         (2, 16, tk.MAX_SPLITS, 1, True, False, False),
         (4, 32, 4, 3, True, False, False),
         (4, 64, 1, 2, True, False, False),
@@ -65,9 +65,15 @@ def compile_all() -> list[str]:
         (2, 16, tk.MAX_SPLITS, 1, True, False, True),
         (2, 16, 8, 2, True, True, True),  # the one-pass merges of 16-row blocks (fused_merge_rows 8, 16)
         (2, 16, 2, 2, True, True, True),
+        (2, 16, 8, 2, True, True, True, 128),  # run U's KV tiles: 128 tokens at few splits, 32 at many
+        (4, 32, 2, 2, True, True, True, 128),
+        (2, 16, 1, 2, True, True, False, 128),
+        (2, 16, 32, 2, True, True, True, 32),
+        (4, 32, 32, 2, True, True, True, 32),
     ):
+        block_n = rest[0] if rest else 64
         merge_rows = tk.fused_merge_rows(block_m, splits, 128, 4, 1) if block_m == 16 and fused else 2
-        consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=64, NUM_SPLITS=splits,
+        consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=splits,
                       IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl, FUSED_MERGE=fused,
                       BLOCK_S=splits if fused else 2, MERGE_ROWS=merge_rows)  # fmt: skip
         build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
@@ -231,7 +237,7 @@ def test_kernels_compile_for_sm90():
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
     # + the traced one and the two with the merge unrolled
     dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1 + 2
-    assert proc.stdout.count("\n") == 11 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
+    assert proc.stdout.count("\n") == 16 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
         proc.stdout
     )  # every configuration above compiled
 

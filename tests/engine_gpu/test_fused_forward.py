@@ -441,10 +441,11 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
 
 
 def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
-    """Decodes of up to `attn_decode_single_stage_bs` requests (default 2) read their first KV tile early and run
+    """Decodes of up to `attn_decode_single_stage_bs` requests (default 1) read their first KV tile early and run
     the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (run T), as do extends
     (unpipelined only for row blocks of up to `attn_extend_single_stage_rows` query rows: by default none).
-    Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged."""
+    Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged. (The
+    KV tiles, which set 2 stages where they widen or narrow the tile, are off here: see the next test.)"""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
@@ -461,6 +462,7 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
     monkeypatch.setattr(tk, "paged_attention", recorded)
     backend = TritonAttnBackend(cfg)
+    backend.attn_tiles = False
 
     def launches(check: bool = False) -> set[tuple[int, int, int, bool]]:
         asked.clear()
@@ -474,11 +476,15 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     def pipelined(q: int) -> int:
         return 3 if 16 < q * group <= 32 else 2
 
-    assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (2, 0)
+    assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (1, 0)
     got = launches(check=True)
     shapes = {(b, q) for b, q, _, _ in got}
     assert shapes >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
-    assert got == {(b, q, 1, True) if q == 1 and b <= 2 else (b, q, pipelined(q), False) for b, q in shapes}
+    assert got == {(b, q, 1, True) if q == 1 and b <= 1 else (b, q, pipelined(q), False) for b, q in shapes}
+    backend.attn_decode_single_stage_bs = 2  # run T's rule: bs 2 reads early too
+    assert launches() == {
+        (b, q, 1, True) if q == 1 and b <= 2 else (b, q, pipelined(q), False) for b, q in shapes
+    }
     backend.attn_decode_single_stage_bs = 16  # bs 3 reads early too
     assert launches() == {(b, q, 1, True) if q == 1 else (b, q, pipelined(q), False) for b, q in shapes}
     backend.attn_extend_single_stage_rows = 8  # the extends' rule before run T: row blocks of up to 8 rows
@@ -487,6 +493,72 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     }
     backend.attn_stages = False
     assert {s for _, _, s, _ in launches()} == {2}
+
+
+def test_attention_kv_tiles_by_split_count(monkeypatch):
+    """Launches of at most `attn_wide_tile_splits` KV splits (default 8) whose grid fits two programs per SM run
+    128-token KV tiles, launches of at least `attn_narrow_tile_splits` (default 32) 32-token ones, both with 2
+    stages (run U); decodes that read early, row blocks of more than 32 query rows and `attn_tiles` off keep the
+    kernel's tile (None). The logits stay the reference's with every tile. The GPU's SM count is set to 8 here,
+    so that this tiny model's few requests reach split counts of 1-4 (and, with the thresholds moved, both
+    kinds of tile)."""
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    group = cfg.num_heads // cfg.num_kv_heads
+    monkeypatch.setattr(tk, "_num_sms", lambda device: 8)
+    asked = []  # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per launch
+    real = tk.paged_attention
+
+    def recorded(*args, **kwargs):
+        bs = args[6].shape[0]  # seq_lens
+        kw = kwargs
+        asked.append(
+            (bs, kw["max_extend_len"], kw["num_splits"], kw["block_n"], kw["num_stages"], kw["prefetch"])
+        )
+        return real(*args, **kwargs)
+
+    decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
+    steps = decodes + STEPS
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    backend = TritonAttnBackend(cfg)
+
+    def launches() -> set[tuple]:
+        asked.clear()
+        got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
+        for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+            torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+            torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+        return set(asked)
+
+    def splits(b: int, q: int) -> int:  # choose_num_splits at 8 SMs (one row block up to 32 rows)
+        return (
+            1 if q * group > 64 else max(1, min(64, 1 << (-(-8 // (b * cfg.num_kv_heads)) - 1).bit_length()))
+        )
+
+    assert (backend.attn_wide_tile_splits, backend.attn_narrow_tile_splits) == (8, 32)
+    got = launches()
+    shapes = {(b, q) for b, q, *_ in got}
+    assert shapes >= {(1, 1), (2, 1), (3, 1), (1, 2), (2, 5), (2, 17)}, got
+    assert all(s == splits(b, q) for b, q, s, *_ in got), got
+    early = {(1, 1)}  # the one decode that reads early: the kernel's tile, one stage
+
+    def expected(b: int, q: int, tile) -> tuple:
+        if (b, q) in early:
+            return (b, q, splits(b, q), None, 1, True)
+        if q * group > 32:  # not swept: the kernel's tile, the stage rule
+            return (b, q, splits(b, q), None, 2, False)
+        return (b, q, splits(b, q), tile(splits(b, q)), 2, False)
+
+    # every split count here is at most 4 and every grid at most 16 programs: the wide tile
+    assert got == {expected(b, q, lambda s: 128) for b, q in shapes}, got
+    backend.attn_wide_tile_splits, backend.attn_narrow_tile_splits = (
+        2,
+        4,
+    )  # bs 1: 4 splits, narrow; bs 2-3: wide
+    assert launches() == {expected(b, q, lambda s: 32 if s >= 4 else 128) for b, q in shapes}
+    backend.attn_tiles = False
+    assert {t for _, _, _, t, _, _ in launches()} == {None}
 
 
 def test_options_off_from_the_environment(monkeypatch):

@@ -55,9 +55,26 @@ DOT_ROWS_DECODE_MAX = 16
 # but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
 # ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512), where
 # pipelined with the early reads they had gained 1-4 % at bs 32-64 only. The 8B's decodes (4 query rows per block
-# instead of 2, the same grid) were not timed on this rule: run T's last call found no machine free.
-ATTN_DECODE_SINGLE_STAGE_BS = 2
+# instead of 2, the same grid) gained as much in run U: 0.94x / 0.73x at bs 32, ctx 512 / 4096, against the old rule.
+# Run U's call 1 also timed bs 2 pipelined without early reads: 0.908x at ctx 4096, 1.003x at 512; so only bs 1 keeps
+# them (there they pay: the step's one busy tile per program is read during the kernel before).
+ATTN_DECODE_SINGLE_STAGE_BS = 1
 ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
+
+# The attention's KV tile (BLOCK_N tokens per loop iteration; 64 until run U). Run U (docs/benchmarks.md) swept tile
+# x stages x warps for the kernel alone at the engine's launch options, bs 1-64, ctx 512 and 4096, both
+# geometries (bench/attn_probe.py --sweep). Launches of at most ATTN_WIDE_TILE_SPLITS KV splits (bs >= 4 at 8
+# KV heads) run 128-token tiles, 2 stages: 0.74-0.96x the kernel time of the 64-token tile (bs 16 x 8, ctx 4096:
+# 94.5 -> 70.0 us, 3.8 TB/s of KV), unless the grid has more than ATTN_WIDE_TILE_WAVES programs per SM (a 128-token
+# tile's two stages take 128 KB of shared memory: one program per SM; bs 64 was 1.01-1.05x slower with it).
+# Launches of at least ATTN_NARROW_TILE_SPLITS splits (one request) that do not read early run 32-token tiles,
+# 2 stages: at ctx 512 a split's range is 16 tokens, and 32-token chunks keep twice the programs busy (bs 1
+# extends 0.88-0.91x; at ctx 4096 0.96-1.04x). Decodes that read early keep the kernel's tile (64 tokens), as do
+# what was not swept: head dims over 128, row blocks of more than 32 query rows (extends of more than 16 tokens
+# at GQA 2, 8 at GQA 4; prefills).
+ATTN_WIDE_TILE_SPLITS = 8
+ATTN_WIDE_TILE_WAVES = 2
+ATTN_NARROW_TILE_SPLITS = 32
 
 # The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
 # turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
@@ -95,6 +112,10 @@ FAST_PATH_OPTIONS = {
     "(off: the autotuner's choice, each config timed alone)",
     "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
     "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
+    "attn_tiles": f"attention KV tiles of 128 tokens for launches of at most `attn_wide_tile_splits` KV splits "
+    f"(default {ATTN_WIDE_TILE_SPLITS}) and {ATTN_WIDE_TILE_WAVES} programs per SM, of 32 tokens for launches of at "
+    f"least `attn_narrow_tile_splits` (default {ATTN_NARROW_TILE_SPLITS}) that do not read early, 2 stages for "
+    "both (off: 64 tokens everywhere, the stages below)",
     "attn_stages": "attention pipeline stages: 1 for decodes of up to `attn_decode_single_stage_bs` requests "
     f"(default {ATTN_DECODE_SINGLE_STAGE_BS}) and for extends of up to `attn_extend_single_stage_rows` query rows "
     f"per block (default {ATTN_EXTEND_SINGLE_STAGE_ROWS}: none), else 2 (3 for 32-row blocks) (off: 2 for all)",
@@ -215,6 +236,7 @@ class TritonMetadata:
     num_splits: int  # programs sharing one row block's KV range (flash-decoding)
     num_stages: int = 2  # the KV loop's pipeline stages (see ATTN_DECODE_SINGLE_STAGE_BS)
     prefetch: bool = False  # the first KV tile read before the PDL wait (attn_prefetch)
+    block_n: int | None = None  # KV tokens per loop iteration (None: the kernel's; see ATTN_WIDE_TILE_SPLITS)
     tickets: torch.Tensor | None = None  # with splits: the fused merge's counters (zeros between launches)
 
 
@@ -246,6 +268,9 @@ class TritonAttnBackend(AttentionBackend):
         self.attn_extend_single_stage_rows = ATTN_EXTEND_SINGLE_STAGE_ROWS
         # with attn_prefetch: extends of at most this many new tokens per request read early too (1: none)
         self.attn_prefetch_max = 1
+        # with attn_tiles: the split counts that take 128-token KV tiles (at most) and 32-token ones (at least)
+        self.attn_wide_tile_splits = ATTN_WIDE_TILE_SPLITS
+        self.attn_narrow_tile_splits = ATTN_NARROW_TILE_SPLITS
         tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
         tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
@@ -313,12 +338,24 @@ class TritonAttnBackend(AttentionBackend):
         else:
             early = max_extend_len <= self.attn_prefetch_max
             single = self.attn_extend_single_stage_rows
+        prefetch = self.attn_prefetch and early
         stages = tk.attention_stages(rows, tk.row_block_size(rows), single) if self.attn_stages else 2
+        block_n = None  # the kernel's own (64 tokens at head_dim <= 128)
+        # the launches run U swept: row blocks of up to 32 query rows, head_dim up to 128, no early reads
+        if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
+            programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
+            if splits <= self.attn_wide_tile_splits and programs <= ATTN_WIDE_TILE_WAVES * tk._num_sms(
+                cfg.device
+            ):
+                block_n, stages = 128, 2
+            elif splits >= self.attn_narrow_tile_splits:
+                block_n, stages = 32, 2
         return TritonMetadata(
             max_extend_len=max_extend_len,
             num_splits=splits,
             num_stages=stages,
-            prefetch=self.attn_prefetch and early,
+            prefetch=prefetch,
+            block_n=block_n,
             tickets=tickets,
         )
 
@@ -366,6 +403,7 @@ class TritonAttnBackend(AttentionBackend):
             sm_scale=self.config.scaling,
             num_splits=md.num_splits,
             num_stages=md.num_stages,
+            block_n=md.block_n,
             eager_loads=self.attn_eager_loads,
             pdl=self.pdl,
             prefetch=md.prefetch,
