@@ -496,7 +496,7 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
 
 
 def test_attention_kv_tiles_by_split_count(monkeypatch):
-    """Launches of at most `attn_wide_tile_splits` KV splits (default 8) whose grid fits two programs per SM run
+    """Launches of at most `attn_wide_tile_splits` KV splits (default 4) whose grid fits two programs per SM run
     128-token KV tiles, launches of at least `attn_narrow_tile_splits` (default 32) 32-token ones, both with 2
     stages (run U); decodes that read early, row blocks of more than 32 query rows and `attn_tiles` off keep the
     kernel's tile (None). The logits stay the reference's with every tile. The GPU's SM count is set to 8 here,
@@ -536,7 +536,7 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
             1 if q * group > 64 else max(1, min(64, 1 << (-(-8 // (b * cfg.num_kv_heads)) - 1).bit_length()))
         )
 
-    assert (backend.attn_wide_tile_splits, backend.attn_narrow_tile_splits) == (8, 32)
+    assert (backend.attn_wide_tile_splits, backend.attn_narrow_tile_splits) == (4, 32)
     got = launches()
     shapes = {(b, q) for b, q, *_ in got}
     assert shapes >= {(1, 1), (2, 1), (3, 1), (1, 2), (2, 5), (2, 17)}, got

@@ -63,16 +63,20 @@ ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
 
 # The attention's KV tile (BLOCK_N tokens per loop iteration; 64 until run U). Run U (docs/benchmarks.md) swept tile
 # x stages x warps for the kernel alone at the engine's launch options, bs 1-64, ctx 512 and 4096, both
-# geometries (bench/attn_probe.py --sweep). Launches of at most ATTN_WIDE_TILE_SPLITS KV splits (bs >= 4 at 8
-# KV heads) run 128-token tiles, 2 stages: 0.74-0.96x the kernel time of the 64-token tile (bs 16 x 8, ctx 4096:
-# 94.5 -> 70.0 us, 3.8 TB/s of KV), unless the grid has more than ATTN_WIDE_TILE_WAVES programs per SM (a 128-token
-# tile's two stages take 128 KB of shared memory: one program per SM; bs 64 was 1.01-1.05x slower with it).
-# Launches of at least ATTN_NARROW_TILE_SPLITS splits (one request) that do not read early run 32-token tiles,
-# 2 stages: at ctx 512 a split's range is 16 tokens, and 32-token chunks keep twice the programs busy (bs 1
-# extends 0.88-0.91x; at ctx 4096 0.96-1.04x). Decodes that read early keep the kernel's tile (64 tokens), as do
-# what was not swept: head dims over 128, row blocks of more than 32 query rows (extends of more than 16 tokens
-# at GQA 2, 8 at GQA 4; prefills).
-ATTN_WIDE_TILE_SPLITS = 8
+# geometries (bench/attn_probe.py --sweep): at 1-8 KV splits (bs >= 4 at 8 KV heads) 128-token tiles with 2
+# stages took 0.74-0.96x the kernel time of the 64-token tile (bs 16 x 8, ctx 4096: 94.5 -> 70.0 us, 3.8 TB/s of
+# KV), except where the grid has more than ATTN_WIDE_TILE_WAVES programs per SM (its two stages take 128 KB of
+# shared memory: one program per SM; bs 64 1.01-1.05x). In the engine's steps (call 4, side by side) the 0.6B's
+# bs 8-32 steps gained up to 1.30x at ctx 4096 (bs 16 x 8: 4.06 -> 3.13 ms) and 1.00-1.08x at 512 (decode bs 8:
+# 0.990x), the 8B's up to 1.20x; but at bs 4 (8 splits), ctx 512, the steps lost (decode 0.989x, extend 4 x 8
+# 0.914x: 1.28 -> 1.40 ms) while gaining 1.04-1.10x at 4096. A graph is captured per batch shape, for any context,
+# so one tile serves both: bs 4 keeps the 64-token tile (ATTN_WIDE_TILE_SPLITS 4; its 8B steps gained 1.5-3.8 %
+# at 4096 only). Launches of at least ATTN_NARROW_TILE_SPLITS splits (one request) that do not read early run
+# 32-token tiles, 2 stages: at ctx 512 a split's range is 16 tokens, and 32-token chunks keep twice the programs
+# busy (bs 1 extends 1.02-1.04x faster at 512, 1.00-1.03x at 4096, call 4). Decodes that read early keep the
+# kernel's tile (64 tokens), as does what was not swept: head dims over 128, row blocks of more than 32 query
+# rows (extends of more than 16 tokens at GQA 2, 8 at GQA 4; prefills).
+ATTN_WIDE_TILE_SPLITS = 4
 ATTN_WIDE_TILE_WAVES = 2
 ATTN_NARROW_TILE_SPLITS = 32
 
