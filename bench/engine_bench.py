@@ -396,8 +396,8 @@ def ablation_plan(
     bs 1 extends; then the one-token parts and the split cap at decode bs 1, the few-row GEMV
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
-    blocks). With `dot_rows_max` (0: the model is too large for it, or it is off; decodes up to
-    `dot_rows_decode_max` rows, None: the same), the tensor-core few-row kernel's 17-32 token steps on cuBLAS
+    blocks), the attention's KV tiles there and at the bs 1 extends. With `dot_rows_max` (0: the model is
+    too large for it, or it is off; decodes up to `dot_rows_decode_max` rows, None: the same), the tensor-core few-row kernel's 17-32 token steps on cuBLAS
     (`dot_rows_max=16`, where it takes them: by default with tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
     first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
     measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off
@@ -465,6 +465,9 @@ def ablation_plan(
         plan.append(
             ("no attn_stages", ("attn_stages",), [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs])
         )
+        # the KV tiles (run U): wide at the largest extend, narrow at the one-request extends
+        tiles = [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs] + bs1_extends
+        plan.append(("no attn_tiles", ("attn_tiles",), tiles))
     plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
     for _, off, _ in plan:
         if unknown := unknown_names(off):

@@ -26,7 +26,7 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8, 8)
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
     new = {*bench.NEW_AFTER_GEMV_ROWS}
-    assert singles == {*new, *bench.NEW_SINCE_AB, "attn_stages", "gemv_rows"}
+    assert singles == {*new, *bench.NEW_SINCE_AB, "attn_stages", "attn_tiles", "gemv_rows"}
     assert singles <= FAST_PATH_OPTIONS.keys()
     before = [p for p in plan if len(p[1]) > 1]
     assert len(before) == 1 and set(before[0][1]) == {*new, *bench.NEW_SINCE_AB, "gemv_rows"}
@@ -36,6 +36,8 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     assert by_name["last_norm_rows"] == [(ctx, 1, q) for ctx in (512, 4096) for q in (2, 4, 8)]
     assert by_name["gemv_norm"] == [(512, 1, 1), (4096, 1, 1)]  # one-token steps: decode bs 1
     assert by_name["attn_stages"] == [(512, 16, 8), (4096, 16, 8)]  # 32-row blocks: the largest extend
+    # the KV tiles: the wide one at the largest extend, the narrow one at the one-request extends
+    assert by_name["attn_tiles"] == [(512, 16, 8), (4096, 16, 8)] + by_name["last_norm_rows"]
     # the few-row GEMV: every step of 2-8 tokens (bs 1 extends, decodes of bs 4 and 8, bs 4 x q 2)
     rows = [(1, 2), (1, 4), (1, 8), (4, 1), (4, 2), (8, 1)]
     assert by_name["gemv_rows"] == [(ctx, bs, q) for ctx in (512, 4096) for bs, q in rows]
