@@ -71,18 +71,7 @@ def sweep_variants() -> list[str]:
 def launch_options(backend: TritonAttnBackend, bs: int, q_len: int, variant: str) -> dict:
     """`paged_attention`'s launch options for one attention launch of a step of `bs` requests of `q_len` new
     tokens each, as the engine's backend chooses them (`metadata_for`), with a launch variant applied."""
-    md = backend.metadata_for(bs, q_len)
-    launch = dict(
-        num_splits=md.num_splits,
-        num_stages=md.num_stages,
-        num_warps=4,
-        block_n=md.block_n,
-        eager_loads=backend.attn_eager_loads,
-        prefetch=md.prefetch,
-        tickets=md.tickets if backend.fused_merge else None,
-        fused_rows=backend.fused_merge_rows,
-        merge_passes=backend.fused_merge_passes,
-    )
+    launch = dict(num_warps=4, **backend.launch_options(backend.metadata_for(bs, q_len)))
     for item in variant.split("+"):
         name, _, value = item.partition("=")
         if name in LAUNCH_OPTIONS:

@@ -440,6 +440,25 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     assert asked and not any(p for _, p in asked)
 
 
+def record_attention(monkeypatch, model, keys: tuple[str, ...]) -> tuple[list, list, list]:
+    """(asked, steps, want): three decodes (bs 1, 3, 2) and STEPS, with the reference's logits `want` (SDPA),
+    and `tk.paged_attention` recording (batch size, max_extend_len, *the launch options `keys`) into `asked`
+    from now on."""
+    asked = []
+    real = tk.paged_attention
+
+    def recorded(*args, **kwargs):
+        bs = args[6].shape[0]  # seq_lens
+        asked.append((bs, kwargs["max_extend_len"], *(kwargs[k] for k in keys)))
+        return real(*args, **kwargs)
+
+    decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
+    steps = decodes + STEPS
+    want = run_steps(model, SdpaAttnBackend(attn_config(model.config)), model.forward, steps)
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    return asked, steps, want
+
+
 def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     """Decodes of up to `attn_decode_single_stage_bs` requests (default 1) read their first KV tile early and run
     the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (run T), as do extends
@@ -449,18 +468,8 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    asked = []  # (batch size, largest new tokens per row, stages, early reads) per attention launch
-    real = tk.paged_attention
-
-    def recorded(*args, **kwargs):
-        bs = args[6].shape[0]  # seq_lens
-        asked.append((bs, kwargs["max_extend_len"], kwargs["num_stages"], kwargs["prefetch"]))
-        return real(*args, **kwargs)
-
-    decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
-    steps = decodes + STEPS
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
-    monkeypatch.setattr(tk, "paged_attention", recorded)
+    # (batch size, largest new tokens per row, stages, early reads) per attention launch
+    asked, steps, want = record_attention(monkeypatch, model, ("num_stages", "prefetch"))
     backend = TritonAttnBackend(cfg)
     backend.attn_tiles = False
 
@@ -506,21 +515,9 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
     monkeypatch.setattr(tk, "_num_sms", lambda device: 8)
-    asked = []  # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per launch
-    real = tk.paged_attention
-
-    def recorded(*args, **kwargs):
-        bs = args[6].shape[0]  # seq_lens
-        kw = kwargs
-        asked.append(
-            (bs, kw["max_extend_len"], kw["num_splits"], kw["block_n"], kw["num_stages"], kw["prefetch"])
-        )
-        return real(*args, **kwargs)
-
-    decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
-    steps = decodes + STEPS
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
-    monkeypatch.setattr(tk, "paged_attention", recorded)
+    # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per attention launch
+    keys = ("num_splits", "block_n", "num_stages", "prefetch")
+    asked, steps, want = record_attention(monkeypatch, model, keys)
     backend = TritonAttnBackend(cfg)
 
     def launches() -> set[tuple]:

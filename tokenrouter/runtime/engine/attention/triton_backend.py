@@ -405,11 +405,18 @@ class TritonAttnBackend(AttentionBackend):
             fb.extend_seq_lens,
             max_extend_len=md.max_extend_len,
             sm_scale=self.config.scaling,
+            pdl=self.pdl,
+            **self.launch_options(md),
+        )
+
+    def launch_options(self, md: TritonMetadata) -> dict:
+        """`tk.paged_attention`'s launch options for a step's metadata (bench/attn_probe.py launches the kernel
+        alone with these)."""
+        return dict(
             num_splits=md.num_splits,
             num_stages=md.num_stages,
             block_n=md.block_n,
             eager_loads=self.attn_eager_loads,
-            pdl=self.pdl,
             prefetch=md.prefetch,
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
