@@ -2,7 +2,7 @@
 
 Each point BSxQ@CTX is one attention launch of a step: BS requests whose sequences end at CTX tokens, the
 last Q of them new (Q 1: a decode). Its launch options (KV splits, pipeline stages, early reads, the fused
-merge's tickets) are the ones `TritonAttnBackend.metadata_for` picks for that shape, so the kernel runs as in
+merge's tickets, the KV tile) are the ones `TritonAttnBackend.metadata_for` picks for that shape, so the kernel runs as in
 the engine's step; a variant changes one of them, or the data:
 
 - `stages=N`, `warps=N`, `block_n=N`, `splits=N`: a launch option;
@@ -77,9 +77,7 @@ def launch_options(backend: TritonAttnBackend, bs: int, q_len: int, variant: str
         if name in LAUNCH_OPTIONS:
             launch[LAUNCH_OPTIONS[name]] = int(value)
     if launch["num_splits"] > 1 and launch["tickets"] is None and backend.fused_merge:  # `splits=N` from 1
-        cfg = backend.config
-        group = cfg.num_heads // cfg.num_kv_heads  # a ticket per row block, as metadata_for takes them
-        launch["tickets"] = backend._tickets_for(tk.attention_tickets(bs, cfg.num_kv_heads, q_len, group))
+        launch["tickets"] = backend.tickets_for(bs, q_len)
     return launch
 
 
@@ -103,6 +101,14 @@ def time_graph(fn, launches: int = 20, reps: int = 5) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / launches)
     return statistics.median(times)
+
+
+def table_line(row: dict, label: str, kv_bytes: int, base_us: float | None) -> str:
+    """One timed launch as a row of the printed table (`base_us`: the point's default, None if it failed)."""
+    tile = row["block_n"] or "kernel's"
+    against = f"{row['us'] / base_us:.3f}" if base_us else ""
+    return (f"| {row['bs']}x{row['q']}@{row['ctx']} | {label} | {row['splits']} | {tile} | {row['stages']} | "
+            f"{'yes' if row['prefetch'] else 'no'} | {row['us']:.2f} | {kv_bytes / row['us'] / 1e3:.0f} | {against} |")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,16 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=dev).manual_seed(0)
     k_buf = torch.randn(slots, args.kv_heads, args.head_dim, device=dev, dtype=dtype, generator=gen)
     v_buf = torch.randn(slots, args.kv_heads, args.head_dim, device=dev, dtype=dtype, generator=gen)
-    tables = {
-        "contiguous": torch.arange(1, slots, device=dev, dtype=torch.int32).view(max_bs, max_ctx),
-        "permuted": (torch.randperm(slots - 1, device=dev, generator=gen).to(torch.int32) + 1).view(
-            max_bs, max_ctx
-        ),
+    # request b's KV slots in row b + 1 of the table (row 0, padding's, stays zero): contiguous or scattered
+    order = {
+        "contiguous": torch.arange(slots - 1, device=dev),
+        "permuted": torch.randperm(slots - 1, device=dev, generator=gen),
     }
+    tables = {}
+    for name, perm in order.items():
+        tables[name] = torch.zeros(max_bs + 1, max_ctx, dtype=torch.int32, device=dev)
+        tables[name][1:] = (perm.to(torch.int32) + 1).view(max_bs, max_ctx)
     print(f"## Paged attention alone on {torch.cuda.get_device_name()}: {args.heads} query heads, "
           f"{args.kv_heads} KV heads, head_dim {args.head_dim}, bf16 (µs per launch)\n")  # fmt: skip
-    print("| point | variant | splits | stages | early reads | µs | KV GB/s | vs default |")
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+    print("| point | variant | splits | KV tile | stages | early reads | µs | KV GB/s | vs default |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     rows = []
     Path(args.out).mkdir(parents=True, exist_ok=True)
     for bs, q_len, ctx in args.points:
@@ -166,10 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         base_us = None
         for variant in args.variants:
             launch = launch_options(backend, bs, q_len, variant)
-            table = torch.zeros(max_bs + 1, max_ctx, dtype=torch.int32, device=dev)
-            table[1:] = tables["permuted" if variant == "permuted" else "contiguous"]
+            table = tables["permuted" if variant == "permuted" else "contiguous"]
             q_in = torch.zeros_like(q) if variant == "zero_q" else q
-
             call = functools.partial(
                 tk.paged_attention, q_in, k_buf, v_buf, out, table, req, seq, starts, ext, q_len, cfg.scaling,
                 **launch,
@@ -178,24 +185,19 @@ def main(argv: list[str] | None = None) -> int:
                 us = time_graph(call)
             except Exception as e:  # noqa: BLE001 — e.g. a tile that does not fit the SM's shared memory
                 print(
-                    f"| {bs}x{q_len}@{ctx} | {variant} | failed: {type(e).__name__} | | | | | |", flush=True
+                    f"| {bs}x{q_len}@{ctx} | {variant} | failed: {type(e).__name__} | | | | | | |", flush=True
                 )
                 continue
             base_us = us if variant == "default" else base_us
-            row = dict(bs=bs, q=q_len, ctx=ctx, variant=variant, us=us, splits=launch["num_splits"],
-                       stages=launch["num_stages"], block_n=launch.get("block_n"), warps=launch["num_warps"],
-                       prefetch=launch["prefetch"])  # fmt: skip
-            rows.append(row)
+            rows.append(dict(bs=bs, q=q_len, ctx=ctx, variant=variant, us=us, splits=launch["num_splits"],
+                             block_n=launch["block_n"], stages=launch["num_stages"], warps=launch["num_warps"],
+                             prefetch=launch["prefetch"]))  # fmt: skip
             if not args.sweep:
-                print(f"| {bs}x{q_len}@{ctx} | {variant} | {launch['num_splits']} | {launch['num_stages']} | "
-                      f"{'yes' if launch['prefetch'] else 'no'} | {us:.2f} | {kv_bytes / us / 1e3:.0f} | "
-                      f"{us / base_us:.3f} |", flush=True)  # fmt: skip
-        if args.sweep:
-            point = [r for r in rows if (r["bs"], r["q"], r["ctx"]) == (bs, q_len, ctx)]
-            best = min(point, key=lambda r: r["us"])
-            print(f"| {bs}x{q_len}@{ctx} | best: {best['variant']} | {best['splits']} | {best['stages']} | "
-                  f"{'yes' if best['prefetch'] else 'no'} | {best['us']:.2f} | {kv_bytes / best['us'] / 1e3:.0f} | "
-                  f"{best['us'] / base_us:.3f} |", flush=True)  # fmt: skip
+                print(table_line(rows[-1], variant, kv_bytes, base_us), flush=True)
+        timed = [r for r in rows if (r["bs"], r["q"], r["ctx"]) == (bs, q_len, ctx)]
+        if args.sweep and timed:
+            best = min(timed, key=lambda r: r["us"])
+            print(table_line(best, f"best: {best['variant']}", kv_bytes, base_us), flush=True)
         # after every point: a run stopped by its time limit keeps what it measured
         (Path(args.out) / "attn_probe.json").write_text(
             json.dumps(dict(argv=sys.argv[1:], rows=rows), indent=1)

@@ -397,8 +397,9 @@ def ablation_plan(
     (`gemv_rows`) at every measured step of 2 to `gemv_rows_max` tokens of at most `gemv_rows_batch_max`
     requests (decodes of `decode_bs`, extends), the attention stage choice at the largest extend (32-row
     blocks), the attention's KV tiles there and at the bs 1 extends. With `dot_rows_max` (0: the model is
-    too large for it, or it is off; decodes up to `dot_rows_decode_max` rows, None: the same), the tensor-core few-row kernel's 17-32 token steps on cuBLAS
-    (`dot_rows_max=16`, where it takes them: by default with tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
+    too large for it, or it is off; decodes up to `dot_rows_decode_max` rows, None: the same), the tensor-core
+    few-row kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: by default with
+    tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
     first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
     measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off
     (`dot_prefetch`) and its folded add & RMSNorm on at every such step (`dot_rows_norm`, opt-in), then off at

@@ -59,3 +59,15 @@ def test_joined_variants_and_the_sweep(probe):
     # a split count forced from 1 takes the fused merge's tickets, as the backend's own launches do
     assert probe.launch_options(backend, 64, 1, "default")["tickets"] is None
     assert probe.launch_options(backend, 64, 1, "splits=4")["tickets"] is not None
+
+
+def test_table_line(probe):
+    row = dict(bs=16, q=8, ctx=4096, splits=2, block_n=128, stages=2, prefetch=False, us=70.0)
+    kv = 2 * 16 * 4096 * 8 * 128 * 2  # 268 MB of K and V
+    assert (
+        probe.table_line(row, "best: x", kv, 95.0)
+        == "| 16x8@4096 | best: x | 2 | 128 | 2 | no | 70.00 | 3835 | 0.737 |"
+    )
+    # the kernel's own tile, and a point whose default launch failed (nothing to compare with)
+    line = probe.table_line({**row, "block_n": None, "prefetch": True}, "default", kv, None)
+    assert line == "| 16x8@4096 | default | 2 | kernel's | 2 | yes | 70.00 | 3835 |  |"

@@ -55,7 +55,7 @@ DOT_ROWS_DECODE_MAX = 16
 # but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
 # ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512), where
 # pipelined with the early reads they had gained 1-4 % at bs 32-64 only. The 8B's decodes (4 query rows per block
-# instead of 2, the same grid) gained as much in run U: 0.94x / 0.73x at bs 32, ctx 512 / 4096, against the old rule.
+# instead of 2, the same grid) gained as much in run U: 0.93x / 0.73x at bs 32, ctx 512 / 4096, against the old rule.
 # Run U's call 1 also timed bs 2 pipelined without early reads: 0.908x at ctx 4096, 1.003x at 512; so only bs 1 keeps
 # them (there they pay: the step's one busy tile per program is read during the kernel before).
 ATTN_DECODE_SINGLE_STAGE_BS = 1
@@ -119,7 +119,7 @@ FAST_PATH_OPTIONS = {
     "attn_tiles": f"attention KV tiles of 128 tokens for launches of at most `attn_wide_tile_splits` KV splits "
     f"(default {ATTN_WIDE_TILE_SPLITS}) and {ATTN_WIDE_TILE_WAVES} programs per SM, of 32 tokens for launches of at "
     f"least `attn_narrow_tile_splits` (default {ATTN_NARROW_TILE_SPLITS}) that do not read early, 2 stages for "
-    "both (off: 64 tokens everywhere, the stages below)",
+    "both (off: the kernel's tile everywhere, 64 tokens at head_dim <= 128, and the stages below)",
     "attn_stages": "attention pipeline stages: 1 for decodes of up to `attn_decode_single_stage_bs` requests "
     f"(default {ATTN_DECODE_SINGLE_STAGE_BS}) and for extends of up to `attn_extend_single_stage_rows` query rows "
     f"per block (default {ATTN_EXTEND_SINGLE_STAGE_ROWS}: none), else 2 (3 for 32-row blocks) (off: 2 for all)",
@@ -323,19 +323,13 @@ class TritonAttnBackend(AttentionBackend):
     def metadata_for(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
         """The metadata for a launch shape; a graph runner calls this once per captured shape."""
         cfg = self.config
-        group = cfg.num_heads // cfg.num_kv_heads
-        rows = max_extend_len * group
+        rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
+        block_m = tk.row_block_size(rows)
         if rows > 64:  # long extends / prefills: enough row blocks to fill the GPU without splitting
             splits = 1
         else:
-            row_blocks = -(-rows // tk.row_block_size(rows))
             cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
-            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, row_blocks, cfg.device, cap)
-        tickets = None
-        if splits > 1:
-            tickets = self._tickets_for(
-                tk.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group)
-            )
+            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, -(-rows // block_m), cfg.device, cap)
         if max_extend_len == 1:  # a decode: early reads and one stage up to a batch size (shape only)
             early = batch_size <= self.attn_decode_single_stage_bs
             single = tk.SINGLE_STAGE_ROWS if early else 0
@@ -343,14 +337,13 @@ class TritonAttnBackend(AttentionBackend):
             early = max_extend_len <= self.attn_prefetch_max
             single = self.attn_extend_single_stage_rows
         prefetch = self.attn_prefetch and early
-        stages = tk.attention_stages(rows, tk.row_block_size(rows), single) if self.attn_stages else 2
+        stages = tk.attention_stages(rows, block_m, single) if self.attn_stages else 2
         block_n = None  # the kernel's own (64 tokens at head_dim <= 128)
         # the launches run U swept: row blocks of up to 32 query rows, head_dim up to 128, no early reads
         if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
             programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
-            if splits <= self.attn_wide_tile_splits and programs <= ATTN_WIDE_TILE_WAVES * tk._num_sms(
-                cfg.device
-            ):
+            fits = programs <= ATTN_WIDE_TILE_WAVES * tk._num_sms(cfg.device)
+            if splits <= self.attn_wide_tile_splits and fits:
                 block_n, stages = 128, 2
             elif splits >= self.attn_narrow_tile_splits:
                 block_n, stages = 32, 2
@@ -360,8 +353,14 @@ class TritonAttnBackend(AttentionBackend):
             num_stages=stages,
             prefetch=prefetch,
             block_n=block_n,
-            tickets=tickets,
+            tickets=self.tickets_for(batch_size, max_extend_len) if splits > 1 else None,
         )
+
+    def tickets_for(self, batch_size: int, max_extend_len: int) -> torch.Tensor:
+        """The fused merge's zeroed ticket buffer, large enough for a launch shape's row blocks."""
+        cfg = self.config
+        group = cfg.num_heads // cfg.num_kv_heads
+        return self._tickets_for(tk.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group))
 
     def _tickets_for(self, n: int) -> torch.Tensor:
         """A zeroed int32 buffer of at least n tickets (allocated outside graph capture: the graph runner
