@@ -178,6 +178,9 @@ class Settings:
     # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13)
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
+    # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
+    # prediction from the same profile (`--thresholds`): does the model rank the candidates as serving does?
+    thresholds: list[dict[str, int]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
 
@@ -326,7 +329,7 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         (raw / f"tune-n{n}.json").write_text(json.dumps(rec, indent=2))
         result = rec["tuning"]["result"]
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
-                  "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"]}  # fmt: skip
+                  "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"], "profile": profiles[n]}  # fmt: skip
         say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
     return out
 
@@ -372,7 +375,49 @@ def untuned_n1(s: Settings, plan: Path, tuned: Path) -> dict:
     write_plan(data, tuned)
     thresholds = dict.fromkeys(data["models"], 1)
     say(s, f"tune N=1: B = {thresholds} (the only feasible thresholds), no prediction without a profile")
-    return {"plan": tuned, "thresholds": thresholds, "predicted_tok_s": None, "p": None, "step_ms": None}
+    return {"plan": tuned, "thresholds": thresholds, "predicted_tok_s": None, "p": None, "step_ms": None,
+            "profile": None}  # fmt: skip
+
+
+def threshold_label(thresholds: dict[str, int]) -> str:
+    return ",".join(f"{m}={b}" for m, b in thresholds.items())
+
+
+def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: dict, raw: Path) -> dict:
+    """The plan at fixed thresholds `given` (models not named keep the tuned B), with the DTMC's prediction
+    on the profile the tuning used: `tokenrouter tune` on a plan without auto models evaluates just that
+    candidate. Like profile_and_tune's entries, plus "fixed": True."""
+    from tokenrouter.compiler.passes.check_feasibility import feasibility
+    from tokenrouter.compiler.plan import read_plan, write_plan
+
+    data = read_plan(plan)
+    unknown = sorted(set(given) - set(data["models"]))
+    if unknown:
+        raise RuntimeError(
+            f"--thresholds names {unknown[0]!r}, not a model of the plan ({', '.join(data['models'])})"
+        )
+    thresholds = {m: int(given.get(m, tuned["thresholds"][m])) for m in data["models"]}
+    if sum(b - 1 for b in thresholds.values()) >= n:
+        raise RuntimeError(f"thresholds {threshold_label(thresholds)} are infeasible at N = {n}: "
+                           f"the sum of (B_i - 1) must stay below N")  # fmt: skip
+    data.pop("tuning", None)
+    for m, b in thresholds.items():
+        data["models"][m]["batch"] = b
+    data["serve"]["concurrency"] = n
+    data["checks"]["feasibility"] = feasibility(data["models"], n)
+    stem = f"{plan.stem}-n{n}-B" + "-".join(str(b) for b in thresholds.values())
+    fixed = raw / f"{stem}.plan"
+    write_plan(data, fixed)
+    out = {"plan": fixed, "thresholds": thresholds, "predicted_tok_s": None, "p": tuned["p"],
+           "step_ms": tuned["step_ms"], "profile": tuned["profile"], "fixed": True}  # fmt: skip
+    if tuned["profile"] is not None:
+        proc = run_cmd(s, cli("tune", str(fixed), "--profile", str(tuned["profile"]), "-n", str(n), "--json",
+                              "-o", str(fixed)), raw / "tune.log")  # fmt: skip
+        rec = json.loads(proc.stdout)
+        (raw / f"tune-{stem}.json").write_text(json.dumps(rec, indent=2))
+        out["predicted_tok_s"] = rec["tuning"]["result"]["throughput_tok_s"]
+    say(s, f"fixed N={n}: B = {thresholds}, predicted {out['predicted_tok_s'] or float('nan'):.0f} tok/s")
+    return out
 
 
 class Server:
@@ -470,14 +515,25 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
     tuned_ns = sorted({n for mode, ns in part.runs.items() if mode in TUNED for n in ns})
     tuning = profile_and_tune(s, plan, tuned_ns, raw) if tuned_ns else {}
     records, failures = [], []
-    servers: list[tuple[str, Path, tuple[int, ...]]] = []  # (mode, plan, Ns): one server per entry
+    # (mode, Ns, {N: tuning entry} or None): one server per entry; the tuned modes serve their N's plan
+    servers: list[tuple[str, tuple[int, ...], dict[int, dict] | None]] = []
     for mode, ns in part.runs.items():
         if mode in TUNED:
-            servers += [(mode, tuning[n]["plan"], (n,)) for n in ns]
+            servers += [(mode, (n,), {n: tuning[n]}) for n in ns]
         else:
-            servers.append((mode, plan, tuple(ns)))
-    for mode, plan_path, ns in servers:
-        tag = f"{mode}-n{'-'.join(map(str, ns))}"
+            servers.append((mode, tuple(ns), None))
+    for given in s.thresholds:
+        for n in part.runs.get("tokenrouter", ()):
+            try:
+                servers.append(("tokenrouter", (n,), {n: fixed_tuning(s, plan, n, given, tuning[n], raw)}))
+            except RuntimeError as e:
+                failures.append(f"tokenrouter N={n} at {threshold_label(given)}: {e}")
+                say(s, f"FAILED tokenrouter N={n} at {threshold_label(given)}: {e}")
+    for mode, ns, tuned in servers:
+        fixed = tuned is not None and tuned[ns[0]].get("fixed", False)
+        plan_path = tuned[ns[0]]["plan"] if tuned is not None else plan
+        variant = "-B" + "-".join(str(b) for b in tuned[ns[0]]["thresholds"].values()) if fixed else ""
+        tag = f"{mode}-n{'-'.join(map(str, ns))}{variant}"
         finish(s, name, records, failures, quiet=True)  # what is done so far survives a killed command
         if s.deadline_s is not None and time.monotonic() - t_part > s.deadline_s:
             failures.append(f"{tag}: skipped, the part passed --deadline-s {s.deadline_s:g}")
@@ -495,22 +551,22 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                 bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")  # compile kernels, fill graphs
                 time.sleep(1.0)  # the subservers' stats (every 0.5 s) catch up with the warm-up
                 before = scrape(srv.url)
-                report = bench(s, srv.url, n, s.rounds * n, s.output_len, raw / f"bench-{mode}-n{n}.json",
+                report = bench(s, srv.url, n, s.rounds * n, s.output_len, raw / f"bench-{mode}-n{n}{variant}.json",
                                raw / "bench.log")  # fmt: skip
                 rec = {
                     "part": name, "pair": part.pair, "policy": part.policy, "mode": mode, "n": n,
                     "output_len": s.output_len, "requests": s.rounds * n, "device": s.device or "cuda",
                     "startup_s": srv.startup_s, "report": report, "metrics_before": before,
                     "metrics_after": (time.sleep(1.0), scrape(srv.url))[1],
-                    "thresholds": tuning[n]["thresholds"] if mode in TUNED else None,
-                    "predicted_tok_s": tuning[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
-                    "tuning_p": tuning[n]["p"] if mode in TUNED else None,
-                    "committed": committed,
+                    "thresholds": tuned[n]["thresholds"] if tuned else None,
+                    "predicted_tok_s": tuned[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
+                    "tuning_p": tuned[n]["p"] if tuned else None,
+                    "committed": committed, "fixed_thresholds": fixed,
                 }  # fmt: skip
-                (raw / f"record-{mode}-n{n}.json").write_text(json.dumps(rec, indent=2))
+                (raw / f"record-{mode}-n{n}{variant}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
                 tok = report["decode_throughput_tok_s"]
-                say(s, f"  {mode} N={n}: {tok:.1f} tok/s, tokens {report['tokens_per_model']}, "
+                say(s, f"  {mode}{variant} N={n}: {tok:.1f} tok/s, tokens {report['tokens_per_model']}, "
                        f"failed {report['failed']}")  # fmt: skip
                 if report["failed"]:
                     failures.append(f"{mode} N={n}: {report['failed']} requests failed: {report['errors']}")
@@ -560,7 +616,10 @@ def tables(records: list[dict]) -> str:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         groups.setdefault((r["pair"], r["policy"]), []).append(r)
-    for (pair, policy), recs in sorted(groups.items()):
+    for (pair, policy), every in sorted(groups.items()):
+        recs = [r for r in every if not r.get("fixed_thresholds")]  # one record per (mode, N)
+        if not recs:
+            continue
         ns = sorted({r["n"] for r in recs})
         modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
         tok = {(r["mode"], r["n"]): r["report"]["decode_throughput_tok_s"] for r in recs}
@@ -635,8 +694,43 @@ def tables(records: list[dict]) -> str:
                 f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
             )
         out.append("")
-        out.extend(time_table(recs))
+        out.extend(threshold_table(every))
+        out.extend(time_table(every))
     return "\n".join(out)
+
+
+def mode_label(rec: dict) -> str:
+    """The mode, with the thresholds of a run served at fixed ones (`--thresholds`)."""
+    if rec.get("fixed_thresholds"):
+        return f"{rec['mode']} B={threshold_label(rec['thresholds'])}"
+    return rec["mode"]
+
+
+def threshold_table(recs: list[dict]) -> list[str]:
+    """TokenRouter at each threshold it was served at (the tuned B and every --thresholds one), per N:
+    measured, the DTMC's prediction from the tuning's profile, the DTMC on the run's own step times, and the
+    ratio to eager at the same N. Empty when no run was served at fixed thresholds."""
+    if not any(r.get("fixed_thresholds") for r in recs):
+        return []
+    eager = {r["n"]: r["report"]["decode_throughput_tok_s"] for r in recs if r["mode"] == "eager"}
+    rows = []
+    trs = [r for r in recs if r["mode"] == "tokenrouter"]
+    for r in sorted(trs, key=lambda r: (r["n"], -(r["predicted_tok_s"] or 0.0))):
+        tok = r["report"]["decode_throughput_tok_s"]
+        pred, own = r["predicted_tok_s"], run_prediction(r)
+        rows.append(
+            f"| {r['n']} | {threshold_label(r['thresholds'] or {})} | "
+            f"{'fixed' if r.get('fixed_thresholds') else 'tuned'} | {tok:.1f} | "
+            f"{f'{pred:.1f}' if pred else '-'} | {ratio(tok, pred)} | {f'{own:.1f}' if own else '-'} | "
+            f"{ratio(tok, eager.get(r['n']))} |"
+        )
+    return [
+        "TokenRouter at each threshold served (`--thresholds`; rows by the tuning's prediction, best first):\n",
+        "| N | B | chosen | tok/s | DTMC predicted | measured / predicted | DTMC on own step times | / eager |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+    ]
 
 
 def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
@@ -735,7 +829,7 @@ def time_table(recs: list[dict]) -> list[str]:
                 continue
             busy = d["step_seconds_total"]
             rows.append(
-                f"| {r['mode']} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | "
+                f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | "
                 f"{busy / wall:.0%} | {1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
                 f"{d.get('step_tokens_total', 0) / steps:.2f} |"
                 if wall
@@ -759,6 +853,7 @@ def chart(records: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = [r for r in records if not r.get("fixed_thresholds")]  # the tuned runs: one bar per mode and N
     groups = sorted({(r["pair"], r["policy"]) for r in records})
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
     for ax, (pair, policy) in zip(axes[0], groups, strict=True):
@@ -842,6 +937,17 @@ def parse_runs(values: list[str]) -> dict[str, tuple[int, ...]]:
     return runs
 
 
+def parse_thresholds(value: str) -> dict[str, int]:
+    """`slm=1,llm=4` -> {"slm": 1, "llm": 4}."""
+    out = {}
+    for item in value.split(","):
+        model, eq, b = item.partition("=")
+        if not (eq and model.strip() and b.strip().isdigit() and int(b) >= 1):
+            raise ValueError(f"--thresholds {value!r}: expected MODEL=B[,MODEL=B...] with B >= 1")
+        out[model.strip()] = int(b)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", action="append", default=[], help="a named part (see --list); repeatable")
@@ -872,6 +978,9 @@ def main(argv: list[str] | None = None) -> int:
         help="an extra argument for every `serve` (repeatable; e.g. --serve-arg=--mps-sm=llm=70)",
     )
     ap.add_argument("--tag", default="", help="suffix of the part's name (its output files)")
+    ap.add_argument("--thresholds", action="append", default=[], metavar="MODEL=B[,MODEL=B]",
+                    help="serve TokenRouter again at these fixed delayed-batching thresholds beside the tuned "
+                    "ones, with the DTMC's prediction for them (repeatable; models not named keep the tuned B)")  # fmt: skip
     ap.add_argument(
         "--tune-from",
         choices=("profile", "eager"),
@@ -898,6 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [x for x in a.part if x not in PARTS]
         if unknown:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
+        thresholds = [parse_thresholds(v) for v in a.thresholds]
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):
@@ -923,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
                      tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
-                     deadline_s=a.deadline_s)  # fmt: skip
+                     deadline_s=a.deadline_s, thresholds=thresholds)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len
         if part.rounds is not None:

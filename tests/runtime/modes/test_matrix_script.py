@@ -151,3 +151,56 @@ def test_simulation_as_the_run_was_explains_run_31():
     del old["report"]["per_request"]
     assert matrix.run_simulation(old) is None
     assert matrix.run_simulation(next(r for r in recs if r["mode"] == "llm-only")) is None
+
+
+def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path):
+    """`--thresholds llm=3`: a plan at those thresholds (the others as tuned), whose DTMC prediction comes
+    from the tuning's profile through `tune` on a plan without auto models, and a table that sets each
+    threshold's measured throughput beside its prediction and eager's."""
+    from tokenrouter.compiler.plan import read_plan
+
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.35", raw)
+    profile = tmp_path / "profile.json"  # step times and hops of run 41a (p = 0.35, N = 8), rounded
+    profile.write_text(json.dumps({
+        "format": "tokenrouter.profile/1", "policy": "bernoulli", "device": "serving metrics",
+        "step_ms": {"slm": {str(b): ms for b, ms in enumerate([2.05, 2.31, 2.54, 2.65, 2.83, 2.91, 2.71, 1.54], 1)},
+                    "llm": {str(b): ms for b, ms in enumerate([6.49, 6.68, 6.83, 6.84, 7.58, 7.47, 10.04], 1)}},
+        "routing": {"slm": {"llm": 0.358, "slm": 0.642}, "llm": {"slm": 0.997, "llm": 0.003}},
+    }))  # fmt: skip
+    tuned = {"thresholds": {"slm": 1, "llm": 3}, "p": None, "step_ms": None, "profile": profile}
+    got = matrix.fixed_tuning(s, plan, 8, {"llm": 5}, tuned, raw)
+    assert got["fixed"] and got["thresholds"] == {"slm": 1, "llm": 5}
+    served = read_plan(got["plan"])
+    assert {m: spec["batch"] for m, spec in served["models"].items()} == {"slm": 1, "llm": 5}
+    assert served["serve"]["concurrency"] == 8 and served["checks"]["feasibility"]["ok"]
+    assert served["tuning"]["result"]["evaluated"] == 1  # just this candidate
+    assert 1000 < got["predicted_tok_s"] < 2500
+    other = matrix.fixed_tuning(s, plan, 8, {"llm": 2}, tuned, raw)
+    assert other["predicted_tok_s"] != got["predicted_tok_s"]
+    with pytest.raises(RuntimeError, match="infeasible at N = 4"):
+        matrix.fixed_tuning(s, plan, 4, {"slm": 3, "llm": 3}, tuned, raw)
+    with pytest.raises(RuntimeError, match="names 'big', not a model"):
+        matrix.fixed_tuning(s, plan, 8, {"big": 2}, tuned, raw)
+    assert matrix.parse_thresholds("slm=1, llm=4") == {"slm": 1, "llm": 4}
+    for bad in ("llm", "llm=0", "llm=x", "=3"):
+        with pytest.raises(ValueError, match="expected MODEL=B"):
+            matrix.parse_thresholds(bad)
+    assert (
+        matrix.main(
+            ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--thresholds", "llm"]
+        )
+        == 2
+    )
+
+    recs = [record("tokenrouter", 8, 1600.0, predicted=1690.0), record("eager", 8, 1470.0)]
+    recs[0]["thresholds"] = {"slm": 1, "llm": 3}
+    assert matrix.threshold_table(recs) == []  # nothing served at fixed thresholds: no table
+    fixed = record("tokenrouter", 8, 1650.0, predicted=1600.0) | {"fixed_thresholds": True,
+                                                                  "thresholds": {"slm": 1, "llm": 5}}  # fmt: skip
+    text = matrix.tables([*recs, fixed])
+    assert "| tokenrouter | 1600.0 |" in text and "| TR / eager | 1.09x |" in text  # the tuned run's
+    assert "| 8 | slm=1,llm=3 | tuned | 1600.0 | 1690.0 | 0.95x | - | 1.09x |" in text
+    assert "| 8 | slm=1,llm=5 | fixed | 1650.0 | 1600.0 | 1.03x | - | 1.12x |" in text
