@@ -23,12 +23,15 @@ PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": 
         "routes": {"slm": EMPTY_ROUTE, "llm": EMPTY_ROUTE}}  # fmt: skip
 
 
-def scrape(by_bs: dict[str, dict[int, tuple[int, float]]], tokens: dict[str, int], hops: dict) -> str:
+def scrape(
+    by_bs: dict[str, dict[int, tuple[int, float]]], tokens: dict[str, int], hops: dict, uptime_ms: float = 0.0
+) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
         metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
                                           last_step_ms=1.0, steps=sum(n for n, _ in table.values()),
-                                          kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table))  # fmt: skip
+                                          kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table,
+                                          busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -50,6 +53,19 @@ def test_latencies_and_routing_from_deltas():
     assert prof.routing["slm"] == pytest.approx({"slm": 0.9, "llm": 0.1})  # 100 hops over 1000 tokens
     assert prof.routing["llm"] == pytest.approx({"slm": 1.0, "llm": 0.0})
     assert prof.counts["slm"] == {"slm": 900, "llm": 100} and prof.source_sha256 == "abc"
+    assert "busy_share" not in prof.workload  # reports without an uptime (servers before it existed)
+
+
+def test_busy_share_over_the_window():
+    """Each model's step seconds over its subserver's uptime, both as deltas between the scrapes."""
+    before = scrape({"slm": {1: (10, 100.0)}, "llm": {1: (4, 40.0)}}, {"slm": 10, "llm": 2},
+                    {("slm", "llm"): 2}, uptime_ms=1000.0)  # fmt: skip
+    after = scrape({"slm": {1: (110, 1000.0)}, "llm": {1: (104, 540.0)}}, {"slm": 1010, "llm": 102},
+                   {("slm", "llm"): 102, ("llm", "slm"): 100}, uptime_ms=2000.0)  # fmt: skip
+    assert 'tokenrouter_uptime_seconds_total{model="slm"} 2' in after
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert prof.workload["busy_share"] == pytest.approx({"slm": 0.9, "llm": 0.5})
+    assert json.loads(json.dumps(prof.to_json()))["workload"]["busy_share"]["llm"] == pytest.approx(0.5)
 
 
 def test_dropping_hops_count_as_decisions():

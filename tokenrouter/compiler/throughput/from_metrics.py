@@ -10,7 +10,11 @@ A decision either writes a token (staying, or a hop that keeps it) or hops and d
 are `tokenrouter_generation_tokens_total` plus its dropping hops; which hops drop is read from the plan's
 rules (`policy_routing`'s committed share per transition; a transition whose rules both keep and drop is
 weighted by their probabilities where the policy implies them, else by the share of its rules that keep).
-With a `before` scrape, only what happened in between counts (a warm-up, say, is left out).
+With a `before` scrape, only what happened in between counts (a warm-up, say, is left out). The profile's
+`workload.busy_share` records each model's share of the window spent in steps
+(`tokenrouter_step_seconds_total` over `tokenrouter_uptime_seconds_total`, both from the subserver's own
+reports): how busy each model was at the latencies recorded, which matters where models share a GPU and slow
+each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8B beside it is busy less).
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -71,6 +75,7 @@ def profile_from_metrics(
     models = list(plan["models"])
     steps: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     tokens: dict[str, float] = {}
+    busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> [step seconds, uptime seconds]
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     for key in a:
         name, labels = key
@@ -81,6 +86,8 @@ def profile_from_metrics(
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
             hops[lab["from"]][lab["to"]] = delta(key)
+        elif name in ("tokenrouter_step_seconds_total", "tokenrouter_uptime_seconds_total"):
+            busy[lab["model"]][name == "tokenrouter_uptime_seconds_total"] = delta(key)
     if not steps:
         raise MetricsProfileError(
             "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
@@ -113,6 +120,8 @@ def profile_from_metrics(
             )
         counts[x] = row
         routing[x] = {y: n / decisions for y, n in row.items()}
+    # servers before the twenty-second session report no uptime: no busy share then
+    busy_share = {x: busy[x][0] / busy[x][1] for x in models if x in busy and busy[x][1] > 0}
     return Profile(
         policy=plan["policy"]["name"],
         source_sha256=plan.get("source", {}).get("sha256"),
@@ -125,5 +134,6 @@ def profile_from_metrics(
             "source": source or "metrics",
             "generated_tokens": int(sum(tokens.values())),
             "min_steps": min_steps,
+            **({"busy_share": busy_share} if busy_share else {}),
         },  # fmt: skip
     )

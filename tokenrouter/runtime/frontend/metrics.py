@@ -143,6 +143,13 @@ class Metrics:
         )
         for name, help_, attr, scale in (
             ("step_seconds_total", "Time spent in steps (forward + route kernel).", "busy_ms", 1e-3),
+            (
+                "uptime_seconds_total",
+                "The subserver's time since it started, on step_seconds_total's clock and as of the same "
+                "report (busy share over a window: the two counters' deltas divided).",
+                "uptime_ms",
+                1e-3,
+            ),
             ("step_rows_total", "Rows run, summed over steps.", "rows_total", 1),
             (
                 "step_tokens_total",

@@ -106,6 +106,7 @@ class Scheduler:
         self.rows_total = 0
         self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms]
+        self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
 
@@ -424,4 +425,5 @@ class Scheduler:
             rows_total=self.rows_total,
             new_tokens_total=self.new_tokens_total,
             step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.step_ms_by_bs.items()},
+            uptime_ms=(time.perf_counter() - self.started) * 1000.0,
         )
