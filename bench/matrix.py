@@ -743,6 +743,10 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
         if found:
             name, model = found.groups()
             out.setdefault(model, {})[name] = value - before.get(key, 0.0)
+        stall = re.fullmatch(r'tokenrouter_slow_steps_by_batch_total\{model="([^"]+)",bs="\d+"\}', key)
+        if stall:  # steps the subserver counted as stalls (servers from the twenty-second session on)
+            d = out.setdefault(stall.group(1), {})
+            d["stalls"] = d.get("stalls", 0.0) + value - before.get(key, 0.0)
     return out
 
 
@@ -825,24 +829,24 @@ def time_table(recs: list[dict]) -> list[str]:
         wall = r["report"].get("wall_s") or 0.0
         for model, d in sorted(step_deltas(r).items()):
             steps = d.get("steps_total", 0.0)
-            if not steps or "step_seconds_total" not in d:
+            if not steps or "step_seconds_total" not in d or not wall:
                 continue
             busy = d["step_seconds_total"]
+            stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter before the 22nd session
             rows.append(
-                f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | "
-                f"{busy / wall:.0%} | {1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
-                f"{d.get('step_tokens_total', 0) / steps:.2f} |"
-                if wall
-                else ""
+                f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
+                f"{1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
+                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} |"
             )
     if not rows:
         return []
     return [
         "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
-        "of the run's wall time, ms per step, rows and tokens per step.\n",
-        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *[x for x in rows if x],
+        "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
+        "stalls (over 10x their batch size's mean; included in the rest).\n",
+        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
         "",
     ]
 

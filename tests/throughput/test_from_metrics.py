@@ -24,14 +24,19 @@ PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": 
 
 
 def scrape(
-    by_bs: dict[str, dict[int, tuple[int, float]]], tokens: dict[str, int], hops: dict, uptime_ms: float = 0.0
+    by_bs: dict[str, dict[int, tuple[int, float]]],
+    tokens: dict[str, int],
+    hops: dict,
+    uptime_ms: float = 0.0,
+    slow: dict[str, dict[int, tuple[int, float]]] | None = None,
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
         metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
                                           last_step_ms=1.0, steps=sum(n for n, _ in table.values()),
                                           kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table,
-                                          busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms))  # fmt: skip
+                                          busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms,
+                                          slow_ms_by_bs=(slow or {}).get(model, {})))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -126,3 +131,22 @@ def test_cli_from_file_then_tune(tmp_path):
     r = subprocess.run([*cli, "profile", "examples/bernoulli.tr", "--from-metrics", str(tmp_path / "nope.txt")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode != 0 and "cannot read metrics file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_stalled_steps_are_left_out_of_the_latencies():
+    """A stall the subserver counted (one 1.1 s step among 300 of 6.7 ms, as on the H200) leaves L(b); the
+    profile says how many were left out."""
+    before = scrape(
+        {"slm": {1: (10, 20.0)}, "llm": {1: (10, 67.0)}}, {"slm": 10, "llm": 2}, {("slm", "llm"): 2}
+    )
+    after = scrape(
+        {"slm": {1: (310, 620.0)}, "llm": {1: (310, 67.0 + 299 * 6.7 + 1100.0), 2: (6, 42.0)}},
+        {"slm": 1010, "llm": 102},
+        {("slm", "llm"): 102, ("llm", "slm"): 100},
+        slow={"llm": {1: (1, 1100.0)}},
+    )
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert dict(prof.step_ms["llm"].points)[1] == pytest.approx(6.7)  # 10.4 ms with the stall in
+    assert dict(prof.step_ms["llm"].points)[2] == pytest.approx(7.0)
+    assert prof.workload["stalls"] == {"llm": {1: 1}}
+    assert "stalls" not in profile_from_metrics(PLAN, before, None, min_steps=5).workload

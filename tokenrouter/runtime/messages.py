@@ -122,9 +122,9 @@ class SubserverStats(msgspec.Struct, tag=True):
     rows_total: int = 0
     new_tokens_total: int = 0
     step_ms_by_bs: dict[int, tuple[int, float]] = {}  # batch size -> (steps, ms)
-    uptime_ms: float = (
-        0.0  # since the scheduler started, on busy_ms's clock: busy share = Δbusy_ms / Δuptime_ms
-    )
+    # since the scheduler started, on busy_ms's clock: busy share = Δbusy_ms / Δuptime_ms over a window
+    uptime_ms: float = 0.0
+    slow_ms_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among step_ms_by_bs (scheduler.is_stall)
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

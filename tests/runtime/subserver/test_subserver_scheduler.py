@@ -136,3 +136,49 @@ def test_tokens_and_rules_reach_the_host_unchanged(device):
     tokens, rules = Scheduler._tokens_and_rules(RouteResult(token, token.float(), rule))
     assert (tokens, rules) == ([0, 151_935, 2**40 + 3, 5], [-1, 0, 3, -1])
     assert all(type(x) is int for x in tokens + rules)
+
+
+def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplog):
+    """A step over 10x its batch size's mean (and over 50 ms) is a stall: counted in slow_ms_by_bs as well
+    as in the totals, shown in /metrics and logged with its shape; a step before 20 of its batch size is
+    never one, nor one under the floor."""
+    from tokenrouter.runtime.frontend.metrics import Metrics
+    from tokenrouter.runtime.subserver import scheduler as sched_mod
+
+    assert not sched_mod.is_stall(1000.0, 19, 19 * 5.0)  # too little history
+    assert not sched_mod.is_stall(45.0, 100, 100 * 1.0)  # under the floor
+    assert not sched_mod.is_stall(60.0, 100, 100 * 7.0)  # under 10x the mean
+    assert sched_mod.is_stall(80.0, 100, 100 * 7.0)
+    plan = compile_policy(tmp_path, "solo")  # one model: the request stays, one row per step
+    engine = SpyEngine(load_engine(plan["models"]["a"]["path"]))
+    a = Scheduler(
+        "a", plan, engine, RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 1}, 0.0)
+    )
+    durations = iter([5.0] * 24 + [900.0] + [5.0] * 5)  # ms per step: the 25th stalls
+    now = [0.0]
+
+    def clock() -> float:  # step() reads it twice per step: before and after the batch
+        return now[0]
+
+    monkeypatch.setattr(sched_mod.time, "perf_counter", clock)
+    real_run = a.run_batch
+
+    def timed_run(batch):
+        out = real_run(batch)
+        now[0] += next(durations) / 1000.0
+        return out
+
+    monkeypatch.setattr(a, "run_batch", timed_run)
+    a.handle(m.NewRequest("r0", [5, 6, 7], SPEC, n_active=1))
+    with caplog.at_level("WARNING", logger=sched_mod.__name__):
+        for _ in range(30):
+            a.step()
+    s = a.stats()
+    assert s.step_ms_by_bs[1] == (30, pytest.approx(29 * 5.0 + 900.0))
+    assert s.slow_ms_by_bs == {1: (1, pytest.approx(900.0))}
+    assert "a: step 25 stalled: 900 ms at batch size 1 (1 new tokens" in caplog.text
+    metrics = Metrics(models=["a", "b"])
+    metrics.on_stats(s)
+    out = metrics.render(active=0)
+    assert 'tokenrouter_slow_steps_by_batch_total{model="a",bs="1"} 1' in out
+    assert 'tokenrouter_slow_step_seconds_by_batch_total{model="a",bs="1"} 0.9' in out

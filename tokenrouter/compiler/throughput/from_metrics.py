@@ -5,7 +5,9 @@ other, and the hop rates they really took.
 0.6B step went from 2.0 to 3.4 ms beside a busy 8B, `docs/matrix.md`), so a DTMC fed with the isolated
 latencies over-predicts and can prefer thresholds that lose. Here the subservers' exact counters are read
 instead: `tokenrouter_steps_by_batch_total` / `tokenrouter_step_seconds_by_batch_total` give L_i(b) for every
-batch size that ran at least `min_steps` times, and `tokenrouter_hops_total` over i's decisions gives p_ij.
+batch size that ran at least `min_steps` times, leaving out the steps the subserver counted as stalls
+(`tokenrouter_slow_steps_by_batch_total`, over 10x their batch size's mean: on the H200 one 1.1 s stall made
+a batch size's mean step 50 % longer; they are recorded in the profile's `workload.stalls`), and `tokenrouter_hops_total` over i's decisions gives p_ij.
 A decision either writes a token (staying, or a hop that keeps it) or hops and drops it, so i's decisions
 are `tokenrouter_generation_tokens_total` plus its dropping hops; which hops drop is read from the plan's
 rules (`policy_routing`'s committed share per transition; a transition whose rules both keep and drop is
@@ -76,12 +78,21 @@ def profile_from_metrics(
     steps: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     tokens: dict[str, float] = {}
     busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> [step seconds, uptime seconds]
+    stalls: dict[str, dict[int, int]] = defaultdict(dict)  # model -> {batch size: stalled steps left out}
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     for key in a:
         name, labels = key
         lab = dict(labels)
         if name in ("tokenrouter_steps_by_batch_total", "tokenrouter_step_seconds_by_batch_total"):
-            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_step_seconds")] = delta(key)
+            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_step_seconds")] += delta(key)
+        elif name in (
+            "tokenrouter_slow_steps_by_batch_total",
+            "tokenrouter_slow_step_seconds_by_batch_total",
+        ):
+            n = delta(key)  # a stall's steps and seconds leave the batch size's totals
+            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_slow_step_seconds")] -= n
+            if name == "tokenrouter_slow_steps_by_batch_total" and n > 0:
+                stalls[lab["model"]][int(lab["bs"])] = int(round(n))
         elif name == "tokenrouter_generation_tokens_total":
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
@@ -135,5 +146,6 @@ def profile_from_metrics(
             "generated_tokens": int(sum(tokens.values())),
             "min_steps": min_steps,
             **({"busy_share": busy_share} if busy_share else {}),
+            **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
         },  # fmt: skip
     )

@@ -172,6 +172,20 @@ class Metrics:
             "Time spent in steps, by batch size.",
             [({"model": x, "bs": str(bs)}, ms / 1000.0) for x, bs, _, ms in by_bs],
         )
+        slow = [(x, bs, n, ms) for x, s in stats for bs, (n, ms) in sorted(s.slow_ms_by_bs.items())]
+        metric(
+            "slow_steps_by_batch_total",
+            "counter",
+            "Stalled steps (over 10x their batch size's mean and 50 ms), by batch size; included in "
+            "steps_by_batch_total.",
+            [({"model": x, "bs": str(bs)}, n) for x, bs, n, _ in slow],
+        )
+        metric(
+            "slow_step_seconds_by_batch_total",
+            "counter",
+            "Time spent in stalled steps, by batch size; included in step_seconds_by_batch_total.",
+            [({"model": x, "bs": str(bs)}, ms / 1000.0) for x, bs, _, ms in slow],
+        )
         for name, help_, h in (
             ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),
             (

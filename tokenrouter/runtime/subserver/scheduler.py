@@ -41,6 +41,22 @@ logger = logging.getLogger(__name__)
 FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
 Outbox = list[tuple[str, msgspec.Struct]]
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
+# A step counts as a *stall* when it takes over SLOW_STEP_FACTOR x the mean of the earlier steps of its batch
+# size (at least SLOW_STEP_MIN_HISTORY of them) and over SLOW_STEP_FLOOR_MS. Stalls are counted apart
+# (`/metrics`: tokenrouter_slow_steps_by_batch_total) and logged with their shape: one 1.1 s stall of every
+# request in flight cost a whole benchmark run 10 % on the H200, and one inside a profile window inflated a
+# batch size's mean step by 50 % (docs/matrix.md, runs 43-44).
+SLOW_STEP_FACTOR = 10.0
+SLOW_STEP_FLOOR_MS = 50.0
+SLOW_STEP_MIN_HISTORY = 20
+SLOW_STEP_LOG_FIRST = 20  # stalls logged one by one; after that every 100th
+
+
+def is_stall(ms: float, earlier_steps: float, earlier_ms: float) -> bool:
+    """Whether a step of `ms` stalled, against the earlier steps of its batch size (count and total ms)."""
+    if earlier_steps < SLOW_STEP_MIN_HISTORY or ms <= SLOW_STEP_FLOOR_MS:
+        return False
+    return ms > SLOW_STEP_FACTOR * earlier_ms / earlier_steps
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,6 +122,7 @@ class Scheduler:
         self.rows_total = 0
         self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms]
+        self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -213,9 +230,23 @@ class Scheduler:
         self.rows_total += len(batch)
         self.new_tokens_total += new_tokens
         acc = self.step_ms_by_bs.setdefault(len(batch), [0, 0.0])
+        if is_stall(ms, acc[0], acc[1]):
+            self.note_stall(len(batch), new_tokens, ms, acc[1] / acc[0])
         acc[0] += 1
         acc[1] += ms
         return out
+
+    def note_stall(self, bs: int, new_tokens: int, ms: float, usual_ms: float) -> None:
+        slow = self.slow_ms_by_bs.setdefault(bs, [0, 0.0])
+        slow[0] += 1
+        slow[1] += ms
+        n = sum(s[0] for s in self.slow_ms_by_bs.values())
+        if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
+            logger.warning(
+                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; this batch size's steps took "
+                "%.1f ms on average before); stall %d on this subserver",
+                self.model, self.steps, ms, bs, new_tokens, usual_ms, n,
+            )  # fmt: skip
 
     def get_next_batch_to_run(self) -> list[Req]:
         if not self.ready():
@@ -426,4 +457,5 @@ class Scheduler:
             new_tokens_total=self.new_tokens_total,
             step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.step_ms_by_bs.items()},
             uptime_ms=(time.perf_counter() - self.started) * 1000.0,
+            slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
         )
