@@ -843,7 +843,7 @@ def time_table(recs: list[dict]) -> list[str]:
     return [
         "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
         "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
-        "stalls (over 10x their batch size's mean; included in the rest).\n",
+        "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest).\n",
         "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,

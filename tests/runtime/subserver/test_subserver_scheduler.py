@@ -145,10 +145,15 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
     from tokenrouter.runtime.frontend.metrics import Metrics
     from tokenrouter.runtime.subserver import scheduler as sched_mod
 
-    assert not sched_mod.is_stall(1000.0, 19, 19 * 5.0)  # too little history
-    assert not sched_mod.is_stall(45.0, 100, 100 * 1.0)  # under the floor
-    assert not sched_mod.is_stall(60.0, 100, 100 * 7.0)  # under 10x the mean
-    assert sched_mod.is_stall(80.0, 100, 100 * 7.0)
+    stall = sched_mod.is_stall
+    none = (0, 0.0, 0)
+    assert not stall(1000.0, 1, (19, 19 * 5.0, 19), none)  # too little history
+    assert stall(1000.0, 1, (19, 19 * 5.0, 19), (40, 40 * 5.0, 40))  # ... of this batch size: all steps judge
+    assert not stall(45.0, 1, (100, 100 * 1.0, 100), none)  # under the floor
+    assert not stall(60.0, 1, (100, 100 * 7.0, 100), none)  # under 10x the mean
+    assert stall(80.0, 1, (100, 100 * 7.0, 100), none)
+    assert stall(80.0, 12, (100, 100 * 7.0, 1200), none)  # as many tokens as usual
+    assert not stall(800.0, 4096, (100, 100 * 7.0, 1200), none)  # a long prefill: 341x the tokens
     plan = compile_policy(tmp_path, "solo")  # one model: the request stays, one row per step
     engine = SpyEngine(load_engine(plan["models"]["a"]["path"]))
     a = Scheduler(

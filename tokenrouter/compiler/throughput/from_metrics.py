@@ -6,8 +6,9 @@ other, and the hop rates they really took.
 latencies over-predicts and can prefer thresholds that lose. Here the subservers' exact counters are read
 instead: `tokenrouter_steps_by_batch_total` / `tokenrouter_step_seconds_by_batch_total` give L_i(b) for every
 batch size that ran at least `min_steps` times, leaving out the steps the subserver counted as stalls
-(`tokenrouter_slow_steps_by_batch_total`, over 10x their batch size's mean: on the H200 one 1.1 s stall made
-a batch size's mean step 50 % longer; they are recorded in the profile's `workload.stalls`), and `tokenrouter_hops_total` over i's decisions gives p_ij.
+(`tokenrouter_slow_steps_by_batch_total`: over 50 ms and 10x their batch size's mean step per new token; on
+the H200 one 1.1 s stall made a batch size's mean step 50 % longer; the profile's `workload.stalls` lists
+them), and `tokenrouter_hops_total` over i's decisions gives p_ij.
 A decision either writes a token (staying, or a hop that keeps it) or hops and drops it, so i's decisions
 are `tokenrouter_generation_tokens_total` plus its dropping hops; which hops drop is read from the plan's
 rules (`policy_routing`'s committed share per transition; a transition whose rules both keep and drop is

@@ -176,8 +176,8 @@ class Metrics:
         metric(
             "slow_steps_by_batch_total",
             "counter",
-            "Stalled steps (over 10x their batch size's mean and 50 ms), by batch size; included in "
-            "steps_by_batch_total.",
+            "Stalled steps (over 50 ms and 10x the mean step, per new token, of their batch size), by batch "
+            "size; included in steps_by_batch_total.",
             [({"model": x, "bs": str(bs)}, n) for x, bs, n, _ in slow],
         )
         metric(

@@ -41,22 +41,30 @@ logger = logging.getLogger(__name__)
 FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
 Outbox = list[tuple[str, msgspec.Struct]]
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
-# A step counts as a *stall* when it takes over SLOW_STEP_FACTOR x the mean of the earlier steps of its batch
-# size (at least SLOW_STEP_MIN_HISTORY of them) and over SLOW_STEP_FLOOR_MS. Stalls are counted apart
-# (`/metrics`: tokenrouter_slow_steps_by_batch_total) and logged with their shape: one 1.1 s stall of every
-# request in flight cost a whole benchmark run 10 % on the H200, and one inside a profile window inflated a
-# batch size's mean step by 50 % (docs/matrix.md, runs 43-44).
+# A step counts as a *stall* when it takes over SLOW_STEP_FLOOR_MS and over SLOW_STEP_FACTOR x what the earlier
+# steps make it expect: the mean step of its batch size (or of all steps, while its batch size has fewer than
+# SLOW_STEP_MIN_HISTORY), scaled up by its new tokens over that mean's (a long prefill is work, not a stall).
+# Stalls are counted apart (`/metrics`: tokenrouter_slow_steps_by_batch_total) and logged with their shape: one
+# 1.1 s stall of every request in flight cost a benchmark run 10 % on the H200, and one inside a profile window
+# made a batch size's mean step 50 % longer (docs/matrix.md, runs 43-44).
 SLOW_STEP_FACTOR = 10.0
 SLOW_STEP_FLOOR_MS = 50.0
 SLOW_STEP_MIN_HISTORY = 20
 SLOW_STEP_LOG_FIRST = 20  # stalls logged one by one; after that every 100th
 
 
-def is_stall(ms: float, earlier_steps: float, earlier_ms: float) -> bool:
-    """Whether a step of `ms` stalled, against the earlier steps of its batch size (count and total ms)."""
-    if earlier_steps < SLOW_STEP_MIN_HISTORY or ms <= SLOW_STEP_FLOOR_MS:
+def is_stall(
+    ms: float, tokens: int, same_bs: tuple[float, float, float], every: tuple[float, float, float]
+) -> bool:
+    """Whether a step of `ms` and `tokens` new tokens stalled, against the earlier steps of its batch size and
+    of every batch size, each as (steps, ms, tokens) totals."""
+    if ms <= SLOW_STEP_FLOOR_MS:
         return False
-    return ms > SLOW_STEP_FACTOR * earlier_ms / earlier_steps
+    steps, total_ms, total_tokens = same_bs if same_bs[0] >= SLOW_STEP_MIN_HISTORY else every
+    if steps < SLOW_STEP_MIN_HISTORY:
+        return False
+    expected = total_ms / steps * max(1.0, tokens * steps / max(total_tokens, 1.0))
+    return ms > SLOW_STEP_FACTOR * expected
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,6 +131,7 @@ class Scheduler:
         self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
+        self.tokens_by_bs: dict[int, int] = {}  # new tokens run, by batch size (what a stall is judged by)
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -229,11 +238,16 @@ class Scheduler:
         self.busy_ms += ms
         self.rows_total += len(batch)
         self.new_tokens_total += new_tokens
-        acc = self.step_ms_by_bs.setdefault(len(batch), [0, 0.0])
-        if is_stall(ms, acc[0], acc[1]):
-            self.note_stall(len(batch), new_tokens, ms, acc[1] / acc[0])
+        bs = len(batch)
+        acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0])
+        earlier_tokens = self.tokens_by_bs.get(bs, 0)
+        every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)
+        if is_stall(ms, new_tokens, (acc[0], acc[1], earlier_tokens), every):
+            usual = acc[1] / acc[0] if acc[0] else every[1] / every[0]
+            self.note_stall(bs, new_tokens, ms, usual)
         acc[0] += 1
         acc[1] += ms
+        self.tokens_by_bs[bs] = earlier_tokens + new_tokens
         return out
 
     def note_stall(self, bs: int, new_tokens: int, ms: float, usual_ms: float) -> None:
@@ -243,8 +257,8 @@ class Scheduler:
         n = sum(s[0] for s in self.slow_ms_by_bs.values())
         if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
             logger.warning(
-                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; this batch size's steps took "
-                "%.1f ms on average before); stall %d on this subserver",
+                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; steps took %.1f ms on average "
+                "before); stall %d on this subserver",
                 self.model, self.steps, ms, bs, new_tokens, usual_ms, n,
             )  # fmt: skip
 
