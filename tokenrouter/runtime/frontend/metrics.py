@@ -159,33 +159,23 @@ class Metrics:
             ),
         ):
             metric(name, "counter", help_, [({"model": x}, getattr(s, attr) * scale) for x, s in stats])
-        by_bs = [(x, bs, n, ms) for x, s in stats for bs, (n, ms) in sorted(s.step_ms_by_bs.items())]
-        metric(
-            "steps_by_batch_total",
-            "counter",
-            "Steps run, by batch size.",
-            [({"model": x, "bs": str(bs)}, n) for x, bs, n, _ in by_bs],
-        )
-        metric(
-            "step_seconds_by_batch_total",
-            "counter",
-            "Time spent in steps, by batch size.",
-            [({"model": x, "bs": str(bs)}, ms / 1000.0) for x, bs, _, ms in by_bs],
-        )
-        slow = [(x, bs, n, ms) for x, s in stats for bs, (n, ms) in sorted(s.slow_ms_by_bs.items())]
-        metric(
-            "slow_steps_by_batch_total",
-            "counter",
-            "Stalled steps (over 50 ms and 10x the mean step, per new token, of their batch size), by batch "
-            "size; included in steps_by_batch_total.",
-            [({"model": x, "bs": str(bs)}, n) for x, bs, n, _ in slow],
-        )
-        metric(
-            "slow_step_seconds_by_batch_total",
-            "counter",
-            "Time spent in stalled steps, by batch size; included in step_seconds_by_batch_total.",
-            [({"model": x, "bs": str(bs)}, ms / 1000.0) for x, bs, _, ms in slow],
-        )
+        stalls = "stalled steps (over 50 ms and 10x the mean step, per new token, of their batch size)"
+        for prefix, attr, steps_help, seconds_help in (
+            ("", "step_ms_by_bs", "Steps run, by batch size.", "Time spent in steps, by batch size."),
+            (
+                "slow_",
+                "slow_ms_by_bs",
+                f"The {stalls}, by batch size; included in steps_by_batch_total.",
+                f"Time spent in {stalls}, by batch size; included in step_seconds_by_batch_total.",
+            ),
+        ):
+            by_bs = [
+                (x, str(bs), n, ms) for x, s in stats for bs, (n, ms) in sorted(getattr(s, attr).items())
+            ]
+            metric(f"{prefix}steps_by_batch_total", "counter", steps_help,
+                   [({"model": x, "bs": bs}, n) for x, bs, n, _ in by_bs])  # fmt: skip
+            metric(f"{prefix}step_seconds_by_batch_total", "counter", seconds_help,
+                   [({"model": x, "bs": bs}, ms / 1000.0) for x, bs, _, ms in by_bs])  # fmt: skip
         for name, help_, h in (
             ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),
             (
