@@ -233,7 +233,7 @@ def test_fused_forward_with_parts_off(off):
 def test_fused_forward_with_split_kv(fused_merge, monkeypatch):
     """Split-KV attention in every layer (as on a 132-SM GPU), its partials merged in the attention kernel
     (by ticket) or by the merge kernel: the same steps."""
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -356,7 +356,7 @@ def test_dot_rows_reach_from_the_environment(monkeypatch):
 def test_fused_merge_rows_from_the_environment(monkeypatch):
     """TOKENROUTER_FUSED_MERGE_ROWS=16: the extends' 16-row blocks merge their splits in the attention kernel
     too; the same steps, the tickets left at zero; bad values are named."""
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[:-1])  # the last splits no KV
@@ -514,7 +514,7 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 8)
+    monkeypatch.setattr(tk, "num_sms", lambda device: 8)
     # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per attention launch
     keys = ("num_splits", "block_n", "num_stages", "prefetch")
     asked, steps, want = record_attention(monkeypatch, model, keys)

@@ -201,7 +201,7 @@ def test_fused_split_merge_argument_errors():
 def test_decode_split_count_on_an_h200(monkeypatch):
     """bs 1 decode with 8 KV heads on 132 SMs: 32 splits (about one program per SM; the sweep's best at ctx
     4096), 16 under the old cap; larger batches split less; the count depends only on the launch shape."""
-    monkeypatch.setattr(tk, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
     cpu = torch.device("cpu")
     assert tk.choose_num_splits(1, 8, 1, cpu) == 32
     assert tk.choose_num_splits(1, 8, 1, cpu, tk.MAX_SPLITS_OLD) == 16

@@ -342,7 +342,7 @@ class TritonAttnBackend(AttentionBackend):
         # the launches run U swept: row blocks of up to 32 query rows, head_dim up to 128, no early reads
         if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
             programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
-            fits = programs <= ATTN_WIDE_TILE_WAVES * tk._num_sms(cfg.device)
+            fits = programs <= ATTN_WIDE_TILE_WAVES * tk.num_sms(cfg.device)
             if splits <= self.attn_wide_tile_splits and fits:
                 block_n, stages = 128, 2
             elif splits >= self.attn_narrow_tile_splits:

@@ -406,7 +406,8 @@ def attention_tickets(batch_size: int, num_kv_heads: int, max_extend_len: int, g
 
 
 @functools.lru_cache(maxsize=16)
-def _num_sms(device: torch.device) -> int:
+def num_sms(device: torch.device) -> int:
+    """The device's SM count, which the split rule and the backend's KV tile rule size grids by."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 1  # the CPU interpreter runs programs one by one: splitting only costs time there
@@ -455,7 +456,7 @@ def choose_num_splits(
 
     Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""
     programs = max(1, batch_size * num_kv_heads * row_blocks)
-    sms = _num_sms(device)
+    sms = num_sms(device)
     splits = triton.next_power_of_2(math.ceil(sms / programs))
     return max(1, min(max_splits, splits))
 
