@@ -387,8 +387,9 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
     """The plan at fixed thresholds `given` (models not named keep the tuned B), with the DTMC's prediction
     on the profile the tuning used: `tokenrouter tune` on a plan without auto models evaluates just that
     candidate. Like profile_and_tune's entries, plus "fixed": True."""
-    from tokenrouter.compiler.passes.check_feasibility import feasibility
+    from tokenrouter.compiler.passes.check_feasibility import feasibility_error
     from tokenrouter.compiler.plan import read_plan, write_plan
+    from tokenrouter.runtime.modes import with_thresholds
 
     data = read_plan(plan)
     unknown = sorted(set(given) - set(data["models"]))
@@ -397,14 +398,11 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
             f"--thresholds names {unknown[0]!r}, not a model of the plan ({', '.join(data['models'])})"
         )
     thresholds = {m: int(given.get(m, tuned["thresholds"][m])) for m in data["models"]}
-    if sum(b - 1 for b in thresholds.values()) >= n:
-        raise RuntimeError(f"thresholds {threshold_label(thresholds)} are infeasible at N = {n}: "
-                           f"the sum of (B_i - 1) must stay below N")  # fmt: skip
-    data.pop("tuning", None)
-    for m, b in thresholds.items():
-        data["models"][m]["batch"] = b
+    err = feasibility_error(thresholds, n)
+    if err:
+        raise RuntimeError(f"thresholds {threshold_label(thresholds)} are infeasible at N = {n}: {err}")
     data["serve"]["concurrency"] = n
-    data["checks"]["feasibility"] = feasibility(data["models"], n)
+    data = with_thresholds(data, thresholds)
     stem = f"{plan.stem}-n{n}-B" + "-".join(str(b) for b in thresholds.values())
     fixed = raw / f"{stem}.plan"
     write_plan(data, fixed)

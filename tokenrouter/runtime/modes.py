@@ -18,6 +18,7 @@ rewritten) plan, engine overrides, and which process layout and scheduler to use
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
@@ -49,14 +50,15 @@ def largest_model(plan: dict) -> str:
     return max(sizes, key=lambda x: (sizes[x], -list(sizes).index(x)))
 
 
-def with_thresholds(plan: dict, batch: int = 1) -> dict:
-    """A copy of the plan with every model's delayed-batching threshold set to `batch`."""
+def with_thresholds(plan: dict, batch: int | Mapping[str, int] = 1) -> dict:
+    """A copy of the plan with every model's delayed-batching threshold set to `batch` (an int for all, or a
+    value per model), its feasibility checked again at the plan's concurrency."""
     from tokenrouter.compiler.passes.check_feasibility import feasibility
 
     out = copy.deepcopy(plan)
     out.pop("tuning", None)  # a tuning record describes thresholds this plan no longer has
-    for spec in out["models"].values():
-        spec["batch"] = batch
+    for name, spec in out["models"].items():
+        spec["batch"] = batch[name] if isinstance(batch, Mapping) else batch
     out["checks"]["feasibility"] = feasibility(out["models"], out["serve"]["concurrency"])
     return out
 
