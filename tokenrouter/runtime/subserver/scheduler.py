@@ -53,18 +53,25 @@ SLOW_STEP_MIN_HISTORY = 20
 SLOW_STEP_LOG_FIRST = 20  # stalls logged one by one; after that every 100th
 
 
+def expected_step_ms(
+    tokens: int, same_bs: tuple[float, float, float], every: tuple[float, float, float]
+) -> float | None:
+    """What the earlier steps of its batch size (or of every batch size, while that one has too few), each given
+    as (steps, ms, tokens) totals, make a step of `tokens` new tokens expect; None without enough history."""
+    steps, total_ms, total_tokens = same_bs if same_bs[0] >= SLOW_STEP_MIN_HISTORY else every
+    if steps < SLOW_STEP_MIN_HISTORY:
+        return None
+    return total_ms / steps * max(1.0, tokens * steps / max(total_tokens, 1.0))
+
+
 def is_stall(
     ms: float, tokens: int, same_bs: tuple[float, float, float], every: tuple[float, float, float]
 ) -> bool:
-    """Whether a step of `ms` and `tokens` new tokens stalled, against the earlier steps of its batch size and
-    of every batch size, each as (steps, ms, tokens) totals."""
+    """Whether a step of `ms` and `tokens` new tokens stalled (see SLOW_STEP_FACTOR)."""
     if ms <= SLOW_STEP_FLOOR_MS:
         return False
-    steps, total_ms, total_tokens = same_bs if same_bs[0] >= SLOW_STEP_MIN_HISTORY else every
-    if steps < SLOW_STEP_MIN_HISTORY:
-        return False
-    expected = total_ms / steps * max(1.0, tokens * steps / max(total_tokens, 1.0))
-    return ms > SLOW_STEP_FACTOR * expected
+    expected = expected_step_ms(tokens, same_bs, every)
+    return expected is not None and ms > SLOW_STEP_FACTOR * expected
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,9 +136,8 @@ class Scheduler:
         self.busy_ms = 0.0
         self.rows_total = 0
         self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
-        self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms]
+        self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
-        self.tokens_by_bs: dict[int, int] = {}  # new tokens run, by batch size (what a stall is judged by)
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -239,27 +245,25 @@ class Scheduler:
         self.rows_total += len(batch)
         self.new_tokens_total += new_tokens
         bs = len(batch)
-        acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0])
-        earlier_tokens = self.tokens_by_bs.get(bs, 0)
-        every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)
-        if is_stall(ms, new_tokens, (acc[0], acc[1], earlier_tokens), every):
-            usual = acc[1] / acc[0] if acc[0] else every[1] / every[0]
-            self.note_stall(bs, new_tokens, ms, usual)
+        acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0, 0])
+        every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)  # before this step
+        if is_stall(ms, new_tokens, tuple(acc), every):
+            self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every))
         acc[0] += 1
         acc[1] += ms
-        self.tokens_by_bs[bs] = earlier_tokens + new_tokens
+        acc[2] += new_tokens
         return out
 
-    def note_stall(self, bs: int, new_tokens: int, ms: float, usual_ms: float) -> None:
+    def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float) -> None:
         slow = self.slow_ms_by_bs.setdefault(bs, [0, 0.0])
         slow[0] += 1
         slow[1] += ms
         n = sum(s[0] for s in self.slow_ms_by_bs.values())
         if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
             logger.warning(
-                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; steps took %.1f ms on average "
-                "before); stall %d on this subserver",
-                self.model, self.steps, ms, bs, new_tokens, usual_ms, n,
+                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; the earlier steps make it expect "
+                "%.1f ms); stall %d on this subserver",
+                self.model, self.steps, ms, bs, new_tokens, expected_ms, n,
             )  # fmt: skip
 
     def get_next_batch_to_run(self) -> list[Req]:
@@ -469,7 +473,7 @@ class Scheduler:
             busy_ms=self.busy_ms,
             rows_total=self.rows_total,
             new_tokens_total=self.new_tokens_total,
-            step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.step_ms_by_bs.items()},
+            step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.step_ms_by_bs.items()},
             uptime_ms=(time.perf_counter() - self.started) * 1000.0,
             slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
         )
