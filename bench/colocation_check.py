@@ -69,7 +69,7 @@ def measured(rec: dict, min_steps: int = 5) -> tuple[dict[str, list[tuple[int, f
     return curves, busy
 
 
-def predict(curves, p, n: int, thresholds: tuple[int, ...], slowdown: dict[str, float], rounds: int = 40):
+def predict(curves, p, n: int, thresholds: tuple[int, ...], slowdown: dict[str, float], rounds: int = 60):
     """(throughput, utilizations) of the chain with the co-location term, and the plain chain's throughput."""
     from tokenrouter.compiler.throughput.dtmc import analyze
     from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
@@ -79,13 +79,15 @@ def predict(curves, p, n: int, thresholds: tuple[int, ...], slowdown: dict[str, 
         return make_inputs(MODELS, step, p, [[1.0, 1.0], [1.0, 1.0]], n, entry=MODELS[0])
 
     plain = system(dict.fromkeys(MODELS, 0.0))
-    u0 = analyze(plain, (1,) * len(MODELS)).utilization
-    u = u0
+    eager = analyze(plain, (1,) * len(MODELS))
+    u0 = u = eager.utilization
     for _ in range(rounds):
         shift = {m: slowdown.get(m, 0.0) * (u[1 - i] - u0[1 - i]) for i, m in enumerate(MODELS)}
         res = analyze(system(shift), thresholds)
-        u = tuple(0.5 * a + 0.5 * b for a, b in zip(u, res.utilization, strict=True))
-    return res.throughput, u, analyze(plain, thresholds).throughput, analyze(plain, (1, 1)).throughput
+        u, last = tuple(0.5 * a + 0.5 * b for a, b in zip(u, res.utilization, strict=True)), u
+        if max(abs(a - b) for a, b in zip(u, last, strict=True)) < 1e-5:  # settled
+            break
+    return res.throughput, u, analyze(plain, thresholds).throughput, eager.throughput
 
 
 def report(path: str, slowdown: dict[str, float]) -> list[str]:
