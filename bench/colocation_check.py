@@ -36,7 +36,11 @@ MODELS = ("slm", "llm")  # the matrix's pairs: entry first
 def load(path: str) -> tuple[dict[str, dict], dict]:
     """The run records of a results tarball ({file name: record}) and its served profile at N = 8."""
     records, profile = {}, None
-    with tarfile.open(path) as tar:
+    try:
+        tar = tarfile.open(path)
+    except (OSError, tarfile.TarError) as e:
+        raise SystemExit(f"error: {path}: not a readable results tarball ({e})") from None
+    with tar:
         for m in tar.getmembers():
             name = Path(m.name).name
             if name.startswith("record-") and name.endswith(".json"):

@@ -7,6 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN44 = str(ROOT / "docs/matrix/run44-results.tar.gz")
 spec = importlib.util.spec_from_file_location("colocation_check", ROOT / "bench" / "colocation_check.py")
@@ -35,3 +37,5 @@ def test_usage_errors(capsys):
     assert check.main([RUN44, "--slowdown", "big=1"]) == 2
     assert check.main([RUN44, "--slowdown", "slm=x"]) == 2
     assert "expected MODEL=MS" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="nope.tar.gz: not a readable results tarball"):
+        check.main(["nope.tar.gz"])
