@@ -181,6 +181,9 @@ class Settings:
     # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
     # prediction from the same profile (`--thresholds`): does the model rank the candidates as serving does?
     thresholds: list[dict[str, int]] = field(default_factory=list)
+    # the served profile a second time at these thresholds (`serve --batch`), and tune on the two with the
+    # co-location term (`profile --colocation`, docs/throughput.md); None: the eager profile alone
+    colocation: dict[str, int] | None = None
     log: list[str] = field(default_factory=list)
 
 
@@ -337,23 +340,56 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
 def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path | None]:
     """Profiles from the models running side by side: serve the plan with B = 1 (eager), put N clients
     on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N
-    (None where `profile` failed: its message is in tune.log)."""
+    (None where `profile` failed: its message is in tune.log). With `s.colocation`, the same again with the
+    plan served at those thresholds, and the profile per N is the two fitted into one with the co-location
+    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why)."""
+    out = served_profiles(s, plan, ns, raw, "eager", ())
+    if not s.colocation:
+        return out
+    label = threshold_label(s.colocation)
+    extra = tuple(x for m, b in s.colocation.items() for x in ("--batch", f"{m}={b}"))
+    second = served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
+    for n in ns:
+        if out.get(n) is None or second.get(n) is None:
+            continue
+        fitted = raw / f"profile-n{n}-colocated.json"
+        try:
+            proc = run_cmd(s, cli("profile", str(plan), "--colocation", str(out[n]), "--colocation",
+                                  str(second[n]), "-o", str(fitted)), raw / "tune.log")  # fmt: skip
+        except RuntimeError as exc:
+            say(s, f"co-location N={n}: {exc}; tuning on the eager profile alone")
+            continue
+        plain = raw / f"tune-n{n}-plain.json"
+        rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(out[n]), "-n", str(n), "--json",
+                                        "-o", str(raw / f"{plan.stem}-n{n}-plain.plan")), raw / "tune.log").stdout)  # fmt: skip
+        plain.write_text(json.dumps(rec, indent=2))
+        result = rec["tuning"]["result"]
+        terms = "; ".join(ln.strip() for ln in proc.stdout.splitlines() if "per unit of" in ln)
+        say(s, f"co-location N={n} (eager and {label}): {terms}; without it tune would choose B = "
+               f"{result['best']} (predicted {result['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+        out[n] = fitted
+    return out
+
+
+def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str, extra: tuple[str, ...]):
+    """profile_served's profiles of one server: `--mode eager`, or `tokenrouter` with `extra` arguments."""
     import httpx
 
-    say(s, f"profile {plan.name} from serving metrics (eager, N = {ns})")
-    srv = Server(s, plan, "eager", raw / "serve-profile.stderr")
+    mode, suffix = ("eager", "") if tag == "eager" else ("tokenrouter", f"-{tag}")
+    say(s, f"profile {plan.name} from serving metrics ({tag}, N = {ns})")
+    srv = Server(s, plan, mode, raw / f"serve-profile{suffix}.stderr", extra)
     out = {}
     try:
         for n in ns:
             bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")
             time.sleep(1.0)
-            before = raw / f"profile-metrics-n{n}-before.txt"
+            before = raw / f"profile-metrics-n{n}{suffix}-before.txt"
             before.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
             bench(s, srv.url, n, s.rounds * n, s.profile_len, None, raw / "bench.log")
             time.sleep(1.0)
-            after = raw / f"profile-metrics-n{n}-after.txt"
+            after = raw / f"profile-metrics-n{n}{suffix}-after.txt"
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
-            out[n] = raw / f"profile-n{n}.json"
+            out[n] = raw / f"profile-n{n}{suffix}.json"
             try:
                 run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
                                "-o", str(out[n])), raw / "tune.log")  # fmt: skip
@@ -419,7 +455,7 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
 
 
 class Server:
-    def __init__(self, s: Settings, plan: Path, mode: str, log: Path) -> None:
+    def __init__(self, s: Settings, plan: Path, mode: str, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.log = log
         self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
         dev = ["--device", s.device] if s.device else []
@@ -434,6 +470,7 @@ class Server:
             str(s.startup_timeout),
             *dev,
             *s.serve_args,
+            *extra,
         )
         t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
@@ -983,6 +1020,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", action="append", default=[], metavar="MODEL=B[,MODEL=B]",
                     help="serve TokenRouter again at these fixed delayed-batching thresholds beside the tuned "
                     "ones, with the DTMC's prediction for them (repeatable; models not named keep the tuned B)")  # fmt: skip
+    ap.add_argument("--colocation", default=None, metavar="MODEL=B[,MODEL=B]",
+                    help="profile the plan served a second time at these thresholds and tune with the "
+                    "co-location term fitted from both (`profile --colocation`)")  # fmt: skip
     ap.add_argument(
         "--tune-from",
         choices=("profile", "eager"),
@@ -1010,6 +1050,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         thresholds = [parse_thresholds(v) for v in a.thresholds]
+        colocation = parse_thresholds(a.colocation) if a.colocation else None
+        if colocation and a.tune_from != "eager":
+            raise ValueError("--colocation needs --tune-from eager (served profiles)")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):
@@ -1035,7 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
                      tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
-                     deadline_s=a.deadline_s, thresholds=thresholds)  # fmt: skip
+                     deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len
         if part.rounds is not None:

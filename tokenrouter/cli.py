@@ -303,6 +303,11 @@ def serve(
         help="MODEL: run that model's kernels at MPS's below-normal client priority (CUDA_MPS_CLIENT_PRIORITY=1), "
         "so the other models' ready kernels are dispatched first. Repeatable.",
     ),
+    batch: list[str] = typer.Option(
+        None,
+        help="MODEL=B: serve that model at delayed-batching threshold B instead of the plan's (modes tokenrouter "
+        "and no-graphs; e.g. to profile a second threshold for `profile --colocation`). Repeatable.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -325,11 +330,15 @@ def serve(
             mps_sm, "--mps-sm", "MODEL=PERCENT", lambda v: v.strip().isdigit()
         ).items()
     }
+    thresholds = {
+        name: int(b)
+        for name, b in _name_values(batch, "--batch", "MODEL=B", lambda v: v.strip().isdigit()).items()
+    }
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
-                          mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []))  # fmt: skip
+                          mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -968,6 +977,13 @@ def profile(
     min_steps: int = typer.Option(
         5, "--min-steps", help="With --from-metrics: keep batch sizes seen this often."
     ),
+    colocation: list[str] = typer.Option(
+        None,
+        "--colocation",
+        help="Give twice: two --from-metrics profiles of models sharing a GPU, served at different thresholds "
+        "(eager, then e.g. `serve --batch llm=3`). Writes the first with a co-location term for `tune`: how "
+        "each model's step grows with its co-runners' busy share.",
+    ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
     from tokenrouter.compiler.throughput.commands import run_profile_command
@@ -987,6 +1003,7 @@ def profile(
         from_metrics,
         since,
         min_steps,
+        list(colocation or []),
     )
     typer.echo(_throughput_call(run_profile_command, *args))
 

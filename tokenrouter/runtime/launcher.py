@@ -86,6 +86,7 @@ class ServeConfig:
     mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
     mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
     mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
+    batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -326,7 +327,7 @@ class Launcher:
         from tokenrouter.runtime.modes import ModeError, prepare
 
         try:
-            self.setup = prepare(plan, self.cfg.mode, self.cfg.llm)
+            self.setup = prepare(plan, self.cfg.mode, self.cfg.llm, self.cfg.batch)
         except ModeError as e:
             raise LaunchError(str(e)) from None
         if self.setup.plan is plan:

@@ -125,6 +125,7 @@ class SubserverStats(msgspec.Struct, tag=True):
     # since the scheduler started, on busy_ms's clock: busy share = Δbusy_ms / Δuptime_ms over a window
     uptime_ms: float = 0.0
     slow_ms_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among step_ms_by_bs (scheduler.is_stall)
+    batch_threshold: int = 0  # B_i as configured (0: unknown)
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

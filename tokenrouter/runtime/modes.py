@@ -11,7 +11,9 @@
 | `lockstep` | one process drives every model synchronously (`lockstep.py`): each step the entry model runs its whole batch, then the other models the rows routed to them. |
 | `std-serving` | every hop is a new request to a prefix-caching server (`std_serving.py`, `prefix_cache.py`); B = 1. |
 
-`prepare(plan, mode, llm)` turns the plan into what the launcher starts: a `ModeSetup` with the (possibly
+`serve --batch MODEL=B` replaces thresholds of the plan (modes `tokenrouter` and `no-graphs`), e.g. to
+profile it at a second threshold for the throughput model's co-location term (docs/throughput.md).
+`prepare(plan, mode, llm, batch)` turns the plan into what the launcher starts: a `ModeSetup` with the (possibly
 rewritten) plan, engine overrides, and which process layout and scheduler to use.
 """
 
@@ -78,12 +80,36 @@ def llm_only_plan(plan: dict, llm: str) -> dict:
     return with_thresholds(out, 1)
 
 
-def prepare(plan: dict, mode: str, llm: str | None = None) -> ModeSetup:
-    """What `serve --mode MODE` starts for this plan. Raises ModeError for a mode that cannot apply."""
+def override_thresholds(plan: dict, batch: Mapping[str, int]) -> dict:
+    """`serve --batch MODEL=B`: the plan with those models' thresholds replaced (the others as written,
+    `auto` read as 1), checked for deadlock at the plan's concurrency."""
+    from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+
+    unknown = [m for m in batch if m not in plan["models"]]
+    if unknown:
+        raise ModeError(f"--batch {unknown[0]}: not a model of the plan (models: {', '.join(plan['models'])})")
+    bad = [f"{m}={b}" for m, b in batch.items() if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+    if bad:
+        raise ModeError(f"--batch {bad[0]}: a threshold is an int >= 1")
+    current = {m: s.get("batch", "auto") for m, s in plan["models"].items()}
+    thresholds = {m: batch.get(m, 1 if b == "auto" else int(b)) for m, b in current.items()}
+    error = feasibility_error(thresholds, plan["serve"]["concurrency"])
+    if error:
+        raise ModeError(f"--batch: {error}")
+    return with_thresholds(plan, thresholds)
+
+
+def prepare(plan: dict, mode: str, llm: str | None = None, batch: Mapping[str, int] | None = None) -> ModeSetup:
+    """What `serve --mode MODE [--batch MODEL=B]` starts for this plan. Raises ModeError for a mode that
+    cannot apply."""
     if mode not in MODES:
         raise ModeError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
     if llm is not None and mode != "llm-only":
         raise ModeError("--llm applies to --mode llm-only only")
+    if batch:
+        if mode not in ("tokenrouter", "no-graphs"):
+            raise ModeError(f"--batch applies to --mode tokenrouter and no-graphs (--mode {mode} fixes B = 1)")
+        plan = override_thresholds(plan, batch)
     if mode == "tokenrouter":
         setup = ModeSetup(mode, plan)
     elif mode == "llm-only":

@@ -281,9 +281,14 @@ def run_profile_command(
     from_metrics: str | None = None,
     since: str | None = None,
     min_steps: int = 5,
+    colocation: list[str] | None = None,
 ) -> str:
     from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
 
+    if colocation:
+        if from_metrics or since:
+            raise ThroughputUsageError("--colocation reads two profiles: give it without --from-metrics/--since")
+        return _write_and_describe(_fit_colocation(plan_path, colocation), plan_path, output)
     if from_metrics:
         profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)
         return _write_and_describe(profile, plan_path, output)
@@ -347,6 +352,23 @@ def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_ste
         raise ThroughputInputError(f"{where}: {e}") from None
 
 
+def _fit_colocation(plan_path: str, paths: list[str]):
+    from tokenrouter.compiler.throughput.colocation import ColocationError, fit
+
+    if len(paths) != 2:
+        raise ThroughputUsageError(
+            f"--colocation takes two profiles (--colocation FIRST --colocation SECOND), got {len(paths)}"
+        )
+    plan = load_plan(plan_path)
+    try:
+        first, second = (read_profile(p) for p in paths)
+        return fit(plan, first, second)
+    except ProfileError as e:
+        raise ThroughputInputError(str(e)) from None
+    except ColocationError as e:
+        raise ThroughputInputError(f"--colocation {paths[0]} {paths[1]}: {e}") from None
+
+
 def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     from tokenrouter.compiler.throughput.profile_format import write_profile
 
@@ -361,9 +383,18 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     for m, s in profile.step_ms.items():
         lines.append(f"  {m}: step " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
     for m, row in profile.routing.items():
-        n = sum(profile.counts[m].values())
+        n = sum(profile.counts.get(m, {}).values())
         lines.append(
             f"  {m}: " + ", ".join(f"→{t} {p:.3f}" for t, p in sorted(row.items())) + f" ({n} decisions)"
+        )
+    for m, share in sorted(profile.workload.get("busy_share", {}).items()):
+        lines.append(f"  {m}: busy {share:.2f} of the time")
+    for m, term in profile.colocation.items():
+        fit = term.get("fit", {})
+        a, b = fit.get("busy_share", [term["at_share"]] * 2)
+        lines.append(
+            f"  {m}: step {term['ms_per_share']:+.3f} ms per unit of {'+'.join(term['co_runners'])}'s busy share "
+            f"(measured at {a:.2f}; changed by {fit.get('step_change_ms', 0.0):+.3f} ms at {b:.2f})"
         )
     lines.append(f"wrote {out}")
     return "\n".join(lines)

@@ -48,8 +48,10 @@ class ChainResult:
     mean_batch: tuple[float, ...]  # time-average batch size while running (0 if never runs)
     mean_queue: tuple[float, ...]  # time-average number of queued (runnable, waiting) requests
     steps_per_s: tuple[float, ...]  # batches completed per second
+    step_shift_ms: tuple[float, ...] = ()  # co-location: ms added to each model's step at the fixed point
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
+        shift = {"step_shift_ms": dict(zip(models, self.step_shift_ms, strict=True))} if self.step_shift_ms else {}
         return {
             "thresholds": dict(zip(models, self.thresholds, strict=True)),
             "throughput_tok_s": self.throughput,
@@ -58,6 +60,7 @@ class ChainResult:
             "mean_batch": dict(zip(models, self.mean_batch, strict=True)),
             "mean_queue": dict(zip(models, self.mean_queue, strict=True)),
             "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
+            **shift,
         }
 
 
@@ -268,7 +271,18 @@ def analyze(
     delta_ms: float = DEFAULT_DELTA_MS,
     max_states: int = DEFAULT_MAX_STATES,
 ) -> ChainResult:
-    """Long-run throughput and per-model statistics of delayed batching with thresholds B."""
+    """Long-run throughput and per-model statistics of delayed batching with thresholds B (at the fixed point
+    of the inputs' co-location terms where they have any: `colocation.py`)."""
+    if any(t is not None for t in inputs.colocation):
+        from tokenrouter.compiler.throughput.colocation import solve
+
+        return solve(inputs, tuple(thresholds), _analyze_plain, delta_ms, max_states)
+    return _analyze_plain(inputs, thresholds, delta_ms, max_states)
+
+
+def _analyze_plain(
+    inputs: SystemInputs, thresholds: tuple[int, ...], delta_ms: float, max_states: int
+) -> ChainResult:
     states, mat, reward, tau, done = build_chain(inputs, tuple(thresholds), delta_ms, max_states)
     pi = stationary(mat)
     m = inputs.n_models

@@ -17,7 +17,10 @@ With a `before` scrape, only what happened in between counts (a warm-up, say, is
 `workload.busy_share` records each model's share of the window spent in steps
 (`tokenrouter_step_seconds_total` over `tokenrouter_uptime_seconds_total`, both from the subserver's own
 reports): how busy each model was at the latencies recorded, which matters where models share a GPU and slow
-each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8B beside it is busy less).
+each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8B beside it is busy less);
+`workload.thresholds` the B_i the subservers ran with (`tokenrouter_batch_threshold`) and `workload.steps` the
+steps behind each latency. Two such profiles at different thresholds give the co-location term
+(`tokenrouter profile --colocation A B`, `colocation.py`).
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -81,6 +84,7 @@ def profile_from_metrics(
     busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> [step seconds, uptime seconds]
     stalls: dict[str, dict[int, int]] = defaultdict(dict)  # model -> {batch size: stalled steps left out}
     hops: dict[str, dict[str, float]] = defaultdict(dict)
+    thresholds: dict[str, int] = {}
     for key in a:
         name, labels = key
         lab = dict(labels)
@@ -100,13 +104,17 @@ def profile_from_metrics(
             hops[lab["from"]][lab["to"]] = delta(key)
         elif name in ("tokenrouter_step_seconds_total", "tokenrouter_uptime_seconds_total"):
             busy[lab["model"]][name == "tokenrouter_uptime_seconds_total"] = delta(key)
+        elif name == "tokenrouter_batch_threshold":
+            thresholds[lab["model"]] = int(a[key])  # a gauge: as of the later scrape
     if not steps:
         raise MetricsProfileError(
             "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
         )
     step_ms: dict[str, StepLatency] = {}
+    kept: dict[str, dict[str, int]] = {}  # model -> {batch size: steps behind its latency}
     for x in models:
         pts = [(bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(steps.get(x, {}).items()) if n >= min_steps]
+        kept[x] = {str(bs): int(round(n)) for bs, (n, _) in sorted(steps.get(x, {}).items()) if n >= min_steps}
         if not pts:
             seen = {bs: int(n) for bs, (n, _) in sorted(steps.get(x, {}).items())}
             raise MetricsProfileError(
@@ -146,6 +154,8 @@ def profile_from_metrics(
             "source": source or "metrics",
             "generated_tokens": int(sum(tokens.values())),
             "min_steps": min_steps,
+            "steps": kept,
+            **({"thresholds": {x: thresholds[x] for x in models if x in thresholds}} if thresholds else {}),
             **({"busy_share": busy_share} if busy_share else {}),
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
         },  # fmt: skip

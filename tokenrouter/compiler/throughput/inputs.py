@@ -4,7 +4,8 @@
 latency `L_i(b)` (ms, by batch size b), the routing matrix `p[i][j]` (after one step at model i, the
 probability that the request's next step is at model j; `p[i][i]` = it stays), the committed tokens
 `c[i][j]` of that transition (1 for a kept token, 0 for a dropped one), the concurrency N and the entry
-model. Routing is geometric: every step's decision is independent of the past.
+model. Routing is geometric: every step's decision is independent of the past. Optionally a model's steps
+get longer while the models beside it on its GPU are busy (`ColocationTerm`, solved in `colocation.py`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,24 @@ class StepLatency:
         return ", ".join(f"b={b}: {ms:g} ms" for b, ms in self.points)
 
 
+@dataclass(slots=True, frozen=True)
+class ColocationTerm:
+    """Model i shares a GPU with `co_runners` (model indices): its step takes
+    `L_i(b) + ms_per_share × (Σ_j U_j − at_share)`, U_j the co-runners' utilization (their share of time in
+    steps) and `at_share` its sum when L_i(b) was measured. Fitted by `tokenrouter profile --colocation`."""
+
+    co_runners: tuple[int, ...]
+    ms_per_share: float
+    at_share: float
+
+    def __post_init__(self) -> None:
+        if not self.co_runners:
+            raise ValueError("a co-location term needs at least one co-runner")
+        for name, v in (("ms_per_share", self.ms_per_share), ("at_share", self.at_share)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"co-location {name} must be a finite number >= 0, got {v!r}")
+
+
 @dataclass(slots=True)
 class SystemInputs:
     models: tuple[str, ...]
@@ -64,6 +83,7 @@ class SystemInputs:
     c: np.ndarray  # M x M committed tokens per transition
     concurrency: int
     entry: int = 0
+    colocation: tuple[ColocationTerm | None, ...] = ()  # per model, or () for none
 
     def __post_init__(self) -> None:
         m = len(self.models)
@@ -99,6 +119,13 @@ class SystemInputs:
         self.p /= self.p.sum(axis=1, keepdims=True)
         if np.any(self.c < 0):
             raise ValueError("committed tokens c must be >= 0")
+        self.colocation = tuple(self.colocation)
+        if self.colocation:
+            if len(self.colocation) != m:
+                raise ValueError(f"expected {m} co-location terms (None where a model has none)")
+            for i, term in enumerate(self.colocation):
+                if term is not None and any(not 0 <= j < m or j == i for j in term.co_runners):
+                    raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
 
     @property
     def n_models(self) -> int:

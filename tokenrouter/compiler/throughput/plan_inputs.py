@@ -8,6 +8,7 @@ profile, else what the policy implies (`policy.py`). Committed tokens always com
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility
-from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
 from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.compiler.throughput.policy import policy_routing
 from tokenrouter.compiler.throughput.profile_format import Profile
@@ -167,11 +168,61 @@ def system_from_plan(
     cm = np.array([[implied.keep[a].get(b, 0.0) for b in models] for a in models])
     try:
         inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
+        terms = _colocation_terms(models, profile, sources["step_ms"])
+        if terms:
+            inputs, reference = _chain_reference(inputs, terms, profile)
+            sources["colocation"] = {models[i]: reference for i, t in enumerate(terms) if t is not None}
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
     fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
     return PlanSystem(inputs, fixed, auto, sources, warnings)
+
+
+def _colocation_terms(
+    models: tuple[str, ...], profile: Profile | None, step_sources: dict[str, str]
+) -> tuple[ColocationTerm | None, ...]:
+    """The profile's co-location terms for the models whose step latencies it gave (none otherwise)."""
+    if profile is None or not profile.colocation:
+        return ()
+    terms: list[ColocationTerm | None] = []
+    for m in models:
+        term = profile.colocation.get(m)
+        if term is None or step_sources.get(m) != "profile":
+            terms.append(None)
+            continue
+        unknown = [x for x in term["co_runners"] if x not in models or x == m]
+        if unknown:
+            raise ThroughputInputError(
+                f"the profile's co-location term of {m} names {unknown[0]!r}, not another model of the plan"
+            )
+        co = tuple(models.index(x) for x in term["co_runners"])
+        terms.append(ColocationTerm(co, float(term["ms_per_share"]), float(term["at_share"])))
+    return tuple(terms) if any(t is not None for t in terms) else ()
+
+
+def _chain_reference(
+    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile
+) -> tuple[SystemInputs, str]:
+    """The inputs with their co-location terms, each measured from the co-runners' utilization in the plain
+    chain at the thresholds the profile was served at (so that those thresholds predict what the plain
+    chain does: the chain's utilization runs above the measured busy share, which has host gaps between
+    steps); from the measured busy share where the profile does not record its thresholds."""
+    from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+    from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
+
+    served = profile.workload.get("thresholds") or {}
+    if set(served) != set(inputs.models) or feasibility_error(served, inputs.concurrency):
+        return dataclasses.replace(inputs, colocation=terms), "profile (from the measured busy share)"
+    b = tuple(int(served[m]) for m in inputs.models)
+    try:
+        u = analyze(inputs, b).utilization
+    except ChainError:
+        return dataclasses.replace(inputs, colocation=terms), "profile (from the measured busy share)"
+    terms = tuple(
+        None if t is None else dataclasses.replace(t, at_share=sum(u[j] for j in t.co_runners)) for t in terms
+    )
+    return dataclasses.replace(inputs, colocation=terms), f"profile (from the chain at B = {b})"
 
 
 def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 5) -> dict:
@@ -198,6 +249,11 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
             a: {b: float(inp.c[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
             for i, a in enumerate(inp.models)
         },  # fmt: skip
+        **({"colocation": {
+            m: {"co_runners": [inp.models[j] for j in t.co_runners], "ms_per_share": t.ms_per_share,
+                "at_share": t.at_share}
+            for m, t in zip(inp.models, inp.colocation, strict=True) if t is not None
+        }} if inp.colocation else {}),
         "sources": system.sources,
         "result": result.as_dict(top=top),
     }

@@ -10,7 +10,10 @@
  "workload": {"prompts": 8, "max_tokens": 32}}
 ```
 `step_ms` keys are batch sizes; `routing` rows sum to 1 (a model that never ran has no row);
-`counts` are the observed decisions behind `routing`.
+`counts` are the observed decisions behind `routing`. Optional `colocation` (written by `tokenrouter profile
+--colocation`, see `colocation.py`): per model sharing a GPU, `{"co_runners": ["llm"], "ms_per_share": 1.3,
+"at_share": 0.87, "fit": {...}}`: its step takes `ms_per_share` ms longer per unit of its co-runners' summed
+busy share above `at_share`, the share at which `step_ms` was measured.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Profile:
     device: str = ""
     created: str = ""
     workload: dict[str, Any] = field(default_factory=dict)
+    colocation: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +56,7 @@ class Profile:
             "routing": self.routing,
             "counts": self.counts,
             "workload": self.workload,
+            **({"colocation": self.colocation} if self.colocation else {}),
         }
 
 
@@ -103,6 +108,24 @@ def read_profile(path: str | Path) -> Profile:
         if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
             raise fail(f"routing.{m}", f"probabilities sum to {sum(row.values()):.6g}, expected 1")
         routing[m] = {k: float(v) for k, v in row.items()}
+    colocation = data.get("colocation") or {}
+    if not isinstance(colocation, dict):
+        raise fail("colocation", "expected an object {model: term}")
+    for m, term in colocation.items():
+        ok = (
+            isinstance(term, dict)
+            and isinstance(term.get("co_runners"), list)
+            and bool(term["co_runners"])
+            and all(isinstance(x, str) for x in term["co_runners"])
+            and all(
+                isinstance(term.get(k), (int, float)) and not isinstance(term[k], bool) and math.isfinite(term[k])
+                and term[k] >= 0 for k in ("ms_per_share", "at_share")
+            )
+        )  # fmt: skip
+        if not ok:
+            raise fail(
+                f"colocation.{m}", 'expected {"co_runners": [model, ...], "ms_per_share": ms >= 0, "at_share": >= 0}'
+            )
     return Profile(
         policy=str(data["policy"]),
         source_sha256=data.get("source_sha256"),
@@ -112,4 +135,5 @@ def read_profile(path: str | Path) -> Profile:
         device=str(data.get("device", "")),
         created=str(data.get("created", "")),
         workload=data.get("workload") or {},
+        colocation=colocation,
     )

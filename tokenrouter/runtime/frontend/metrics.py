@@ -123,6 +123,12 @@ class Metrics:
                 [({"model": x}, getattr(s, attr)) for x, s in sorted(self.stats.items())],
             )
         metric(
+            "batch_threshold",
+            "gauge",
+            "The subserver's delayed-batching threshold B_i as configured (lowered while few requests are active).",
+            [({"model": x}, s.batch_threshold) for x, s in sorted(self.stats.items()) if s.batch_threshold > 0],
+        )
+        metric(
             "step_latency_seconds",
             "gauge",
             "Latency of the subserver's last step.",

@@ -476,4 +476,5 @@ class Scheduler:
             step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.step_ms_by_bs.items()},
             uptime_ms=(time.perf_counter() - self.started) * 1000.0,
             slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
+            batch_threshold=self.batching.config.thresholds[self.model],
         )

@@ -1,0 +1,155 @@
+"""Models that share a GPU slow each other down: a co-location term for the throughput model.
+
+The DTMC takes each model's step latency as a function of its own batch size. On one GPU that is not the
+whole story: on the H200 the 0.6B's step beside an 8B shortened from 2.36 to 1.88 ms as delayed batching
+made the 8B busy 56 % of the time instead of 87 % (`docs/matrix.md`, runs 42-44), so thresholds that take
+the large model fewer, fuller steps gained 7-10 % over eager while the plain chain ranked them at or below
+B = 1. The term: model i's step takes
+
+    L_i(b) + S_i × (Σ_{j ∈ C_i} U_j − A_i)
+
+where C_i are the models placed on one of i's GPUs (`models.*.gpus`), U_j their utilization (share of time
+in steps), A_i the co-runners' summed busy share while L_i(b) was measured, and S_i (ms per unit of busy
+share) is fitted from two served profiles at different thresholds (`fit`): the change of i's step at the
+batch sizes both saw, over the change of its co-runners' busy share. Since U_j depends on the latencies, the
+chain is solved for a fixed point (`solve`): latencies from the utilizations, the chain from the latencies,
+damped, until the utilizations settle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from tokenrouter.compiler.throughput.dtmc import step_ticks
+from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.profile_format import Profile
+
+MIN_SHARE_GAP = 0.05  # the co-runners' busy share must differ this much between the two profiles
+_ROUNDS = 50
+_TOLERANCE = 1e-3  # utilization
+
+
+class ColocationError(ValueError):
+    """Two profiles that cannot give a co-location term (the message says why and what to do)."""
+
+
+def co_runners(plan: dict) -> dict[str, list[str]]:
+    """For each model, the other models placed on one of its GPUs, in plan order."""
+    gpus = {m: set(spec.get("gpus", [0])) for m, spec in plan["models"].items()}
+    return {m: [o for o in gpus if o != m and gpus[o] & g] for m, g in gpus.items()}
+
+
+def _busy(profile: Profile, which: str) -> dict[str, float]:
+    share = profile.workload.get("busy_share")
+    if not isinstance(share, dict) or not share:
+        raise ColocationError(
+            f"the {which} profile records no busy share (workload.busy_share): make both with `tokenrouter "
+            "profile --from-metrics` from a server of this version"
+        )
+    return share
+
+
+def fit(plan: dict, base: Profile, other: Profile) -> Profile:
+    """`base` with a co-location term per model that shares a GPU, fitted against `other` (the same plan
+    served at other thresholds). Routing pools both profiles' decisions where both have counts."""
+    groups = co_runners(plan)
+    if not any(groups.values()):
+        raise ColocationError("no two models of the plan share a GPU (models.*.gpus): there is nothing to fit")
+    busy_a, busy_b = _busy(base, "first"), _busy(other, "second")
+    steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
+    terms: dict[str, dict] = {}
+    too_close: list[str] = []
+    for model, co in groups.items():
+        if not co:
+            continue
+        if model not in base.step_ms or model not in other.step_ms:
+            raise ColocationError(f"model {model!r} has no step latencies in both profiles")
+        la, lb = dict(base.step_ms[model].points), dict(other.step_ms[model].points)
+        common = sorted(set(la) & set(lb))
+        if not common:
+            raise ColocationError(
+                f"model {model!r}: no batch size ran often enough in both profiles (first: {sorted(la)}, "
+                f"second: {sorted(lb)}); put more load on the servers"
+            )
+        share_a = sum(busy_a.get(j, 0.0) for j in co)
+        share_b = sum(busy_b.get(j, 0.0) for j in co)
+        if abs(share_b - share_a) < MIN_SHARE_GAP:
+            too_close.append(f"{model} ({'+'.join(co)} busy {share_a:.2f} and {share_b:.2f})")
+            continue  # no term: the two profiles cannot tell how its step depends on them
+        weight = {
+            b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1)) for b in common
+        }
+        change = sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
+        slope = change / (share_b - share_a)
+        terms[model] = {
+            "co_runners": co,
+            "ms_per_share": round(max(0.0, slope), 4),
+            "at_share": round(share_a, 4),
+            "fit": {
+                "busy_share": [round(share_a, 4), round(share_b, 4)],
+                "step_change_ms": round(change, 4),
+                "batch_sizes": common,
+                "slope_ms_per_share": round(slope, 4),
+                "thresholds": [base.workload.get("thresholds"), other.workload.get("thresholds")],
+            },
+        }
+    if not terms:
+        raise ColocationError(
+            f"the models beside each model were about as busy in both profiles ({'; '.join(too_close)}), so "
+            "they cannot tell how a step depends on them; serve the second at a higher threshold of the large "
+            "model (`serve --batch MODEL=3`)"
+        )
+    counts, routing = {}, {}
+    for model, row in base.routing.items():
+        a, b = base.counts.get(model), other.counts.get(model)
+        if a and b:
+            pooled = {t: a.get(t, 0) + b.get(t, 0) for t in {*a, *b}}
+            total = sum(pooled.values())
+            counts[model], routing[model] = pooled, {t: n / total for t, n in pooled.items()}
+        else:
+            counts[model], routing[model] = dict(a or {}), dict(row)
+    sources = [base.workload.get("source", ""), other.workload.get("source", "")]
+    return dataclasses.replace(
+        base,
+        routing=routing,
+        counts=counts,
+        workload={**base.workload, "colocation_sources": sources, **({"colocation_unfitted": too_close} if too_close else {})},
+        colocation=terms,
+    )
+
+
+def shifted(inputs: SystemInputs, shift: list[float], floor_ms: float) -> SystemInputs:
+    """The inputs with each model's step latency moved by shift[i] ms (never below floor_ms), no term."""
+    steps = tuple(
+        StepLatency(tuple((b, max(floor_ms, ms + d)) for b, ms in s.points)) if d else s
+        for s, d in zip(inputs.step, shift, strict=True)
+    )
+    return dataclasses.replace(inputs, step=steps, colocation=())
+
+
+def solve(inputs: SystemInputs, thresholds: tuple[int, ...], plain: Callable, delta_ms: float, max_states: int):
+    """The chain at the fixed point of the co-location terms (`plain(inputs, thresholds, delta_ms,
+    max_states)` solves one chain). The result carries the shifts it settled on."""
+    terms, cache = inputs.colocation, {}
+
+    def chain(shift: list[float]):
+        moved = shifted(inputs, shift, delta_ms)
+        key = tuple(map(tuple, step_ticks(moved, delta_ms)))  # the chain sees only the ticks
+        if key not in cache:
+            cache[key] = plain(moved, thresholds, delta_ms, max_states)
+        return cache[key]
+
+    shift = [0.0] * inputs.n_models
+    res = chain(shift)
+    u = list(res.utilization)
+    for _ in range(_ROUNDS):
+        shift = [
+            0.0 if t is None else t.ms_per_share * (sum(u[j] for j in t.co_runners) - t.at_share) for t in terms
+        ]
+        res = chain(shift)
+        step = max(abs(a - b) for a, b in zip(res.utilization, u, strict=True))
+        u = [0.5 * a + 0.5 * b for a, b in zip(u, res.utilization, strict=True)]
+        if step < _TOLERANCE:
+            break
+    return dataclasses.replace(res, step_shift_ms=tuple(round(d, 4) for d in shift))
