@@ -87,7 +87,9 @@ def override_thresholds(plan: dict, batch: Mapping[str, int]) -> dict:
 
     unknown = [m for m in batch if m not in plan["models"]]
     if unknown:
-        raise ModeError(f"--batch {unknown[0]}: not a model of the plan (models: {', '.join(plan['models'])})")
+        raise ModeError(
+            f"--batch {unknown[0]}: not a model of the plan (models: {', '.join(plan['models'])})"
+        )
     bad = [f"{m}={b}" for m, b in batch.items() if isinstance(b, bool) or not isinstance(b, int) or b < 1]
     if bad:
         raise ModeError(f"--batch {bad[0]}: a threshold is an int >= 1")
@@ -99,7 +101,9 @@ def override_thresholds(plan: dict, batch: Mapping[str, int]) -> dict:
     return with_thresholds(plan, thresholds)
 
 
-def prepare(plan: dict, mode: str, llm: str | None = None, batch: Mapping[str, int] | None = None) -> ModeSetup:
+def prepare(
+    plan: dict, mode: str, llm: str | None = None, batch: Mapping[str, int] | None = None
+) -> ModeSetup:
     """What `serve --mode MODE [--batch MODEL=B]` starts for this plan. Raises ModeError for a mode that
     cannot apply."""
     if mode not in MODES:
@@ -108,7 +112,9 @@ def prepare(plan: dict, mode: str, llm: str | None = None, batch: Mapping[str, i
         raise ModeError("--llm applies to --mode llm-only only")
     if batch:
         if mode not in ("tokenrouter", "no-graphs"):
-            raise ModeError(f"--batch applies to --mode tokenrouter and no-graphs (--mode {mode} fixes B = 1)")
+            raise ModeError(
+                f"--batch applies to --mode tokenrouter and no-graphs (--mode {mode} fixes B = 1)"
+            )
         plan = override_thresholds(plan, batch)
     if mode == "tokenrouter":
         setup = ModeSetup(mode, plan)

@@ -55,7 +55,9 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
     served at other thresholds). Routing pools both profiles' decisions where both have counts."""
     groups = co_runners(plan)
     if not any(groups.values()):
-        raise ColocationError("no two models of the plan share a GPU (models.*.gpus): there is nothing to fit")
+        raise ColocationError(
+            "no two models of the plan share a GPU (models.*.gpus): there is nothing to fit"
+        )
     busy_a, busy_b = _busy(base, "first"), _busy(other, "second")
     steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
     terms: dict[str, dict] = {}
@@ -78,7 +80,8 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
             too_close.append(f"{model} ({'+'.join(co)} busy {share_a:.2f} and {share_b:.2f})")
             continue  # no term: the two profiles cannot tell how its step depends on them
         weight = {
-            b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1)) for b in common
+            b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1))
+            for b in common
         }
         change = sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
         slope = change / (share_b - share_a)
@@ -114,7 +117,11 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
         base,
         routing=routing,
         counts=counts,
-        workload={**base.workload, "colocation_sources": sources, **({"colocation_unfitted": too_close} if too_close else {})},
+        workload={
+            **base.workload,
+            "colocation_sources": sources,
+            **({"colocation_unfitted": too_close} if too_close else {}),
+        },
         colocation=terms,
     )
 
@@ -128,7 +135,9 @@ def shifted(inputs: SystemInputs, shift: list[float], floor_ms: float) -> System
     return dataclasses.replace(inputs, step=steps, colocation=())
 
 
-def solve(inputs: SystemInputs, thresholds: tuple[int, ...], plain: Callable, delta_ms: float, max_states: int):
+def solve(
+    inputs: SystemInputs, thresholds: tuple[int, ...], plain: Callable, delta_ms: float, max_states: int
+):
     """The chain at the fixed point of the co-location terms (`plain(inputs, thresholds, delta_ms,
     max_states)` solves one chain). The result carries the shifts it settled on."""
     terms, cache = inputs.colocation, {}
@@ -145,7 +154,8 @@ def solve(inputs: SystemInputs, thresholds: tuple[int, ...], plain: Callable, de
     u = list(res.utilization)
     for _ in range(_ROUNDS):
         shift = [
-            0.0 if t is None else t.ms_per_share * (sum(u[j] for j in t.co_runners) - t.at_share) for t in terms
+            0.0 if t is None else t.ms_per_share * (sum(u[j] for j in t.co_runners) - t.at_share)
+            for t in terms
         ]
         res = chain(shift)
         step = max(abs(a - b) for a, b in zip(res.utilization, u, strict=True))

@@ -287,7 +287,9 @@ def run_profile_command(
 
     if colocation:
         if from_metrics or since:
-            raise ThroughputUsageError("--colocation reads two profiles: give it without --from-metrics/--since")
+            raise ThroughputUsageError(
+                "--colocation reads two profiles: give it without --from-metrics/--since"
+            )
         return _write_and_describe(_fit_colocation(plan_path, colocation), plan_path, output)
     if from_metrics:
         profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)

@@ -51,7 +51,11 @@ class ChainResult:
     step_shift_ms: tuple[float, ...] = ()  # co-location: ms added to each model's step at the fixed point
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
-        shift = {"step_shift_ms": dict(zip(models, self.step_shift_ms, strict=True))} if self.step_shift_ms else {}
+        shift = (
+            {"step_shift_ms": dict(zip(models, self.step_shift_ms, strict=True))}
+            if self.step_shift_ms
+            else {}
+        )
         return {
             "thresholds": dict(zip(models, self.thresholds, strict=True)),
             "throughput_tok_s": self.throughput,

@@ -114,7 +114,9 @@ def profile_from_metrics(
     kept: dict[str, dict[str, int]] = {}  # model -> {batch size: steps behind its latency}
     for x in models:
         pts = [(bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(steps.get(x, {}).items()) if n >= min_steps]
-        kept[x] = {str(bs): int(round(n)) for bs, (n, _) in sorted(steps.get(x, {}).items()) if n >= min_steps}
+        kept[x] = {
+            str(bs): int(round(n)) for bs, (n, _) in sorted(steps.get(x, {}).items()) if n >= min_steps
+        }
         if not pts:
             seen = {bs: int(n) for bs, (n, _) in sorted(steps.get(x, {}).items())}
             raise MetricsProfileError(

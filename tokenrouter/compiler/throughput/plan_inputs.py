@@ -249,11 +249,21 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
             a: {b: float(inp.c[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
             for i, a in enumerate(inp.models)
         },  # fmt: skip
-        **({"colocation": {
-            m: {"co_runners": [inp.models[j] for j in t.co_runners], "ms_per_share": t.ms_per_share,
-                "at_share": t.at_share}
-            for m, t in zip(inp.models, inp.colocation, strict=True) if t is not None
-        }} if inp.colocation else {}),
+        **(
+            {
+                "colocation": {
+                    m: {
+                        "co_runners": [inp.models[j] for j in t.co_runners],
+                        "ms_per_share": t.ms_per_share,
+                        "at_share": t.at_share,
+                    }
+                    for m, t in zip(inp.models, inp.colocation, strict=True)
+                    if t is not None
+                }
+            }
+            if inp.colocation
+            else {}
+        ),
         "sources": system.sources,
         "result": result.as_dict(top=top),
     }

@@ -124,7 +124,8 @@ def read_profile(path: str | Path) -> Profile:
         )  # fmt: skip
         if not ok:
             raise fail(
-                f"colocation.{m}", 'expected {"co_runners": [model, ...], "ms_per_share": ms >= 0, "at_share": >= 0}'
+                f"colocation.{m}",
+                'expected {"co_runners": [model, ...], "ms_per_share": ms >= 0, "at_share": >= 0}',
             )
     return Profile(
         policy=str(data["policy"]),

@@ -126,7 +126,11 @@ class Metrics:
             "batch_threshold",
             "gauge",
             "The subserver's delayed-batching threshold B_i as configured (lowered while few requests are active).",
-            [({"model": x}, s.batch_threshold) for x, s in sorted(self.stats.items()) if s.batch_threshold > 0],
+            [
+                ({"model": x}, s.batch_threshold)
+                for x, s in sorted(self.stats.items())
+                if s.batch_threshold > 0
+            ],
         )
         metric(
             "step_latency_seconds",
