@@ -976,13 +976,13 @@ def parse_runs(values: list[str]) -> dict[str, tuple[int, ...]]:
     return runs
 
 
-def parse_thresholds(value: str) -> dict[str, int]:
+def parse_thresholds(value: str, flag: str = "--thresholds") -> dict[str, int]:
     """`slm=1,llm=4` -> {"slm": 1, "llm": 4}."""
     out = {}
     for item in value.split(","):
         model, eq, b = item.partition("=")
         if not (eq and model.strip() and b.strip().isdigit() and int(b) >= 1):
-            raise ValueError(f"--thresholds {value!r}: expected MODEL=B[,MODEL=B...] with B >= 1")
+            raise ValueError(f"{flag} {value!r}: expected MODEL=B[,MODEL=B...] with B >= 1")
         out[model.strip()] = int(b)
     return out
 
@@ -1050,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         thresholds = [parse_thresholds(v) for v in a.thresholds]
-        colocation = parse_thresholds(a.colocation) if a.colocation else None
+        colocation = parse_thresholds(a.colocation, "--colocation") if a.colocation else None
         if colocation and a.tune_from != "eager":
             raise ValueError("--colocation needs --tune-from eager (served profiles)")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]

@@ -29,6 +29,7 @@ def scrape(
     hops: dict,
     uptime_ms: float = 0.0,
     slow: dict[str, dict[int, tuple[int, float]]] | None = None,
+    thresholds: dict[str, int] | None = None,
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
@@ -36,7 +37,8 @@ def scrape(
                                           last_step_ms=1.0, steps=sum(n for n, _ in table.values()),
                                           kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table,
                                           busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms,
-                                          slow_ms_by_bs=(slow or {}).get(model, {})))  # fmt: skip
+                                          slow_ms_by_bs=(slow or {}).get(model, {}),
+                                          batch_threshold=(thresholds or {}).get(model, 0)))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -59,6 +61,19 @@ def test_latencies_and_routing_from_deltas():
     assert prof.routing["llm"] == pytest.approx({"slm": 1.0, "llm": 0.0})
     assert prof.counts["slm"] == {"slm": 900, "llm": 100} and prof.source_sha256 == "abc"
     assert "busy_share" not in prof.workload  # reports without an uptime (servers before it existed)
+    assert prof.workload["steps"] == {"slm": {"1": 100, "2": 50}, "llm": {"1": 100}}
+    assert "thresholds" not in prof.workload  # servers that do not report B_i
+
+
+def test_served_thresholds_are_recorded():
+    """`tokenrouter_batch_threshold`: the B_i the subservers ran with, as of the later scrape (for the
+    co-location term's reference point)."""
+    after = scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0), 3: (20, 150.0)}}, {"slm": 900, "llm": 100},
+                   {("slm", "llm"): 100, ("llm", "slm"): 100}, thresholds={"slm": 1, "llm": 3})  # fmt: skip
+    assert 'tokenrouter_batch_threshold{model="llm"} 3' in after
+    prof = profile_from_metrics(PLAN, after, min_steps=5)
+    assert prof.workload["thresholds"] == {"slm": 1, "llm": 3}
+    assert prof.workload["steps"]["llm"] == {"1": 50, "3": 20}
 
 
 def test_busy_share_over_the_window():

@@ -297,6 +297,11 @@ def test_metrics_content(server):
     assert mt['tokenrouter_generation_tokens_total{model="llm"}'] > 0
     assert mt['tokenrouter_hops_total{from="slm",to="llm"}'] > 0
     assert mt['tokenrouter_step_latency_seconds{model="slm"}'] > 0
+    # the thresholds as configured (the policy's `batch: 2` and `batch: 1`)
+    assert (
+        mt['tokenrouter_batch_threshold{model="slm"}'] == 2
+        and mt['tokenrouter_batch_threshold{model="llm"}'] == 1
+    )
     done = mt['tokenrouter_requests_finished_total{reason="length"}']
     assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
     assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done

@@ -155,7 +155,7 @@ def test_simulation_as_the_run_was_explains_run_31():
     assert matrix.run_simulation(next(r for r in recs if r["mode"] == "llm-only")) is None
 
 
-def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path):
+def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path, capsys):
     """`--thresholds llm=3`: a plan at those thresholds (the others as tuned), whose DTMC prediction comes
     from the tuning's profile through `tune` on a plan without auto models, and a table that sets each
     threshold's measured throughput beside its prediction and eager's."""
@@ -196,6 +196,10 @@ def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path):
         )
         == 2
     )
+    for bad, msg in ((["--colocation", "llm=3", "--tune-from", "profile"], "needs --tune-from eager"),
+                     (["--colocation", "llm=0"], "--colocation 'llm=0': expected MODEL=B")):  # fmt: skip
+        assert matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", *bad]) == 2
+        assert msg in capsys.readouterr().err
 
     recs = [record("tokenrouter", 8, 1600.0, predicted=1690.0), record("eager", 8, 1470.0)]
     recs[0]["thresholds"] = {"slm": 1, "llm": 3}
@@ -206,3 +210,52 @@ def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path):
     assert "| tokenrouter | 1600.0 |" in text and "| TR / eager | 1.09x |" in text  # the tuned run's
     assert "| 8 | slm=1,llm=3 | tuned | 1600.0 | 1690.0 | 0.95x | - | 1.09x |" in text
     assert "| 8 | slm=1,llm=5 | fixed | 1650.0 | 1600.0 | 1.03x | - | 1.12x |" in text
+
+
+def test_colocation_profiles_are_fitted_and_tuned_on(tmp_path, monkeypatch):
+    """`--colocation llm=3`: the served profile of eager and of `serve --batch llm=3`, fitted into one by
+    `profile --colocation`, with the plain tuner's choice logged beside it; where the fit fails, the eager
+    profile alone (and the log says why)."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
+                        colocation={"llm": 3})  # fmt: skip
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.1", raw)
+
+    def served(llm_busy: float, slm_ms: float, tag: str) -> Path:
+        prof = Profile("bernoulli", None, {"slm": StepLatency(((1, slm_ms), (2, slm_ms + 0.2))),
+                                           "llm": StepLatency(((1, 6.5),))},
+                       {"slm": {"slm": 0.9, "llm": 0.1}, "llm": {"slm": 1.0}},
+                       {"slm": {"slm": 900, "llm": 100}, "llm": {"slm": 100}},
+                       workload={"busy_share": {"slm": 0.4, "llm": llm_busy}, "generated_tokens": 1000})  # fmt: skip
+        write_profile(prof, raw / f"{tag}.json")
+        return raw / f"{tag}.json"
+
+    calls = []
+
+    def fake(s, plan, ns, raw, tag, extra):
+        calls.append((tag, extra))
+        return {n: served(0.69, 2.3, "eager") if tag == "eager" else served(0.45, 1.95, tag) for n in ns}
+
+    monkeypatch.setattr(matrix, "served_profiles", fake)
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert calls == [("eager", ()), ("B-llm3", ("--batch", "llm=3"))]
+    assert got[8] == raw / "profile-n8-colocated.json"
+    assert json.loads(got[8].read_text())["colocation"]["slm"]["ms_per_share"] == pytest.approx(
+        1.4583, abs=1e-3
+    )
+    assert json.loads((raw / "tune-n8-plain.json").read_text())["tuning"]["result"]["best"]
+    assert "co-location N=8 (eager and llm=3): slm: step +1.458 ms per unit of llm's busy share" in s.log[-1]
+    assert "without it tune would choose B = " in s.log[-1]
+
+    def same(s, plan, ns, raw, tag, extra):
+        return {n: served(0.69, 2.3, tag) for n in ns}
+
+    monkeypatch.setattr(matrix, "served_profiles", same)
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert got[8] == raw / "eager.json"
+    assert "profile failed (status 1); see tune.log; tuning on the eager profile alone" in s.log[-1]
+    assert "about as busy in both profiles" in (raw / "tune.log").read_text()

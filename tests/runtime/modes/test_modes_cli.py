@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[3]
             1,
             "--llm 'big' is not a model of the plan (models: slm, llm)",
         ),
+        (["--batch", "llm=x"], 2, "--batch"),
+        (["--batch", "big=2"], 1, "--batch big: not a model of the plan (models: slm, llm)"),
+        (["--mode", "eager", "--batch", "llm=2"], 1, "--batch applies to --mode tokenrouter and no-graphs"),
+        (["--batch", "llm=8"], 1, "--batch: delayed batching can deadlock"),
     ],
 )
 def test_serve_mode_usage(args, status, message):

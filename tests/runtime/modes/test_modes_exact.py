@@ -181,6 +181,26 @@ def test_mode_plans(tmp_path):
         prepare(plan, "eager", llm="a")
 
 
+def test_serve_batch_replaces_thresholds(tmp_path):
+    """`serve --batch MODEL=B`: those models' thresholds replaced, the others as the plan has them, checked
+    for deadlock at the plan's concurrency (16), in the modes that batch at all."""
+    plan = compile_policy(tmp_path, "keep", batch={"a": 3, "b": 2})
+    for mode in ("tokenrouter", "no-graphs"):
+        setup = prepare(plan, mode, batch={"b": 5})
+        assert {x: s["batch"] for x, s in setup.plan["models"].items()} == {"a": 3, "b": 5}
+    assert plan["models"]["b"]["batch"] == 2  # the plan itself is left alone
+    with pytest.raises(
+        ModeError, match=r"--batch: delayed batching can deadlock: .*\(a batch 3, b batch 15\)"
+    ):
+        prepare(plan, "tokenrouter", batch={"b": 15})
+    with pytest.raises(ModeError, match=r"--batch big: not a model of the plan \(models: a, b\)"):
+        prepare(plan, "tokenrouter", batch={"big": 2})
+    with pytest.raises(ModeError, match="--batch b=0: a threshold is an int >= 1"):
+        prepare(plan, "tokenrouter", batch={"b": 0})
+    with pytest.raises(ModeError, match="--batch applies to --mode tokenrouter and no-graphs"):
+        prepare(plan, "eager", batch={"b": 2})
+
+
 def test_std_serving_under_memory_pressure(tmp_path):
     """A KV pool of 96 slots for 8 requests of up to 31 tokens: the prefix cache gives blocks back (and the
     engine evicts held requests) to make room; the tokens do not change and no slot leaks."""

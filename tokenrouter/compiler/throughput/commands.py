@@ -379,9 +379,9 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         write_profile(profile, out)
     except OSError as e:
         raise ThroughputInputError(f"cannot write {out}: {e}") from None
-    lines = [
-        f"profile {profile.policy} on {profile.device}: {profile.workload['generated_tokens']} tokens generated"
-    ]
+    generated = profile.workload.get("generated_tokens")
+    lines = [f"profile {profile.policy} on {profile.device or 'an unnamed device'}"
+             + (f": {generated} tokens generated" if generated is not None else "")]  # fmt: skip
     for m, s in profile.step_ms.items():
         lines.append(f"  {m}: step " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
     for m, row in profile.routing.items():
