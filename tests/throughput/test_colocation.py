@@ -28,10 +28,9 @@ runner = CliRunner()
 ONE_GPU = {"models": {"slm": {"gpus": [0]}, "llm": {"gpus": [0]}}}
 
 
-def bernoulli_plan(gpus=(0, 0)) -> dict:
+def bernoulli_plan() -> dict:
     src = (ROOT / "examples" / "bernoulli.tr").read_text()
-    src = src.replace("{ gpu: 0, batch: slm_batch }", f"{{ gpu: {gpus[0]}, batch: auto }}")
-    src = src.replace("{ gpu: 0, batch: llm_batch }", f"{{ gpu: {gpus[1]}, batch: auto }}")
+    src = src.replace("batch: slm_batch", "batch: auto").replace("batch: llm_batch", "batch: auto")
     result = compile_source(src, str(ROOT / "examples" / "bernoulli.tr"))
     assert result.plan is not None, [str(d) for d in result.diagnostics]
     return result.plan

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenrouter.compiler.passes.check_feasibility import feasibility
+from tokenrouter.compiler.passes.check_feasibility import feasibility, feasibility_error
+from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
 from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
 from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.compiler.throughput.policy import policy_routing
@@ -208,16 +209,15 @@ def _chain_reference(
     chain at the thresholds the profile was served at (so that those thresholds predict what the plain
     chain does: the chain's utilization runs above the measured busy share, which has host gaps between
     steps); from the measured busy share where the profile does not record its thresholds."""
-    from tokenrouter.compiler.passes.check_feasibility import feasibility_error
-    from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
-
     served = profile.workload.get("thresholds") or {}
-    if set(served) != set(inputs.models) or feasibility_error(served, inputs.concurrency):
-        return dataclasses.replace(inputs, colocation=terms), "profile (from the measured busy share)"
-    b = tuple(int(served[m]) for m in inputs.models)
-    try:
-        u = analyze(inputs, b).utilization
-    except ChainError:
+    u = None
+    if set(served) == set(inputs.models) and not feasibility_error(served, inputs.concurrency):
+        b = tuple(int(served[m]) for m in inputs.models)
+        try:
+            u = analyze(inputs, b).utilization
+        except ChainError:
+            pass
+    if u is None:
         return dataclasses.replace(inputs, colocation=terms), "profile (from the measured busy share)"
     terms = tuple(
         None if t is None else dataclasses.replace(t, at_share=sum(u[j] for j in t.co_runners)) for t in terms
