@@ -145,22 +145,42 @@ def test_terms_are_checked():
         pair(2.3, ColocationTerm((0,), 1.0, 0.5))
 
 
-def test_the_profiled_thresholds_predict_what_the_plain_chain_does():
-    """The term is measured from the chain's own utilization at the thresholds the profile was served at
-    (the measured busy share runs below the chain's: host gaps between steps), so the term moves only the
-    other thresholds' predictions; and it is used only where the profile gave the step latencies."""
+def test_the_term_is_put_on_the_chains_scale():
+    """The served busy share runs below the chain's utilization (host gaps, a benchmark's ramp and drain), so
+    the tuner re-expresses the term in the chain's units: the reference is the co-runners' utilization in the
+    plain chain at the first profile's thresholds, the slope the measured step change over that
+    utilization's change at the second's. The first profile's thresholds then predict what the plain chain
+    does, and the second's step moves by what was measured; it applies only where the profile gave the step
+    latencies."""
     plan = bernoulli_plan()
     fitted = fit(plan, EAGER, B3)
     system = system_from_plan(plan, 8, profile=fitted)
     plain = system_from_plan(plan, 8, profile=EAGER)
     term = system.inputs.colocation[0]
     assert system.inputs.colocation[1] is None and term.co_runners == (1,)
-    assert term.at_share == pytest.approx(analyze(plain.inputs, (1, 1)).utilization[1])
-    assert system.sources["colocation"] == {"slm": "profile (from the chain at B = (1, 1))"}
+    at = analyze(plain.inputs, (1, 1)).utilization[1]
+    to = analyze(plain.inputs, (1, 3)).utilization[1]
+    assert at - to > 0.2  # the chain's 8B is busy less at B_llm = 3, as it was served
+    assert term.at_share == pytest.approx(at)
+    assert term.ms_per_share == pytest.approx(0.35 / (at - to), abs=1e-4)
+    # the measured shares moved by 0.24, the chain's by more: the slope on its scale is the smaller
+    assert term.ms_per_share < fitted.colocation["slm"]["ms_per_share"]
+    assert system.sources["colocation"] == {"slm": "profile (from the chain at B = (1, 1) and (1, 3))"}
+    assert system.warnings == []
     assert analyze(system.inputs, (1, 1)).throughput == pytest.approx(
         analyze(plain.inputs, (1, 1)).throughput
     )
-    assert analyze(system.inputs, (1, 4)).throughput > analyze(plain.inputs, (1, 4)).throughput
+    res = analyze(system.inputs, (1, 3))
+    assert res.throughput > analyze(plain.inputs, (1, 3)).throughput
+    # at B_llm = 3 the 0.6B's step moves by the measured -0.35 ms, less what the 8B's own change of
+    # utilization under the shift makes of it
+    assert res.step_shift_ms[0] == pytest.approx(-0.35, abs=0.05)
+    # without the second profile's thresholds: the reference from the chain, the slope as measured
+    one = fit(plan, EAGER, profile({1: 1.95, 2: 2.15}, {1: 6.4}, {"slm": 0.42, "llm": 0.45}))
+    system = system_from_plan(plan, 8, profile=one)
+    assert system.inputs.colocation[0].at_share == pytest.approx(at)
+    assert system.inputs.colocation[0].ms_per_share == one.colocation["slm"]["ms_per_share"]
+    assert system.sources["colocation"]["slm"].startswith("profile (reference from the chain at B = (1, 1);")
     # without the served thresholds, the measured busy share is the reference
     bare = fit(plan, profile({1: 2.3, 2: 2.5}, {1: 6.5}, {"slm": 0.4, "llm": 0.69}), B3)
     system = system_from_plan(plan, 8, profile=bare)
@@ -173,6 +193,35 @@ def test_the_profiled_thresholds_predict_what_the_plain_chain_does():
     fitted.colocation["slm"] = {**fitted.colocation["slm"], "co_runners": ["big"]}
     with pytest.raises(ThroughputInputError, match="co-location term of slm names 'big'"):
         system_from_plan(plan, 8, profile=fitted)
+
+
+def test_a_term_the_chain_cannot_scale_is_left_out_with_a_warning():
+    """Served at (2, 1) and (1, 1) the 8B is busy 0.69 and 0.45 of the time by the server's clock (a noisy
+    pair), but the chain keeps it as busy at both: the term cannot be put on its scale, and tune says so."""
+    plan = bernoulli_plan()
+    other = profile({1: 1.95, 2: 2.15}, {1: 6.4}, {"slm": 0.42, "llm": 0.45}, thresholds={"slm": 2, "llm": 1})
+    fitted = fit(plan, EAGER, other)
+    system = system_from_plan(plan, 8, profile=fitted)
+    assert system.inputs.colocation == () and system.sources.get("colocation", {}) == {}
+    (line,) = system.warnings
+    assert line.startswith(
+        "the co-location term of slm is left out: the chain keeps llm as busy at B = (1, 1)"
+    )
+    assert "(-0.350 ms) cannot be put on the chain's scale" in line
+
+
+def test_tune_prints_the_left_out_term(tmp_path):
+    plan = tmp_path / "b.tr"
+    src = (ROOT / "examples" / "bernoulli.tr").read_text().replace("batch: llm_batch", "batch: auto")
+    plan.write_text(src.replace("models/", str(ROOT / "examples" / "models") + "/"))
+    other = profile({1: 1.95, 2: 2.15}, {1: 6.4}, {"slm": 0.42, "llm": 0.45}, thresholds={"slm": 2, "llm": 1})
+    write_profile(fit(bernoulli_plan(), EAGER, other), tmp_path / "p.json")
+    res = runner.invoke(app, ["tune", str(plan), "--profile", str(tmp_path / "p.json"), "-n", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "warning: the co-location term of slm is left out" in res.stderr
+    tuning = json.loads(res.stdout)["tuning"]
+    assert tuning["warnings"][0].startswith("the co-location term of slm is left out")
+    assert "colocation" not in tuning
 
 
 def test_profile_files_keep_and_check_the_term(tmp_path):
@@ -211,7 +260,8 @@ def test_profile_colocation_cli_then_tune(tmp_path):
     assert res.exit_code == 0, res.output
     tuning = json.loads(res.output)["tuning"]
     assert tuning["colocation"]["slm"]["co_runners"] == ["llm"]
-    assert tuning["sources"]["colocation"]["slm"].startswith("profile (from the chain at B = (1, 1))")
+    assert tuning["sources"]["colocation"]["slm"] == "profile (from the chain at B = (1, 1) and (1, 3))"
+    assert "warnings" not in tuning
     assert all("step_shift_ms" in c for c in tuning["result"]["candidates"])
     # usage: two profiles, and not with --from-metrics
     res = runner.invoke(app, ["profile", str(plan), "--colocation", str(first)])

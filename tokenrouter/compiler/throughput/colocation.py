@@ -11,9 +11,12 @@ B = 1. The term: model i's step takes
 where C_i are the models placed on one of i's GPUs (`models.*.gpus`), U_j their utilization (share of time
 in steps), A_i the co-runners' summed busy share while L_i(b) was measured, and S_i (ms per unit of busy
 share) is fitted from two served profiles at different thresholds (`fit`): the change of i's step at the
-batch sizes both saw, over the change of its co-runners' busy share. Since U_j depends on the latencies, the
-chain is solved for a fixed point (`solve`): latencies from the utilizations, the chain from the latencies,
-damped, until the utilizations settle.
+batch sizes both saw, over the change of its co-runners' busy share. The tuner re-expresses the term in the
+chain's own utilization (`calibrate`): a server's measured busy share runs well below the chain's (run 45: the
+8B busy 0.68 of the time at B = (1, 1), 0.93 in the chain), and a slope fitted on one scale and applied on the
+other over-predicted run 45's B_llm = 8 by 1.46×. Since U_j depends on the latencies, the chain is solved for
+a fixed point (`solve`): latencies from the utilizations, the chain from the latencies, damped, until the
+utilizations settle.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tokenrouter.compiler.throughput.dtmc import step_ticks
-from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.compiler.passes.check_feasibility import feasibility_error
+from tokenrouter.compiler.throughput.dtmc import ChainError, analyze, step_ticks
+from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
 from tokenrouter.compiler.throughput.profile_format import Profile
 
 MIN_SHARE_GAP = 0.05  # the co-runners' busy share must differ this much between the two profiles
@@ -124,6 +128,73 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
         },
         colocation=terms,
     )
+
+
+def calibrate(
+    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile
+) -> tuple[SystemInputs, dict[str, str], list[str]]:
+    """The inputs with the profile's terms in the chain's units, where each model's term came from, and a
+    line for each term left out. Where the fit recorded both profiles' thresholds, the reference `at_share`
+    is the co-runners' utilization in the plain chain at the first profile's thresholds, and the slope the
+    measured step change over the change of that utilization at the second's: the chain then predicts the
+    first profile's thresholds as the plain chain does, and moves the second's step by what was measured. A
+    term whose co-runners the chain keeps about as busy at both is left out. With only the first profile's
+    thresholds the slope stays on the measured scale; with none, the reference too."""
+    plain = dataclasses.replace(inputs, colocation=())
+    models, chains = inputs.models, {}
+
+    def utilization(thresholds) -> tuple[float, ...] | None:
+        if not isinstance(thresholds, dict) or set(thresholds) != set(models):
+            return None
+        if feasibility_error(thresholds, inputs.concurrency):
+            return None
+        b = tuple(int(thresholds[m]) for m in models)
+        if b not in chains:
+            try:
+                chains[b] = analyze(plain, b).utilization
+            except ChainError:
+                chains[b] = None
+        return chains[b]
+
+    def label(thresholds) -> str:
+        return "(" + ", ".join(str(thresholds[m]) for m in models) + ")"
+
+    out: list[ColocationTerm | None] = []
+    sources: dict[str, str] = {}
+    dropped: list[str] = []
+    for m, t in zip(models, terms, strict=True):
+        if t is None:
+            out.append(None)
+            continue
+        fitted = profile.colocation.get(m, {}).get("fit", {})
+        first, second = [*(fitted.get("thresholds") or [profile.workload.get("thresholds")]), None][:2]
+        ua, ub, change = utilization(first), utilization(second), fitted.get("step_change_ms")
+        if ua is None:
+            out.append(t)
+            sources[m] = "profile (from the measured busy share)"
+            continue
+        at = sum(ua[j] for j in t.co_runners)
+        if ub is None or not isinstance(change, (int, float)):
+            out.append(dataclasses.replace(t, at_share=at))
+            sources[m] = (
+                f"profile (reference from the chain at B = {label(first)}; slope from the busy share)"
+            )
+            continue
+        to = sum(ub[j] for j in t.co_runners)
+        co = "+".join(models[j] for j in t.co_runners)
+        if abs(to - at) < MIN_SHARE_GAP:
+            out.append(None)
+            dropped.append(
+                f"the co-location term of {m} is left out: the chain keeps {co} as busy at B = {label(first)} "
+                f"({at:.2f}) as at {label(second)} ({to:.2f}), so its step change ({change:+.3f} ms) cannot "
+                "be put on the chain's scale"
+            )
+            continue
+        out.append(ColocationTerm(t.co_runners, round(max(0.0, change / (to - at)), 4), at))
+        sources[m] = f"profile (from the chain at B = {label(first)} and {label(second)})"
+    if all(t is None for t in out):
+        return plain, {}, dropped
+    return dataclasses.replace(inputs, colocation=tuple(out)), sources, dropped
 
 
 def shifted(inputs: SystemInputs, shift: list[float], floor_ms: float) -> SystemInputs:

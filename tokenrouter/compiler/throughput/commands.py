@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,8 @@ def build_system(args: SystemArgs) -> tuple[dict, PlanSystem]:
         except ProfileError as e:
             raise ThroughputInputError(str(e)) from None
     system = system_from_plan(plan, args.concurrency, parse_step_ms(args.step_ms), parse_p(args.p), profile)
+    for line in system.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     return plan, system
 
 

@@ -8,15 +8,14 @@ profile, else what the policy implies (`policy.py`). Committed tokens always com
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tokenrouter.compiler.passes.check_feasibility import feasibility, feasibility_error
-from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
+from tokenrouter.compiler.passes.check_feasibility import feasibility
+from tokenrouter.compiler.throughput.colocation import calibrate
 from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
 from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.compiler.throughput.policy import policy_routing
@@ -171,8 +170,8 @@ def system_from_plan(
         inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
         terms = _colocation_terms(models, profile, sources["step_ms"])
         if terms:
-            inputs, reference = _chain_reference(inputs, terms, profile)
-            sources["colocation"] = {models[i]: reference for i, t in enumerate(terms) if t is not None}
+            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile)
+            warnings.extend(dropped)
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -200,29 +199,6 @@ def _colocation_terms(
         co = tuple(models.index(x) for x in term["co_runners"])
         terms.append(ColocationTerm(co, float(term["ms_per_share"]), float(term["at_share"])))
     return tuple(terms) if any(t is not None for t in terms) else ()
-
-
-def _chain_reference(
-    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile
-) -> tuple[SystemInputs, str]:
-    """The inputs with their co-location terms, each measured from the co-runners' utilization in the plain
-    chain at the thresholds the profile was served at (so that those thresholds predict what the plain
-    chain does: the chain's utilization runs above the measured busy share, which has host gaps between
-    steps); from the measured busy share where the profile does not record its thresholds."""
-    served = profile.workload.get("thresholds") or {}
-    u = None
-    if set(served) == set(inputs.models) and not feasibility_error(served, inputs.concurrency):
-        b = tuple(int(served[m]) for m in inputs.models)
-        try:
-            u = analyze(inputs, b).utilization
-        except ChainError:
-            pass
-    if u is None:
-        return dataclasses.replace(inputs, colocation=terms), "profile (from the measured busy share)"
-    terms = tuple(
-        None if t is None else dataclasses.replace(t, at_share=sum(u[j] for j in t.co_runners)) for t in terms
-    )
-    return dataclasses.replace(inputs, colocation=terms), f"profile (from the chain at B = {b})"
 
 
 def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 5) -> dict:
@@ -265,6 +241,7 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
             else {}
         ),
         "sources": system.sources,
+        **({"warnings": list(system.warnings)} if system.warnings else {}),
         "result": result.as_dict(top=top),
     }
     return out

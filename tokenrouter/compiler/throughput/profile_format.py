@@ -13,7 +13,8 @@
 `counts` are the observed decisions behind `routing`. Optional `colocation` (written by `tokenrouter profile
 --colocation`, see `colocation.py`): per model sharing a GPU, `{"co_runners": ["llm"], "ms_per_share": 1.3,
 "at_share": 0.87, "fit": {...}}`: its step takes `ms_per_share` ms longer per unit of its co-runners' summed
-busy share above `at_share`, the share at which `step_ms` was measured.
+busy share above `at_share`, the share at which `step_ms` was measured (the server's busy share; `tune` puts
+the term on the chain's own scale from `fit.step_change_ms` and `fit.thresholds`: `colocation.calibrate`).
 """
 
 from __future__ import annotations
