@@ -3,10 +3,10 @@
 # over the plain chain's change of utilization between the two profiles' thresholds, not the server's busy
 # share, which over-predicted run 45's B_llm = 8 by 1.46x). N = 8, tuned with the term beside eager and
 # fixed (1, 1) and (1, 5) (past the profiled B_llm = 3): p = 0.1 (run 47) and p = 0.35 (run 48).
-# Runs from `.whl/clean.tar` (`git archive HEAD tokenrouter bench pyproject.toml`).
+# Runs from `.whl/clean.tgz` (`git archive --format=tar.gz HEAD tokenrouter bench pyproject.toml`).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/matrix/*.whl || exit 1
-rm -rf /tmp/res /tmp/c; mkdir -p /tmp/res /tmp/c; tar xf .whl/clean.tar -C /tmp/c; cd /tmp/c
+rm -rf /tmp/res /tmp/c; mkdir -p /tmp/res /tmp/c; tar xzf .whl/clean.tgz -C /tmp/c; cd /tmp/c
 export PYTHONPATH=/tmp/site:/tmp/c
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv > /tmp/res/gpu.txt 2>&1
 timeout 270 python3 bench/matrix.py --pair 0.6b+8b --policy bern0.1 --run tokenrouter:8 --run eager:8 --rounds 5 --deadline-s 235 \
