@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import select
@@ -184,6 +185,9 @@ class Settings:
     # the served profile a second time at these thresholds (`serve --batch`), and tune on the two with the
     # co-location term (`profile --colocation`, docs/throughput.md); None: the eager profile alone
     colocation: dict[str, int] | None = None
+    # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
+    # B_i (the DTMC has no such timeout: docs/throughput.md)
+    max_delay_ms: float = 5.0
     log: list[str] = field(default_factory=list)
 
 
@@ -270,6 +274,7 @@ def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshol
                 load="dummy" if not Path(folder, "model.safetensors").exists() else "auto",
             )
         assert spec["path"] == folder, (name, spec["path"])
+    plan["serve"]["max_delay_ms"] = s.max_delay_ms
     plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
     return plan
 
@@ -596,7 +601,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "thresholds": tuned[n]["thresholds"] if tuned else None,
                     "predicted_tok_s": tuned[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
                     "tuning_p": tuned[n]["p"] if tuned else None,
-                    "committed": committed, "fixed_thresholds": fixed,
+                    "committed": committed, "fixed_thresholds": fixed, "max_delay_ms": s.max_delay_ms,
                 }  # fmt: skip
                 (raw / f"record-{mode}-n{n}{variant}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
@@ -622,7 +627,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 ENTRY = "slm"  # the entry model of every pair's plans (the stdlib policies' small model)
-STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy the parts compile
+STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy (records before --max-delay-ms)
 SHARE_GAP = 0.02  # a TR / mode ratio whose two runs gave the large models shares further apart is flagged
 
 
@@ -850,7 +855,7 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | Non
     except WorkloadError:
         return None
     # horizon: a cap far past any run here (the run's last request ends the simulation)
-    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=STDLIB_MAX_DELAY_MS,
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS),
                horizon_ms=3_600_000.0)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
@@ -1023,6 +1028,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--colocation", default=None, metavar="MODEL=B[,MODEL=B]",
                     help="profile the plan served a second time at these thresholds and tune with the "
                     "co-location term fitted from both (`profile --colocation`)")  # fmt: skip
+    ap.add_argument("--max-delay-ms", type=float, default=5.0,
+                    help="the plans' `serve { max_delay_ms }`: the longest a request waits for its model's "
+                    "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
     ap.add_argument(
         "--tune-from",
         choices=("profile", "eager"),
@@ -1051,6 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         thresholds = [parse_thresholds(v) for v in a.thresholds]
         colocation = parse_thresholds(a.colocation, "--colocation") if a.colocation else None
+        if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
+            raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         if colocation and a.tune_from != "eager":
             raise ValueError("--colocation needs --tune-from eager (served profiles)")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
@@ -1078,7 +1088,8 @@ def main(argv: list[str] | None = None) -> int:
                      tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
-                     deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation)  # fmt: skip
+                     deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation,
+                     max_delay_ms=a.max_delay_ms)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len
         if part.rounds is not None:

@@ -31,6 +31,22 @@ def test_usage_errors_exit_2(capsys):
     assert "unknown part '8b-nope'" in capsys.readouterr().err
     assert matrix.main(["--pair", "0.6b+8b", "--policy", "r2r", "--run", "fast:4"]) == 2
     assert matrix.main(["--run", "tokenrouter:4"]) == 2  # needs --pair and --policy
+    for bad in ("-1", "nan", "inf"):
+        run = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--max-delay-ms", bad]
+        assert matrix.main(run) == 2
+        assert "--max-delay-ms must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_max_delay_goes_into_the_plans(tmp_path):
+    s = matrix.Settings(out=tmp_path, work=tmp_path / "w", device="cpu", max_delay_ms=20.0)
+    plan = matrix.compile_policy(s, "tiny", "bern0.1", tmp_path, None)
+    assert plan["serve"]["max_delay_ms"] == 20.0
+    assert (
+        matrix.compile_policy(matrix.Settings(tmp_path, tmp_path, "cpu"), "tiny", "bern0.1", tmp_path, None)[
+            "serve"
+        ]["max_delay_ms"]
+        == 5.0
+    )
 
 
 def test_parts_cover_the_issue_matrix():
@@ -153,6 +169,11 @@ def test_simulation_as_the_run_was_explains_run_31():
     del old["report"]["per_request"]
     assert matrix.run_simulation(old) is None
     assert matrix.run_simulation(next(r for r in recs if r["mode"] == "llm-only")) is None
+    # the simulator waits as long as the run's plans did (B = (11, 2) here: the timeout decides often)
+    assert "max_delay_ms" not in rec  # before --max-delay-ms: the stdlib's 5 ms
+    five = matrix.run_simulation(rec)
+    assert matrix.run_simulation({**rec, "max_delay_ms": 5.0}) == five
+    assert matrix.run_simulation({**rec, "max_delay_ms": 100.0}) < 0.9 * five
 
 
 def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path, capsys):
