@@ -167,7 +167,9 @@ def calibrate(
             out.append(None)
             continue
         fitted = profile.colocation.get(m, {}).get("fit", {})
-        first, second = [*(fitted.get("thresholds") or [profile.workload.get("thresholds")]), None][:2]
+        served = fitted.get("thresholds") or []  # [first profile's, second's]; older fits: none
+        first = served[0] if served else profile.workload.get("thresholds")
+        second = served[1] if len(served) > 1 else None
         ua, ub, change = utilization(first), utilization(second), fitted.get("step_change_ms")
         if ua is None:
             out.append(t)
