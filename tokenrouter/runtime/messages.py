@@ -126,6 +126,9 @@ class SubserverStats(msgspec.Struct, tag=True):
     uptime_ms: float = 0.0
     slow_ms_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among step_ms_by_bs (scheduler.is_stall)
     batch_threshold: int = 0  # B_i as configured (0: unknown)
+    # why each step started (batching.START_REASONS): its threshold reached, the threshold lowered while few
+    # requests were active, or the max_delay timeout
+    step_starts: dict[str, int] = {}
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

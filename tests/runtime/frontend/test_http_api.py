@@ -302,6 +302,13 @@ def test_metrics_content(server):
         mt['tokenrouter_batch_threshold{model="slm"}'] == 2
         and mt['tokenrouter_batch_threshold{model="llm"}'] == 1
     )
+    # every step counted once by why it started; the llm's B = 1 is always reached
+    for model in ("slm", "llm"):
+        starts = {r: mt.get(f'tokenrouter_step_starts_total{{model="{model}",reason="{r}"}}', 0)
+                  for r in ("threshold", "lowered", "timeout")}  # fmt: skip
+        assert sum(starts.values()) == mt[f'tokenrouter_steps_total{{model="{model}"}}'] > 0, (model, starts)
+    assert mt['tokenrouter_step_starts_total{model="llm",reason="threshold"}'] > 0
+    assert mt['tokenrouter_step_starts_total{model="llm",reason="timeout"}'] == 0
     done = mt['tokenrouter_requests_finished_total{reason="length"}']
     assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
     assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenrouter.runtime.subserver.batching import (
+    START_REASONS,
     BatchingConfig,
     DelayedBatching,
     effective_thresholds,
@@ -66,6 +67,14 @@ def test_should_run_threshold_and_timeout():
     assert d.deadline(99.0) == pytest.approx(99.005)
     d.set_active(2)  # Σ(B−1) must be < 2: a is lowered first
     assert d.threshold == 1 and d.should_run(1, 0.0, 0.0)
+
+
+def test_start_reason_names_the_rule_that_let_the_step_run():
+    d = DelayedBatching(BatchingConfig({"a": 3, "b": 2}, max_delay_ms=5.0), "a", n_active=10)
+    assert [d.start_reason(n) for n in (4, 3, 2)] == ["threshold", "threshold", "timeout"]
+    d.set_active(2)  # B lowered to 1
+    assert [d.start_reason(n) for n in (3, 1)] == ["threshold", "lowered"]
+    assert set(START_REASONS) == {"threshold", "lowered", "timeout"}
 
 
 def test_no_timeout():

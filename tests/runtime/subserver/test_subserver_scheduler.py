@@ -187,3 +187,25 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
     out = metrics.render(active=0)
     assert 'tokenrouter_slow_steps_by_batch_total{model="a",bs="1"} 1' in out
     assert 'tokenrouter_slow_step_seconds_by_batch_total{model="a",bs="1"} 0.9' in out
+
+
+def test_steps_count_why_they_started(tmp_path):
+    """`stats().step_starts` (`tokenrouter_step_starts_total`): each step counted once, by the threshold it
+    reached as configured, as lowered for few active requests, or by the max_delay timeout."""
+    plan = compile_policy(tmp_path, "keep")
+    now = [0.0]
+    a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
+                  RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 3, "b": 1}, 5.0),
+                  clock=lambda: now[0])  # fmt: skip
+    spec = m.SamplingSpec(seed=7, max_tokens=1, ignore_eos=True)
+    for i in range(3):
+        a.handle(m.NewRequest(f"t{i}", [5, 6, 7], spec, n_active=10))
+    assert a.ready() and a.step()  # three runnable, B = 3
+    a.handle(m.NewRequest("late", [5, 6], spec, n_active=10))
+    assert not a.ready()
+    now[0] += 0.005
+    assert a.ready() and a.step()  # one runnable: the oldest waited 5 ms
+    a.handle(m.NewRequest("alone", [5, 6], spec, n_active=1))  # one active: B lowered to 1
+    assert a.ready() and a.step()
+    assert a.stats().step_starts == {"threshold": 1, "timeout": 1, "lowered": 1}
+    assert a.steps == 3

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.subserver.batching import START_REASONS
 
 PREFIX = "tokenrouter_"
 
@@ -130,6 +131,18 @@ class Metrics:
                 ({"model": x}, s.batch_threshold)
                 for x, s in sorted(self.stats.items())
                 if s.batch_threshold > 0
+            ],
+        )
+        metric(
+            "step_starts_total",
+            "counter",
+            "Steps by why they started: the threshold B_i reached (threshold), the threshold lowered while few "
+            "requests were active (lowered), or the oldest runnable request waited max_delay_ms (timeout).",
+            [
+                ({"model": x, "reason": r}, s.step_starts.get(r, 0))
+                for x, s in sorted(self.stats.items())
+                for r in START_REASONS
+                if s.step_starts
             ],
         )
         metric(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+START_REASONS = ("threshold", "lowered", "timeout")
+
 
 def effective_thresholds(thresholds: dict[str, int], n_active: int) -> dict[str, int]:
     """The deterministic `B^eff` for `n_active` requests (see the module docstring). Order of `thresholds`
@@ -84,6 +86,12 @@ class DelayedBatching:
         if n_active != self.n_active:
             self.n_active = n_active
             self.threshold = effective_thresholds(self.config.thresholds, n_active)[self.model]
+
+    def start_reason(self, n_runnable: int) -> str:
+        """Why a step that runs with `n_runnable` requests runnable starts (one of START_REASONS)."""
+        if n_runnable >= self.config.thresholds[self.model]:
+            return "threshold"
+        return "lowered" if n_runnable >= self.threshold else "timeout"
 
     def should_run(self, n_runnable: int, oldest_ready_since: float | None, now: float) -> bool:
         if n_runnable == 0:

@@ -138,6 +138,7 @@ class Scheduler:
         self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
+        self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -232,6 +233,8 @@ class Scheduler:
         batch = self.get_next_batch_to_run()
         if not batch:
             return []
+        reason = self.batching.start_reason(len(self.runnable))
+        self.step_starts[reason] = self.step_starts.get(reason, 0) + 1
         t0 = time.perf_counter()
         new_tokens = sum(len(r.tokens) - r.fed for r in batch)
         batch, result, out = self.run_batch(batch)
@@ -477,4 +480,5 @@ class Scheduler:
             uptime_ms=(time.perf_counter() - self.started) * 1000.0,
             slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
             batch_threshold=self.batching.config.thresholds[self.model],
+            step_starts=dict(self.step_starts),
         )
