@@ -36,6 +36,7 @@ class NewRequest(msgspec.Struct, tag=True):
     prompt_ids: list[int]
     sampling: SamplingSpec
     n_active: int  # active requests including this one
+    count_seq: int = 0  # the frontend's number for this value of n (ActiveCount); 0: unnumbered
 
 
 class Release(msgspec.Struct, tag=True):
@@ -49,6 +50,9 @@ class Abort(msgspec.Struct, tag=True):
 
 class ActiveCount(msgspec.Struct, tag=True):
     n_active: int
+    # the frontend numbers every change of n: a subserver keeps the count with the highest number it has
+    # seen, whichever message brought it (a hop carries its sender's); 0: unnumbered, always taken
+    count_seq: int = 0
 
 
 class Shutdown(msgspec.Struct, tag=True):
@@ -76,6 +80,7 @@ class PeerRequest(msgspec.Struct, tag=True):
     for_k: int = 0
     return_to: str | None = None
     n_active: int = 0
+    count_seq: int = 0  # the number of the sender's n_active (ActiveCount); 0: unnumbered
     seen: dict[str, int] = {}  # model -> tokens of this request it has seen, as the sender knows (so the
     # next hop from the receiver sends each model only its unseen suffix)
 

@@ -77,6 +77,7 @@ class OfflineExecutor:
         self.queue: deque[tuple[str, object]] = deque()
         self.results: dict[str, RequestResult] = {}
         self.active: set[str] = set()
+        self.count_seq = 0  # numbers the published counts (`messages.ActiveCount`)
         self.steps: dict[str, int] = {name: 0 for name in plan["models"]}
 
     # ---- the frontend's part -----------------------------------------------------------------------------
@@ -86,7 +87,9 @@ class OfflineExecutor:
             raise ValueError(f"request id {rid!r} was already submitted")
         self.results[rid] = RequestResult(rid, list(prompt_ids))
         self.active.add(rid)
-        self.queue.append((self.entry, m.NewRequest(rid, list(prompt_ids), sampling, len(self.active))))
+        self.count_seq += 1
+        new = m.NewRequest(rid, list(prompt_ids), sampling, len(self.active), count_seq=self.count_seq)
+        self.queue.append((self.entry, new))
         self._publish_count()
 
     def abort(self, rid: str) -> None:
@@ -98,8 +101,9 @@ class OfflineExecutor:
             self._publish_count()
 
     def _publish_count(self) -> None:
+        self.count_seq += 1  # numbered as the frontend numbers them (`messages.ActiveCount`)
         for name in self.schedulers:
-            self.queue.append((name, m.ActiveCount(len(self.active))))
+            self.queue.append((name, m.ActiveCount(len(self.active), self.count_seq)))
 
     def _on_outputs(self, out: m.StepOutputs) -> None:
         for t in out.tokens:

@@ -177,3 +177,32 @@ def test_detokenizer_pieces_add_up_to_the_full_decode():
         text = "".join(d.step(t) for t in seq) + d.flush()
         assert text == CODEC.tokenizer.decode(seq, skip_special_tokens=True)
         assert d.flush() == ""
+
+
+def test_the_active_count_is_numbered(tmp_path):
+    """Every change of n gets a higher `count_seq`; a NewRequest carries the count it made and each
+    coalesced ActiveCount the latest, so subservers can tell an older count (a hop's) from a newer one."""
+    from tokenrouter.runtime.frontend.request_manager import RequestManager
+
+    async def go():
+        ends = {"frontend": f"ipc://{tmp_path}/f", "subservers": {x: f"ipc://{tmp_path}/{x}" for x in "ab"}}
+        mgr = RequestManager(ends, ["a", "b"], "a")
+        sent = []
+        mgr._send = lambda name, msg: sent.append((name, msg)) or True
+        mgr.ready_models = {"a": {}, "b": {}}
+        spec = m.SamplingSpec(max_tokens=4)
+        first = mgr.submit([1, 2], spec)
+        mgr.submit([3], spec)
+        await asyncio.sleep(0)  # the loop turn ends: one ActiveCount for both arrivals
+        mgr.abort(first.rid)
+        await asyncio.sleep(0)
+        await mgr.close()
+        return sent
+
+    sent = asyncio.run(go())
+    news = [msg for _, msg in sent if isinstance(msg, m.NewRequest)]
+    counts = [(name, msg) for name, msg in sent if isinstance(msg, m.ActiveCount)]
+    assert [(x.n_active, x.count_seq) for x in news] == [(1, 1), (2, 2)]
+    assert [(name, x.n_active, x.count_seq) for name, x in counts] == [
+        ("a", 2, 2), ("b", 2, 2), ("a", 1, 3), ("b", 1, 3)
+    ]  # fmt: skip

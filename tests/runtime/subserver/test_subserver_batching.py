@@ -77,6 +77,16 @@ def test_start_reason_names_the_rule_that_let_the_step_run():
     assert set(START_REASONS) == {"threshold", "lowered", "timeout"}
 
 
+def test_the_newest_count_wins():
+    d = DelayedBatching(BatchingConfig({"a": 1, "b": 5}, max_delay_ms=5.0), "b", n_active=1)
+    assert d.set_active(8, count_seq=4) and (d.n_active, d.threshold, d.count_seq) == (8, 5, 4)
+    assert not d.set_active(1, count_seq=3)  # older than the count held: ignored
+    assert (d.n_active, d.threshold) == (8, 5)
+    assert d.set_active(2, count_seq=4)  # the same number: the same count
+    assert d.set_active(3, count_seq=9) and (d.n_active, d.threshold, d.count_seq) == (3, 3, 9)
+    assert d.set_active(8) and d.count_seq == 9  # unnumbered: always taken, the number kept
+
+
 def test_no_timeout():
     d = DelayedBatching(BatchingConfig({"a": 3}, max_delay_ms=None), "a", n_active=5)
     assert d.deadline(0.0) is None

@@ -106,6 +106,7 @@ class RequestManager:
             self._push[name] = s
         self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
         self._count_dirty = False
+        self._count_seq = 0  # numbers the changes of n_active (`_count_changed`)
         self._task: asyncio.Task | None = None
         self._watch: asyncio.Task | None = None
 
@@ -143,14 +144,21 @@ class RequestManager:
         self.requests[rid] = st
         self.metrics.requests_total += 1
         self.metrics.prompt_tokens += len(prompt_ids)
-        new = m.NewRequest(rid=rid, prompt_ids=prompt_ids, sampling=sampling, n_active=self.n_active)
+        self._count_changed()
+        new = m.NewRequest(
+            rid=rid,
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            n_active=self.n_active,
+            count_seq=self._count_seq,
+        )
         if not self._send(self.entry, new):
             self.requests.pop(rid)
+            self._count_changed()
             self.metrics.requests_finished["error"] += 1
             raise APIError(
                 503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
             )
-        self._count_changed()
         return st
 
     def abort(self, rid: str, reason: str = "abort") -> None:
@@ -183,14 +191,17 @@ class RequestManager:
             self._send(name, msg)
 
     def _count_changed(self) -> None:
-        # Coalesce: one ActiveCount per loop turn, whatever the number of arrivals and departures in it.
+        # Number every change of n (a subserver keeps the count with the highest number, so a hop carrying
+        # its sender's older count cannot undo a newer one); coalesce the ActiveCounts: one per loop turn,
+        # whatever the number of arrivals and departures in it.
+        self._count_seq += 1
         if not self._count_dirty:
             self._count_dirty = True
             asyncio.get_running_loop().call_soon(self._publish_count)
 
     def _publish_count(self) -> None:
         self._count_dirty = False
-        self._broadcast(m.ActiveCount(n_active=self.n_active))
+        self._broadcast(m.ActiveCount(n_active=self.n_active, count_seq=self._count_seq))
 
     # ---- receiving ----------------------------------------------------------------------------------------
     async def _recv_loop(self) -> None:

@@ -17,6 +17,14 @@ flight in a message. If no subserver could run, every subserver i would hold at 
 requests, so at most `Σ (B_i^eff − 1) < n` would be runnable in all, and some request would be in flight —
 its arrival changes the counts. A stale n (higher than the truth, e.g. before an `ActiveCount` arrives) can
 delay a step, but the `max_delay_ms` timeout bounds that delay.
+
+**Which n.** The frontend numbers every change of n (`count_seq`), and a subserver keeps the count with the
+highest number it has seen, from an `ActiveCount`, a `NewRequest` or a hop (which carries its sender's count):
+a hop can bring a newer count than the subserver's own, but never an older one. (Until the twenty-fifth
+session a hop's count was taken whenever it was lower. A hop carrying its sender's count from before the
+latest arrivals then lowered the large model's threshold to 1 for as long as n did not change again: on the
+H200 half of the 8B's steps at B_llm = 4-5 ran below the threshold, and on the CPU 219 of 333 steps were
+started by a lowered threshold with 8 requests active.)
 """
 
 from __future__ import annotations
@@ -79,13 +87,21 @@ class DelayedBatching:
         self.config = config
         self.model = model
         self.n_active = -1
+        self.count_seq = 0
         self.threshold = 1
         self.set_active(n_active)
 
-    def set_active(self, n_active: int) -> None:
+    def set_active(self, n_active: int, count_seq: int = 0) -> bool:
+        """Take the frontend's count n unless it is older than the one held (a lower `count_seq`; 0 is
+        unnumbered and always taken). Returns whether it was taken."""
+        if count_seq:
+            if count_seq < self.count_seq:
+                return False
+            self.count_seq = count_seq
         if n_active != self.n_active:
             self.n_active = n_active
             self.threshold = effective_thresholds(self.config.thresholds, n_active)[self.model]
+        return True
 
     def start_reason(self, n_runnable: int) -> str:
         """Why a step that runs with `n_runnable` requests runnable starts (one of START_REASONS)."""

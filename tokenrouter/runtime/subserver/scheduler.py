@@ -150,7 +150,7 @@ class Scheduler:
         return handler(msg)
 
     def handle_new_request(self, msg: m.NewRequest) -> Outbox:
-        self.batching.set_active(msg.n_active)
+        self.batching.set_active(msg.n_active, msg.count_seq)
         if msg.rid in self.reqs or msg.rid in self.ended:
             logger.warning("%s: duplicate or ended request %s ignored", self.model, msg.rid)
             return []
@@ -171,8 +171,10 @@ class Scheduler:
         return []
 
     def handle_peer_request(self, msg: m.PeerRequest) -> Outbox:
-        if msg.n_active > 0 and msg.n_active < self.batching.n_active:
-            self.batching.set_active(msg.n_active)  # a lower n is always safe; the frontend's count rules
+        if msg.count_seq:
+            self.batching.set_active(msg.n_active, msg.count_seq)  # the later of the sender's count and ours
+        elif 0 < msg.n_active < self.batching.n_active:
+            self.batching.set_active(msg.n_active)  # unnumbered: a lower n is always safe
         if msg.rid in self.ended:
             return []  # aborted or released while the hop was in flight
         req = self.reqs.get(msg.rid)
@@ -213,7 +215,7 @@ class Scheduler:
         return []
 
     def handle_active_count(self, msg: m.ActiveCount) -> Outbox:
-        self.batching.set_active(msg.n_active)
+        self.batching.set_active(msg.n_active, msg.count_seq)
         return []
 
     # ---- one step ----------------------------------------------------------------------------------------
@@ -416,6 +418,7 @@ class Scheduler:
             for_k=hop.for_k,
             return_to=self.model if hop.for_k else None,
             n_active=self.batching.n_active,
+            count_seq=self.batching.count_seq,
             seen=dict(req.seen_by),
         )
         req.seen_by[target] = len(req.tokens)
