@@ -106,7 +106,9 @@ class RequestManager:
             self._push[name] = s
         self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
         self._count_dirty = False
-        self._count_seq = 0  # numbers the changes of n_active (`_count_changed`)
+        # numbers the changes of n_active (`_count_changed`), from the wall clock in µs: a frontend started
+        # again numbers above its predecessor, whose numbers a remote subserver may still hold
+        self._count_seq = time.time_ns() // 1000
         self._task: asyncio.Task | None = None
         self._watch: asyncio.Task | None = None
 
