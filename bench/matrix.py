@@ -787,6 +787,9 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
         if stall:  # steps the subserver counted as stalls (servers from the twenty-second session on)
             d = out.setdefault(stall.group(1), {})
             d["stalls"] = d.get("stalls", 0.0) + value - before.get(key, 0.0)
+        start = re.fullmatch(r'tokenrouter_step_starts_total\{model="([^"]+)",reason="(\w+)"\}', key)
+        if start:  # why the steps started (servers from the twenty-fifth session on)
+            out.setdefault(start.group(1), {})[f"starts_{start.group(2)}"] = value - before.get(key, 0.0)
     return out
 
 
@@ -873,19 +876,25 @@ def time_table(recs: list[dict]) -> list[str]:
                 continue
             busy = d["step_seconds_total"]
             stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter before the 22nd session
+            reasons = ("threshold", "lowered", "timeout")  # no counter before the 25th session
+            starts = (
+                " / ".join(f"{d[f'starts_{x}']:.0f}" for x in reasons) if "starts_threshold" in d else "-"
+            )
             rows.append(
                 f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
                 f"{1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
-                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} |"
+                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} | {starts} |"
             )
     if not rows:
         return []
     return [
         "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
         "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
-        "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest).\n",
-        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest), and why",
+        "the steps started: their threshold B_i reached / B_i lowered while few requests were active / the",
+        "max_delay_ms timeout (`tokenrouter_step_starts_total`).\n",
+        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls | starts |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]
