@@ -47,9 +47,33 @@ def test_tune_writes_best_threshold_into_plan(tmp_path):
         app, ["tune", str(out), "-n", "3", "--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--json"]
     )
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["tuning"]["result"]["best"] == {"slm": 1, "llm": 2}
     assert read_plan(out)["serve"]["concurrency"] == 3
+
+
+def test_tune_warns_when_the_timeout_will_cut_the_chosen_batches(tmp_path):
+    """The chain has no max_delay_ms timeout: when the chosen B_i takes longer to gather, at the rate the
+    chain predicts, than the plan's timeout, tune says so (stderr and tuning.warnings)."""
+    args = ["--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--json"]
+    res = runner.invoke(app, ["tune", write(tmp_path, R2R_LIKE), *args])  # B* = (1, 3), max_delay 5 ms
+    assert res.exit_code == 0, res.output
+    tuning = json.loads(res.stdout)["tuning"]
+    best = next(c for c in tuning["result"]["candidates"] if c["thresholds"] == {"slm": 1, "llm": 3})
+    rate = best["steps_per_s"]["llm"] * best["mean_batch"]["llm"]
+    fill = 2000.0 / rate  # the 2 requests after the first
+    assert fill > 5.0
+    (line,) = tuning["warnings"]
+    assert line.startswith(
+        f"B_llm = 3: at the predicted {rate:.0f} requests/s, llm gathers 3 in about {fill:.0f} ms"
+    )
+    assert "longer than max_delay_ms = 5" in line and f"warning: {line}" in res.stderr
+    # a timeout longer than that: no warning
+    slow = R2R_LIKE.replace(
+        "serve { concurrency: 4 }", f"serve {{ concurrency: 4, max_delay_ms: {fill + 1:.0f} }}"
+    )
+    res = runner.invoke(app, ["tune", write(tmp_path, slow, "slow.tr"), *args])
+    assert res.exit_code == 0 and "warnings" not in json.loads(res.stdout)["tuning"] and not res.stderr
 
 
 def test_tune_plot_writes_png(tmp_path):
@@ -97,7 +121,7 @@ def test_simulate_reports_throughput_and_chain(tmp_path):
     res = runner.invoke(app, ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--batch", "llm=3",
                               "--horizon-ms", "20000", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     sim, chain = data["simulation"]["throughput_tok_s"], data["chain"]["throughput_tok_s"]
     assert chain == pytest.approx(207.95, abs=0.01)
     assert sim == pytest.approx(chain, rel=0.03)
@@ -140,10 +164,10 @@ def test_simulate_replays_a_bench_report_as_a_finite_run(tmp_path):
     base = ["simulate", src, "-n", "1", "--step-ms", "slm=1", "--step-ms", "llm=10", "--batch", "llm=1"]
     res = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json"), "--json"])
     assert res.exit_code == 0, res.output
-    sim = json.loads(res.output)["simulation"]
+    sim = json.loads(res.stdout)["simulation"]
     assert sim["simulated_ms"] == pytest.approx(120.0) and sim["finished_requests"] == 2
     assert sim["throughput_tok_s"] == pytest.approx(20 / 0.120)
-    assert "chain" not in json.loads(res.output)  # not the chain's closed system
+    assert "chain" not in json.loads(res.stdout)  # not the chain's closed system
     text = runner.invoke(app, [*base, "--requests", str(tmp_path / "bench.json")]).output
     assert "a finite run of 2 requests" in text and "to the last one's end: 0.120 s" in text
     assert "warning" not in text

@@ -258,10 +258,10 @@ def test_profile_colocation_cli_then_tune(tmp_path):
     assert "llm: busy 0.69 of the time" in res.output
     res = runner.invoke(app, ["tune", str(plan), "--profile", str(out), "-n", "8", "--json"])
     assert res.exit_code == 0, res.output
-    tuning = json.loads(res.output)["tuning"]
+    tuning = json.loads(res.stdout)["tuning"]
     assert tuning["colocation"]["slm"]["co_runners"] == ["llm"]
     assert tuning["sources"]["colocation"]["slm"] == "profile (from the chain at B = (1, 1) and (1, 3))"
-    assert "warnings" not in tuning
+    assert not any("co-location" in w for w in tuning.get("warnings", []))  # (a timeout one may be there)
     assert all("step_shift_ms" in c for c in tuning["result"]["candidates"])
     # usage: two profiles, and not with --from-metrics
     res = runner.invoke(app, ["profile", str(plan), "--colocation", str(first)])

@@ -29,7 +29,7 @@ def test_profile_then_tune_reads_it(tmp_path):
     res = runner.invoke(app, ["tune", str(EXAMPLES / "bernoulli.tr"), "--profile", str(out), "-n", "3", "--json",
                               "-o", str(tmp_path / "b.plan")])  # fmt: skip
     assert res.exit_code == 0, res.output
-    tuning = json.loads(res.output)["tuning"]
+    tuning = json.loads(res.stdout)["tuning"]
     assert tuning["sources"]["step_ms"] == {"slm": "profile", "llm": "profile"}
     assert tuning["sources"]["p"] == {"slm": "profile", "llm": "profile"}
 

@@ -17,6 +17,7 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     parse_p,
     parse_step_ms,
     system_from_plan,
+    timeout_warnings,
 )
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
@@ -114,6 +115,8 @@ def run_tune(
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     tuned = apply_tuning(plan, system, result, top=top)
+    for line in timeout_warnings(plan, system.inputs.models, result.best):
+        print(f"warning: {line}", file=sys.stderr)
     out_path = Path(output) if output else default_output(args.plan_path)
     lines: list[str] = []
     if write:

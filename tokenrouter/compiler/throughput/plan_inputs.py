@@ -201,6 +201,24 @@ def _colocation_terms(
     return tuple(terms) if any(t is not None for t in terms) else ()
 
 
+def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
+    """The chosen thresholds that the plan's `max_delay_ms` timeout will cut short: at the rate the chain
+    predicts requests reach model i (its rows per second), the B_i − 1 that follow the first one take longer
+    than the timeout, so most of its batches start on the timeout with fewer rows than B_i. The chain has no
+    timeout (`simulate` has), so its prediction for those thresholds is the less reliable."""
+    delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
+    out = []
+    for i, m in enumerate(models):
+        b, rate = best.thresholds[i], best.steps_per_s[i] * best.mean_batch[i]  # requests per second
+        if b > 1 and rate > 0 and (fill := 1000.0 * (b - 1) / rate) > delay:
+            out.append(
+                f"B_{m} = {b}: at the predicted {rate:.0f} requests/s, {m} gathers {b} in about {fill:.0f} ms, "
+                f"longer than max_delay_ms = {delay:g}, so the timeout will start most of its batches with fewer "
+                "rows (the chain does not model the timeout; `tokenrouter simulate` does)"
+            )
+    return out
+
+
 def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 5) -> dict:
     """A copy of `plan` with B* for every auto model, the feasibility check redone for the tuned
     concurrency, and the inputs and result recorded under `tuning` (docs/ir.md)."""
@@ -212,6 +230,7 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
     out["serve"]["concurrency"] = n
     out["checks"]["feasibility"] = feasibility(out["models"], n)
     inp = system.inputs
+    warnings = [*system.warnings, *timeout_warnings(out, inp.models, result.best)]
     out["tuning"] = {
         "auto": list(system.auto),
         "concurrency": n,
@@ -241,7 +260,7 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
             else {}
         ),
         "sources": system.sources,
-        **({"warnings": list(system.warnings)} if system.warnings else {}),
+        **({"warnings": warnings} if warnings else {}),
         "result": result.as_dict(top=top),
     }
     return out
