@@ -114,9 +114,10 @@ def run_tune(
         result = tune(system.inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
-    tuned = apply_tuning(plan, system, result, top=top)
-    for line in timeout_warnings(plan, system.inputs.models, result.best):
+    late = timeout_warnings(plan, system.inputs.models, result.best)
+    for line in late:
         print(f"warning: {line}", file=sys.stderr)
+    tuned = apply_tuning(plan, system, result, top=top, warnings=late)
     out_path = Path(output) if output else default_output(args.plan_path)
     lines: list[str] = []
     if write:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,9 +220,12 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
     return out
 
 
-def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 5) -> dict:
+def apply_tuning(
+    plan: dict, system: PlanSystem, result: TuneResult, top: int = 5, warnings: Sequence[str] = ()
+) -> dict:
     """A copy of `plan` with B* for every auto model, the feasibility check redone for the tuned
-    concurrency, and the inputs and result recorded under `tuning` (docs/ir.md)."""
+    concurrency, and the inputs and result recorded under `tuning` (docs/ir.md); `warnings` about the
+    result (`timeout_warnings`) are recorded after the inputs' own."""
     out = copy.deepcopy(plan)
     best = result.best_thresholds()
     for m in system.auto:
@@ -230,7 +234,7 @@ def apply_tuning(plan: dict, system: PlanSystem, result: TuneResult, top: int = 
     out["serve"]["concurrency"] = n
     out["checks"]["feasibility"] = feasibility(out["models"], n)
     inp = system.inputs
-    warnings = [*system.warnings, *timeout_warnings(out, inp.models, result.best)]
+    warnings = [*system.warnings, *warnings]
     out["tuning"] = {
         "auto": list(system.auto),
         "concurrency": n,
