@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:  # --report imports the throughput model from this
     sys.path.insert(0, str(ROOT))
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
+STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy (records before --max-delay-ms)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class Settings:
     colocation: dict[str, int] | None = None
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
     # B_i (the DTMC has no such timeout: docs/throughput.md)
-    max_delay_ms: float = 5.0
+    max_delay_ms: float = STDLIB_MAX_DELAY_MS
     log: list[str] = field(default_factory=list)
 
 
@@ -627,7 +628,6 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 ENTRY = "slm"  # the entry model of every pair's plans (the stdlib policies' small model)
-STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy (records before --max-delay-ms)
 SHARE_GAP = 0.02  # a TR / mode ratio whose two runs gave the large models shares further apart is flagged
 
 
@@ -858,8 +858,8 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | Non
     except WorkloadError:
         return None
     # horizon: a cap far past any run here (the run's last request ends the simulation)
-    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS),
-               horizon_ms=3_600_000.0)  # fmt: skip
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing),
+               max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 
@@ -867,6 +867,8 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | Non
 def time_table(recs: list[dict]) -> list[str]:
     """Where the time goes: each model's busy share of the run's wall time, ms per step, rows and tokens
     per step (tokens > rows: prefills and extends of returning requests)."""
+    from tokenrouter.runtime.subserver.batching import START_REASONS
+
     rows = []
     for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
         wall = r["report"].get("wall_s") or 0.0
@@ -876,9 +878,10 @@ def time_table(recs: list[dict]) -> list[str]:
                 continue
             busy = d["step_seconds_total"]
             stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter before the 22nd session
-            reasons = ("threshold", "lowered", "timeout")  # no counter before the 25th session
-            starts = (
-                " / ".join(f"{d[f'starts_{x}']:.0f}" for x in reasons) if "starts_threshold" in d else "-"
+            starts = (  # no counter before the 25th session
+                " / ".join(f"{d.get(f'starts_{x}', 0):.0f}" for x in START_REASONS)
+                if any(k.startswith("starts_") for k in d)
+                else "-"
             )
             rows.append(
                 f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
@@ -1037,7 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--colocation", default=None, metavar="MODEL=B[,MODEL=B]",
                     help="profile the plan served a second time at these thresholds and tune with the "
                     "co-location term fitted from both (`profile --colocation`)")  # fmt: skip
-    ap.add_argument("--max-delay-ms", type=float, default=5.0,
+    ap.add_argument("--max-delay-ms", type=float, default=STDLIB_MAX_DELAY_MS,
                     help="the plans' `serve { max_delay_ms }`: the longest a request waits for its model's "
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
     ap.add_argument(
