@@ -36,6 +36,14 @@ def bernoulli_plan() -> dict:
     return result.plan
 
 
+def bernoulli_source(tmp_path: Path) -> Path:
+    """examples/bernoulli.tr with the large model's threshold `auto`, its model paths absolute."""
+    plan = tmp_path / "b.tr"
+    src = (ROOT / "examples" / "bernoulli.tr").read_text().replace("batch: llm_batch", "batch: auto")
+    plan.write_text(src.replace("models/", str(ROOT / "examples" / "models") + "/"))
+    return plan
+
+
 def profile(slm: dict[int, float], llm: dict[int, float], busy: dict[str, float], **workload) -> Profile:
     """A served profile of the bernoulli pair (p = 0.1)."""
     return Profile(
@@ -211,9 +219,7 @@ def test_a_term_the_chain_cannot_scale_is_left_out_with_a_warning():
 
 
 def test_tune_prints_the_left_out_term(tmp_path):
-    plan = tmp_path / "b.tr"
-    src = (ROOT / "examples" / "bernoulli.tr").read_text().replace("batch: llm_batch", "batch: auto")
-    plan.write_text(src.replace("models/", str(ROOT / "examples" / "models") + "/"))
+    plan = bernoulli_source(tmp_path)
     other = profile({1: 1.95, 2: 2.15}, {1: 6.4}, {"slm": 0.42, "llm": 0.45}, thresholds={"slm": 2, "llm": 1})
     write_profile(fit(bernoulli_plan(), EAGER, other), tmp_path / "p.json")
     res = runner.invoke(app, ["tune", str(plan), "--profile", str(tmp_path / "p.json"), "-n", "8", "--json"])
@@ -242,9 +248,7 @@ def test_profile_files_keep_and_check_the_term(tmp_path):
 
 
 def test_profile_colocation_cli_then_tune(tmp_path):
-    plan = tmp_path / "b.tr"
-    src = (ROOT / "examples" / "bernoulli.tr").read_text().replace("batch: llm_batch", "batch: auto")
-    plan.write_text(src.replace("models/", str(ROOT / "examples" / "models") + "/"))
+    plan = bernoulli_source(tmp_path)
     first, second, out = tmp_path / "eager.json", tmp_path / "b3.json", tmp_path / "fitted.json"
     write_profile(EAGER, first)
     write_profile(B3, second)
