@@ -514,7 +514,9 @@ class Server:
 def scrape(url: str) -> dict[str, float]:
     import httpx
 
-    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "prefix_")
+    # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run
+    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "prefix_", "uptime_seconds_total",
+            "batch_threshold")  # fmt: skip
     out = {}
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line and not line.startswith("#") and any(k in line for k in keep):
@@ -793,13 +795,13 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_system(rec: dict, min_steps: int = 5):
-    """The throughput model's inputs from what this run measured, or None: the profile `tokenrouter profile
-    --from-metrics` would build from the run's two scrapes (each model's mean step time by batch size,
-    p_ij = hops i→j / decisions of i, with the plan's dropping hops among the decisions and in c_ij), as
-    (SystemInputs, the run's thresholds B)."""
+def record_profile(rec: dict, min_steps: int = 5):
+    """The profile `tokenrouter profile --from-metrics` would build from a TokenRouter / eager run's two
+    scrapes (each model's mean step time by batch size, p_ij = hops i→j / decisions of i, with the plan's
+    dropping hops among the decisions), or None (another mode, one model, too few steps). Records from the
+    twenty-sixth session on keep the uptime and threshold gauges, so the profile carries the busy share and
+    the thresholds that `profile --colocation` needs of its second profile."""
     from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
-    from tokenrouter.compiler.throughput.inputs import make_inputs
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
         return None
@@ -820,8 +822,42 @@ def run_system(rec: dict, min_steps: int = 5):
         prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed)
     except MetricsProfileError:
         return None
-    if set(prof.routing) != set(models):
+    return prof if set(prof.routing) == set(models) else None
+
+
+def write_record_profile(record: Path, out: Path) -> int:
+    """`--record-profile`: the record's profile to `out`; 2 with a message where there is none."""
+    from tokenrouter.compiler.throughput.profile_format import write_profile
+
+    try:
+        rec = json.loads(record.read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: {record}: {e}", file=sys.stderr)
+        return 2
+    prof = record_profile(rec) if isinstance(rec, dict) and "mode" in rec else None
+    if prof is None:
+        print(f"error: {record}: no profile in this record (a tokenrouter or eager run whose scrapes saw "
+              "every model step at least 5 times at some batch size)", file=sys.stderr)  # fmt: skip
+        return 2
+    missing = [k for k in ("busy_share", "thresholds") if k not in prof.workload]
+    if missing:
+        print(f"warning: {record}: the record has no {' or '.join(missing)} (servers or records older than the "
+              "twenty-sixth session): `profile --colocation` needs both of its second profile", file=sys.stderr)  # fmt: skip
+    write_profile(prof, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def run_system(rec: dict, min_steps: int = 5):
+    """The throughput model's inputs from what this run measured (`record_profile`), or None, as
+    (SystemInputs, the run's thresholds B)."""
+    from tokenrouter.compiler.throughput.inputs import make_inputs
+
+    prof = record_profile(rec, min_steps)
+    if prof is None:
         return None
+    models = sorted(prof.routing, key=lambda x: (x != ENTRY, x))
+    committed = {x: (rec.get("committed") or {}).get(x, {}) for x in models}
     p = [[prof.routing[i].get(j, 0.0) for j in models] for i in models]
     c = [[1.0 if i == j else committed[i].get(j, 1.0) for j in models] for i in models]
     thresholds = rec.get("thresholds") or {}
@@ -1050,6 +1086,9 @@ def main(argv: list[str] | None = None) -> int:
         help="tune's step latencies: served side by side at B = 1 (eager, the default: `profile "
         "--from-metrics`) or each model timed alone (profile: misses the co-running slowdown)",
     )
+    ap.add_argument("--record-profile", nargs=2, metavar=("RECORD", "PROFILE"), default=None,
+                    help="write the profile of a served run's record (record-*.json) to PROFILE: a second "
+                    "profile for `tokenrouter profile --colocation` at that run's thresholds")  # fmt: skip
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
     a = ap.parse_args(argv)
@@ -1059,6 +1098,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:22} ~{p.minutes:.0f} min ({p.timed or 'unmeasured guess'})  {p.pair:13} {p.policy:9} {p.runs}  ({p.note})"
             )
         return 0
+    if a.record_profile:
+        return write_record_profile(*map(Path, a.record_profile))
     if a.report:
         records = load_records(a.report)
         print(tables(records))

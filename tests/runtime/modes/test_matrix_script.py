@@ -289,3 +289,50 @@ def test_colocation_profiles_are_fitted_and_tuned_on(tmp_path, monkeypatch):
     assert got[8] == raw / "eager.json"
     assert "profile failed (status 1); see tune.log; tuning on the eager profile alone" in s.log[-1]
     assert "about as busy in both profiles" in (raw / "tune.log").read_text()
+
+
+def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
+    """`--record-profile`: the profile of a served run's record, here run 55's B = (1, 5) (docs/matrix.md, runs
+    52-58), is a second profile for `profile --colocation`. Records from before the twenty-sixth session lack
+    the uptime and threshold gauges: the profile is written with a warning. With them, the fit against the
+    run's eager profile puts the 0.6B's slope on the chain's scale at 1.20 ms per unit of the 8B's
+    utilization, where the run's own second profile at B_llm = 3 gave 0.84."""
+    from tokenrouter.compiler.throughput.colocation import fit
+    from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
+    from tokenrouter.compiler.throughput.profile_format import read_profile
+
+    tarball = next((ROOT / "docs" / "raw" / "run-y" / "call2" / "run55").glob("results-*.tar.gz"))
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path, filter="data")
+    raw = next(tmp_path.glob("raw-*"))
+    plan = json.loads((raw / "0.6b+8b-bern0.35.plan").read_text())
+    rec = json.loads((raw / "record-tokenrouter-n8-B1-5.json").read_text())
+    assert rec["thresholds"] == {"slm": 1, "llm": 5}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(rec))
+    assert matrix.main(["--record-profile", str(old), str(tmp_path / "old-profile.json")]) == 0
+    assert "no busy_share or thresholds" in capsys.readouterr().err
+    for m, b in rec["thresholds"].items():  # what a record of this session's matrix.py keeps
+        rec["metrics_before"][f'tokenrouter_uptime_seconds_total{{model="{m}"}}'] = 0.0
+        rec["metrics_after"][f'tokenrouter_uptime_seconds_total{{model="{m}"}}'] = rec["report"]["wall_s"]
+        rec["metrics_after"][f'tokenrouter_batch_threshold{{model="{m}"}}'] = float(b)
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(rec))
+    assert matrix.main(["--record-profile", str(new), str(tmp_path / "b15.json")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    b15 = read_profile(tmp_path / "b15.json")
+    assert b15.workload["thresholds"] == {"slm": 1, "llm": 5}
+    assert b15.workload["busy_share"]["llm"] == pytest.approx(0.58, abs=0.01)  # the time table's 58 %
+    eager = read_profile(raw / "profile-n8.json")
+    slope = {}
+    for name, second in (("B-llm3", read_profile(raw / "profile-n8-B-llm3.json")), ("B15", b15)):
+        system = system_from_plan(plan, 8, profile=fit(plan, eager, second))
+        slope[name] = system.inputs.colocation[0].ms_per_share
+    assert slope["B-llm3"] == pytest.approx(0.84, abs=0.01)
+    assert slope["B15"] == pytest.approx(1.20, abs=0.01)
+    # a record without a profile: a message, not a traceback
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**rec, "mode": "llm-only"}))
+    assert matrix.main(["--record-profile", str(bad), str(tmp_path / "x.json")]) == 2
+    assert "no profile in this record" in capsys.readouterr().err
+    assert matrix.main(["--record-profile", str(tmp_path / "none.json"), str(tmp_path / "x.json")]) == 2
