@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,9 @@ def test_tune_warns_when_the_timeout_will_cut_the_chosen_batches(tmp_path):
         f"B_llm = 3: at the predicted {rate:.0f} requests/s, llm gathers 3 in about {fill:.0f} ms"
     )
     assert "longer than max_delay_ms = 5" in line and f"warning: {line}" in res.stderr
+    # it suggests a timeout of about twice the gathering time, rounded up to 5 ms
+    suggested = 5 * math.ceil(2 * fill / 5)
+    assert line.endswith(f"`serve {{ max_delay_ms: {suggested} }}` would let them fill")
     # a timeout longer than that: no warning
     slow = R2R_LIKE.replace(
         "serve { concurrency: 4 }", f"serve {{ concurrency: 4, max_delay_ms: {fill + 1:.0f} }}"

@@ -215,9 +215,15 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
             out.append(
                 f"B_{m} = {b}: at the predicted {rate:.0f} requests/s, {m} gathers {b} in about {fill:.0f} ms, "
                 f"longer than max_delay_ms = {delay:g}, so the timeout will start most of its batches with fewer "
-                "rows (the chain does not model the timeout; `tokenrouter simulate` does)"
+                f"rows (the chain does not model the timeout; `tokenrouter simulate` does); `serve {{ max_delay_ms: "
+                f"{_round_up(2 * fill)} }}` would let them fill"
             )
     return out
+
+
+def _round_up(ms: float) -> int:
+    """A timeout to suggest: `ms` rounded up to 5 ms."""
+    return 5 * math.ceil(ms / 5)
 
 
 def apply_tuning(
