@@ -177,7 +177,9 @@ class Settings:
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
     # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
-    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13)
+    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13); "eager+alone":
+    # both, the eager one with the timed-alone latencies as `alone_ms` (`profile --alone`): the chain then
+    # takes a step's latency by whether the other model is running (docs/throughput.md)
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
     # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
@@ -312,15 +314,15 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     prof = raw / "profile.json"
     dev = ["--device", s.device] if s.device else []
     profiles = {n: prof for n in ns}
-    if s.tune_from == "eager":
-        profiles = profile_served(s, plan, ns, raw)
-    else:
-        say(s, f"profile {plan.name} (batch sizes {s.batch_sizes})")
+    if s.tune_from != "eager":
+        say(s, f"profile {plan.name}, each model alone (batch sizes {s.batch_sizes})")
         run_cmd(
             s,
             cli("profile", str(plan), "-o", str(prof), "--batch-sizes", s.batch_sizes, *dev),
             raw / "tune.log",
         )
+    if s.tune_from.startswith("eager"):
+        profiles = profile_served(s, plan, ns, raw, prof if s.tune_from == "eager+alone" else None)
     out = {}
     for n in ns:
         tuned = raw / f"{plan.stem}-n{n}.plan"
@@ -343,13 +345,16 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     return out
 
 
-def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path | None]:
+def profile_served(
+    s: Settings, plan: Path, ns: list[int], raw: Path, alone: Path | None = None
+) -> dict[int, Path | None]:
     """Profiles from the models running side by side: serve the plan with B = 1 (eager), put N clients
     on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N
     (None where `profile` failed: its message is in tune.log). With `s.colocation`, the same again with the
     plan served at those thresholds, and the profile per N is the two fitted into one with the co-location
-    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why)."""
-    out = served_profiles(s, plan, ns, raw, "eager", ())
+    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why). With
+    `alone` (a profile of each model timed alone), the eager profiles carry its latencies (`profile --alone`)."""
+    out = served_profiles(s, plan, ns, raw, "eager", (), alone)
     if not s.colocation:
         return out
     label = threshold_label(s.colocation)
@@ -377,7 +382,15 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
     return out
 
 
-def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str, extra: tuple[str, ...]):
+def served_profiles(
+    s: Settings,
+    plan: Path,
+    ns: list[int],
+    raw: Path,
+    tag: str,
+    extra: tuple[str, ...],
+    alone: Path | None = None,
+):
     """profile_served's profiles of one server: `--mode eager`, or `tokenrouter` with `extra` arguments."""
     import httpx
 
@@ -397,8 +410,9 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
             out[n] = raw / f"profile-n{n}{suffix}.json"
             try:
+                lone = ("--alone", str(alone)) if alone else ()
                 run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
-                               "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+                               *lone, "-o", str(out[n])), raw / "tune.log")  # fmt: skip
             except RuntimeError as exc:  # e.g. a policy at a low share: the large model stepped too rarely
                 say(s, f"profile N={n}: {exc}")
                 out[n] = None
@@ -1081,10 +1095,11 @@ def main(argv: list[str] | None = None) -> int:
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
     ap.add_argument(
         "--tune-from",
-        choices=("profile", "eager"),
+        choices=("profile", "eager", "eager+alone"),
         default="eager",
         help="tune's step latencies: served side by side at B = 1 (eager, the default: `profile "
-        "--from-metrics`) or each model timed alone (profile: misses the co-running slowdown)",
+        "--from-metrics`), each model timed alone (profile: misses the co-running slowdown), or both "
+        "(eager+alone: a step's latency by whether the other model is running, `profile --alone`)",
     )
     ap.add_argument("--record-profile", nargs=2, metavar=("RECORD", "PROFILE"), default=None,
                     help="write the profile of a served run's record (record-*.json) to PROFILE: a second "
@@ -1115,7 +1130,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         if colocation and a.tune_from != "eager":
-            raise ValueError("--colocation needs --tune-from eager (served profiles)")
+            raise ValueError("--colocation needs --tune-from eager (served profiles; eager+alone models the "
+                             "contention by state instead)")  # fmt: skip
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):

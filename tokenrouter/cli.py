@@ -984,6 +984,13 @@ def profile(
         "(eager, then e.g. `serve --batch llm=3`). Writes the first with a co-location term for `tune`: how "
         "each model's step grows with its co-runners' busy share.",
     ),
+    alone: str = typer.Option(
+        None,
+        "--alone",
+        help="With --from-metrics of a server run eager: a profile of each model timed alone (`tokenrouter "
+        "profile PLAN`), whose latencies `tune` uses for the steps a model sharing a GPU starts while the "
+        "others are idle (the served ones apply while one runs).",
+    ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
     from tokenrouter.compiler.throughput.commands import run_profile_command
@@ -1004,6 +1011,7 @@ def profile(
         since,
         min_steps,
         list(colocation or []),
+        alone,
     )
     typer.echo(_throughput_call(run_profile_command, *args))
 

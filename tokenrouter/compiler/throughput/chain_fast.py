@@ -39,15 +39,24 @@ class _Codec:
 
 
 def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: list[list[int]], outcomes,
-                     max_states: int, error_cls: type[Exception]):  # fmt: skip
+                     max_states: int, error_cls: type[Exception], alone: list | None = None):  # fmt: skip
     """Same contract as `dtmc.build_chain` (minus argument checks); returns None when the state encoding
-    would not fit in int64 (the caller falls back to the reference)."""
+    would not fit in int64 (the caller falls back to the reference). `alone`: per model its ticks while no
+    co-runner runs (`dtmc.alone_ticks`), or None."""
     m, n = inputs.n_models, inputs.concurrency
-    codec = _Codec(m, n, [max(t[1:]) for t in ticks])
+    alone = alone or [None] * m
+    lone_tab = np.array([t if a is None else a for t, a in zip(ticks, alone, strict=True)], dtype=np.int64)
+    codec = _Codec(m, n, [max(max(t[1:]), max(a[1:])) for t, a in zip(ticks, lone_tab.tolist(), strict=True)])
     if not codec.ok:
         return None
     bvec = np.array(thresholds, dtype=np.int64)
     tick_tab = np.array(ticks, dtype=np.int64)  # [M, N+1]
+    # co[j, i]: model j is a co-runner of model i (for the models with a latency alone)
+    co = np.zeros((m, m), dtype=np.int64)
+    for i, a in enumerate(inputs.alone or ()):
+        if a is not None:
+            co[list(a.co_runners), i] = 1
+    has_alone = co.any(axis=0)
     tps = inputs.tokens_per_step()
     cols_k = np.arange(m) * 3
     cols_b = cols_k + 1
@@ -58,7 +67,11 @@ def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: l
         go = (b == 0) & (k >= bvec) & (k > 0)
         if go.any():
             ticks_now = tick_tab[np.arange(m)[None, :], np.minimum(k, n)]
-            s[:, cols_b] = np.where(go, k, b)
+            nb = np.where(go, k, b)
+            if has_alone.any():  # alone: no co-runner running, the steps starting now included
+                lone = has_alone[None, :] & (((nb > 0).astype(np.int64) @ co) == 0)
+                ticks_now = np.where(lone, lone_tab[np.arange(m)[None, :], np.minimum(k, n)], ticks_now)
+            s[:, cols_b] = nb
             s[:, cols_r] = np.where(go, ticks_now, s[:, cols_r])
             s[:, cols_k] = np.where(go, 0, k)
         return s

@@ -289,9 +289,12 @@ def run_profile_command(
     since: str | None = None,
     min_steps: int = 5,
     colocation: list[str] | None = None,
+    alone: str | None = None,
 ) -> str:
     from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
 
+    if alone and not from_metrics:
+        raise ThroughputUsageError("--alone goes with --from-metrics (the latencies beside the other models)")
     if colocation:
         if from_metrics or since:
             raise ThroughputUsageError(
@@ -300,6 +303,8 @@ def run_profile_command(
         return _write_and_describe(_fit_colocation(plan_path, colocation), plan_path, output)
     if from_metrics:
         profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)
+        if alone:
+            profile = _with_alone(plan_path, profile, alone)
         return _write_and_describe(profile, plan_path, output)
     if since:
         raise ThroughputUsageError("--since needs --from-metrics")
@@ -361,6 +366,33 @@ def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_ste
         raise ThroughputInputError(f"{where}: {e}") from None
 
 
+def _with_alone(plan_path: str, served, path: str):
+    """`served` with the step latencies of the profile at `path` as `alone_ms` for the models that share a
+    GPU with another model of the plan."""
+    import dataclasses
+
+    from tokenrouter.compiler.throughput.colocation import co_runners
+
+    try:
+        lone = read_profile(path)
+    except ProfileError as e:
+        raise ThroughputInputError(str(e)) from None
+    groups = co_runners(load_plan(plan_path))
+    shared = [m for m in served.step_ms if groups.get(m)]
+    if not shared:
+        raise ThroughputInputError(
+            f"--alone {path}: no two models of the plan share a GPU (models.*.gpus): nothing runs beside another"
+        )
+    missing = [m for m in shared if m not in lone.step_ms]
+    if missing:
+        raise ThroughputInputError(f"--alone {path}: no step latencies for {', '.join(missing)}")
+    return dataclasses.replace(
+        served,
+        alone_ms={m: lone.step_ms[m] for m in shared},
+        workload={**served.workload, "alone_source": str(path)},
+    )
+
+
 def _fit_colocation(plan_path: str, paths: list[str]):
     from tokenrouter.compiler.throughput.colocation import ColocationError, fit
 
@@ -398,6 +430,8 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         )
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
+    for m, s in profile.alone_ms.items():
+        lines.append(f"  {m}: alone " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})
         a, b = fit.get("busy_share", [term["at_share"]] * 2)

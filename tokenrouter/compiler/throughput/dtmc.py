@@ -76,6 +76,16 @@ def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
     return [[0] + [max(1, round(s.at(b) / delta_ms)) for b in range(1, n + 1)] for s in inputs.step]
 
 
+def alone_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int] | None]:
+    """Each model's step in ticks while none of its co-runners runs (`AloneLatency`), None where it has none."""
+    n = inputs.concurrency
+    lone = inputs.alone or (None,) * inputs.n_models
+    return [
+        None if a is None else [0] + [max(1, round(a.step.at(b) / delta_ms)) for b in range(1, n + 1)]
+        for a in lone
+    ]
+
+
 def _compositions(b: int, weights: tuple[float, ...]) -> list[tuple[tuple[int, ...], float]]:
     """Multinomial(b, weights) as (counts, probability), zero-probability targets skipped."""
     m = len(weights)
@@ -137,19 +147,23 @@ def build_chain(
     if len(bvec) != m or any(b < 1 for b in bvec):
         raise ValueError(f"expected {m} thresholds >= 1, got {thresholds!r}")
     ticks = step_ticks(inputs, delta_ms)
+    lone = alone_ticks(inputs, delta_ms)
     tps = inputs.tokens_per_step()
     outcomes = _Outcomes(inputs.p)
     if not reference:
         from tokenrouter.compiler.throughput.chain_fast import build_chain_fast
 
-        fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError)
+        fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError, lone)
         if fast is not None:
             return fast
 
     def start(k: list[int], b: list[int], r: list[int]) -> tuple[int, ...]:
-        for i in range(m):
-            if b[i] == 0 and k[i] >= bvec[i] and k[i] > 0:
-                b[i], k[i], r[i] = k[i], 0, ticks[i][k[i]]
+        new = [i for i in range(m) if b[i] == 0 and k[i] >= bvec[i] and k[i] > 0]
+        for i in new:
+            b[i], k[i] = k[i], 0
+        running = [x > 0 for x in b]  # with the steps starting now: they run beside each other
+        for i in new:
+            r[i] = (lone[i] if inputs.step_alone(i, running) else ticks[i])[b[i]]
         return tuple(x for i in range(m) for x in (k[i], b[i], r[i]))
 
     k0 = [0] * m

@@ -5,7 +5,9 @@ latency `L_i(b)` (ms, by batch size b), the routing matrix `p[i][j]` (after one 
 probability that the request's next step is at model j; `p[i][i]` = it stays), the committed tokens
 `c[i][j]` of that transition (1 for a kept token, 0 for a dropped one), the concurrency N and the entry
 model. Routing is geometric: every step's decision is independent of the past. Optionally a model's steps
-get longer while the models beside it on its GPU are busy (`ColocationTerm`, solved in `colocation.py`).
+get longer while the models beside it on its GPU are busy: by their average utilization (`ColocationTerm`,
+solved in `colocation.py`), or by whether one of them is running when the step starts (`AloneLatency`, which
+the chain and the simulator apply step by step).
 """
 
 from __future__ import annotations
@@ -75,6 +77,22 @@ class ColocationTerm:
                 raise ValueError(f"co-location {name} must be a finite number >= 0, got {v!r}")
 
 
+@dataclass(slots=True, frozen=True)
+class AloneLatency:
+    """Model i shares a GPU with `co_runners` (model indices). A step it starts while none of them is running
+    (counting the steps that start at the same moment) takes `step`; one it starts while any of them is takes
+    the model's own latency, which is then the latency measured beside them (a served eager profile). With
+    delayed batching the two alternate by state: at N = 8 and B_llm = 5, the 0.6B's steps of 4-8 rows find
+    the 8B waiting to gather its batch (docs/throughput.md, "Contention by state")."""
+
+    co_runners: tuple[int, ...]
+    step: StepLatency
+
+    def __post_init__(self) -> None:
+        if not self.co_runners:
+            raise ValueError("a latency alone needs at least one co-runner")
+
+
 @dataclass(slots=True)
 class SystemInputs:
     models: tuple[str, ...]
@@ -84,6 +102,7 @@ class SystemInputs:
     concurrency: int
     entry: int = 0
     colocation: tuple[ColocationTerm | None, ...] = ()  # per model, or () for none
+    alone: tuple[AloneLatency | None, ...] = ()  # per model, or () for none
 
     def __post_init__(self) -> None:
         m = len(self.models)
@@ -126,6 +145,27 @@ class SystemInputs:
             for i, term in enumerate(self.colocation):
                 if term is not None and any(not 0 <= j < m or j == i for j in term.co_runners):
                     raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
+        self.alone = tuple(self.alone)
+        if self.alone:
+            if len(self.alone) != m:
+                raise ValueError(f"expected {m} latencies alone (None where a model has none)")
+            for i, lone in enumerate(self.alone):
+                if lone is not None and any(not 0 <= j < m or j == i for j in lone.co_runners):
+                    raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
+            if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
+                raise ValueError(
+                    "give a model's contention either as a co-location term or as a latency alone, not both"
+                )
+
+    def step_alone(self, i: int, running: Sequence[bool]) -> bool:
+        """Whether model i, starting a step while `running[j]` says which models run, takes its latency
+        alone (it has one and none of its co-runners is running)."""
+        lone = self.alone[i] if self.alone else None
+        return lone is not None and not any(running[j] for j in lone.co_runners)
+
+    def step_at(self, i: int, b: int, running: Sequence[bool]) -> float:
+        """Model i's step latency at batch b, started while `running` says which models run."""
+        return self.alone[i].step.at(b) if self.step_alone(i, running) else self.step[i].at(b)
 
     @property
     def n_models(self) -> int:

@@ -8,6 +8,7 @@ profile, else what the policy implies (`policy.py`). Committed tokens always com
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility
-from tokenrouter.compiler.throughput.colocation import calibrate
-from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.colocation import calibrate, co_runners
+from tokenrouter.compiler.throughput.inputs import AloneLatency, ColocationTerm, StepLatency, SystemInputs
 from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.compiler.throughput.policy import policy_routing
 from tokenrouter.compiler.throughput.profile_format import Profile
@@ -173,6 +174,10 @@ def system_from_plan(
         if terms:
             inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile)
             warnings.extend(dropped)
+        alone = _alone_latencies(plan, models, profile, sources["step_ms"], warnings)
+        if alone:
+            inputs = dataclasses.replace(inputs, alone=alone)
+            sources["alone"] = {m: "profile" for m, a in zip(models, alone, strict=True) if a is not None}
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -200,6 +205,31 @@ def _colocation_terms(
         co = tuple(models.index(x) for x in term["co_runners"])
         terms.append(ColocationTerm(co, float(term["ms_per_share"]), float(term["at_share"])))
     return tuple(terms) if any(t is not None for t in terms) else ()
+
+
+def _alone_latencies(
+    plan: dict, models: tuple[str, ...], profile: Profile | None, step_sources: dict[str, str], warnings: list
+) -> tuple[AloneLatency | None, ...]:
+    """The profile's latencies alone (`alone_ms`) for the models whose step latencies it gave and that share
+    a GPU with another model of the plan (`models.*.gpus`); a warning for each one left out."""
+    if profile is None or not profile.alone_ms:
+        return ()
+    groups = co_runners(plan)
+    out: list[AloneLatency | None] = []
+    for m in models:
+        lone = profile.alone_ms.get(m)
+        if lone is not None and step_sources.get(m) != "profile":
+            warnings.append(
+                f"the profile's latencies alone of {m} are left out: its step latencies come from --step-ms"
+            )
+            lone = None
+        elif lone is not None and not groups.get(m):
+            warnings.append(
+                f"the profile's latencies alone of {m} are left out: no model shares its GPU in this plan"
+            )
+            lone = None
+        out.append(None if lone is None else AloneLatency(tuple(models.index(x) for x in groups[m]), lone))
+    return tuple(out) if any(a is not None for a in out) else ()
 
 
 def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
@@ -254,6 +284,20 @@ def apply_tuning(
             a: {b: float(inp.c[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
             for i, a in enumerate(inp.models)
         },  # fmt: skip
+        **(
+            {
+                "alone": {
+                    m: {
+                        "co_runners": [inp.models[j] for j in a.co_runners],
+                        "step_ms": [[b, ms] for b, ms in a.step.points],
+                    }
+                    for m, a in zip(inp.models, inp.alone, strict=True)
+                    if a is not None
+                }  # fmt: skip
+            }
+            if inp.alone
+            else {}
+        ),
         **(
             {
                 "colocation": {

@@ -15,6 +15,10 @@
 "at_share": 0.87, "fit": {...}}`: its step takes `ms_per_share` ms longer per unit of its co-runners' summed
 busy share above `at_share`, the share at which `step_ms` was measured (the server's busy share; `tune` puts
 the term on the chain's own scale from `fit.step_change_ms` and `fit.thresholds`: `colocation.calibrate`).
+Optional `alone_ms` (written by `tokenrouter profile --from-metrics … --alone FILE`): per model sharing a GPU,
+its step latencies `{batch: ms}` while none of the models beside it is running; `step_ms` then holds the
+latencies beside them (from a server run eager), and the chain picks one or the other by state. A profile has
+`colocation` or `alone_ms`, not both.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Profile:
     created: str = ""
     workload: dict[str, Any] = field(default_factory=dict)
     colocation: dict[str, dict[str, Any]] = field(default_factory=dict)
+    alone_ms: dict[str, StepLatency] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +63,11 @@ class Profile:
             "counts": self.counts,
             "workload": self.workload,
             **({"colocation": self.colocation} if self.colocation else {}),
+            **(
+                {"alone_ms": {m: {str(b): ms for b, ms in s.points} for m, s in self.alone_ms.items()}}
+                if self.alone_ms
+                else {}
+            ),
         }
 
 
@@ -87,16 +97,25 @@ def read_profile(path: str | Path) -> Profile:
     for key in ("policy", "step_ms", "routing"):
         if key not in data:
             raise fail(key, "missing")
-    step: dict[str, StepLatency] = {}
-    if not isinstance(data["step_ms"], dict):
-        raise fail("step_ms", "expected an object")
-    for m, table in data["step_ms"].items():
-        if not isinstance(table, dict) or not table:
-            raise fail(f"step_ms.{m}", "expected a non-empty object {batch: ms}")
-        try:
-            step[m] = StepLatency(tuple((int(b), ms) for b, ms in table.items()))
-        except (TypeError, ValueError) as e:
-            raise fail(f"step_ms.{m}", str(e)) from None
+
+    def latencies(key: str) -> dict[str, StepLatency]:
+        out: dict[str, StepLatency] = {}
+        if not isinstance(data[key], dict):
+            raise fail(key, "expected an object")
+        for m, table in data[key].items():
+            if not isinstance(table, dict) or not table:
+                raise fail(f"{key}.{m}", "expected a non-empty object {batch: ms}")
+            try:
+                out[m] = StepLatency(tuple((int(b), ms) for b, ms in table.items()))
+            except (TypeError, ValueError) as e:
+                raise fail(f"{key}.{m}", str(e)) from None
+        return out
+
+    step = latencies("step_ms")
+    alone = latencies("alone_ms") if data.get("alone_ms") else {}
+    for m in alone:
+        if m not in step:
+            raise fail(f"alone_ms.{m}", "a model without step_ms (the latencies beside its co-runners)")
     routing: dict[str, dict[str, float]] = {}
     if not isinstance(data["routing"], dict):
         raise fail("routing", "expected an object")
@@ -128,6 +147,8 @@ def read_profile(path: str | Path) -> Profile:
                 f"colocation.{m}",
                 'expected {"co_runners": [model, ...], "ms_per_share": ms >= 0, "at_share": >= 0}',
             )
+    if colocation and alone:
+        raise fail("alone_ms", "a profile gives either colocation terms or latencies alone, not both")
     return Profile(
         policy=str(data["policy"]),
         source_sha256=data.get("source_sha256"),
@@ -138,4 +159,5 @@ def read_profile(path: str | Path) -> Profile:
         created=str(data.get("created", "")),
         workload=data.get("workload") or {},
         colocation=colocation,
+        alone_ms=alone,
     )

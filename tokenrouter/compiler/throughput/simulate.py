@@ -156,6 +156,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     eff = tuple(cfg.thresholds)
 
     def start_ready(t: float) -> None:
+        new = []
         for i in range(m):
             if running[i] or not queue[i]:
                 continue
@@ -165,7 +166,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             ):
                 running[i] = [r for r, _ in queue[i]]
                 queue[i] = []
-                end[i] = t + inputs.step[i].at(len(running[i]))
+                new.append(i)
+        busy_now = [bool(x) for x in running]  # the steps starting now run beside each other
+        for i in new:
+            end[i] = t + inputs.step_at(i, len(running[i]), busy_now)
 
     start_ready(now)
     while now < t_end:
