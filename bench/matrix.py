@@ -29,6 +29,7 @@ matrix").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -177,9 +178,9 @@ class Settings:
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
     # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
-    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13); "eager+alone":
-    # both, the eager one with the timed-alone latencies as `alone_ms` (`profile --alone`): the chain then
-    # takes a step's latency by whether the other model is running (docs/throughput.md)
+    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13). Where the models
+    # share a GPU, an eager profile from a server of the twenty-sixth session on also holds each model's
+    # latencies alone and beside the other (the busy board), which `tune` then uses (docs/throughput.md)
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
     # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
@@ -314,15 +315,15 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     prof = raw / "profile.json"
     dev = ["--device", s.device] if s.device else []
     profiles = {n: prof for n in ns}
-    if s.tune_from != "eager":
-        say(s, f"profile {plan.name}, each model alone (batch sizes {s.batch_sizes})")
+    if s.tune_from == "eager":
+        profiles = profile_served(s, plan, ns, raw)
+    else:
+        say(s, f"profile {plan.name} (batch sizes {s.batch_sizes})")
         run_cmd(
             s,
             cli("profile", str(plan), "-o", str(prof), "--batch-sizes", s.batch_sizes, *dev),
             raw / "tune.log",
         )
-    if s.tune_from.startswith("eager"):
-        profiles = profile_served(s, plan, ns, raw, prof if s.tune_from == "eager+alone" else None)
     out = {}
     for n in ns:
         tuned = raw / f"{plan.stem}-n{n}.plan"
@@ -345,16 +346,13 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     return out
 
 
-def profile_served(
-    s: Settings, plan: Path, ns: list[int], raw: Path, alone: Path | None = None
-) -> dict[int, Path | None]:
+def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path | None]:
     """Profiles from the models running side by side: serve the plan with B = 1 (eager), put N clients
     on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N
     (None where `profile` failed: its message is in tune.log). With `s.colocation`, the same again with the
     plan served at those thresholds, and the profile per N is the two fitted into one with the co-location
-    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why). With
-    `alone` (a profile of each model timed alone), the eager profiles carry its latencies (`profile --alone`)."""
-    out = served_profiles(s, plan, ns, raw, "eager", (), alone)
+    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why)."""
+    out = served_profiles(s, plan, ns, raw, "eager", ())
     if not s.colocation:
         return out
     label = threshold_label(s.colocation)
@@ -382,15 +380,7 @@ def profile_served(
     return out
 
 
-def served_profiles(
-    s: Settings,
-    plan: Path,
-    ns: list[int],
-    raw: Path,
-    tag: str,
-    extra: tuple[str, ...],
-    alone: Path | None = None,
-):
+def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str, extra: tuple[str, ...]):
     """profile_served's profiles of one server: `--mode eager`, or `tokenrouter` with `extra` arguments."""
     import httpx
 
@@ -410,9 +400,8 @@ def served_profiles(
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
             out[n] = raw / f"profile-n{n}{suffix}.json"
             try:
-                lone = ("--alone", str(alone)) if alone else ()
                 run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
-                               *lone, "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+                               "-o", str(out[n])), raw / "tune.log")  # fmt: skip
             except RuntimeError as exc:  # e.g. a policy at a low share: the large model stepped too rarely
                 say(s, f"profile N={n}: {exc}")
                 out[n] = None
@@ -865,7 +854,7 @@ def write_record_profile(record: Path, out: Path) -> int:
 def run_system(rec: dict, min_steps: int = 5):
     """The throughput model's inputs from what this run measured (`record_profile`), or None, as
     (SystemInputs, the run's thresholds B)."""
-    from tokenrouter.compiler.throughput.inputs import make_inputs
+    from tokenrouter.compiler.throughput.inputs import AloneLatency, make_inputs
 
     prof = record_profile(rec, min_steps)
     if prof is None:
@@ -876,7 +865,21 @@ def run_system(rec: dict, min_steps: int = 5):
     c = [[1.0 if i == j else committed[i].get(j, 1.0) for j in models] for i in models]
     thresholds = rec.get("thresholds") or {}
     b = tuple(int(thresholds.get(x, 1)) for x in models)
-    return make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0]), b
+    inputs = make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0])
+    if prof.alone_ms:  # servers with a busy board: each step's latency by state, as `tune` takes it
+        # the records do not keep the placement: the models with a board are taken to share one GPU (the pairs)
+        shared = [i for i, x in enumerate(models) if x in prof.alone_ms]
+        alone = tuple(
+            AloneLatency(tuple(j for j in shared if j != i), prof.alone_ms[x])
+            if x in prof.alone_ms and len(shared) > 1
+            else None
+            for i, x in enumerate(models)
+        )
+        step = tuple(
+            prof.beside_ms.get(x, s) if a else s for x, s, a in zip(models, inputs.step, alone, strict=True)
+        )
+        inputs = dataclasses.replace(inputs, step=step, alone=alone if any(alone) else ())
+    return inputs, b
 
 
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
@@ -1095,11 +1098,10 @@ def main(argv: list[str] | None = None) -> int:
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
     ap.add_argument(
         "--tune-from",
-        choices=("profile", "eager", "eager+alone"),
+        choices=("profile", "eager"),
         default="eager",
         help="tune's step latencies: served side by side at B = 1 (eager, the default: `profile "
-        "--from-metrics`), each model timed alone (profile: misses the co-running slowdown), or both "
-        "(eager+alone: a step's latency by whether the other model is running, `profile --alone`)",
+        "--from-metrics`) or each model timed alone (profile: misses the co-running slowdown)",
     )
     ap.add_argument("--record-profile", nargs=2, metavar=("RECORD", "PROFILE"), default=None,
                     help="write the profile of a served run's record (record-*.json) to PROFILE: a second "
@@ -1130,8 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         if colocation and a.tune_from != "eager":
-            raise ValueError("--colocation needs --tune-from eager (served profiles; eager+alone models the "
-                             "contention by state instead)")  # fmt: skip
+            raise ValueError("--colocation needs --tune-from eager (served profiles)")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):

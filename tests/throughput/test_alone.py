@@ -224,3 +224,15 @@ def test_profile_files_keep_and_check_the_latencies_alone(tmp_path, run55):
     path.write_text(json.dumps({**data, "colocation": term}))
     with pytest.raises(ProfileError, match="not both"):
         read_profile(path)
+
+
+def test_the_latency_beside_comes_from_beside_ms_where_measured(run55):
+    """A profile from a server with a busy board holds `beside_ms` too: the chain takes it for the steps
+    started beside a running co-runner, and `step_ms` (every step) for a model without it."""
+    plan = read_plan(run55 / "0.6b+8b-bern0.35.plan")
+    eager = read_profile(run55 / "profile-n8.json")
+    beside = StepLatency(((1, 2.4), (7, 3.1)))
+    prof = dataclasses.replace(eager, alone_ms={"slm": StepLatency(((1, 1.5),))}, beside_ms={"slm": beside})
+    inputs = system_from_plan(plan, 8, profile=prof).inputs
+    assert inputs.step[0] == beside and inputs.step[1] == eager.step_ms["llm"]
+    assert inputs.alone[0].step.points == ((1, 1.5),) and inputs.alone[1] is None

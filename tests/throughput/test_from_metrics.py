@@ -30,6 +30,7 @@ def scrape(
     uptime_ms: float = 0.0,
     slow: dict[str, dict[int, tuple[int, float]]] | None = None,
     thresholds: dict[str, int] | None = None,
+    alone: dict[str, dict[int, tuple[int, float]]] | None = None,
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
@@ -38,7 +39,8 @@ def scrape(
                                           kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table,
                                           busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms,
                                           slow_ms_by_bs=(slow or {}).get(model, {}),
-                                          batch_threshold=(thresholds or {}).get(model, 0)))  # fmt: skip
+                                          batch_threshold=(thresholds or {}).get(model, 0),
+                                          alone_ms_by_bs=(alone or {}).get(model, {})))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -165,3 +167,31 @@ def test_stalled_steps_are_left_out_of_the_latencies():
     assert dict(prof.step_ms["llm"].points)[2] == pytest.approx(7.0)
     assert prof.workload["stalls"] == {"llm": {1: 1}}
     assert "stalls" not in profile_from_metrics(PLAN, before, None, min_steps=5).workload
+
+
+def test_steps_alone_and_beside_from_the_busy_board_counters():
+    """Subservers sharing a GPU count the steps they started while the others idled
+    (`tokenrouter_alone_steps_by_batch_total`): the profile keeps every step in `step_ms` and splits them into
+    `alone_ms` and `beside_ms` where each kind ran `min_steps` times; a model with one kind only gets neither."""
+    before = scrape({"slm": {1: (10, 20.0)}, "llm": {1: (10, 70.0)}}, {"slm": 10, "llm": 2}, {("slm", "llm"): 2},
+                    alone={"slm": {1: (2, 3.0)}})  # fmt: skip
+    # slm at b = 1: 100 steps in the window, 40 alone at 1.5 ms, 60 beside at 2.5 ms; at b = 8: all 20 alone
+    after = scrape(
+        {"slm": {1: (110, 20.0 + 60.0 + 150.0), 8: (20, 32.0)}, "llm": {1: (110, 770.0)}},
+        {"slm": 1010, "llm": 102},
+        {("slm", "llm"): 102, ("llm", "slm"): 100},
+        alone={"slm": {1: (42, 63.0), 8: (20, 32.0)}, "llm": {1: (3, 20.0)}},
+    )
+    assert 'tokenrouter_alone_steps_by_batch_total{model="slm",bs="8"} 20' in after
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert dict(prof.step_ms["slm"].points) == pytest.approx({1: 2.1, 8: 1.6})
+    assert dict(prof.alone_ms["slm"].points) == pytest.approx({1: 1.5, 8: 1.6})
+    assert dict(prof.beside_ms["slm"].points) == pytest.approx({1: 2.5})  # b = 8 never ran beside
+    assert "llm" not in prof.alone_ms  # 3 steps alone: under min_steps
+    assert prof.workload["steps_by_state"] == {"slm": {"alone": {"1": 40, "8": 20}, "beside": {"1": 60}}}
+    back = json.loads(json.dumps(prof.to_json()))
+    assert back["beside_ms"] == {"slm": {"1": pytest.approx(2.5)}}
+    # servers without a busy board: no split
+    plain = profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
+                                              {"slm": 900, "llm": 100}, {("slm", "llm"): 100, ("llm", "slm"): 100}))  # fmt: skip
+    assert plain.alone_ms == {} and "steps_by_state" not in plain.workload

@@ -339,8 +339,10 @@ class Launcher:
     def _start(self, plan: dict, plan_path: str) -> None:
         import multiprocessing as mp
 
+        from tokenrouter.compiler.throughput.colocation import co_runners
         from tokenrouter.runtime.frontend.config import FrontendArgs
         from tokenrouter.runtime.frontend.process import run_frontend_process
+        from tokenrouter.runtime.subserver.busy_board import create_board
         from tokenrouter.runtime.subserver.process import SubserverArgs, run_subserver_process
 
         cfg = self.cfg
@@ -348,6 +350,9 @@ class Launcher:
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
         extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
+        board = None
+        if not self.setup.lockstep and any(co_runners(plan).values()):  # models sharing a GPU: who steps when
+            board = str(create_board(self.run_dir / "busy-board", len(plan["models"])))
         for name in plan["models"]:
             if self.setup.lockstep and name != plan["entry"]:
                 continue  # the entry's process drives every model
@@ -365,6 +370,7 @@ class Launcher:
                 log_level=cfg.log_level.upper(),
                 extra=dict(extra),
                 scheduler=self.setup.scheduler,
+                busy_board=board,
             )
             target = run_subserver_process
             if self.setup.lockstep:

@@ -10,6 +10,7 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.embedded import load_engine
 from tokenrouter.runtime.route import RouteKernel, RouteResult
 from tokenrouter.runtime.subserver.batching import BatchingConfig
+from tokenrouter.runtime.subserver.busy_board import BusyBoard, create_board
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Scheduler
 
 SPEC = m.SamplingSpec(seed=7, max_tokens=200, ignore_eos=True)
@@ -209,6 +210,51 @@ def test_steps_count_why_they_started(tmp_path):
     assert a.ready() and a.step()
     assert a.stats().step_starts == {"threshold": 1, "timeout": 1, "lowered": 1}
     assert a.steps == 3
+
+
+def test_steps_started_while_the_co_runner_idles_are_counted_alone(tmp_path):
+    """With a busy board (models sharing a GPU), a step started while no co-runner is in one counts in
+    `alone_ms_by_bs` (`tokenrouter_alone_steps_by_batch_total`) as well as in `step_ms_by_bs`; the model's own
+    byte is set for the length of the step and cleared after, also when the step fails."""
+    plan = compile_policy(tmp_path, "keep")
+    board = create_board(tmp_path / "board", 2)
+    a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
+                  RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 1, "b": 1}, 5.0))  # fmt: skip
+    a.board = BusyBoard(board, 0, (1,))
+    other = BusyBoard(board, 1, (0,))  # model b's view
+    seen = []
+    real_forward = a._forward
+
+    def forward(batch):
+        seen.append(other.any_beside())  # a's byte, as b sees it during a's step
+        return real_forward(batch)
+
+    a._forward = forward
+    spec = m.SamplingSpec(seed=7, max_tokens=1, ignore_eos=True)
+    for i, b_busy in enumerate((False, True, False)):  # a step of one new request each; b in one or not
+        other.set(b_busy)
+        a.handle(m.NewRequest(f"r{i}", [5, 6, 7], spec, n_active=1))
+        a.step()
+    other.set(False)
+    assert a.steps == 3
+    assert seen == [True, True, True] and not other.any_beside()
+    st = a.stats()
+    assert sum(n for n, _ in st.step_ms_by_bs.values()) == 3
+    assert list(st.alone_ms_by_bs) == [1] and st.alone_ms_by_bs[1][0] == 2
+    assert 0 < st.alone_ms_by_bs[1][1] < st.step_ms_by_bs[1][1]
+
+    def broken(batch):
+        raise RuntimeError("the device went away")
+
+    a._forward = broken
+    a.handle(m.NewRequest("s", [5, 6], spec, n_active=1))
+    with pytest.raises(RuntimeError):
+        a.step()
+    assert not other.any_beside()  # the byte is cleared
+    a.board.close()
+    other.close()
+    with pytest.raises(ValueError, match="outside its 2 bytes"):
+        BusyBoard(board, 2, (0,))
 
 
 def test_a_hop_cannot_bring_back_an_older_count(tmp_path):

@@ -127,6 +127,8 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
             **({"colocation_unfitted": too_close} if too_close else {}),
         },
         colocation=terms,
+        alone_ms={},  # the term replaces the contention by state (a profile has one or the other)
+        beside_ms={},
     )
 
 

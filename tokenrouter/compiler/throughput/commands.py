@@ -389,6 +389,7 @@ def _with_alone(plan_path: str, served, path: str):
     return dataclasses.replace(
         served,
         alone_ms={m: lone.step_ms[m] for m in shared},
+        beside_ms={},  # the served step_ms are the latencies beside the others
         workload={**served.workload, "alone_source": str(path)},
     )
 
@@ -432,6 +433,8 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         lines.append(f"  {m}: busy {share:.2f} of the time")
     for m, s in profile.alone_ms.items():
         lines.append(f"  {m}: alone " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
+    for m, s in profile.beside_ms.items():
+        lines.append(f"  {m}: beside " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})
         a, b = fit.get("busy_share", [term["at_share"]] * 2)

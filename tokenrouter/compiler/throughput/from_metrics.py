@@ -20,7 +20,12 @@ reports): how busy each model was at the latencies recorded, which matters where
 each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8B beside it is busy less);
 `workload.thresholds` the B_i the subservers ran with (`tokenrouter_batch_threshold`) and `workload.steps` the
 steps behind each latency. Two such profiles at different thresholds give the co-location term
-(`tokenrouter profile --colocation A B`, `colocation.py`).
+(`tokenrouter profile --colocation A B`, `colocation.py`). Where models share a GPU, the subservers also count
+the steps they started while none of the others was in one (`tokenrouter_alone_steps_by_batch_total`,
+`runtime/subserver/busy_board.py`): the profile then holds those steps' latencies as `alone_ms` and the
+others' as `beside_ms` (both where `min_steps` ran; `step_ms` keeps every step), and the throughput model
+takes a step's latency by whether a co-runner is running when it starts (docs/throughput.md, "Contention by
+state").
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -83,6 +88,7 @@ def profile_from_metrics(
     tokens: dict[str, float] = {}
     busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> [step seconds, uptime seconds]
     stalls: dict[str, dict[int, int]] = defaultdict(dict)  # model -> {batch size: stalled steps left out}
+    alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
     for key in a:
@@ -98,6 +104,13 @@ def profile_from_metrics(
             steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_slow_step_seconds")] -= n
             if name == "tokenrouter_slow_steps_by_batch_total" and n > 0:
                 stalls[lab["model"]][int(lab["bs"])] = int(round(n))
+        elif name in (
+            "tokenrouter_alone_steps_by_batch_total",
+            "tokenrouter_alone_step_seconds_by_batch_total",
+        ):
+            alone[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_alone_step_seconds")] += delta(
+                key
+            )
         elif name == "tokenrouter_generation_tokens_total":
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
@@ -124,6 +137,7 @@ def profile_from_metrics(
                 " put more load on the server before reading its metrics"
             )
         step_ms[x] = StepLatency(tuple(pts))
+    alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps)
     if committed is None:
         committed = policy_routing(plan).keep  # x -> {y: share of x -> y hops that keep their token}
     counts: dict[str, dict[str, int]] = {}
@@ -160,5 +174,33 @@ def profile_from_metrics(
             **({"thresholds": {x: thresholds[x] for x in models if x in thresholds}} if thresholds else {}),
             **({"busy_share": busy_share} if busy_share else {}),
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
+            **({"steps_by_state": by_state} if by_state else {}),
         },  # fmt: skip
+        alone_ms=alone_ms,
+        beside_ms=beside_ms,
     )
+
+
+def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
+    """`alone_ms` and `beside_ms` for the models with both kinds of steps at some batch size run `min_steps`
+    times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
+    them."""
+    alone_ms: dict[str, StepLatency] = {}
+    beside_ms: dict[str, StepLatency] = {}
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for x in models:
+        lone = {bs: (n, sec) for bs, (n, sec) in alone.get(x, {}).items() if n >= min_steps}
+        rest = {
+            bs: (n - alone.get(x, {}).get(bs, (0.0, 0.0))[0], sec - alone.get(x, {}).get(bs, (0.0, 0.0))[1])
+            for bs, (n, sec) in steps.get(x, {}).items()
+        }
+        rest = {bs: (n, sec) for bs, (n, sec) in rest.items() if n >= min_steps and sec > 0}
+        if not lone or not rest:
+            continue
+        alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))
+        beside_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
+        counts[x] = {
+            "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
+            "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
+        }
+    return alone_ms, beside_ms, counts

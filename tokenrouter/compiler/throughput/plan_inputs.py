@@ -176,7 +176,11 @@ def system_from_plan(
             warnings.extend(dropped)
         alone = _alone_latencies(plan, models, profile, sources["step_ms"], warnings)
         if alone:
-            inputs = dataclasses.replace(inputs, alone=alone)
+            beside = tuple(  # the latency of the steps started beside a running co-runner, where measured
+                profile.beside_ms.get(m, s) if a is not None else s
+                for m, s, a in zip(models, inputs.step, alone, strict=True)
+            )
+            inputs = dataclasses.replace(inputs, step=beside, alone=alone)
             sources["alone"] = {m: "profile" for m, a in zip(models, alone, strict=True) if a is not None}
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None

@@ -15,9 +15,10 @@
 "at_share": 0.87, "fit": {...}}`: its step takes `ms_per_share` ms longer per unit of its co-runners' summed
 busy share above `at_share`, the share at which `step_ms` was measured (the server's busy share; `tune` puts
 the term on the chain's own scale from `fit.step_change_ms` and `fit.thresholds`: `colocation.calibrate`).
-Optional `alone_ms` (written by `tokenrouter profile --from-metrics … --alone FILE`): per model sharing a GPU,
-its step latencies `{batch: ms}` while none of the models beside it is running; `step_ms` then holds the
-latencies beside them (from a server run eager), and the chain picks one or the other by state. A profile has
+Optional `alone_ms`: per model sharing a GPU, its step latencies `{batch: ms}` for the steps it started while
+none of the models beside it was in one, and `beside_ms` for the others (both counted by the subservers and
+read by `tokenrouter profile --from-metrics`; `--alone FILE` gives `alone_ms` from another profile instead).
+The chain takes one or the other by state, with `step_ms` where a model has no `beside_ms`. A profile has
 `colocation` or `alone_ms`, not both.
 """
 
@@ -50,6 +51,7 @@ class Profile:
     workload: dict[str, Any] = field(default_factory=dict)
     colocation: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_ms: dict[str, StepLatency] = field(default_factory=dict)
+    beside_ms: dict[str, StepLatency] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,11 +65,11 @@ class Profile:
             "counts": self.counts,
             "workload": self.workload,
             **({"colocation": self.colocation} if self.colocation else {}),
-            **(
-                {"alone_ms": {m: {str(b): ms for b, ms in s.points} for m, s in self.alone_ms.items()}}
-                if self.alone_ms
-                else {}
-            ),
+            **{
+                key: {m: {str(b): ms for b, ms in s.points} for m, s in table.items()}
+                for key, table in (("alone_ms", self.alone_ms), ("beside_ms", self.beside_ms))
+                if table
+            },
         }
 
 
@@ -113,9 +115,14 @@ def read_profile(path: str | Path) -> Profile:
 
     step = latencies("step_ms")
     alone = latencies("alone_ms") if data.get("alone_ms") else {}
-    for m in alone:
-        if m not in step:
-            raise fail(f"alone_ms.{m}", "a model without step_ms (the latencies beside its co-runners)")
+    beside = latencies("beside_ms") if data.get("beside_ms") else {}
+    for key, table in (("alone_ms", alone), ("beside_ms", beside)):
+        for m in table:
+            if m not in step:
+                raise fail(f"{key}.{m}", "a model without step_ms")
+    for m in beside:
+        if m not in alone:
+            raise fail(f"beside_ms.{m}", "a model without alone_ms")
     routing: dict[str, dict[str, float]] = {}
     if not isinstance(data["routing"], dict):
         raise fail("routing", "expected an object")
@@ -160,4 +167,5 @@ def read_profile(path: str | Path) -> Profile:
         workload=data.get("workload") or {},
         colocation=colocation,
         alone_ms=alone,
+        beside_ms=beside,
     )

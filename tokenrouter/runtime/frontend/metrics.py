@@ -191,6 +191,13 @@ class Metrics:
                 f"The {stalls}, by batch size; included in steps_by_batch_total.",
                 f"Time spent in {stalls}, by batch size; included in step_seconds_by_batch_total.",
             ),
+            (
+                "alone_",
+                "alone_ms_by_bs",
+                "Steps started while no model sharing the GPU was in one (not stalls), by batch size; included "
+                "in steps_by_batch_total.",
+                "Time spent in those steps, by batch size; included in step_seconds_by_batch_total.",
+            ),
         ):
             by_bs = [
                 (x, str(bs), n, ms) for x, s in stats for bs, (n, ms) in sorted(getattr(s, attr).items())

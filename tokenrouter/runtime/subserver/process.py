@@ -70,6 +70,7 @@ class SubserverArgs:
     cpu_threads: int | None = None  # torch intra-op threads (None: on CPU, cpu_count // models; else torch's)
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
     scheduler: str = "tokenrouter"  # "std-serving": the baseline's scheduler and prefix-caching engine
+    busy_board: str | None = None  # the launcher's board of who is in a step (busy_board.py), or None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -127,6 +128,18 @@ class Subserver:
         else:
             self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
+            self.scheduler.board = self.attach_board()
+
+    def attach_board(self):
+        """This model's place on the launcher's busy board, where another model shares one of its GPUs."""
+        from tokenrouter.compiler.throughput.colocation import co_runners
+        from tokenrouter.runtime.subserver.busy_board import BusyBoard
+
+        beside = co_runners(self.plan).get(self.model)
+        if not self.args.busy_board or not beside:
+            return None
+        order = list(self.plan["models"])
+        return BusyBoard(self.args.busy_board, order.index(self.model), tuple(order.index(x) for x in beside))
 
     def init_threads_per_process(self) -> None:
         """On CPU, subservers share the cores: each gets cpu_count // models torch threads unless
@@ -291,6 +304,9 @@ class Subserver:
             t.join(timeout=2)
         self.out_frontend.close(0)
         self.out_peers.close(0)
+        board = getattr(getattr(self, "scheduler", None), "board", None)
+        if board is not None:
+            board.close()
 
 
 def run_subserver_process(args: SubserverArgs) -> None:

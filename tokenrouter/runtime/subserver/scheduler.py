@@ -34,6 +34,7 @@ from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, Step
 from tokenrouter.runtime.route import RouteBatchState
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
+from tokenrouter.runtime.subserver.busy_board import BusyBoard
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 
 logger = logging.getLogger(__name__)
@@ -139,6 +140,10 @@ class Scheduler:
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
+        # with a busy board (models sharing a GPU: busy_board.py), the steps started while no co-runner was in
+        # one, and not stalls: batch size -> [steps, ms]
+        self.board: BusyBoard | None = None
+        self.alone_ms_by_bs: dict[int, list[float]] = {}
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -237,11 +242,19 @@ class Scheduler:
             return []
         reason = self.batching.start_reason(len(self.runnable))
         self.step_starts[reason] = self.step_starts.get(reason, 0) + 1
+        board = self.board
+        alone = board is not None and not board.any_beside()
+        if board is not None:
+            board.set(True)
         t0 = time.perf_counter()
         new_tokens = sum(len(r.tokens) - r.fed for r in batch)
-        batch, result, out = self.run_batch(batch)
-        if batch:
-            out += self.process_batch_result(batch, result)
+        try:
+            batch, result, out = self.run_batch(batch)
+            if batch:
+                out += self.process_batch_result(batch, result)
+        finally:
+            if board is not None:
+                board.set(False)
         ms = (time.perf_counter() - t0) * 1000.0
         self.steps += 1
         self.last_batch_size = len(batch)
@@ -254,6 +267,10 @@ class Scheduler:
         every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)  # before this step
         if is_stall(ms, new_tokens, tuple(acc), every):
             self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every))
+        elif alone:
+            lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0])
+            lone[0] += 1
+            lone[1] += ms
         acc[0] += 1
         acc[1] += ms
         acc[2] += new_tokens
@@ -484,4 +501,5 @@ class Scheduler:
             slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
             batch_threshold=self.batching.config.thresholds[self.model],
             step_starts=dict(self.step_starts),
+            alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.alone_ms_by_bs.items()},
         )
