@@ -73,3 +73,26 @@ if __name__ == "__main__":
                 print(
                     f"   (1, {b}) served {v:7.1f}  alone-chain {pred[b][0]:7.0f} ({v / pred[b][0]:.2f}x)  plain {pred[b][1]:7.0f} ({v / pred[b][1]:.2f}x)"
                 )
+
+
+def full_search(run_dir, alone_src):
+    """The thresholds `tune` chooses over both models (not only B_slm = 1), by state."""
+    import dataclasses
+
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.optimize import tune
+
+    raw = glob.glob(run_dir + "/*/")[0]
+    plan = read_plan([p for p in glob.glob(raw + "*.plan") if "-n8" not in p][0])
+    eager = read_profile(raw + "profile-n8.json")
+    lone = alone_from(alone_src, 4)
+    prof = dataclasses.replace(eager, alone_ms={m: StepLatency(tuple(v.items())) for m, v in lone.items()})
+    res = tune(system_from_plan(plan, 8, profile=prof).inputs)
+    return res.best.thresholds, res.best.throughput
+
+
+if __name__ == "__main__":
+    for run, src in (("run53", "run52"), ("run52", "run53"), ("run55", "run56"), ("run56", "run57"),
+                     ("run57", "run58"), ("run58", "run55")):  # fmt: skip
+        b, t = full_search(f"/tmp/rr/{run}", glob.glob(f"/tmp/rr/{src}/*/record-tokenrouter-n8-B1-5.json")[0])
+        print(f"{run}: the full search by state chooses {b} ({t:.0f} tok/s predicted)")
