@@ -343,7 +343,29 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
                   "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"], "profile": profiles[n]}  # fmt: skip
         say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
+        if rec["tuning"].get("alone"):  # contention by state: what the plain chain would have chosen
+            plain = plain_tune(s, plan, plain_profile(profiles[n]), n, raw)
+            say(s, f"tune N={n} by state (latencies alone of {', '.join(rec['tuning']['alone'])}); the plain "
+                   f"chain would choose B = {plain['best']} (predicted {plain['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
     return out
+
+
+def plain_profile(profile: Path) -> Path:
+    """A copy of a profile without its latencies alone (contention by state), beside it."""
+    data = json.loads(profile.read_text())
+    data.pop("alone_ms", None)
+    data.pop("beside_ms", None)
+    out = profile.with_name(profile.stem + "-plain.json")
+    out.write_text(json.dumps(data, indent=2))
+    return out
+
+
+def plain_tune(s: Settings, plan: Path, profile: Path, n: int, raw: Path) -> dict:
+    """`tune` on `profile` into tune-nN-plain.json (its plan beside): the tuning's result."""
+    rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(profile), "-n", str(n), "--json",
+                                    "-o", str(raw / f"{plan.stem}-n{n}-plain.plan")), raw / "tune.log").stdout)  # fmt: skip
+    (raw / f"tune-n{n}-plain.json").write_text(json.dumps(rec, indent=2))
+    return rec["tuning"]["result"]
 
 
 def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, Path | None]:
@@ -368,11 +390,7 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
         except RuntimeError as exc:
             say(s, f"co-location N={n}: {exc}; tuning on the eager profile alone")
             continue
-        plain = raw / f"tune-n{n}-plain.json"
-        rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(out[n]), "-n", str(n), "--json",
-                                        "-o", str(raw / f"{plan.stem}-n{n}-plain.plan")), raw / "tune.log").stdout)  # fmt: skip
-        plain.write_text(json.dumps(rec, indent=2))
-        result = rec["tuning"]["result"]
+        result = plain_tune(s, plan, plain_profile(out[n]), n, raw)
         terms = "; ".join(ln.strip() for ln in proc.stdout.splitlines() if "per unit of" in ln)
         say(s, f"co-location N={n} (eager and {label}): {terms}; without it tune would choose B = "
                f"{result['best']} (predicted {result['throughput_tok_s']:.0f} tok/s)")  # fmt: skip

@@ -163,6 +163,35 @@ def test_n1_without_a_profile_is_served_at_b1_and_other_ns_fail(tmp_path, monkey
         matrix.profile_and_tune(s, plan, [1, 4], raw)
 
 
+def test_a_profile_with_latencies_alone_is_tuned_by_state_and_the_plain_choice_logged(tmp_path, monkeypatch):
+    """An eager profile from a server with a busy board holds the latencies alone: `tune` takes them, and the
+    script logs what the plain chain (the same profile without them) would have chosen."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.1", raw)
+    beside = {"slm": StepLatency(((1, 2.4), (4, 2.8), (8, 3.0))), "llm": StepLatency(((1, 6.5), (8, 7.5)))}
+    prof = Profile("bernoulli", None, beside, {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}},
+                   alone_ms={"slm": StepLatency(((1, 1.5),))}, beside_ms={"slm": beside["slm"]})  # fmt: skip
+    write_profile(prof, raw / "eager.json")
+    monkeypatch.setattr(
+        matrix, "profile_served", lambda s, plan, ns, raw: {n: raw / "eager.json" for n in ns}
+    )
+    got = matrix.profile_and_tune(s, plan, [8], raw)[8]
+    tuned = json.loads((raw / "tune-n8.json").read_text())["tuning"]
+    plain = json.loads((raw / "tune-n8-plain.json").read_text())["tuning"]
+    assert tuned["alone"]["slm"]["co_runners"] == ["llm"] and "alone" not in plain
+    assert got["thresholds"] == tuned["result"]["best"] != plain["result"]["best"]
+    assert (
+        s.log[-1].startswith("[")
+        and "tune N=8 by state (latencies alone of slm); the plain chain would choose B = " in s.log[-1]
+    )
+    assert not json.loads((raw / "eager-plain.json").read_text()).get("alone_ms")
+
+
 def test_simulation_as_the_run_was_explains_run_31():
     """Run 31 (r2r, N = 16, docs/matrix.md): one request of 48 had 506 of its 512 tokens on the 8B. The
     DTMC on the run's own step times (N alike requests) overshoots; the simulator given each request's own
