@@ -350,8 +350,12 @@ class Launcher:
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
         extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
-        board = None
-        if not self.setup.lockstep and any(co_runners(plan).values()):  # models sharing a GPU: who steps when
+        board = None  # models sharing a GPU: who is in a step when (TokenRouter's own scheduler only)
+        if (
+            not self.setup.lockstep
+            and self.setup.scheduler == "tokenrouter"
+            and any(co_runners(plan).values())
+        ):
             board = str(create_board(self.run_dir / "busy-board", len(plan["models"])))
         for name in plan["models"]:
             if self.setup.lockstep and name != plan["entry"]:

@@ -309,6 +309,18 @@ def test_metrics_content(server):
         assert sum(starts.values()) == mt[f'tokenrouter_steps_total{{model="{model}"}}'] > 0, (model, starts)
     assert mt['tokenrouter_step_starts_total{model="llm",reason="threshold"}'] > 0
     assert mt['tokenrouter_step_starts_total{model="llm",reason="timeout"}'] == 0
+    # both models on the one device: the busy board counts the steps each started while the other idled
+    alone = {
+        model: sum(
+            v
+            for k, v in mt.items()
+            if k.startswith(f'tokenrouter_alone_steps_by_batch_total{{model="{model}"')
+        )
+        for model in ("slm", "llm")
+    }
+    for model, n in alone.items():
+        assert n <= mt[f'tokenrouter_steps_total{{model="{model}"}}'], (model, n)
+    assert sum(alone.values()) > 0, alone
     done = mt['tokenrouter_requests_finished_total{reason="length"}']
     assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
     assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done
