@@ -38,21 +38,30 @@ def test_pairwise_loss_is_zero_for_the_right_order_and_ignores_ties():
 
 
 def test_pairwise_fit_ranks_by_the_conditional_mean_despite_outliers():
-    """Heavy-tailed label noise: the ranking fit must still find the direction of the mean."""
+    """Heavy-tailed label noise: the ranking fit must still find the direction of the mean. The noise is drawn
+    from 40 fixed seeds (it once came from the unseeded global generator, and the test failed in about 15 %
+    of runs): the |Δy|-weighted pairwise loss lets a few extreme pairs pull the fit, so a few draws end well
+    off (on 100 draws, 15 below 0.97, the lowest 0.62); most land on it."""
     from tokenrouter.training.router_train import RouterTrainConfig, fit
 
     g = torch.Generator().manual_seed(0)
     n = 4000
     x = torch.randn(n, 4, generator=g)
-    noise = torch.distributions.StudentT(1.5).sample((n,))  # infinite variance
-    y = 2.0 * x[:, 0] - x[:, 1] + noise
     val = torch.arange(n) >= 3200
     cfg = RouterTrainConfig(label="gain", loss="pairwise", epochs=8, batch=128, lr=0.02)
-    tensors, _ = fit(x, y, val, "linear", cfg)
-    w = tensors["weight"][0] / tensors["input_std"]
-    direction = w / w.norm()
     want = torch.tensor([2.0, -1.0, 0.0, 0.0]) / 5**0.5
-    assert float(direction @ want) > 0.97
+    got = []
+    with torch.random.fork_rng():
+        for seed in range(40):
+            torch.manual_seed(seed)
+            noise = torch.distributions.StudentT(1.5).sample((n,))  # infinite variance
+            y = 2.0 * x[:, 0] - x[:, 1] + noise
+            tensors, _ = fit(x, y, val, "linear", cfg)
+            w = tensors["weight"][0] / tensors["input_std"]
+            got.append(float((w / w.norm()) @ want))
+    got.sort()
+    assert got[20] > 0.98  # the median draw
+    assert sum(v > 0.97 for v in got) >= 34, got  # 37 of 40 on this code
 
 
 def test_bad_loss_and_share_settings_are_refused():
