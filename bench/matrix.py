@@ -29,7 +29,6 @@ matrix").
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -872,7 +871,8 @@ def write_record_profile(record: Path, out: Path) -> int:
 def run_system(rec: dict, min_steps: int = 5):
     """The throughput model's inputs from what this run measured (`record_profile`), or None, as
     (SystemInputs, the run's thresholds B)."""
-    from tokenrouter.compiler.throughput.inputs import AloneLatency, make_inputs
+    from tokenrouter.compiler.throughput.inputs import make_inputs
+    from tokenrouter.compiler.throughput.plan_inputs import by_state
 
     prof = record_profile(rec, min_steps)
     if prof is None:
@@ -884,20 +884,11 @@ def run_system(rec: dict, min_steps: int = 5):
     thresholds = rec.get("thresholds") or {}
     b = tuple(int(thresholds.get(x, 1)) for x in models)
     inputs = make_inputs(models, prof.step_ms, p, c, rec["n"], entry=models[0])
-    if prof.alone_ms:  # servers with a busy board: each step's latency by state, as `tune` takes it
-        # the records do not keep the placement: the models with a board are taken to share one GPU (the pairs)
-        shared = [i for i, x in enumerate(models) if x in prof.alone_ms]
-        alone = tuple(
-            AloneLatency(tuple(j for j in shared if j != i), prof.alone_ms[x])
-            if x in prof.alone_ms and len(shared) > 1
-            else None
-            for i, x in enumerate(models)
-        )
-        step = tuple(
-            prof.beside_ms.get(x, s) if a else s for x, s, a in zip(models, inputs.step, alone, strict=True)
-        )
-        inputs = dataclasses.replace(inputs, step=step, alone=alone if any(alone) else ())
-    return inputs, b
+    # servers with a busy board: each step's latency by state, as `tune` takes it; the records do not keep the
+    # placement, so the models with latencies alone are taken to share one GPU (as the pairs do)
+    shared = [x for x in models if x in prof.alone_ms]
+    groups = {x: [y for y in shared if y != x] for x in shared} if len(shared) > 1 else {}
+    return by_state(inputs, prof, groups), b
 
 
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:

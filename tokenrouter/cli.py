@@ -987,9 +987,10 @@ def profile(
     alone: str = typer.Option(
         None,
         "--alone",
-        help="With --from-metrics of a server run eager: a profile of each model timed alone (`tokenrouter "
-        "profile PLAN`), whose latencies `tune` uses for the steps a model sharing a GPU starts while the "
-        "others are idle (the served ones apply while one runs).",
+        help="With --from-metrics: another profile whose step latencies `tune` uses for the steps a model "
+        "sharing a GPU starts while the others are idle (the served ones apply while one runs), e.g. one served "
+        "at a higher threshold. Not `tokenrouter profile PLAN`'s timings of each model on its own: on the CPU "
+        "they came out 2.4x below the served steps (docs/throughput.md).",
     ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""

@@ -9,13 +9,12 @@ import json
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from tokenrouter.compiler.plan import read_plan
-from tokenrouter.compiler.throughput.dtmc import analyze, build_chain
+from tokenrouter.compiler.throughput.dtmc import analyze
 from tokenrouter.compiler.throughput.inputs import (
     AloneLatency,
     ColocationTerm,
@@ -26,6 +25,8 @@ from tokenrouter.compiler.throughput.inputs import (
 from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile, write_profile
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+from .test_dtmc import assert_same_chain
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -78,13 +79,7 @@ def test_vectorized_chain_equals_reference_with_latencies_alone(thresholds):
         ),  # fmt: skip
         {"a": {1: 1.5, 5: 2.0}, "c": {1: 6.0}},
     )
-    ref = build_chain(inp, (1, *thresholds), 1.0, reference=True)
-    fast = build_chain(inp, (1, *thresholds), 1.0)
-    pos = {tuple(s): i for i, s in enumerate(fast[0].tolist())}
-    perm = np.array([pos[tuple(s)] for s in ref[0].tolist()])
-    assert len(perm) == fast[0].shape[0]
-    assert np.allclose(ref[1].toarray(), fast[1].toarray()[np.ix_(perm, perm)])
-    assert np.allclose(ref[2], fast[2][perm]) and np.allclose(ref[3], fast[3][perm])
+    assert_same_chain(inp, (1, *thresholds), 1.0)
     # and some steps did take the latency alone: the chain differs from the one without
     assert (
         analyze(inp, (1, *thresholds)).throughput

@@ -99,14 +99,19 @@ def test_coordinate_search_when_the_set_is_large():
 
 
 def test_vectorized_chain_equals_reference():
+    inp = make_inputs(["a", "b", "c"], {"a": 3.0, "b": 5.0, "c": 11.0},
+                      [[0.8, 0.15, 0.05], [0.7, 0.3, 0], [1, 0, 0]], [[1, 1, 0], [1, 1, 0], [1, 0, 0]], 5)  # fmt: skip
+    assert_same_chain(inp, (1, 2, 2), 1.0)
+
+
+def assert_same_chain(inp, thresholds, delta_ms) -> None:
+    """The vectorized builder's chain is the reference loop's, up to the order of the states."""
     import numpy as np
 
     from tokenrouter.compiler.throughput.dtmc import build_chain
 
-    inp = make_inputs(["a", "b", "c"], {"a": 3.0, "b": 5.0, "c": 11.0},
-                      [[0.8, 0.15, 0.05], [0.7, 0.3, 0], [1, 0, 0]], [[1, 1, 0], [1, 1, 0], [1, 0, 0]], 5)  # fmt: skip
-    ref = build_chain(inp, (1, 2, 2), 1.0, reference=True)
-    fast = build_chain(inp, (1, 2, 2), 1.0)
+    ref = build_chain(inp, thresholds, delta_ms, reference=True)
+    fast = build_chain(inp, thresholds, delta_ms)
     pos = {tuple(s): i for i, s in enumerate(fast[0].tolist())}
     perm = np.array([pos[tuple(s)] for s in ref[0].tolist()])
     assert len(perm) == fast[0].shape[0]

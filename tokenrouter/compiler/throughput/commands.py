@@ -422,8 +422,12 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     generated = profile.workload.get("generated_tokens")
     lines = [f"profile {profile.policy} on {profile.device or 'an unnamed device'}"
              + (f": {generated} tokens generated" if generated is not None else "")]  # fmt: skip
-    for m, s in profile.step_ms.items():
-        lines.append(f"  {m}: step " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
+
+    def latencies(kind: str, table) -> None:
+        for m, s in table.items():
+            lines.append(f"  {m}: {kind} " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
+
+    latencies("step", profile.step_ms)
     for m, row in profile.routing.items():
         n = sum(profile.counts.get(m, {}).values())
         lines.append(
@@ -431,10 +435,8 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         )
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
-    for m, s in profile.alone_ms.items():
-        lines.append(f"  {m}: alone " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
-    for m, s in profile.beside_ms.items():
-        lines.append(f"  {m}: beside " + ", ".join(f"b={b} {ms:.3f} ms" for b, ms in s.points))
+    latencies("alone", profile.alone_ms)
+    latencies("beside", profile.beside_ms)
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})
         a, b = fit.get("busy_share", [term["at_share"]] * 2)

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
 
 DEFAULT_DELTA_MS = 0.1
 DEFAULT_MAX_STATES = 250_000
@@ -72,18 +72,18 @@ def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
     """`ℓ_i(b)` in ticks for b = 0..N (index 0 unused)."""
     if not (isinstance(delta_ms, (int, float)) and math.isfinite(delta_ms) and delta_ms > 0):
         raise ValueError(f"δ must be a finite number of ms > 0, got {delta_ms!r}")
-    n = inputs.concurrency
-    return [[0] + [max(1, round(s.at(b) / delta_ms)) for b in range(1, n + 1)] for s in inputs.step]
+    return [_ticks(s, inputs.concurrency, delta_ms) for s in inputs.step]
 
 
 def alone_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int] | None]:
     """Each model's step in ticks while none of its co-runners runs (`AloneLatency`), None where it has none."""
-    n = inputs.concurrency
     lone = inputs.alone or (None,) * inputs.n_models
-    return [
-        None if a is None else [0] + [max(1, round(a.step.at(b) / delta_ms)) for b in range(1, n + 1)]
-        for a in lone
-    ]
+    return [None if a is None else _ticks(a.step, inputs.concurrency, delta_ms) for a in lone]
+
+
+def _ticks(step: StepLatency, n: int, delta_ms: float) -> list[int]:
+    """`ℓ(b) = max(1, round(L(b) / δ))` for b = 0..n (index 0 unused)."""
+    return [0] + [max(1, round(step.at(b) / delta_ms)) for b in range(1, n + 1)]
 
 
 def _compositions(b: int, weights: tuple[float, ...]) -> list[tuple[tuple[int, ...], float]]:

@@ -189,12 +189,13 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
     beside_ms: dict[str, StepLatency] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
     for x in models:
-        lone = {bs: (n, sec) for bs, (n, sec) in alone.get(x, {}).items() if n >= min_steps}
-        rest = {
-            bs: (n - alone.get(x, {}).get(bs, (0.0, 0.0))[0], sec - alone.get(x, {}).get(bs, (0.0, 0.0))[1])
-            for bs, (n, sec) in steps.get(x, {}).items()
-        }
-        rest = {bs: (n, sec) for bs, (n, sec) in rest.items() if n >= min_steps and sec > 0}
+        every = alone.get(x, {})
+        lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
+        rest = {}  # every step less the alone ones
+        for bs, (n, sec) in steps.get(x, {}).items():
+            an, asec = every.get(bs, (0.0, 0.0))
+            if n - an >= min_steps and sec - asec > 0:
+                rest[bs] = (n - an, sec - asec)
         if not lone or not rest:
             continue
         alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))

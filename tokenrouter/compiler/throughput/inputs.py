@@ -138,24 +138,23 @@ class SystemInputs:
         self.p /= self.p.sum(axis=1, keepdims=True)
         if np.any(self.c < 0):
             raise ValueError("committed tokens c must be >= 0")
-        self.colocation = tuple(self.colocation)
-        if self.colocation:
-            if len(self.colocation) != m:
-                raise ValueError(f"expected {m} co-location terms (None where a model has none)")
-            for i, term in enumerate(self.colocation):
-                if term is not None and any(not 0 <= j < m or j == i for j in term.co_runners):
-                    raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
-        self.alone = tuple(self.alone)
-        if self.alone:
-            if len(self.alone) != m:
-                raise ValueError(f"expected {m} latencies alone (None where a model has none)")
-            for i, lone in enumerate(self.alone):
-                if lone is not None and any(not 0 <= j < m or j == i for j in lone.co_runners):
-                    raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
-            if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
-                raise ValueError(
-                    "give a model's contention either as a co-location term or as a latency alone, not both"
-                )
+        self.colocation = self._per_model(self.colocation, "co-location terms")
+        self.alone = self._per_model(self.alone, "latencies alone")
+        if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
+            raise ValueError(
+                "give a model's contention either as a co-location term or as a latency alone, not both"
+            )
+
+    def _per_model(self, items, what: str) -> tuple:
+        """`items` (a co-location term or a latency alone per model, None where a model has none; or none
+        at all) as a tuple, checked: one per model, each naming other models as its co-runners."""
+        items, m = tuple(items), len(self.models)
+        if items and len(items) != m:
+            raise ValueError(f"expected {m} {what} (None where a model has none)")
+        for i, item in enumerate(items):
+            if item is not None and any(not 0 <= j < m or j == i for j in item.co_runners):
+                raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
+        return items
 
     def step_alone(self, i: int, running: Sequence[bool]) -> bool:
         """Whether model i, starting a step while `running[j]` says which models run, takes its latency

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,14 +174,10 @@ def system_from_plan(
         if terms:
             inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile)
             warnings.extend(dropped)
-        alone = _alone_latencies(plan, models, profile, sources["step_ms"], warnings)
-        if alone:
-            beside = tuple(  # the latency of the steps started beside a running co-runner, where measured
-                profile.beside_ms.get(m, s) if a is not None else s
-                for m, s, a in zip(models, inputs.step, alone, strict=True)
-            )
-            inputs = dataclasses.replace(inputs, step=beside, alone=alone)
-            sources["alone"] = {m: "profile" for m, a in zip(models, alone, strict=True) if a is not None}
+        if profile is not None and profile.alone_ms:
+            inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))
+            if inputs.alone:
+                sources["alone"] = {m: "profile" for m, a in zip(models, inputs.alone, strict=True) if a}
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -211,29 +207,46 @@ def _colocation_terms(
     return tuple(terms) if any(t is not None for t in terms) else ()
 
 
-def _alone_latencies(
-    plan: dict, models: tuple[str, ...], profile: Profile | None, step_sources: dict[str, str], warnings: list
-) -> tuple[AloneLatency | None, ...]:
-    """The profile's latencies alone (`alone_ms`) for the models whose step latencies it gave and that share
-    a GPU with another model of the plan (`models.*.gpus`); a warning for each one left out."""
-    if profile is None or not profile.alone_ms:
-        return ()
+def _alone_groups(
+    plan: dict, profile: Profile, step_sources: dict[str, str], warnings: list
+) -> dict[str, list[str]]:
+    """The co-runners (`models.*.gpus`) of each model whose latencies alone the profile gives and that `by_state`
+    may use: the profile gave its step latencies too and another model shares its GPU; a warning for each one
+    left out."""
     groups = co_runners(plan)
-    out: list[AloneLatency | None] = []
-    for m in models:
-        lone = profile.alone_ms.get(m)
-        if lone is not None and step_sources.get(m) != "profile":
+    out: dict[str, list[str]] = {}
+    for m in (x for x in plan["models"] if x in profile.alone_ms):
+        if step_sources.get(m) != "profile":
             warnings.append(
                 f"the profile's latencies alone of {m} are left out: its step latencies come from --step-ms"
             )
-            lone = None
-        elif lone is not None and not groups.get(m):
+        elif not groups.get(m):
             warnings.append(
                 f"the profile's latencies alone of {m} are left out: no model shares its GPU in this plan"
             )
-            lone = None
-        out.append(None if lone is None else AloneLatency(tuple(models.index(x) for x in groups[m]), lone))
-    return tuple(out) if any(a is not None for a in out) else ()
+        else:
+            out[m] = groups[m]
+    return out
+
+
+def by_state(inputs: SystemInputs, profile: Profile, groups: Mapping[str, Sequence[str]]) -> SystemInputs:
+    """`inputs` with contention by state for the models of `groups` (model -> the models sharing its GPU) that
+    the profile has latencies alone for: each gets an `AloneLatency` from `alone_ms`, and its step latency
+    becomes its `beside_ms` where the profile measured them (else `step_ms`, the latencies of every step)."""
+    models = inputs.models
+    alone = tuple(
+        AloneLatency(tuple(models.index(x) for x in groups[m]), profile.alone_ms[m])
+        if groups.get(m) and m in profile.alone_ms
+        else None
+        for m in models
+    )
+    if not any(alone):
+        return inputs
+    step = tuple(
+        profile.beside_ms.get(m, s) if a is not None else s
+        for m, s, a in zip(models, inputs.step, alone, strict=True)
+    )
+    return dataclasses.replace(inputs, step=step, alone=alone)
 
 
 def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
