@@ -212,10 +212,12 @@ def test_steps_count_why_they_started(tmp_path):
     assert a.steps == 3
 
 
-def test_steps_started_while_the_co_runner_idles_are_counted_alone(tmp_path):
-    """With a busy board (models sharing a GPU), a step started while no co-runner is in one counts in
-    `alone_ms_by_bs` (`tokenrouter_alone_steps_by_batch_total`) as well as in `step_ms_by_bs`; the model's own
-    byte is set for the length of the step and cleared after, also when the step fails."""
+def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
+    """With a busy board (models sharing a GPU), a step that no co-runner's step overlapped counts in
+    `alone_ms_by_bs` (`tokenrouter_alone_steps_by_batch_total`) as well as in `step_ms_by_bs`. Not alone: a
+    co-runner in a step when it starts, or one that starts (and perhaps ends) a step during it, as a model
+    between back-to-back steps or woken by a hop does. The model's own count is odd for the length of the
+    step, and even after, also when the step fails."""
     plan = compile_policy(tmp_path, "keep")
     board = create_board(tmp_path / "board", 2)
     a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
@@ -224,23 +226,41 @@ def test_steps_started_while_the_co_runner_idles_are_counted_alone(tmp_path):
     other = BusyBoard(board, 1, (0,))  # model b's view
     seen = []
     real_forward = a._forward
+    during = None  # what b does while a's step runs
 
     def forward(batch):
-        seen.append(other.any_beside())  # a's byte, as b sees it during a's step
+        seen.append(other.any_beside())  # a's count, as b sees it during a's step
+        if during is not None:
+            during()
         return real_forward(batch)
 
     a._forward = forward
     spec = m.SamplingSpec(seed=7, max_tokens=1, ignore_eos=True)
-    for i, b_busy in enumerate((False, True, False)):  # a step of one new request each; b in one or not
-        other.set(b_busy)
+
+    def b_steps():  # b starts and ends a whole step inside a's
+        other.end(other.start())
+
+    cases = [  # (b in a step when a's starts, what b does during a's step, alone?)
+        (False, None, True),
+        (True, None, False),
+        (False, other.start, False),  # b starts during a's step, still in it at a's end
+        (False, b_steps, False),
+        (False, None, True),
+    ]
+    for i, (b_busy, b_during, _) in enumerate(cases):
+        if b_busy and not other.busy():
+            other.start()
+        if not b_busy and other.busy():
+            other.end(None)
+        during = b_during
         a.handle(m.NewRequest(f"r{i}", [5, 6, 7], spec, n_active=1))
         a.step()
-    other.set(False)
-    assert a.steps == 3
-    assert seen == [True, True, True] and not other.any_beside()
+    other.end(None)
+    assert a.steps == len(cases)
+    assert seen == [True] * len(cases) and not other.any_beside()
     st = a.stats()
-    assert sum(n for n, _ in st.step_ms_by_bs.values()) == 3
-    assert list(st.alone_ms_by_bs) == [1] and st.alone_ms_by_bs[1][0] == 2
+    assert sum(n for n, _ in st.step_ms_by_bs.values()) == len(cases)
+    assert list(st.alone_ms_by_bs) == [1] and st.alone_ms_by_bs[1][0] == sum(c[2] for c in cases) == 2
     assert 0 < st.alone_ms_by_bs[1][1] < st.step_ms_by_bs[1][1]
 
     def broken(batch):
@@ -250,10 +270,10 @@ def test_steps_started_while_the_co_runner_idles_are_counted_alone(tmp_path):
     a.handle(m.NewRequest("s", [5, 6], spec, n_active=1))
     with pytest.raises(RuntimeError):
         a.step()
-    assert not other.any_beside()  # the byte is cleared
+    assert not other.any_beside()  # the count is even again
     a.board.close()
     other.close()
-    with pytest.raises(ValueError, match="outside its 2 bytes"):
+    with pytest.raises(ValueError, match="outside its 2 models"):
         BusyBoard(board, 2, (0,))
 
 

@@ -140,8 +140,8 @@ class Scheduler:
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
-        # with a busy board (models sharing a GPU: busy_board.py), the steps started while no co-runner was in
-        # one, and not stalls: batch size -> [steps, ms]
+        # with a busy board (models sharing a GPU: busy_board.py), the steps that no co-runner's step
+        # overlapped, and not stalls: batch size -> [steps, ms]
         self.board: BusyBoard | None = None
         self.alone_ms_by_bs: dict[int, list[float]] = {}
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
@@ -243,9 +243,8 @@ class Scheduler:
         reason = self.batching.start_reason(len(self.runnable))
         self.step_starts[reason] = self.step_starts.get(reason, 0) + 1
         board = self.board
-        alone = board is not None and not board.any_beside()
-        if board is not None:
-            board.set(True)
+        seen = board.start() if board is not None else None
+        alone = False
         t0 = time.perf_counter()
         new_tokens = sum(len(r.tokens) - r.fed for r in batch)
         try:
@@ -254,7 +253,7 @@ class Scheduler:
                 out += self.process_batch_result(batch, result)
         finally:
             if board is not None:
-                board.set(False)
+                alone = board.end(seen)
         ms = (time.perf_counter() - t0) * 1000.0
         self.steps += 1
         self.last_batch_size = len(batch)
