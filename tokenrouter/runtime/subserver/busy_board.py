@@ -38,7 +38,9 @@ class BusyBoard:
         size = len(self._map) // _SLOT.size
         if not 0 <= index < size or any(not 0 <= j < size or j == index for j in beside):
             self._map.close()
-            raise ValueError(f"busy board {path}: index {index} / co-runners {beside} outside its {size} models")
+            raise ValueError(
+                f"busy board {path}: index {index} / co-runners {beside} outside its {size} models"
+            )
         self.index = index
         self.beside = tuple(beside)
         self._own = self._read(index)
