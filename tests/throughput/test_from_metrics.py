@@ -195,3 +195,26 @@ def test_steps_alone_and_beside_from_the_busy_board_counters():
     plain = profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
                                               {"slm": 900, "llm": 100}, {("slm", "llm"): 100, ("llm", "slm"): 100}))  # fmt: skip
     assert plain.alone_ms == {} and "steps_by_state" not in plain.workload
+
+
+def test_sparse_alone_steps_are_pooled_into_one_latency():
+    """Where no batch size ran alone `min_steps` times but all the alone steps together did (an eager
+    profile's 0.6B, alone only while the 8B holds no request), they make one point at their mean batch size."""
+    before = scrape({"slm": {7: (0, 0.0), 8: (0, 0.0)}, "llm": {1: (10, 70.0)}}, {"slm": 10, "llm": 2},
+                    {("slm", "llm"): 2})  # fmt: skip
+    after = scrape(
+        {"slm": {2: (50, 125.0), 7: (20, 52.0), 8: (4, 6.4)}, "llm": {1: (110, 770.0)}},
+        {"slm": 1010, "llm": 102},
+        {("slm", "llm"): 102, ("llm", "slm"): 100},
+        alone={
+            "slm": {7: (3, 4.5), 8: (4, 6.4)},
+            "llm": {1: (4, 20.0)},
+        },  # 7 alone in all; llm's 4 are too few
+    )
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert dict(prof.alone_ms["slm"].points) == pytest.approx({8: 10.9 / 7})  # mean b = 53 / 7, rounded
+    assert dict(prof.beside_ms["slm"].points) == pytest.approx(
+        {2: 2.5, 7: 47.5 / 17}
+    )  # b = 8: no beside step
+    assert "llm" not in prof.alone_ms
+    assert prof.workload["steps_by_state"]["slm"]["alone"] == {"8": 7}

@@ -184,13 +184,19 @@ def profile_from_metrics(
 def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
     """`alone_ms` and `beside_ms` for the models with both kinds of steps at some batch size run `min_steps`
     times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
-    them."""
+    them. Alone steps are rare where the co-runner is seldom idle (an eager profile: the 0.6B runs alone only
+    while the 8B holds no request), so when no batch size has `min_steps` of them but all of them together do,
+    they make one point, at their mean batch size: a constant latency alone."""
     alone_ms: dict[str, StepLatency] = {}
     beside_ms: dict[str, StepLatency] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
     for x in models:
         every = alone.get(x, {})
         lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
+        n_all = sum(n for n, _ in every.values())
+        if not lone and n_all >= min_steps:
+            mean_bs = max(1, round(sum(bs * n for bs, (n, _) in every.items()) / n_all))
+            lone = {mean_bs: (n_all, sum(sec for _, sec in every.values()))}
         rest = {}  # every step less the alone ones
         for bs, (n, sec) in steps.get(x, {}).items():
             an, asec = every.get(bs, (0.0, 0.0))

@@ -83,7 +83,9 @@ class AloneLatency:
     (counting the steps that start at the same moment) takes `step`; one it starts while any of them is takes
     the model's own latency, which is then the latency measured beside them (a served eager profile). With
     delayed batching the two alternate by state: at N = 8 and B_llm = 5, the 0.6B's steps of 4-8 rows find
-    the 8B waiting to gather its batch (docs/throughput.md, "Contention by state")."""
+    the 8B waiting to gather its batch (docs/throughput.md, "Contention by state"). With two models a step
+    started alone stays alone (the other starts only on hops that steps send when they end); the busy board
+    measures `step` from the steps that no co-runner step overlapped."""
 
     co_runners: tuple[int, ...]
     step: StepLatency
