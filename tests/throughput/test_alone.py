@@ -22,6 +22,7 @@ from tokenrouter.compiler.throughput.inputs import (
     SystemInputs,
     make_inputs,
 )
+from tokenrouter.compiler.throughput.optimize import tune
 from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile, write_profile
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
@@ -231,3 +232,34 @@ def test_the_latency_beside_comes_from_beside_ms_where_measured(run55):
     inputs = system_from_plan(plan, 8, profile=prof).inputs
     assert inputs.step[0] == beside and inputs.step[1] == eager.step_ms["llm"]
     assert inputs.alone[0].step.points == ((1, 1.5),) and inputs.alone[1] is None
+
+
+RUN61 = ROOT / "docs" / "raw" / "run-z" / "call2" / "run61"
+# the 0.6B's latencies in run 63's served (2, 5) at 4-8 rows, where the 8B, holding 4 or fewer, waits: the steps
+# the busy board's counters count alone (no 8B step overlapping them); flat below 4 rows (docs/matrix.md,
+# "Runs 59-65")
+ALONE_SLM_COUNTERS = {4: 1.47, 5: 1.57, 6: 1.58, 7: 1.62, 8: 1.58}
+# served in run 61 beside its eager row, tok/s
+SERVED_61 = {(1, 1): 1484.3, (2, 3): 1661.8, (2, 4): 1754.2, (2, 5): 1764.3, (2, 6): 1759.1}
+
+
+def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp_path):
+    """Run 61's eager profile carries the first busy board's latencies alone (a step alone when no 8B step was
+    running at its start): those steps took as long as the others, and `tune` chose (2, 3), served at 1.12x
+    eager. With the 0.6B's latencies alone as the step counters count them (no 8B step overlapping), it
+    chooses B_slm = 2 with B_llm = 4-6, which served 1.18-1.19x eager, and predicts every row served at
+    0.85-0.95x."""
+    with tarfile.open(next(RUN61.glob("results-*.tar.gz"))) as tar:
+        tar.extractall(tmp_path, filter="data")
+    raw = next(tmp_path.glob("raw-*"))
+    plan = read_plan(raw / "0.6b+8b-bern0.35.plan")
+    eager = read_profile(raw / "profile-n8.json")
+    assert abs(eager.alone_ms["slm"].at(1) - eager.beside_ms["slm"].at(1)) < 0.2  # 1.77 against 1.95 ms
+    first = system_from_plan(plan, 8, profile=eager)
+    assert tune(first.inputs).best.thresholds == (2, 3)
+    counted = dataclasses.replace(eager, alone_ms={"slm": StepLatency(tuple(ALONE_SLM_COUNTERS.items()))})
+    inputs = system_from_plan(plan, 8, profile=counted).inputs
+    best = tune(inputs).best.thresholds
+    assert best[0] == 2 and 4 <= best[1] <= 6
+    for b, served in SERVED_61.items():
+        assert 0.85 < served / analyze(inputs, b).throughput < 0.95
