@@ -197,9 +197,10 @@ def test_steps_alone_and_beside_from_the_busy_board_counters():
     assert plain.alone_ms == {} and "steps_by_state" not in plain.workload
 
 
-def test_sparse_alone_steps_are_pooled_into_one_latency():
+def test_sparse_alone_steps_scale_the_latencies_beside():
     """Where no batch size ran alone `min_steps` times but all the alone steps together did (an eager
-    profile's 0.6B, alone only while the 8B holds no request), they make one point at their mean batch size."""
+    profile's 0.6B, alone only while the 8B holds no request), the latencies alone are those beside, scaled by
+    the ratio the alone steps show: their time over what the same steps take beside."""
     before = scrape({"slm": {7: (0, 0.0), 8: (0, 0.0)}, "llm": {1: (10, 70.0)}}, {"slm": 10, "llm": 2},
                     {("slm", "llm"): 2})  # fmt: skip
     after = scrape(
@@ -212,9 +213,9 @@ def test_sparse_alone_steps_are_pooled_into_one_latency():
         },  # 7 alone in all; llm's 4 are too few
     )
     prof = profile_from_metrics(PLAN, after, before, min_steps=5)
-    assert dict(prof.alone_ms["slm"].points) == pytest.approx({8: 10.9 / 7})  # mean b = 53 / 7, rounded
-    assert dict(prof.beside_ms["slm"].points) == pytest.approx(
-        {2: 2.5, 7: 47.5 / 17}
-    )  # b = 8: no beside step
+    beside = {2: 2.5, 7: 47.5 / 17}  # b = 8: no step beside; it takes b = 7's latency
+    assert dict(prof.beside_ms["slm"].points) == pytest.approx(beside)
+    ratio = (4.5 + 6.4) / (7 * beside[7])
+    assert dict(prof.alone_ms["slm"].points) == pytest.approx({b: ms * ratio for b, ms in beside.items()})
     assert "llm" not in prof.alone_ms
-    assert prof.workload["steps_by_state"]["slm"]["alone"] == {"8": 7}
+    assert prof.workload["steps_by_state"]["slm"] == {"alone": {"7": 3, "8": 4}, "beside": {"2": 50, "7": 17}}

@@ -2,7 +2,7 @@
 # A call prepared in the twenty-seventh session for the next one (not run yet): tune by state with the busy
 # board's step counters (a step alone only when no co-runner step overlapped it; runs 59-65 were served with the
 # first board, whose "alone" steps were overlapped: docs/throughput.md, "Contention by state"). The eager
-# profile carries the latencies alone (`alone_ms`, pooled into one point where they are few); `tune` takes each
+# profile carries the latencies alone (`alone_ms`; where they are few, the latencies beside scaled by their ratio); `tune` takes each
 # step's latency by state; the matrix logs what the plain chain would have chosen. 20 ms timeout, N = 8. The
 # questions: how many of the 0.6B's eager steps the counters find alone, and at what latency (expected
 # 1.4-1.8 ms); whether the tuner then chooses B_slm = 2 with B_llm = 4-6 at p = 0.35 ((2, 4)-(2, 6) served

@@ -186,26 +186,33 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
     times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
     them. Alone steps are rare where the co-runner is seldom idle (an eager profile: the 0.6B runs alone only
     while the 8B holds no request), so when no batch size has `min_steps` of them but all of them together do,
-    they make one point, at their mean batch size: a constant latency alone."""
+    `alone_ms` is `beside_ms` scaled by the ratio those steps show (their time over what the same steps take
+    beside), which keeps the shape of the latency over the batch size."""
     alone_ms: dict[str, StepLatency] = {}
     beside_ms: dict[str, StepLatency] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
     for x in models:
         every = alone.get(x, {})
         lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
-        n_all = sum(n for n, _ in every.values())
-        if not lone and n_all >= min_steps:
-            mean_bs = max(1, round(sum(bs * n for bs, (n, _) in every.items()) / n_all))
-            lone = {mean_bs: (n_all, sum(sec for _, sec in every.values()))}
         rest = {}  # every step less the alone ones
         for bs, (n, sec) in steps.get(x, {}).items():
             an, asec = every.get(bs, (0.0, 0.0))
             if n - an >= min_steps and sec - asec > 0:
                 rest[bs] = (n - an, sec - asec)
-        if not lone or not rest:
+        if not rest:
             continue
-        alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))
-        beside_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
+        beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
+        if lone:
+            alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))
+        elif sum(n for n, _ in every.values()) >= min_steps:
+            ratio = sum(1000.0 * sec for _, sec in every.values()) / sum(
+                n * beside.at(bs) for bs, (n, _) in every.items()
+            )
+            alone_ms[x] = StepLatency(tuple((bs, ms * ratio) for bs, ms in beside.points))
+            lone = {bs: v for bs, v in every.items() if v[0] > 0}
+        else:
+            continue
+        beside_ms[x] = beside
         counts[x] = {
             "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
             "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
