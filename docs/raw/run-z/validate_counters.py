@@ -73,3 +73,24 @@ if __name__ == "__main__":
             pred = analyze(inp, th).throughput
             tps = " / ".join(f"{v:.1f}" for v in vals)
             print(f"   {th} served {tps}  predicted {pred:.0f}  ({sum(vals) / len(vals) / pred:.2f}x)")
+
+
+def alone_scaled(run, at8):
+    """What `profile --from-metrics` makes of an eager profile whose 0.6B ran alone only at 8 rows (the 8B holding
+    no request), taking `at8` ms there: the latencies beside, scaled by at8 over the latency beside at 8 rows."""
+    raw = glob.glob(f"{RR}/{run}/*/")[0]
+    beside = read_profile(raw + "profile-n8.json").beside_ms["slm"]
+    ratio = at8 / beside.at(8)
+    return StepLatency(tuple((b, ms * ratio) for b, ms in beside.points)), ratio
+
+
+if __name__ == "__main__":
+    print(
+        "\nThe 0.6B alone only at 8 rows, at the source run's served latency there (the eager profiles' case):"
+    )
+    for run, (src, b, rows) in CASES.items():
+        at8 = alone_from(src, b, rows).at(8)
+        scaled, ratio = alone_scaled(run, at8)
+        res = tune(inputs(run, scaled))
+        print(f"{run}: {at8:.2f} ms at 8 rows, ratio {ratio:.2f}: tune by state chooses "
+              f"{tuple(res.best.thresholds)}, {res.best.throughput:.0f} tok/s predicted")  # fmt: skip
