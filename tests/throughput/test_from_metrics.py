@@ -197,7 +197,7 @@ def test_steps_alone_and_beside_from_the_busy_board_counters():
     assert plain.alone_ms == {} and "steps_by_state" not in plain.workload
 
 
-def test_sparse_alone_steps_scale_the_latencies_beside():
+def test_sparse_alone_steps_scale_the_latencies_beside(tmp_path):
     """Where no batch size ran alone `min_steps` times but all the alone steps together did (an eager
     profile's 0.6B, alone only while the 8B holds no request), the latencies alone are those beside, scaled by
     the ratio the alone steps show: their time over what the same steps take beside."""
@@ -218,4 +218,15 @@ def test_sparse_alone_steps_scale_the_latencies_beside():
     ratio = (4.5 + 6.4) / (7 * beside[7])
     assert dict(prof.alone_ms["slm"].points) == pytest.approx({b: ms * ratio for b, ms in beside.items()})
     assert "llm" not in prof.alone_ms
-    assert prof.workload["steps_by_state"]["slm"] == {"alone": {"7": 3, "8": 4}, "beside": {"2": 50, "7": 17}}
+    assert prof.workload["steps_by_state"]["slm"] == {
+        "alone": {"7": 3, "8": 4},
+        "beside": {"2": 50, "7": 17},
+        "alone_scaled_by": pytest.approx(ratio),
+    }
+    (tmp_path / "after.txt").write_text(after)
+    (tmp_path / "before.txt").write_text(before)
+    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
+                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
+                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"slm: alone = beside × {ratio:.3f}, the ratio of its 7 steps alone" in r.stdout

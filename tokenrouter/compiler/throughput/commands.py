@@ -436,6 +436,12 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
     latencies("alone", profile.alone_ms)
+    for m, st in profile.workload.get("steps_by_state", {}).items():
+        if "alone_scaled_by" in st:
+            lines.append(
+                f"  {m}: alone = beside × {st['alone_scaled_by']:.3f}, the ratio of its "
+                f"{sum(st['alone'].values())} steps alone (too few at any one batch size)"
+            )
     latencies("beside", profile.beside_ms)
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})

@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from typing import Any
 
 from tokenrouter.compiler.throughput.inputs import StepLatency
 from tokenrouter.compiler.throughput.policy import policy_routing
@@ -190,7 +191,7 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
     beside), which keeps the shape of the latency over the batch size."""
     alone_ms: dict[str, StepLatency] = {}
     beside_ms: dict[str, StepLatency] = {}
-    counts: dict[str, dict[str, dict[str, int]]] = {}
+    counts: dict[str, dict[str, Any]] = {}  # model -> steps alone and beside by batch size (and the ratio)
     for x in models:
         every = alone.get(x, {})
         lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
@@ -202,13 +203,14 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
         if not rest:
             continue
         beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
+        scaled = None  # the ratio that scales beside_ms into alone_ms, where alone steps are too few
         if lone:
             alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))
         elif sum(n for n, _ in every.values()) >= min_steps:
-            ratio = sum(1000.0 * sec for _, sec in every.values()) / sum(
+            scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
                 n * beside.at(bs) for bs, (n, _) in every.items()
             )
-            alone_ms[x] = StepLatency(tuple((bs, ms * ratio) for bs, ms in beside.points))
+            alone_ms[x] = StepLatency(tuple((bs, ms * scaled) for bs, ms in beside.points))
             lone = {bs: v for bs, v in every.items() if v[0] > 0}
         else:
             continue
@@ -217,4 +219,6 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
             "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
             "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
         }
+        if scaled is not None:
+            counts[x]["alone_scaled_by"] = scaled
     return alone_ms, beside_ms, counts
