@@ -134,7 +134,7 @@ class SubserverStats(msgspec.Struct, tag=True):
     # why each step started (batching.START_REASONS): its threshold reached, the threshold lowered while few
     # requests were active, or the max_delay timeout
     step_starts: dict[str, int] = {}
-    # the steps among step_ms_by_bs started while no model sharing the GPU was in a step (not stalls;
+    # the steps among step_ms_by_bs that no step of a model sharing the GPU overlapped (not stalls;
     # busy_board.py): batch size -> (steps, ms); empty without a busy board
     alone_ms_by_bs: dict[int, tuple[int, float]] = {}
 

@@ -21,9 +21,10 @@ each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8
 `workload.thresholds` the B_i the subservers ran with (`tokenrouter_batch_threshold`) and `workload.steps` the
 steps behind each latency. Two such profiles at different thresholds give the co-location term
 (`tokenrouter profile --colocation A B`, `colocation.py`). Where models share a GPU, the subservers also count
-the steps they started while none of the others was in one (`tokenrouter_alone_steps_by_batch_total`,
+the steps that no step of the others overlapped (`tokenrouter_alone_steps_by_batch_total`,
 `runtime/subserver/busy_board.py`): the profile then holds those steps' latencies as `alone_ms` and the
-others' as `beside_ms` (both where `min_steps` ran; `step_ms` keeps every step), and the throughput model
+others' as `beside_ms` (both where `min_steps` ran, or `beside_ms` scaled where the alone steps are too few;
+`step_ms` keeps every step), and the throughput model
 takes a step's latency by whether a co-runner is running when it starts (docs/throughput.md, "Contention by
 state").
 

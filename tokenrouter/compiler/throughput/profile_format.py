@@ -15,8 +15,8 @@
 "at_share": 0.87, "fit": {...}}`: its step takes `ms_per_share` ms longer per unit of its co-runners' summed
 busy share above `at_share`, the share at which `step_ms` was measured (the server's busy share; `tune` puts
 the term on the chain's own scale from `fit.step_change_ms` and `fit.thresholds`: `colocation.calibrate`).
-Optional `alone_ms`: per model sharing a GPU, its step latencies `{batch: ms}` for the steps it started while
-none of the models beside it was in one, and `beside_ms` for the others (both counted by the subservers and
+Optional `alone_ms`: per model sharing a GPU, its step latencies `{batch: ms}` for the steps that no step of
+the models beside it overlapped, and `beside_ms` for the others (both counted by the subservers and
 read by `tokenrouter profile --from-metrics`; `--alone FILE` gives `alone_ms` from another profile instead).
 The chain takes one or the other by state, with `step_ms` where a model has no `beside_ms`. A profile has
 `colocation` or `alone_ms`, not both.

@@ -194,7 +194,7 @@ class Metrics:
             (
                 "alone_",
                 "alone_ms_by_bs",
-                "Steps started while no model sharing the GPU was in one (not stalls), by batch size; included "
+                "Steps that no step of a model sharing the GPU overlapped (not stalls), by batch size; included "
                 "in steps_by_batch_total.",
                 "Time spent in those steps, by batch size; included in step_seconds_by_batch_total.",
             ),
