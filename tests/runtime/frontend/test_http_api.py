@@ -309,7 +309,7 @@ def test_metrics_content(server):
         assert sum(starts.values()) == mt[f'tokenrouter_steps_total{{model="{model}"}}'] > 0, (model, starts)
     assert mt['tokenrouter_step_starts_total{model="llm",reason="threshold"}'] > 0
     assert mt['tokenrouter_step_starts_total{model="llm",reason="timeout"}'] == 0
-    # both models on the one device: the busy board counts the steps each started while the other idled
+    # both models on the one device: the busy board counts the steps of each that no step of the other overlapped
     alone = {
         model: sum(
             v
