@@ -800,8 +800,8 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
     out: dict[str, dict[str, float]] = {}
     for key, value in after.items():
-        found = re.fullmatch(r'tokenrouter_(step_seconds_total|steps_total|step_rows_total|step_tokens_total)'
-                             r'\{model="([^"]+)"\}', key)  # fmt: skip
+        found = re.fullmatch(r'tokenrouter_(step_seconds_total|steps_total|step_rows_total|step_tokens_total'
+                             r'|step_gaps_total|step_gap_seconds_total)\{model="([^"]+)"\}', key)  # fmt: skip
         if found:
             name, model = found.groups()
             out.setdefault(model, {})[name] = value - before.get(key, 0.0)
@@ -812,6 +812,12 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
         start = re.fullmatch(r'tokenrouter_step_starts_total\{model="([^"]+)",reason="(\w+)"\}', key)
         if start:  # why the steps started (servers from the twenty-fifth session on)
             out.setdefault(start.group(1), {})[f"starts_{start.group(2)}"] = value - before.get(key, 0.0)
+        lone = re.fullmatch(r'tokenrouter_alone_steps_by_batch_total\{model="([^"]+)",bs="\d+"\}', key)
+        if (
+            lone
+        ):  # steps no co-runner step overlapped (the busy board's counters: the twenty-seventh session on)
+            d = out.setdefault(lone.group(1), {})
+            d["alone"] = d.get("alone", 0.0) + value - before.get(key, 0.0)
     return out
 
 
@@ -945,10 +951,13 @@ def time_table(recs: list[dict]) -> list[str]:
                 if any(k.startswith("starts_") for k in d)
                 else "-"
             )
+            alone = f"{d['alone']:.0f}" if "alone" in d else "-"  # no busy board, or a server before it
+            gaps = d.get("step_gaps_total", 0.0)
+            gap = f"{1000 * d['step_gap_seconds_total'] / gaps:.2f}" if gaps else "-"
             rows.append(
                 f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
                 f"{1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
-                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} | {starts} |"
+                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} | {starts} | {alone} | {gap} |"
             )
     if not rows:
         return []
@@ -957,9 +966,12 @@ def time_table(recs: list[dict]) -> list[str]:
         "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
         "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest), and why",
         "the steps started: their threshold B_i reached / B_i lowered while few requests were active / the",
-        "max_delay_ms timeout (`tokenrouter_step_starts_total`).\n",
-        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls | starts |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "max_delay_ms timeout (`tokenrouter_step_starts_total`); the steps that no step of a model sharing the",
+        "GPU overlapped (`tokenrouter_alone_steps_by_batch_total`), and the host ms between back-to-back steps",
+        "(from a step's end, with the next one ready, to that one's start: `tokenrouter_step_gap_seconds_total`).\n",
+        "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls | starts "
+        "| alone | gap ms |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]

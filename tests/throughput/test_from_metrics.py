@@ -31,6 +31,7 @@ def scrape(
     slow: dict[str, dict[int, tuple[int, float]]] | None = None,
     thresholds: dict[str, int] | None = None,
     alone: dict[str, dict[int, tuple[int, float]]] | None = None,
+    gaps: dict[str, tuple[int, float]] | None = None,
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
@@ -40,7 +41,9 @@ def scrape(
                                           busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms,
                                           slow_ms_by_bs=(slow or {}).get(model, {}),
                                           batch_threshold=(thresholds or {}).get(model, 0),
-                                          alone_ms_by_bs=(alone or {}).get(model, {})))  # fmt: skip
+                                          alone_ms_by_bs=(alone or {}).get(model, {}),
+                                          gaps=(gaps or {}).get(model, (0, 0.0))[0],
+                                          gap_ms=(gaps or {}).get(model, (0, 0.0))[1]))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -88,6 +91,27 @@ def test_busy_share_over_the_window():
     prof = profile_from_metrics(PLAN, after, before, min_steps=5)
     assert prof.workload["busy_share"] == pytest.approx({"slm": 0.9, "llm": 0.5})
     assert json.loads(json.dumps(prof.to_json()))["workload"]["busy_share"]["llm"] == pytest.approx(0.5)
+
+
+def test_host_time_between_back_to_back_steps(tmp_path):
+    """The subservers count the host time between back-to-back steps (`tokenrouter_step_gap_seconds_total`):
+    the profile records its mean per model where `min_steps` gaps ran, and `profile` prints it."""
+    hops = {("slm", "llm"): 50, ("llm", "slm"): 50}
+    before = scrape({"slm": {1: (10, 20.0)}, "llm": {1: (10, 70.0)}}, {"slm": 10, "llm": 2}, hops,
+                    gaps={"slm": (5, 2.0), "llm": (1, 1.0)})  # fmt: skip
+    after = scrape({"slm": {1: (110, 220.0)}, "llm": {1: (110, 770.0)}}, {"slm": 1010, "llm": 102}, hops,
+                   gaps={"slm": (105, 32.0), "llm": (4, 3.0)})  # fmt: skip
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert prof.workload["gap_ms"] == pytest.approx({"slm": 0.3})  # the llm: 3 gaps, under min_steps
+    (tmp_path / "after.txt").write_text(after)
+    (tmp_path / "before.txt").write_text(before)
+    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
+                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
+                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "slm: 0.300 ms of host time between back-to-back steps" in r.stdout
+    assert "gap_ms" not in profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
+                                                             {"slm": 900, "llm": 100}, hops)).workload  # fmt: skip
 
 
 def test_dropping_hops_count_as_decisions():

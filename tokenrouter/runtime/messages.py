@@ -137,6 +137,9 @@ class SubserverStats(msgspec.Struct, tag=True):
     # the steps among step_ms_by_bs that no step of a model sharing the GPU overlapped (not stalls;
     # busy_board.py): batch size -> (steps, ms); empty without a busy board
     alone_ms_by_bs: dict[int, tuple[int, float]] = {}
+    # the steps that followed the previous one back to back (ready as it ended), and the host time between
+    gaps: int = 0
+    gap_ms: float = 0.0
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

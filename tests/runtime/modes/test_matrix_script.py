@@ -110,18 +110,26 @@ def test_time_table_from_metrics_deltas():
     rec["metrics_after"] = {m.format("steps_total"): 110.0, m.format("step_seconds_total"): 1.5,
                             m.format("step_rows_total"): 150.0, m.format("step_tokens_total"): 1200.0}  # fmt: skip
     assert matrix.step_deltas(rec)["llm"]["steps_total"] == 100.0
-    assert "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 | - | - |" in matrix.tables(
-        [rec]
+    assert (
+        "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 | - | - | - | - |"
+        in matrix.tables([rec])
     )
     rec["metrics_after"]['tokenrouter_slow_steps_by_batch_total{model="llm",bs="2"}'] = 2.0
-    assert "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 | 2 | - |" in matrix.tables(
-        [rec]
+    assert (
+        "| tokenrouter | 4 | llm | 100 | 1.00 | 50% | 10.00 | 1.50 | 12.00 | 2 | - | - | - |"
+        in matrix.tables([rec])
     )
     start = 'tokenrouter_step_starts_total{{model="llm",reason="{}"}}'
     rec["metrics_before"] |= {start.format("threshold"): 5.0, start.format("lowered"): 5.0}
     rec["metrics_after"] |= {start.format("threshold"): 85.0, start.format("lowered"): 15.0,
                              start.format("timeout"): 10.0}  # fmt: skip
-    assert "| 10.00 | 1.50 | 12.00 | 2 | 80 / 10 / 10 |" in matrix.tables([rec])
+    assert "| 10.00 | 1.50 | 12.00 | 2 | 80 / 10 / 10 | - | - |" in matrix.tables([rec])
+    lone = 'tokenrouter_alone_steps_by_batch_total{{model="llm",bs="{}"}}'
+    rec["metrics_before"] |= {lone.format(1): 4.0, m.format("step_gaps_total"): 10.0,
+                              m.format("step_gap_seconds_total"): 0.01}  # fmt: skip
+    rec["metrics_after"] |= {lone.format(1): 10.0, lone.format(3): 7.0, m.format("step_gaps_total"): 90.0,
+                             m.format("step_gap_seconds_total"): 0.05}  # fmt: skip
+    assert "| 2 | 80 / 10 / 10 | 13 | 0.50 |" in matrix.tables([rec])  # 6 + 7 alone; 40 ms over 80 gaps
 
 
 def test_r2r_plans_are_calibrated_to_the_route_share_unless_a_threshold_is_given(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from subserver_helpers import SpyEngine, all_free, compile_policy
@@ -123,6 +125,9 @@ def test_step_accounting_is_exact(pair):
     out = metrics.render(active=0)
     assert f'tokenrouter_step_tokens_total{{model="a"}} {s.new_tokens_total}' in out
     assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.step_ms_by_bs[3][0]}' in out
+    assert s.gaps == s.steps - 1 == 2  # each step after the first followed the one before back to back
+    assert 'tokenrouter_step_gaps_total{model="a"} 2' in out
+    assert f'tokenrouter_step_gap_seconds_total{{model="a"}} {s.gap_ms / 1000.0}' in out
 
 
 @pytest.mark.parametrize(
@@ -275,6 +280,28 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     other.close()
     with pytest.raises(ValueError, match="outside its 2 models"):
         BusyBoard(board, 2, (0,))
+
+
+def test_host_time_between_back_to_back_steps(tmp_path):
+    """A step that ends with the next one ready to start leaves its end time; the next step counts the host
+    time since then (`gaps`, `gap_ms`: `tokenrouter_step_gap_seconds_total`). A step that starts after the
+    subserver had nothing to run counts none."""
+    plan = compile_policy(tmp_path, "keep")
+    a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
+                  RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 1, "b": 1}, 5.0))  # fmt: skip
+    spec = m.SamplingSpec(seed=7, max_tokens=8, ignore_eos=True)
+    a.handle(m.NewRequest("r", [5, 6, 7], spec, n_active=1))
+    a.step()  # the prefill: the request stays runnable, so the next step could start at once
+    assert a.gaps == 0
+    time.sleep(0.02)  # host work between the two steps
+    assert any(isinstance(msg, m.PeerRequest) for _, msg in a.step())  # the policy hops: nothing is ready
+    assert a.gaps == 1 and 15.0 < a.gap_ms < 1000.0
+    a.handle(m.NewRequest("s", [5, 6], spec, n_active=1))
+    time.sleep(0.02)
+    a.step()  # after an idle subserver: no gap
+    assert a.gaps == 1 and a.steps == 3
+    st = a.stats()
+    assert (st.gaps, st.gap_ms) == (1, a.gap_ms)
 
 
 def test_a_hop_cannot_bring_back_an_older_count(tmp_path):

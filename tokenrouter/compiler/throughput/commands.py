@@ -435,6 +435,10 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         )
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
+    for m, ms in sorted(profile.workload.get("gap_ms", {}).items()):
+        lines.append(
+            f"  {m}: {ms:.3f} ms of host time between back-to-back steps (not in the step latencies)"
+        )
     latencies("alone", profile.alone_ms)
     for m, st in profile.workload.get("steps_by_state", {}).items():
         if "alone_scaled_by" in st:

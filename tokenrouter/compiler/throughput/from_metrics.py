@@ -93,6 +93,9 @@ def profile_from_metrics(
     alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
+    gaps: dict[str, list[float]] = defaultdict(
+        lambda: [0.0, 0.0]
+    )  # model -> [back-to-back steps, host seconds]
     for key in a:
         name, labels = key
         lab = dict(labels)
@@ -117,6 +120,8 @@ def profile_from_metrics(
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
             hops[lab["from"]][lab["to"]] = delta(key)
+        elif name in ("tokenrouter_step_gaps_total", "tokenrouter_step_gap_seconds_total"):
+            gaps[lab["model"]][name == "tokenrouter_step_gap_seconds_total"] = delta(key)
         elif name in ("tokenrouter_step_seconds_total", "tokenrouter_uptime_seconds_total"):
             busy[lab["model"]][name == "tokenrouter_uptime_seconds_total"] = delta(key)
         elif name == "tokenrouter_batch_threshold":
@@ -160,6 +165,8 @@ def profile_from_metrics(
         routing[x] = {y: n / decisions for y, n in row.items()}
     # servers before the twenty-second session report no uptime: no busy share then
     busy_share = {x: busy[x][0] / busy[x][1] for x in models if x in busy and busy[x][1] > 0}
+    # host ms between back-to-back steps (servers from the twenty-seventh session on); not in the chain yet
+    gap_ms = {x: 1000.0 * gaps[x][1] / gaps[x][0] for x in models if x in gaps and gaps[x][0] >= min_steps}
     return Profile(
         policy=plan["policy"]["name"],
         source_sha256=plan.get("source", {}).get("sha256"),
@@ -175,6 +182,7 @@ def profile_from_metrics(
             "steps": kept,
             **({"thresholds": {x: thresholds[x] for x in models if x in thresholds}} if thresholds else {}),
             **({"busy_share": busy_share} if busy_share else {}),
+            **({"gap_ms": gap_ms} if gap_ms else {}),
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
             **({"steps_by_state": by_state} if by_state else {}),
         },  # fmt: skip

@@ -173,6 +173,20 @@ class Metrics:
                 "uptime_ms",
                 1e-3,
             ),
+            (
+                "step_gaps_total",
+                "Steps that followed the previous one back to back: the subserver could start them as the "
+                "previous step ended (its threshold met then).",
+                "gaps",
+                1,
+            ),
+            (
+                "step_gap_seconds_total",
+                "Host time between those back-to-back steps: from the previous step's end to their start "
+                "(sending its hops, reading messages, scheduling); not in step_seconds_total.",
+                "gap_ms",
+                1e-3,
+            ),
             ("step_rows_total", "Rows run, summed over steps.", "rows_total", 1),
             (
                 "step_tokens_total",

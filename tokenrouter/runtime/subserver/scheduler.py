@@ -144,6 +144,11 @@ class Scheduler:
         # overlapped, and not stalls: batch size -> [steps, ms]
         self.board: BusyBoard | None = None
         self.alone_ms_by_bs: dict[int, list[float]] = {}
+        # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
+        # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
+        self.gaps = 0
+        self.gap_ms = 0.0
+        self._ready_end: float | None = None
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -246,6 +251,10 @@ class Scheduler:
         seen = board.start() if board is not None else None
         alone = False
         t0 = time.perf_counter()
+        if self._ready_end is not None:
+            self.gaps += 1
+            self.gap_ms += (t0 - self._ready_end) * 1000.0
+            self._ready_end = None
         new_tokens = sum(len(r.tokens) - r.fed for r in batch)
         try:
             batch, result, out = self.run_batch(batch)
@@ -273,6 +282,8 @@ class Scheduler:
         acc[0] += 1
         acc[1] += ms
         acc[2] += new_tokens
+        if self.ready():
+            self._ready_end = time.perf_counter()
         return out
 
     def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float) -> None:
@@ -501,4 +512,6 @@ class Scheduler:
             batch_threshold=self.batching.config.thresholds[self.model],
             step_starts=dict(self.step_starts),
             alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.alone_ms_by_bs.items()},
+            gaps=self.gaps,
+            gap_ms=self.gap_ms,
         )
