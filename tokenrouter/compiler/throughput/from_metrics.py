@@ -93,9 +93,8 @@ def profile_from_metrics(
     alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
-    gaps: dict[str, list[float]] = defaultdict(
-        lambda: [0.0, 0.0]
-    )  # model -> [back-to-back steps, host seconds]
+    # model -> [back-to-back steps, host seconds between them]
+    gaps: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for key in a:
         name, labels = key
         lab = dict(labels)

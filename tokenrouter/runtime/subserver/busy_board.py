@@ -71,10 +71,6 @@ class BusyBoard:
             self._bump()
         return seen is not None and seen == tuple(self._read(j) for j in self.beside)
 
-    def any_beside(self) -> bool:
-        """Whether a co-runner is in a step now."""
-        return any(self._read(j) & 1 for j in self.beside)
-
     def close(self) -> None:
         if not self._map.closed:
             if self.busy():
