@@ -535,7 +535,7 @@ def scrape(url: str) -> dict[str, float]:
     import httpx
 
     # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run
-    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "prefix_", "uptime_seconds_total",
+    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_", "uptime_seconds_total",
             "batch_threshold")  # fmt: skip
     out = {}
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
@@ -801,7 +801,7 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for key, value in after.items():
         found = re.fullmatch(r'tokenrouter_(step_seconds_total|steps_total|step_rows_total|step_tokens_total'
-                             r'|step_gaps_total|step_gap_seconds_total)\{model="([^"]+)"\}', key)  # fmt: skip
+                             r'|step_gaps_total|step_gap_seconds_total|hops_in_total|hop_delay_seconds_total)\{model="([^"]+)"\}', key)  # fmt: skip
         if found:
             name, model = found.groups()
             out.setdefault(model, {})[name] = value - before.get(key, 0.0)
@@ -954,10 +954,12 @@ def time_table(recs: list[dict]) -> list[str]:
             alone = f"{d['alone']:.0f}" if "alone" in d else "-"  # no busy board, or a server before it
             gaps = d.get("step_gaps_total", 0.0)
             gap = f"{1000 * d['step_gap_seconds_total'] / gaps:.2f}" if gaps else "-"
+            hops = d.get("hops_in_total", 0.0)  # no counter before the twenty-eighth session
+            hop = f"{1000 * d['hop_delay_seconds_total'] / hops:.2f}" if hops else "-"
             rows.append(
                 f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
                 f"{1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
-                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} | {starts} | {alone} | {gap} |"
+                f"{d.get('step_tokens_total', 0) / steps:.2f} | {stalls} | {starts} | {alone} | {gap} | {hop} |"
             )
     if not rows:
         return []
@@ -968,10 +970,12 @@ def time_table(recs: list[dict]) -> list[str]:
         "the steps started: their threshold B_i reached / B_i lowered while few requests were active / the",
         "max_delay_ms timeout (`tokenrouter_step_starts_total`); the steps that no step of a model sharing the",
         "GPU overlapped (`tokenrouter_alone_steps_by_batch_total`), and the host ms between back-to-back steps",
-        "(from a step's end, with the next one ready, to that one's start: `tokenrouter_step_gap_seconds_total`).\n",
+        "(from a step's end, with the next one ready, to that one's start: `tokenrouter_step_gap_seconds_total`),",
+        "and the ms of delay per hop into the model (from the end of the sender's step, or of the receiver's step",
+        "it arrived during, to the receiver taking it in: `tokenrouter_hop_delay_seconds_total`).\n",
         "| mode | N | model | steps | busy s | busy | ms / step | rows / step | tokens / step | stalls | starts "
-        "| alone | gap ms |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| alone | gap ms | hop ms |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]

@@ -32,6 +32,7 @@ def scrape(
     thresholds: dict[str, int] | None = None,
     alone: dict[str, dict[int, tuple[int, float]]] | None = None,
     gaps: dict[str, tuple[int, float]] | None = None,
+    hops_in: dict[str, tuple[int, float]] | None = None,
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
@@ -43,7 +44,9 @@ def scrape(
                                           batch_threshold=(thresholds or {}).get(model, 0),
                                           alone_ms_by_bs=(alone or {}).get(model, {}),
                                           gaps=(gaps or {}).get(model, (0, 0.0))[0],
-                                          gap_ms=(gaps or {}).get(model, (0, 0.0))[1]))  # fmt: skip
+                                          gap_ms=(gaps or {}).get(model, (0, 0.0))[1],
+                                          hops_in=(hops_in or {}).get(model, (0, 0.0))[0],
+                                          hop_delay_ms=(hops_in or {}).get(model, (0, 0.0))[1]))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
@@ -93,16 +96,18 @@ def test_busy_share_over_the_window():
     assert json.loads(json.dumps(prof.to_json()))["workload"]["busy_share"]["llm"] == pytest.approx(0.5)
 
 
-def test_host_time_between_back_to_back_steps(tmp_path):
-    """The subservers count the host time between back-to-back steps (`tokenrouter_step_gap_seconds_total`):
-    the profile records its mean per model where `min_steps` gaps ran, and `profile` prints it."""
+def test_host_time_between_back_to_back_steps_and_the_delay_of_hops(tmp_path):
+    """The subservers count the host time between back-to-back steps (`tokenrouter_step_gap_seconds_total`)
+    and the delay of the hops they receive (`tokenrouter_hop_delay_seconds_total`): the profile records their
+    means per model where `min_steps` of them ran, and `profile` prints them."""
     hops = {("slm", "llm"): 50, ("llm", "slm"): 50}
     before = scrape({"slm": {1: (10, 20.0)}, "llm": {1: (10, 70.0)}}, {"slm": 10, "llm": 2}, hops,
-                    gaps={"slm": (5, 2.0), "llm": (1, 1.0)})  # fmt: skip
+                    gaps={"slm": (5, 2.0), "llm": (1, 1.0)}, hops_in={"slm": (10, 5.0), "llm": (10, 4.0)})  # fmt: skip
     after = scrape({"slm": {1: (110, 220.0)}, "llm": {1: (110, 770.0)}}, {"slm": 1010, "llm": 102}, hops,
-                   gaps={"slm": (105, 32.0), "llm": (4, 3.0)})  # fmt: skip
+                   gaps={"slm": (105, 32.0), "llm": (4, 3.0)}, hops_in={"slm": (60, 30.0), "llm": (60, 104.0)})  # fmt: skip
     prof = profile_from_metrics(PLAN, after, before, min_steps=5)
     assert prof.workload["gap_ms"] == pytest.approx({"slm": 0.3})  # the llm: 3 gaps, under min_steps
+    assert prof.workload["hop_ms"] == pytest.approx({"slm": 0.5, "llm": 2.0})
     (tmp_path / "after.txt").write_text(after)
     (tmp_path / "before.txt").write_text(before)
     r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
@@ -110,6 +115,7 @@ def test_host_time_between_back_to_back_steps(tmp_path):
                         str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "slm: 0.300 ms of host time between back-to-back steps" in r.stdout
+    assert "llm: 2.000 ms of delay per hop received" in r.stdout
     assert "gap_ms" not in profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
                                                              {"slm": 900, "llm": 100}, hops)).workload  # fmt: skip
 

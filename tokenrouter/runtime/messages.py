@@ -83,6 +83,10 @@ class PeerRequest(msgspec.Struct, tag=True):
     count_seq: int = 0  # the number of the sender's n_active (ActiveCount); 0: unnumbered
     seen: dict[str, int] = {}  # model -> tokens of this request it has seen, as the sender knows (so the
     # next hop from the receiver sends each model only its unseen suffix)
+    sent_at: float = (
+        0.0  # the sender's time.monotonic() at the end of the step that sent it (0: unknown); the
+    )
+    # receiver counts the hop's delay from it (Scheduler.count_hop_delay)
 
 
 # ---- subservers → frontend ------------------------------------------------------------------------------
@@ -140,6 +144,10 @@ class SubserverStats(msgspec.Struct, tag=True):
     # the steps that followed the previous one back to back (ready as it ended), and the host time between
     gaps: int = 0
     gap_ms: float = 0.0
+    # the hops received with a send time, and their delay: from the send (or, where this subserver was in a step
+    # then, that step's end) to the scheduler taking the hop in; the throughput model takes hops as instant
+    hops_in: int = 0
+    hop_delay_ms: float = 0.0
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

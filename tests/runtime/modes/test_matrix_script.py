@@ -129,7 +129,10 @@ def test_time_table_from_metrics_deltas():
                               m.format("step_gap_seconds_total"): 0.01}  # fmt: skip
     rec["metrics_after"] |= {lone.format(1): 10.0, lone.format(3): 7.0, m.format("step_gaps_total"): 90.0,
                              m.format("step_gap_seconds_total"): 0.05}  # fmt: skip
-    assert "| 2 | 80 / 10 / 10 | 13 | 0.50 |" in matrix.tables([rec])  # 6 + 7 alone; 40 ms over 80 gaps
+    assert "| 2 | 80 / 10 / 10 | 13 | 0.50 | - |" in matrix.tables([rec])  # 6 + 7 alone; 40 ms over 80 gaps
+    rec["metrics_before"] |= {m.format("hops_in_total"): 5.0, m.format("hop_delay_seconds_total"): 0.005}
+    rec["metrics_after"] |= {m.format("hops_in_total"): 45.0, m.format("hop_delay_seconds_total"): 0.085}
+    assert "| 2 | 80 / 10 / 10 | 13 | 0.50 | 2.00 |" in matrix.tables([rec])  # 80 ms over 40 hops
 
 
 def test_r2r_plans_are_calibrated_to_the_route_share_unless_a_threshold_is_given(tmp_path):

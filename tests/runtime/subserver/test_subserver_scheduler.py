@@ -307,6 +307,49 @@ def test_host_time_between_back_to_back_steps(tmp_path):
     assert (st.gaps, st.gap_ms) == (1, a.gap_ms)
 
 
+def test_a_hops_delay_counts_from_its_send_or_from_the_end_of_the_step_it_arrived_during(pair):
+    """A hop carries the end time of the step that sent it (`sent_at`, on time.monotonic()); the receiver counts
+    its delay until the scheduler takes it in (`hops_in`, `hop_delay_ms`: `tokenrouter_hop_delay_seconds_total`).
+    Sent while the receiver was in a step, the hop could only join the next step anyway: its delay counts from
+    that step's end. A step the receiver started after the send ran without the hop, and counts."""
+    from tokenrouter.runtime.frontend.metrics import Metrics
+
+    a, b = pair["a"], pair["b"]
+    a.handle(m.NewRequest("r", [5, 6, 7, 8], SPEC, n_active=2))
+    b.handle(m.NewRequest("s", [5, 6], SPEC, n_active=2))
+    before = time.monotonic()
+    hop = run_until_hop(a)
+    assert before < hop.sent_at <= time.monotonic()  # the end of a's step
+    time.sleep(0.02)
+    b.handle(hop)  # b was idle: the whole time since the send counts
+    assert b.hops_in == 1 and 15.0 < b.hop_delay_ms < 1000.0
+    back = run_until_hop(b)  # b now runs r and s
+    # sent during one of a's steps that is still recent (a pretends to have been in a step ending 10 ms from
+    # now): only the time since that step's end counts, which is none yet
+    a._recent_steps.append((back.sent_at - 0.001, time.monotonic() + 0.01))
+    a.handle(back)
+    assert a.hops_in == 1 and a.hop_delay_ms == 0.0
+    a.step()  # r runs again on a; its next hop goes out while b starts a step without it
+    hop = run_until_hop(a)
+    b.step()  # s still runs on b
+    began, ended = b._recent_steps[-1]
+    assert began > hop.sent_at  # a step that ran without the hop
+    time.sleep(0.01)
+    delay = b.hop_delay_ms
+    b.handle(hop)  # the step b ran after the send counts, and the 10 ms since
+    assert b.hops_in == 2 and b.hop_delay_ms - delay >= (ended - hop.sent_at) * 1000.0 + 10.0
+    st = b.stats()
+    assert (st.hops_in, st.hop_delay_ms) == (2, b.hop_delay_ms)
+    metrics = Metrics(models=["a", "b"])
+    metrics.on_stats(st)
+    out = metrics.render(active=0)
+    assert 'tokenrouter_hops_in_total{model="b"} 2' in out
+    assert f'tokenrouter_hop_delay_seconds_total{{model="b"}} {st.hop_delay_ms / 1000.0}' in out
+    unstamped = m.PeerRequest("t", "a", 0, [5, 6], 2, 0, SPEC)  # a sender without the stamp: not counted
+    b.handle(unstamped)
+    assert b.hops_in == 2
+
+
 def test_a_hop_cannot_bring_back_an_older_count(tmp_path):
     """The large model's threshold follows the newest count n it has heard of: a hop that carries its
     sender's older, lower count (sent before the latest arrivals reached the sender) does not lower it, a hop

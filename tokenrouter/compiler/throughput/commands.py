@@ -439,6 +439,10 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         lines.append(
             f"  {m}: {ms:.3f} ms of host time between back-to-back steps (not in the step latencies)"
         )
+    for m, ms in sorted(profile.workload.get("hop_ms", {}).items()):
+        lines.append(
+            f"  {m}: {ms:.3f} ms of delay per hop received, beyond its own step (hops are instant in the chain)"
+        )
     latencies("alone", profile.alone_ms)
     for m, st in profile.workload.get("steps_by_state", {}).items():
         if "alone_scaled_by" in st:

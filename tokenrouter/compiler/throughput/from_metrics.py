@@ -45,6 +45,13 @@ from tokenrouter.compiler.throughput.profile_format import Profile
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# counter -> (the workload's mean it feeds, 0: its events / 1: their seconds)
+_MEANS = {
+    "tokenrouter_step_gaps_total": ("gap_ms", 0),
+    "tokenrouter_step_gap_seconds_total": ("gap_ms", 1),
+    "tokenrouter_hops_in_total": ("hop_ms", 0),
+    "tokenrouter_hop_delay_seconds_total": ("hop_ms", 1),
+}
 
 
 class MetricsProfileError(ValueError):
@@ -93,8 +100,9 @@ def profile_from_metrics(
     alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
-    # model -> [back-to-back steps, host seconds between them]
-    gaps: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    # workload key -> model -> [events, seconds]: back-to-back steps and the host time between them; hops received
+    # and their delay
+    means: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     for key in a:
         name, labels = key
         lab = dict(labels)
@@ -119,8 +127,9 @@ def profile_from_metrics(
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
             hops[lab["from"]][lab["to"]] = delta(key)
-        elif name in ("tokenrouter_step_gaps_total", "tokenrouter_step_gap_seconds_total"):
-            gaps[lab["model"]][name == "tokenrouter_step_gap_seconds_total"] = delta(key)
+        elif name in _MEANS:
+            what, seconds = _MEANS[name]
+            means[what][lab["model"]][seconds] = delta(key)
         elif name in ("tokenrouter_step_seconds_total", "tokenrouter_uptime_seconds_total"):
             busy[lab["model"]][name == "tokenrouter_uptime_seconds_total"] = delta(key)
         elif name == "tokenrouter_batch_threshold":
@@ -164,8 +173,12 @@ def profile_from_metrics(
         routing[x] = {y: n / decisions for y, n in row.items()}
     # servers before the twenty-second session report no uptime: no busy share then
     busy_share = {x: busy[x][0] / busy[x][1] for x in models if x in busy and busy[x][1] > 0}
-    # host ms between back-to-back steps (servers from the twenty-seventh session on); not in the chain yet
-    gap_ms = {x: 1000.0 * gaps[x][1] / gaps[x][0] for x in models if x in gaps and gaps[x][0] >= min_steps}
+    # host ms between back-to-back steps (servers from the twenty-seventh session on), and ms of delay per hop
+    # received (the twenty-eighth on); neither is in the chain yet
+    mean_ms = {
+        what: {x: 1000.0 * by[x][1] / by[x][0] for x in models if x in by and by[x][0] >= min_steps}
+        for what, by in means.items()
+    }
     return Profile(
         policy=plan["policy"]["name"],
         source_sha256=plan.get("source", {}).get("sha256"),
@@ -181,7 +194,7 @@ def profile_from_metrics(
             "steps": kept,
             **({"thresholds": {x: thresholds[x] for x in models if x in thresholds}} if thresholds else {}),
             **({"busy_share": busy_share} if busy_share else {}),
-            **({"gap_ms": gap_ms} if gap_ms else {}),
+            **{what: ms for what, ms in sorted(mean_ms.items()) if ms},
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
             **({"steps_by_state": by_state} if by_state else {}),
         },  # fmt: skip

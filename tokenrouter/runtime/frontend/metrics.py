@@ -187,6 +187,19 @@ class Metrics:
                 "gap_ms",
                 1e-3,
             ),
+            (
+                "hops_in_total",
+                "Hops received from other subservers with the time they were sent.",
+                "hops_in",
+                1,
+            ),
+            (
+                "hop_delay_seconds_total",
+                "The delay of those hops: from the end of the sender's step (or, where this subserver was in a "
+                "step then, that step's end) to this subserver's scheduler taking the hop in.",
+                "hop_delay_ms",
+                1e-3,
+            ),
             ("step_rows_total", "Rows run, summed over steps.", "rows_total", 1),
             (
                 "step_tokens_total",

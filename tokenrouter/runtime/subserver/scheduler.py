@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,6 +149,10 @@ class Scheduler:
         self.gaps = 0
         self.gap_ms = 0.0
         self._ready_end: float | None = None
+        # hops received and their delay (`count_hop_delay`), and the last steps' (start, end) on time.monotonic()
+        self.hops_in = 0
+        self.hop_delay_ms = 0.0
+        self._recent_steps: deque[tuple[float, float]] = deque(maxlen=4)
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -181,6 +185,8 @@ class Scheduler:
         return []
 
     def handle_peer_request(self, msg: m.PeerRequest) -> Outbox:
+        if msg.sent_at > 0:
+            self.count_hop_delay(msg.sent_at)
         if msg.count_seq:
             self.batching.set_active(msg.n_active, msg.count_seq)  # the later of the sender's count and ours
         elif 0 < msg.n_active < self.batching.n_active:
@@ -216,6 +222,18 @@ class Scheduler:
         self._admit(req)
         return []
 
+    def count_hop_delay(self, sent_at: float) -> None:
+        """Count a hop's delay: from its send (the end of the sender's step, on the host's time.monotonic()) to
+        now, when the scheduler takes it in. Where this subserver was in a step when the hop was sent, the hop
+        could only join the next step anyway (the throughput model's view), so its delay counts from that step's
+        end; a step that started after the send ran without the hop, and its time counts."""
+        since = sent_at
+        for start, end in self._recent_steps:
+            if start <= sent_at < end:
+                since = end
+        self.hops_in += 1
+        self.hop_delay_ms += max(0.0, time.monotonic() - since) * 1000.0
+
     def handle_release(self, msg: m.Release | m.Abort) -> Outbox:
         req = self.reqs.get(msg.rid)
         if req is not None:
@@ -250,6 +268,7 @@ class Scheduler:
         board = self.board
         seen = board.start() if board is not None else None
         alone = False
+        began = time.monotonic()
         t0 = time.perf_counter()
         if self._ready_end is not None:
             self.gaps += 1
@@ -282,6 +301,11 @@ class Scheduler:
         acc[0] += 1
         acc[1] += ms
         acc[2] += new_tokens
+        ended = time.monotonic()
+        self._recent_steps.append((began, ended))
+        for _, msg in out:
+            if isinstance(msg, m.PeerRequest):
+                msg.sent_at = ended
         if self.ready():
             self._ready_end = time.perf_counter()
         return out
@@ -514,4 +538,6 @@ class Scheduler:
             alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.alone_ms_by_bs.items()},
             gaps=self.gaps,
             gap_ms=self.gap_ms,
+            hops_in=self.hops_in,
+            hop_delay_ms=self.hop_delay_ms,
         )
