@@ -90,9 +90,11 @@ _encoder = msgspec.msgpack.Encoder()
 class Receiver:
     """A bound PULL socket that decodes one message union."""
 
-    def __init__(self, ctx: zmq.Context, addr: str, union: type) -> None:
+    def __init__(self, ctx: zmq.Context, addr: str, union: type, unbounded: bool = False) -> None:
         self.sock = ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if unbounded:  # no receive high-water mark: what arrives while the owner is busy queues here
+            self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.bind(addr)
         self._decoder = msgspec.msgpack.Decoder(union)
 
@@ -116,9 +118,11 @@ class Receiver:
 class Sender:
     """A connected PUSH socket."""
 
-    def __init__(self, ctx: zmq.Context, addr: str) -> None:
+    def __init__(self, ctx: zmq.Context, addr: str, unbounded: bool = False) -> None:
         self.sock = ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if unbounded:  # no send high-water mark: a slow or absent receiver never blocks a send
+            self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.connect(addr)
 
     def send(self, msg: msgspec.Struct) -> None:

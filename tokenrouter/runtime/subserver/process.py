@@ -23,20 +23,21 @@ left for another model after that token; a `TokenOut` with empty `token_ids` and
 hop, which commits nothing; `Finished` from the model that committed the last token, or with reason
 "error" and a message when a request cannot run), and `SubserverStats` every `stats_interval_s`.
 
-Three loops, each in its own thread with its own sockets (ZeroMQ sockets are not thread-safe); messages are
-handed over through queues (a `queue.Queue` into the decode loop, `inproc://` PUSH/PULL pipes out of it):
-- the client loop reads the PULL socket (frontend messages and peers' `PeerRequest`s) into the decode loop's
-  inbox and forwards the decode loop's outputs to the frontend;
-- the decode loop (the main thread) applies messages to the `Scheduler` and runs a step whenever delayed
-  batching allows: schedule → forward → route kernel → commit/hop/finish;
-- the inter-model loop sends `PeerRequest`s to peers, so a slow or absent peer never blocks a step.
+One loop, in the main thread, owns every socket: it waits on the PULL socket (frontend messages and peers'
+`PeerRequest`s) at most until the scheduler may run, applies the messages to the `Scheduler`, runs a step
+whenever delayed batching allows (schedule → forward → route kernel → commit/hop/finish), and sends the step's
+outputs and hops straight from its PUSH sockets. Those have no high-water mark, so a slow or absent peer (or
+frontend) never blocks a step: ZeroMQ's own I/O thread queues and delivers. (Until the twenty-eighth session
+an IO thread received and another sent, with queues between them and the decode loop; on the H200 a hop took
+0.7-1.3 ms from the sender's step end to the receiver's scheduler, which the throughput model does not see:
+docs/runtime.md.)
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-import queue
 import signal
 import threading
 import time
@@ -53,9 +54,6 @@ from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
 
 logger = logging.getLogger(__name__)
 _encoder = msgspec.msgpack.Encoder()
-TO_FRONTEND = "inproc://to-frontend"
-TO_PEERS = "inproc://to-peers"
-POLL_MS = 100
 
 
 @dataclass(slots=True)
@@ -92,10 +90,6 @@ class SubserverArgs:
             raise ValueError(f"scheduler must be 'tokenrouter' or 'std-serving', got {self.scheduler!r}")
 
 
-class _ThreadCrash(Exception):
-    pass
-
-
 class Subserver:
     """The decode loop and the two IO threads of one subserver process."""
 
@@ -112,9 +106,8 @@ class Subserver:
         self.device = pick_device(self.plan["models"][self.model], args.device)
         self.init_threads_per_process()
         self.init_scheduler()
-        self.inbox: queue.Queue = queue.Queue()
         self.stop = threading.Event()
-        self.init_threads()
+        self.init_sockets()
 
     def init_scheduler(self) -> None:
         """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/lockstep.py)."""
@@ -152,36 +145,18 @@ class Subserver:
         if threads is not None:
             torch.set_num_threads(threads)
 
-    def init_threads(self) -> None:
-        bound = [threading.Event(), threading.Event()]
-        self.threads = [
-            threading.Thread(
-                target=self._guard, args=(self.client_loop, bound[0]), name="client-loop", daemon=True
-            ),
-            threading.Thread(
-                target=self._guard,
-                args=(self.inter_model_loop, bound[1]),
-                name="inter-model-loop",
-                daemon=True,
-            ),
-        ]
-        for t in self.threads:
-            t.start()
-        for e in bound:
-            if not e.wait(30):
-                raise RuntimeError("an IO thread did not start within 30 s")
-        self.out_frontend = self._pipe_end(zmq.PUSH)
-        self.out_frontend.connect(TO_FRONTEND)
-        self.out_peers = self._pipe_end(zmq.PUSH)
-        self.out_peers.connect(TO_PEERS)
-
-    def _pipe_end(self, kind: int) -> zmq.Socket:
-        """An end of an inproc pipe between threads, unbounded: a slow or absent peer (or frontend) makes
-        the IO thread wait, never the decode loop."""
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        return sock
+    def init_sockets(self) -> None:
+        """The PULL socket at this model's address, and PUSH sockets to the frontend and to every peer, all
+        owned by the decode loop. No high-water mark: a slow or absent receiver never blocks a send (ZeroMQ
+        queues the messages; the launcher, which watches its processes, shuts a deployment with a dead
+        subserver down)."""
+        self.pull = Receiver(self.ctx, self.endpoints.subservers[self.model], m.ToSubserver, unbounded=True)
+        self.to_frontend = Sender(self.ctx, self.endpoints.frontend, unbounded=True)
+        self.to_peers = {
+            name: Sender(self.ctx, addr, unbounded=True)
+            for name, addr in self.endpoints.subservers.items()
+            if name != self.model
+        }
 
     def info(self) -> dict:
         i = self.engine.info
@@ -194,63 +169,6 @@ class Subserver:
             "eos_token_ids": list(i.eos_token_ids),
         }
 
-    # ---- IO threads --------------------------------------------------------------------------------------
-
-    def _guard(self, loop, bound: threading.Event) -> None:
-        try:
-            loop(bound)
-        except BaseException:
-            self.inbox.put(_ThreadCrash(traceback.format_exc()))
-            bound.set()
-
-    def client_loop(self, bound: threading.Event) -> None:
-        pull = Receiver(self.ctx, self.endpoints.subservers[self.model], m.ToSubserver)
-        frontend = Sender(self.ctx, self.endpoints.frontend)
-        outputs = self._pipe_end(zmq.PULL)
-        outputs.bind(TO_FRONTEND)
-        poller = zmq.Poller()
-        poller.register(pull.sock, zmq.POLLIN)
-        poller.register(outputs, zmq.POLLIN)
-        bound.set()
-        try:
-            while not self.stop.is_set():
-                events = dict(poller.poll(POLL_MS))
-                if pull.sock in events:
-                    for msg in pull.drain():
-                        self.inbox.put(msg)
-                if outputs in events:
-                    while True:
-                        try:
-                            frontend.sock.send(outputs.recv(zmq.NOBLOCK))
-                        except zmq.Again:
-                            break
-        finally:
-            for s in (pull.sock, frontend.sock, outputs):
-                s.close(0)
-
-    def inter_model_loop(self, bound: threading.Event) -> None:
-        peers = {
-            name: Sender(self.ctx, addr)
-            for name, addr in self.endpoints.subservers.items()
-            if name != self.model
-        }
-        hops = self._pipe_end(zmq.PULL)
-        hops.bind(TO_PEERS)
-        bound.set()
-        try:
-            while not self.stop.is_set():
-                if hops.poll(POLL_MS):
-                    while True:
-                        try:
-                            dest, data = hops.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        peers[dest.decode()].sock.send(data)
-        finally:
-            hops.close(0)
-            for s in peers.values():
-                s.sock.close(0)
-
     # ---- the decode loop ---------------------------------------------------------------------------------
 
     def event_loop(self) -> None:
@@ -260,8 +178,6 @@ class Subserver:
                 if isinstance(msg, m.Shutdown):
                     self.stop.set()
                     break
-                if isinstance(msg, _ThreadCrash):
-                    raise RuntimeError(f"IO thread crashed:\n{msg}")
                 self.dispatch(self.scheduler.handle(msg))
             if self.stop.is_set():
                 break
@@ -272,38 +188,27 @@ class Subserver:
                 next_stats = time.monotonic() + self.args.stats_interval_s
 
     def _receive(self) -> list:
-        """Wait for messages, at most until the scheduler may run (0 when it can run now)."""
-        if self.scheduler.ready():
-            timeout = 0.0
-        else:
+        """The messages queued on the PULL socket, after waiting for one at most until the scheduler may run
+        (not at all when it can run now)."""
+        if not self.scheduler.ready():
             deadline = self.scheduler.next_deadline()
             timeout = self.args.stats_interval_s if deadline is None else deadline - time.monotonic()
             timeout = min(max(timeout, 0.0), self.args.stats_interval_s)
-        msgs = []
-        try:
-            msgs.append(self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait())
-        except queue.Empty:
-            return msgs
-        while True:
-            try:
-                msgs.append(self.inbox.get_nowait())
-            except queue.Empty:
-                return msgs
+            if timeout > 0:
+                self.pull.poll(max(1, math.ceil(timeout * 1000.0)))
+        return self.pull.drain()
 
     def dispatch(self, out: Outbox) -> None:
         for dest, msg in out:
             data = _encoder.encode(msg)
-            if dest == FRONTEND:
-                self.out_frontend.send(data)
-            else:
-                self.out_peers.send_multipart([dest.encode(), data])
+            (self.to_frontend if dest == FRONTEND else self.to_peers[dest]).sock.send(data)
 
     def close(self) -> None:
         self.stop.set()
-        for t in self.threads:
-            t.join(timeout=2)
-        self.out_frontend.close(0)
-        self.out_peers.close(0)
+        for sock in (getattr(self, "pull", None), getattr(self, "to_frontend", None),
+                     *getattr(self, "to_peers", {}).values()):  # fmt: skip
+            if sock is not None:
+                sock.sock.close(0)
         board = getattr(getattr(self, "scheduler", None), "board", None)
         if board is not None:
             board.close()
