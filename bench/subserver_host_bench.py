@@ -7,7 +7,7 @@ kernel is stubbed by default (precomputed tokens; rule 0 fires with probability 
 timed; `--kernel torch` runs the real torch route kernel on CPU instead. The peer model is played by the
 benchmark: a hop comes back one step later with one token written by the peer, so ~10 % of the rows of a
 step are 2-token extends. Each step also pays what the process's decode loop adds: decoding the peer's
-`PeerRequest` (msgpack, as the client loop does), `Scheduler.handle`, and msgpack-encoding every outgoing
+`PeerRequest` (msgpack, as the decode loop does on receipt), `Scheduler.handle`, and msgpack-encoding every outgoing
 message (`Subserver.dispatch`).
 
     python bench/subserver_host_bench.py [--rows 1,2,4,8] [--steps 3000] [--kernel stub|torch]
@@ -158,7 +158,7 @@ class Run:
     def one(self) -> None:
         t, s = self.t, self.s
         t0 = time.perf_counter()
-        for data in self.replies:  # the peer's hand-backs, as the client loop receives them
+        for data in self.replies:  # the peer's hand-backs, as the decode loop receives them
             s.handle(self.dec.decode(data))
         self.replies.clear()
         t1 = time.perf_counter()

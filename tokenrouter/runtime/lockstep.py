@@ -7,7 +7,7 @@ is written by the large model before the next global step. No model runs while a
 batching (each model's threshold is 1), and the process loops are those of a subserver.
 
 `LockstepCore` has the shape of a `Scheduler` (`handle`, `ready`, `next_deadline`, `step`, `stats`), so the
-subserver's decode loop and IO threads (`subserver/process.py`) drive it unchanged; it reuses the
+subserver's decode loop (`subserver/process.py`) drives it unchanged; it reuses the
 schedulers' routing, so under greedy decoding its tokens and per-token model trace equal TokenRouter's.
 The launcher maps every model's endpoint to this one process; `Release`, `Abort` and `ActiveCount`
 therefore arrive once per model and are applied to every scheduler (the repeats are no-ops).

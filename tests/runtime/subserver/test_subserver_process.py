@@ -245,7 +245,7 @@ def test_a_subserver_that_cannot_start_reports_fatal(tmp_path):
 
 def test_a_hop_to_an_absent_peer_never_blocks_the_decode_loop(tmp_path):
     """Only subserver `a` runs; `b`'s address has no process behind it. Requests with a 2-token prompt hop
-    to `b` after their first token (position 3) and wait there, in the inter-model loop's socket; the
+    to `b` after their first token (position 3) and wait there, in a's PUSH socket to `b`; the
     others (5-token prompts never reach position 3) keep being stepped by `a` and finish."""
     from subserver_helpers import LARGE, SMALL
 

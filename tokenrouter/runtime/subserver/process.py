@@ -91,7 +91,7 @@ class SubserverArgs:
 
 
 class Subserver:
-    """The decode loop and the two IO threads of one subserver process."""
+    """One subserver process: its decode loop and the sockets the loop owns."""
 
     def __init__(self, args: SubserverArgs, ctx: zmq.Context) -> None:
         from tokenrouter.compiler.plan import read_plan
@@ -253,7 +253,7 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         if sub is not None:
             sub.close()
         # each socket's own LINGER: 0 after a clean run; 2 s after a crash, so that the queued Fatal still
-        # reaches its peer (a close(0) here dropped it when the IO thread had not sent it yet: CI saw a missing
+        # reaches its peer (a close(0) here dropped it before ZeroMQ had sent it: CI saw a missing
         # plan file's Fatal never arrive)
         launcher.sock.close()
         frontend.sock.close()

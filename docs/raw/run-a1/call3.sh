@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Call 3 of the twenty-eighth session: the subserver with one loop owning its sockets (no IO threads); p = 0.35 and 0.1, with the hop delay column.
 # A call prepared in the twenty-seventh session for the next one (not run yet): tune by state with the busy
 # board's step counters (a step alone only when no co-runner step overlapped it; runs 59-65 were served with the
 # first board, whose "alone" steps were overlapped: docs/throughput.md, "Contention by state"). The eager
@@ -23,12 +24,12 @@ part() {  # tag policy max_delay_ms thresholds... ; the console's key lines afte
   grep -E "co-location|tune N|fixed N|tok/s, tokens|warning" /tmp/res/$tag.out; grep -A8 "at each threshold" /tmp/res/$tag.out
   grep -A12 "Where the time goes" /tmp/res/$tag.out | grep "^| [te]"; grep -E "FAILED|SKIPPED" /tmp/res/$tag.out
 }
-part runA bern0.35 20 slm=2,llm=5 slm=2,llm=6
-part runB bern0.1 20 slm=2,llm=3
+part run70 bern0.35 20 slm=2,llm=5
+part run71 bern0.1 20 slm=2,llm=3
 grep -h "by state" /tmp/res/run*.out
 for f in /tmp/work/*/*/raw-*/profile-n8.json; do  # the eager profile's latencies alone and the steps behind them
   python3 -c "import json, sys; p = json.load(open(sys.argv[1])); print(sys.argv[1], 'alone', p.get('alone_ms'), 'beside', p.get('beside_ms'), p['workload'].get('steps_by_state'))" "$f"
 done
 grep -rh "stalled:" /tmp/work | head -10
 mkdir -p /tmp/res/work-logs; find /tmp/work -name "*.stderr" -o -name "*.json" -size -2M | head -300 | xargs -I{} cp --parents {} /tmp/res/work-logs/ 2>/dev/null
-tar czf $OUT/call1.tgz -C /tmp/res .
+tar czf $OUT/call3.tgz -C /tmp/res .
