@@ -40,6 +40,7 @@ import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -713,7 +714,8 @@ def tables(records: list[dict]) -> str:
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }
         checks = [("DTMC on the run's own step times", run_prediction),
-                  ("simulated as the run was (its requests, each with its own routing)", run_simulation)]  # fmt: skip
+                  ("simulated as the run was (its requests, each with its own routing)", run_simulation),
+                  ("simulated as the run was, with its hops' measured delay", partial(run_simulation, hops=True))]  # fmt: skip
         for label, model in checks:
             from_run = {(r["mode"], r["n"]): model(r) for r in recs}
             for m in ("tokenrouter", "eager"):
@@ -907,12 +909,14 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     return None if system is None else analyze(*system).throughput
 
 
-def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | None:
+def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = False) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
     each, the stdlib's 5 ms max delay, until the last one ends (tail included); the mean over `seeds`
     seeds. Where requests are not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B)
-    this is what the DTMC, which assumes N alike requests in flight forever, cannot see."""
+    this is what the DTMC, which assumes N alike requests in flight forever, cannot see. `hops`: each hop also
+    takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
+    the DTMC takes as instant."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
     from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
 
@@ -921,15 +925,31 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5) -> float | Non
     if system is None or not per_request:  # records before the eighth session have no per_request
         return None
     inputs, b = system
+    hop_ms = run_hop_ms(rec, inputs.models) if hops else None
+    if hops and hop_ms is None:
+        return None
     try:
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
     # horizon: a cap far past any run here (the run's last request ends the simulation)
     cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing),
-               max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0)  # fmt: skip
+               max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
+
+
+def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
+    """Per model, the mean delay of the hops it received during the run (`tokenrouter_hop_delay_seconds_total`
+    over `tokenrouter_hops_in_total`, 0 where none came), or None for records before the counters."""
+    deltas = step_deltas(rec)
+    if not any(d.get("hops_in_total") for d in deltas.values()):
+        return None
+    out = []
+    for x in models:
+        d = deltas.get(x, {})
+        out.append(1000.0 * d["hop_delay_seconds_total"] / d["hops_in_total"] if d.get("hops_in_total") else 0.0)
+    return tuple(out)
 
 
 def time_table(recs: list[dict]) -> list[str]:

@@ -925,6 +925,12 @@ def simulate(
         1.0, "--burstiness", help="Squared CV of think times (1 = exponential)."
     ),
     max_delay_ms: float = typer.Option(None, "--max-delay-ms", help="Start a waiting queue after this long."),
+    hop_ms: list[str] = typer.Option(
+        None,
+        "--hop-ms",
+        help="MODEL=MS: a hop reaches MODEL this long after the sender's step ends (instant by default; "
+        "served runs measure it: tokenrouter_hop_delay_seconds_total).",
+    ),
     delta_ms: float = typer.Option(0.1, "--delta-ms", help="δ of the chain shown for comparison, ms."),
     no_chain: bool = typer.Option(False, "--no-chain", help="Do not compute the chain's prediction."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -940,7 +946,7 @@ def simulate(
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
-           "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms}  # fmt: skip
+           "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms, "hop_ms": hop_ms}  # fmt: skip
     typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests))
 
 

@@ -146,6 +146,37 @@ def test_simulate_think_times_and_bursts_lower_throughput(tmp_path):
     assert thinking["throughput_tok_s"] < closed["throughput_tok_s"]
 
 
+def test_simulate_takes_a_hops_delay_into_each_model(tmp_path):
+    """`--hop-ms MODEL=MS`: hops reach MODEL that long after the sender's step (instant by default); the chain,
+    which takes hops as instant, is not shown beside it. Bad values get a usage error naming the option."""
+    src = write(tmp_path, R2R_LIKE)
+    base = [
+        "simulate",
+        src,
+        "--step-ms",
+        "slm=6",
+        "--step-ms",
+        "llm=27.9",
+        "--batch",
+        "llm=3",
+        "--horizon-ms",
+        "20000",
+    ]
+    instant = json.loads(runner.invoke(app, [*base, "--json"]).output)
+    delayed = json.loads(
+        runner.invoke(app, [*base, "--json", "--hop-ms", "llm=2", "--hop-ms", "slm=2"]).output
+    )
+    assert "chain" in instant and "chain" not in delayed
+    assert delayed["simulation"]["throughput_tok_s"] < 0.97 * instant["simulation"]["throughput_tok_s"]
+    res = runner.invoke(app, [*base, "--hop-ms", "llm=2"])
+    assert res.exit_code == 0 and "hop delay into each model: slm 0 ms, llm 2 ms" in res.output
+    for bad, msg in (("llm", "expected MODEL=MS"), ("llm=x", "is not a number"), ("llm=-1", "ms >= 0")):
+        res = runner.invoke(app, [*base, "--hop-ms", bad])
+        assert res.exit_code == 2 and msg in res.output, res.output
+    res = runner.invoke(app, [*base, "--hop-ms", "big=1"])
+    assert res.exit_code == 1 and "unknown model 'big'" in res.output
+
+
 def test_tune_skips_candidates_over_the_state_cap(tmp_path):
     src = write(tmp_path, R2R_LIKE)
     res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--max-states", "20",

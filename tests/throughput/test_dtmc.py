@@ -207,3 +207,19 @@ def test_finite_run_rejects_a_routing_matrix_of_the_wrong_shape():
     inp = r2r(2)
     with pytest.raises(ValueError, match="request 1: routing must be 2x2"):
         simulate(inp, SimConfig((1, 1), request_tokens=4, requests=([[1, 0], [1, 0]], [[1.0]])))
+
+
+def test_a_hops_transit_delays_the_request_by_exactly_that_long():
+    """`SimConfig.hop_ms`: a hop reaches its target that long after the sender's step ends (the chain takes
+    hops as instant). One request alternating between two models, each step committing one token: a cycle is
+    the two steps plus the two transits, so the throughput is 2 tokens per (2 + 7 + 0.5 + 1.5) ms."""
+    inp = make_inputs(["slm", "llm"], {"slm": 2.0, "llm": 7.0}, [[0, 1], [1, 0]], [[1, 1], [1, 1]], 1)
+    instant = simulate(inp, SimConfig((1, 1), horizon_ms=10_000.0, warmup_ms=0.0))
+    assert instant.throughput == pytest.approx(2 / 9.0 * 1000, rel=1e-3)
+    delayed = simulate(inp, SimConfig((1, 1), horizon_ms=10_000.0, warmup_ms=0.0, hop_ms=(0.5, 1.5)))
+    assert delayed.throughput == pytest.approx(2 / 11.0 * 1000, rel=1e-3)
+    assert delayed.utilization == pytest.approx((2 / 11.0, 7 / 11.0), rel=1e-3)
+    with pytest.raises(ValueError, match="hop_ms must be finite numbers >= 0"):
+        SimConfig((1, 1), hop_ms=(0.5, -1.0))
+    with pytest.raises(ValueError, match="expected 2 hop delays"):
+        simulate(inp, SimConfig((1, 1), hop_ms=(0.5,)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +180,28 @@ def parse_batch(values: list[str] | None, models: tuple[str, ...]) -> dict[str, 
     return out
 
 
+def parse_hop_ms(values: list[str] | None, models: tuple[str, ...]) -> tuple[float, ...] | None:
+    """`--hop-ms MODEL=MS`: a hop's transit into each model (0 for those not given), or None when none is."""
+    if not values:
+        return None
+    out = dict.fromkeys(models, 0.0)
+    for item in values:
+        name, sep, val = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ThroughputUsageError(f"bad --hop-ms '{item}': expected MODEL=MS")
+        if name not in models:
+            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {', '.join(models)})")
+        try:
+            ms = float(val)
+        except ValueError:
+            raise ThroughputUsageError(f"bad --hop-ms '{item}': {val!r} is not a number") from None
+        if not (math.isfinite(ms) and ms >= 0):
+            raise ThroughputUsageError(f"bad --hop-ms '{item}': a delay must be a finite number of ms >= 0")
+        out[name] = ms
+    return tuple(out[m] for m in models)
+
+
 def run_simulate(
     args: SystemArgs,
     batch: list[str] | None = None,
@@ -207,6 +230,9 @@ def run_simulate(
             if output_len is None:
                 raise ThroughputUsageError(f"{requests} has no spec.output_len: give --request-tokens")
             cfg_kw["request_tokens"] = output_len
+    hop_ms = parse_hop_ms(cfg_kw.pop("hop_ms", None), inp.models)
+    if hop_ms is not None:
+        cfg_kw["hop_ms"] = hop_ms
     given = parse_batch(batch, inp.models)
     thresholds = {}
     for m in inp.models:
@@ -228,7 +254,7 @@ def run_simulate(
         raise ThroughputUsageError(str(e)) from None
     sim = simulate(inp, cfg)
     pred = None
-    if chain and cfg.request_tokens is None and cfg.max_delay_ms is None:
+    if chain and cfg.request_tokens is None and cfg.max_delay_ms is None and cfg.hop_ms is None:
         try:
             pred = analyze(inp, b, delta_ms)
         except ChainError as e:
@@ -250,6 +276,15 @@ def run_simulate(
         + ", ".join(f"{m} {x}" for m, x in thresholds.items())
         + f", {span}, seed {cfg.seed}",
         *describe_inputs(system),
+        *(
+            [
+                "hop delay into each model: "
+                + ", ".join(f"{m} {ms:g} ms" for m, ms in zip(inp.models, cfg.hop_ms, strict=True))
+                + " (the chain takes hops as instant: not shown)"
+            ]
+            if cfg.hop_ms is not None
+            else []
+        ),  # fmt: skip
         f"throughput: {sim.throughput:.2f} tok/s"
         + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),
     ]

@@ -14,6 +14,8 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   each routed by its own matrix (requests that are not alike: a router that fires on some prompts only);
   the run ends when the last one has committed `request_tokens`, and the throughput is the tokens over
   that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
+- `hop_ms`: a hop from model i reaches model j `hop_ms[j]` ms after i's step ends (the chain takes hops as
+  instant; the subservers measure this delay, `tokenrouter_hop_delay_seconds_total`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class SimConfig:
     burstiness: float = 1.0  # squared coefficient of variation of think times (>= 1)
     max_delay_ms: float | None = None  # None: no timeout
     requests: tuple[np.ndarray, ...] | None = None  # a finite run: each request's own routing matrix
+    hop_ms: tuple[float, ...] | None = None  # per target model: a hop's transit to it; None: instant
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -65,6 +68,10 @@ class SimConfig:
             self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
         ):
             raise ValueError(f"max_delay_ms must be a finite number >= 0, got {self.max_delay_ms!r}")
+        if self.hop_ms is not None:
+            self.hop_ms = tuple(float(x) for x in self.hop_ms)
+            if any(not (math.isfinite(x) and x >= 0) for x in self.hop_ms):
+                raise ValueError(f"hop_ms must be finite numbers >= 0, got {self.hop_ms!r}")
         if self.requests is not None:
             if self.request_tokens is None or not self.requests:
                 raise ValueError("requests (a finite run) needs request_tokens and at least one request")
@@ -124,6 +131,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     m, n = inputs.n_models, inputs.concurrency
     if len(cfg.thresholds) != m:
         raise ValueError(f"expected {m} thresholds, got {len(cfg.thresholds)}")
+    if cfg.hop_ms is not None and len(cfg.hop_ms) != m:
+        raise ValueError(f"expected {m} hop delays, got {len(cfg.hop_ms)}")
+    hop_ms = cfg.hop_ms or (0.0,) * m
     rng = np.random.default_rng(cfg.seed)
     think = _think_sampler(cfg, rng)
     # a request slot r (0..N-1) holds request req_of[r]; without `requests` every request routes by p
@@ -142,6 +152,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     end = [math.inf] * m
     tokens_of = [0.0] * slots
     returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
+    transit: list[tuple[float, int, int]] = []  # (arrival time, request slot, model) of hops on their way
     queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
     active = slots
     now = 0.0
@@ -176,6 +187,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         candidates = [e for e in end if e < math.inf]
         if returns:
             candidates.append(min(returns)[0])
+        if transit:
+            candidates.append(min(transit)[0])
         if cfg.max_delay_ms is not None:
             for i in range(m):
                 if not running[i] and queue[i]:
@@ -221,8 +234,15 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         elif next_req < len(cfg.requests):  # the slot takes the next request
                             req_of[r], next_req = next_req, next_req + 1
                             returns.append((now + think(), r))
+                    elif j != i and hop_ms[j] > 0:
+                        transit.append((now + hop_ms[j], r, j))
                     else:
                         queue[j].append((r, now))
+        arrived = [x for x in transit if x[0] <= now + _EPS]
+        if arrived:
+            transit = [x for x in transit if x[0] > now + _EPS]
+            for _, r, j in sorted(arrived):
+                queue[j].append((r, now))
         back = [x for x in returns if x[0] <= now + _EPS]
         if back:
             returns = [x for x in returns if x[0] > now + _EPS]
