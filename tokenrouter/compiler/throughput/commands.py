@@ -161,45 +161,41 @@ def run_tune(
     return "\n".join(lines), tuned
 
 
-def parse_batch(values: list[str] | None, models: tuple[str, ...]) -> dict[str, int]:
+def parse_model_values(values, models, option: str, value: str, convert, valid, rule: str) -> dict:
+    """`OPTION MODEL=VALUE` items as {model: convert(VALUE)}: a usage error for a malformed item, a bad number
+    or one that is not `valid` (`rule` says what is), an input error for a model the plan lacks."""
     out = {}
     for item in values or []:
         name, sep, val = item.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise ThroughputUsageError(f"bad --batch '{item}': expected MODEL=B")
+            raise ThroughputUsageError(f"bad {option} '{item}': expected MODEL={value}")
         if name not in models:
             raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {', '.join(models)})")
         try:
-            b = int(val)
+            x = convert(val)
         except ValueError:
-            raise ThroughputUsageError(f"bad --batch '{item}': {val!r} is not an int") from None
-        if b < 1:
-            raise ThroughputUsageError(f"bad --batch '{item}': a threshold must be >= 1")
-        out[name] = b
+            kind = "an int" if convert is int else "a number"
+            raise ThroughputUsageError(f"bad {option} '{item}': {val!r} is not {kind}") from None
+        if not valid(x):
+            raise ThroughputUsageError(f"bad {option} '{item}': {rule}")
+        out[name] = x
     return out
+
+
+def parse_batch(values: list[str] | None, models: tuple[str, ...]) -> dict[str, int]:
+    return parse_model_values(
+        values, models, "--batch", "B", int, lambda b: b >= 1, "a threshold must be >= 1"
+    )
 
 
 def parse_hop_ms(values: list[str] | None, models: tuple[str, ...]) -> tuple[float, ...] | None:
     """`--hop-ms MODEL=MS`: a hop's transit into each model (0 for those not given), or None when none is."""
     if not values:
         return None
-    out = dict.fromkeys(models, 0.0)
-    for item in values:
-        name, sep, val = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ThroughputUsageError(f"bad --hop-ms '{item}': expected MODEL=MS")
-        if name not in models:
-            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {', '.join(models)})")
-        try:
-            ms = float(val)
-        except ValueError:
-            raise ThroughputUsageError(f"bad --hop-ms '{item}': {val!r} is not a number") from None
-        if not (math.isfinite(ms) and ms >= 0):
-            raise ThroughputUsageError(f"bad --hop-ms '{item}': a delay must be a finite number of ms >= 0")
-        out[name] = ms
-    return tuple(out[m] for m in models)
+    given = parse_model_values(values, models, "--hop-ms", "MS", float, lambda ms: math.isfinite(ms) and ms >= 0,
+                               "a delay must be a finite number of ms >= 0")  # fmt: skip
+    return tuple(given.get(m, 0.0) for m in models)
 
 
 def run_simulate(
