@@ -83,10 +83,9 @@ class PeerRequest(msgspec.Struct, tag=True):
     count_seq: int = 0  # the number of the sender's n_active (ActiveCount); 0: unnumbered
     seen: dict[str, int] = {}  # model -> tokens of this request it has seen, as the sender knows (so the
     # next hop from the receiver sends each model only its unseen suffix)
-    sent_at: float = (
-        0.0  # the sender's time.monotonic() at the end of the step that sent it (0: unknown); the
-    )
-    # receiver counts the hop's delay from it (Scheduler.count_hop_delay)
+    # the sender's time.monotonic() at the end of the step that sent it (0: unknown); the receiver counts the
+    # hop's delay from it (Scheduler.count_hop_delay)
+    sent_at: float = 0.0
 
 
 # ---- subservers → frontend ------------------------------------------------------------------------------
