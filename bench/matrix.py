@@ -948,7 +948,9 @@ def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
     out = []
     for x in models:
         d = deltas.get(x, {})
-        out.append(1000.0 * d["hop_delay_seconds_total"] / d["hops_in_total"] if d.get("hops_in_total") else 0.0)
+        out.append(
+            1000.0 * d["hop_delay_seconds_total"] / d["hops_in_total"] if d.get("hops_in_total") else 0.0
+        )
     return tuple(out)
 
 
