@@ -536,8 +536,8 @@ def scrape(url: str) -> dict[str, float]:
     import httpx
 
     # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run
-    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_", "uptime_seconds_total",
-            "batch_threshold")  # fmt: skip
+    keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_",
+            "uptime_seconds_total", "batch_threshold")  # fmt: skip
     out = {}
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line and not line.startswith("#") and any(k in line for k in keep):
@@ -814,10 +814,9 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
         start = re.fullmatch(r'tokenrouter_step_starts_total\{model="([^"]+)",reason="(\w+)"\}', key)
         if start:  # why the steps started (servers from the twenty-fifth session on)
             out.setdefault(start.group(1), {})[f"starts_{start.group(2)}"] = value - before.get(key, 0.0)
+        # steps no co-runner step overlapped (the busy board's counters: the twenty-seventh session on)
         lone = re.fullmatch(r'tokenrouter_alone_steps_by_batch_total\{model="([^"]+)",bs="\d+"\}', key)
-        if (
-            lone
-        ):  # steps no co-runner step overlapped (the busy board's counters: the twenty-seventh session on)
+        if lone:
             d = out.setdefault(lone.group(1), {})
             d["alone"] = d.get("alone", 0.0) + value - before.get(key, 0.0)
     return out
@@ -945,13 +944,16 @@ def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
     deltas = step_deltas(rec)
     if not any(d.get("hops_in_total") for d in deltas.values()):
         return None
-    out = []
-    for x in models:
-        d = deltas.get(x, {})
-        out.append(
-            1000.0 * d["hop_delay_seconds_total"] / d["hops_in_total"] if d.get("hops_in_total") else 0.0
-        )
-    return tuple(out)
+    return tuple(
+        mean_ms(deltas.get(x, {}), "hops_in_total", "hop_delay_seconds_total") or 0.0 for x in models
+    )
+
+
+def mean_ms(d: dict[str, float], count: str, seconds: str) -> float | None:
+    """ms per event from a model's `step_deltas`: the `seconds` counter over the `count` one (None without
+    events, or on servers without the counters)."""
+    n = d.get(count, 0.0)
+    return 1000.0 * d[seconds] / n if n else None
 
 
 def time_table(recs: list[dict]) -> list[str]:
@@ -974,10 +976,10 @@ def time_table(recs: list[dict]) -> list[str]:
                 else "-"
             )
             alone = f"{d['alone']:.0f}" if "alone" in d else "-"  # no busy board, or a server before it
-            gaps = d.get("step_gaps_total", 0.0)
-            gap = f"{1000 * d['step_gap_seconds_total'] / gaps:.2f}" if gaps else "-"
-            hops = d.get("hops_in_total", 0.0)  # no counter before the twenty-eighth session
-            hop = f"{1000 * d['hop_delay_seconds_total'] / hops:.2f}" if hops else "-"
+            # gaps since the twenty-seventh session, hop delays since the twenty-eighth
+            gap, hop = (mean_ms(d, "step_gaps_total", "step_gap_seconds_total"),
+                        mean_ms(d, "hops_in_total", "hop_delay_seconds_total"))  # fmt: skip
+            gap, hop = (f"{x:.2f}" if x is not None else "-" for x in (gap, hop))
             rows.append(
                 f"| {mode_label(r)} | {r['n']} | {model} | {steps:.0f} | {busy:.2f} | {busy / wall:.0%} | "
                 f"{1000 * busy / steps:.2f} | {d.get('step_rows_total', 0) / steps:.2f} | "
