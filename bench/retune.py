@@ -1,0 +1,148 @@
+"""Re-tune served runs offline with this checkout's throughput model, and hold its predictions against what
+the runs served.
+
+A matrix part that tunes from an eager profile keeps, in its results archive, the base plan and the two
+/metrics scrapes the profile was read from (`profile-metrics-nN-before.txt` / `-after.txt`), and a record
+of every row it served (`record-*-nN*.json`: the thresholds B and the measured decode tok/s). From those this
+script rebuilds the profile (`profile --from-metrics --since`), runs the tuner (`tune -n N`), and gives the
+chain's prediction at every B the run served: so a change to the profile or the chain can be checked
+against every H200 run at once, before any GPU time is spent on it. Rows: one per run, with the B the tuner
+chooses now (and the B it chose at the time, from the archive's `tune-nN.json`), then each served row as
+measured / predicted. Last, the spread of measured / predicted over every served row.
+
+    python3 bench/retune.py docs/raw/run-a1/call*/run*/results-*.tar.gz
+    python3 bench/retune.py --min-steps 20 docs/raw/run-a1/call*/run*/results-*.tar.gz
+
+Exit status: 0, or 2 for an archive that holds no eager profile's scrapes (named on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
+from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
+from tokenrouter.compiler.throughput.from_metrics import profile_from_metrics  # noqa: E402
+from tokenrouter.compiler.throughput.optimize import tune  # noqa: E402
+from tokenrouter.compiler.throughput.plan_inputs import system_from_plan  # noqa: E402
+
+
+class ArchiveError(ValueError):
+    """The archive lacks what a re-tune needs; the message says what."""
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    """{file name: bytes} of an archive's files (their folders dropped: a part's archive has one)."""
+    with tarfile.open(path) as tar:
+        return {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def retune(path: Path, min_steps: int | None = None) -> list[dict]:
+    """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
+    measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
+    `workload.min_steps`; 5 where it has none)."""
+    files = read_archive(path)
+    ns = sorted(int(name[len("profile-metrics-n") : -len("-after.txt")]) for name in files
+                if name.startswith("profile-metrics-n") and name.endswith("-after.txt"))  # fmt: skip
+    if not ns:
+        raise ArchiveError(
+            f"{path}: no profile-metrics-nN-after.txt (a part tuned from an eager profile has one)"
+        )
+    bases = [name for name in files if name.endswith(".plan") and not re.search(r"-n\d+", name)]
+    if len(bases) != 1:
+        raise ArchiveError(
+            f"{path}: expected one base plan (PAIR-POLICY.plan), found {sorted(bases) or 'none'}"
+        )
+    plan = json.loads(files[bases[0]])
+    try:
+        validate_plan(plan, f"{path}:{bases[0]}")
+    except PlanError as e:
+        raise ArchiveError(str(e)) from None
+    out = []
+    for n in ns:
+        after = files[f"profile-metrics-n{n}-after.txt"].decode()
+        before = files.get(f"profile-metrics-n{n}-before.txt", b"").decode() or None
+        made = json.loads(files.get(f"profile-n{n}.json", b"{}") or b"{}").get("workload", {})
+        prof = profile_from_metrics(plan, after, before, min_steps or made.get("min_steps", 5))
+        system = system_from_plan(plan, n, {}, {}, prof)
+        best = tune(system.inputs, system.fixed).best
+        then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
+        rows = []
+        for name in sorted(files):
+            if not (name.startswith("record-") and name.endswith(".json")):
+                continue
+            rec = json.loads(files[name])
+            if rec.get("n") != n or rec.get("mode") not in ("tokenrouter", "eager"):
+                continue
+            b = tuple(int((rec.get("thresholds") or {}).get(m, 1)) for m in system.inputs.models)
+            measured = rec["report"]["decode_throughput_tok_s"]
+            rows.append({"mode": rec["mode"], "B": b, "measured": measured,
+                         "predicted": analyze(system.inputs, b).throughput})  # fmt: skip
+        out.append({"archive": path.name, "n": n, "models": system.inputs.models, "B": best.thresholds,
+                    "predicted": best.throughput,
+                    "B_then": tuple(then["best"][m] for m in system.inputs.models) if "best" in then else None,
+                    "predicted_then": then.get("throughput_tok_s"), "rows": rows})  # fmt: skip
+    return out
+
+
+def fmt_b(b) -> str:
+    return "-" if b is None else "(" + ", ".join(map(str, b)) + ")"
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| run | N | B chosen now | predicted | B chosen then | served: B measured / predicted |",
+             "| --- | ---: | --- | ---: | --- | --- |"]  # fmt: skip
+    ratios = []
+    for r in results:
+        served = []
+        for row in r["rows"]:
+            ratio = row["measured"] / row["predicted"]
+            ratios.append(ratio)
+            served.append(f"{row['mode']} {fmt_b(row['B'])} {row['measured']:.0f} / {row['predicted']:.0f} "
+                          f"= {ratio:.2f}")  # fmt: skip
+        run = r["archive"].removeprefix("results-").removesuffix(".tar.gz")
+        lines.append(f"| {run} | {r['n']} | {fmt_b(r['B'])} | {r['predicted']:.0f} | {fmt_b(r['B_then'])} | "
+                     f"{'; '.join(served)} |")  # fmt: skip
+    if ratios:
+        lines.append("")
+        lines.append(f"measured / predicted over {len(ratios)} served rows: mean {statistics.mean(ratios):.3f}, "
+                     f"from {min(ratios):.2f} to {max(ratios):.2f}, standard deviation "
+                     f"{statistics.pstdev(ratios):.3f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "archives", nargs="+", help="results-*.tar.gz of matrix parts tuned from an eager profile"
+    )
+    ap.add_argument("--min-steps", type=int, default=None,
+                    help="the profile's min_steps (default: each run's own, from its profile-nN.json)")  # fmt: skip
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    a = ap.parse_args(argv)
+    if a.min_steps is not None and a.min_steps < 1:
+        print(f"error: --min-steps must be >= 1, got {a.min_steps}", file=sys.stderr)
+        return 2
+    results = []
+    for p in map(Path, a.archives):
+        try:
+            results += retune(p, a.min_steps)
+        except (OSError, tarfile.TarError, ArchiveError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    print(json.dumps(results, indent=1) if a.json else table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
