@@ -183,6 +183,12 @@ class Settings:
     # latencies alone and beside the other (the busy board), which `tune` then uses (docs/throughput.md)
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
+    # `profile --from-metrics --min-steps`: a batch size's latency (every step, alone, beside) from at least
+    # this many steps. 20, not the CLI's 5: re-tuned offline from runs 66-71's own scrapes (bench/retune.py),
+    # 20 put the served rows at 0.83-1.00x of the chain (standard deviation 0.046) against 0.88-1.19x (0.071)
+    # with 5, whose few-step latencies alone (run 70: the 0.6B alone at b = 7, 4.4 ms from 11 steps) misled
+    # the choice; 15 and 25 chose as 20 did (docs/throughput.md, "Known limits")
+    profile_min_steps: int = 20
     # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
     # prediction from the same profile (`--thresholds`): does the model rank the candidates as serving does?
     thresholds: list[dict[str, int]] = field(default_factory=list)
@@ -419,7 +425,7 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
             out[n] = raw / f"profile-n{n}{suffix}.json"
             try:
                 run_cmd(s, cli("profile", str(plan), "--from-metrics", str(after), "--since", str(before),
-                               "-o", str(out[n])), raw / "tune.log")  # fmt: skip
+                               "--min-steps", str(s.profile_min_steps), "-o", str(out[n])), raw / "tune.log")  # fmt: skip
             except RuntimeError as exc:  # e.g. a policy at a low share: the large model stepped too rarely
                 say(s, f"profile N={n}: {exc}")
                 out[n] = None
@@ -1214,7 +1220,7 @@ def main(argv: list[str] | None = None) -> int:
         if part.rounds is not None:
             s.rounds = part.rounds
         if part.pair == "tiny":
-            s.device, s.batch_sizes, s.warmup_len = "cpu", "1,2,4", 4
+            s.device, s.batch_sizes, s.warmup_len, s.profile_min_steps = "cpu", "1,2,4", 4, 5
             if a.output_len == 512:
                 s.output_len = 32
         try:
