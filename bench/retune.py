@@ -11,6 +11,7 @@ chooses now (and the B it chose at the time, from the archive's `tune-nN.json`),
 measured / predicted. Last, the spread of measured / predicted over every served row.
 
     python3 bench/retune.py docs/raw/run-a1/call*/run*/results-*.tar.gz
+    python3 bench/retune.py --alone-from 2,5 --alone-from 2,6 docs/raw/run-a2/call*/run*/results-*.tar.gz
     python3 bench/retune.py --min-steps 20 docs/raw/run-a1/call*/run*/results-*.tar.gz
 
 Exit status: 0, or 2 for an archive that holds no eager profile's scrapes (named on stderr).
@@ -19,6 +20,7 @@ Exit status: 0, or 2 for an archive that holds no eager profile's scrapes (named
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -29,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row's profile from its record)
 
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
 from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
@@ -47,10 +51,14 @@ def read_archive(path: Path) -> dict[str, bytes]:
         return {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
-def retune(path: Path, min_steps: int | None = None) -> list[dict]:
+def retune(
+    path: Path, min_steps: int | None = None, donor: dict[str, bytes] | None = None, alone_from=()
+) -> list[dict]:
     """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
     measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
-    `workload.min_steps`; 5 where it has none)."""
+    `workload.min_steps`; 5 where it has none). `donor` (another archive's files) and `alone_from` (thresholds,
+    in the order tried): the profile's latencies alone replaced by those the donor's first served row at one
+    of them measured, model by model (`served_alone`)."""
     files = read_archive(path)
     ns = sorted(int(name[len("profile-metrics-n") : -len("-after.txt")]) for name in files
                 if name.startswith("profile-metrics-n") and name.endswith("-after.txt"))  # fmt: skip
@@ -74,6 +82,13 @@ def retune(path: Path, min_steps: int | None = None) -> list[dict]:
         before = files.get(f"profile-metrics-n{n}-before.txt", b"").decode() or None
         made = json.loads(files.get(f"profile-n{n}.json", b"{}") or b"{}").get("workload", {})
         prof = profile_from_metrics(plan, after, before, min_steps or made.get("min_steps", 5))
+        lent = (
+            served_alone(donor, n, alone_from, min_steps or made.get("min_steps", 5), tuple(plan["models"]))
+            if donor
+            else None
+        )
+        if lent is not None:
+            prof = dataclasses.replace(prof, alone_ms={**prof.alone_ms, **lent[1]})
         system = system_from_plan(plan, n, {}, {}, prof)
         best = tune(system.inputs, system.fixed).best
         then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
@@ -91,8 +106,27 @@ def retune(path: Path, min_steps: int | None = None) -> list[dict]:
         out.append({"archive": path.name, "n": n, "models": system.inputs.models, "B": best.thresholds,
                     "predicted": best.throughput,
                     "B_then": tuple(then["best"][m] for m in system.inputs.models) if "best" in then else None,
-                    "predicted_then": then.get("throughput_tok_s"), "rows": rows})  # fmt: skip
+                    "predicted_then": then.get("throughput_tok_s"), "rows": rows,
+                    "alone_from": None if lent is None else lent[0]})  # fmt: skip
     return out
+
+
+def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, models: tuple[str, ...]):
+    """(B, {model: latency alone}) from the first served TokenRouter row at N whose thresholds are one of
+    `alone_from` (tried in order, each in the order of `models`): the busy board's alone steps of that row, for the models that have
+    `min_steps` of them (`bench/matrix.py`'s `record_profile`); None where no such row is in `files`. An eager
+    profile sees the small model alone only at the few batch sizes it runs while the large one holds no
+    request; a row served at B_llm > 1 sees it alone at every batch size (docs/matrix.md, "Runs 72-78")."""
+    records = [json.loads(data) for name, data in sorted(files.items())
+               if name.startswith("record-tokenrouter") and name.endswith(".json")]  # fmt: skip
+    for b in alone_from:
+        for rec in records:
+            got = tuple((rec.get("thresholds") or {}).get(m, 1) for m in models)
+            if rec.get("n") == n and got == tuple(b):
+                prof = record_profile(rec, min_steps)
+                if prof is not None and prof.alone_ms:
+                    return tuple(b), dict(prof.alone_ms)
+    return None
 
 
 def fmt_b(b) -> str:
@@ -100,8 +134,10 @@ def fmt_b(b) -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| run | N | B chosen now | predicted | B chosen then | served: B measured / predicted |",
-             "| --- | ---: | --- | ---: | --- | --- |"]  # fmt: skip
+    lent = any(r.get("alone_from") for r in results)
+    lines = ["| run | N | B chosen now | predicted | B chosen then | served: B measured / predicted |"
+             + (" latencies alone from |" if lent else ""),
+             "| --- | ---: | --- | ---: | --- | --- |" + (" --- |" if lent else "")]  # fmt: skip
     ratios = []
     for r in results:
         served = []
@@ -112,7 +148,7 @@ def table(results: list[dict]) -> str:
                           f"= {ratio:.2f}")  # fmt: skip
         run = r["archive"].removeprefix("results-").removesuffix(".tar.gz")
         lines.append(f"| {run} | {r['n']} | {fmt_b(r['B'])} | {r['predicted']:.0f} | {fmt_b(r['B_then'])} | "
-                     f"{'; '.join(served)} |")  # fmt: skip
+                     f"{'; '.join(served)} |" + (f" {fmt_b(r.get('alone_from'))} |" if lent else ""))  # fmt: skip
     if ratios:
         lines.append("")
         lines.append(f"measured / predicted over {len(ratios)} served rows: mean {statistics.mean(ratios):.3f}, "
@@ -128,18 +164,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--min-steps", type=int, default=None,
                     help="the profile's min_steps (default: each run's own, from its profile-nN.json)")  # fmt: skip
+    ap.add_argument("--alone-from", action="append", default=[], metavar="B,B",
+                    help="take the latencies alone from the previous archive's served row at these thresholds "
+                    "(model order as in the table; repeatable: the first found; the first archive is skipped)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.min_steps is not None and a.min_steps < 1:
         print(f"error: --min-steps must be >= 1, got {a.min_steps}", file=sys.stderr)
         return 2
-    results = []
+    try:
+        alone_from = [tuple(int(x) for x in v.split(",")) for v in a.alone_from]
+    except ValueError:
+        print(f"error: --alone-from takes thresholds like 2,5, got {a.alone_from}", file=sys.stderr)
+        return 2
+    results, previous = [], None
     for p in map(Path, a.archives):
         try:
-            results += retune(p, a.min_steps)
+            if not alone_from:
+                results += retune(p, a.min_steps)
+            elif previous is not None:
+                results += retune(p, a.min_steps, read_archive(previous), alone_from)
         except (OSError, tarfile.TarError, ArchiveError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        previous = p
     print(json.dumps(results, indent=1) if a.json else table(results))
     return 0
 

@@ -51,3 +51,30 @@ def test_an_archive_without_the_scrapes_is_named(bench_script, tmp_path, capsys)
     assert f"error: {bad}: no profile-metrics-nN-after.txt" in capsys.readouterr().err
     assert retune.main(["--min-steps", "0", str(RUN70)]) == 2
     assert retune.main([str(tmp_path / "nope.tar.gz")]) == 2
+
+
+def test_latencies_alone_lent_by_the_previous_runs_served_row(bench_script, capsys):
+    """`--alone-from 2,5`: run 76's profile takes the 0.6B's latencies alone from run 75's served (2, 5) row,
+    which saw it alone at every batch size of 2-8 (the eager profile only at 1, 2, 3 and 5). The chain then
+    ranks run 76's two served rows as they served ((2, 6) above (1, 4)), which the eager profile alone does
+    not; the first archive has nothing before it and is left out."""
+    retune = bench_script("retune")
+    run75, run76 = (
+        next((ROOT / f"docs/raw/run-a2/{c}").glob("results-*.tar.gz")) for c in ("call2/run75", "call3/run76")
+    )
+    (plain,) = retune.retune(run76)
+    (lent,) = retune.retune(run76, donor=retune.read_archive(run75), alone_from=[(2, 5), (2, 6)])
+    assert plain["alone_from"] is None and lent["alone_from"] == (2, 5)
+    pred = {r["B"]: r["predicted"] for r in plain["rows"]}
+    assert pred[(1, 4)] > pred[(2, 6)]  # the eager profile's ranking: the other way round from served
+    pred = {r["B"]: r["predicted"] for r in lent["rows"]}
+    served = {r["B"]: r["measured"] for r in lent["rows"]}
+    assert served[(2, 6)] > served[(1, 4)] and pred[(2, 6)] > pred[(1, 4)]
+    assert lent["rows"][0]["predicted"] != plain["rows"][0]["predicted"] or len(lent["rows"]) == 1
+    # no row at the thresholds asked for: the profile is left as it is
+    (none,) = retune.retune(run76, donor=retune.read_archive(run75), alone_from=[(3, 3)])
+    assert none["alone_from"] is None and none["B"] == plain["B"]
+    assert retune.main(["--alone-from", "2,5", str(run75), str(run76)]) == 0
+    out = capsys.readouterr().out
+    assert "latencies alone from" in out and "run75" not in out and "| (2, 5) |" in out
+    assert retune.main(["--alone-from", "two", str(run76)]) == 2
