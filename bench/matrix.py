@@ -195,6 +195,10 @@ class Settings:
     # the served profile a second time at these thresholds (`serve --batch`), and tune on the two with the
     # co-location term (`profile --colocation`, docs/throughput.md); None: the eager profile alone
     colocation: dict[str, int] | None = None
+    # the served profile a second time at these thresholds, whose latencies alone (the busy board's) replace the
+    # eager profile's (`profile --from-metrics ... --alone`): an eager profile sees the small model alone only at
+    # the few batch sizes it runs while the large one holds no request (docs/matrix.md, "Runs 72-78")
+    alone_from: dict[str, int] | None = None
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
     # B_i (the DTMC has no such timeout: docs/throughput.md)
     max_delay_ms: float = STDLIB_MAX_DELAY_MS
@@ -366,11 +370,11 @@ def plain_profile(profile: Path) -> Path:
     return out
 
 
-def plain_tune(s: Settings, plan: Path, profile: Path, n: int, raw: Path) -> dict:
-    """`tune` on `profile` into tune-nN-plain.json (its plan beside): the tuning's result."""
+def plain_tune(s: Settings, plan: Path, profile: Path, n: int, raw: Path, name: str = "plain") -> dict:
+    """`tune` on `profile` into tune-nN-NAME.json (its plan beside): the tuning's result."""
     rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(profile), "-n", str(n), "--json",
-                                    "-o", str(raw / f"{plan.stem}-n{n}-plain.plan")), raw / "tune.log").stdout)  # fmt: skip
-    (raw / f"tune-n{n}-plain.json").write_text(json.dumps(rec, indent=2))
+                                    "-o", str(raw / f"{plan.stem}-n{n}-{name}.plan")), raw / "tune.log").stdout)  # fmt: skip
+    (raw / f"tune-n{n}-{name}.json").write_text(json.dumps(rec, indent=2))
     return rec["tuning"]["result"]
 
 
@@ -379,8 +383,12 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
     on it, and read step latencies and hop rates from its /metrics (`profile --from-metrics`), per N
     (None where `profile` failed: its message is in tune.log). With `s.colocation`, the same again with the
     plan served at those thresholds, and the profile per N is the two fitted into one with the co-location
-    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why)."""
+    term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why). With
+    `s.alone_from`, the eager profile with the latencies alone of the plan served at those thresholds
+    (`lent_alone`)."""
     out = served_profiles(s, plan, ns, raw, "eager", ())
+    if s.alone_from:
+        return lent_alone(s, plan, ns, raw, out)
     if not s.colocation:
         return out
     label = threshold_label(s.colocation)
@@ -401,6 +409,36 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
         say(s, f"co-location N={n} (eager and {label}): {terms}; without it tune would choose B = "
                f"{result['best']} (predicted {result['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
         out[n] = fitted
+    return out
+
+
+def lent_alone(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[int, Path | None]):
+    """The plan served a second time at `s.alone_from`, and per N the eager profile built again from its
+    scrapes with that profile's latencies alone (`profile --from-metrics ... --alone`), logged with what the
+    eager profile's own latencies alone would choose; where a step fails, the eager profile as it was (the log
+    says why)."""
+    label = threshold_label(s.alone_from)
+    extra = tuple(x for m, b in s.alone_from.items() for x in ("--batch", f"{m}={b}"))
+    second = served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
+    for n in ns:
+        if out.get(n) is None or second.get(n) is None:
+            say(
+                s,
+                f"latencies alone N={n}: no profile at {label} or no eager one; tuning on the eager profile",
+            )
+            continue
+        lent = raw / f"profile-n{n}-alone.json"
+        try:
+            run_cmd(s, cli("profile", str(plan), "--from-metrics", str(raw / f"profile-metrics-n{n}-after.txt"),
+                           "--since", str(raw / f"profile-metrics-n{n}-before.txt"), "--min-steps",
+                           str(s.profile_min_steps), "--alone", str(second[n]), "-o", str(lent)), raw / "tune.log")  # fmt: skip
+        except RuntimeError as exc:
+            say(s, f"latencies alone N={n}: {exc}; tuning on the eager profile")
+            continue
+        own = plain_tune(s, plan, out[n], n, raw, "eager-alone")
+        say(s, f"latencies alone N={n} from the plan served at {label}; with the eager profile's own, tune would "
+               f"choose B = {own['best']} (predicted {own['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+        out[n] = lent
     return out
 
 
@@ -1148,6 +1186,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--colocation", default=None, metavar="MODEL=B[,MODEL=B]",
                     help="profile the plan served a second time at these thresholds and tune with the "
                     "co-location term fitted from both (`profile --colocation`)")  # fmt: skip
+    ap.add_argument("--alone-from", default=None, metavar="MODEL=B[,MODEL=B]",
+                    help="profile the plan served a second time at these thresholds and tune with its latencies "
+                    "alone (the busy board's) in place of the eager profile's (`profile --alone`)")  # fmt: skip
     ap.add_argument("--max-delay-ms", type=float, default=STDLIB_MAX_DELAY_MS,
                     help="the plans' `serve { max_delay_ms }`: the longest a request waits for its model's "
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
@@ -1186,8 +1227,15 @@ def main(argv: list[str] | None = None) -> int:
         colocation = parse_thresholds(a.colocation, "--colocation") if a.colocation else None
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
-        if colocation and a.tune_from != "eager":
-            raise ValueError("--colocation needs --tune-from eager (served profiles)")
+        alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
+        if (colocation or alone_from) and a.tune_from != "eager":
+            raise ValueError(
+                f"{'--colocation' if colocation else '--alone-from'} needs --tune-from eager (served profiles)"
+            )
+        if colocation and alone_from:
+            raise ValueError(
+                "--colocation and --alone-from are two ways to correct the eager profile: give one"
+            )
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):
@@ -1213,7 +1261,7 @@ def main(argv: list[str] | None = None) -> int:
                      tune_from=a.tune_from,
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
-                     deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation,
+                     deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len

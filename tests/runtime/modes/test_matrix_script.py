@@ -290,7 +290,10 @@ def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path, capsys)
         == 2
     )
     for bad, msg in ((["--colocation", "llm=3", "--tune-from", "profile"], "needs --tune-from eager"),
-                     (["--colocation", "llm=0"], "--colocation 'llm=0': expected MODEL=B")):  # fmt: skip
+                     (["--colocation", "llm=0"], "--colocation 'llm=0': expected MODEL=B"),
+                     (["--alone-from", "slm=2,llm=5", "--tune-from", "profile"], "--alone-from needs --tune-from eager"),
+                     (["--alone-from", "slm=2,llm"], "--alone-from 'slm=2,llm': expected MODEL=B"),
+                     (["--alone-from", "llm=5", "--colocation", "llm=3"], "give one")):  # fmt: skip
         assert matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", *bad]) == 2
         assert msg in capsys.readouterr().err
 
@@ -399,3 +402,50 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
     assert matrix.main(["--record-profile", str(bad), str(tmp_path / "x.json")]) == 2
     assert "no profile in this record" in capsys.readouterr().err
     assert matrix.main(["--record-profile", str(tmp_path / "none.json"), str(tmp_path / "x.json")]) == 2
+
+
+def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
+    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200, docs/raw/run-a2) with run 75's (2, 5) row as
+    the second served profile: the eager profile is built again with the second one's latencies alone (the
+    0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
+    what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
+    from tokenrouter.compiler.throughput.profile_format import read_profile, write_profile
+
+    def archive(run: str) -> dict[str, bytes]:
+        with tarfile.open(next(ROOT.glob(f"docs/raw/run-a2/call*/{run}/results-*.tar.gz"))) as tar:
+            return {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+    run76, run75 = archive("run76"), archive("run75")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("profile-metrics-n8-after.txt", "profile-metrics-n8-before.txt", "profile-n8.json",
+                 "0.6b+8b-bern0.35.plan"):  # fmt: skip
+        (raw / name).write_bytes(run76[name])
+    plan = raw / "0.6b+8b-bern0.35.plan"
+    donor = matrix.record_profile(json.loads(run75["record-tokenrouter-n8-B2-5.json"]), 20)
+    write_profile(donor, raw / "second.json")
+    s = matrix.Settings(
+        out=tmp_path / "out", work=tmp_path / "work", device=None, alone_from={"slm": 2, "llm": 5}
+    )
+    calls = []
+
+    def fake(s, plan, ns, raw, tag, extra):
+        calls.append((tag, extra))
+        return {n: raw / ("profile-n8.json" if tag == "eager" else "second.json") for n in ns}
+
+    monkeypatch.setattr(matrix, "served_profiles", fake)
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
+    assert got[8] == raw / "profile-n8-alone.json"
+    lent, eager = read_profile(got[8]), read_profile(raw / "profile-n8.json")
+    assert lent.alone_ms["slm"] == donor.alone_ms["slm"] and lent.step_ms == eager.step_ms
+    assert sorted(b for b, _ in eager.alone_ms["slm"].points) == [1, 2, 3, 5]
+    assert lent.workload["alone_measured"] == ["slm", "llm"]
+    assert "latencies alone N=8 from the plan served at slm=2,llm=5; with the eager profile's own, tune would " \
+           "choose B = {'slm': 1, 'llm': 4}" in s.log[-1]  # fmt: skip
+    assert "slm: alone from" in (raw / "tune.log").read_text()
+    # no second profile: the eager one, said so
+    monkeypatch.setattr(matrix, "served_profiles", lambda s, plan, ns, raw, tag, extra: {
+        n: raw / "profile-n8.json" if tag == "eager" else None for n in ns})  # fmt: skip
+    assert matrix.profile_served(s, plan, [8], raw)[8] == raw / "profile-n8.json"
+    assert "no profile at slm=2,llm=5 or no eager one; tuning on the eager profile" in s.log[-1]

@@ -398,8 +398,11 @@ def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_ste
 
 
 def _with_alone(plan_path: str, served, path: str):
-    """`served` with the step latencies of the profile at `path` as `alone_ms` for the models that share a
-    GPU with another model of the plan."""
+    """`served` with latencies alone from the profile at `path`, for the models that share a GPU with another
+    model of the plan: that profile's own latencies alone where it has them (a profile served at other
+    thresholds, whose busy board saw the model alone at more batch sizes than an eager one does:
+    docs/matrix.md, "Runs 72-78"), else its step latencies (a profile that timed each model alone). The served
+    profile keeps its latencies beside the others."""
     import dataclasses
 
     from tokenrouter.compiler.throughput.colocation import co_runners
@@ -414,14 +417,14 @@ def _with_alone(plan_path: str, served, path: str):
         raise ThroughputInputError(
             f"--alone {path}: no two models of the plan share a GPU (models.*.gpus): nothing runs beside another"
         )
-    missing = [m for m in shared if m not in lone.step_ms]
+    missing = [m for m in shared if m not in lone.step_ms and m not in lone.alone_ms]
     if missing:
         raise ThroughputInputError(f"--alone {path}: no step latencies for {', '.join(missing)}")
+    measured = [m for m in shared if m in lone.alone_ms]
     return dataclasses.replace(
         served,
-        alone_ms={m: lone.step_ms[m] for m in shared},
-        beside_ms={},  # the served step_ms are the latencies beside the others
-        workload={**served.workload, "alone_source": str(path)},
+        alone_ms={m: lone.alone_ms[m] if m in measured else lone.step_ms[m] for m in shared},
+        workload={**served.workload, "alone_source": str(path), "alone_measured": measured},
     )
 
 
@@ -475,6 +478,11 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
             f"  {m}: {ms:.3f} ms of delay per hop received, beyond its own step (hops are instant in the chain)"
         )
     latencies("alone", profile.alone_ms)
+    if "alone_source" in profile.workload:
+        measured = profile.workload.get("alone_measured", [])
+        for m in profile.alone_ms:
+            how = "its steps alone" if m in measured else "its step latencies"
+            lines.append(f"  {m}: alone from {profile.workload['alone_source']} ({how})")
     for m, st in profile.workload.get("steps_by_state", {}).items():
         if "alone_scaled_by" in st:
             lines.append(
