@@ -5,7 +5,9 @@ A matrix part that tunes from an eager profile keeps, in its results archive, th
 /metrics scrapes the profile was read from (`profile-metrics-nN-before.txt` / `-after.txt`), and a record
 of every row it served (`record-*-nN*.json`: the thresholds B and the measured decode tok/s). From those this
 script rebuilds the profile (`profile --from-metrics --since`), runs the tuner (`tune -n N`), and gives the
-chain's prediction at every B the run served: so a change to the profile or the chain can be checked
+chain's prediction at every B the run served (where the run tuned on latencies alone lent by a second
+served profile, `bench/matrix.py --alone-from`, that profile is rebuilt from its own scrapes and lent
+again): so a change to the profile or the chain can be checked
 against every H200 run at once, before any GPU time is spent on it. Rows: one per run, with the B the tuner
 chooses now (and the B it chose at the time, from the archive's `tune-nN.json`), then each served row as
 measured / predicted. Last, the spread of measured / predicted over every served row.
@@ -20,7 +22,6 @@ Exit status: 0, or 2 for an archive that holds no eager profile's scrapes (named
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import statistics
@@ -35,10 +36,15 @@ if str(ROOT) not in sys.path:
 from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row's profile from its record)
 
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
+from tokenrouter.compiler.throughput.commands import lend_alone  # noqa: E402
 from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
 from tokenrouter.compiler.throughput.from_metrics import profile_from_metrics  # noqa: E402
 from tokenrouter.compiler.throughput.optimize import tune  # noqa: E402
 from tokenrouter.compiler.throughput.plan_inputs import system_from_plan  # noqa: E402
+
+EAGER_AFTER = re.compile(
+    r"profile-metrics-n(\d+)-after\.txt"
+)  # the eager profile's scrapes (a second one is tagged)
 
 
 class ArchiveError(ValueError):
@@ -60,8 +66,7 @@ def retune(
     in the order tried): the profile's latencies alone replaced by those the donor's first served row at one
     of them measured, model by model (`served_alone`)."""
     files = read_archive(path)
-    ns = sorted(int(name[len("profile-metrics-n") : -len("-after.txt")]) for name in files
-                if name.startswith("profile-metrics-n") and name.endswith("-after.txt"))  # fmt: skip
+    ns = sorted(int(m.group(1)) for m in map(EAGER_AFTER.fullmatch, files) if m)
     if not ns:
         raise ArchiveError(
             f"{path}: no profile-metrics-nN-after.txt (a part tuned from an eager profile has one)"
@@ -81,14 +86,14 @@ def retune(
         after = files[f"profile-metrics-n{n}-after.txt"].decode()
         before = files.get(f"profile-metrics-n{n}-before.txt", b"").decode() or None
         made = json.loads(files.get(f"profile-n{n}.json", b"{}") or b"{}").get("workload", {})
-        prof = profile_from_metrics(plan, after, before, min_steps or made.get("min_steps", 5))
-        lent = (
-            served_alone(donor, n, alone_from, min_steps or made.get("min_steps", 5), tuple(plan["models"]))
-            if donor
-            else None
-        )
+        steps = min_steps or made.get("min_steps", 5)
+        prof = profile_from_metrics(plan, after, before, steps)
+        if donor:
+            lent = served_alone(donor, n, alone_from, steps, tuple(plan["models"]))
+        else:
+            lent = archived_alone(files, plan, n, steps)
         if lent is not None:
-            prof = dataclasses.replace(prof, alone_ms={**prof.alone_ms, **lent[1]})
+            prof = lend_alone(plan, prof, lent[1], lent[0])
         system = system_from_plan(plan, n, {}, {}, prof)
         best = tune(system.inputs, system.fixed).best
         then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
@@ -112,7 +117,7 @@ def retune(
 
 
 def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, models: tuple[str, ...]):
-    """(B, {model: latency alone}) from the first served TokenRouter row at N whose thresholds are one of
+    """(its B as text, its profile) for the first served TokenRouter row at N whose thresholds are one of
     `alone_from` (tried in order, each in the order of `models`): the busy board's alone steps of that row, for the models that have
     `min_steps` of them (`bench/matrix.py`'s `record_profile`); None where no such row is in `files`. An eager
     profile sees the small model alone only at the few batch sizes it runs while the large one holds no
@@ -125,8 +130,21 @@ def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, mo
             if rec.get("n") == n and got == tuple(b):
                 prof = record_profile(rec, min_steps)
                 if prof is not None and prof.alone_ms:
-                    return tuple(b), dict(prof.alone_ms)
+                    return fmt_b(b), prof
     return None
+
+
+def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int):
+    """(the second profile's tag, that profile rebuilt from its scrapes) where the run itself tuned on latencies
+    alone lent by a second served profile (`bench/matrix.py --alone-from`: `profile-nN-alone.json` names it
+    as its `alone_source`), else None."""
+    made = json.loads(files.get(f"profile-n{n}-alone.json", b"{}") or b"{}").get("workload", {})
+    tag = Path(made.get("alone_source", "")).name.removeprefix(f"profile-n{n}-").removesuffix(".json")
+    after = files.get(f"profile-metrics-n{n}-{tag}-after.txt")
+    if not tag or after is None:
+        return None
+    before = files.get(f"profile-metrics-n{n}-{tag}-before.txt", b"").decode() or None
+    return tag, profile_from_metrics(plan, after.decode(), before, min_steps)
 
 
 def fmt_b(b) -> str:
@@ -148,7 +166,7 @@ def table(results: list[dict]) -> str:
                           f"= {ratio:.2f}")  # fmt: skip
         run = r["archive"].removeprefix("results-").removesuffix(".tar.gz")
         lines.append(f"| {run} | {r['n']} | {fmt_b(r['B'])} | {r['predicted']:.0f} | {fmt_b(r['B_then'])} | "
-                     f"{'; '.join(served)} |" + (f" {fmt_b(r.get('alone_from'))} |" if lent else ""))  # fmt: skip
+                     f"{'; '.join(served)} |" + (f" {r.get('alone_from') or '-'} |" if lent else ""))  # fmt: skip
     if ratios:
         lines.append("")
         lines.append(f"measured / predicted over {len(ratios)} served rows: mean {statistics.mean(ratios):.3f}, "

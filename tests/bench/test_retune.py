@@ -64,7 +64,7 @@ def test_latencies_alone_lent_by_the_previous_runs_served_row(bench_script, caps
     )
     (plain,) = retune.retune(run76)
     (lent,) = retune.retune(run76, donor=retune.read_archive(run75), alone_from=[(2, 5), (2, 6)])
-    assert plain["alone_from"] is None and lent["alone_from"] == (2, 5)
+    assert plain["alone_from"] is None and lent["alone_from"] == "(2, 5)"
     pred = {r["B"]: r["predicted"] for r in plain["rows"]}
     assert pred[(1, 4)] > pred[(2, 6)]  # the eager profile's ranking: the other way round from served
     pred = {r["B"]: r["predicted"] for r in lent["rows"]}
@@ -78,3 +78,17 @@ def test_latencies_alone_lent_by_the_previous_runs_served_row(bench_script, caps
     out = capsys.readouterr().out
     assert "latencies alone from" in out and "run75" not in out and "| (2, 5) |" in out
     assert retune.main(["--alone-from", "two", str(run76)]) == 2
+
+
+def test_a_run_tuned_on_lent_latencies_alone_is_retuned_with_the_same_loan(bench_script):
+    """Run 79 tuned with `bench/matrix.py --alone-from slm=2,llm=5`: its archive holds the second profile's
+    scrapes, which the re-tune rebuilds and lends again, reproducing the choice made on the H200, (3, 6), at
+    its prediction; its own eager profile alone chooses (1, 6), as the run logged."""
+    retune = bench_script("retune")
+    run79 = next((ROOT / "docs/raw/run-a2/call5/run79").glob("results-*.tar.gz"))
+    (got,) = retune.retune(run79)
+    then = json.loads(retune.read_archive(run79)["tune-n8.json"])["tuning"]["result"]
+    assert got["alone_from"] == "B-slm2,llm5" and got["B"] == got["B_then"] == (3, 6)
+    assert got["predicted"] == pytest.approx(then["throughput_tok_s"], rel=1e-9)
+    own = json.loads(retune.read_archive(run79)["tune-n8-eager-alone.json"])["tuning"]["result"]["best"]
+    assert (own["slm"], own["llm"]) == (1, 6)

@@ -398,33 +398,38 @@ def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_ste
 
 
 def _with_alone(plan_path: str, served, path: str):
-    """`served` with latencies alone from the profile at `path`, for the models that share a GPU with another
-    model of the plan: that profile's own latencies alone where it has them (a profile served at other
-    thresholds, whose busy board saw the model alone at more batch sizes than an eager one does:
+    """`served` with latencies alone from the profile at `path` (`lend_alone`)."""
+    try:
+        lone = read_profile(path)
+    except ProfileError as e:
+        raise ThroughputInputError(str(e)) from None
+    return lend_alone(load_plan(plan_path), served, lone, str(path))
+
+
+def lend_alone(plan: dict, served, lone, source: str):
+    """`served` with latencies alone from the profile `lone` (read from `source`), for the models that share a
+    GPU with another model of the plan: `lone`'s own latencies alone where it has them (a profile served at
+    other thresholds, whose busy board saw the model alone at more batch sizes than an eager one does:
     docs/matrix.md, "Runs 72-78"), else its step latencies (a profile that timed each model alone). The served
     profile keeps its latencies beside the others."""
     import dataclasses
 
     from tokenrouter.compiler.throughput.colocation import co_runners
 
-    try:
-        lone = read_profile(path)
-    except ProfileError as e:
-        raise ThroughputInputError(str(e)) from None
-    groups = co_runners(load_plan(plan_path))
+    groups = co_runners(plan)
     shared = [m for m in served.step_ms if groups.get(m)]
     if not shared:
         raise ThroughputInputError(
-            f"--alone {path}: no two models of the plan share a GPU (models.*.gpus): nothing runs beside another"
+            f"--alone {source}: no two models of the plan share a GPU (models.*.gpus): nothing runs beside another"
         )
     missing = [m for m in shared if m not in lone.step_ms and m not in lone.alone_ms]
     if missing:
-        raise ThroughputInputError(f"--alone {path}: no step latencies for {', '.join(missing)}")
+        raise ThroughputInputError(f"--alone {source}: no step latencies for {', '.join(missing)}")
     measured = [m for m in shared if m in lone.alone_ms]
     return dataclasses.replace(
         served,
         alone_ms={m: lone.alone_ms[m] if m in measured else lone.step_ms[m] for m in shared},
-        workload={**served.workload, "alone_source": str(path), "alone_measured": measured},
+        workload={**served.workload, "alone_source": source, "alone_measured": measured},
     )
 
 
