@@ -409,7 +409,9 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
 def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     """`attn_prefetch` asks the attention kernel for its early reads at one-token launches (of up to
     `attn_decode_single_stage_bs` requests: this test's decodes have one) and not at extends (run P: they were
-    faster without them), unless `attn_prefetch_max` is raised; off, at none. The logits stay the reference's."""
+    faster without them), unless `attn_prefetch_max` is raised; off, at none. The logits stay the reference's:
+    on the fused forward at the defaults, on the model's own forward at the other settings (`fused_ops` off:
+    its only Triton kernels are the K/V store and the attention, options picked by the backend either way)."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -428,22 +430,30 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     asked.clear()
+    backend.fused_ops = False
     backend.attn_prefetch_max = 5
-    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
+    got = run_steps(model, backend, model.forward, STEPS)
     assert {q for q, _ in asked} >= {1, 5, 17} and all(p == (q <= 5) for q, p in asked), asked
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     asked.clear()
     backend.attn_prefetch = False
-    run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS[2:4])
+    run_steps(model, backend, model.forward, STEPS[2:4])
     assert asked and not any(p for _, p in asked)
 
 
-def record_attention(monkeypatch, model, keys: tuple[str, ...]) -> tuple[list, list, list]:
-    """(asked, steps, want): three decodes (bs 1, 3, 2) and STEPS, with the reference's logits `want` (SDPA),
-    and `tk.paged_attention` recording (batch size, max_extend_len, *the launch options `keys`) into `asked`
-    from now on."""
+def record_attention(monkeypatch, model, backend, keys: tuple[str, ...]):
+    """launches(fused=False): run three decodes (bs 1, 3, 2) and STEPS on `backend`, check every step's logits
+    against the reference's (SDPA), and return the set of (batch size, max_extend_len, *the launch options
+    `keys`) that `tk.paged_attention` was called with; from now on it records every call.
+
+    With `fused` the steps run `fused_decoder_forward`, every Triton kernel interpreted (about 17 s on the
+    CPU); else the model's own forward (`fused_ops` off), whose only Triton kernels are the K/V store and the
+    attention (about 2 s). Both launch the attention kernel through `backend.attend`, with the options that
+    the backend derives from the step's shape (`init_forward_metadata`: batch size and max_extend_len), never
+    from a tensor's values; so the same steps record the same launches on either forward (checked where the
+    tests run both), and the interpreted kernel computes the logits with those options on either."""
     asked = []
     real = tk.paged_attention
 
@@ -456,40 +466,44 @@ def record_attention(monkeypatch, model, keys: tuple[str, ...]) -> tuple[list, l
     steps = decodes + STEPS
     want = run_steps(model, SdpaAttnBackend(attn_config(model.config)), model.forward, steps)
     monkeypatch.setattr(tk, "paged_attention", recorded)
-    return asked, steps, want
+
+    def launches(fused: bool = False) -> set[tuple]:
+        asked.clear()
+        backend.fused_ops = fused
+        got = run_steps(model, backend, model.forward, steps)
+        for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+            torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+            torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+        return set(asked)
+
+    return launches
 
 
 def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     """Decodes of up to `attn_decode_single_stage_bs` requests (default 1) read their first KV tile early and run
     the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (run T), as do extends
     (unpipelined only for row blocks of up to `attn_extend_single_stage_rows` query rows: by default none).
-    Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged. (The
-    KV tiles, which set 2 stages where they widen or narrow the tile, are off here: see the next test.)"""
+    Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged:
+    on the fused forward at the defaults, on the model's own forward (the same launches) at every setting.
+    (The KV tiles, which set 2 stages where they widen or narrow the tile, are off here: see the next
+    test.)"""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    # (batch size, largest new tokens per row, stages, early reads) per attention launch
-    asked, steps, want = record_attention(monkeypatch, model, ("num_stages", "prefetch"))
     backend = TritonAttnBackend(cfg)
     backend.attn_tiles = False
-
-    def launches(check: bool = False) -> set[tuple[int, int, int, bool]]:
-        asked.clear()
-        got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
-        if check:
-            for (wl, wh), (gl, gh) in zip(want, got, strict=True):
-                torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
-                torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-        return set(asked)
+    # (batch size, largest new tokens per row, stages, early reads) per attention launch
+    launches = record_attention(monkeypatch, model, backend, ("num_stages", "prefetch"))
 
     def pipelined(q: int) -> int:
         return 3 if 16 < q * group <= 32 else 2
 
     assert (backend.attn_decode_single_stage_bs, backend.attn_extend_single_stage_rows) == (1, 0)
-    got = launches(check=True)
+    got = launches(fused=True)
     shapes = {(b, q) for b, q, _, _ in got}
     assert shapes >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
     assert got == {(b, q, 1, True) if q == 1 and b <= 1 else (b, q, pipelined(q), False) for b, q in shapes}
+    assert launches() == got  # the model's own forward launches the attention as the fused one does
     backend.attn_decode_single_stage_bs = 2  # run T's rule: bs 2 reads early too
     assert launches() == {
         (b, q, 1, True) if q == 1 and b <= 2 else (b, q, pipelined(q), False) for b, q in shapes
@@ -508,25 +522,19 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
     """Launches of at most `attn_wide_tile_splits` KV splits (default 4) whose grid fits two programs per SM run
     128-token KV tiles, launches of at least `attn_narrow_tile_splits` (default 32) 32-token ones, both with 2
     stages (run U); decodes that read early, row blocks of more than 32 query rows and `attn_tiles` off keep the
-    kernel's tile (None). The logits stay the reference's with every tile. The GPU's SM count is set to 8 here,
-    so that this tiny model's few requests reach split counts of 1-4 (and, with the thresholds moved, both
-    kinds of tile)."""
+    kernel's tile (None). The logits stay the reference's with every tile: on the fused forward at the
+    defaults, on the model's own forward (the same launches: see the previous test) at the other settings. The
+    GPU's SM count is set to 8 here, so that this tiny model's few requests reach split counts of 1-4 (and,
+    with the thresholds moved, both kinds of tile)."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
     monkeypatch.setattr(tk, "num_sms", lambda device: 8)
-    # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per attention launch
-    keys = ("num_splits", "block_n", "num_stages", "prefetch")
-    asked, steps, want = record_attention(monkeypatch, model, keys)
     backend = TritonAttnBackend(cfg)
-
-    def launches() -> set[tuple]:
-        asked.clear()
-        got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), steps)
-        for (wl, wh), (gl, gh) in zip(want, got, strict=True):
-            torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
-            torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-        return set(asked)
+    # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per attention launch
+    launches = record_attention(
+        monkeypatch, model, backend, ("num_splits", "block_n", "num_stages", "prefetch")
+    )
 
     def splits(b: int, q: int) -> int:  # choose_num_splits at 8 SMs (one row block up to 32 rows)
         return (
@@ -534,7 +542,7 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
         )
 
     assert (backend.attn_wide_tile_splits, backend.attn_narrow_tile_splits) == (4, 32)
-    got = launches()
+    got = launches(fused=True)
     shapes = {(b, q) for b, q, *_ in got}
     assert shapes >= {(1, 1), (2, 1), (3, 1), (1, 2), (2, 5), (2, 17)}, got
     assert all(s == splits(b, q) for b, q, s, *_ in got), got
