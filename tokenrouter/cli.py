@@ -993,10 +993,11 @@ def profile(
     alone: str = typer.Option(
         None,
         "--alone",
-        help="With --from-metrics: another profile whose step latencies `tune` uses for the steps a model "
-        "sharing a GPU starts while the others are idle (the served ones apply while one runs), e.g. one served "
-        "at a higher threshold. Not `tokenrouter profile PLAN`'s timings of each model on its own: on the CPU "
-        "they came out 2.4x below the served steps (docs/throughput.md).",
+        help="With --from-metrics: another profile whose latencies alone (its busy board's, else its step "
+        "latencies) `tune` uses for the steps a model sharing a GPU starts while the others are idle (the served "
+        "ones apply while one runs), e.g. one served at (2, 5), whose small model ran alone at every batch size. "
+        "Not `tokenrouter profile PLAN`'s timings of each model on its own: on the CPU they came out 2.4x below "
+        "the served steps (docs/throughput.md).",
     ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""

@@ -422,7 +422,7 @@ def lend_alone(plan: dict, served, lone, source: str):
         raise ThroughputInputError(
             f"--alone {source}: no two models of the plan share a GPU (models.*.gpus): nothing runs beside another"
         )
-    missing = [m for m in shared if m not in lone.step_ms and m not in lone.alone_ms]
+    missing = [m for m in shared if m not in lone.step_ms]  # (a profile's alone_ms are among its step_ms)
     if missing:
         raise ThroughputInputError(f"--alone {source}: no step latencies for {', '.join(missing)}")
     measured = [m for m in shared if m in lone.alone_ms]
