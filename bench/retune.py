@@ -5,10 +5,10 @@ A matrix part that tunes from an eager profile keeps, in its results archive, th
 /metrics scrapes the profile was read from (`profile-metrics-nN-before.txt` / `-after.txt`), and a record
 of every row it served (`record-*-nN*.json`: the thresholds B and the measured decode tok/s). From those this
 script rebuilds the profile (`profile --from-metrics --since`), runs the tuner (`tune -n N`), and gives the
-chain's prediction at every B the run served (where the run tuned on latencies alone lent by a second
-served profile, `bench/matrix.py --alone-from`, that profile is rebuilt from its own scrapes and lent
-again): so a change to the profile or the chain can be checked
-against every H200 run at once, before any GPU time is spent on it. Rows: one per run, with the B the tuner
+chain's prediction at every B the run served. Where the run tuned on latencies alone lent by a second
+served profile (`bench/matrix.py --alone-from`), that profile is rebuilt from its own scrapes and lent
+again. So a change to the profile or the chain can be checked against every H200 run at once, before any
+GPU time is spent on it. Rows: one per run, with the B the tuner
 chooses now (and the B it chose at the time, from the archive's `tune-nN.json`), then each served row as
 measured / predicted. Last, the spread of measured / predicted over every served row.
 
@@ -16,7 +16,7 @@ measured / predicted. Last, the spread of measured / predicted over every served
     python3 bench/retune.py --alone-from 2,5 --alone-from 2,6 docs/raw/run-a2/call*/run*/results-*.tar.gz
     python3 bench/retune.py --min-steps 20 docs/raw/run-a1/call*/run*/results-*.tar.gz
 
-Exit status: 0, or 2 for an archive that holds no eager profile's scrapes (named on stderr).
+Exit status: 0, or 2 for bad options or an archive this cannot re-tune (named on stderr, with why).
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row'
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
 from tokenrouter.compiler.throughput.commands import lend_alone  # noqa: E402
 from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
-from tokenrouter.compiler.throughput.from_metrics import profile_from_metrics  # noqa: E402
+from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics  # noqa: E402
 from tokenrouter.compiler.throughput.optimize import tune  # noqa: E402
-from tokenrouter.compiler.throughput.plan_inputs import system_from_plan  # noqa: E402
+from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError, system_from_plan  # noqa: E402
 
-EAGER_AFTER = re.compile(
-    r"profile-metrics-n(\d+)-after\.txt"
-)  # the eager profile's scrapes (a second one is tagged)
+# the eager profile's later scrape (a second served profile's carries its tag: -nN-B-slm2,llm5-after.txt)
+EAGER_AFTER = re.compile(r"profile-metrics-n(\d+)-after\.txt")
 
 
 class ArchiveError(ValueError):
@@ -202,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 results += retune(p, a.min_steps)
             elif previous is not None:
                 results += retune(p, a.min_steps, read_archive(previous), alone_from)
-        except (OSError, tarfile.TarError, ArchiveError) as e:
+        except (OSError, tarfile.TarError, ArchiveError, MetricsProfileError, ThroughputInputError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         previous = p
