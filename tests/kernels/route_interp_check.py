@@ -85,8 +85,10 @@ def main() -> int:
                             tri(logits, None, state, with_features=True), ir, label)  # fmt: skip
                     checked += 1
     # several tiles and sampling chunks per row (vocab 5000 = 2 full chunks + 1 partial): the running max
-    # growing across tiles, the best tile changing, the chunk table and the two-stage draw, split merges
-    big_rows, big_vocab = 24, 5000
+    # growing across tiles, the best tile changing, the chunk table and the two-stage draw, split merges.
+    # 12 rows: extreme_logits' special rows (0-5), then six rows at scales 0.2 to 2 over the whole pattern of
+    # mixed_state (greedy, T = 1, T != 1); under the interpreter every row's programs cost the same
+    big_rows, big_vocab = 12, 5000
     for name in ("citer_like", "bernoulli_split"):
         ir = CASES[name]()
         plan = {"routes": {"slm": ir}, "routers": {}, "models": {}}
