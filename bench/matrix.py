@@ -391,9 +391,7 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
         return lent_alone(s, plan, ns, raw, out)
     if not s.colocation:
         return out
-    label = threshold_label(s.colocation)
-    extra = tuple(x for m, b in s.colocation.items() for x in ("--batch", f"{m}={b}"))
-    second = served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
+    label, second = served_at(s, plan, ns, raw, s.colocation)
     for n in ns:
         if out.get(n) is None or second.get(n) is None:
             continue
@@ -412,14 +410,20 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
     return out
 
 
+def served_at(s: Settings, plan: Path, ns: list[int], raw: Path, thresholds: dict[str, int]):
+    """(the thresholds as text, `served_profiles` of the plan served at them: `serve --batch MODEL=B ...`),
+    the second profile of `--colocation` and `--alone-from`."""
+    label = threshold_label(thresholds)
+    extra = tuple(x for m, b in thresholds.items() for x in ("--batch", f"{m}={b}"))
+    return label, served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
+
+
 def lent_alone(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[int, Path | None]):
     """The plan served a second time at `s.alone_from`, and per N the eager profile built again from its
     scrapes with that profile's latencies alone (`profile --from-metrics ... --alone`), logged with what the
     eager profile's own latencies alone would choose; where a step fails, the eager profile as it was (the log
     says why)."""
-    label = threshold_label(s.alone_from)
-    extra = tuple(x for m, b in s.alone_from.items() for x in ("--batch", f"{m}={b}"))
-    second = served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
+    label, second = served_at(s, plan, ns, raw, s.alone_from)
     for n in ns:
         if out.get(n) is None or second.get(n) is None:
             say(
