@@ -30,6 +30,12 @@ from tokenrouter.compiler.throughput.inputs import SystemInputs
 _EPS = 1e-9  # ms: events closer than this are simultaneous
 
 
+def _due(events: list[tuple], now: float) -> tuple[list[tuple], list[tuple]]:
+    """(the events, (time, ...) tuples, due by `now` in time order; the rest)."""
+    due = sorted(x for x in events if x[0] <= now + _EPS)
+    return due, ([x for x in events if x[0] > now + _EPS] if due else events)
+
+
 @dataclass(slots=True)
 class SimConfig:
     thresholds: tuple[int, ...]
@@ -238,17 +244,13 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         transit.append((now + hop_ms[j], r, j))
                     else:
                         queue[j].append((r, now))
-        arrived = [x for x in transit if x[0] <= now + _EPS]
-        if arrived:
-            transit = [x for x in transit if x[0] > now + _EPS]
-            for _, r, j in sorted(arrived):
-                queue[j].append((r, now))
-        back = [x for x in returns if x[0] <= now + _EPS]
-        if back:
-            returns = [x for x in returns if x[0] > now + _EPS]
-            for _, r in sorted(back):
-                queue[inputs.entry].append((r, now))
-                active += 1
+        arrived, transit = _due(transit, now)
+        for _, r, j in arrived:
+            queue[j].append((r, now))
+        back, returns = _due(returns, now)
+        for _, r in back:
+            queue[inputs.entry].append((r, now))
+            active += 1
         if cfg.requests is not None and finished == len(cfg.requests):
             break  # the finite run's makespan
         eff = effective_thresholds(tuple(cfg.thresholds), active) if active < n else tuple(cfg.thresholds)
