@@ -820,7 +820,8 @@ def mode_label(rec: dict) -> str:
 
 def threshold_table(recs: list[dict]) -> list[str]:
     """TokenRouter at each threshold it was served at (the tuned B and every --thresholds one), per N:
-    measured, the DTMC's prediction from the tuning's profile, the DTMC on the run's own step times, and the
+    measured, the DTMC's prediction from the tuning's profile, the DTMC on the run's own step times, the
+    simulation of the run as it was with its hops' measured delay (`run_simulation`, hops=True), and the
     ratio to eager at the same N. Empty when no run was served at fixed thresholds."""
     if not any(r.get("fixed_thresholds") for r in recs):
         return []
@@ -829,17 +830,21 @@ def threshold_table(recs: list[dict]) -> list[str]:
     trs = [r for r in recs if r["mode"] == "tokenrouter"]
     for r in sorted(trs, key=lambda r: (r["n"], -(r["predicted_tok_s"] or 0.0))):
         tok = r["report"]["decode_throughput_tok_s"]
-        pred, own = r["predicted_tok_s"], run_prediction(r)
+        pred, own, sim = r["predicted_tok_s"], run_prediction(r), run_simulation(r, hops=True)
         rows.append(
             f"| {r['n']} | {threshold_label(r['thresholds'] or {})} | "
             f"{'fixed' if r.get('fixed_thresholds') else 'tuned'} | {tok:.1f} | "
             f"{f'{pred:.1f}' if pred else '-'} | {ratio(tok, pred)} | {f'{own:.1f}' if own else '-'} | "
+            f"{ratio(tok, own)} | {f'{sim:.1f}' if sim else '-'} | {ratio(tok, sim)} | "
             f"{ratio(tok, eager.get(r['n']))} |"
         )
     return [
-        "TokenRouter at each threshold served (`--thresholds`; rows by the tuning's prediction, best first):\n",
-        "| N | B | chosen | tok/s | DTMC predicted | measured / predicted | DTMC on own step times | / eager |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "TokenRouter at each threshold served (`--thresholds`; rows by the tuning's prediction, best first); on\n"
+        "each row's own step times, the DTMC and the simulation of the run as it was with its hops' measured\n"
+        "delay (the DTMC takes hops as instant, and has no batching timeout):\n",
+        "| N | B | chosen | tok/s | DTMC predicted | measured / predicted | DTMC on own step times | measured / that "
+        "| simulated, own step times and hops | measured / that | / eager |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]
