@@ -88,6 +88,15 @@ class PeerRequest(msgspec.Struct, tag=True):
     sent_at: float = 0.0
 
 
+class PeerBatch(msgspec.Struct, tag=True):
+    """The hops one step sends to one peer, in order, as one message. Sent one by one they reach the receiver
+    spread over a few tens of microseconds, and a receiver that wakes on the first may start a step before the
+    rest are in (at B_i = 1, or once the first few reach B_i): the rest then wait a whole step. One message
+    arrives whole (docs/runtime.md, "A step's hops as one message")."""
+
+    hops: list[PeerRequest]
+
+
 # ---- subservers → frontend ------------------------------------------------------------------------------
 
 
@@ -162,6 +171,6 @@ class Fatal(msgspec.Struct, tag=True):
     error: str  # the traceback, for the log
 
 
-ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest
+ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest | PeerBatch
 ToFrontend = StepOutputs | SubserverStats | Ready | Fatal  # Ready, Fatal: forwarded by the launcher
 ToLauncher = Ready | Fatal

@@ -284,3 +284,38 @@ def test_a_hop_to_an_absent_peer_never_blocks_the_decode_loop(tmp_path):
     finally:
         codes = h.close()
     assert codes == [0]
+
+
+def _hop(rid: str) -> m.PeerRequest:
+    return m.PeerRequest(rid, "a", 3, [1, 2], 3, 1, m.SamplingSpec())
+
+
+def test_a_steps_hops_to_one_peer_travel_as_one_message():
+    """A step's hops to a peer go as one `PeerBatch` at the place of the first (a lone hop as itself), so the
+    receiver's first read after waking holds them all; sent one by one, a waking receiver read the first
+    alone in 175 of 200 bursts of 7 on this machine and could start a step without the rest."""
+    from tokenrouter.runtime.subserver.process import pack, unpack
+    from tokenrouter.runtime.subserver.scheduler import FRONTEND
+
+    out = [("b", _hop("r0")), (FRONTEND, m.StepOutputs("a", [], [])), ("c", _hop("r1")), ("b", _hop("r2"))]
+    packed = pack(out)
+    assert [(d, type(x).__name__) for d, x in packed] == [
+        ("b", "PeerBatch"), (FRONTEND, "StepOutputs"), ("c", "PeerRequest")]  # fmt: skip
+    assert [h.rid for h in packed[0][1].hops] == ["r0", "r2"]
+    assert pack(out[:3]) == out[:3]  # one hop per peer: as they were
+    assert unpack([packed[0][1], packed[2][1]]) == [out[0][1], out[3][1], out[2][1]]
+
+    ctx = zmq.Context()
+    addr = f"ipc://{tempfile.mkdtemp()}/pull"
+    pull = Receiver(ctx, addr, m.ToSubserver, unbounded=True)
+    push = Sender(ctx, addr, unbounded=True)
+    try:
+        hops = [("b", _hop(f"r{i}")) for i in range(7)]
+        for _, msg in pack(hops):
+            push.send(msg)
+        assert pull.poll(5000)
+        assert [h.rid for h in unpack([pull.recv(block=False)])] == [f"r{i}" for i in range(7)]
+    finally:
+        push.sock.close(0)
+        pull.sock.close(0)
+        ctx.term()

@@ -196,10 +196,10 @@ class Subserver:
             timeout = min(max(timeout, 0.0), self.args.stats_interval_s)
             if timeout > 0:
                 self.pull.poll(max(1, math.ceil(timeout * 1000.0)))
-        return self.pull.drain()
+        return unpack(self.pull.drain())
 
     def dispatch(self, out: Outbox) -> None:
-        for dest, msg in out:
+        for dest, msg in pack(out):
             data = _encoder.encode(msg)
             (self.to_frontend if dest == FRONTEND else self.to_peers[dest]).sock.send(data)
 
@@ -212,6 +212,32 @@ class Subserver:
         board = getattr(getattr(self, "scheduler", None), "board", None)
         if board is not None:
             board.close()
+
+
+def pack(out: Outbox) -> Outbox:
+    """`out` with each peer's hops (`PeerRequest`s, in order) as one `PeerBatch` where it has more than one,
+    at the place of the first: a step's hops to a peer arrive together."""
+    hops: dict[str, list[m.PeerRequest]] = {}
+    order: list = []  # a message, or the name of a peer whose hops go here
+    for dest, msg in out:
+        if not isinstance(msg, m.PeerRequest):
+            order.append((dest, msg))
+        elif dest not in hops:
+            hops[dest] = [msg]
+            order.append(dest)
+        else:
+            hops[dest].append(msg)
+    if all(len(got) == 1 for got in hops.values()):
+        return out
+    return [x if not isinstance(x, str) else (x, hops[x][0] if len(hops[x]) == 1 else m.PeerBatch(hops[x]))
+            for x in order]  # fmt: skip
+
+
+def unpack(msgs: list) -> list:
+    """The received messages with each `PeerBatch` replaced by its hops, in order."""
+    if not any(isinstance(x, m.PeerBatch) for x in msgs):
+        return msgs
+    return [hop for x in msgs for hop in (x.hops if isinstance(x, m.PeerBatch) else (x,))]
 
 
 def run_subserver_process(args: SubserverArgs) -> None:
