@@ -999,6 +999,13 @@ def profile(
         "Not `tokenrouter profile PLAN`'s timings of each model on its own: on the CPU they came out 2.4x below "
         "the served steps (docs/throughput.md).",
     ),
+    merge: str = typer.Option(
+        None,
+        "--merge",
+        help="With --from-metrics: another --from-metrics profile, of the plan served at the thresholds delayed "
+        "batching would use (e.g. `serve --batch slm=2 --batch llm=5`), whose latencies (every step's, alone and "
+        "beside) replace this one's at the batch sizes it measured; this one's routing and other batch sizes stay.",
+    ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
     from tokenrouter.compiler.throughput.commands import run_profile_command
@@ -1020,6 +1027,7 @@ def profile(
         min_steps,
         list(colocation or []),
         alone,
+        merge,
     )
     typer.echo(_throughput_call(run_profile_command, *args))
 

@@ -204,6 +204,56 @@ def test_profile_alone_cli_then_tune(run55, tmp_path):
     assert "latencies alone of slm are left out: its step latencies come from --step-ms" in res.stderr
 
 
+def test_profile_merge_cli_takes_the_other_profiles_latencies_where_it_has_them(run55, tmp_path):
+    """`profile --from-metrics ... --merge OTHER`: OTHER's latencies (every step, alone and beside) replace the
+    eager profile's at the batch sizes OTHER measured; the eager profile's stay at the rest, and its routing."""
+    from tokenrouter.compiler.throughput.commands import merge_served
+
+    plan = run55 / "0.6b+8b-bern0.35.plan"
+    after, before = run55 / "profile-metrics-n8-after.txt", run55 / "profile-metrics-n8-before.txt"
+    eager = tmp_path / "eager.json"
+    res = runner.invoke(app, ["profile", str(plan), "--from-metrics", str(after), "--since", str(before),
+                              "-o", str(eager)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    base = read_profile(eager)
+    other = dataclasses.replace(
+        base,
+        step_ms={"slm": StepLatency(((5, 1.4), (9, 1.9)))},
+        alone_ms={"slm": StepLatency(((5, 1.3), (9, 1.8)))},
+        beside_ms={"slm": StepLatency(((9, 2.9),))},
+        routing={"slm": {"slm": 0.5, "llm": 0.5}, "llm": {"slm": 1.0}},
+    )
+    write_profile(other, tmp_path / "other.json")
+    out = tmp_path / "merged.json"
+    res = runner.invoke(app, ["profile", str(plan), "--from-metrics", str(after), "--since", str(before),
+                              "--merge", str(tmp_path / "other.json"), "-o", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"slm: latencies at batch sizes 5,9 from {tmp_path / 'other.json'}" in res.output
+    got = read_profile(out)
+    assert got.routing == base.routing and got.step_ms["llm"] == base.step_ms["llm"]
+    want = {**dict(base.step_ms["slm"].points), 5: 1.4, 9: 1.9}
+    assert dict(got.step_ms["slm"].points) == want
+    assert not base.alone_ms and not base.beside_ms  # run 55's servers had no busy board: OTHER's alone
+    assert dict(got.alone_ms["slm"].points) == {5: 1.3, 9: 1.8} and dict(got.beside_ms["slm"].points) == {
+        9: 2.9
+    }
+    again = merge_served(got, dataclasses.replace(other, alone_ms={"slm": StepLatency(((4, 1.1),))}), "x")
+    assert dict(again.alone_ms["slm"].points) == {4: 1.1, 5: 1.3, 9: 1.8}
+    assert got.workload["merged_from"] == str(tmp_path / "other.json")
+    assert merge_served(base, base, "same").step_ms == base.step_ms  # merged with itself: unchanged
+    res = runner.invoke(app, ["tune", str(plan), "--profile", str(out), "-n", "8", "--json", "-o",
+                              str(tmp_path / "t.plan")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    # usage and input errors: a message, not a traceback
+    res = runner.invoke(app, ["profile", str(plan), "--merge", str(out)])
+    assert res.exit_code == 2 and "--merge goes with --from-metrics" in res.output
+    res = runner.invoke(app, ["profile", str(plan), "--from-metrics", str(after), "--merge", str(out),
+                              "--alone", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and "give --alone or --merge, not both" in res.output
+    res = runner.invoke(app, ["profile", str(plan), "--from-metrics", str(after), "--merge", "nope.json"])
+    assert res.exit_code == 1 and "nope.json" in res.output and "Traceback" not in res.output
+
+
 def test_profile_files_keep_and_check_the_latencies_alone(tmp_path, run55):
     eager = read_profile(run55 / "profile-n8.json")
     path = tmp_path / "p.json"

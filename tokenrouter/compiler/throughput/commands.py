@@ -321,11 +321,20 @@ def run_profile_command(
     min_steps: int = 5,
     colocation: list[str] | None = None,
     alone: str | None = None,
+    merge: str | None = None,
 ) -> str:
     from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
 
     if alone and not from_metrics:
         raise ThroughputUsageError("--alone goes with --from-metrics (the latencies beside the other models)")
+    if merge and not from_metrics:
+        raise ThroughputUsageError(
+            "--merge goes with --from-metrics (the profile whose latencies it completes)"
+        )
+    if alone and merge:
+        raise ThroughputUsageError(
+            "give --alone or --merge, not both (--merge takes the latencies alone too)"
+        )
     if colocation:
         if from_metrics or since:
             raise ThroughputUsageError(
@@ -336,6 +345,8 @@ def run_profile_command(
         profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)
         if alone:
             profile = _with_alone(plan_path, profile, alone)
+        if merge:
+            profile = _merged(profile, merge)
         return _write_and_describe(profile, plan_path, output)
     if since:
         raise ThroughputUsageError("--since needs --from-metrics")
@@ -433,6 +444,50 @@ def lend_alone(plan: dict, served, lone, source: str):
     )
 
 
+def _merged(base, path: str):
+    """`base` with the latencies of the profile at `path` where it has them (`merge_served`)."""
+    try:
+        other = read_profile(path)
+    except ProfileError as e:
+        raise ThroughputInputError(str(e)) from None
+    return merge_served(base, other, str(path))
+
+
+def merge_served(base, other, source: str):
+    """`base` (an eager profile) with `other`'s latencies, every step's, alone and beside, at each batch size
+    `other` measured them, and `base`'s at the rest; `base`'s routing. `other` is the plan served at the
+    thresholds delayed batching would use (say (2, 5)): there the models run at the batch sizes and beside each
+    other as the tuned plan will, which eager does not show (its small model runs alone only at 1-3 rows, its
+    large one beside the small one at nearly every step). Re-tuned offline from runs 68-84, this chose (2, 6),
+    the best fixed row served, in 10 of 16 runs, where the latencies alone lent by `lend_alone` chose the edge
+    (3, 6) in 11 (docs/matrix.md, "Runs 80-84")."""
+    import dataclasses
+
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+
+    def over(mine: dict, theirs: dict) -> dict:
+        out = {}
+        for m in (*mine, *(x for x in theirs if x not in mine)):
+            points = dict(mine[m].points) if m in mine else {}
+            points.update(theirs[m].points if m in theirs else ())
+            out[m] = StepLatency(tuple(points.items()))
+        return out
+
+    return dataclasses.replace(
+        base,
+        step_ms=over(base.step_ms, other.step_ms),
+        alone_ms=over(base.alone_ms, other.alone_ms),
+        beside_ms=over(base.beside_ms, other.beside_ms),
+        workload={
+            **base.workload,
+            "merged_from": source,
+            "merged_batches": {
+                m: sorted(b for b, _ in other.step_ms[m].points) for m in other.step_ms if m in base.step_ms
+            },
+        },
+    )
+
+
 def _fit_colocation(plan_path: str, paths: list[str]):
     from tokenrouter.compiler.throughput.colocation import ColocationError, fit
 
@@ -483,6 +538,10 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
             f"  {m}: {ms:.3f} ms of delay per hop received, beyond its own step (hops are instant in the chain)"
         )
     latencies("alone", profile.alone_ms)
+    for m, sizes in profile.workload.get("merged_batches", {}).items():
+        lines.append(
+            f"  {m}: latencies at batch sizes {','.join(map(str, sizes))} from {profile.workload['merged_from']}"
+        )
     if "alone_source" in profile.workload:
         measured = profile.workload.get("alone_measured", [])
         for m in profile.alone_ms:
