@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row's profile from its record)
 
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
-from tokenrouter.compiler.throughput.commands import lend_alone  # noqa: E402
+from tokenrouter.compiler.throughput.commands import lend_alone, merge_served  # noqa: E402
 from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
 from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics  # noqa: E402
 from tokenrouter.compiler.throughput.optimize import tune  # noqa: E402
@@ -57,13 +57,19 @@ def read_archive(path: Path) -> dict[str, bytes]:
 
 
 def retune(
-    path: Path, min_steps: int | None = None, donor: dict[str, bytes] | None = None, alone_from=()
+    path: Path,
+    min_steps: int | None = None,
+    donor: dict[str, bytes] | None = None,
+    alone_from=(),
+    merge: bool = False,
 ) -> list[dict]:
     """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
     measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
     `workload.min_steps`; 5 where it has none). `donor` (another archive's files) and `alone_from` (thresholds,
     in the order tried): the profile's latencies alone replaced by those the donor's first served row at one
-    of them measured, model by model (`served_alone`)."""
+    of them measured, model by model (`served_alone`). `merge`: that profile's (or the second profile's the run
+    tuned with) latencies at every batch size it measured, alone and beside, replace the eager profile's
+    (`merge_served`) instead of lending only the latencies alone."""
     files = read_archive(path)
     ns = sorted(int(m.group(1)) for m in map(EAGER_AFTER.fullmatch, files) if m)
     if not ns:
@@ -89,10 +95,14 @@ def retune(
         prof = profile_from_metrics(plan, after, before, steps)
         if donor:
             lent = served_alone(donor, n, alone_from, steps, tuple(plan["models"]))
+            merged = merge
         else:
             lent = archived_alone(files, plan, n, steps)
+            merged = merge or (lent is not None and lent[2])
         if lent is not None:
-            prof = lend_alone(plan, prof, lent[1], lent[0])
+            prof = (
+                merge_served(prof, lent[1], lent[0]) if merged else lend_alone(plan, prof, lent[1], lent[0])
+            )
         system = system_from_plan(plan, n, {}, {}, prof)
         best = tune(system.inputs, system.fixed).best
         then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
@@ -134,16 +144,17 @@ def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, mo
 
 
 def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int):
-    """(the second profile's tag, that profile rebuilt from its scrapes) where the run itself tuned on latencies
-    alone lent by a second served profile (`bench/matrix.py --alone-from`: `profile-nN-alone.json` names it
-    as its `alone_source`), else None."""
-    made = json.loads(files.get(f"profile-n{n}-alone.json", b"{}") or b"{}").get("workload", {})
-    tag = Path(made.get("alone_source", "")).name.removeprefix(f"profile-n{n}-").removesuffix(".json")
-    after = files.get(f"profile-metrics-n{n}-{tag}-after.txt")
-    if not tag or after is None:
-        return None
-    before = files.get(f"profile-metrics-n{n}-{tag}-before.txt", b"").decode() or None
-    return tag, profile_from_metrics(plan, after.decode(), before, min_steps)
+    """(the second profile's tag, that profile rebuilt from its scrapes, whether the run merged it) where the run
+    itself tuned with a second served profile (`bench/matrix.py --alone-from`: `profile-nN-alone.json` names it
+    as its `alone_source`; `--served-from`: `profile-nN-merged.json`, its `merged_from`), else None."""
+    for suffix, key in (("alone", "alone_source"), ("merged", "merged_from")):
+        made = json.loads(files.get(f"profile-n{n}-{suffix}.json", b"{}") or b"{}").get("workload", {})
+        tag = Path(made.get(key, "")).name.removeprefix(f"profile-n{n}-").removesuffix(".json")
+        after = files.get(f"profile-metrics-n{n}-{tag}-after.txt")
+        if tag and after is not None:
+            before = files.get(f"profile-metrics-n{n}-{tag}-before.txt", b"").decode() or None
+            return tag, profile_from_metrics(plan, after.decode(), before, min_steps), suffix == "merged"
+    return None
 
 
 def fmt_b(b) -> str:
@@ -166,12 +177,34 @@ def table(results: list[dict]) -> str:
         run = r["archive"].removeprefix("results-").removesuffix(".tar.gz")
         lines.append(f"| {run} | {r['n']} | {fmt_b(r['B'])} | {r['predicted']:.0f} | {fmt_b(r['B_then'])} | "
                      f"{'; '.join(served)} |" + (f" {r.get('alone_from') or '-'} |" if lent else ""))  # fmt: skip
+    pairs = ordered_pairs(results)
     if ratios:
         lines.append("")
+        if pairs[1]:
+            lines.append(f"pairs of TokenRouter rows of one run that served at least {PAIR_GAP:.0%} apart: the chain "
+                         f"orders {pairs[0]} of {pairs[1]} as they served")  # fmt: skip
         lines.append(f"measured / predicted over {len(ratios)} served rows: mean {statistics.mean(ratios):.3f}, "
                      f"from {min(ratios):.2f} to {max(ratios):.2f}, standard deviation "
                      f"{statistics.pstdev(ratios):.3f}")  # fmt: skip
     return "\n".join(lines)
+
+
+PAIR_GAP = 0.01  # rows of one run closer than this are left out of the ordering count (noise between rows)
+
+
+def ordered_pairs(results: list[dict]) -> tuple[int, int]:
+    """(how many, of the pairs of TokenRouter rows of one run that served PAIR_GAP or more apart, the chain's
+    predictions order as they served; how many such pairs)."""
+    ok = total = 0
+    for r in results:
+        rows = [x for x in r["rows"] if x["mode"] == "tokenrouter"]
+        for i, a in enumerate(rows):
+            for b in rows[i + 1 :]:
+                if abs(a["measured"] - b["measured"]) < PAIR_GAP * max(a["measured"], b["measured"]):
+                    continue
+                total += 1
+                ok += (a["measured"] > b["measured"]) == (a["predicted"] > b["predicted"])
+    return ok, total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alone-from", action="append", default=[], metavar="B,B",
                     help="take the latencies alone from the previous archive's served row at these thresholds "
                     "(model order as in the table; repeatable: the first found; the first archive is skipped)")  # fmt: skip
+    ap.add_argument("--merge", action="store_true",
+                    help="with --alone-from, or on runs that tuned with a second profile: take that profile's "
+                    "latencies at every batch size it measured, alone and beside (`profile --merge`), not only "
+                    "its latencies alone")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.min_steps is not None and a.min_steps < 1:
@@ -198,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in map(Path, a.archives):
         try:
             if not alone_from:
-                results += retune(p, a.min_steps)
+                results += retune(p, a.min_steps, merge=a.merge)
             elif previous is not None:
-                results += retune(p, a.min_steps, read_archive(previous), alone_from)
+                results += retune(p, a.min_steps, read_archive(previous), alone_from, a.merge)
         except (OSError, tarfile.TarError, ArchiveError, MetricsProfileError, ThroughputInputError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -92,3 +92,26 @@ def test_a_run_tuned_on_lent_latencies_alone_is_retuned_with_the_same_loan(bench
     assert got["predicted"] == pytest.approx(then["throughput_tok_s"], rel=1e-9)
     own = json.loads(retune.read_archive(run79)["tune-n8-eager-alone.json"])["tuning"]["result"]["best"]
     assert (own["slm"], own["llm"]) == (1, 6)
+
+
+def test_merged_latencies_of_the_previous_runs_served_row_choose_the_best_row_served(bench_script, capsys):
+    """`--merge --alone-from 2,6`: runs 83 and 84 (docs/raw/run-a3) take every latency the previous run's served
+    (2, 6) row measured, alone and beside, at its batch sizes, and the eager profile's at the rest. The tuner
+    then chooses (2, 6), the best row each served but for run 84's (2, 7) 0.9 % above it, where lending the
+    latencies alone only chooses the edge (3, 6) and the eager profile (2, 4) / (2, 5), as the runs did."""
+    retune = bench_script("retune")
+    runs = [next((ROOT / "docs/raw/run-a3").glob(f"call*/run{k}/results-*.tar.gz")) for k in (82, 83, 84)]
+    for before, run in zip(runs, runs[1:], strict=False):
+        donor = retune.read_archive(before)
+        (merged,) = retune.retune(run, donor=donor, alone_from=[(2, 6)], merge=True)
+        (lent,) = retune.retune(run, donor=donor, alone_from=[(2, 6)])
+        (plain,) = retune.retune(run)
+        assert merged["B"] == (2, 6) and lent["B"] == (3, 6) and plain["B"] == plain["B_then"] != (2, 6)
+        served = {r["B"]: r["measured"] for r in merged["rows"] if r["mode"] == "tokenrouter"}
+        assert served[(2, 6)] >= 0.99 * max(served.values())
+    # run 84: only (2, 7) and (2, 5) served 1 % or more apart, and the merged chain has them the other way round
+    assert retune.ordered_pairs([merged]) == (0, 1) and retune.ordered_pairs([plain]) == (0, 1)
+    assert retune.main(["--merge", "--alone-from", "2,6", *map(str, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "| 0.6b_8b-bern0.35-custom-run84 | 8 | (2, 6) |" in out and "run82" not in out
+    assert "served at least 1% apart: the chain orders 3 of 4 as they served" in out
