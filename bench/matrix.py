@@ -199,6 +199,11 @@ class Settings:
     # eager profile's (`profile --from-metrics ... --alone`): an eager profile sees the small model alone only at
     # the few batch sizes it runs while the large one holds no request (docs/matrix.md, "Runs 72-78")
     alone_from: dict[str, int] | None = None
+    # the served profile a second time at these thresholds, whose latencies at every batch size it measured
+    # (every step's, alone and beside) replace the eager profile's (`profile --from-metrics ... --merge`): there
+    # the models run at the batch sizes and beside each other as a delayed-batching plan does (docs/matrix.md,
+    # "Runs 80-84")
+    served_from: dict[str, int] | None = None
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
     # B_i (the DTMC has no such timeout: docs/throughput.md)
     max_delay_ms: float = STDLIB_MAX_DELAY_MS
@@ -384,11 +389,13 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
     (None where `profile` failed: its message is in tune.log). With `s.colocation`, the same again with the
     plan served at those thresholds, and the profile per N is the two fitted into one with the co-location
     term (`profile --colocation`); where the fit fails, the eager profile alone (tune.log says why). With
-    `s.alone_from`, the eager profile with the latencies alone of the plan served at those thresholds
-    (`lent_alone`)."""
+    `s.alone_from` / `s.served_from`, the eager profile with the latencies alone / the latencies of the plan
+    served at those thresholds (`lent_profile`)."""
     out = served_profiles(s, plan, ns, raw, "eager", ())
     if s.alone_from:
-        return lent_alone(s, plan, ns, raw, out)
+        return lent_profile(s, plan, ns, raw, out, s.alone_from, "--alone")
+    if s.served_from:
+        return lent_profile(s, plan, ns, raw, out, s.served_from, "--merge")
     if not s.colocation:
         return out
     label, second = served_at(s, plan, ns, raw, s.colocation)
@@ -412,35 +419,40 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
 
 def served_at(s: Settings, plan: Path, ns: list[int], raw: Path, thresholds: dict[str, int]):
     """(the thresholds as text, `served_profiles` of the plan served at them: `serve --batch MODEL=B ...`),
-    the second profile of `--colocation` and `--alone-from`."""
+    the second profile of `--colocation`, `--alone-from` and `--served-from`."""
     label = threshold_label(thresholds)
     extra = tuple(x for m, b in thresholds.items() for x in ("--batch", f"{m}={b}"))
     return label, served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
 
 
-def lent_alone(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[int, Path | None]):
-    """The plan served a second time at `s.alone_from`, and per N the eager profile built again from its
-    scrapes with that profile's latencies alone (`profile --from-metrics ... --alone`), logged with what the
-    eager profile's own latencies alone would choose; where a step fails, the eager profile as it was (the log
-    says why)."""
-    label, second = served_at(s, plan, ns, raw, s.alone_from)
+LENT = {
+    "--alone": ("alone", "latencies alone"),
+    "--merge": ("merged", "latencies"),
+}  # profile flag: file, what
+
+
+def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[int, Path | None], thresholds,
+                 flag: str):  # fmt: skip
+    """The plan served a second time at `thresholds`, and per N the eager profile built again from its scrapes
+    with that profile's latencies alone (`flag` "--alone": `profile --from-metrics ... --alone`) or its latencies
+    at every batch size it measured ("--merge"), logged with what the eager profile alone would choose; where a
+    step fails, the eager profile as it was (the log says why)."""
+    suffix, what = LENT[flag]
+    label, second = served_at(s, plan, ns, raw, thresholds)
     for n in ns:
         if out.get(n) is None or second.get(n) is None:
-            say(
-                s,
-                f"latencies alone N={n}: no profile at {label} or no eager one; tuning on the eager profile",
-            )
+            say(s, f"{what} N={n}: no profile at {label} or no eager one; tuning on the eager profile")
             continue
-        lent = raw / f"profile-n{n}-alone.json"
+        lent = raw / f"profile-n{n}-{suffix}.json"
         try:
             run_cmd(s, cli("profile", str(plan), "--from-metrics", str(raw / f"profile-metrics-n{n}-after.txt"),
                            "--since", str(raw / f"profile-metrics-n{n}-before.txt"), "--min-steps",
-                           str(s.profile_min_steps), "--alone", str(second[n]), "-o", str(lent)), raw / "tune.log")  # fmt: skip
+                           str(s.profile_min_steps), flag, str(second[n]), "-o", str(lent)), raw / "tune.log")  # fmt: skip
         except RuntimeError as exc:
-            say(s, f"latencies alone N={n}: {exc}; tuning on the eager profile")
+            say(s, f"{what} N={n}: {exc}; tuning on the eager profile")
             continue
-        own = plain_tune(s, plan, out[n], n, raw, "eager-alone")
-        say(s, f"latencies alone N={n} from the plan served at {label}; with the eager profile's own, tune would "
+        own = plain_tune(s, plan, out[n], n, raw, f"eager-{suffix}")
+        say(s, f"{what} N={n} from the plan served at {label}; with the eager profile's own, tune would "
                f"choose B = {own['best']} (predicted {own['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
         out[n] = lent
     return out
@@ -1198,6 +1210,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alone-from", default=None, metavar="MODEL=B[,MODEL=B]",
                     help="profile the plan served a second time at these thresholds and tune with its latencies "
                     "alone (the busy board's) in place of the eager profile's (`profile --alone`)")  # fmt: skip
+    ap.add_argument("--served-from", default=None, metavar="MODEL=B[,MODEL=B]",
+                    help="profile the plan served a second time at these thresholds and tune with its latencies "
+                    "(every step's, alone and beside) at each batch size it measured, the eager profile's at the "
+                    "rest (`profile --merge`)")  # fmt: skip
     ap.add_argument("--max-delay-ms", type=float, default=STDLIB_MAX_DELAY_MS,
                     help="the plans' `serve { max_delay_ms }`: the longest a request waits for its model's "
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
@@ -1237,14 +1253,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
-        if (colocation or alone_from) and a.tune_from != "eager":
-            raise ValueError(
-                f"{'--colocation' if colocation else '--alone-from'} needs --tune-from eager (served profiles)"
-            )
-        if colocation and alone_from:
-            raise ValueError(
-                "--colocation and --alone-from are two ways to correct the eager profile: give one"
-            )
+        served_from = parse_thresholds(a.served_from, "--served-from") if a.served_from else None
+        given = [flag for flag, v in (("--colocation", colocation), ("--alone-from", alone_from),
+                                      ("--served-from", served_from)) if v]  # fmt: skip
+        if given and a.tune_from != "eager":
+            raise ValueError(f"{given[0]} needs --tune-from eager (served profiles)")
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} are ways to correct the eager profile: give one")
         jobs: list[tuple[str, Part]] = [(name, PARTS[name]) for name in a.part]
         if a.run:
             if not (a.pair and a.policy):
@@ -1271,6 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
                      output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
+                     served_from=served_from,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
         if part.output_len is not None:
             s.output_len = part.output_len

@@ -312,7 +312,10 @@ def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path, capsys)
                      (["--colocation", "llm=0"], "--colocation 'llm=0': expected MODEL=B"),
                      (["--alone-from", "slm=2,llm=5", "--tune-from", "profile"], "--alone-from needs --tune-from eager"),
                      (["--alone-from", "slm=2,llm"], "--alone-from 'slm=2,llm': expected MODEL=B"),
-                     (["--alone-from", "llm=5", "--colocation", "llm=3"], "give one")):  # fmt: skip
+                     (["--alone-from", "llm=5", "--colocation", "llm=3"], "give one"),
+                     (["--served-from", "slm=2,llm=5", "--tune-from", "profile"], "--served-from needs --tune-from eager"),
+                     (["--served-from", "llm=5", "--alone-from", "llm=5"],
+                      "--alone-from and --served-from are ways to correct the eager profile: give one")):  # fmt: skip
         assert matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", *bad]) == 2
         assert msg in capsys.readouterr().err
 
@@ -423,12 +426,10 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
     assert matrix.main(["--record-profile", str(tmp_path / "none.json"), str(tmp_path / "x.json")]) == 2
 
 
-def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
-    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200, docs/raw/run-a2) with run 75's (2, 5) row as
-    the second served profile: the eager profile is built again with the second one's latencies alone (the
-    0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
-    what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
-    from tokenrouter.compiler.throughput.profile_format import read_profile, write_profile
+def _second_profile_setup(tmp_path, monkeypatch):
+    """Run 76's eager scrapes (H200, docs/raw/run-a2) in `raw`, with run 75's served (2, 5) row as the second
+    served profile that `served_profiles` (faked) returns: (raw, plan, donor profile, the fake's calls)."""
+    from tokenrouter.compiler.throughput.profile_format import write_profile
 
     def archive(run: str) -> dict[str, bytes]:
         with tarfile.open(next(ROOT.glob(f"docs/raw/run-a2/call*/{run}/results-*.tar.gz"))) as tar:
@@ -443,9 +444,6 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
     plan = raw / "0.6b+8b-bern0.35.plan"
     donor = matrix.record_profile(json.loads(run75["record-tokenrouter-n8-B2-5.json"]), 20)
     write_profile(donor, raw / "second.json")
-    s = matrix.Settings(
-        out=tmp_path / "out", work=tmp_path / "work", device=None, alone_from={"slm": 2, "llm": 5}
-    )
     calls = []
 
     def fake(s, plan, ns, raw, tag, extra):
@@ -453,6 +451,20 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
         return {n: raw / ("profile-n8.json" if tag == "eager" else "second.json") for n in ns}
 
     monkeypatch.setattr(matrix, "served_profiles", fake)
+    return raw, plan, donor, calls
+
+
+def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
+    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200, docs/raw/run-a2) with run 75's (2, 5) row as
+    the second served profile: the eager profile is built again with the second one's latencies alone (the
+    0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
+    what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
+    from tokenrouter.compiler.throughput.profile_format import read_profile
+
+    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
+    s = matrix.Settings(
+        out=tmp_path / "out", work=tmp_path / "work", device=None, alone_from={"slm": 2, "llm": 5}
+    )
     got = matrix.profile_served(s, plan, [8], raw)
     assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
     assert got[8] == raw / "profile-n8-alone.json"
@@ -468,3 +480,25 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
         n: raw / "profile-n8.json" if tag == "eager" else None for n in ns})  # fmt: skip
     assert matrix.profile_served(s, plan, [8], raw)[8] == raw / "profile-n8.json"
     assert "no profile at slm=2,llm=5 or no eager one; tuning on the eager profile" in s.log[-1]
+
+
+def test_latencies_of_a_second_served_profile_merged_into_the_eager_one(tmp_path, monkeypatch):
+    """`--served-from slm=2,llm=5` on the same scrapes: the eager profile is built again with every latency the
+    second profile measured (`profile --merge`), alone and beside, at its batch sizes, and tuned on."""
+    from tokenrouter.compiler.throughput.profile_format import read_profile
+
+    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
+    s = matrix.Settings(
+        out=tmp_path / "out", work=tmp_path / "work", device=None, served_from={"slm": 2, "llm": 5}
+    )
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
+    assert got[8] == raw / "profile-n8-merged.json"
+    merged, eager = read_profile(got[8]), read_profile(raw / "profile-n8.json")
+    for kind in ("step_ms", "alone_ms"):
+        mine, theirs = dict(getattr(merged, kind)["slm"].points), dict(getattr(donor, kind)["slm"].points)
+        assert theirs and all(mine[b] == ms for b, ms in theirs.items())
+    assert merged.routing == eager.routing and merged.workload["merged_from"] == str(raw / "second.json")
+    assert "latencies N=8 from the plan served at slm=2,llm=5; with the eager profile's own, tune would " \
+           "choose B = {'slm': 1, 'llm': 4}" in s.log[-1]  # fmt: skip
+    assert "slm: latencies at batch sizes" in (raw / "tune.log").read_text()
