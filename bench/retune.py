@@ -186,7 +186,28 @@ def table(results: list[dict]) -> str:
         lines.append(f"measured / predicted over {len(ratios)} served rows: mean {statistics.mean(ratios):.3f}, "
                      f"from {min(ratios):.2f} to {max(ratios):.2f}, standard deviation "
                      f"{statistics.pstdev(ratios):.3f}")  # fmt: skip
+    served = to_eager(results)
+    if served:
+        lines += [
+            "",
+            "| B served | rows | / eager of its run: mean | from | to |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for b, got in sorted(served.items(), key=lambda x: -statistics.mean(x[1])):
+            lines.append(f"| {fmt_b(b)} | {len(got)} | {statistics.mean(got):.3f}x | {min(got):.3f}x | "
+                         f"{max(got):.3f}x |")  # fmt: skip
     return "\n".join(lines)
+
+
+def to_eager(results: list[dict]) -> dict[tuple, list[float]]:
+    """{B: each TokenRouter row served at B (tuned or fixed) over the eager row of its run and N}."""
+    out: dict[tuple, list[float]] = {}
+    for r in results:
+        eager = [x["measured"] for x in r["rows"] if x["mode"] == "eager"]
+        for x in r["rows"]:
+            if x["mode"] == "tokenrouter" and eager:
+                out.setdefault(x["B"], []).append(x["measured"] / eager[0])
+    return out
 
 
 PAIR_GAP = 0.01  # rows of one run closer than this are left out of the ordering count (noise between rows)

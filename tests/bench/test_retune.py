@@ -115,3 +115,5 @@ def test_merged_latencies_of_the_previous_runs_served_row_choose_the_best_row_se
     out = capsys.readouterr().out
     assert "| 0.6b_8b-bern0.35-custom-run84 | 8 | (2, 6) |" in out and "run82" not in out
     assert "served at least 1% apart: the chain orders 3 of 4 as they served" in out
+    # each threshold served, over the eager row of its run: (2, 6) 1913.8 / 1596.2 and 1872.2 / 1573.8
+    assert "| (2, 6) | 2 | 1.194x | 1.190x | 1.199x |" in out
