@@ -117,3 +117,13 @@ def test_merged_latencies_of_the_previous_runs_served_row_choose_the_best_row_se
     assert "served at least 1% apart: the chain orders 3 of 4 as they served" in out
     # each threshold served, over the eager row of its run: (2, 6) 1913.8 / 1596.2 and 1872.2 / 1573.8
     assert "| (2, 6) | 2 | 1.194x | 1.190x | 1.199x |" in out
+
+
+def test_hop_burst_counts_what_each_wake_up_found(bench_script):
+    """bench/hop_burst.py: packed, every wake-up of the receiver finds a whole burst; one message per hop, the
+    wake-ups find every hop sent, in pieces or whole."""
+    burst = bench_script("hop_burst")
+    assert burst.wakeups(4, 10, packed=True) == {4: 10}
+    found = burst.wakeups(4, 10, packed=False)
+    assert sum(k * n for k, n in found.items()) == 40
+    assert burst.main(["--size", "1"]) == 2

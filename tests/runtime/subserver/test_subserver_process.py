@@ -292,8 +292,8 @@ def _hop(rid: str) -> m.PeerRequest:
 
 def test_a_steps_hops_to_one_peer_travel_as_one_message():
     """A step's hops to a peer go as one `PeerBatch` at the place of the first (a lone hop as itself), so the
-    receiver's first read after waking holds them all; sent one by one, a waking receiver read the first
-    alone in 175 of 200 bursts of 7 on this machine and could start a step without the rest."""
+    receiver's first read after waking holds them all; sent one by one, a waking receiver often reads part of
+    a burst and could start a step without the rest (`python3 bench/hop_burst.py` counts it)."""
     from tokenrouter.runtime.subserver.process import pack, unpack
     from tokenrouter.runtime.subserver.scheduler import FRONTEND
 
