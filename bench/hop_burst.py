@@ -59,8 +59,9 @@ def wakeups(size: int, bursts: int, packed: bool) -> collections.Counter:
     found, got = collections.Counter(), 0
     try:
         while got < size * bursts:
-            if not pull.poll(5000):
-                raise RuntimeError(f"no hop for 5 s after {got} of {size * bursts}")
+            wait_s = 5 if got else 120  # the sender first imports torch (through the subserver module)
+            if not pull.poll(wait_s * 1000):
+                raise RuntimeError(f"no hop for {wait_s} s after {got} of {size * bursts}")
             hops = unpack(pull.drain())
             got += len(hops)
             found[len(hops)] += 1

@@ -425,10 +425,11 @@ def served_at(s: Settings, plan: Path, ns: list[int], raw: Path, thresholds: dic
     return label, served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
 
 
+# profile's flag: (the lent profile's file suffix, what it lends, the name of the tuning without the loan)
 LENT = {
-    "--alone": ("alone", "latencies alone"),
-    "--merge": ("merged", "latencies"),
-}  # profile flag: file, what
+    "--alone": ("alone", "latencies alone", "eager-alone"),
+    "--merge": ("merged", "latencies", "eager-unmerged"),
+}
 
 
 def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[int, Path | None], thresholds,
@@ -437,7 +438,7 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
     with that profile's latencies alone (`flag` "--alone": `profile --from-metrics ... --alone`) or its latencies
     at every batch size it measured ("--merge"), logged with what the eager profile alone would choose; where a
     step fails, the eager profile as it was (the log says why)."""
-    suffix, what = LENT[flag]
+    suffix, what, own_name = LENT[flag]
     label, second = served_at(s, plan, ns, raw, thresholds)
     for n in ns:
         if out.get(n) is None or second.get(n) is None:
@@ -451,7 +452,7 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
         except RuntimeError as exc:
             say(s, f"{what} N={n}: {exc}; tuning on the eager profile")
             continue
-        own = plain_tune(s, plan, out[n], n, raw, f"eager-{suffix}")
+        own = plain_tune(s, plan, out[n], n, raw, own_name)
         say(s, f"{what} N={n} from the plan served at {label}; with the eager profile's own, tune would "
                f"choose B = {own['best']} (predicted {own['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
         out[n] = lent

@@ -121,7 +121,7 @@ def retune(
                     "predicted": best.throughput,
                     "B_then": tuple(then["best"][m] for m in system.inputs.models) if "best" in then else None,
                     "predicted_then": then.get("throughput_tok_s"), "rows": rows,
-                    "alone_from": None if lent is None else lent[0]})  # fmt: skip
+                    "alone_from": None if lent is None else lent[0] + (" (merged)" if merged else "")})  # fmt: skip
     return out
 
 
@@ -164,7 +164,7 @@ def fmt_b(b) -> str:
 def table(results: list[dict]) -> str:
     lent = any(r.get("alone_from") for r in results)
     lines = ["| run | N | B chosen now | predicted | B chosen then | served: B measured / predicted |"
-             + (" latencies alone from |" if lent else ""),
+             + (" latencies alone (or merged) from |" if lent else ""),
              "| --- | ---: | --- | ---: | --- | --- |" + (" --- |" if lent else "")]  # fmt: skip
     ratios = []
     for r in results:

@@ -76,7 +76,7 @@ def test_latencies_alone_lent_by_the_previous_runs_served_row(bench_script, caps
     assert none["alone_from"] is None and none["B"] == plain["B"]
     assert retune.main(["--alone-from", "2,5", str(run75), str(run76)]) == 0
     out = capsys.readouterr().out
-    assert "latencies alone from" in out and "run75" not in out and "| (2, 5) |" in out
+    assert "latencies alone (or merged) from" in out and "run75" not in out and "| (2, 5) |" in out
     assert retune.main(["--alone-from", "two", str(run76)]) == 2
 
 
