@@ -207,7 +207,7 @@ def test_profile_alone_cli_then_tune(run55, tmp_path):
 def test_profile_merge_cli_takes_the_other_profiles_latencies_where_it_has_them(run55, tmp_path):
     """`profile --from-metrics ... --merge OTHER`: OTHER's latencies (every step, alone and beside) replace the
     eager profile's at the batch sizes OTHER measured; the eager profile's stay at the rest, and its routing."""
-    from tokenrouter.compiler.throughput.commands import merge_served
+    from tokenrouter.compiler.throughput.commands import ThroughputInputError, merge_served
 
     plan = run55 / "0.6b+8b-bern0.35.plan"
     after, before = run55 / "profile-metrics-n8-after.txt", run55 / "profile-metrics-n8-before.txt"
@@ -241,6 +241,15 @@ def test_profile_merge_cli_takes_the_other_profiles_latencies_where_it_has_them(
     assert dict(again.alone_ms["slm"].points) == {4: 1.1, 5: 1.3, 9: 1.8}
     assert got.workload["merged_from"] == str(tmp_path / "other.json")
     assert merge_served(base, base, "same").step_ms == base.step_ms  # merged with itself: unchanged
+    stranger = dataclasses.replace(
+        other, step_ms={"big": StepLatency(((1, 9.0),))}, alone_ms={}, beside_ms={}
+    )
+    with pytest.raises(ThroughputInputError, match="x.json: no step latencies for slm, llm"):
+        merge_served(base, stranger, "x.json")
+    only = merge_served(
+        base, dataclasses.replace(other, step_ms={**other.step_ms, "big": StepLatency(((1, 9.0),))}), "y"
+    )
+    assert set(only.step_ms) == set(base.step_ms)  # a model this profile lacks is left out
     res = runner.invoke(app, ["tune", str(plan), "--profile", str(out), "-n", "8", "--json", "-o",
                               str(tmp_path / "t.plan")])  # fmt: skip
     assert res.exit_code == 0, res.output

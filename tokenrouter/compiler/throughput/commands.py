@@ -465,12 +465,20 @@ def merge_served(base, other, source: str):
 
     from tokenrouter.compiler.throughput.inputs import StepLatency
 
+    models = [m for m in base.step_ms if m in other.step_ms]
+    if not models:
+        raise ThroughputInputError(
+            f"--merge {source}: no step latencies for {', '.join(base.step_ms)} (the models of this profile)"
+        )
+
     def over(mine: dict, theirs: dict) -> dict:
+        """`mine` with `theirs`' points at its batch sizes, for this profile's models only."""
         out = {}
-        for m in (*mine, *(x for x in theirs if x not in mine)):
+        for m in base.step_ms:
             points = dict(mine[m].points) if m in mine else {}
             points.update(theirs[m].points if m in theirs else ())
-            out[m] = StepLatency(tuple(points.items()))
+            if points:
+                out[m] = StepLatency(tuple(points.items()))
         return out
 
     return dataclasses.replace(
@@ -481,9 +489,7 @@ def merge_served(base, other, source: str):
         workload={
             **base.workload,
             "merged_from": source,
-            "merged_batches": {
-                m: sorted(b for b, _ in other.step_ms[m].points) for m in other.step_ms if m in base.step_ms
-            },
+            "merged_batches": {m: sorted(b for b, _ in other.step_ms[m].points) for m in models},
         },
     )
 
