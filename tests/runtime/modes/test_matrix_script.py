@@ -454,6 +454,18 @@ def _second_profile_setup(tmp_path, monkeypatch):
     return raw, plan, donor, calls
 
 
+def _served_second(tmp_path, monkeypatch, suffix: str, **lend):
+    """`profile_served` with the second profile of `_second_profile_setup` lent as `lend` says (`alone_from=` or
+    `served_from=` (2, 5)): (settings, raw, plan, donor, the profiles per N), after checking that the second
+    profile was served at (2, 5) and the profile tuned on is `profile-n8-SUFFIX.json`."""
+    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device=None, **lend)
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
+    assert got[8] == raw / f"profile-n8-{suffix}.json"
+    return s, raw, plan, donor, got
+
+
 def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
     """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200, docs/raw/run-a2) with run 75's (2, 5) row as
     the second served profile: the eager profile is built again with the second one's latencies alone (the
@@ -461,13 +473,7 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
     what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
     from tokenrouter.compiler.throughput.profile_format import read_profile
 
-    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
-    s = matrix.Settings(
-        out=tmp_path / "out", work=tmp_path / "work", device=None, alone_from={"slm": 2, "llm": 5}
-    )
-    got = matrix.profile_served(s, plan, [8], raw)
-    assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
-    assert got[8] == raw / "profile-n8-alone.json"
+    s, raw, plan, donor, got = _served_second(tmp_path, monkeypatch, "alone", alone_from={"slm": 2, "llm": 5})
     lent, eager = read_profile(got[8]), read_profile(raw / "profile-n8.json")
     assert lent.alone_ms["slm"] == donor.alone_ms["slm"] and lent.step_ms == eager.step_ms
     assert sorted(b for b, _ in eager.alone_ms["slm"].points) == [1, 2, 3, 5]
@@ -487,13 +493,9 @@ def test_latencies_of_a_second_served_profile_merged_into_the_eager_one(tmp_path
     second profile measured (`profile --merge`), alone and beside, at its batch sizes, and tuned on."""
     from tokenrouter.compiler.throughput.profile_format import read_profile
 
-    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
-    s = matrix.Settings(
-        out=tmp_path / "out", work=tmp_path / "work", device=None, served_from={"slm": 2, "llm": 5}
+    s, raw, plan, donor, got = _served_second(
+        tmp_path, monkeypatch, "merged", served_from={"slm": 2, "llm": 5}
     )
-    got = matrix.profile_served(s, plan, [8], raw)
-    assert calls == [("eager", ()), ("B-slm2,llm5", ("--batch", "slm=2", "--batch", "llm=5"))]
-    assert got[8] == raw / "profile-n8-merged.json"
     merged, eager = read_profile(got[8]), read_profile(raw / "profile-n8.json")
     for kind in ("step_ms", "alone_ms"):
         mine, theirs = dict(getattr(merged, kind)["slm"].points), dict(getattr(donor, kind)["slm"].points)
