@@ -459,8 +459,8 @@ def merge_served(base, other, source: str):
     thresholds delayed batching would use (say (2, 5)): there the models run at the batch sizes and beside each
     other as the tuned plan will, which eager does not show (its small model runs alone only at 1-3 rows, its
     large one beside the small one at nearly every step). Re-tuned offline from runs 68-84, this chose (2, 6),
-    the best fixed row served, in 10 of 16 runs, where the latencies alone lent by `lend_alone` chose the edge
-    (3, 6) in 11 (docs/matrix.md, "Runs 80-84")."""
+    the best threshold served, in 11 of 16 runs, where the latencies alone lent by `lend_alone` chose the edge
+    (3, 6) in 13 (docs/matrix.md, "Runs 80-84")."""
     import dataclasses
 
     from tokenrouter.compiler.throughput.inputs import StepLatency

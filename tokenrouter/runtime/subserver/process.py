@@ -26,8 +26,9 @@ hop, which commits nothing; `Finished` from the model that committed the last to
 One loop, in the main thread, owns every socket: it waits on the PULL socket (frontend messages and peers'
 `PeerRequest`s) at most until the scheduler may run, applies the messages to the `Scheduler`, runs a step
 whenever delayed batching allows (schedule → forward → route kernel → commit/hop/finish), and sends the step's
-outputs and hops straight from its PUSH sockets. Those have no high-water mark, so a slow or absent peer (or
-frontend) never blocks a step: ZeroMQ's own I/O thread queues and delivers. (Until the twenty-eighth session
+outputs and hops straight from its PUSH sockets (a step's hops to one peer as one `PeerBatch`: `pack`). Those
+have no high-water mark, so a slow or absent peer (or frontend) never blocks a step: ZeroMQ's own I/O thread
+queues and delivers. (Until the twenty-eighth session
 an IO thread received and another sent, with queues between them and the decode loop; on the H200 a hop took
 0.7-1.3 ms from the sender's step end to the receiver's scheduler, which the throughput model does not see:
 docs/runtime.md.)
