@@ -1,5 +1,5 @@
 """How a burst of hops reaches a waiting subserver: one ZeroMQ message per hop, or the step's hops to that peer
-as one `PeerBatch` (runtime/subserver/process.py, `pack`). A sender process sends bursts of K hops over IPC as
+as one `PeerBatch` (runtime/messages.py, `pack_hops`). A sender process sends bursts of K hops over IPC as
 a subserver's `dispatch` does; the receiver waits as a subserver's `_receive` does (poll, then drain what is
 queued) and counts how many hops each wake-up found. A wake-up that finds part of a burst is where a
 subserver at B_i = 1 (or one whose first hops reach B_i) starts a step without the rest, which then wait for
@@ -27,7 +27,6 @@ import zmq  # noqa: E402
 
 from tokenrouter.runtime import messages as m  # noqa: E402
 from tokenrouter.runtime.ipc import Receiver, Sender  # noqa: E402
-from tokenrouter.runtime.subserver.process import pack, unpack  # noqa: E402
 
 
 def _send(addr: str, size: int, bursts: int, packed: bool) -> None:
@@ -37,7 +36,7 @@ def _send(addr: str, size: int, bursts: int, packed: bool) -> None:
     for k in range(bursts):
         out = [("peer", m.PeerRequest(f"r{k}-{i}", "a", 600, [1, 2, 3, 4], 32, 500, m.SamplingSpec()))
                for i in range(size)]  # fmt: skip
-        for _, msg in pack(out) if packed else out:
+        for _, msg in m.pack_hops(out) if packed else out:
             push.send(msg)
         time.sleep(0.005)  # a step's length between bursts
     push.sock.close(linger=1000)
@@ -59,10 +58,10 @@ def wakeups(size: int, bursts: int, packed: bool) -> collections.Counter:
     found, got = collections.Counter(), 0
     try:
         while got < size * bursts:
-            wait_s = 5 if got else 120  # the sender first imports torch (through the subserver module)
+            wait_s = 5 if got else 120  # the sender process starts and imports first
             if not pull.poll(wait_s * 1000):
                 raise RuntimeError(f"no hop for {wait_s} s after {got} of {size * bursts}")
-            hops = unpack(pull.drain())
+            hops = m.unpack_hops(pull.drain())
             got += len(hops)
             found[len(hops)] += 1
     finally:

@@ -89,7 +89,7 @@ class PeerRequest(msgspec.Struct, tag=True):
 
 
 class PeerBatch(msgspec.Struct, tag=True):
-    """The hops one step sends to one peer, in order, as one message. Sent one by one they reach the receiver
+    """The hops one step sends to one peer, in order, as one message (`pack_hops`). Sent one by one they reach the receiver
     spread over a few tens of microseconds, and a receiver that wakes on the first may start a step before the
     rest are in (at B_i = 1, or once the first few reach B_i): the rest then wait a whole step. One message
     arrives whole (docs/runtime.md, "A step's hops as one message")."""
@@ -174,3 +174,29 @@ class Fatal(msgspec.Struct, tag=True):
 ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest | PeerBatch
 ToFrontend = StepOutputs | SubserverStats | Ready | Fatal  # Ready, Fatal: forwarded by the launcher
 ToLauncher = Ready | Fatal
+
+
+def pack_hops(out: list[tuple[str, msgspec.Struct]]) -> list[tuple[str, msgspec.Struct]]:
+    """A step's outbox ((destination, message) pairs) with each peer's hops (`PeerRequest`s, in order) as one
+    `PeerBatch` where it has more than one, at the place of the first: a step's hops to a peer arrive together."""
+    hops: dict[str, list[PeerRequest]] = {}
+    order: list = []  # a (destination, message) pair, or the name of a peer whose hops go here
+    for dest, msg in out:
+        if not isinstance(msg, PeerRequest):
+            order.append((dest, msg))
+        elif dest not in hops:
+            hops[dest] = [msg]
+            order.append(dest)
+        else:
+            hops[dest].append(msg)
+    if all(len(got) == 1 for got in hops.values()):
+        return out
+    return [x if not isinstance(x, str) else (x, hops[x][0] if len(hops[x]) == 1 else PeerBatch(hops[x]))
+            for x in order]  # fmt: skip
+
+
+def unpack_hops(msgs: list) -> list:
+    """Received messages with each `PeerBatch` replaced by its hops, in order."""
+    if not any(isinstance(x, PeerBatch) for x in msgs):
+        return msgs
+    return [hop for x in msgs for hop in (x.hops if isinstance(x, PeerBatch) else (x,))]

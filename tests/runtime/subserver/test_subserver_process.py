@@ -294,16 +294,15 @@ def test_a_steps_hops_to_one_peer_travel_as_one_message():
     """A step's hops to a peer go as one `PeerBatch` at the place of the first (a lone hop as itself), so the
     receiver's first read after waking holds them all; sent one by one, a waking receiver often reads part of
     a burst and could start a step without the rest (`python3 bench/hop_burst.py` counts it)."""
-    from tokenrouter.runtime.subserver.process import pack, unpack
     from tokenrouter.runtime.subserver.scheduler import FRONTEND
 
     out = [("b", _hop("r0")), (FRONTEND, m.StepOutputs("a", [], [])), ("c", _hop("r1")), ("b", _hop("r2"))]
-    packed = pack(out)
+    packed = m.pack_hops(out)
     assert [(d, type(x).__name__) for d, x in packed] == [
         ("b", "PeerBatch"), (FRONTEND, "StepOutputs"), ("c", "PeerRequest")]  # fmt: skip
     assert [h.rid for h in packed[0][1].hops] == ["r0", "r2"]
-    assert pack(out[:3]) == out[:3]  # one hop per peer: as they were
-    assert unpack([packed[0][1], packed[2][1]]) == [out[0][1], out[3][1], out[2][1]]
+    assert m.pack_hops(out[:3]) == out[:3]  # one hop per peer: as they were
+    assert m.unpack_hops([packed[0][1], packed[2][1]]) == [out[0][1], out[3][1], out[2][1]]
 
     ctx = zmq.Context()
     addr = f"ipc://{tempfile.mkdtemp()}/pull"
@@ -311,10 +310,10 @@ def test_a_steps_hops_to_one_peer_travel_as_one_message():
     push = Sender(ctx, addr, unbounded=True)
     try:
         hops = [("b", _hop(f"r{i}")) for i in range(7)]
-        for _, msg in pack(hops):
+        for _, msg in m.pack_hops(hops):
             push.send(msg)
         assert pull.poll(5000)
-        assert [h.rid for h in unpack([pull.recv(block=False)])] == [f"r{i}" for i in range(7)]
+        assert [h.rid for h in m.unpack_hops([pull.recv(block=False)])] == [f"r{i}" for i in range(7)]
     finally:
         push.sock.close(0)
         pull.sock.close(0)

@@ -26,7 +26,7 @@ hop, which commits nothing; `Finished` from the model that committed the last to
 One loop, in the main thread, owns every socket: it waits on the PULL socket (frontend messages and peers'
 `PeerRequest`s) at most until the scheduler may run, applies the messages to the `Scheduler`, runs a step
 whenever delayed batching allows (schedule → forward → route kernel → commit/hop/finish), and sends the step's
-outputs and hops straight from its PUSH sockets (a step's hops to one peer as one `PeerBatch`: `pack`). Those
+outputs and hops straight from its PUSH sockets (a step's hops to one peer as one `PeerBatch`: `messages.pack_hops`). Those
 have no high-water mark, so a slow or absent peer (or frontend) never blocks a step: ZeroMQ's own I/O thread
 queues and delivers. (Until the twenty-eighth session
 an IO thread received and another sent, with queues between them and the decode loop; on the H200 a hop took
@@ -197,10 +197,10 @@ class Subserver:
             timeout = min(max(timeout, 0.0), self.args.stats_interval_s)
             if timeout > 0:
                 self.pull.poll(max(1, math.ceil(timeout * 1000.0)))
-        return unpack(self.pull.drain())
+        return m.unpack_hops(self.pull.drain())
 
     def dispatch(self, out: Outbox) -> None:
-        for dest, msg in pack(out):
+        for dest, msg in m.pack_hops(out):
             data = _encoder.encode(msg)
             (self.to_frontend if dest == FRONTEND else self.to_peers[dest]).sock.send(data)
 
@@ -213,32 +213,6 @@ class Subserver:
         board = getattr(getattr(self, "scheduler", None), "board", None)
         if board is not None:
             board.close()
-
-
-def pack(out: Outbox) -> Outbox:
-    """`out` with each peer's hops (`PeerRequest`s, in order) as one `PeerBatch` where it has more than one,
-    at the place of the first: a step's hops to a peer arrive together."""
-    hops: dict[str, list[m.PeerRequest]] = {}
-    order: list = []  # a message, or the name of a peer whose hops go here
-    for dest, msg in out:
-        if not isinstance(msg, m.PeerRequest):
-            order.append((dest, msg))
-        elif dest not in hops:
-            hops[dest] = [msg]
-            order.append(dest)
-        else:
-            hops[dest].append(msg)
-    if all(len(got) == 1 for got in hops.values()):
-        return out
-    return [x if not isinstance(x, str) else (x, hops[x][0] if len(hops[x]) == 1 else m.PeerBatch(hops[x]))
-            for x in order]  # fmt: skip
-
-
-def unpack(msgs: list) -> list:
-    """The received messages with each `PeerBatch` replaced by its hops, in order."""
-    if not any(isinstance(x, m.PeerBatch) for x in msgs):
-        return msgs
-    return [hop for x in msgs for hop in (x.hops if isinstance(x, m.PeerBatch) else (x,))]
 
 
 def run_subserver_process(args: SubserverArgs) -> None:
