@@ -40,7 +40,6 @@ import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -737,6 +736,15 @@ def share_ratio(tr: dict | None, other: dict | None) -> str:
 
 def tables(records: list[dict]) -> str:
     out = []
+    seen: dict[tuple[int, object], float | None] = {}
+
+    def once(model, rec: dict) -> float | None:
+        """`model(rec)`, computed once per record (the summary's checks and the threshold table share them)."""
+        key = (id(rec), model)
+        if key not in seen:
+            seen[key] = model(rec)
+        return seen[key]
+
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         groups.setdefault((r["pair"], r["policy"]), []).append(r)
@@ -776,9 +784,9 @@ def tables(records: list[dict]) -> str:
         }
         checks = [("DTMC on the run's own step times", run_prediction),
                   ("simulated as the run was (its requests, each with its own routing)", run_simulation),
-                  ("simulated as the run was, with its hops' measured delay", partial(run_simulation, hops=True))]  # fmt: skip
+                  ("simulated as the run was, with its hops' measured delay", run_hop_simulation)]  # fmt: skip
         for label, model in checks:
-            from_run = {(r["mode"], r["n"]): model(r) for r in recs}
+            from_run = {(r["mode"], r["n"]): once(model, r) for r in recs}
             for m in ("tokenrouter", "eager"):
                 if any(from_run.get((m, n)) for n in ns):
                     out.append(
@@ -819,7 +827,7 @@ def tables(records: list[dict]) -> str:
                 f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
             )
         out.append("")
-        out.extend(threshold_table(every))
+        out.extend(threshold_table(every, once))
         out.extend(time_table(every))
     return "\n".join(out)
 
@@ -831,11 +839,12 @@ def mode_label(rec: dict) -> str:
     return rec["mode"]
 
 
-def threshold_table(recs: list[dict]) -> list[str]:
+def threshold_table(recs: list[dict], once=lambda model, rec: model(rec)) -> list[str]:
     """TokenRouter at each threshold it was served at (the tuned B and every --thresholds one), per N:
     measured, the DTMC's prediction from the tuning's profile, the DTMC on the run's own step times, the
     simulation of the run as it was with its hops' measured delay (`run_simulation`, hops=True), and the
-    ratio to eager at the same N. Empty when no run was served at fixed thresholds."""
+    ratio to eager at the same N. Empty when no run was served at fixed thresholds. `once(model, rec)`: how the
+    checks are computed (`tables` passes its own, which remembers those its summary computed)."""
     if not any(r.get("fixed_thresholds") for r in recs):
         return []
     eager = {r["n"]: r["report"]["decode_throughput_tok_s"] for r in recs if r["mode"] == "eager"}
@@ -843,7 +852,7 @@ def threshold_table(recs: list[dict]) -> list[str]:
     trs = [r for r in recs if r["mode"] == "tokenrouter"]
     for r in sorted(trs, key=lambda r: (r["n"], -(r["predicted_tok_s"] or 0.0))):
         tok = r["report"]["decode_throughput_tok_s"]
-        pred, own, sim = r["predicted_tok_s"], run_prediction(r), run_simulation(r, hops=True)
+        pred, own, sim = r["predicted_tok_s"], once(run_prediction, r), once(run_hop_simulation, r)
         rows.append(
             f"| {r['n']} | {threshold_label(r['thresholds'] or {})} | "
             f"{'fixed' if r.get('fixed_thresholds') else 'tuned'} | {tok:.1f} | "
@@ -1002,6 +1011,11 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = F
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
+
+
+def run_hop_simulation(rec: dict) -> float | None:
+    """`run_simulation` with each hop taking the run's measured delay into its target."""
+    return run_simulation(rec, hops=True)
 
 
 def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
