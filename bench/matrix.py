@@ -562,7 +562,11 @@ class Server:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
                                      start_new_session=True)  # fmt: skip
-        self.url = self._url(t0 + s.startup_timeout + 30)
+        try:
+            self.url = self._url(t0 + s.startup_timeout + 30)
+        except BaseException:  # a failed start, or SIGTERM while it starts: no server outlives this object
+            self.stop()
+            raise
         self.startup_s = time.monotonic() - t0
 
     def _url(self, deadline: float) -> str:
@@ -582,6 +586,7 @@ class Server:
         raise RuntimeError(f"the server did not start{last}")
 
     def stop(self) -> None:
+        """SIGINT to the server's process group (SIGKILL after 60 s); safe to call twice."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGINT)
             try:
@@ -589,6 +594,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        self.proc.stdout.close()
         self.err.close()
 
 
@@ -1321,5 +1327,13 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def exit_on_sigterm(signum, frame) -> None:
+    """SIGTERM (as `timeout` sends) unwinds like an exception, so that each `Server.stop()` in a `finally` runs.
+    Without it a killed matrix left its servers, each in its own session, holding the GPU (run 87 held 111 GiB,
+    and the next part's 8B could not start: docs/raw/run-a4/calls.meta)."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     sys.exit(main())
