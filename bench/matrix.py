@@ -488,6 +488,20 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
     return out
 
 
+def out_of_time(deadline_s: float | None, elapsed_s: float, row_s: float, rows: int) -> str | None:
+    """Why a server for `rows` rows must not start `elapsed_s` into a part with `--deadline-s`, where the longest row
+    so far took `row_s` (None: it may start). Run 87's last row started 8 s inside the deadline and ran past
+    the part's `timeout`."""
+    if deadline_s is None:
+        return None
+    if elapsed_s > deadline_s:
+        return f"the part passed --deadline-s {deadline_s:g}"
+    if elapsed_s + row_s * rows > deadline_s:
+        return (f"{deadline_s - elapsed_s:.0f} s left of --deadline-s {deadline_s:g}, and a row has taken "
+                f"{row_s:.0f} s")  # fmt: skip
+    return None
+
+
 def untuned_n1(s: Settings, plan: Path, tuned: Path) -> dict:
     """N = 1 without a profile: Σ(B_i − 1) < N leaves B = 1 for every model, so there is nothing to tune;
     the plan is served eager and the run has no DTMC prediction (its own-step-time check still runs)."""
@@ -659,16 +673,18 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
             except RuntimeError as e:
                 failures.append(f"tokenrouter N={n} at {threshold_label(given)}: {e}")
                 say(s, f"FAILED tokenrouter N={n} at {threshold_label(given)}: {e}")
+    row_s = 0.0  # the longest one N's row has taken so far, its server's start and stop included
     for mode, ns, tuned in servers:
         fixed = tuned is not None and tuned[ns[0]].get("fixed", False)
         plan_path = tuned[ns[0]]["plan"] if tuned is not None else plan
         variant = "-B" + "-".join(str(b) for b in tuned[ns[0]]["thresholds"].values()) if fixed else ""
         tag = f"{mode}-n{'-'.join(map(str, ns))}{variant}"
         finish(s, name, records, failures, quiet=True)  # what is done so far survives a killed command
-        if s.deadline_s is not None and time.monotonic() - t_part > s.deadline_s:
-            failures.append(f"{tag}: skipped, the part passed --deadline-s {s.deadline_s:g}")
-            say(s, f"SKIPPED {tag}: out of time")
+        if why := out_of_time(s.deadline_s, time.monotonic() - t_part, row_s, len(ns)):
+            failures.append(f"{tag}: skipped, {why}")
+            say(s, f"SKIPPED {tag}: {why}")
             continue
+        t_server = time.monotonic()
         try:
             srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr")
         except RuntimeError as e:
@@ -705,6 +721,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
             say(s, f"FAILED {tag}: {e}")
         finally:
             srv.stop()
+        row_s = max(row_s, (time.monotonic() - t_server) / len(ns))
     say(s, f"part {name} done in {time.monotonic() - t_part:.0f} s")
     return records, failures
 
@@ -1249,7 +1266,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the profile of a served run's record (record-*.json) to PROFILE: a second "
                     "profile for `tokenrouter profile --colocation` at that run's thresholds")  # fmt: skip
     ap.add_argument("--deadline-s", type=float, default=None,
-                    help="start no server after this many seconds of a part (the rest is reported skipped)")  # fmt: skip
+                    help="start no server whose rows, each as long as the part's longest so far, would end after "
+                         "this many seconds of the part (the rest is reported skipped)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.list:
         for name, p in PARTS.items():

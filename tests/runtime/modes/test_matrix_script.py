@@ -65,6 +65,15 @@ def test_parts_cover_the_issue_matrix():
     assert matrix.parse_runs(["lockstep:4,8"]) == {"lockstep": (4, 8)}
 
 
+def test_a_row_that_would_end_past_the_deadline_is_not_started():
+    assert matrix.out_of_time(None, 1e9, 1e9, 3) is None
+    assert matrix.out_of_time(300, 100, 40, 1) is None
+    assert matrix.out_of_time(300, 292, 0, 1) is None  # nothing served yet: no estimate
+    assert matrix.out_of_time(300, 292, 42, 1) == "8 s left of --deadline-s 300, and a row has taken 42 s"
+    assert matrix.out_of_time(300, 200, 40, 3) is not None  # a server of three Ns needs three rows' time
+    assert matrix.out_of_time(300, 301, 0, 1) == "the part passed --deadline-s 300"
+
+
 def test_tables_ratios_and_prediction(tmp_path):
     recs = [record("tokenrouter", 4, 300.0, predicted=400.0), record("llm-only", 4, 150.0),
             record("lockstep", 4, 100.0), record("tokenrouter", 8, 500.0), record("eager", 8, 400.0)]  # fmt: skip
