@@ -49,7 +49,7 @@ def test_sigterm_stops_the_server_and_its_subservers(tmp_path):
             seen.append(line)
             if "serving llm-only" in line:
                 break
-        assert proc.poll() is None, "".join(seen)
+        assert seen and "serving llm-only" in seen[-1], "".join(seen)  # not a matrix that ended early
         deployment = tree(proc.pid) - {proc.pid}
         assert len(deployment) >= 3, deployment  # serve's launcher, its frontend and the subserver
         proc.send_signal(signal.SIGTERM)
