@@ -556,6 +556,11 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
 
 
 class Server:
+    """One `tokenrouter serve` in its own session. `Server.live` holds those not yet stopped: the script's exit
+    stops them wherever it was interrupted (`stop_live`)."""
+
+    live: set[Server] = set()
+
     def __init__(self, s: Settings, plan: Path, mode: str, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.log = log
         self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
@@ -576,6 +581,7 @@ class Server:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
                                      start_new_session=True)  # fmt: skip
+        Server.live.add(self)
         try:
             self.url = self._url(t0 + s.startup_timeout + 30)
         except BaseException:  # a failed start, or SIGTERM while it starts: no server outlives this object
@@ -610,6 +616,14 @@ class Server:
                 self.proc.wait(10)
         self.proc.stdout.close()
         self.err.close()
+        Server.live.discard(self)
+
+
+def stop_live() -> None:
+    """Stop every server still up: a SIGTERM can land between a server's start and the `try` whose `finally`
+    stops it (CI caught one, just after the 'serving' line)."""
+    for srv in list(Server.live):
+        srv.stop()
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -691,8 +705,8 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
             failures.append(f"{tag}: {e}")
             say(s, f"FAILED {tag}: {e}")
             continue
-        say(s, f"serving {mode} ({plan_path.name}) after {srv.startup_s:.1f} s")
         try:
+            say(s, f"serving {mode} ({plan_path.name}) after {srv.startup_s:.1f} s")
             for n in ns:
                 bench(s, srv.url, n, n, s.warmup_len, None, raw / "bench.log")  # compile kernels, fill graphs
                 time.sleep(1.0)  # the subservers' stats (every 0.5 s) catch up with the warm-up
@@ -1346,12 +1360,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_on_sigterm(signum, frame) -> None:
-    """SIGTERM (as `timeout` sends) unwinds like an exception, so that each `Server.stop()` in a `finally` runs.
-    Without it a killed matrix left its servers, each in its own session, holding the GPU (run 87 held 111 GiB,
+    """SIGTERM (as `timeout` sends) unwinds like an exception, through each `Server.stop()` in a `finally` and
+    `stop_live`. Without it a killed matrix left its servers, each in its own session, holding the GPU (run 87 held 111 GiB,
     and the next part's 8B could not start: docs/raw/run-a4/calls.meta)."""
     raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, exit_on_sigterm)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        stop_live()
