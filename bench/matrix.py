@@ -1122,6 +1122,52 @@ def time_table(recs: list[dict]) -> list[str]:
     ]
 
 
+BY_BATCH = re.compile(r'tokenrouter_((?:alone_)?(?:steps|step_seconds|step_tokens))_by_batch_total'
+                      r'\{model="([^"]+)",bs="(\d+)"\}')  # fmt: skip
+
+
+def batch_table(recs: list[dict]) -> list[str]:
+    """`--report --by-batch`: per TokenRouter / eager row, model and batch size, the steps, ms and tokens per
+    step, all and alone (no step of a model sharing the GPU overlapped), from the `*_by_batch_total` counters.
+    The profile's latency L_i(b) is the mean of steps that may carry different tokens: a prefill or a returning
+    hop's extend makes a step of b rows longer. Tokens by batch size are counted since the thirty-first
+    session ('-' before)."""
+    rows = []
+    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
+        if r["mode"] not in ("tokenrouter", "eager"):
+            continue
+        before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
+        cells: dict[tuple[str, int], dict[str, float]] = {}
+        for key, value in after.items():
+            if found := BY_BATCH.fullmatch(key):
+                name, model, bs = found.groups()
+                cells.setdefault((model, int(bs)), {})[name] = value - before.get(key, 0.0)
+        for (model, bs), d in sorted(cells.items()):
+            if not d.get("steps"):
+                continue
+            per_step = [  # ms and tokens per step, all steps and then the alone ones
+                f"{scale * d[what] / d[steps]:.2f}" if d.get(steps) and what in d else "-"
+                for steps, what, scale in (("steps", "step_seconds", 1000.0), ("steps", "step_tokens", 1.0),
+                                           ("alone_steps", "alone_step_seconds", 1000.0),
+                                           ("alone_steps", "alone_step_tokens", 1.0))
+            ]  # fmt: skip
+            rows.append(
+                f"| {mode_label(r)} | {r['n']} | {model} | {bs} | {d['steps']:.0f} | {per_step[0]} | {per_step[1]} | "
+                f"{d.get('alone_steps', 0.0):.0f} | {per_step[2]} | {per_step[3]} |"
+            )
+    if not rows:
+        return []
+    return [
+        "By batch size (measured run only): steps, ms and tokens per step, and the same for the steps no step of",
+        "a model sharing the GPU overlapped (`tokenrouter_*_by_batch_total`; tokens from the thirty-first",
+        "session on).\n",
+        "| mode | N | model | bs | steps | ms / step | tokens / step | alone | alone ms / step | alone tokens / step |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+    ]
+
+
 def chart(records: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -1233,6 +1279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report", nargs="+", metavar="RESULTS", help="tables and a chart from raw results")
     ap.add_argument("--chart", default=None, help="with --report: PNG to write")
+    ap.add_argument("--by-batch", action="store_true",
+                    help="with --report: steps, ms and tokens per step by batch size, all and alone")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1294,6 +1342,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         records = load_records(a.report)
         print(tables(records))
+        if a.by_batch:
+            print("\n".join(batch_table(records)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

@@ -149,6 +149,10 @@ class SubserverStats(msgspec.Struct, tag=True):
     # the steps among step_ms_by_bs that no step of a model sharing the GPU overlapped (not stalls;
     # busy_board.py): batch size -> (steps, ms); empty without a busy board
     alone_ms_by_bs: dict[int, tuple[int, float]] = {}
+    # the tokens those steps ran (prefills, extend suffixes, one per decode row), by batch size: all steps
+    # (step_ms_by_bs's) and the alone ones (alone_ms_by_bs's); a batch size's latency depends on both
+    tokens_by_bs: dict[int, int] = {}
+    alone_tokens_by_bs: dict[int, int] = {}
     # the steps that followed the previous one back to back (ready as it ended), and the host time between
     gaps: int = 0
     gap_ms: float = 0.0

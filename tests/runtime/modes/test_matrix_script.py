@@ -74,6 +74,27 @@ def test_a_row_that_would_end_past_the_deadline_is_not_started():
     assert matrix.out_of_time(300, 301, 0, 1) == "the part passed --deadline-s 300"
 
 
+def test_by_batch_table_gives_ms_and_tokens_per_step_all_and_alone():
+    def c(name: str, model: str, bs: int) -> str:
+        return f'tokenrouter_{name}_by_batch_total{{model="{model}",bs="{bs}"}}'
+
+    rec = record("tokenrouter", 8, 100.0)
+    rec["metrics_before"] = {c("steps", "slm", 2): 10.0, c("step_seconds", "slm", 2): 0.01}
+    rec["metrics_after"] = {
+        c("steps", "slm", 2): 110.0, c("step_seconds", "slm", 2): 0.21, c("step_tokens", "slm", 2): 260.0,
+        c("alone_steps", "slm", 2): 40.0, c("alone_step_seconds", "slm", 2): 0.06,
+        c("alone_step_tokens", "slm", 2): 80.0,
+        c("steps", "llm", 6): 50.0, c("step_seconds", "llm", 6): 0.35,  # a server before the token counters
+    }  # fmt: skip
+    lines = matrix.batch_table([rec, record("llm-only", 8, 50.0)])
+    rows = [ln for ln in lines if ln.startswith("| tokenrouter")]
+    assert rows == [
+        "| tokenrouter | 8 | llm | 6 | 50 | 7.00 | - | 0 | - | - |",
+        "| tokenrouter | 8 | slm | 2 | 100 | 2.00 | 2.60 | 40 | 1.50 | 2.00 |",
+    ]
+    assert matrix.batch_table([record("llm-only", 8, 50.0)]) == []
+
+
 def test_tables_ratios_and_prediction(tmp_path):
     recs = [record("tokenrouter", 4, 300.0, predicted=400.0), record("llm-only", 4, 150.0),
             record("lockstep", 4, 100.0), record("tokenrouter", 8, 500.0), record("eager", 8, 400.0)]  # fmt: skip

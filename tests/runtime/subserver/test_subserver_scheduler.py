@@ -125,6 +125,10 @@ def test_step_accounting_is_exact(pair):
     out = metrics.render(active=0)
     assert f'tokenrouter_step_tokens_total{{model="a"}} {s.new_tokens_total}' in out
     assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.step_ms_by_bs[3][0]}' in out
+    # the tokens by batch size: the 3-row prefill's 9, then one per decode row
+    assert s.tokens_by_bs[3] == 9 + 3 * (s.step_ms_by_bs[3][0] - 1)
+    assert sum(s.tokens_by_bs.values()) == s.new_tokens_total
+    assert f'tokenrouter_step_tokens_by_batch_total{{model="a",bs="3"}} {s.tokens_by_bs[3]}' in out
     assert s.gaps == s.steps - 1 == 2  # each step after the first followed the one before back to back
     assert 'tokenrouter_step_gaps_total{model="a"} 2' in out
     assert f'tokenrouter_step_gap_seconds_total{{model="a"}} {s.gap_ms / 1000.0}' in out
@@ -270,6 +274,12 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     assert sum(n for n, _ in st.step_ms_by_bs.values()) == len(cases)
     assert list(st.alone_ms_by_bs) == [1] and st.alone_ms_by_bs[1][0] == sum(c[2] for c in cases) == 2
     assert 0 < st.alone_ms_by_bs[1][1] < st.step_ms_by_bs[1][1]
+    assert st.tokens_by_bs == {1: 3 * len(cases)} and st.alone_tokens_by_bs == {1: 3 * 2}  # 3-token prefills
+    from tokenrouter.runtime.frontend.metrics import Metrics
+
+    metrics = Metrics(models=["a", "b"])
+    metrics.on_stats(st)
+    assert 'tokenrouter_alone_step_tokens_by_batch_total{model="a",bs="1"} 6\n' in metrics.render(active=0)
 
     def broken(batch):
         raise RuntimeError("the device went away")

@@ -233,6 +233,16 @@ class Metrics:
                    [({"model": x, "bs": bs}, n) for x, bs, n, _ in by_bs])  # fmt: skip
             metric(f"{prefix}step_seconds_by_batch_total", "counter", seconds_help,
                    [({"model": x, "bs": bs}, ms / 1000.0) for x, bs, _, ms in by_bs])  # fmt: skip
+        for prefix, attr, help_ in (
+            (
+                "",
+                "tokens_by_bs",
+                "Tokens run in steps (prefills, extend suffixes, one per decode row), by batch size.",
+            ),
+            ("alone_", "alone_tokens_by_bs", "Tokens run in the alone steps, by batch size."),
+        ):
+            metric(f"{prefix}step_tokens_by_batch_total", "counter", help_,
+                   [({"model": x, "bs": str(bs)}, k) for x, s in stats for bs, k in sorted(getattr(s, attr).items())])  # fmt: skip
         for name, help_, h in (
             ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),
             (

@@ -141,7 +141,7 @@ class Scheduler:
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
         # with a busy board (models sharing a GPU: busy_board.py), the steps that no co-runner's step
-        # overlapped, and not stalls: batch size -> [steps, ms]
+        # overlapped, and not stalls: batch size -> [steps, ms, new tokens]
         self.board: BusyBoard | None = None
         self.alone_ms_by_bs: dict[int, list[float]] = {}
         # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
@@ -295,9 +295,10 @@ class Scheduler:
         if is_stall(ms, new_tokens, tuple(acc), every):
             self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every))
         elif alone:
-            lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0])
+            lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0])
             lone[0] += 1
             lone[1] += ms
+            lone[2] += new_tokens
         acc[0] += 1
         acc[1] += ms
         acc[2] += new_tokens
@@ -535,7 +536,9 @@ class Scheduler:
             slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
             batch_threshold=self.batching.config.thresholds[self.model],
             step_starts=dict(self.step_starts),
-            alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.alone_ms_by_bs.items()},
+            alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.alone_ms_by_bs.items()},
+            tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.step_ms_by_bs.items()},
+            alone_tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.alone_ms_by_bs.items()},
             gaps=self.gaps,
             gap_ms=self.gap_ms,
             hops_in=self.hops_in,
