@@ -934,12 +934,13 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def record_profile(rec: dict, min_steps: int = 5):
+def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     """The profile `tokenrouter profile --from-metrics` would build from a TokenRouter / eager run's two
     scrapes (each model's mean step time by batch size, p_ij = hops i→j / decisions of i, with the plan's
     dropping hops among the decisions), or None (another mode, one model, too few steps). Records from the
     twenty-sixth session on keep the uptime and threshold gauges, so the profile carries the busy share and
-    the thresholds that `profile --colocation` needs of its second profile."""
+    the thresholds that `profile --colocation` needs of its second profile. `fit_alone`: its latencies alone
+    fitted non-decreasing as `profile` fits them; by default the row's own means, as measured."""
     from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
@@ -958,7 +959,9 @@ def record_profile(rec: dict, min_steps: int = 5):
     stub = {"models": {x: {} for x in models}, "policy": {"name": rec["policy"]}}
     committed = {x: (rec.get("committed") or {}).get(x, {}) for x in models}
     try:
-        prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed)
+        # fit_alone False (the default here): the row's own step times as measured
+        prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed,
+                                    fit_alone=fit_alone)  # fmt: skip
     except MetricsProfileError:
         return None
     return prof if set(prof.routing) == set(models) else None

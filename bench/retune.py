@@ -62,6 +62,7 @@ def retune(
     donor: dict[str, bytes] | None = None,
     alone_from=(),
     merge: bool = False,
+    fit_alone: bool | None = None,
 ) -> list[dict]:
     """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
     measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
@@ -69,7 +70,9 @@ def retune(
     in the order tried): the profile's latencies alone replaced by those the donor's first served row at one
     of them measured, model by model (`served_alone`). `merge`: that profile's (or the second profile's the run
     tuned with) latencies at every batch size it measured, alone and beside, replace the eager profile's
-    (`merge_served`) instead of lending only the latencies alone."""
+    (`merge_served`) instead of lending only the latencies alone. `fit_alone` None: the latencies alone fitted
+    non-decreasing where the run's profile was (its `workload.alone_fit`: profiles from 3 Dec 2026 on), else as
+    measured; True / False: every profile so."""
     files = read_archive(path)
     ns = sorted(int(m.group(1)) for m in map(EAGER_AFTER.fullmatch, files) if m)
     if not ns:
@@ -92,12 +95,13 @@ def retune(
         before = files.get(f"profile-metrics-n{n}-before.txt", b"").decode() or None
         made = json.loads(files.get(f"profile-n{n}.json", b"{}") or b"{}").get("workload", {})
         steps = min_steps or made.get("min_steps", 5)
-        prof = profile_from_metrics(plan, after, before, steps)
+        fit = made.get("alone_fit") == "non-decreasing" if fit_alone is None else fit_alone
+        prof = profile_from_metrics(plan, after, before, steps, fit_alone=fit)
         if donor:
-            lent = served_alone(donor, n, alone_from, steps, tuple(plan["models"]))
+            lent = served_alone(donor, n, alone_from, steps, tuple(plan["models"]), fit)
             merged = merge
         else:
-            lent = archived_alone(files, plan, n, steps)
+            lent = archived_alone(files, plan, n, steps, fit)
             merged = merge or (lent is not None and lent[2])
         if lent is not None:
             prof = (
@@ -125,7 +129,8 @@ def retune(
     return out
 
 
-def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, models: tuple[str, ...]):
+def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, models: tuple[str, ...],
+                 fit_alone: bool = False):  # fmt: skip
     """(its B as text, its profile) for the first served TokenRouter row at N whose thresholds are one of
     `alone_from` (tried in order, each in the order of `models`): the busy board's alone steps of that row, for the models that have
     `min_steps` of them (`bench/matrix.py`'s `record_profile`); None where no such row is in `files`. An eager
@@ -137,13 +142,13 @@ def served_alone(files: dict[str, bytes], n: int, alone_from, min_steps: int, mo
         for rec in records:
             got = tuple((rec.get("thresholds") or {}).get(m, 1) for m in models)
             if rec.get("n") == n and got == tuple(b):
-                prof = record_profile(rec, min_steps)
+                prof = record_profile(rec, min_steps, fit_alone)
                 if prof is not None and prof.alone_ms:
                     return fmt_b(b), prof
     return None
 
 
-def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int):
+def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int, fit_alone: bool = False):
     """(the second profile's tag, that profile rebuilt from its scrapes, whether the run merged it) where the run
     itself tuned with a second served profile (`bench/matrix.py --alone-from`: `profile-nN-alone.json` names it
     as its `alone_source`; `--served-from`: `profile-nN-merged.json`, its `merged_from`), else None."""
@@ -153,7 +158,8 @@ def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int):
         after = files.get(f"profile-metrics-n{n}-{tag}-after.txt")
         if tag and after is not None:
             before = files.get(f"profile-metrics-n{n}-{tag}-before.txt", b"").decode() or None
-            return tag, profile_from_metrics(plan, after.decode(), before, min_steps), suffix == "merged"
+            prof = profile_from_metrics(plan, after.decode(), before, min_steps, fit_alone=fit_alone)
+            return tag, prof, suffix == "merged"
     return None
 
 
@@ -242,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --alone-from, or on runs that tuned with a second profile: take that profile's "
                     "latencies at every batch size it measured, alone and beside (`profile --merge`), not only "
                     "its latencies alone")  # fmt: skip
+    ap.add_argument("--fit-alone", action="store_true",
+                    help="fit every profile's latencies alone non-decreasing in the batch size (as `profile "
+                    "--from-metrics` does since 3 Dec 2026); default: as each run's profile was made")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.min_steps is not None and a.min_steps < 1:
@@ -256,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     for p in map(Path, a.archives):
         try:
             if not alone_from:
-                results += retune(p, a.min_steps, merge=a.merge)
+                results += retune(p, a.min_steps, merge=a.merge, fit_alone=a.fit_alone or None)
             elif previous is not None:
-                results += retune(p, a.min_steps, read_archive(previous), alone_from, a.merge)
+                results += retune(
+                    p, a.min_steps, read_archive(previous), alone_from, a.merge, a.fit_alone or None
+                )
         except (OSError, tarfile.TarError, ArchiveError, MetricsProfileError, ThroughputInputError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -126,3 +126,23 @@ def test_hop_burst_counts_what_each_wake_up_found(bench_script):
     found = burst.wakeups(4, 10, packed=False)
     assert sum(k * n for k, n in found.items()) == 40
     assert burst.main(["--size", "1"]) == 2
+
+
+def test_latencies_alone_fitted_non_decreasing_move_the_merged_tuner_to_the_best_row_served(
+    bench_script, capsys
+):
+    """Runs 86 and 89 tuned on the eager profile merged with a second profile served at (2, 5), and chose (2, 5);
+    that profile had the 0.6B alone at 3 rows slower than at 4 (a state it rarely ran in). Re-tuned with the
+    latencies alone fitted non-decreasing (`--fit-alone`, as `profile --from-metrics` now builds them) they
+    choose (2, 6), which served 1.023x and 1.047x their (2, 5) beside it; as made, the choice of the run."""
+    retune = bench_script("retune")
+    for k in (86, 89):
+        run = next((ROOT / "docs/raw/run-a4").glob(f"call*/run{k}/results-*.tar.gz"))
+        (made,) = retune.retune(run)
+        (fitted,) = retune.retune(run, fit_alone=True)
+        assert made["B"] == made["B_then"] == (2, 5) and made["alone_from"] == "B-slm2,llm5 (merged)"
+        assert fitted["B"] == (2, 6)
+        served = {r["B"]: r["measured"] for r in fitted["rows"] if r["mode"] == "tokenrouter"}
+        assert served[(2, 6)] > 1.02 * served[(2, 5)]
+    assert retune.main(["--fit-alone", str(run)]) == 0
+    assert "| 0.6b_8b-bern0.35-custom-run89 | 8 | (2, 6) |" in capsys.readouterr().out

@@ -11,6 +11,7 @@ import pytest
 
 from tokenrouter.compiler.throughput.from_metrics import (
     MetricsProfileError,
+    non_decreasing,
     parse_metrics,
     profile_from_metrics,
 )
@@ -225,6 +226,40 @@ def test_steps_alone_and_beside_from_the_busy_board_counters():
     plain = profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
                                               {"slm": 900, "llm": 100}, {("slm", "llm"): 100, ("llm", "slm"): 100}))  # fmt: skip
     assert plain.alone_ms == {} and "steps_by_state" not in plain.workload
+
+
+def test_latencies_alone_are_fitted_non_decreasing_in_the_batch_size(tmp_path):
+    """A batch size whose steps alone took longer on their mean than a larger one's is pooled with it, each
+    mean weighted by its steps (run 86's second profile: the 0.6B at 2-4 rows alone, 100, 56 and 430 steps
+    at 1.59, 1.74 and 1.24 ms); `fit_alone=False` keeps the means as measured."""
+    assert non_decreasing([(1, 1.0, 10), (2, 2.0, 10)]) == ([(1, 1.0), (2, 2.0)], [])
+    fitted, pooled = non_decreasing(
+        [(1, 1.07, 33), (2, 1.59, 100), (3, 1.74, 56), (4, 1.24, 430), (5, 1.39, 308)]
+    )
+    pool = (100 * 1.59 + 56 * 1.74 + 430 * 1.24) / 586
+    assert fitted == pytest.approx([(1, 1.07), (2, pool), (3, pool), (4, pool), (5, 1.39)])
+    assert pooled == [[2, 3, 4]]
+    before = scrape({"slm": {1: (1, 1.0)}, "llm": {1: (1, 7.0)}}, {"slm": 1, "llm": 1}, {})
+    steps = {"slm": {2: (40, 80.0), 3: (30, 60.0), 4: (30, 45.0)}, "llm": {2: (40, 280.0)}}
+    after = scrape(steps, {"slm": 1000, "llm": 200}, {("slm", "llm"): 100, ("llm", "slm"): 100},
+                   alone={"slm": {2: (20, 30.0), 3: (10, 20.0), 4: (30, 45.0)}})  # 1.5, 2.0, 1.5 ms  # fmt: skip
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert dict(prof.alone_ms["slm"].points) == pytest.approx({2: 1.5, 3: 1.625, 4: 1.625})
+    assert prof.workload["alone_fit"] == "non-decreasing"
+    assert prof.workload["steps_by_state"]["slm"]["alone_pooled"] == [[3, 4]]
+    assert dict(prof.step_ms["slm"].points) == pytest.approx(
+        {2: 2.0, 3: 2.0, 4: 1.5}
+    )  # every step: as measured
+    raw = profile_from_metrics(PLAN, after, before, min_steps=5, fit_alone=False)
+    assert dict(raw.alone_ms["slm"].points) == pytest.approx({2: 1.5, 3: 2.0, 4: 1.5})
+    assert "alone_fit" not in raw.workload and "alone_pooled" not in raw.workload["steps_by_state"]["slm"]
+    (tmp_path / "after.txt").write_text(after)
+    (tmp_path / "before.txt").write_text(before)
+    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
+                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
+                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "slm: alone at batch sizes 3-4 pooled into one mean" in r.stdout
 
 
 def test_sparse_alone_steps_scale_the_latencies_beside(tmp_path):

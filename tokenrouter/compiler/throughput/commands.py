@@ -559,6 +559,11 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
                 f"  {m}: alone = beside × {st['alone_scaled_by']:.3f}, the ratio of its "
                 f"{sum(st['alone'].values())} steps alone (too few at any one batch size)"
             )
+        for sizes in st.get("alone_pooled", []):
+            lines.append(
+                f"  {m}: alone at batch sizes {sizes[0]}-{sizes[-1]} pooled into one mean "
+                "(the means fall with the batch size there; fitted non-decreasing)"
+            )
     latencies("beside", profile.beside_ms)
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})

@@ -84,9 +84,12 @@ def profile_from_metrics(
     min_steps: int = 5,
     source: str = "",
     committed: dict[str, dict[str, float]] | None = None,
+    fit_alone: bool = True,
 ) -> Profile:
     """The profile between two scrapes (`before` None: since the server started). `committed` (model ->
-    {target: share of hops that keep their token}) defaults to what the plan's rules say."""
+    {target: share of hops that keep their token}) defaults to what the plan's rules say. `fit_alone`: the
+    latencies alone as the non-decreasing fit of their means (`non_decreasing`; `workload.alone_fit` says so),
+    else the means as measured."""
     a, b = parse_metrics(after), parse_metrics(before or "")
 
     def delta(key) -> float:
@@ -152,7 +155,7 @@ def profile_from_metrics(
                 " put more load on the server before reading its metrics"
             )
         step_ms[x] = StepLatency(tuple(pts))
-    alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps)
+    alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps, fit_alone)
     if committed is None:
         committed = policy_routing(plan).keep  # x -> {y: share of x -> y hops that keep their token}
     counts: dict[str, dict[str, int]] = {}
@@ -197,13 +200,14 @@ def profile_from_metrics(
             **{what: ms for what, ms in sorted(mean_ms.items()) if ms},
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
             **({"steps_by_state": by_state} if by_state else {}),
+            **({"alone_fit": "non-decreasing"} if by_state and fit_alone else {}),
         },  # fmt: skip
         alone_ms=alone_ms,
         beside_ms=beside_ms,
     )
 
 
-def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
+def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: bool = True):
     """`alone_ms` and `beside_ms` for the models with both kinds of steps at some batch size run `min_steps`
     times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
     them. Alone steps are rare where the co-runner is seldom idle (an eager profile: the 0.6B runs alone only
@@ -225,8 +229,11 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
             continue
         beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
         scaled = None  # the ratio that scales beside_ms into alone_ms, where alone steps are too few
+        pooled: list[list[int]] = []
         if lone:
-            alone_ms[x] = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(lone.items())))
+            means = [(bs, 1000.0 * sec / n, n) for bs, (n, sec) in sorted(lone.items())]
+            fitted, pooled = non_decreasing(means) if fit else ([(bs, ms) for bs, ms, _ in means], [])
+            alone_ms[x] = StepLatency(tuple(fitted))
         elif sum(n for n, _ in every.values()) >= min_steps:
             scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
                 n * beside.at(bs) for bs, (n, _) in every.items()
@@ -242,4 +249,25 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int):
         }
         if scaled is not None:
             counts[x]["alone_scaled_by"] = scaled
+        if pooled:
+            counts[x]["alone_pooled"] = pooled
     return alone_ms, beside_ms, counts
+
+
+def non_decreasing(points: list[tuple[int, float, float]]) -> tuple[list[tuple[int, float]], list[list[int]]]:
+    """The weighted least-squares non-decreasing fit (pool adjacent violators) of (batch size, ms, steps) points,
+    and the runs of batch sizes it pooled into one mean. A step that no other step overlapped costs the model
+    alone, and with more rows it costs no less; where a batch size's mean says otherwise, its steps are a
+    different mix: in run 86 the second profile's 0.6B took 1.74 ms at 3 rows alone (56 steps) against 1.24 at 4
+    (430), and at 3 rows alone it rarely ran there; its served rows that ran it there 1,000 times took 1.30-1.41
+    ms (`docs/matrix.md`, "Runs 85-90"). Pooling weighs each mean by its steps."""
+    blocks: list[list] = []  # [sum of ms x steps, steps, batch sizes]
+    for bs, ms, n in points:
+        blocks.append([ms * n, n, [bs]])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, n2, sizes = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += n2
+            blocks[-1][2] += sizes
+    fitted = [(bs, total / n) for total, n, sizes in blocks for bs in sizes]
+    return fitted, [sizes for _, _, sizes in blocks if len(sizes) > 1]
