@@ -24,7 +24,8 @@ steps behind each latency. Two such profiles at different thresholds give the co
 the steps that no step of the others overlapped (`tokenrouter_alone_steps_by_batch_total`,
 `runtime/subserver/busy_board.py`): the profile then holds those steps' latencies as `alone_ms` and the
 others' as `beside_ms` (both where `min_steps` ran, or `beside_ms` scaled where the alone steps are too few;
-`step_ms` keeps every step), and the throughput model
+`step_ms` keeps every step; `alone_ms` is fitted non-decreasing in the batch size, `non_decreasing`), and the
+throughput model
 takes a step's latency by whether a co-runner is running when it starts (docs/throughput.md, "Contention by
 state").
 
@@ -259,8 +260,8 @@ def non_decreasing(points: list[tuple[int, float, float]]) -> tuple[list[tuple[i
     and the runs of batch sizes it pooled into one mean. A step that no other step overlapped costs the model
     alone, and with more rows it costs no less; where a batch size's mean says otherwise, its steps are a
     different mix: in run 86 the second profile's 0.6B took 1.74 ms at 3 rows alone (56 steps) against 1.24 at 4
-    (430), and at 3 rows alone it rarely ran there; its served rows that ran it there 1,000 times took 1.30-1.41
-    ms (`docs/matrix.md`, "Runs 85-90"). Pooling weighs each mean by its steps."""
+    (430), a state it rarely ran in there; the fixed (2, 6) row beside it ran it 1,028 times at 1.31 ms
+    (docs/throughput.md, "Contention by state"). Pooling weighs each mean by its steps."""
     blocks: list[list] = []  # [sum of ms x steps, steps, batch sizes]
     for bs, ms, n in points:
         blocks.append([ms * n, n, [bs]])
