@@ -53,6 +53,17 @@ def scrape(
     return metrics.render(active=0)
 
 
+def profile_cli(tmp_path: Path, after: str, before: str) -> subprocess.CompletedProcess:
+    """`tokenrouter profile examples/bernoulli.tr --from-metrics AFTER --since BEFORE`, which must succeed."""
+    (tmp_path / "after.txt").write_text(after)
+    (tmp_path / "before.txt").write_text(before)
+    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
+                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
+                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def test_latencies_and_routing_from_deltas():
     before = scrape(
         {"slm": {1: (10, 100.0)}, "llm": {1: (4, 40.0)}}, {"slm": 10, "llm": 2}, {("slm", "llm"): 2}
@@ -109,12 +120,7 @@ def test_host_time_between_back_to_back_steps_and_the_delay_of_hops(tmp_path):
     prof = profile_from_metrics(PLAN, after, before, min_steps=5)
     assert prof.workload["gap_ms"] == pytest.approx({"slm": 0.3})  # the llm: 3 gaps, under min_steps
     assert prof.workload["hop_ms"] == pytest.approx({"slm": 0.5, "llm": 2.0})
-    (tmp_path / "after.txt").write_text(after)
-    (tmp_path / "before.txt").write_text(before)
-    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
-                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
-                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = profile_cli(tmp_path, after, before)
     assert "slm: 0.300 ms of host time between back-to-back steps" in r.stdout
     assert "llm: 2.000 ms of delay per hop received" in r.stdout
     assert "gap_ms" not in profile_from_metrics(PLAN, scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}},
@@ -253,12 +259,7 @@ def test_latencies_alone_are_fitted_non_decreasing_in_the_batch_size(tmp_path):
     raw = profile_from_metrics(PLAN, after, before, min_steps=5, fit_alone=False)
     assert dict(raw.alone_ms["slm"].points) == pytest.approx({2: 1.5, 3: 2.0, 4: 1.5})
     assert "alone_fit" not in raw.workload and "alone_pooled" not in raw.workload["steps_by_state"]["slm"]
-    (tmp_path / "after.txt").write_text(after)
-    (tmp_path / "before.txt").write_text(before)
-    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
-                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
-                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = profile_cli(tmp_path, after, before)
     assert "slm: alone at batch sizes 3-4 pooled into one mean" in r.stdout
 
 
@@ -288,10 +289,5 @@ def test_sparse_alone_steps_scale_the_latencies_beside(tmp_path):
         "beside": {"2": 50, "7": 17},
         "alone_scaled_by": pytest.approx(ratio),
     }
-    (tmp_path / "after.txt").write_text(after)
-    (tmp_path / "before.txt").write_text(before)
-    r = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", "examples/bernoulli.tr", "--from-metrics",
-                        str(tmp_path / "after.txt"), "--since", str(tmp_path / "before.txt"), "-o",
-                        str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = profile_cli(tmp_path, after, before)
     assert f"slm: alone = beside × {ratio:.3f}, the ratio of its 7 steps alone" in r.stdout
