@@ -202,7 +202,7 @@ class Settings:
     # (every step's, alone and beside) replace the eager profile's (`profile --from-metrics ... --merge`): there
     # the models run at the batch sizes and beside each other as a delayed-batching plan does (docs/matrix.md,
     # "Runs 80-84")
-    served_from: dict[str, int] | None = None
+    served_from: dict[str, int] | str | None = None  # or "tuned": at the eager profile's choice, per N
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
     # B_i (the DTMC has no such timeout: docs/throughput.md)
     max_delay_ms: float = STDLIB_MAX_DELAY_MS
@@ -424,6 +424,8 @@ def served_at(s: Settings, plan: Path, ns: list[int], raw: Path, thresholds: dic
     return label, served_profiles(s, plan, ns, raw, f"B-{label.replace('=', '')}", extra)
 
 
+TWO_PASS = "tuned"  # `--served-from tuned`: the second profile served at the eager profile's choice, per N
+
 # profile's flag: (the lent profile's file suffix, what it lends, the name of the tuning without the loan)
 LENT = {
     "--alone": ("alone", "latencies alone", "eager-alone"),
@@ -436,12 +438,27 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
     """The plan served a second time at `thresholds`, and per N the eager profile built again from its scrapes
     with that profile's latencies alone (`flag` "--alone": `profile --from-metrics ... --alone`) or its latencies
     at every batch size it measured ("--merge"), logged with what the eager profile alone would choose; where a
-    step fails, the eager profile as it was (the log says why)."""
+    step fails, the eager profile as it was (the log says why). `thresholds` "tuned": tuning in two passes, the
+    second profile served per N at the thresholds the eager profile chooses."""
     suffix, what, own_name = LENT[flag]
-    label, second = served_at(s, plan, ns, raw, thresholds)
+    own = {n: plain_tune(s, plan, out[n], n, raw, own_name) for n in ns if out.get(n) is not None}
+    if thresholds == TWO_PASS:
+        second, labels = {}, {}
+        for n in own:
+            if set(own[n]["best"].values()) == {1}:  # served at B = 1: the eager profile is that profile
+                say(s, f"{what} N={n}: the eager profile chooses B = 1; tuning on it")
+                continue
+            labels[n], got = served_at(s, plan, [n], raw, own[n]["best"])
+            second[n] = got.get(n)
+    else:
+        label, second = served_at(s, plan, ns, raw, thresholds)
+        labels = dict.fromkeys(ns, label)
     for n in ns:
+        if thresholds == TWO_PASS and n in own and n not in labels:
+            continue
         if out.get(n) is None or second.get(n) is None:
-            say(s, f"{what} N={n}: no profile at {label} or no eager one; tuning on the eager profile")
+            say(s, f"{what} N={n}: no profile at {labels.get(n, 'the eager choice')} or no eager one; tuning on "
+                   "the eager profile")  # fmt: skip
             continue
         lent = raw / f"profile-n{n}-{suffix}.json"
         try:
@@ -451,9 +468,8 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
         except RuntimeError as exc:
             say(s, f"{what} N={n}: {exc}; tuning on the eager profile")
             continue
-        own = plain_tune(s, plan, out[n], n, raw, own_name)
-        say(s, f"{what} N={n} from the plan served at {label}; with the eager profile's own, tune would "
-               f"choose B = {own['best']} (predicted {own['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+        say(s, f"{what} N={n} from the plan served at {labels[n]}; with the eager profile's own, tune would "
+               f"choose B = {own[n]['best']} (predicted {own[n]['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
         out[n] = lent
     return out
 
@@ -1313,10 +1329,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alone-from", default=None, metavar="MODEL=B[,MODEL=B]",
                     help="profile the plan served a second time at these thresholds and tune with its latencies "
                     "alone (the busy board's) in place of the eager profile's (`profile --alone`)")  # fmt: skip
-    ap.add_argument("--served-from", default=None, metavar="MODEL=B[,MODEL=B]",
+    ap.add_argument("--served-from", default=None, metavar="MODEL=B[,MODEL=B] | tuned",
                     help="profile the plan served a second time at these thresholds and tune with its latencies "
                     "(every step's, alone and beside) at each batch size it measured, the eager profile's at the "
-                    "rest (`profile --merge`)")  # fmt: skip
+                    "rest (`profile --merge`); `tuned`: at the thresholds the eager profile chooses, per N (tuning "
+                    "in two passes)")  # fmt: skip
     ap.add_argument("--max-delay-ms", type=float, default=STDLIB_MAX_DELAY_MS,
                     help="the plans' `serve { max_delay_ms }`: the longest a request waits for its model's "
                     "batch to reach B_i (default 5, the stdlib's)")  # fmt: skip
@@ -1359,7 +1376,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
-        served_from = parse_thresholds(a.served_from, "--served-from") if a.served_from else None
+        served_from = (a.served_from if a.served_from == TWO_PASS else
+                       parse_thresholds(a.served_from, "--served-from") if a.served_from else None)  # fmt: skip
         given = [flag for flag, v in (("--colocation", colocation), ("--alone-from", alone_from),
                                       ("--served-from", served_from)) if v]  # fmt: skip
         if given and a.tune_from != "eager":

@@ -15,6 +15,10 @@ measured / predicted. Last, the spread of measured / predicted over every served
     python3 bench/retune.py docs/raw/run-a1/call*/run*/results-*.tar.gz
     python3 bench/retune.py --alone-from 2,5 --alone-from 2,6 docs/raw/run-a2/call*/run*/results-*.tar.gz
     python3 bench/retune.py --min-steps 20 docs/raw/run-a1/call*/run*/results-*.tar.gz
+    python3 bench/retune.py --second-pass docs/raw/run-a*/call*/run*/results-*bern0.35*.tar.gz
+
+`--second-pass` tunes in two passes, as `bench/matrix.py --served-from tuned` does on the GPU: each run's own
+tuned row, served at the eager profile's choice, lends its latencies to the eager profile (`profile --merge`).
 
 Exit status: 0, or 2 for bad options or an archive this cannot re-tune (named on stderr, with why).
 """
@@ -63,6 +67,7 @@ def retune(
     alone_from=(),
     merge: bool = False,
     fit_alone: bool | None = None,
+    second_pass: bool = False,
 ) -> list[dict]:
     """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
     measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
@@ -72,7 +77,9 @@ def retune(
     tuned with) latencies at every batch size it measured, alone and beside, replace the eager profile's
     (`merge_served`) instead of lending only the latencies alone. `fit_alone` None: the latencies alone fitted
     non-decreasing where the run's profile was (its `workload.alone_fit`: profiles from 3 Dec 2026 on), else as
-    measured; True / False: every profile so."""
+    measured; True / False: every profile so. `second_pass`: tuning in two passes, offline: the latencies the run's
+    own tuned row measured (served at the eager profile's choice) merged into the eager profile, for runs that
+    tuned on the eager profile alone (none is lent to the others)."""
     files = read_archive(path)
     ns = sorted(int(m.group(1)) for m in map(EAGER_AFTER.fullmatch, files) if m)
     if not ns:
@@ -97,7 +104,15 @@ def retune(
         steps = min_steps or made.get("min_steps", 5)
         fit = made.get("alone_fit") == "non-decreasing" if fit_alone is None else fit_alone
         prof = profile_from_metrics(plan, after, before, steps, fit_alone=fit)
-        if donor:
+        then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
+        b_then = tuple(then["best"][m] for m in plan["models"]) if "best" in then else None
+        if second_pass:
+            tuned_alone = archived_alone(files, plan, n, steps, fit) is None and b_then is not None
+            lent = (
+                served_alone(files, n, [b_then], steps, tuple(plan["models"]), fit) if tuned_alone else None
+            )
+            merged = True
+        elif donor:
             lent = served_alone(donor, n, alone_from, steps, tuple(plan["models"]), fit)
             merged = merge
         else:
@@ -109,7 +124,6 @@ def retune(
             )
         system = system_from_plan(plan, n, {}, {}, prof)
         best = tune(system.inputs, system.fixed).best
-        then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
         rows = []
         for name in sorted(files):
             if not (name.startswith("record-") and name.endswith(".json")):
@@ -123,7 +137,7 @@ def retune(
                          "predicted": analyze(system.inputs, b).throughput})  # fmt: skip
         out.append({"archive": path.name, "n": n, "models": system.inputs.models, "B": best.thresholds,
                     "predicted": best.throughput,
-                    "B_then": tuple(then["best"][m] for m in system.inputs.models) if "best" in then else None,
+                    "B_then": b_then,
                     "predicted_then": then.get("throughput_tok_s"), "rows": rows,
                     "alone_from": None if lent is None else lent[0] + (" (merged)" if merged else "")})  # fmt: skip
     return out
@@ -251,10 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-alone", action="store_true",
                     help="fit every profile's latencies alone non-decreasing in the batch size (as `profile "
                     "--from-metrics` does since 3 Dec 2026); default: as each run's profile was made")  # fmt: skip
+    ap.add_argument("--second-pass", action="store_true",
+                    help="tune in two passes: merge the latencies of each run's own tuned row (served at the eager "
+                    "profile's choice) into its eager profile (`profile --merge`); runs that tuned with a second "
+                    "profile are re-tuned without a loan")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     if a.min_steps is not None and a.min_steps < 1:
         print(f"error: --min-steps must be >= 1, got {a.min_steps}", file=sys.stderr)
+        return 2
+    if a.second_pass and (a.alone_from or a.merge):
+        print("error: --second-pass merges each run's own tuned row; it takes neither --alone-from nor --merge",
+              file=sys.stderr)  # fmt: skip
         return 2
     try:
         alone_from = [tuple(int(x) for x in v.split(",")) for v in a.alone_from]
@@ -264,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     results, previous = [], None
     for p in map(Path, a.archives):
         try:
-            if not alone_from:
+            if a.second_pass:
+                results += retune(p, a.min_steps, fit_alone=a.fit_alone or None, second_pass=True)
+            elif not alone_from:
                 results += retune(p, a.min_steps, merge=a.merge, fit_alone=a.fit_alone or None)
             elif previous is not None:
                 results += retune(

@@ -146,3 +146,25 @@ def test_latencies_alone_fitted_non_decreasing_move_the_merged_tuner_to_the_best
         assert served[(2, 6)] > 1.02 * served[(2, 5)]
     assert retune.main(["--fit-alone", str(run)]) == 0
     assert "| 0.6b_8b-bern0.35-custom-run89 | 8 | (2, 6) |" in capsys.readouterr().out
+
+
+def test_a_second_pass_merges_the_runs_own_tuned_row_and_moves_its_choice_to_the_best_row_served(
+    bench_script, capsys
+):
+    """`--second-pass`: runs 82 and 84 tuned on the eager profile alone and chose (2, 5). With the latencies
+    their own (2, 5) row measured merged into that profile, they choose (2, 6), which served within 1 % of the
+    best row of its run; run 91, which tuned with a second profile of its own, is re-tuned without a loan."""
+    retune = bench_script("retune")
+    for k in (82, 84):
+        run = next((ROOT / "docs/raw/run-a3").glob(f"call*/run{k}/results-*.tar.gz"))
+        (got,) = retune.retune(run, second_pass=True)
+        assert got["B_then"] == (2, 5) and got["alone_from"] == "(2, 5) (merged)" and got["B"] == (2, 6)
+        served = {r["B"]: r["measured"] for r in got["rows"] if r["mode"] == "tokenrouter"}
+        assert served[(2, 6)] >= 0.99 * max(served.values()) and served[(2, 6)] > served[(2, 5)]
+    run91 = next((ROOT / "docs/raw/run-a5").glob("call*/run91/results-*.tar.gz"))
+    (alone,) = retune.retune(run91, second_pass=True)
+    assert alone["alone_from"] is None
+    assert retune.main(["--second-pass", str(run)]) == 0
+    assert "| 0.6b_8b-bern0.35-custom-run84 | 8 | (2, 6) |" in capsys.readouterr().out
+    assert retune.main(["--second-pass", "--merge", str(run)]) == 2
+    assert "takes neither --alone-from nor --merge" in capsys.readouterr().err

@@ -348,6 +348,8 @@ def test_fixed_thresholds_are_served_with_their_own_prediction(tmp_path, capsys)
                      (["--alone-from", "slm=2,llm"], "--alone-from 'slm=2,llm': expected MODEL=B"),
                      (["--alone-from", "llm=5", "--colocation", "llm=3"], "give one"),
                      (["--served-from", "slm=2,llm=5", "--tune-from", "profile"], "--served-from needs --tune-from eager"),
+                     (["--served-from", "tuned", "--tune-from", "profile"], "--served-from needs --tune-from eager"),
+                     (["--served-from", "tune"], "--served-from 'tune': expected MODEL=B"),
                      (["--served-from", "llm=5", "--alone-from", "llm=5"],
                       "--alone-from and --served-from are ways to correct the eager profile: give one")):  # fmt: skip
         assert matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", *bad]) == 2
@@ -538,3 +540,25 @@ def test_latencies_of_a_second_served_profile_merged_into_the_eager_one(tmp_path
     assert "latencies N=8 from the plan served at slm=2,llm=5; with the eager profile's own, tune would " \
            "choose B = {'slm': 1, 'llm': 4}" in s.log[-1]  # fmt: skip
     assert "slm: latencies at batch sizes" in (raw / "tune.log").read_text()
+
+
+def test_tuning_in_two_passes_serves_the_second_profile_at_the_eager_choice(tmp_path, monkeypatch):
+    """`--served-from tuned`: the second profile is served per N at the thresholds the eager profile chooses (run
+    76's chose (1, 4)), and merged into the eager profile as with fixed thresholds."""
+    raw, plan, donor, calls = _second_profile_setup(tmp_path, monkeypatch)
+    s = matrix.Settings(
+        out=tmp_path / "out", work=tmp_path / "work", device=None, served_from=matrix.TWO_PASS
+    )
+    got = matrix.profile_served(s, plan, [8], raw)
+    assert calls == [("eager", ()), ("B-slm1,llm4", ("--batch", "slm=1", "--batch", "llm=4"))]
+    assert got[8] == raw / "profile-n8-merged.json"
+    assert "latencies N=8 from the plan served at slm=1,llm=4; with the eager profile's own, tune would " \
+           "choose B = {'slm': 1, 'llm': 4}" in s.log[-1]  # fmt: skip
+    assert (raw / "tune-n8-eager-unmerged.json").exists()
+    # where the eager profile chooses B = 1 everywhere there is no second profile to serve
+    calls.clear()
+    monkeypatch.setattr(
+        matrix, "plain_tune", lambda *a, **k: {"best": {"slm": 1, "llm": 1}, "throughput_tok_s": 1.0}
+    )
+    assert matrix.profile_served(s, plan, [8], raw)[8] == raw / "profile-n8.json"
+    assert calls == [("eager", ())] and "the eager profile chooses B = 1; tuning on it" in s.log[-1]
