@@ -1152,8 +1152,9 @@ def batch_table(recs: list[dict]) -> list[str]:
     hop's extend makes a step of b rows longer. Tokens by batch size are counted since the thirty-first
     session ('-' before)."""
     rows = []
-    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
-        if r["mode"] not in ("tokenrouter", "eager"):
+    order = lambda r: (-1 if r["mode"] == "profile" else MODES.index(r["mode"]), r["n"])  # noqa: E731
+    for r in sorted(recs, key=order):
+        if r["mode"] not in ("tokenrouter", "eager", "profile"):
             continue
         before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
         cells: dict[tuple[str, int], dict[str, float]] = {}
@@ -1171,15 +1172,15 @@ def batch_table(recs: list[dict]) -> list[str]:
                                            ("alone_steps", "alone_step_tokens", 1.0))
             ]  # fmt: skip
             rows.append(
-                f"| {mode_label(r)} | {r['n']} | {model} | {bs} | {d['steps']:.0f} | {per_step[0]} | {per_step[1]} | "
+                f"| {r.get('label') or mode_label(r)} | {r['n']} | {model} | {bs} | {d['steps']:.0f} | {per_step[0]} | {per_step[1]} | "
                 f"{d.get('alone_steps', 0.0):.0f} | {per_step[2]} | {per_step[3]} |"
             )
     if not rows:
         return []
     return [
-        "By batch size (measured run only): steps, ms and tokens per step, and the same for the steps no step of",
-        "a model sharing the GPU overlapped (`tokenrouter_*_by_batch_total`; tokens from the thirty-first",
-        "session on).\n",
+        "By batch size: steps, ms and tokens per step, and the same for the steps no step of a model sharing the",
+        "GPU overlapped (`tokenrouter_*_by_batch_total`; tokens from the thirty-first session on); the served",
+        "profiles first (`profile eager`, and a second one served at fixed thresholds), then the measured rows.\n",
         "| mode | N | model | bs | steps | ms / step | tokens / step | alone | alone ms / step | alone tokens / step |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
@@ -1221,6 +1222,40 @@ def chart(records: list[dict], path: Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+PROFILE_SCRAPE = re.compile(r"profile-metrics-n(\d+)(?:-(.+))?-after\.txt")
+
+
+def profile_records(paths: list[str]) -> list[dict]:
+    """The served profiles of each archive or folder in `paths` as records for `batch_table`: their two /metrics
+    scrapes (`profile-metrics-nN[-TAG]-before.txt` / `-after.txt`), labelled `profile eager` or `profile TAG`."""
+    found: dict[str, bytes] = {}
+    for p in map(Path, paths):
+        if p.is_dir():
+            found |= {f.name: f.read_bytes() for f in sorted(p.rglob("profile-metrics-*.txt"))}
+        elif p.suffixes[-2:] == [".tar", ".gz"]:
+            with tarfile.open(p) as tar:
+                found |= {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
+                          if m.isfile() and Path(m.name).name.startswith("profile-metrics-")}  # fmt: skip
+    out = []
+    for name, after in sorted(found.items()):
+        if not (m := PROFILE_SCRAPE.fullmatch(name)):
+            continue
+        before = found.get(name.replace("-after.txt", "-before.txt"), b"")
+        out.append({"mode": "profile", "label": f"profile {m.group(2) or 'eager'}", "n": int(m.group(1)),
+                    "metrics_before": prom_values(before.decode()), "metrics_after": prom_values(after.decode())})  # fmt: skip
+    return out
+
+
+def prom_values(text: str) -> dict[str, float]:
+    """{series as written, e.g. `name{model="slm",bs="3"}`: value} of a /metrics text."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
 
 
 def load_records(paths: list[str]) -> list[dict]:
@@ -1363,7 +1398,7 @@ def main(argv: list[str] | None = None) -> int:
         records = load_records(a.report)
         print(tables(records))
         if a.by_batch:
-            print("\n".join(batch_table(records)))
+            print("\n".join(batch_table(profile_records(a.report) + records)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

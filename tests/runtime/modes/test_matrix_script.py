@@ -95,6 +95,24 @@ def test_by_batch_table_gives_ms_and_tokens_per_step_all_and_alone():
     assert matrix.batch_table([record("llm-only", 8, 50.0)]) == []
 
 
+def test_by_batch_report_gives_the_served_profiles_first(capsys):
+    """`--report ARCHIVE --by-batch` on run 93 (H200, docs/raw/run-a5): the eager profile and the second one,
+    served at (2, 5), from their own scrapes, before the measured rows. The second profile ran the 0.6B alone at
+    3 rows 61 times at 2.00 ms with 4.20 tokens a step, against 1.32 ms with 4.28 at 4 rows: not more tokens."""
+    run93 = next(ROOT.glob("docs/raw/run-a5/call*/run93/results-*.tar.gz"))
+    profiles = matrix.profile_records([str(run93)])
+    assert [(r["label"], r["n"]) for r in profiles] == [("profile B-slm2,llm5", 8), ("profile eager", 8)]
+    assert matrix.main(["--report", str(run93), "--by-batch"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("By batch size") :].splitlines()
+    assert "| profile B-slm2,llm5 | 8 | slm | 3 | 566 | 2.34 | 3.29 | 61 | 2.00 | 4.20 |" in lines
+    assert "| profile B-slm2,llm5 | 8 | slm | 4 | 392 | 1.33 | 4.28 | 391 | 1.32 | 4.28 |" in lines
+    first = [
+        ln.split(" | ")[0] for ln in lines if ln.startswith("| profile") or ln.startswith("| tokenrouter")
+    ]
+    assert first.index("| tokenrouter") > max(i for i, x in enumerate(first) if x.startswith("| profile"))
+
+
 def test_tables_ratios_and_prediction(tmp_path):
     recs = [record("tokenrouter", 4, 300.0, predicted=400.0), record("llm-only", 4, 150.0),
             record("lockstep", 4, 100.0), record("tokenrouter", 8, 500.0), record("eager", 8, 400.0)]  # fmt: skip
