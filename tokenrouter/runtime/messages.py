@@ -160,6 +160,10 @@ class SubserverStats(msgspec.Struct, tag=True):
     # then, that step's end) to the scheduler taking the hop in; the throughput model takes hops as instant
     hops_in: int = 0
     hop_delay_ms: float = 0.0
+    # the Triton kernels the subserver's process built (compiled, or loaded from Triton's disk cache) since the
+    # scheduler started, and the time they took (engine/kernel_loads.py); 0 under the Triton interpreter
+    kernel_loads: int = 0
+    kernel_load_ms: float = 0.0
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

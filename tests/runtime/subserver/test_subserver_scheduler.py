@@ -180,7 +180,12 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
 
     def timed_run(batch):
         out = real_run(batch)
-        now[0] += next(durations) / 1000.0
+        ms = next(durations)
+        if ms > 100:  # the stalled step builds a Triton kernel (kernel_loads.py's hooks call these)
+            a.kernel_loads.started()
+        now[0] += ms / 1000.0
+        if ms > 100:
+            a.kernel_loads.ended("_paged_attention_kernel")
         return out
 
     monkeypatch.setattr(a, "run_batch", timed_run)
@@ -191,10 +196,16 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
     s = a.stats()
     assert s.step_ms_by_bs[1] == (30, pytest.approx(29 * 5.0 + 900.0))
     assert s.slow_ms_by_bs == {1: (1, pytest.approx(900.0))}
-    assert "a: step 25 stalled: 900 ms at batch size 1 (1 new tokens" in caplog.text
+    assert (
+        "a: step 25 stalled: 900 ms at batch size 1 (1 new tokens; the earlier steps make it expect 5.0 ms; "
+        "1 Triton kernel build in it, 900 ms (_paged_attention_kernel))" in caplog.text
+    )
+    assert s.kernel_loads == 1 and s.kernel_load_ms == pytest.approx(900.0)
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(s)
     out = metrics.render(active=0)
+    assert 'tokenrouter_kernel_loads_total{model="a"} 1' in out
+    assert 'tokenrouter_kernel_load_seconds_total{model="a"} 0.9' in out
     assert 'tokenrouter_slow_steps_by_batch_total{model="a",bs="1"} 1' in out
     assert 'tokenrouter_slow_step_seconds_by_batch_total{model="a",bs="1"} 0.9' in out
 

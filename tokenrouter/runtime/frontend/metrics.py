@@ -200,6 +200,19 @@ class Metrics:
                 "hop_delay_ms",
                 1e-3,
             ),
+            (
+                "kernel_loads_total",
+                "Triton kernels the subserver's process built (compiled, or loaded from Triton's disk cache) "
+                "since it started serving: a first-time build in a step is a stall of about half a second.",
+                "kernel_loads",
+                1,
+            ),
+            (
+                "kernel_load_seconds_total",
+                "The time those builds took (inside steps, or at the start).",
+                "kernel_load_ms",
+                1e-3,
+            ),
             ("step_rows_total", "Rows run, summed over steps.", "rows_total", 1),
             (
                 "step_tokens_total",

@@ -30,6 +30,7 @@ import msgspec
 import torch
 
 from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.engine import kernel_loads
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
 from tokenrouter.runtime.route import RouteBatchState
 from tokenrouter.runtime.route.state import RouteStatePacker
@@ -153,6 +154,11 @@ class Scheduler:
         self.hops_in = 0
         self.hop_delay_ms = 0.0
         self._recent_steps: deque[tuple[float, float]] = deque(maxlen=4)
+        # the Triton kernels this process built (compiled, or loaded from the disk cache) since this scheduler
+        # started: a first-time build in an eager step is a stall of about half a second (kernel_loads.py)
+        self.kernel_loads = kernel_loads.LOADS
+        kernel_loads.install(self.kernel_loads)
+        self._loads_at_start = self.kernel_loads.snapshot()
         self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     # ---- incoming messages -------------------------------------------------------------------------------
@@ -269,6 +275,7 @@ class Scheduler:
         seen = board.start() if board is not None else None
         alone = False
         began = time.monotonic()
+        loads = self.kernel_loads.snapshot()
         t0 = time.perf_counter()
         if self._ready_end is not None:
             self.gaps += 1
@@ -293,7 +300,7 @@ class Scheduler:
         acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0, 0])
         every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)  # before this step
         if is_stall(ms, new_tokens, tuple(acc), every):
-            self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every))
+            self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every), loads)
         elif alone:
             lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0])
             lone[0] += 1
@@ -311,16 +318,20 @@ class Scheduler:
             self._ready_end = time.perf_counter()
         return out
 
-    def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float) -> None:
+    def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float,
+                   loads: tuple[int, float] | None = None) -> None:  # fmt: skip
+        """Count a stalled step, and log it (the first SLOW_STEP_LOG_FIRST, then every 100th) with the Triton kernel
+        builds it held, counted from `loads` (the builds' snapshot at its start)."""
         slow = self.slow_ms_by_bs.setdefault(bs, [0, 0.0])
         slow[0] += 1
         slow[1] += ms
         n = sum(s[0] for s in self.slow_ms_by_bs.values())
         if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
+            built = kernel_loads.describe(*self.kernel_loads.since(loads)) if loads is not None else "-"
             logger.warning(
                 "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; the earlier steps make it expect "
-                "%.1f ms); stall %d on this subserver",
-                self.model, self.steps, ms, bs, new_tokens, expected_ms, n,
+                "%.1f ms; %s); stall %d on this subserver",
+                self.model, self.steps, ms, bs, new_tokens, expected_ms, built, n,
             )  # fmt: skip
 
     def get_next_batch_to_run(self) -> list[Req]:
@@ -543,4 +554,6 @@ class Scheduler:
             gap_ms=self.gap_ms,
             hops_in=self.hops_in,
             hop_delay_ms=self.hop_delay_ms,
+            kernel_loads=self.kernel_loads.count - self._loads_at_start[0],
+            kernel_load_ms=self.kernel_loads.ms - self._loads_at_start[1],
         )
