@@ -648,12 +648,8 @@ def scrape(url: str) -> dict[str, float]:
     # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run
     keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_",
             "uptime_seconds_total", "batch_threshold", "kernel_load")  # fmt: skip
-    out = {}
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line and not line.startswith("#") and any(k in line for k in keep):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+    values = prom_values(httpx.get(f"{url}/metrics", timeout=30).text)
+    return {key: value for key, value in values.items() if any(k in key for k in keep)}
 
 
 def bench(
