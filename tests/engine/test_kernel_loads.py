@@ -37,6 +37,10 @@ def test_builds_are_counted_through_tritons_hooks_keeping_the_hooks_set_before(m
     monkeypatch.setattr(rt, "jit_cache_hook", lambda **kw: True)
     other = KernelLoads()
     assert install(other) and rt.jit_cache_hook(key="k4", **args) is True
+    # switched off: no hooks
+    monkeypatch.setenv("TOKENROUTER_KERNEL_LOADS", "0")
+    monkeypatch.setattr(rt, "jit_cache_hook", None)
+    assert not install(KernelLoads()) and rt.jit_cache_hook is None
 
 
 def test_a_stall_says_what_was_built_in_it():

@@ -10,11 +10,14 @@ next server on the same machine did not stall (docs/matrix.md, "Runs 91-101").
 `install()` hooks Triton's JIT (`triton.knobs.runtime.jit_cache_hook`, called before a build, and
 `jit_post_compile_hook`, after it), keeping any hooks already set, and counts the builds and their time. A
 stalled step's log line then says how many builds it held. Under the Triton interpreter (CPU) no kernel is
-built and the counts stay 0; without Triton, `install()` returns False.
+built and the counts stay 0; without Triton, `install()` returns False. With hooks set, Triton serializes each
+build's specialization (constants, options) for them before the build; `TOKENROUTER_KERNEL_LOADS=0` leaves the
+hooks out, should that ever fail for a kernel.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -58,6 +61,8 @@ def _name(kwargs: dict) -> str:
 
 def install(loads: KernelLoads = LOADS) -> bool:
     """Count this process's Triton kernel builds into `loads` (once; True where the hooks are in place)."""
+    if os.environ.get("TOKENROUTER_KERNEL_LOADS", "1") == "0":
+        return False
     try:
         from triton import knobs
     except ImportError:  # no Triton, or one without knobs (before 3.4)
