@@ -1226,21 +1226,22 @@ PROFILE_SCRAPE = re.compile(r"profile-metrics-n(\d+)(?:-(.+))?-after\.txt")
 def profile_records(paths: list[str]) -> list[dict]:
     """The served profiles of each archive or folder in `paths` as records for `batch_table`: their two /metrics
     scrapes (`profile-metrics-nN[-TAG]-before.txt` / `-after.txt`), labelled `profile eager` or `profile TAG`."""
-    found: dict[str, bytes] = {}
+    out = []
     for p in map(Path, paths):
+        found: dict[str, bytes] = {}  # one archive's (each has its own profile-metrics-n8-after.txt)
         if p.is_dir():
-            found |= {f.name: f.read_bytes() for f in sorted(p.rglob("profile-metrics-*.txt"))}
+            found = {f.name: f.read_bytes() for f in sorted(p.rglob("profile-metrics-*.txt"))}
         elif p.suffixes[-2:] == [".tar", ".gz"]:
             with tarfile.open(p) as tar:
-                found |= {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
-                          if m.isfile() and Path(m.name).name.startswith("profile-metrics-")}  # fmt: skip
-    out = []
-    for name, after in sorted(found.items()):
-        if not (m := PROFILE_SCRAPE.fullmatch(name)):
-            continue
-        before = found.get(name.replace("-after.txt", "-before.txt"), b"")
-        out.append({"mode": "profile", "label": f"profile {m.group(2) or 'eager'}", "n": int(m.group(1)),
-                    "metrics_before": prom_values(before.decode()), "metrics_after": prom_values(after.decode())})  # fmt: skip
+                found = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
+                         if m.isfile() and Path(m.name).name.startswith("profile-metrics-")}  # fmt: skip
+        for name, after in sorted(found.items()):
+            if not (m := PROFILE_SCRAPE.fullmatch(name)):
+                continue
+            before = found.get(name.replace("-after.txt", "-before.txt"), b"")
+            out.append({"mode": "profile", "label": f"profile {m.group(2) or 'eager'}", "n": int(m.group(1)),
+                        "metrics_before": prom_values(before.decode()),
+                        "metrics_after": prom_values(after.decode())})  # fmt: skip
     return out
 
 

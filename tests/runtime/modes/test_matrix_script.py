@@ -102,6 +102,9 @@ def test_by_batch_report_gives_the_served_profiles_first(capsys):
     run93 = next(ROOT.glob("docs/raw/run-a5/call*/run93/results-*.tar.gz"))
     profiles = matrix.profile_records([str(run93)])
     assert [(r["label"], r["n"]) for r in profiles] == [("profile B-slm2,llm5", 8), ("profile eager", 8)]
+    run92 = next(ROOT.glob("docs/raw/run-a5/call*/run92/results-*.tar.gz"))
+    both = matrix.profile_records([str(run92), str(run93)])  # two archives, same file names: each its own
+    assert len(both) == 4 and both[2:] == profiles and both[:2] != profiles
     assert matrix.main(["--report", str(run93), "--by-batch"]) == 0
     out = capsys.readouterr().out
     lines = out[out.index("By batch size") :].splitlines()
