@@ -322,3 +322,38 @@ def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp
     assert best[0] == 2 and 4 <= best[1] <= 6
     for b, served in SERVED_61.items():
         assert 0.85 < served / analyze(inputs, b).throughput < 0.95
+
+
+def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp_path):
+    """Each profile's latencies alone are fitted non-decreasing on their own; merged, one profile's batch sizes
+    can meet the other's lower. Run 91's eager profile (H200, docs/raw/run-a5) has the 0.6B alone at 4 rows at
+    1.433 ms from 20 steps; a second profile with 3 rows at 1.6 ms from 200 steps pools the two, each weighted
+    by its steps, and the profile records the pooled sizes. Profiles made before the fit are merged as before."""
+    from tokenrouter.compiler.throughput.commands import merge_served
+
+    archive = next(ROOT.glob("docs/raw/run-a5/call1/run91/results-*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/profile-n8.json"))
+        (tmp_path / "eager.json").write_bytes(tar.extractfile(member).read())
+    base = read_profile(tmp_path / "eager.json")
+    assert base.workload["alone_fit"] == "non-decreasing"
+    assert base.workload["steps_by_state"]["slm"]["alone"]["4"] == 20
+    four = dict(base.alone_ms["slm"].points)[4]
+    other = dataclasses.replace(
+        base,
+        step_ms={"slm": StepLatency(((3, 2.0),))},
+        alone_ms={"slm": StepLatency(((3, 1.6),))},
+        beside_ms={"slm": StepLatency(((3, 2.1),))},
+        workload={"steps_by_state": {"slm": {"alone": {"3": 200}, "beside": {"3": 50}}}},
+    )
+    got = merge_served(base, other, "second.json")
+    pooled = (1.6 * 200 + four * 20) / 220
+    assert dict(got.alone_ms["slm"].points)[3] == pytest.approx(pooled)
+    assert dict(got.alone_ms["slm"].points)[4] == pytest.approx(pooled)
+    assert got.workload["merged_alone_pooled"] == {"slm": [[3, 4]]}
+    assert set(got.alone_ms) == set(base.alone_ms) and got.step_ms["llm"] == base.step_ms["llm"]
+    unfitted = dataclasses.replace(
+        base, workload={k: v for k, v in base.workload.items() if k != "alone_fit"}
+    )
+    plain = merge_served(unfitted, other, "second.json")
+    assert dict(plain.alone_ms["slm"].points)[3] == 1.6 and "merged_alone_pooled" not in plain.workload

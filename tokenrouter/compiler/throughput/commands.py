@@ -481,17 +481,43 @@ def merge_served(base, other, source: str):
                 out[m] = StepLatency(tuple(points.items()))
         return out
 
+    alone_ms, seams = over(base.alone_ms, other.alone_ms), {}
+    if base.workload.get("alone_fit") == "non-decreasing":
+        alone_ms, seams = _refit_alone(alone_ms, base, other)
     return dataclasses.replace(
         base,
         step_ms=over(base.step_ms, other.step_ms),
-        alone_ms=over(base.alone_ms, other.alone_ms),
+        alone_ms=alone_ms,
         beside_ms=over(base.beside_ms, other.beside_ms),
         workload={
             **base.workload,
             "merged_from": source,
             "merged_batches": {m: sorted(b for b, _ in other.step_ms[m].points) for m in models},
+            **({"merged_alone_pooled": seams} if seams else {}),
         },
     )
+
+
+def _refit_alone(alone_ms: dict, base, other) -> tuple[dict, dict[str, list[list[int]]]]:
+    """Merged latencies alone fitted non-decreasing again (`from_metrics.non_decreasing`), each batch size's mean
+    weighted by the steps behind it in the profile it came from (`workload.steps_by_state.MODEL.alone`; 1 where
+    a profile has no count): each profile was fitted on its own, and where one profile's batch sizes meet the
+    other's the joined curve can fall. Returns the latencies and, per model, the batch sizes pooled."""
+    from tokenrouter.compiler.throughput.from_metrics import non_decreasing
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+
+    def steps(profile, model: str) -> dict[int, float]:
+        alone = ((profile.workload.get("steps_by_state") or {}).get(model) or {}).get("alone") or {}
+        return {int(bs): float(n) for bs, n in alone.items()}
+
+    out, seams = dict(alone_ms), {}
+    for m, latency in alone_ms.items():
+        theirs = dict(other.alone_ms[m].points) if m in other.alone_ms else {}
+        counts = {**steps(base, m), **{bs: n for bs, n in steps(other, m).items() if bs in theirs}}
+        fitted, pooled = non_decreasing([(bs, ms, counts.get(bs) or 1.0) for bs, ms in latency.points])
+        if pooled:
+            out[m], seams[m] = StepLatency(tuple(fitted)), pooled
+    return out, seams
 
 
 def _fit_colocation(plan_path: str, paths: list[str]):
