@@ -351,6 +351,10 @@ def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp
     assert dict(got.alone_ms["slm"].points)[3] == pytest.approx(pooled)
     assert dict(got.alone_ms["slm"].points)[4] == pytest.approx(pooled)
     assert got.workload["merged_alone_pooled"] == {"slm": [[3, 4]]}
+    from tokenrouter.compiler.throughput.commands import _write_and_describe
+
+    text = _write_and_describe(got, str(ROOT / "examples" / "bernoulli.tr"), str(tmp_path / "merged.json"))
+    assert "slm: merged, alone at batch sizes 3-4 pooled into one mean" in text
     assert set(got.alone_ms) == set(base.alone_ms) and got.step_ms["llm"] == base.step_ms["llm"]
     unfitted = dataclasses.replace(
         base, workload={k: v for k, v in base.workload.items() if k != "alone_fit"}

@@ -574,6 +574,12 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         lines.append(
             f"  {m}: latencies at batch sizes {','.join(map(str, sizes))} from {profile.workload['merged_from']}"
         )
+    for m, runs in profile.workload.get("merged_alone_pooled", {}).items():
+        for sizes in runs:
+            lines.append(
+                f"  {m}: merged, alone at batch sizes {sizes[0]}-{sizes[-1]} pooled into one mean (where the two "
+                "profiles meet the means fall; fitted non-decreasing again)"
+            )
     if "alone_source" in profile.workload:
         measured = profile.workload.get("alone_measured", [])
         for m in profile.alone_ms:
