@@ -29,6 +29,7 @@ matrix").
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -442,10 +443,12 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
     second profile served per N at the thresholds the eager profile chooses."""
     suffix, what, own_name = LENT[flag]
     own = {n: plain_tune(s, plan, out[n], n, raw, own_name) for n in ns if out.get(n) is not None}
+    eager_chosen = set()  # two passes: the N whose first pass chose B = 1 (the eager profile is that profile)
     if thresholds == TWO_PASS:
         second, labels = {}, {}
         for n in own:
-            if set(own[n]["best"].values()) == {1}:  # served at B = 1: the eager profile is that profile
+            if set(own[n]["best"].values()) == {1}:
+                eager_chosen.add(n)
                 say(s, f"{what} N={n}: the eager profile chooses B = 1; tuning on it")
                 continue
             labels[n], got = served_at(s, plan, [n], raw, own[n]["best"])
@@ -454,7 +457,7 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
         label, second = served_at(s, plan, ns, raw, thresholds)
         labels = dict.fromkeys(ns, label)
     for n in ns:
-        if thresholds == TWO_PASS and n in own and n not in labels:
+        if n in eager_chosen:
             continue
         if out.get(n) is None or second.get(n) is None:
             say(s, f"{what} N={n}: no profile at {labels.get(n, 'the eager choice')} or no eager one; tuning on "
@@ -1228,13 +1231,7 @@ def profile_records(paths: list[str]) -> list[dict]:
     scrapes (`profile-metrics-nN[-TAG]-before.txt` / `-after.txt`), labelled `profile eager` or `profile TAG`."""
     out = []
     for p in map(Path, paths):
-        found: dict[str, bytes] = {}  # one archive's (each has its own profile-metrics-n8-after.txt)
-        if p.is_dir():
-            found = {f.name: f.read_bytes() for f in sorted(p.rglob("profile-metrics-*.txt"))}
-        elif p.suffixes[-2:] == [".tar", ".gz"]:
-            with tarfile.open(p) as tar:
-                found = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
-                         if m.isfile() and Path(m.name).name.startswith("profile-metrics-")}  # fmt: skip
+        found = dict(part_files(p, "profile-metrics-*.txt"))  # one archive's: each has its own -n8-after.txt
         for name, after in sorted(found.items()):
             if not (m := PROFILE_SCRAPE.fullmatch(name)):
                 continue
@@ -1255,16 +1252,23 @@ def prom_values(text: str) -> dict[str, float]:
     return out
 
 
+def part_files(p: Path, pattern: str) -> list[tuple[str, bytes]]:
+    """(name, bytes) of the files named like `pattern` (fnmatch) in a part's folder (searched down) or results
+    archive (.tar.gz), in their order there; [] for anything else."""
+    if p.is_dir():
+        return [(f.name, f.read_bytes()) for f in sorted(p.rglob(pattern))]
+    if p.suffixes[-2:] == [".tar", ".gz"]:
+        with tarfile.open(p) as tar:
+            return [(Path(m.name).name, tar.extractfile(m).read()) for m in tar.getmembers()
+                    if m.isfile() and fnmatch.fnmatch(Path(m.name).name, pattern)]  # fmt: skip
+    return []
+
+
 def load_records(paths: list[str]) -> list[dict]:
     records = []
     for p in map(Path, paths):
-        if p.is_dir():
-            records += [json.loads(f.read_text()) for f in sorted(p.rglob("record-*.json"))]
-        elif p.suffixes[-2:] == [".tar", ".gz"]:
-            with tarfile.open(p) as tar:
-                for m in tar.getmembers():
-                    if Path(m.name).name.startswith("record-") and m.name.endswith(".json"):
-                        records.append(json.load(tar.extractfile(m)))
+        if p.is_dir() or p.suffixes[-2:] == [".tar", ".gz"]:
+            records += [json.loads(data) for _, data in part_files(p, "record-*.json")]
         else:
             records.append(json.loads(p.read_text()))
     return records

@@ -209,7 +209,7 @@ class Metrics:
             ),
             (
                 "kernel_load_seconds_total",
-                "The time those builds took (inside steps, or at the start).",
+                "The time those builds took, in steps or between them.",
                 "kernel_load_ms",
                 1e-3,
             ),

@@ -319,7 +319,7 @@ class Scheduler:
         return out
 
     def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float,
-                   loads: tuple[int, float] | None = None) -> None:  # fmt: skip
+                   loads: tuple[int, float]) -> None:  # fmt: skip
         """Count a stalled step, and log it (the first SLOW_STEP_LOG_FIRST, then every 100th) with the Triton kernel
         builds it held, counted from `loads` (the builds' snapshot at its start)."""
         slow = self.slow_ms_by_bs.setdefault(bs, [0, 0.0])
@@ -327,7 +327,7 @@ class Scheduler:
         slow[1] += ms
         n = sum(s[0] for s in self.slow_ms_by_bs.values())
         if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
-            built = kernel_loads.describe(*self.kernel_loads.since(loads)) if loads is not None else "-"
+            built = kernel_loads.describe(*self.kernel_loads.since(loads))
             logger.warning(
                 "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; the earlier steps make it expect "
                 "%.1f ms; %s); stall %d on this subserver",
@@ -529,6 +529,7 @@ class Scheduler:
     def stats(self) -> m.SubserverStats:
         c = self.counts()
         es = self.engine.stats()
+        builds, build_ms, _ = self.kernel_loads.since(self._loads_at_start)
         return m.SubserverStats(
             model=self.model,
             waiting=c["waiting"],
@@ -554,6 +555,6 @@ class Scheduler:
             gap_ms=self.gap_ms,
             hops_in=self.hops_in,
             hop_delay_ms=self.hop_delay_ms,
-            kernel_loads=self.kernel_loads.count - self._loads_at_start[0],
-            kernel_load_ms=self.kernel_loads.ms - self._loads_at_start[1],
+            kernel_loads=builds,
+            kernel_load_ms=build_ms,
         )
