@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-third session: docs/raw/run-a4/part.sh with a check of the Triton JIT hooks first (hookcheck.py; where
 # it fails, the part serves with TOKENROUTER_KERNEL_LOADS=0 and says so), and the servers' stall lines printed.
+# From call 6 on it also prints the route kernel warm-up lines (RouteKernel.warm).
 # Usage: PART_S=270 bash .whl/part2.sh CALLNAME TAG MATRIX-ARGS...
 set -u
 call=$1; tag=$2; shift 2
@@ -15,5 +16,6 @@ timeout ${PART_S:-270} python3 bench/matrix.py "$@" --deadline-s $(( ${PART_S:-2
 grep -E "] latencies|tune N|fixed N|tok/s, tokens|warning|done in|FAILED|SKIPPED" /tmp/res/$tag.out
 grep -A12 "Where the time goes" /tmp/res/$tag.out | grep "^| [tel]"
 grep -rh "stalled" /tmp/work | cut -c12-23,40- | head -20
+grep -rh "route kernel warmed" /tmp/work | cut -c12-23,40- | head -8
 mkdir -p /tmp/res/work-logs; find /tmp/work -name "*.stderr" -o -name "*.json" -size -2M | head -300 | xargs -I{} cp --parents {} /tmp/res/work-logs/ 2>/dev/null
 tar czf $OUT/$call.tgz -C /tmp/res .

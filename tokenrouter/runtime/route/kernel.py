@@ -331,6 +331,32 @@ class RouteKernel:
             forced = torch.where(rows, tok, torch.full_like(tok, -1))
         return self._run_triton(logits, hidden, state, forced, sampling, with_features)
 
+    def warm(self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None = None) -> int:
+        """Launch the Triton route kernel once in each launch variant that a step of 1 to `max_rows` rows of
+        `dtype` logits can take (`TritonRoute.variants`): greedy, sampling, and sampling with top-k (the
+        forced tokens of the separate sampler). Triton builds each variant the first time a process launches
+        it, about half a second where the machine has not built it before (then from its disk cache); warmed
+        at start, no serving step waits for one (docs/matrix.md, "Runs 102-106"). Returns the launches, 0 on
+        the torch backend. The results are dropped; the workspace is left grown to `max_rows`."""
+        tr = self._triton
+        if tr is None or max_rows < 1:
+            return 0
+        variants = tr.variants(max_rows, vocab, torch.empty((), dtype=dtype).element_size())
+        top = max(rows for rows, _ in variants)
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        logits = torch.randn((top, vocab), generator=gen, device=self.device, dtype=dtype)
+        width = self.hidden_size or hidden_size
+        hidden = torch.zeros((top, width), device=self.device, dtype=dtype) if self.needs_hidden else None
+        launches = 0
+        for rows, sampling in variants:
+            for top_k in (0, 1) if sampling else (0,):
+                state = RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
+                self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
+                launches += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return launches
+
     def _check_inputs(
         self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState
     ) -> None:

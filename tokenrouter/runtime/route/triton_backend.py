@@ -113,6 +113,16 @@ class TritonRoute:
             split = 1
         return split, block, opt.warps or 8
 
+    def variants(self, max_rows: int, vocab: int, itemsize: int) -> list[tuple[int, bool]]:
+        """(rows, sampling): one batch for each launch configuration (`config`) that a step of 1 to `max_rows`
+        rows takes, greedy and sampling. Each is a Triton build of its own the first time a process launches
+        it (the row count itself is not specialized: the template's `do_not_specialize`)."""
+        seen: dict[tuple, int] = {}
+        for sampling in (False, True):
+            for rows in range(1, max_rows + 1):
+                seen.setdefault((sampling, *self.config(rows, vocab, itemsize, sampling)), rows)
+        return [(rows, key[0]) for key, rows in seen.items()]
+
     def run(
         self,
         logits: torch.Tensor,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 logger = logging.getLogger(__name__)
 MEM_HEADROOM = 0.9  # of the model's share of GPU memory, for weights + KV (the rest: activations, graphs)
@@ -67,12 +68,25 @@ def load_model_engine(plan: dict, model: str, device: str, **overrides):
     return load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
 
 
-def load_model_runtime(plan: dict, model: str, device: str, **overrides):
-    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine."""
+def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | None = None, **overrides):
+    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The route
+    kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
+    `max_batch`; 0: not warmed)."""
+    from tokenrouter.runtime.engine import kernel_loads
     from tokenrouter.runtime.route import RouteKernel
 
     engine = load_model_engine(plan, model, device, **overrides)
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)
+    rows = engine.max_batch if warm_rows is None else warm_rows
+    kernel_loads.install()
+    before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
+    launches = kernel.warm(rows, engine.info.vocab_size, engine.info.dtype, engine.info.hidden_size)
+    if launches:
+        builds, _, _ = kernel_loads.LOADS.since(before)
+        logger.info(
+            "model %s: route kernel warmed for steps of up to %d rows: %d launch variants, %d Triton build(s), %.2f s",
+            model, rows, launches, builds, time.perf_counter() - start,
+        )  # fmt: skip
     return engine, kernel

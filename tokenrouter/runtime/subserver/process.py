@@ -120,7 +120,9 @@ class Subserver:
                 self.plan, self.model, self.device, args.extra, max_batch=args.max_batch
             )
         else:
-            self.engine, kernel = load_model_runtime(self.plan, self.model, self.device, **args.extra)
+            self.engine, kernel = load_model_runtime(
+                self.plan, self.model, self.device, warm_rows=args.max_batch, **args.extra
+            )
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
             self.scheduler.board = self.attach_board()
 
