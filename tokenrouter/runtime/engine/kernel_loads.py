@@ -2,10 +2,10 @@
 
 Triton builds a kernel the first time a process launches it with a new specialization (its constexprs, the
 arguments' alignment): from its on-disk cache where an earlier process of the machine compiled it, else by
-compiling it, which takes about half a second. The CUDA graphs capture the decode and small extend shapes at
-start; a step outside them (a long extend, a prefill) runs eagerly and can meet a specialization no step of
-this process has launched. Runs 95-100 on the H200 logged one-off stalls of 450-510 ms at such steps, and the
-next server on the same machine did not stall (docs/matrix.md, "Runs 91-101").
+compiling it, which takes about half a second. On the H200 (docs/matrix.md, "Runs 102-109") the one-off stalls
+of 290-570 ms at N = 16 were builds of the route kernel at a row count it had not met, which `RouteKernel.warm`
+now launches at start; the model's own kernels can still meet one in a step outside the captured graphs (a long
+extend, a prefill: 1.1-1.6 s on a fresh machine).
 
 `install()` hooks Triton's JIT (`triton.knobs.runtime.jit_cache_hook`, called before a build, and
 `jit_post_compile_hook`, after it), keeping any hooks already set, and counts the builds and their time. A

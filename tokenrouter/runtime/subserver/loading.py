@@ -84,9 +84,10 @@ def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | 
     before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
     launches = kernel.warm(rows, engine.info.vocab_size, engine.info.dtype, engine.info.hidden_size)
     if launches:
-        builds, _, _ = kernel_loads.LOADS.since(before)
+        # a load is a build where the machine has none in Triton's disk cache (about 1 s each), else a read
+        loads, _, _ = kernel_loads.LOADS.since(before)
         logger.info(
-            "model %s: route kernel warmed for steps of up to %d rows: %d launch variants, %d Triton build(s), %.2f s",
-            model, rows, launches, builds, time.perf_counter() - start,
+            "model %s: route kernel warmed for steps of up to %d rows: %d launches, %d Triton kernel load(s), %.2f s",
+            model, rows, launches, loads, time.perf_counter() - start,
         )  # fmt: skip
     return engine, kernel
