@@ -216,3 +216,29 @@ def test_simulate_replays_a_bench_report_as_a_finite_run(tmp_path):
     (tmp_path / "nolen.json").write_text(json.dumps(report))
     res = runner.invoke(app, [*base, "--requests", str(tmp_path / "nolen.json")])
     assert res.exit_code == 2 and "--request-tokens" in res.output
+
+
+def test_tune_warns_when_the_chosen_steps_are_beyond_the_measured_latencies(tmp_path):
+    """A step latency is held at its largest batch size's beyond it: where the chosen threshold (or the chain's
+    mean batch) is above the largest measured batch size, tune says so; measured further, the warning goes and
+    the choice moves down (runs 106-107 on the H200: B_llm = 12 chosen on latencies measured up to 10 rows)."""
+    src = write(
+        tmp_path, R2R_LIKE.replace("batch: 1", "batch: auto").replace("concurrency: 4", "concurrency: 8")
+    )
+    slm = ["--step-ms", "slm=1:1.5,2:1.6,4:1.8,8:2.2"]
+    res = runner.invoke(app, ["tune", src, *slm, "--step-ms", "llm=1:6,2:6.2,3:6.4", "--json"])
+    assert res.exit_code == 0, res.output
+    tuning = json.loads(res.stdout)["tuning"]
+    assert tuning["result"]["best"] == {"slm": 1, "llm": 4}
+    best = next(c for c in tuning["result"]["candidates"] if c["thresholds"] == {"slm": 1, "llm": 4})
+    (line,) = [w for w in tuning["warnings"] if "measured up to" in w]
+    assert line.startswith("B_llm = 4: llm's step latency was measured up to 3 rows")
+    assert "at that size's 6.40 ms" in line and f"average {best['mean_batch']['llm']:.1f} rows" in line
+    assert f"warning: {line}" in res.stderr
+    res = runner.invoke(app, ["tune", src, *slm, "--step-ms", "llm=1:6,2:6.2,3:6.4,8:9", "--json"])
+    tuning = json.loads(res.stdout)["tuning"]
+    assert tuning["result"]["best"] == {"slm": 1, "llm": 3}
+    assert not [w for w in tuning.get("warnings", []) if "measured up to" in w]
+    # a latency given as one constant is not a measurement that stops somewhere
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=1.5", "--step-ms", "llm=6", "--json"])
+    assert not [w for w in json.loads(res.stdout)["tuning"].get("warnings", []) if "measured up to" in w]

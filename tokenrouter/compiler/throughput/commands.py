@@ -15,6 +15,7 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     ThroughputInputError,
     ThroughputUsageError,
     apply_tuning,
+    beyond_profile_warnings,
     parse_p,
     parse_step_ms,
     system_from_plan,
@@ -116,6 +117,7 @@ def run_tune(
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     late = timeout_warnings(plan, system.inputs.models, result.best)
+    late += beyond_profile_warnings(system.inputs, result.best)
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late)

@@ -268,6 +268,27 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
     return out
 
 
+def beyond_profile_warnings(inputs: SystemInputs, best) -> list[str]:
+    """The chosen thresholds whose steps the step latencies do not reach: a latency is held at its largest
+    batch size's beyond it (`StepLatency`), so where model i's threshold, or the chain's mean batch of its steps,
+    is above that size, the chain prices those steps as if they had no more rows, and the prediction is the less
+    reliable. On the H200 (docs/matrix.md, "Runs 102-109") the eager profile at N = 16 had the 8B up to 10 rows;
+    B_llm = 12 was priced at the 10-row 8.43 ms, served at 8.9-10.6 ms, and served 0.76x its prediction.
+    A latency given as one constant is left alone."""
+    out = []
+    for i, m in enumerate(inputs.models):
+        points = inputs.step[i].points
+        top, ms = points[-1]
+        b, mean = best.thresholds[i], best.mean_batch[i]
+        if len(points) > 1 and max(b, mean) > top:
+            out.append(
+                f"B_{m} = {b}: {m}'s step latency was measured up to {top} rows, and the chain prices each step "
+                f"of more rows at that size's {ms:.2f} ms; its steps here average {mean:.1f} rows, so the prediction "
+                f"is the less reliable (a profile with more steps at those batch sizes would measure them)"
+            )
+    return out
+
+
 def _round_up(ms: float) -> int:
     """A timeout to suggest: `ms` rounded up to 5 ms."""
     return 5 * math.ceil(ms / 5)
