@@ -121,7 +121,9 @@ class LockstepServer(Subserver):
         self.devices = {x: pick_device(spec, args.device) for x, spec in self.plan["models"].items()}
         engines, kernels = {}, {}
         for x in self.plan["models"]:
-            engines[x], kernels[x] = load_model_runtime(self.plan, x, self.devices[x], **args.extra)
+            engines[x], kernels[x] = load_model_runtime(
+                self.plan, x, self.devices[x], warm_rows=args.max_batch, **args.extra
+            )
         self.engines = engines
         self.engine = engines[self.model]
         self.scheduler = LockstepCore(self.plan, engines, kernels, max_batch=args.max_batch)

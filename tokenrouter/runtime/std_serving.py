@@ -50,6 +50,6 @@ def load_std_serving(plan: dict, model: str, device: str, extra: dict | None = N
     if kind != "embedded":
         raise ValueError(f"model {model!r}: the std-serving mode needs the embedded engine, not {kind!r}")
     engine, kernel = load_model_runtime(
-        plan, model, device, engine_class=PrefixCachingEngine, **(extra or {})
+        plan, model, device, engine_class=PrefixCachingEngine, warm_rows=max_batch, **(extra or {})
     )
     return engine, StdServingScheduler(model, plan, engine, kernel, max_batch=max_batch)
