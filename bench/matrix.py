@@ -183,6 +183,10 @@ class Settings:
     # latencies alone and beside the other (the busy board), which `tune` then uses (docs/throughput.md)
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
+    # requests per N of the served profile's load = profile_rounds x N; None: `rounds`. A thicker profile alone
+    # (`--profile-rounds 8`) reaches `profile_min_steps` at the large batch sizes of N = 16 without lengthening
+    # the measured rows (run 107's eager profile had the 8B at 11 rows or more in 19 steps: docs/matrix.md)
+    profile_rounds: int | None = None
     # `profile --from-metrics --min-steps`: a batch size's latency (every step, alone, beside) from at least
     # this many steps. 20, not the CLI's 5: re-tuned offline from runs 66-71's own scrapes (bench/retune.py),
     # 20 put the served rows at 0.83-1.00x of the chain (standard deviation 0.046) against 0.88-1.19x (0.071)
@@ -491,7 +495,7 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
             time.sleep(1.0)
             before = raw / f"profile-metrics-n{n}{suffix}-before.txt"
             before.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
-            bench(s, srv.url, n, s.rounds * n, s.profile_len, None, raw / "bench.log")
+            bench(s, srv.url, n, (s.profile_rounds or s.rounds) * n, s.profile_len, None, raw / "bench.log")
             time.sleep(1.0)
             after = raw / f"profile-metrics-n{n}{suffix}-after.txt"
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
@@ -1340,6 +1344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
+    ap.add_argument("--profile-rounds", type=int, default=None,
+                    help="requests per N of the served profiles' load = PROFILE_ROUNDS x N (default: --rounds)")  # fmt: skip
     ap.add_argument("--r2r-threshold", default=None, help="-D threshold= for r2r (default: the stdlib's)")
     ap.add_argument("--r-stitch-threshold", default=None, help="-D threshold= for r_stitch")
     ap.add_argument(
@@ -1409,6 +1415,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         thresholds = [parse_thresholds(v) for v in a.thresholds]
         colocation = parse_thresholds(a.colocation, "--colocation") if a.colocation else None
+        for flag, v in (("--rounds", a.rounds), ("--profile-rounds", a.profile_rounds)):
+            if v is not None and v < 1:
+                raise ValueError(f"{flag} must be an int >= 1, got {v}")
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
@@ -1443,7 +1452,7 @@ def main(argv: list[str] | None = None) -> int:
         name += f"-{a.tag}" if a.tag else ""
         s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
                      tune_from=a.tune_from,
-                     output_len=a.output_len, rounds=a.rounds, r2r_threshold=a.r2r_threshold,
+                     output_len=a.output_len, rounds=a.rounds, profile_rounds=a.profile_rounds, r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
                      served_from=served_from,

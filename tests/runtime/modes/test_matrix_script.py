@@ -35,6 +35,44 @@ def test_usage_errors_exit_2(capsys):
         run = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--max-delay-ms", bad]
         assert matrix.main(run) == 2
         assert "--max-delay-ms must be a finite number >= 0" in capsys.readouterr().err
+    for flag in ("--rounds", "--profile-rounds"):
+        assert (
+            matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", flag, "0"]) == 2
+        )
+        assert f"{flag} must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
+    """`--profile-rounds` thickens the served profiles' load alone (`--rounds` the measured rows'): the warm-up
+    is N requests, the profile's load PROFILE_ROUNDS x N (ROUNDS x N without it), of `profile_len` tokens."""
+    import httpx
+
+    loads = []
+
+    class FakeServer:
+        url = "http://fake"
+
+        def __init__(self, *a):
+            pass
+
+        def stop(self):
+            pass
+
+    def fake_bench(s, url, n, requests, output_len, json_path, log):
+        loads.append((n, requests, output_len))
+
+    monkeypatch.setattr(matrix, "Server", FakeServer)
+    monkeypatch.setattr(matrix, "bench", fake_bench)
+    monkeypatch.setattr(matrix, "run_cmd", lambda *a, **k: None)
+    monkeypatch.setattr(matrix.time, "sleep", lambda _: None)
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: type("R", (), {"text": "# metrics"})())
+    for profile_rounds, want in ((None, 3), (8, 8)):
+        loads.clear()
+        s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "w", device=None, rounds=3,
+                            profile_rounds=profile_rounds)  # fmt: skip
+        matrix.served_profiles(s, tmp_path / "p.plan", [4, 16], tmp_path, "eager", ())
+        assert loads == [(4, 4, s.warmup_len), (4, want * 4, s.profile_len),
+                         (16, 16, s.warmup_len), (16, want * 16, s.profile_len)]  # fmt: skip
 
 
 def test_max_delay_goes_into_the_plans(tmp_path):
