@@ -3,8 +3,9 @@
 It mirrors the contracts the engine relies on, as read in SGLang 0.5.17's source: `ReqToTokenPool` (a
 `req_to_token` [size + 1, context] int32 table, row 0 reserved, `alloc(reqs)` sets each new req's
 `req_pool_idx`, `free(req)` clears it), the token-to-KV allocator (slots 1..size, `alloc(n)` -> an int64 tensor
-or None, `free(tensor)`), and `ModelRunner.forward(ForwardBatch)` -> `.logits_output.next_token_logits` /
-`.hidden_states` and `.can_run_graph`.
+or None, `free(tensor)`), and `ModelRunner.forward(ForwardBatch)` -> `.logits_output.next_token_logits`
+(float32 whatever the model's dtype: SGLang's LogitsProcessor casts them) / `.hidden_states` and
+`.can_run_graph`.
 
 The stand-in "KV cache" stores, per slot, the token and position written there. Its forward checks the batch
 the way SGLang's kernels would use it (DECODE: one token per row at position seq_len - 1; EXTEND: prefix +
@@ -124,7 +125,7 @@ class FakeRunner:
             hidden.append(hs[-1])
         last = fb.capture_hidden_mode == CaptureHiddenMode.LAST
         out = SimpleNamespace(
-            next_token_logits=torch.stack(logits), hidden_states=torch.stack(hidden) if last else None
+            next_token_logits=torch.stack(logits).float(), hidden_states=torch.stack(hidden) if last else None
         )
         graph = fb.forward_mode == ForwardMode.DECODE and self.decode_cuda_graph_runner is not None
         return SimpleNamespace(logits_output=out, can_run_graph=graph)

@@ -102,7 +102,7 @@ def test_info_matches_step_outputs(engine):
     assert out.logits.shape == (2, vocab)
     assert out.hidden.shape == (2, engine.info.hidden_size)
     assert out.logits.device.type == engine.info.device.type
-    assert out.logits.dtype.is_floating_point and torch.isfinite(out.logits.float()).all()
+    assert out.logits.dtype == engine.info.logits_dtype and torch.isfinite(out.logits.float()).all()
     assert engine.forward([StepInput("info-b", [8])]).hidden is None  # only when asked
     assert engine.info.max_len >= 64 and engine.info.eos_token_ids
     for rid in ("info-a", "info-b"):
@@ -257,3 +257,39 @@ def test_stats_keys(engine):
     assert {"mode", "rows", "tokens", "evicted", "reprefilled"} <= out.stats.keys()
     assert engine.stats()["steps"] == s["steps"] + 1
     engine.release("st")
+
+
+def test_sglang_logits_are_float32_on_a_bfloat16_model():
+    """SGLang's logits processor returns float32 logits whatever the model's dtype, and the engine says so
+    (`info.logits_dtype`): the route kernel is warmed for the dtype its steps will pass (`RouteKernel.warm`)."""
+    from fake_sglang import fake_sglang_engine
+
+    engine = fake_sglang_engine(load_engine(TINY_SMALL, dtype="bfloat16"), pool=POOL)
+    assert engine.info.dtype == torch.bfloat16 and engine.info.logits_dtype == torch.float32
+    out = engine.forward([StepInput("f32", [5, 6, 7])], want_hidden=True)
+    assert out.logits.dtype == torch.float32 and out.hidden.dtype == torch.bfloat16
+    assert (
+        load_engine(TINY_SMALL, dtype="bfloat16").info.logits_dtype == torch.bfloat16
+    )  # the embedded engine's
+
+
+def test_the_route_kernel_is_warmed_for_the_engines_logits_dtype(monkeypatch):
+    """`load_model_runtime` warms the route kernel for the logits the engine's steps pass (float32 from SGLang
+    on a bfloat16 model: warmed for bfloat16, every float32 launch variant would still be built in a step),
+    for `warm_rows` rows (the scheduler's max_batch), else the engine's max_batch."""
+    from fake_sglang import fake_sglang_engine
+
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.runtime.route import RouteKernel
+    from tokenrouter.runtime.subserver import loading
+
+    engine = fake_sglang_engine(load_engine(TINY_SMALL, dtype="bfloat16"), pool=POOL, max_batch=6)
+    monkeypatch.setattr(loading, "load_model_engine", lambda *a, **k: engine)
+    warmed = []
+    monkeypatch.setattr(RouteKernel, "warm", lambda self, *a: warmed.append(a) or 0)
+    plan = load_plan(str(REPO / "examples" / "bernoulli.tr"))
+    for rows, want in ((None, 6), (3, 3)):
+        got, _ = loading.load_model_runtime(plan, "slm", "cpu", warm_rows=rows)
+        assert got is engine
+        info = engine.info
+        assert warmed.pop() == (want, info.vocab_size, torch.float32, info.hidden_size)

@@ -34,6 +34,9 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    logits_dtype: (
+        torch.dtype
+    )  # of StepOutput.logits: the model's (embedded), float32 (SGLang's logits processor)
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class StepOutput:
     """Per input row, in the order given: last-position logits and (if asked) last-layer hidden state.
     The tensors belong to the caller: later steps never overwrite them."""
 
-    logits: torch.Tensor  # [B, vocab_size], the model's dtype, on the engine's device
+    logits: torch.Tensor  # [B, vocab_size], ModelInfo.logits_dtype, on the engine's device
     hidden: torch.Tensor | None = None  # [B, hidden_size] (after the final norm), when want_hidden
     stats: dict = field(default_factory=dict)  # e.g. {"mode": "decode", "tokens": 8, "evicted": 0}
 

@@ -108,6 +108,7 @@ class EmbeddedEngine(HeldRequestsEngine):
             eos_token_ids=config.eos_token_ids,
             dtype=self.dtype,
             device=self.device,
+            logits_dtype=self.dtype,
         )
         self._init_requests()
         self.graph_runner = None

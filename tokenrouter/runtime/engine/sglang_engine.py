@@ -142,6 +142,7 @@ class SGLangEngine(HeldRequestsEngine):
             eos_token_ids=config.eos_token_ids,
             dtype=self.dtype,
             device=self.device,
+            logits_dtype=torch.float32,  # SGLang's LogitsProcessor casts its logits to float32
         )
         self._init_requests()
         self.graph_steps = 0

@@ -82,7 +82,7 @@ def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | 
     rows = engine.max_batch if warm_rows is None else warm_rows
     kernel_loads.install()
     before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
-    launches = kernel.warm(rows, engine.info.vocab_size, engine.info.dtype, engine.info.hidden_size)
+    launches = kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size)
     if launches:
         # a load is a build where the machine has none in Triton's disk cache (about 1 s each), else a read
         loads, _, _ = kernel_loads.LOADS.since(before)
