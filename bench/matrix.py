@@ -1452,7 +1452,8 @@ def main(argv: list[str] | None = None) -> int:
         name += f"-{a.tag}" if a.tag else ""
         s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
                      tune_from=a.tune_from,
-                     output_len=a.output_len, rounds=a.rounds, profile_rounds=a.profile_rounds, r2r_threshold=a.r2r_threshold,
+                     output_len=a.output_len, rounds=a.rounds, profile_rounds=a.profile_rounds,
+                     r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
                      served_from=served_from,

@@ -268,9 +268,8 @@ def test_sglang_logits_are_float32_on_a_bfloat16_model():
     assert engine.info.dtype == torch.bfloat16 and engine.info.logits_dtype == torch.float32
     out = engine.forward([StepInput("f32", [5, 6, 7])], want_hidden=True)
     assert out.logits.dtype == torch.float32 and out.hidden.dtype == torch.bfloat16
-    assert (
-        load_engine(TINY_SMALL, dtype="bfloat16").info.logits_dtype == torch.bfloat16
-    )  # the embedded engine's
+    embedded = load_engine(TINY_SMALL, dtype="bfloat16")
+    assert embedded.info.logits_dtype == torch.bfloat16
 
 
 def test_the_route_kernel_is_warmed_for_the_engines_logits_dtype(monkeypatch):

@@ -34,9 +34,8 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
-    logits_dtype: (
-        torch.dtype
-    )  # of StepOutput.logits: the model's (embedded), float32 (SGLang's logits processor)
+    # of StepOutput.logits: the model's dtype (embedded), float32 (SGLang, whose logits processor casts them)
+    logits_dtype: torch.dtype
 
 
 @dataclass(slots=True)
