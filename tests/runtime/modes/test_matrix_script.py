@@ -292,6 +292,32 @@ def test_a_profile_with_latencies_alone_is_tuned_by_state_and_the_plain_choice_l
     assert not json.loads((raw / "eager-plain.json").read_text()).get("alone_ms")
 
 
+def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
+    """A profile that measured the large model at 1-2 rows only: `tune` chooses B_llm beyond them and warns,
+    and the script says so on its console (the warning was only in tune.log before, run 113)."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.35", raw)
+    step = {"slm": StepLatency(((1, 2.4), (8, 3.0))), "llm": StepLatency(((1, 6.5), (2, 6.6)))}
+    prof = Profile("bernoulli", None, step, {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}})
+    write_profile(prof, raw / "eager.json")
+    monkeypatch.setattr(
+        matrix, "profile_served", lambda s, plan, ns, raw: {n: raw / "eager.json" for n in ns}
+    )
+    got = matrix.profile_and_tune(s, plan, [8], raw)[8]
+    assert got["thresholds"]["llm"] > 2
+    warned = [line for line in s.log if "tune N=8: warning: B_llm = " in line]
+    assert warned and "measured up to 2 rows" in warned[0], s.log
+    n_lines = len(s.log)
+    matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)
+    assert s.log[n_lines].startswith("[") and "fixed N=8: B = " in s.log[n_lines]
+    assert "fixed N=8: warning: B_llm = 6: " in s.log[-1]
+
+
 def test_simulation_as_the_run_was_explains_run_31():
     """Run 31 (r2r, N = 16, docs/matrix.md): one request of 48 had 506 of its 512 tokens on the 8B. The
     DTMC on the run's own step times (N alike requests) overshoots; the simulator given each request's own
