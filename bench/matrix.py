@@ -362,7 +362,7 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
                   "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"], "profile": profiles[n]}  # fmt: skip
         say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
-        say_warnings(s, f"tune N={n}", rec)
+        say_warnings(s, f"tune N={n}", rec["tuning"].get("warnings", []))
         if rec["tuning"].get("alone"):  # contention by state: what the plain chain would have chosen
             plain = plain_tune(s, plan, plain_profile(profiles[n]), n, raw)
             say(s, f"tune N={n} by state (latencies alone of {', '.join(rec['tuning']['alone'])}); the plain "
@@ -370,10 +370,10 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
     return out
 
 
-def say_warnings(s: Settings, what: str, rec: dict) -> None:
+def say_warnings(s: Settings, what: str, warnings: list[str]) -> None:
     """`tune`'s warnings (a B_i beyond the profile, a timeout too short to fill a batch) on the console, not
     only in tune.log."""
-    for warning in rec["tuning"].get("warnings", []):
+    for warning in warnings:
         say(s, f"{what}: warning: {warning}")
 
 
@@ -576,15 +576,16 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
     write_plan(data, fixed)
     out = {"plan": fixed, "thresholds": thresholds, "predicted_tok_s": None, "p": tuned["p"],
            "step_ms": tuned["step_ms"], "profile": tuned["profile"], "fixed": True}  # fmt: skip
+    warnings = []  # tune's, where there is a profile to predict on
     if tuned["profile"] is not None:
         proc = run_cmd(s, cli("tune", str(fixed), "--profile", str(tuned["profile"]), "-n", str(n), "--json",
                               "-o", str(fixed)), raw / "tune.log")  # fmt: skip
         rec = json.loads(proc.stdout)
         (raw / f"tune-{stem}.json").write_text(json.dumps(rec, indent=2))
         out["predicted_tok_s"] = rec["tuning"]["result"]["throughput_tok_s"]
+        warnings = rec["tuning"].get("warnings", [])
     say(s, f"fixed N={n}: B = {thresholds}, predicted {out['predicted_tok_s'] or float('nan'):.0f} tok/s")
-    if tuned["profile"] is not None:
-        say_warnings(s, f"fixed N={n}", rec)
+    say_warnings(s, f"fixed N={n}", warnings)
     return out
 
 
