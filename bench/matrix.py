@@ -1202,6 +1202,47 @@ def batch_table(recs: list[dict]) -> list[str]:
     ]
 
 
+BY_SHAPE = re.compile(r'tokenrouter_(steps|step_seconds|step_tokens)_by_shape_total'
+                      r'\{model="([^"]+)",bs="(\d+)",q="(\d+)",overlap="([a-z]+)"\}')  # fmt: skip
+
+
+def shape_table(recs: list[dict]) -> list[str]:
+    """`--report --by-shape`: per TokenRouter / eager row and model, the steps of each shape (batch size, the
+    longest row's new tokens rounded up to a power of two, and how they overlapped a step of a model sharing the
+    GPU), with ms and tokens per step, from the `*_by_shape_total` counters (from the thirty-fifth session on).
+    A batch size's mean step (`--by-batch`) mixes these: a CUDA graph of (bs, q) pads every row to q tokens."""
+    rows = []
+    order = lambda r: (-1 if r["mode"] == "profile" else MODES.index(r["mode"]), r["n"])  # noqa: E731
+    for r in sorted(recs, key=order):
+        if r["mode"] not in ("tokenrouter", "eager", "profile"):
+            continue
+        before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
+        cells: dict[tuple[str, int, int, str], dict[str, float]] = {}
+        for key, value in after.items():
+            if found := BY_SHAPE.fullmatch(key):
+                name, model, bs, q, overlap = found.groups()
+                cells.setdefault((model, int(bs), int(q), overlap), {})[name] = value - before.get(key, 0.0)
+        for (model, bs, q, overlap), d in sorted(cells.items()):
+            if not (n := d.get("steps")):
+                continue
+            rows.append(
+                f"| {r.get('label') or mode_label(r)} | {r['n']} | {model} | {bs} | {q} | {overlap} | {n:.0f} | "
+                f"{1000.0 * d.get('step_seconds', 0.0) / n:.2f} | {d.get('step_tokens', 0.0) / n:.2f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "By step shape: batch size, the longest row's new tokens rounded up to a power of two (q = 1: a decode "
+        "step), and",
+        "how the step overlapped a step of a model sharing the GPU (`tokenrouter_*_by_shape_total`); the served "
+        "profiles first.\n",
+        "| mode | N | model | bs | q | overlap | steps | ms / step | tokens / step |",
+        "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+        *rows,
+        "",
+    ]
+
+
 def chart(records: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -1351,6 +1392,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chart", default=None, help="with --report: PNG to write")
     ap.add_argument("--by-batch", action="store_true",
                     help="with --report: steps, ms and tokens per step by batch size, all and alone")  # fmt: skip
+    ap.add_argument("--by-shape", action="store_true",
+                    help="with --report: steps, ms and tokens per step by batch size, the longest row's new "
+                    "tokens and overlap")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1417,6 +1461,8 @@ def main(argv: list[str] | None = None) -> int:
         print(tables(records))
         if a.by_batch:
             print("\n".join(batch_table(profile_records(a.report) + records)))
+        if a.by_shape:
+            print("\n".join(shape_table(profile_records(a.report) + records)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

@@ -164,6 +164,10 @@ class SubserverStats(msgspec.Struct, tag=True):
     # scheduler started, and the time they took (engine/kernel_loads.py); 0 under the Triton interpreter
     kernel_loads: int = 0
     kernel_load_ms: float = 0.0
+    # every step by its shape, keyed "BS/Q/OVERLAP": batch size, the new tokens of its longest row rounded up
+    # to a power of two (scheduler.q_class), and "alone" / "overlapped" (by a step of a model sharing the GPU;
+    # busy_board.py), "stall", or "untracked" (no busy board) -> (steps, ms, new tokens)
+    step_ms_by_shape: dict[str, tuple[int, float, int]] = {}
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

@@ -321,6 +321,19 @@ def test_metrics_content(server):
     for model, n in alone.items():
         assert n <= mt[f'tokenrouter_steps_total{{model="{model}"}}'], (model, n)
     assert sum(alone.values()) > 0, alone
+    # every step counted once by its shape: the prompts' prefills (q > 1) and decodes (q = 1), alone or
+    # overlapped by the other model's (stalls are not expected here)
+    for model in ("slm", "llm"):
+        shapes = {
+            k: v for k, v in mt.items() if k.startswith(f'tokenrouter_steps_by_shape_total{{model="{model}"')
+        }
+        assert sum(shapes.values()) == mt[f'tokenrouter_steps_total{{model="{model}"}}'], (model, shapes)
+        lone = sum(v for k, v in shapes.items() if k.endswith('overlap="alone"}'))
+        assert lone == alone[model], (model, shapes)
+    assert any(',q="1",' in k and v > 0 for k, v in mt.items() if k.startswith("tokenrouter_steps_by_shape"))
+    assert any(
+        ',q="1",' not in k and v > 0 for k, v in mt.items() if k.startswith("tokenrouter_steps_by_shape")
+    )
     done = mt['tokenrouter_requests_finished_total{reason="length"}']
     assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
     assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done

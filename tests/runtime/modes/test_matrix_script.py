@@ -154,6 +154,31 @@ def test_by_batch_report_gives_the_served_profiles_first(capsys):
     assert first.index("| tokenrouter") > max(i for i, x in enumerate(first) if x.startswith("| profile"))
 
 
+def test_by_shape_report_takes_the_runs_deltas(capsys, tmp_path):
+    """`--report --by-shape`: each TokenRouter / eager row's steps by shape, as the difference of the two scrapes,
+    with ms and tokens per step; shapes that did not step in the run are left out, other modes too."""
+    key = 'tokenrouter_{}_by_shape_total{{model="slm",bs="3",q="{}",overlap="{}"}}'
+    before = {key.format("steps", 1, "alone"): 10.0, key.format("step_seconds", 1, "alone"): 0.013,
+              key.format("step_tokens", 1, "alone"): 30.0, key.format("steps", 8, "alone"): 4.0}  # fmt: skip
+    after = {key.format("steps", 1, "alone"): 110.0, key.format("step_seconds", 1, "alone"): 0.143,
+             key.format("step_tokens", 1, "alone"): 330.0, key.format("steps", 8, "alone"): 4.0,
+             key.format("steps", 8, "overlapped"): 20.0, key.format("step_seconds", 8, "overlapped"): 0.05,
+             key.format("step_tokens", 8, "overlapped"): 160.0}  # fmt: skip
+    tr = record("tokenrouter", 8, 500.0) | {"metrics_before": before, "metrics_after": after}
+    lines = matrix.shape_table([tr, record("llm-only", 8, 400.0) | {"metrics_after": after}])
+    rows = [ln for ln in lines if ln.startswith("| tokenrouter") or ln.startswith("| llm-only")]
+    assert rows == [
+        "| tokenrouter | 8 | slm | 3 | 1 | alone | 100 | 1.30 | 3.00 |",
+        "| tokenrouter | 8 | slm | 3 | 8 | overlapped | 20 | 2.50 | 8.00 |",
+    ]
+    assert matrix.shape_table([record("tokenrouter", 8, 500.0)]) == []  # scrapes from before the counters
+    raw = tmp_path / "raw-x"
+    raw.mkdir()
+    (raw / "record-0.json").write_text(json.dumps(tr))
+    assert matrix.main(["--report", str(raw), "--by-shape"]) == 0
+    assert "| tokenrouter | 8 | slm | 3 | 8 | overlapped | 20 | 2.50 | 8.00 |" in capsys.readouterr().out
+
+
 def test_tables_ratios_and_prediction(tmp_path):
     recs = [record("tokenrouter", 4, 300.0, predicted=400.0), record("llm-only", 4, 150.0),
             record("lockstep", 4, 100.0), record("tokenrouter", 8, 500.0), record("eager", 8, 400.0)]  # fmt: skip

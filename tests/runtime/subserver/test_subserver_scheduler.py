@@ -148,6 +148,14 @@ def test_tokens_and_rules_reach_the_host_unchanged(device):
     assert all(type(x) is int for x in tokens + rules)
 
 
+def test_q_class_is_the_longest_rows_new_tokens_rounded_up_to_a_power_of_two():
+    from tokenrouter.runtime.subserver.scheduler import q_class
+
+    assert [q_class(q) for q in (1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 65, 512)] == [
+        1, 2, 4, 4, 8, 8, 16, 16, 32, 64, 128, 512
+    ]  # fmt: skip
+
+
 def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplog):
     """A step over 10x its batch size's mean (and over 50 ms) is a stall: counted in slow_ms_by_bs as well
     as in the totals, shown in /metrics and logged with its shape; a step before 20 of its batch size is
@@ -201,6 +209,12 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
         "1 Triton kernel build in it, 900 ms (_paged_attention_kernel))" in caplog.text
     )
     assert s.kernel_loads == 1 and s.kernel_load_ms == pytest.approx(900.0)
+    # by shape: the 3-token prefill (q rounded up to 4), the decodes, the stall apart; no busy board: untracked
+    assert s.step_ms_by_shape == {
+        "1/4/untracked": (1, pytest.approx(5.0), 3),
+        "1/1/untracked": (28, pytest.approx(28 * 5.0), 28),
+        "1/1/stall": (1, pytest.approx(900.0), 1),
+    }
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(s)
     out = metrics.render(active=0)
@@ -290,7 +304,13 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
 
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(st)
-    assert 'tokenrouter_alone_step_tokens_by_batch_total{model="a",bs="1"} 6\n' in metrics.render(active=0)
+    text = metrics.render(active=0)
+    assert 'tokenrouter_alone_step_tokens_by_batch_total{model="a",bs="1"} 6\n' in text
+    # by shape: 3-token prefills (q rounded up to 4), alone twice, overlapped three times
+    assert {k: v[0] for k, v in st.step_ms_by_shape.items()} == {"1/4/alone": 2, "1/4/overlapped": 3}
+    assert st.step_ms_by_shape["1/4/alone"][1] == pytest.approx(st.alone_ms_by_bs[1][1])
+    assert 'tokenrouter_steps_by_shape_total{model="a",bs="1",q="4",overlap="overlapped"} 3\n' in text
+    assert 'tokenrouter_step_tokens_by_shape_total{model="a",bs="1",q="4",overlap="alone"} 6\n' in text
 
     def broken(batch):
         raise RuntimeError("the device went away")

@@ -76,6 +76,13 @@ def is_stall(
     return expected is not None and ms > SLOW_STEP_FACTOR * expected
 
 
+def q_class(q: int) -> int:
+    """A step's longest row's new tokens, rounded up to a power of two: 1 is a decode step, 2-64 the extends of
+    returning hops that the CUDA graphs capture by default (cuda_graph_runner.DEFAULT_EXTEND_LENS), longer ones
+    prefills. Steps of one batch size differ in cost by it: a graph of (bs, q) pads every row to q tokens."""
+    return 1 << max(0, int(q) - 1).bit_length()
+
+
 @dataclass(slots=True, frozen=True)
 class Hop:
     """A hand-off: a rule's action (`-> target [drop] [for K]`), or the return at the end of a `for K` visit."""
@@ -145,6 +152,9 @@ class Scheduler:
         # overlapped, and not stalls: batch size -> [steps, ms, new tokens]
         self.board: BusyBoard | None = None
         self.alone_ms_by_bs: dict[int, list[float]] = {}
+        # every step by its shape: (batch size, new tokens of its longest row rounded up to a power
+        # of two (`q_class`), how it overlapped) -> [steps, ms, new tokens]
+        self.shape_ms: dict[tuple[int, int, str], list[float]] = {}
         # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
         # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
         self.gaps = 0
@@ -282,6 +292,7 @@ class Scheduler:
             self.gap_ms += (t0 - self._ready_end) * 1000.0
             self._ready_end = None
         new_tokens = sum(len(r.tokens) - r.fed for r in batch)
+        q = q_class(max(len(r.tokens) - r.fed for r in batch))
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
@@ -299,13 +310,18 @@ class Scheduler:
         bs = len(batch)
         acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0, 0])
         every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)  # before this step
-        if is_stall(ms, new_tokens, tuple(acc), every):
+        if stall := is_stall(ms, new_tokens, tuple(acc), every):
             self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every), loads)
         elif alone:
             lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0])
             lone[0] += 1
             lone[1] += ms
             lone[2] += new_tokens
+        overlap = "stall" if stall else "untracked" if board is None else "alone" if alone else "overlapped"
+        shape = self.shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0])
+        shape[0] += 1
+        shape[1] += ms
+        shape[2] += new_tokens
         acc[0] += 1
         acc[1] += ms
         acc[2] += new_tokens
@@ -551,6 +567,9 @@ class Scheduler:
             alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.alone_ms_by_bs.items()},
             tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.step_ms_by_bs.items()},
             alone_tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.alone_ms_by_bs.items()},
+            step_ms_by_shape={
+                f"{bs}/{q}/{o}": (int(n), ms, int(k)) for (bs, q, o), (n, ms, k) in self.shape_ms.items()
+            },
             gaps=self.gaps,
             gap_ms=self.gap_ms,
             hops_in=self.hops_in,
