@@ -167,6 +167,87 @@ def test_parse_metrics_labels_and_comments():
     assert parse_metrics(text) == {("x", (("a", "1"), ("b", 'q\\"z'))): 2.5, ("y", ()): 3.0}
 
 
+def requests_scrape(visited: dict[str, int], ended: int, hops_per_request: int) -> str:
+    """A scrape of `ended` requests of 100 tokens each, `hops_per_request` hops into llm (and back) per request
+    on average, and per model the requests it wrote a token of."""
+    hops, k = ended * hops_per_request, ended  # steps grow with the requests (two scrapes give deltas)
+    text = scrape({"slm": {1: (10 * k, 20.0 * k), 4: (10 * k, 21.0 * k)},
+                   "llm": {1: (6 * k, 36.0 * k), 2: (4 * k, 24.8 * k), 4: (4 * k, 26.0 * k)}},
+                  {"slm": 100 * ended - hops, "llm": hops}, {("slm", "llm"): hops, ("llm", "slm"): hops})  # fmt: skip
+    metrics = Metrics(models=["slm", "llm"])
+    for _ in range(ended):
+        metrics.e2e.observe(1.0)
+    metrics.visits.update(visited)
+    return text + "".join(ln + "\n" for ln in metrics.render(active=0).splitlines()
+                          if ln.startswith(("tokenrouter_requests_visiting", "tokenrouter_e2e_request_latency_seconds_count")))  # fmt: skip
+
+
+def test_the_requests_each_model_reached_are_recorded():
+    """`workload.requests`: the requests that ended in the window and, per model, how many it wrote a token of
+    (`tokenrouter_requests_visiting_total` over `tokenrouter_e2e_request_latency_seconds_count`, as deltas)."""
+    before = requests_scrape({"slm": 2, "llm": 1}, 2, 5)
+    after = requests_scrape({"slm": 18, "llm": 4}, 18, 5)
+    assert 'tokenrouter_requests_visiting_total{model="llm"} 4' in after
+    prof = profile_from_metrics(PLAN, after, before, min_steps=5)
+    assert prof.workload["requests"] == {"ended": 16, "visited": {"slm": 16, "llm": 3}}
+    # servers before the counter: no record
+    old = scrape({"slm": {1: (100, 200.0)}, "llm": {1: (50, 300.0)}}, {"slm": 900, "llm": 100},
+                 {("slm", "llm"): 100, ("llm", "slm"): 100})  # fmt: skip
+    assert "requests" not in profile_from_metrics(PLAN, old, min_steps=5).workload
+
+
+def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
+    """Run 125 on the H200: 13 of 16 requests sent the 8B nothing, and the tuned B_llm = 2 served 0.82x eager,
+    each hop waiting for the timeout. Where many requests never reached a model whose chosen B_i > 1, while
+    its hops per request would have reached nearly all of alike requests, `tune` warns; where the requests
+    reached it as alike ones would, it does not."""
+    cli = [sys.executable, "-m", "tokenrouter.cli"]
+
+    def tune(visited_llm: int, ended: int = 16) -> dict:
+        (tmp_path / "after.txt").write_text(requests_scrape({"slm": ended, "llm": visited_llm}, ended, 30))
+        policy = "tokenrouter/stdlib/bernoulli.tr"  # both thresholds `auto`
+        r = subprocess.run([*cli, "profile", policy, "--from-metrics", str(tmp_path / "after.txt"),
+                            "-o", str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run([*cli, "tune", policy, "--profile", str(tmp_path / "p.json"), "-n", "4",
+                            "--json", "-o", str(tmp_path / "t.plan")], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["tuning"] | {"stderr": r.stderr}
+
+    tuning = tune(3)
+    assert tuning["result"]["best"]["llm"] > 1  # the latencies make batching the llm pay
+    (line,) = [w for w in tuning.get("warnings", []) if "never reached" in w]
+    b = tuning["result"]["best"]["llm"]
+    assert line.startswith(f"B_llm = {b}: 13 of the profile's 16 requests never reached llm, where 16 requests "
+                           "alike, with its 30.0 hops per request, would leave about 0.0")  # fmt: skip
+    assert f"warning: {line}" in tuning["stderr"]
+    assert not [w for w in tune(16).get("warnings", []) if "never reached" in w]  # every request reached it
+    assert not [w for w in tune(14).get("warnings", []) if "never reached" in w]  # 2 missing: chance
+
+
+def test_concentration_warnings_only_for_batched_models_off_the_entry():
+    from types import SimpleNamespace
+
+    from tokenrouter.compiler.throughput.plan_inputs import concentration_warnings, system_from_plan
+    from tokenrouter.compiler.throughput.policy import policy_routing
+
+    prof = profile_from_metrics(PLAN, requests_scrape({"slm": 16, "llm": 2}, 16, 30), min_steps=5)
+    plan = {**PLAN, "entry": "slm", "serve": {"concurrency": 4}}
+    plan["models"] = {"slm": {"batch": "auto"}, "llm": {"batch": "auto"}}
+    assert policy_routing(plan).keep is not None
+    system = system_from_plan(plan, profile=prof)
+    assert system.requests == {
+        "ended": 16,
+        "visited": {"slm": 16, "llm": 2},
+        "hops_in": {"llm": 480, "slm": 480},
+    }
+    warn = lambda b: concentration_warnings(system, SimpleNamespace(thresholds=b))  # noqa: E731
+    assert len(warn((1, 2))) == 1 and warn((1, 1)) == [] and warn((3, 1)) == []  # the entry is never warned
+    system.requests = {}  # a profile without the counts (older servers) or routing given by hand
+    assert warn((1, 2)) == []
+
+
 def test_cli_from_file_then_tune(tmp_path):
     after = scrape({"slm": {1: (100, 200.0), 4: (100, 300.0)}, "llm": {1: (50, 300.0)}},
                    {"slm": 1000, "llm": 50}, {("slm", "llm"): 50, ("llm", "slm"): 50})  # fmt: skip

@@ -336,6 +336,10 @@ def test_metrics_content(server):
     )
     done = mt['tokenrouter_requests_finished_total{reason="length"}']
     assert mt["tokenrouter_e2e_request_latency_seconds_count"] >= done > 0
+    # of the ended requests, those each model wrote a token of: both models wrote some, none more than ended
+    ended = mt["tokenrouter_e2e_request_latency_seconds_count"]
+    visits = {x: mt[f'tokenrouter_requests_visiting_total{{model="{x}"}}'] for x in ("slm", "llm")}
+    assert all(0 < v <= ended for v in visits.values()) and sum(visits.values()) >= ended, (visits, ended)
     assert mt["tokenrouter_time_to_first_token_seconds_count"] >= done
 
 

@@ -16,6 +16,7 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     ThroughputUsageError,
     apply_tuning,
     beyond_profile_warnings,
+    concentration_warnings,
     parse_p,
     parse_step_ms,
     system_from_plan,
@@ -118,6 +119,7 @@ def run_tune(
         raise ThroughputInputError(str(e)) from None
     late = timeout_warnings(plan, system.inputs.models, result.best)
     late += beyond_profile_warnings(system.inputs, result.best)
+    late += concentration_warnings(system, result.best)
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late)

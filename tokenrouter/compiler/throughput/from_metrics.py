@@ -27,7 +27,9 @@ others' as `beside_ms` (both where `min_steps` ran, or `beside_ms` scaled where 
 `step_ms` keeps every step; `alone_ms` is fitted non-decreasing in the batch size, `non_decreasing`), and the
 throughput model
 takes a step's latency by whether a co-runner is running when it starts (docs/throughput.md, "Contention by
-state").
+state"). `workload.requests` holds the requests that ended in the window and, per model, how many of them it
+wrote a token of (`tokenrouter_requests_visiting_total`): `tune` holds that against the hops into the model,
+and warns where routing concentrates in a few requests (`plan_inputs.concentration_warnings`).
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -104,6 +106,8 @@ def profile_from_metrics(
     alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
+    visits: dict[str, int] = {}  # model -> ended requests it wrote a token of
+    ended = 0.0
     # workload key -> model -> [events, seconds]: back-to-back steps and the host time between them; hops received
     # and their delay
     means: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
@@ -131,6 +135,10 @@ def profile_from_metrics(
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
             hops[lab["from"]][lab["to"]] = delta(key)
+        elif name == "tokenrouter_requests_visiting_total":
+            visits[lab["model"]] = int(round(delta(key)))
+        elif name == "tokenrouter_e2e_request_latency_seconds_count":
+            ended = delta(key)
         elif name in _MEANS:
             what, seconds = _MEANS[name]
             means[what][lab["model"]][seconds] = delta(key)
@@ -202,6 +210,8 @@ def profile_from_metrics(
             **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
             **({"steps_by_state": by_state} if by_state else {}),
             **({"alone_fit": "non-decreasing"} if by_state and fit_alone else {}),
+            # servers from the thirty-fifth session on: the ended requests, and how many each model wrote in
+            **({"requests": {"ended": int(round(ended)), "visited": visits}} if visits and ended > 0 else {}),
         },  # fmt: skip
         alone_ms=alone_ms,
         beside_ms=beside_ms,

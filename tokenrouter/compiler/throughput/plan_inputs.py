@@ -80,6 +80,9 @@ class PlanSystem:
     auto: list[str]
     sources: dict[str, dict[str, str]] = field(default_factory=dict)  # {"p"|"step_ms": {model: source}}
     warnings: list[str] = field(default_factory=list)
+    # the profile's ended requests, per model how many it wrote a token of, and the hops into it in the same
+    # window (`workload.requests` and `counts`; empty without them): `concentration_warnings`
+    requests: dict[str, Any] = field(default_factory=dict)
 
 
 def auto_models(plan: dict) -> list[str]:
@@ -182,7 +185,54 @@ def system_from_plan(
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
     fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
-    return PlanSystem(inputs, fixed, auto, sources, warnings)
+    return PlanSystem(inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]))
+
+
+def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dict[str, Any]:
+    """The profile's ended requests, how many each model wrote a token of, and the hops into each model, where
+    the routing comes from that profile (the same window); {} otherwise."""
+    req = (profile.workload.get("requests") or {}) if profile is not None else {}
+    if not req.get("ended") or not req.get("visited") or not p_sources:
+        return {}
+    if any(src != "profile" for src in p_sources.values()):
+        return {}
+    hops_in: dict[str, int] = {}
+    for x, row in profile.counts.items():
+        for y, n in row.items():
+            if y != x:
+                hops_in[y] = hops_in.get(y, 0) + int(n)
+    return {"ended": int(req["ended"]), "visited": dict(req["visited"]), "hops_in": hops_in}
+
+
+def concentration_warnings(system: PlanSystem, best) -> list[str]:
+    """The chosen thresholds B_i > 1 of models the profile's routing reached in far fewer requests than alike
+    requests would: with h hops into model i per request, about n·exp(−h) of n requests alike would never reach
+    it (hops spread at random over requests), and the chain assumes alike requests. Where routing concentrates
+    in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
+    profile's share is a noisy sample, and a hop into i waits for rows that seldom come, up to max_delay_ms: on
+    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-125"). Warned when at least 3
+    requests, and more than twice the alike figure plus 2, never reached i."""
+    req = system.requests
+    if not req:
+        return []
+    n = req["ended"]
+    out = []
+    for i, m in enumerate(system.inputs.models):
+        b = best.thresholds[i]
+        if b <= 1 or i == system.inputs.entry or m not in req["visited"]:
+            continue
+        h = req["hops_in"].get(m, 0) / n
+        missing, alike = n - int(req["visited"][m]), n * math.exp(-h)
+        if missing >= 3 and missing > 2.0 * alike + 2.0:
+            out.append(
+                f"B_{m} = {b}: {missing} of the profile's {n} requests never reached {m}, where {n} requests alike, "
+                f"with its {h:.1f} hops per request, would leave about {alike:.1f}: routing concentrates in a few "
+                f"requests, which the chain does not model (it assumes alike requests), so the profile's share is "
+                f"a noisy sample and a hop into {m} may wait up to max_delay_ms for rows that seldom come; serve "
+                f"the tuned plan against `--mode eager` (or B_{m} = 1) before keeping it, or replay a benchmark's "
+                f"requests with `tokenrouter simulate --requests`"
+            )
+    return out
 
 
 def _colocation_terms(

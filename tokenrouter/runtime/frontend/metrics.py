@@ -51,6 +51,8 @@ class Metrics:
     stats: dict[str, m.SubserverStats] = field(default_factory=dict)
     ttft: Histogram = field(default_factory=Histogram)  # request arrival → its first token at the frontend
     e2e: Histogram = field(default_factory=Histogram)  # request arrival → finished (not aborted)
+    # of the requests `e2e` counts, those to which each model wrote at least one token
+    visits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def on_stats(self, s: m.SubserverStats) -> None:
         self.stats[s.model] = s
@@ -97,6 +99,14 @@ class Metrics:
             "counter",
             "Hand-offs of a request from one model to another.",
             [({"from": a, "to": b}, n) for (a, b), n in sorted(self.hops.items())],
+        )
+        metric(
+            "requests_visiting_total",
+            "counter",
+            "Ended requests (those e2e_request_latency_seconds counts) to which the model wrote at least one "
+            "token. Far fewer than the hops into a model make likely means its routing concentrates in a few "
+            "requests (`tune` warns).",
+            [({"model": x}, self.visits.get(x, 0)) for x in self.models],
         )
         gauges = [
             ("queue_waiting", "Requests waiting to be scheduled on a subserver.", "waiting"),

@@ -53,6 +53,7 @@ class ReqState:
     error: APIError | None = None
     t_arrival: float = field(default_factory=time.monotonic)
     got_first: bool = False
+    models: set[str] = field(default_factory=set)  # the models that wrote a token of it
 
     @property
     def done(self) -> bool:
@@ -176,6 +177,8 @@ class RequestManager:
         self.requests.pop(st.rid, None)
         self.metrics.requests_finished[reason] += 1
         self.metrics.e2e.observe(time.monotonic() - st.t_arrival)
+        for x in st.models:
+            self.metrics.visits[x] += 1
         self._broadcast(m.Release(rid=st.rid))
         self._count_changed()
 
@@ -231,6 +234,8 @@ class RequestManager:
                     st.got_first = True
                     self.metrics.ttft.observe(time.monotonic() - st.t_arrival)
                 st.add(out)
+                if out.token_ids:
+                    st.models.add(out.model)
                 touched.add(out.rid)
         for fin in msg.finished:
             st = self.requests.get(fin.rid)
