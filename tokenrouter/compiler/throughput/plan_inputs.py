@@ -210,7 +210,7 @@ def concentration_warnings(system: PlanSystem, best) -> list[str]:
     it (hops spread at random over requests), and the chain assumes alike requests. Where routing concentrates
     in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
     profile's share is a noisy sample, and a hop into i waits for rows that seldom come, up to max_delay_ms: on
-    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-125"). Warned when at least 3
+    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-126"). Warned when at least 3
     requests, and more than twice the alike figure plus 2, never reached i."""
     req = system.requests
     if not req:
