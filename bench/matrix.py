@@ -1159,6 +1159,25 @@ BY_BATCH = re.compile(r'tokenrouter_((?:alone_)?(?:steps|step_seconds|step_token
                       r'\{model="([^"]+)",bs="(\d+)"\}')  # fmt: skip
 
 
+def counter_deltas(recs: list[dict], pattern: re.Pattern):
+    """For `batch_table` and `shape_table`: each TokenRouter / eager row and served profile of `recs` (the profiles
+    first, then by mode and N), with the groups of every series of its later scrape that `pattern` matches and the
+    series' difference between the two scrapes."""
+    order = lambda r: (-1 if r["mode"] == "profile" else MODES.index(r["mode"]), r["n"])  # noqa: E731
+    for r in sorted(recs, key=order):
+        if r["mode"] not in ("tokenrouter", "eager", "profile"):
+            continue
+        before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
+        yield (
+            r,
+            [
+                (hit.groups(), v - before.get(k, 0.0))
+                for k, v in after.items()
+                if (hit := pattern.fullmatch(k))
+            ],
+        )
+
+
 def batch_table(recs: list[dict]) -> list[str]:
     """`--report --by-batch`: per TokenRouter / eager row, model and batch size, the steps, ms and tokens per
     step, all and alone (no step of a model sharing the GPU overlapped), from the `*_by_batch_total` counters.
@@ -1166,16 +1185,10 @@ def batch_table(recs: list[dict]) -> list[str]:
     hop's extend makes a step of b rows longer. Tokens by batch size are counted since the thirty-first
     session ('-' before)."""
     rows = []
-    order = lambda r: (-1 if r["mode"] == "profile" else MODES.index(r["mode"]), r["n"])  # noqa: E731
-    for r in sorted(recs, key=order):
-        if r["mode"] not in ("tokenrouter", "eager", "profile"):
-            continue
-        before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
+    for r, found in counter_deltas(recs, BY_BATCH):
         cells: dict[tuple[str, int], dict[str, float]] = {}
-        for key, value in after.items():
-            if found := BY_BATCH.fullmatch(key):
-                name, model, bs = found.groups()
-                cells.setdefault((model, int(bs)), {})[name] = value - before.get(key, 0.0)
+        for (name, model, bs), delta in found:
+            cells.setdefault((model, int(bs)), {})[name] = delta
         for (model, bs), d in sorted(cells.items()):
             if not d.get("steps"):
                 continue
@@ -1212,16 +1225,10 @@ def shape_table(recs: list[dict]) -> list[str]:
     GPU), with ms and tokens per step, from the `*_by_shape_total` counters (from the thirty-fifth session on).
     A batch size's mean step (`--by-batch`) mixes these: a CUDA graph of (bs, q) pads every row to q tokens."""
     rows = []
-    order = lambda r: (-1 if r["mode"] == "profile" else MODES.index(r["mode"]), r["n"])  # noqa: E731
-    for r in sorted(recs, key=order):
-        if r["mode"] not in ("tokenrouter", "eager", "profile"):
-            continue
-        before, after = r.get("metrics_before") or {}, r.get("metrics_after") or {}
+    for r, found in counter_deltas(recs, BY_SHAPE):
         cells: dict[tuple[str, int, int, str], dict[str, float]] = {}
-        for key, value in after.items():
-            if found := BY_SHAPE.fullmatch(key):
-                name, model, bs, q, overlap = found.groups()
-                cells.setdefault((model, int(bs), int(q), overlap), {})[name] = value - before.get(key, 0.0)
+        for (name, model, bs, q, overlap), delta in found:
+            cells.setdefault((model, int(bs), int(q), overlap), {})[name] = delta
         for (model, bs, q, overlap), d in sorted(cells.items()):
             if not (n := d.get("steps")):
                 continue
