@@ -209,6 +209,7 @@ def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
         r = subprocess.run([*cli, "profile", policy, "--from-metrics", str(tmp_path / "after.txt"),
                             "-o", str(tmp_path / "p.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
+        assert f"  llm: wrote tokens of {visited_llm} of the {ended} requests that ended" in r.stdout
         r = subprocess.run([*cli, "tune", policy, "--profile", str(tmp_path / "p.json"), "-n", "4",
                             "--json", "-o", str(tmp_path / "t.plan")], cwd=ROOT, capture_output=True, text=True,
                            timeout=120)  # fmt: skip

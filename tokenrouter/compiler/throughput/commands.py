@@ -565,6 +565,9 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         )
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
+    ended = (req := profile.workload.get("requests") or {}).get("ended")
+    for m, k in sorted((req.get("visited") or {}).items()) if ended else ():
+        lines.append(f"  {m}: wrote tokens of {k} of the {ended} requests that ended")
     for m, ms in sorted(profile.workload.get("gap_ms", {}).items()):
         lines.append(
             f"  {m}: {ms:.3f} ms of host time between back-to-back steps (not in the step latencies)"
