@@ -104,8 +104,8 @@ class Metrics:
             "requests_visiting_total",
             "counter",
             "Ended requests (those e2e_request_latency_seconds counts) to which the model wrote at least one "
-            "token. Far fewer than the hops into a model make likely means its routing concentrates in a few "
-            "requests (`tune` warns).",
+            "token. Far fewer of them than the hops into the model would reach among alike requests means that "
+            "its routing concentrates in a few requests (`tune` warns).",
             [({"model": x}, self.visits.get(x, 0)) for x in self.models],
         )
         gauges = [
