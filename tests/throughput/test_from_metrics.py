@@ -223,13 +223,22 @@ def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
     assert line.startswith(f"B_llm = {b}: 13 of the profile's 16 requests never reached llm, where 16 requests "
                            "alike, with its 30.0 hops per request, would leave about 0.0")  # fmt: skip
     assert f"warning: {line}" in tuning["stderr"]
+    # simulate at those thresholds says the same where it assumes alike requests, not where it replays requests
+    sim = [*cli, "simulate", str(tmp_path / "t.plan"), "--profile", str(tmp_path / "p.json")]
+    r = subprocess.run(sim, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"warning: {line}" in r.stderr, r.stderr
+    report = {"spec": {"output_len": 100}, "per_request": [{"ok": True, "tokens_per_model": {"slm": 100, "llm": 0}}] * 3
+              + [{"ok": True, "tokens_per_model": {"slm": 40, "llm": 60}, "hops": 120}]}  # fmt: skip
+    (tmp_path / "bench.json").write_text(json.dumps(report))
+    r = subprocess.run([*sim, "--requests", str(tmp_path / "bench.json")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "never reached" not in r.stderr
     assert not [w for w in tune(16).get("warnings", []) if "never reached" in w]  # every request reached it
     assert not [w for w in tune(14).get("warnings", []) if "never reached" in w]  # 2 missing: chance
 
 
 def test_concentration_warnings_only_for_batched_models_off_the_entry():
-    from types import SimpleNamespace
-
     from tokenrouter.compiler.throughput.plan_inputs import concentration_warnings, system_from_plan
     from tokenrouter.compiler.throughput.policy import policy_routing
 
@@ -243,7 +252,7 @@ def test_concentration_warnings_only_for_batched_models_off_the_entry():
         "visited": {"slm": 16, "llm": 2},
         "hops_in": {"llm": 480, "slm": 480},
     }
-    warn = lambda b: concentration_warnings(system, SimpleNamespace(thresholds=b))  # noqa: E731
+    warn = lambda b: concentration_warnings(system, b)  # noqa: E731
     assert len(warn((1, 2))) == 1 and warn((1, 1)) == [] and warn((3, 1)) == []  # the entry is never warned
     system.requests = {}  # a profile without the counts (older servers) or routing given by hand
     assert warn((1, 2)) == []

@@ -119,7 +119,7 @@ def run_tune(
         raise ThroughputInputError(str(e)) from None
     late = timeout_warnings(plan, system.inputs.models, result.best)
     late += beyond_profile_warnings(system.inputs, result.best)
-    late += concentration_warnings(system, result.best)
+    late += concentration_warnings(system, result.best.thresholds)
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late)
@@ -248,6 +248,11 @@ def run_simulate(
     if err:
         raise ThroughputInputError(err)
     b = tuple(thresholds[m] for m in inp.models)
+    if (
+        cfg_kw.get("requests") is None
+    ):  # alike requests, as the chain's; a replay has each request's own routing
+        for line in concentration_warnings(system, b):
+            print(f"warning: {line}", file=sys.stderr)
     try:
         cfg = SimConfig(b, **cfg_kw)
     except ValueError as e:

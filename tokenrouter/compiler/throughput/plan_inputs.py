@@ -204,8 +204,8 @@ def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dic
     return {"ended": int(req["ended"]), "visited": dict(req["visited"]), "hops_in": hops_in}
 
 
-def concentration_warnings(system: PlanSystem, best) -> list[str]:
-    """The chosen thresholds B_i > 1 of models the profile's routing reached in far fewer requests than alike
+def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> list[str]:
+    """The thresholds B_i > 1 (by model, in the system's order) of models the profile's routing reached in far fewer requests than alike
     requests would: with h hops into model i per request, about n·exp(−h) of n requests alike would never reach
     it (hops spread at random over requests), and the chain assumes alike requests. Where routing concentrates
     in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
@@ -218,7 +218,7 @@ def concentration_warnings(system: PlanSystem, best) -> list[str]:
     n = req["ended"]
     out = []
     for i, m in enumerate(system.inputs.models):
-        b = best.thresholds[i]
+        b = thresholds[i]
         if b <= 1 or i == system.inputs.entry or m not in req["visited"]:
             continue
         h = req["hops_in"].get(m, 0) / n
@@ -229,8 +229,8 @@ def concentration_warnings(system: PlanSystem, best) -> list[str]:
                 f"with its {h:.1f} hops per request, would leave about {alike:.1f}: routing concentrates in a few "
                 f"requests, which the chain does not model (it assumes alike requests), so the profile's share is "
                 f"a noisy sample and a hop into {m} may wait up to max_delay_ms for rows that seldom come; serve "
-                f"the tuned plan against `--mode eager` (or B_{m} = 1) before keeping it, or replay a benchmark's "
-                f"requests with `tokenrouter simulate --requests`"
+                f"the plan at these thresholds against `--mode eager` (or B_{m} = 1) before keeping them, or replay "
+                f"a benchmark's requests with `tokenrouter simulate --requests`"
             )
     return out
 
