@@ -248,9 +248,8 @@ def run_simulate(
     if err:
         raise ThroughputInputError(err)
     b = tuple(thresholds[m] for m in inp.models)
-    if (
-        cfg_kw.get("requests") is None
-    ):  # alike requests, as the chain's; a replay has each request's own routing
+    # alike requests, as the chain's (a replay of a benchmark's requests has each request's own routing)
+    if cfg_kw.get("requests") is None:
         for line in concentration_warnings(system, b):
             print(f"warning: {line}", file=sys.stderr)
     try:
@@ -570,9 +569,10 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         )
     for m, share in sorted(profile.workload.get("busy_share", {}).items()):
         lines.append(f"  {m}: busy {share:.2f} of the time")
-    ended = (req := profile.workload.get("requests") or {}).get("ended")
-    for m, k in sorted((req.get("visited") or {}).items()) if ended else ():
-        lines.append(f"  {m}: wrote tokens of {k} of the {ended} requests that ended")
+    requests = profile.workload.get("requests") or {}
+    if ended := requests.get("ended"):
+        for m, k in sorted((requests.get("visited") or {}).items()):
+            lines.append(f"  {m}: wrote tokens of {k} of the {ended} requests that ended")
     for m, ms in sorted(profile.workload.get("gap_ms", {}).items()):
         lines.append(
             f"  {m}: {ms:.3f} ms of host time between back-to-back steps (not in the step latencies)"

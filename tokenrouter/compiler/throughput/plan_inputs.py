@@ -205,9 +205,10 @@ def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dic
 
 
 def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> list[str]:
-    """The thresholds B_i > 1 (by model, in the system's order) of models the profile's routing reached in far fewer requests than alike
-    requests would: with h hops into model i per request, about n·exp(−h) of n requests alike would never reach
-    it (hops spread at random over requests), and the chain assumes alike requests. Where routing concentrates
+    """The thresholds B_i > 1 (by model, in the system's order) of models that the profile's routing reached in
+    far fewer requests than alike requests would: with h hops into model i per request, about n·exp(−h) of n
+    requests alike would never reach it (hops spread at random over requests), and the chain assumes alike
+    requests. Where routing concentrates
     in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
     profile's share is a noisy sample, and a hop into i waits for rows that seldom come, up to max_delay_ms: on
     the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-126"). Warned when at least 3

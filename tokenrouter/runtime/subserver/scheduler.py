@@ -76,6 +76,13 @@ def is_stall(
     return expected is not None and ms > SLOW_STEP_FACTOR * expected
 
 
+def tally(total: list[float], ms: float, tokens: int) -> None:
+    """Add one step of `ms` and `tokens` new tokens to a [steps, ms, new tokens] total."""
+    total[0] += 1
+    total[1] += ms
+    total[2] += tokens
+
+
 def q_class(q: int) -> int:
     """A step's longest row's new tokens, rounded up to a power of two: 1 is a decode step, 2-64 the extends of
     returning hops that the CUDA graphs capture by default (cuda_graph_runner.DEFAULT_EXTEND_LENS), longer ones
@@ -291,8 +298,8 @@ class Scheduler:
             self.gaps += 1
             self.gap_ms += (t0 - self._ready_end) * 1000.0
             self._ready_end = None
-        new_tokens = sum(len(r.tokens) - r.fed for r in batch)
-        q = q_class(max(len(r.tokens) - r.fed for r in batch))
+        news = [len(r.tokens) - r.fed for r in batch]  # each row's new tokens
+        new_tokens, q = sum(news), q_class(max(news))
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
@@ -313,18 +320,10 @@ class Scheduler:
         if stall := is_stall(ms, new_tokens, tuple(acc), every):
             self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every), loads)
         elif alone:
-            lone = self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0])
-            lone[0] += 1
-            lone[1] += ms
-            lone[2] += new_tokens
+            tally(self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0]), ms, new_tokens)
         overlap = "stall" if stall else "untracked" if board is None else "alone" if alone else "overlapped"
-        shape = self.shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0])
-        shape[0] += 1
-        shape[1] += ms
-        shape[2] += new_tokens
-        acc[0] += 1
-        acc[1] += ms
-        acc[2] += new_tokens
+        tally(self.shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0]), ms, new_tokens)
+        tally(acc, ms, new_tokens)
         ended = time.monotonic()
         self._recent_steps.append((began, ended))
         for _, msg in out:
