@@ -256,6 +256,13 @@ def test_concentration_warnings_only_for_batched_models_off_the_entry():
     assert len(warn((1, 2))) == 1 and warn((1, 1)) == [] and warn((3, 1)) == []  # the entry is never warned
     system.requests = {}  # a profile without the counts (older servers) or routing given by hand
     assert warn((1, 2)) == []
+    # a hand-edited profile with malformed counts: a clear error, not a traceback
+    from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError
+
+    for bad in ({"ended": "16", "visited": {"llm": 2}}, {"ended": 16, "visited": ["llm"]}, [16]):
+        prof.workload["requests"] = bad
+        with pytest.raises(ThroughputInputError, match="workload.requests"):
+            system_from_plan(plan, profile=prof)
 
 
 def test_cli_from_file_then_tune(tmp_path):

@@ -192,8 +192,16 @@ def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dic
     """The profile's ended requests, how many each model wrote a token of, and the hops into each model, where
     the routing comes from that profile (the same window); {} otherwise."""
     req = (profile.workload.get("requests") or {}) if profile is not None else {}
+    if not isinstance(req, dict):
+        raise ThroughputInputError(f"the profile's workload.requests is not an object: {req!r}")
     if not req.get("ended") or not req.get("visited") or not p_sources:
         return {}
+    ended, visited = req["ended"], req["visited"]
+    counts = [ended, *visited.values()] if isinstance(visited, dict) else [None]
+    if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in counts):
+        raise ThroughputInputError(
+            f"the profile's workload.requests needs an int `ended` and `visited` as model -> int, got {req!r}"
+        )
     if any(src != "profile" for src in p_sources.values()):
         return {}
     hops_in: dict[str, int] = {}
@@ -201,7 +209,7 @@ def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dic
         for y, n in row.items():
             if y != x:
                 hops_in[y] = hops_in.get(y, 0) + int(n)
-    return {"ended": int(req["ended"]), "visited": dict(req["visited"]), "hops_in": hops_in}
+    return {"ended": ended, "visited": dict(visited), "hops_in": hops_in}
 
 
 def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> list[str]:
