@@ -1076,8 +1076,10 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = F
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
-    # horizon: a cap far past any run here (the run's last request ends the simulation)
-    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing),
+    # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
+    # steps when every request it holds is queued only where the run's servers had it (they count its starts)
+    held = any("starts_held" in d for d in step_deltas(rec).values())
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
@@ -1121,7 +1123,7 @@ def time_table(recs: list[dict]) -> list[str]:
             busy = d["step_seconds_total"]
             stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter before the 22nd session
             starts = (  # no counter before the 25th session
-                " / ".join(f"{d.get(f'starts_{x}', 0):.0f}" for x in START_REASONS)
+                " / ".join(f"{d[f'starts_{x}']:.0f}" if f"starts_{x}" in d else "-" for x in START_REASONS)
                 if any(k.startswith("starts_") for k in d)
                 else "-"
             )
@@ -1141,8 +1143,9 @@ def time_table(recs: list[dict]) -> list[str]:
         "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
         "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
         "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest), and why",
-        "the steps started: their threshold B_i reached / B_i lowered while few requests were active / the",
-        "max_delay_ms timeout (`tokenrouter_step_starts_total`); the steps that no step of a model sharing the",
+        "the steps started: their threshold B_i reached / B_i lowered while few requests were active / every",
+        "request the model holds runnable (- before the 36th session) / the max_delay_ms timeout",
+        "(`tokenrouter_step_starts_total`); the steps that no step of a model sharing the",
         "GPU overlapped (`tokenrouter_alone_steps_by_batch_total`), and the host ms between back-to-back steps",
         "(from a step's end, with the next one ready, to that one's start: `tokenrouter_step_gap_seconds_total`),",
         "and the ms of delay per hop into the model (from the end of the sender's step, or of the receiver's step",

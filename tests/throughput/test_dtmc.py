@@ -191,6 +191,22 @@ def test_finite_run_of_alike_requests_approaches_the_steady_state():
     assert finite.finished_requests == 200 and finite.throughput == pytest.approx(steady, rel=0.05)
 
 
+def test_a_model_that_one_request_visits_does_not_wait_for_a_partner():
+    """`SimConfig.held_rule` (the runtime's): one request bounces on every token, 36 others never leave the
+    entry model. At B_slow = 2 the slow model holds only the bouncer, so it steps at once, as at B = 1; without
+    the rule each of its ten visits waits for the 20 ms timeout while the others run (120 against 190 ms)."""
+    inp = make_inputs(
+        ["fast", "slow"], {"fast": 1.0, "slow": 10.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 4
+    )
+    stay, bounce = [[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]
+    cfg = dict(request_tokens=10, requests=(bounce,) + (stay,) * 36, max_delay_ms=20.0)
+    eager = simulate(inp, SimConfig((1, 1), **cfg))
+    assert eager.time_ms == pytest.approx(120.0) and eager.finished_requests == 37
+    for b in ((1, 2), (2, 2)):
+        assert simulate(inp, SimConfig(b, **cfg)).time_ms == pytest.approx(eager.time_ms)
+        assert simulate(inp, SimConfig(b, held_rule=False, **cfg)).time_ms == pytest.approx(190.0)
+
+
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [

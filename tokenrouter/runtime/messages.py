@@ -144,7 +144,7 @@ class SubserverStats(msgspec.Struct, tag=True):
     slow_ms_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among step_ms_by_bs (scheduler.is_stall)
     batch_threshold: int = 0  # B_i as configured (0: unknown)
     # why each step started (batching.START_REASONS): its threshold reached, the threshold lowered while few
-    # requests were active, or the max_delay timeout
+    # requests were active, every request the subserver holds runnable, or the max_delay timeout
     step_starts: dict[str, int] = {}
     # the steps among step_ms_by_bs that no step of a model sharing the GPU overlapped (not stalls;
     # busy_board.py): batch size -> (steps, ms); empty without a busy board

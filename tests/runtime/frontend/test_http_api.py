@@ -305,7 +305,7 @@ def test_metrics_content(server):
     # every step counted once by why it started; the llm's B = 1 is always reached
     for model in ("slm", "llm"):
         starts = {r: mt.get(f'tokenrouter_step_starts_total{{model="{model}",reason="{r}"}}', 0)
-                  for r in ("threshold", "lowered", "timeout")}  # fmt: skip
+                  for r in ("threshold", "lowered", "held", "timeout")}  # fmt: skip
         assert sum(starts.values()) == mt[f'tokenrouter_steps_total{{model="{model}"}}'] > 0, (model, starts)
     assert mt['tokenrouter_step_starts_total{model="llm",reason="threshold"}'] > 0
     assert mt['tokenrouter_step_starts_total{model="llm",reason="timeout"}'] == 0

@@ -45,6 +45,15 @@ route a {{
 }}
 route b {{ when uniform() < 0.9 -> a drop }}
 """,
+    "relay": """
+policy relay_test
+model a = "{a}" {{ batch: {ba} }}
+model b = "{b}" {{ batch: {bb} }}
+serve {{ concurrency: 16, max_delay_ms: 5 }}
+entry a
+route a {{ -> b }}
+route b {{ -> a }}
+""",
     "solo": """
 policy solo_test
 model a = "{a}" {{ batch: {ba} }}

@@ -74,7 +74,22 @@ def test_start_reason_names_the_rule_that_let_the_step_run():
     assert [d.start_reason(n) for n in (4, 3, 2)] == ["threshold", "threshold", "timeout"]
     d.set_active(2)  # B lowered to 1
     assert [d.start_reason(n) for n in (3, 1)] == ["threshold", "lowered"]
-    assert set(START_REASONS) == {"threshold", "lowered", "timeout"}
+    d.set_active(10)
+    assert [d.start_reason(2, n_held=h) for h in (2, 1, 3, None)] == ["held", "held", "timeout", "timeout"]
+    assert d.start_reason(3, n_held=3) == "threshold"  # the threshold is named first
+    assert set(START_REASONS) == {"threshold", "lowered", "held", "timeout"}
+
+
+def test_a_step_runs_when_every_request_held_is_runnable():
+    """No row the subserver knows of can join: it runs without waiting for B or the timeout; with one held
+    request away (pending), it waits."""
+    d = DelayedBatching(BatchingConfig({"a": 1, "b": 4}, max_delay_ms=20.0), "b", n_active=8)
+    assert d.threshold == 4
+    assert d.should_run(1, 0.0, 0.0, n_held=1) and d.should_run(2, 0.0, 0.0, n_held=2)
+    assert not d.should_run(2, 0.0, 0.0, n_held=3)  # one held request may come back
+    assert not d.should_run(2, 0.0, 0.0)  # not known: the threshold and the timeout only
+    assert d.should_run(2, 0.0, 0.020, n_held=3)  # the timeout still bounds the wait
+    assert not d.should_run(0, None, 0.0, n_held=0)  # nothing runnable: nothing to run
 
 
 def test_the_newest_count_wins():

@@ -226,24 +226,38 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
 
 def test_steps_count_why_they_started(tmp_path):
     """`stats().step_starts` (`tokenrouter_step_starts_total`): each step counted once, by the threshold it
-    reached as configured, as lowered for few active requests, or by the max_delay timeout."""
-    plan = compile_policy(tmp_path, "keep")
+    reached as configured, as lowered for few active requests, because every request the subserver holds was
+    runnable, or by the max_delay timeout. The policy hands every token over: a step sends its rows away."""
+    plan = compile_policy(tmp_path, "relay")
     now = [0.0]
-    a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
-                  RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 3, "b": 1}, 5.0),
-                  clock=lambda: now[0])  # fmt: skip
-    spec = m.SamplingSpec(seed=7, max_tokens=1, ignore_eos=True)
+    a, b = (Scheduler(x, plan, SpyEngine(load_engine(plan["models"][x]["path"])),
+                      RouteKernel(plan, x, "torch", "cpu"), batching=BatchingConfig({"a": 3, "b": 1}, 5.0),
+                      clock=lambda: now[0]) for x in "ab")  # fmt: skip
+    spec = m.SamplingSpec(seed=7, max_tokens=50, ignore_eos=True)
+
+    def hops(out) -> list[m.PeerRequest]:
+        return [msg for _, msg in out if isinstance(msg, m.PeerRequest)]
+
     for i in range(3):
-        a.handle(m.NewRequest(f"t{i}", [5, 6, 7], spec, n_active=10))
-    assert a.ready() and a.step()  # three runnable, B = 3
-    a.handle(m.NewRequest("late", [5, 6], spec, n_active=10))
+        a.handle(m.NewRequest(f"t{i}", [5, 6, 7], spec, n_active=10, count_seq=1))  # hops carry the count
+    assert a.ready()
+    away = hops(a.step())  # three runnable, B = 3: all three hop to b and stay held by a (pending)
+    assert len(away) == 3 and len(a.reqs) == 3 and not a.runnable
+    b.handle(away[0])
+    a.handle(hops(b.step())[0])  # t0 back: one runnable of three held
     assert not a.ready()
     now[0] += 0.005
-    assert a.ready() and a.step()  # one runnable: the oldest waited 5 ms
-    a.handle(m.NewRequest("alone", [5, 6], spec, n_active=1))  # one active: B lowered to 1
+    assert a.ready()
+    b.handle(hops(a.step())[0])  # the oldest waited 5 ms; t0 hops again
+    for rid in ("t1", "t2"):  # ended elsewhere
+        a.handle(m.Release(rid))
+    a.handle(hops(b.step())[0])  # t0 back: the one request a holds is runnable, nothing else can join
+    assert a.ready()
+    b.handle(hops(a.step())[0])
+    a.handle(m.NewRequest("alone", [5, 6], spec, n_active=1, count_seq=2))  # B lowered to 1 (t0 held, away)
     assert a.ready() and a.step()
-    assert a.stats().step_starts == {"threshold": 1, "timeout": 1, "lowered": 1}
-    assert a.steps == 3
+    assert a.stats().step_starts == {"threshold": 1, "timeout": 1, "held": 1, "lowered": 1}
+    assert a.steps == 4
 
 
 def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
@@ -407,7 +421,8 @@ def test_a_hop_cannot_bring_back_an_older_count(tmp_path):
                              sampling=SPEC, n_active=n, count_seq=seq)  # fmt: skip
 
     b.handle(hop("old", 1, 1))  # sent by a when it had heard of one request only
-    assert (b.batching.n_active, b.batching.threshold) == (8, 5) and not b.ready()
+    assert (b.batching.n_active, b.batching.threshold) == (8, 5)
+    assert not b.batching.should_run(1, 0.0, 0.0)  # by the count (b.ready(): the one request b holds runs)
     b.handle(hop("new", 4, 9))  # a heard of a finish b has not heard of yet: taken
     assert (b.batching.n_active, b.batching.threshold, b.batching.count_seq) == (4, 4, 9)
     b.handle(m.ActiveCount(n_active=8, count_seq=8))  # the frontend's older message, arriving late

@@ -10,6 +10,10 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   squared coefficient of variation `burstiness` > 1 for bursty arrivals). While fewer than N requests are
   active the thresholds are lowered by the runtime's rule (`effective_thresholds`, restated here because
   the compiler does not import the runtime), and `max_delay_ms` starts a waiting queue anyway.
+- `held_rule` (the runtime's since the thirty-sixth session): a model also steps when every request it holds
+  (it ran them, and they have not ended) is queued there, as no other row can join. With alike requests that
+  never end, as the chain has them, it changes nothing after the first visits; with requests that end, or
+  that route unlike each other, a model that few requests visit stops waiting for rows that would not come.
 - `requests`: a finite run, as a closed-loop benchmark makes one: these requests in order, N at a time,
   each routed by its own matrix (requests that are not alike: a router that fires on some prompts only);
   the run ends when the last one has committed `request_tokens`, and the throughput is the tokens over
@@ -48,6 +52,9 @@ class SimConfig:
     max_delay_ms: float | None = None  # None: no timeout
     requests: tuple[np.ndarray, ...] | None = None  # a finite run: each request's own routing matrix
     hop_ms: tuple[float, ...] | None = None  # per target model: a hop's transit to it; None: instant
+    # the runtime's rule that a model also steps when every request it holds (has run and not seen end) is
+    # queued there (`runtime.subserver.batching`, "Nobody else to wait for"); False: as servers before it did
+    held_rule: bool = True
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -160,6 +167,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
     transit: list[tuple[float, int, int]] = []  # (arrival time, request slot, model) of hops on their way
     queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
+    held: list[set[int]] = [
+        set() for _ in range(m)
+    ]  # per model, the request slots it ran that have not ended
     active = slots
     now = 0.0
     t_end = warmup + cfg.horizon_ms
@@ -178,8 +188,11 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if running[i] or not queue[i]:
                 continue
             waited = t - queue[i][0][1]
-            if len(queue[i]) >= eff[i] or (
-                cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS
+            everyone = cfg.held_rule and held[i] <= {r for r, _ in queue[i]}
+            if (
+                len(queue[i]) >= eff[i]
+                or everyone
+                or (cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS)
             ):
                 running[i] = [r for r, _ in queue[i]]
                 queue[i] = []
@@ -217,6 +230,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         for i in range(m):
             if end[i] <= now + _EPS:
                 batch, running[i], end[i] = running[i], [], math.inf
+                held[i].update(batch)
                 if measuring:
                     steps[i] += 1
                 us = rng.random(len(batch))
@@ -234,6 +248,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
                         finished += 1
                         active -= 1
+                        for h in held:
+                            h.discard(r)
                         tokens_of[r] = 0.0
                         if cfg.requests is None:
                             returns.append((now + think(), r))

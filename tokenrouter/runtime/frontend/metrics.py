@@ -147,7 +147,8 @@ class Metrics:
             "step_starts_total",
             "counter",
             "Steps by why they started: the threshold B_i reached (threshold), the threshold lowered while few "
-            "requests were active (lowered), or the oldest runnable request waited max_delay_ms (timeout).",
+            "requests were active (lowered), every request the subserver holds runnable (held), or the oldest "
+            "runnable request waited max_delay_ms (timeout).",
             [
                 ({"model": x, "reason": r}, s.step_starts.get(r, 0))
                 for x, s in sorted(self.stats.items())

@@ -18,6 +18,15 @@ requests, so at most `Σ (B_i^eff − 1) < n` would be runnable in all, and some
 its arrival changes the counts. A stale n (higher than the truth, e.g. before an `ActiveCount` arrives) can
 delay a step, but the `max_delay_ms` timeout bounds that delay.
 
+**Nobody else to wait for.** A subserver also runs when every request it holds is runnable (`held`): it
+holds a request from the request's first visit until it ends, also while the request is away (pending), so
+with all of them runnable no row it knows of can join the batch, and waiting would only spend the timeout.
+Where routing is spread over the requests (every request visits every model within a few tokens) this fires
+only around a request's start; where it concentrates in a few requests (an untrained router that fires on
+some prompts) it keeps a model that one or two requests visit from holding each of their hops for
+`max_delay_ms`: on the H200 the r2r policy at B_llm = 2 served 0.82x eager when every such hop waited
+(docs/matrix.md, "Runs 124-126"). It only lowers the bar for a step, so the argument below still holds.
+
 **Which n.** The frontend numbers every change of n (`count_seq`), and a subserver keeps the count with the
 highest number it has seen, from an `ActiveCount`, a `NewRequest` or a hop (which carries its sender's count):
 a hop can bring a newer count than the subserver's own, but never an older one. (Until the twenty-fifth
@@ -32,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-START_REASONS = ("threshold", "lowered", "timeout")
+START_REASONS = ("threshold", "lowered", "held", "timeout")
 
 
 def effective_thresholds(thresholds: dict[str, int], n_active: int) -> dict[str, int]:
@@ -103,16 +112,23 @@ class DelayedBatching:
             self.threshold = effective_thresholds(self.config.thresholds, n_active)[self.model]
         return True
 
-    def start_reason(self, n_runnable: int) -> str:
-        """Why a step that runs with `n_runnable` requests runnable starts (one of START_REASONS)."""
+    def start_reason(self, n_runnable: int, n_held: int | None = None) -> str:
+        """Why a step that runs with `n_runnable` of the `n_held` requests this subserver holds runnable starts
+        (one of START_REASONS; `n_held` None: not known, never "held")."""
         if n_runnable >= self.config.thresholds[self.model]:
             return "threshold"
-        return "lowered" if n_runnable >= self.threshold else "timeout"
+        if n_runnable >= self.threshold:
+            return "lowered"
+        return "held" if n_held is not None and n_runnable >= n_held else "timeout"
 
-    def should_run(self, n_runnable: int, oldest_ready_since: float | None, now: float) -> bool:
+    def should_run(
+        self, n_runnable: int, oldest_ready_since: float | None, now: float, n_held: int | None = None
+    ) -> bool:
+        """Whether to run a step now: `n_runnable` requests runnable, the oldest since `oldest_ready_since`, of
+        the `n_held` this subserver holds (runnable or pending; None: not known)."""
         if n_runnable == 0:
             return False
-        if n_runnable >= self.threshold:
+        if n_runnable >= self.threshold or (n_held is not None and n_runnable >= n_held):
             return True
         deadline = self.deadline(oldest_ready_since)
         return deadline is not None and now >= deadline

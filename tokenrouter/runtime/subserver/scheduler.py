@@ -274,7 +274,7 @@ class Scheduler:
     def ready(self) -> bool:
         oldest = next(iter(self.runnable.values()), None)
         return self.batching.should_run(
-            len(self.runnable), oldest.ready_since if oldest else None, self.clock()
+            len(self.runnable), oldest.ready_since if oldest else None, self.clock(), len(self.reqs)
         )
 
     def next_deadline(self) -> float | None:
@@ -286,7 +286,7 @@ class Scheduler:
         batch = self.get_next_batch_to_run()
         if not batch:
             return []
-        reason = self.batching.start_reason(len(self.runnable))
+        reason = self.batching.start_reason(len(self.runnable), len(self.reqs))
         self.step_starts[reason] = self.step_starts.get(reason, 0) + 1
         board = self.board
         seen = board.start() if board is not None else None
