@@ -42,6 +42,14 @@ GPU_KV_FRACTION = 0.8  # of the memory free after the weights, when no budget is
 CPU = torch.device("cpu")
 
 
+@dataclass(slots=True, frozen=True)
+class LaunchShape:
+    """What `CudaGraphRunner.shape_for` reads of a batch."""
+
+    batch_size: int
+    max_extend_len: int
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """Settings of one embedded engine (validated; every field may come from a user)."""
@@ -198,6 +206,52 @@ class EmbeddedEngine(HeldRequestsEngine):
     def forward_full(self, token_ids: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced logits [T, V] and hidden [T, H] of one sequence, without the KV cache."""
         return self.model.forward_full(torch.as_tensor(token_ids, dtype=torch.int64))
+
+    def eager_warm_shapes(self) -> list[tuple[int, ...]]:
+        """The steps `warm_eager` runs, as new tokens per row: one of each kind that no captured graph holds
+        (None without a graph runner). Triton builds a kernel for each new specialization of its arguments (an
+        int's divisibility by 16 among them), so each kind comes with a row count and a token count that are
+        multiples of 16 and with ones that are not: a row longer than the longest captured extend (a long
+        extend or prefill) alone and beside short rows, an extend of more rows than the captured ones hold,
+        and a decode of more rows than the captured ones (each where the engine can run it)."""
+        gr = self.graph_runner
+        if gr is None:
+            return []
+        q = max((cq for _, cq in gr.extend_shapes), default=1)  # the longest captured extend
+        ext_bs = max((cb for cb, _ in gr.extend_shapes), default=0)
+        dec_bs = max(gr.decode_bs, default=0)
+        long = [(q + 33,), (q + 16,), (q + 29, 5, 1), (q + 32, 16, 16)]
+        wide = [(2,) * (ext_bs + 1), (3,) * (ext_bs + 3), (2,) * (ext_bs + 16)] if ext_bs else []
+        decode = [(1,) * (dec_bs + 1), (1,) * (dec_bs + 16)]
+        fits = self.max_len - 1  # a prefill row leaves room for one generated token
+        budget = self.token_to_kv_pool.available_size()
+        return [
+            s for s in long + wide + decode
+            if gr.shape_for(LaunchShape(len(s), max(s))) is None  # eager, also under a custom graph config
+            and len(s) <= min(self.max_batch, self.req_to_token_pool.available_size())
+            and max(s) <= fits and sum(s) <= budget
+        ]  # fmt: skip
+
+    def warm_eager(self) -> int:
+        """Run each of `eager_warm_shapes` once on throwaway requests (released after; the engine's step count
+        is left as it was), so that the Triton kernels a step outside the captured graphs needs are built, or
+        read from Triton's disk cache, at start rather than in a served step: on a fresh H200 the 32B's first
+        extend of 93 tokens at batch size 3 took 1227 ms instead of about 64, three of its kernels built in it
+        (docs/matrix.md, "Runs 127-130"). Returns the steps run."""
+        shapes = self.eager_warm_shapes()
+        vocab = self.info.vocab_size
+        for k, lens in enumerate(shapes):
+            rows = [
+                StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)])
+                for i, n in enumerate(lens)
+            ]
+            try:  # the plain engine's step and release: a subclass's own bookkeeping (a prefix cache) stays out
+                HeldRequestsEngine.forward(self, rows)
+            finally:
+                for r in rows:
+                    HeldRequestsEngine.release(self, r.rid)
+        self.steps -= len(shapes)
+        return len(shapes)
 
     # --- HeldRequestsEngine hooks ---------------------------------------------------------------------
     def _new_req(self, rid: str) -> Req:

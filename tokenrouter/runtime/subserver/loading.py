@@ -76,11 +76,20 @@ def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | 
     from tokenrouter.runtime.route import RouteKernel
 
     engine = load_model_engine(plan, model, device, **overrides)
+    kernel_loads.install()
+    warm_eager = getattr(engine, "warm_eager", None)  # the embedded engine with CUDA graphs
+    if warm_eager is not None:
+        before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
+        if steps := warm_eager():
+            loads, _, _ = kernel_loads.LOADS.since(before)
+            logger.info(
+                "model %s: eager steps warmed (kinds no CUDA graph holds): %d steps, %d Triton kernel load(s), %.2f s",
+                model, steps, loads, time.perf_counter() - start,
+            )  # fmt: skip
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)
     rows = engine.max_batch if warm_rows is None else warm_rows
-    kernel_loads.install()
     before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
     launches = kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size)
     if launches:

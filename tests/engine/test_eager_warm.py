@@ -1,0 +1,76 @@
+"""`EmbeddedEngine.warm_eager`: at start, one step of each kind that no captured CUDA graph holds, on throwaway
+requests, so that the Triton kernels such a step needs are built then rather than in a served step (run 130:
+1227 ms for the 32B's first 93-token extend). On CPU there are no graphs; the tests give the engine the real
+runner's bucket lookup (`CudaGraphRunner.shape_for`) over the default configuration, and every step runs
+eagerly."""
+
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
+from tokenrouter.runtime.engine.embedded import LaunchShape, load_engine
+from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
+
+TINY_SMALL = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
+
+
+def buckets(config: CudaGraphConfig | None = None) -> CudaGraphRunner:
+    """A runner with the buckets of `config` and nothing captured (its `shape_for` only)."""
+    config = config or CudaGraphConfig()
+    runner = CudaGraphRunner.__new__(CudaGraphRunner)
+    runner.config = config
+    runner._init_buckets()
+    return runner
+
+
+def held_by_graphs(engine, shape: tuple[int, ...]) -> bool:
+    return engine.graph_runner.shape_for(LaunchShape(len(shape), max(shape))) is not None
+
+
+def test_without_graphs_there_is_nothing_to_warm():
+    engine = load_engine(TINY_SMALL)
+    assert engine.graph_runner is None
+    assert engine.eager_warm_shapes() == [] and engine.warm_eager() == 0
+
+
+def test_the_shapes_are_the_kinds_no_graph_holds():
+    engine = load_engine(TINY_SMALL)
+    engine.graph_runner = buckets()
+    shapes = engine.eager_warm_shapes()
+    assert shapes and not any(held_by_graphs(engine, s) for s in shapes)
+    longest = max(q for _, q in engine.graph_runner.extend_shapes)  # 64
+    long = [s for s in shapes if max(s) > longest]
+    # a long row alone and beside short rows; token counts both multiples of 16 and not
+    assert {len(s) == 1 for s in long} == {True, False}
+    assert {sum(s) % 16 == 0 for s in long} == {True, False}
+    assert any(1 < max(s) <= longest and len(s) > 16 for s in shapes)  # more returning rows than graphs hold
+    assert any(max(s) == 1 and len(s) > 64 for s in shapes)  # a decode wider than the widest graph
+    # a custom configuration moves the kinds with it: extends of up to 128 tokens captured
+    engine.graph_runner = buckets(CudaGraphConfig(extend_lens=(2, 8, 32, 128), max_extend_tokens=2048))
+    assert min(max(s) for s in engine.eager_warm_shapes() if len(s) <= 3) > 128
+    # only what the engine can run: rows within max_batch, prompts within max_len
+    small = load_engine(TINY_SMALL, max_batch=20, max_len=90)
+    small.graph_runner = buckets()
+    got = small.eager_warm_shapes()
+    assert got and all(len(s) <= 20 and max(s) <= 89 for s in got)
+    assert len(got) < len(shapes)
+
+
+@pytest.mark.parametrize("engine_class", [None, PrefixCachingEngine])
+def test_warm_up_runs_each_shape_once_and_leaves_the_engine_as_it_was(engine_class):
+    engine = load_engine(TINY_SMALL, engine_class=engine_class)
+    engine.graph_runner = buckets()
+    ran = []
+    run_model = engine._run_model
+
+    def spy(fb):
+        ran.append((fb.batch_size, fb.max_extend_len, fb.num_tokens))
+        return run_model(fb)
+
+    engine._run_model = spy
+    before = engine.stats()
+    shapes = engine.eager_warm_shapes()
+    assert engine.warm_eager() == len(shapes)
+    assert ran == [(len(s), max(s), sum(s)) for s in shapes]
+    assert engine.stats() == before  # every page and request row free, no step counted, no prefix cached
