@@ -12,7 +12,7 @@ of steps that no graph holds, on held requests as a server has them:
   decode   65-120 rows of one token (more than the decode graphs hold)
 
 Per pass: the warm-up's steps, kernel loads and seconds; the sample's kernel loads and the ms they took, its
-median and slowest step, and the kinds of step that loaded kernels. Prints a table, and JSON with --json.
+median and slowest step, the kinds of step that loaded kernels, and each such step's shape and kernels. Prints a table, and JSON with --json.
 
     python bench/eager_warm_check.py --shape qwen3-0.6b,qwen3-32b [--steps 40] [--json FILE]
 """
@@ -87,7 +87,7 @@ def child(shape: str, warm: bool, steps: int, seed: int) -> dict:
         engine.forward([StepInput(f"held{j}", tokens(16)) for j in range(i, i + 16)])
     torch.cuda.synchronize()
     out["held_loads"] = loads.count - out["loads_at_start"] - out["warm_loads"]
-    times, built = [], {k: 0 for k in KINDS}
+    times, built, where = [], {k: 0 for k in KINDS}, []
     load_ms = 0.0
     for k, (kind, rows) in enumerate(sample_steps(steps, seed)):
         batch = [StepInput(f"held{i}" if i is not None else f"new{k}", tokens(n)) for i, n in rows]
@@ -95,12 +95,15 @@ def child(shape: str, warm: bool, steps: int, seed: int) -> dict:
         engine.forward(batch)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000.0)
-        n_loads, ms, _ = loads.since(before)
+        n_loads, ms, names = loads.since(before)
         built[kind] += n_loads
+        if n_loads:  # the kernels, and the step's rows and tokens (at most the last few names are kept)
+            where.append(f"{kind} bs {len(rows)} q {max(n for _, n in rows)} T {sum(n for _, n in rows)}: "
+                         f"{', '.join(names)}")  # fmt: skip
         load_ms += ms
         engine.release(f"new{k}")
     out.update(sample_loads=sum(built.values()), sample_load_ms=load_ms, loads_by_kind=built,
-               median_ms=statistics.median(times), max_ms=max(times))  # fmt: skip
+               median_ms=statistics.median(times), max_ms=max(times), loaded_in=where)  # fmt: skip
     return out
 
 
@@ -145,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['shape']} | {'yes' if r['warm'] else 'no'} | {r['warm_steps']} | {r['warm_loads']} | "
               f"{r['warm_ms'] / 1000:.2f} | {r['sample_loads']} | {r['sample_load_ms']:.0f} | {r['median_ms']:.1f} | "
               f"{r['max_ms']:.1f} | {kinds} |")  # fmt: skip
+    for r in results:
+        for line in r["loaded_in"]:
+            print(f"{r['shape']}, warm-up {'yes' if r['warm'] else 'no'}: loads in {line}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
     return 0
