@@ -212,8 +212,9 @@ class EmbeddedEngine(HeldRequestsEngine):
         (None without a graph runner). Triton builds a kernel for each new specialization of its arguments (an
         int's divisibility by 16 among them), so each kind comes with a row count and a token count that are
         multiples of 16 and with ones that are not: a row longer than the longest captured extend (a long
-        extend or prefill) alone and beside short rows, an extend of more rows than the captured ones hold,
-        and a decode of more rows than the captured ones (each where the engine can run it)."""
+        extend or prefill) alone and beside short rows, extends of more rows than the captured ones hold (at
+        each captured extend length), and a decode of more rows than the captured ones (each where the engine
+        can run it)."""
         gr = self.graph_runner
         if gr is None:
             return []
@@ -221,7 +222,10 @@ class EmbeddedEngine(HeldRequestsEngine):
         ext_bs = max((cb for cb, _ in gr.extend_shapes), default=0)
         dec_bs = max(gr.decode_bs, default=0)
         long = [(q + 33,), (q + 16,), (q + 29, 5, 1), (q + 32, 16, 16)]
-        wide = [(2,) * (ext_bs + 1), (3,) * (ext_bs + 3), (2,) * (ext_bs + 16)] if ext_bs else []
+        # the attention's variant follows the rows' new tokens (its row block, pipelining and early reads): one
+        # wide extend per captured extend length, and 3, each with one row more than the widest extend graph
+        lens = sorted({3, *(cq for _, cq in gr.extend_shapes)})
+        wide = [(n,) * (ext_bs + 1) for n in lens] + [(2,) * (ext_bs + 16)] if ext_bs else []
         decode = [(1,) * (dec_bs + 1), (1,) * (dec_bs + 16)]
         fits = self.max_len - 1  # a prefill row leaves room for one generated token
         budget = self.token_to_kv_pool.available_size()
