@@ -44,7 +44,12 @@ def test_the_shapes_are_the_kinds_no_graph_holds():
     # a long row alone and beside short rows; token counts both multiples of 16 and not
     assert {len(s) == 1 for s in long} == {True, False}
     assert {sum(s) % 16 == 0 for s in long} == {True, False}
-    assert any(1 < max(s) <= longest and len(s) > 16 for s in shapes)  # more returning rows than graphs hold
+    wide = [s for s in shapes if 1 < max(s) <= longest]  # more returning rows than the extend graphs hold
+    assert wide and min(len(s) for s in wide) == 17 and max(len(s) for s in wide) > 64
+    assert {max(s) for s in wide} == {2, 3, 4, 8, 16, 32, 64}
+    # odd and even batch sizes and token counts (the packed inputs' alignment), for each kind
+    for kind in (long, wide):
+        assert {(len(s) % 2, sum(s) % 2) for s in kind} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert any(max(s) == 1 and len(s) > 64 for s in shapes)  # a decode wider than the widest graph
     # a custom configuration moves the kinds with it: extends of up to 128 tokens captured
     engine.graph_runner = buckets(CudaGraphConfig(extend_lens=(2, 8, 32, 128), max_extend_tokens=2048))

@@ -208,25 +208,42 @@ class EmbeddedEngine(HeldRequestsEngine):
         return self.model.forward_full(torch.as_tensor(token_ids, dtype=torch.int64))
 
     def eager_warm_shapes(self) -> list[tuple[int, ...]]:
-        """The steps `warm_eager` runs, as new tokens per row: one of each kind that no captured graph holds
-        (None without a graph runner). Triton builds a kernel for each new specialization of its arguments (an
-        int's divisibility by 16 among them), so each kind comes with a row count and a token count that are
-        multiples of 16 and with ones that are not: a row longer than the longest captured extend (a long
-        extend or prefill) alone and beside short rows, extends of more rows than the captured ones hold (at
-        each captured extend length), and a decode of more rows than the captured ones (each where the engine
-        can run it)."""
+        """The steps `warm_eager` runs, as new tokens per row: each kind of step that no captured graph holds
+        (none without a graph runner), in the variants Triton builds a kernel for each of:
+
+        - a row longer than the longest captured extend (a long extend or a prefill);
+        - extends of more rows than the widest extend graph, at each captured extend length and at 3 (the
+          attention's row block, pipelining and early reads follow the rows' new tokens), and at batch sizes
+          doubling up to `max_batch` (its KV tile follows how many programs the launch has);
+        - decodes of more rows than the widest decode graph, at batch sizes doubling likewise.
+
+        Each at an odd and an even batch size and token count: a step's integer inputs are slices of one
+        buffer (`ForwardBatch._device_parts`) at offsets of whole batch sizes and token counts, and Triton
+        specializes a pointer on its 16-byte alignment. On the H200 the first version, without these
+        variants, left the 0.6B's 18- and 36-row extends of 4 tokens building the attention kernel
+        (`bench/eager_warm_check.py`, docs/matrix.md "Runs 127-131"). Only steps the engine can run: rows
+        within `max_batch` and free request rows, prompts within `max_len`, tokens within the free KV."""
         gr = self.graph_runner
         if gr is None:
             return []
         q = max((cq for _, cq in gr.extend_shapes), default=1)  # the longest captured extend
         ext_bs = max((cb for cb, _ in gr.extend_shapes), default=0)
         dec_bs = max(gr.decode_bs, default=0)
-        long = [(q + 33,), (q + 16,), (q + 29, 5, 1), (q + 32, 16, 16)]
-        # the attention's variant follows the rows' new tokens (its row block, pipelining and early reads): one
-        # wide extend per captured extend length, and 3, each with one row more than the widest extend graph
+
+        def ladder(first: int) -> list[int]:  # first, first + 1, then doubling: odd and even batch sizes
+            out, b = [], first
+            while b <= self.max_batch:
+                out += [b, b + 1]
+                b = 2 * b
+            return out
+
+        def flipped(rows: tuple[int, ...]) -> list[tuple[int, ...]]:  # the token count's other parity
+            return [rows, (*rows[:-1], rows[-1] - 1)] if rows[-1] > 1 else [rows]
+
+        long = [v for rows in ((q + 32,), (q + 32, 2)) for v in flipped(rows)]
         lens = sorted({3, *(cq for _, cq in gr.extend_shapes)})
-        wide = [(n,) * (ext_bs + 1) for n in lens] + [(2,) * (ext_bs + 16)] if ext_bs else []
-        decode = [(1,) * (dec_bs + 1), (1,) * (dec_bs + 16)]
+        wide = [v for n in lens for b in ladder(ext_bs + 1) for v in flipped((n,) * b)] if ext_bs else []
+        decode = [(1,) * b for b in ladder(dec_bs + 1)]
         fits = self.max_len - 1  # a prefill row leaves room for one generated token
         budget = self.token_to_kv_pool.available_size()
         return [
@@ -241,7 +258,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         is left as it was), so that the Triton kernels a step outside the captured graphs needs are built, or
         read from Triton's disk cache, at start rather than in a served step: on a fresh H200 the 32B's first
         extend of 93 tokens at batch size 3 took 1227 ms instead of about 64, three of its kernels built in it
-        (docs/matrix.md, "Runs 127-130"). Returns the steps run."""
+        (docs/matrix.md, "Runs 127-131"). Returns the steps run."""
         shapes = self.eager_warm_shapes()
         vocab = self.info.vocab_size
         for k, lens in enumerate(shapes):
