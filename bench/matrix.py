@@ -1053,14 +1053,16 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     return None if system is None else analyze(*system).throughput
 
 
-def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = False) -> float | None:
+def run_simulation(
+    rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = False, at: dict[str, int] | None = None
+) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
     each, the stdlib's 5 ms max delay, until the last one ends (tail included); the mean over `seeds`
     seeds. Where requests are not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B)
     this is what the DTMC, which assumes N alike requests in flight forever, cannot see. `hops`: each hop also
     takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
-    the DTMC takes as instant."""
+    the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
     from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
 
@@ -1069,6 +1071,8 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = F
     if system is None or not per_request:  # records before the eighth session have no per_request
         return None
     inputs, b = system
+    if at is not None:
+        b = tuple(int(at.get(x, 1)) for x in inputs.models)
     hop_ms = run_hop_ms(rec, inputs.models) if hops else None
     if hops and hop_ms is None:
         return None
@@ -1083,6 +1087,35 @@ def run_simulation(rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = F
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
+
+
+def whatif_table(recs: list[dict], candidates: list[dict[str, int]]) -> list[str]:
+    """`--report --simulate-at B ...`: each TokenRouter and eager row simulated as it was (its step times, its
+    requests each with its own routing, its hops' measured delay, the batching rules its servers had) at its own
+    thresholds and at each of `candidates`: what the thresholds change on one row's routing, where two rows of
+    an untrained router differ in routing too (run 128, docs/matrix.md "Runs 127-131")."""
+    names = [threshold_label(c) for c in candidates]
+    rows = []
+    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
+        if r["mode"] not in ("tokenrouter", "eager"):
+            continue
+        own = run_simulation(r, seeds=5, hops=True)
+        if own is None:
+            continue
+        sims = [run_simulation(r, seeds=5, hops=True, at=c) for c in candidates]
+        measured = r["report"]["decode_throughput_tok_s"]
+        cells = " | ".join(f"{x:.1f} ({x / own:.3f}x)" if x is not None else "-" for x in sims)
+        rows.append(f"| {mode_label(r)} | {r['n']} | {measured:.1f} | {own:.1f} | {cells} |")
+    if not rows:
+        return []
+    return [
+        "Each row simulated as it was (its step times and requests, each with its own routing, its hops' measured "
+        "delay; five seeds) at its own thresholds and at others (and / its own):\n",
+        "| mode | N | tok/s | simulated | " + " | ".join(f"at {x}" for x in names) + " |",
+        "| --- | ---: | ---: | ---: |" + " ---: |" * len(names),
+        *rows,
+        "",
+    ]
 
 
 def run_hop_simulation(rec: dict) -> float | None:
@@ -1405,6 +1438,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by-shape", action="store_true",
                     help="with --report: steps, ms and tokens per step by batch size, the longest row's new "
                     "tokens and overlap")  # fmt: skip
+    ap.add_argument("--simulate-at", action="append", default=[], metavar="MODEL=B,...",
+                    help="with --report: each row simulated as it was at these thresholds too; repeatable")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1473,6 +1508,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(batch_table(profile_records(a.report) + records)))
         if a.by_shape:
             print("\n".join(shape_table(profile_records(a.report) + records)))
+        if a.simulate_at:
+            try:
+                at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print("\n".join(whatif_table(records, at)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

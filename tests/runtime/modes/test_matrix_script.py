@@ -698,3 +698,18 @@ def test_tuning_in_two_passes_serves_the_second_profile_at_the_eager_choice(tmp_
     )
     assert matrix.profile_served(s, plan, [8], raw)[8] == raw / "profile-n8.json"
     assert calls == [("eager", ())] and "the eager profile chooses B = 1; tuning on it" in s.log[-1]
+
+
+def test_simulate_at_other_thresholds_keeps_each_rows_routing():
+    """`--report --simulate-at`: each row simulated as it was, at its own thresholds and at others. On run 125
+    (r2r, N = 4) eager at its own B = (1, 1) is the same simulation as at (1, 1), and at (1, 2) it serves less:
+    the hop waits for a partner that seldom comes (those servers had no "held" rule)."""
+    tarball = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    recs = [r for r in matrix.load_records([str(tarball)]) if r["mode"] in ("eager", "llm-only")]
+    lines = matrix.whatif_table(recs, [{"slm": 1, "llm": 1}, {"llm": 2}])
+    assert lines[1] == "| mode | N | tok/s | simulated | at slm=1,llm=1 | at llm=2 |"
+    (row,) = [x for x in lines if x.startswith("| eager | 4 |")]  # llm-only rows are left out
+    cells = row.split(" | ")
+    assert cells[4].endswith("(1.000x)") and cells[3] == cells[4].split(" ")[0]
+    assert float(cells[5].split("(")[1].rstrip("x) |")) < 0.97
+    assert matrix.whatif_table([r for r in recs if r["mode"] == "llm-only"], [{"llm": 2}]) == []
