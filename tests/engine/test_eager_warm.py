@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
-from tokenrouter.runtime.engine.embedded import LaunchShape, load_engine
+from tokenrouter.runtime.engine.embedded import WARM_MAX_TOKENS, LaunchShape, load_engine
 from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
 TINY_SMALL = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
@@ -39,13 +39,14 @@ def test_the_shapes_are_the_kinds_no_graph_holds():
     engine.graph_runner = buckets()
     shapes = engine.eager_warm_shapes()
     assert shapes and not any(held_by_graphs(engine, s) for s in shapes)
+    assert max(sum(s) for s in shapes) <= WARM_MAX_TOKENS
     longest = max(q for _, q in engine.graph_runner.extend_shapes)  # 64
     long = [s for s in shapes if max(s) > longest]
     # a long row alone and beside short rows; token counts both multiples of 16 and not
     assert {len(s) == 1 for s in long} == {True, False}
     assert {sum(s) % 16 == 0 for s in long} == {True, False}
     wide = [s for s in shapes if 1 < max(s) <= longest]  # more returning rows than the extend graphs hold
-    assert wide and min(len(s) for s in wide) == 17 and max(len(s) for s in wide) > 64
+    assert wide and min(len(s) for s in wide) == 17 and max(len(s) for s in wide) > 64  # 2-16 tokens a row
     assert {max(s) for s in wide} == {2, 3, 4, 8, 16, 32, 64}
     # odd and even batch sizes and token counts (the packed inputs' alignment), for each kind
     for kind in (long, wide):

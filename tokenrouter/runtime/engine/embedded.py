@@ -40,6 +40,10 @@ CPU_DEFAULT_KV_BYTES = 256 << 20
 CPU_DEFAULT_MAX_TOKENS = 65536
 GPU_KV_FRACTION = 0.8  # of the memory free after the weights, when no budget is given
 CPU = torch.device("cpu")
+# the most tokens of one warm-up step (`warm_eager`): the activations of a step that large stay well inside the
+# memory the KV pool leaves free, and the attention's variants that follow the batch size (its KV tile) only
+# arise at 32 query rows or fewer per KV head, at most 16 new tokens a row
+WARM_MAX_TOKENS = 4096
 
 
 @dataclass(slots=True, frozen=True)
@@ -222,7 +226,8 @@ class EmbeddedEngine(HeldRequestsEngine):
         specializes a pointer on its 16-byte alignment. On the H200 the first version, without these
         variants, left the 0.6B's 18- and 36-row extends of 4 tokens building the attention kernel
         (`bench/eager_warm_check.py`, docs/matrix.md "Runs 127-131"). Only steps the engine can run: rows
-        within `max_batch` and free request rows, prompts within `max_len`, tokens within the free KV."""
+        within `max_batch` and free request rows, prompts within `max_len`, tokens within the free KV and at
+        most WARM_MAX_TOKENS a step."""
         gr = self.graph_runner
         if gr is None:
             return []
@@ -245,7 +250,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         wide = [v for n in lens for b in ladder(ext_bs + 1) for v in flipped((n,) * b)] if ext_bs else []
         decode = [(1,) * b for b in ladder(dec_bs + 1)]
         fits = self.max_len - 1  # a prefill row leaves room for one generated token
-        budget = self.token_to_kv_pool.available_size()
+        budget = min(self.token_to_kv_pool.available_size(), WARM_MAX_TOKENS)
         return [
             s for s in long + wide + decode
             if gr.shape_for(LaunchShape(len(s), max(s))) is None  # eager, also under a custom graph config
