@@ -219,7 +219,9 @@ def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> lis
     requests. Where routing concentrates
     in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
     profile's share is a noisy sample, and a hop into i waits for rows that seldom come, up to max_delay_ms: on
-    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-126"). Warned when at least 3
+    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-126"); since a subserver steps
+    at once when every request it holds is runnable, a hop waits only for requests that visited i before and
+    are away (0.90-0.91x in run 128, "Runs 127-131"). Warned when at least 3
     requests, and more than twice the alike figure plus 2, never reached i."""
     req = system.requests
     if not req:
@@ -237,9 +239,9 @@ def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> lis
                 f"B_{m} = {b}: {missing} of the profile's {n} requests never reached {m}, where {n} requests alike, "
                 f"with its {h:.1f} hops per request, would leave about {alike:.1f}: routing concentrates in a few "
                 f"requests, which the chain does not model (it assumes alike requests), so the profile's share is "
-                f"a noisy sample and a hop into {m} may wait up to max_delay_ms for rows that seldom come; serve "
-                f"the plan at these thresholds against `--mode eager` (or B_{m} = 1) before keeping them, or replay "
-                f"a benchmark's requests with `tokenrouter simulate --requests`"
+                f"a noisy sample and a hop into {m} may wait up to max_delay_ms for requests that visited {m} before "
+                f"and seldom come back; serve the plan at these thresholds against `--mode eager` (or B_{m} = 1) "
+                f"before keeping them, or replay a benchmark's requests with `tokenrouter simulate --requests`"
             )
     return out
 
