@@ -167,9 +167,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
     transit: list[tuple[float, int, int]] = []  # (arrival time, request slot, model) of hops on their way
     queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
-    held: list[set[int]] = [
-        set() for _ in range(m)
-    ]  # per model, the request slots it ran that have not ended
+    # per model, the request slots it ran that have not ended (`held_rule`)
+    held: list[set[int]] = [set() for _ in range(m)]
     active = slots
     now = 0.0
     t_end = warmup + cfg.horizon_ms

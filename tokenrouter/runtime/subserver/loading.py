@@ -69,9 +69,10 @@ def load_model_engine(plan: dict, model: str, device: str, **overrides):
 
 
 def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | None = None, **overrides):
-    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The route
-    kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
-    `max_batch`; 0: not warmed)."""
+    """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The engine's
+    steps that no CUDA graph holds are run once each (`EmbeddedEngine.warm_eager`; nothing without graphs), and
+    the route kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
+    `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step."""
     from tokenrouter.runtime.engine import kernel_loads
     from tokenrouter.runtime.route import RouteKernel
 
