@@ -3,7 +3,6 @@
 
 def test_the_sample_is_seeded_and_no_step_fits_a_captured_graph(bench_script):
     from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
-    from tokenrouter.runtime.engine.embedded import LaunchShape
 
     check = bench_script("eager_warm_check")
     steps = check.sample_steps(40, seed=0)
@@ -14,7 +13,7 @@ def test_the_sample_is_seeded_and_no_step_fits_a_captured_graph(bench_script):
     runner._init_buckets()
     for kind, rows in steps:
         news = [n for _, n in rows]
-        assert runner.shape_for(LaunchShape(len(rows), max(news))) is None, (kind, len(rows), max(news))
+        assert runner.bucket(len(rows), max(news)) is None, (kind, len(rows), max(news))
         held = [i for i, _ in rows if i is not None]
         assert len(set(held)) == len(held) and all(0 <= i < check.HELD for i in held)
         assert (kind == "prefill") == (rows[0][0] is None)

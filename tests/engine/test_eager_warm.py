@@ -1,7 +1,7 @@
 """`EmbeddedEngine.warm_eager`: at start, one step of each kind that no captured CUDA graph holds, on throwaway
 requests, so that the Triton kernels such a step needs are built then rather than in a served step (run 130:
 1227 ms for the 32B's first 93-token extend). On CPU there are no graphs; the tests give the engine the real
-runner's bucket lookup (`CudaGraphRunner.shape_for`) over the default configuration, and every step runs
+runner's bucket lookup (`CudaGraphRunner.bucket`) over the default configuration, and every step runs
 eagerly."""
 
 from pathlib import Path
@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
-from tokenrouter.runtime.engine.embedded import WARM_MAX_TOKENS, LaunchShape, load_engine
+from tokenrouter.runtime.engine.embedded import WARM_MAX_TOKENS, load_engine
 from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
 TINY_SMALL = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
 
 
 def buckets(config: CudaGraphConfig | None = None) -> CudaGraphRunner:
-    """A runner with the buckets of `config` and nothing captured (its `shape_for` only)."""
+    """A runner with the buckets of `config` and nothing captured (its `bucket` only)."""
     config = config or CudaGraphConfig()
     runner = CudaGraphRunner.__new__(CudaGraphRunner)
     runner.config = config
@@ -25,7 +25,7 @@ def buckets(config: CudaGraphConfig | None = None) -> CudaGraphRunner:
 
 
 def held_by_graphs(engine, shape: tuple[int, ...]) -> bool:
-    return engine.graph_runner.shape_for(LaunchShape(len(shape), max(shape))) is not None
+    return engine.graph_runner.bucket(len(shape), max(shape)) is not None
 
 
 def test_without_graphs_there_is_nothing_to_warm():

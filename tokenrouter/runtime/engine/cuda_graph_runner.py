@@ -225,7 +225,10 @@ class CudaGraphRunner:
     # ---- per step -------------------------------------------------------------------------------------
     def shape_for(self, fb: ForwardBatch) -> tuple[int, int] | None:
         """The captured (bs, q) that runs `fb`, or None (then run it eagerly)."""
-        bs, q = fb.batch_size, fb.max_extend_len
+        return self.bucket(fb.batch_size, fb.max_extend_len)
+
+    def bucket(self, bs: int, q: int) -> tuple[int, int] | None:
+        """The captured (bs, q) that holds a batch of `bs` rows with at most `q` new tokens each, or None."""
         if q == 1:
             i = bisect.bisect_left(self.decode_bs, bs)
             if i < len(self.decode_bs):

@@ -46,14 +46,6 @@ CPU = torch.device("cpu")
 WARM_MAX_TOKENS = 4096
 
 
-@dataclass(slots=True, frozen=True)
-class LaunchShape:
-    """What `CudaGraphRunner.shape_for` reads of a batch."""
-
-    batch_size: int
-    max_extend_len: int
-
-
 @dataclass(slots=True)
 class EngineConfig:
     """Settings of one embedded engine (validated; every field may come from a user)."""
@@ -253,7 +245,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         budget = min(self.token_to_kv_pool.available_size(), WARM_MAX_TOKENS)
         return [
             s for s in long + wide + decode
-            if gr.shape_for(LaunchShape(len(s), max(s))) is None  # eager, also under a custom graph config
+            if gr.bucket(len(s), max(s)) is None  # eager, also under a custom graph config
             and len(s) <= min(self.max_batch, self.req_to_token_pool.available_size())
             and max(s) <= fits and sum(s) <= budget
         ]  # fmt: skip
