@@ -80,3 +80,20 @@ def test_warm_up_runs_each_shape_once_and_leaves_the_engine_as_it_was(engine_cla
     assert engine.warm_eager() == len(shapes)
     assert ran == [(len(s), max(s), sum(s)) for s in shapes]
     assert engine.stats() == before  # every page and request row free, no step counted, no prefix cached
+
+
+def test_a_warm_up_is_logged_with_the_kernels_it_loaded(caplog):
+    """`loading.warmed`, which logs both warm-ups (the eager steps and the route kernel): the count it made and
+    the Triton kernel loads meanwhile (none on CPU); nothing where it made none."""
+    import logging
+
+    from tokenrouter.runtime.subserver.loading import warmed
+
+    with caplog.at_level(logging.INFO, logger="tokenrouter.runtime.subserver.loading"):
+        warmed("slm", "eager steps warmed (kinds no CUDA graph holds)", "steps", lambda: 14)
+        warmed("llm", "route kernel warmed for steps of up to 8 rows", "launches", lambda: 0)
+    got = [r.getMessage() for r in caplog.records]
+    assert len(got) == 1
+    assert got[0].startswith(
+        "model slm: eager steps warmed (kinds no CUDA graph holds): 14 steps, 0 Triton kernel"
+    )

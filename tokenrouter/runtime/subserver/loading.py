@@ -68,36 +68,35 @@ def load_model_engine(plan: dict, model: str, device: str, **overrides):
     return load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
 
 
+def warmed(model: str, what: str, unit: str, warm) -> None:
+    """Run `warm()` (it returns how many steps or launches it made) and, where it made any, log them with the
+    Triton kernels loaded meanwhile: a load is a build where the machine has none in Triton's disk cache (about
+    1 s each), else a read."""
+    from tokenrouter.runtime.engine import kernel_loads
+
+    kernel_loads.install()
+    before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
+    if n := warm():
+        loads, _, _ = kernel_loads.LOADS.since(before)
+        logger.info("model %s: %s: %d %s, %d Triton kernel load(s), %.2f s",
+                    model, what, n, unit, loads, time.perf_counter() - start)  # fmt: skip
+
+
 def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | None = None, **overrides):
     """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The engine's
     steps that no CUDA graph holds are run once each (`EmbeddedEngine.warm_eager`; nothing without graphs), and
     the route kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
     `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step."""
-    from tokenrouter.runtime.engine import kernel_loads
     from tokenrouter.runtime.route import RouteKernel
 
     engine = load_model_engine(plan, model, device, **overrides)
-    kernel_loads.install()
     warm_eager = getattr(engine, "warm_eager", None)  # the embedded engine with CUDA graphs
     if warm_eager is not None:
-        before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
-        if steps := warm_eager():
-            loads, _, _ = kernel_loads.LOADS.since(before)
-            logger.info(
-                "model %s: eager steps warmed (kinds no CUDA graph holds): %d steps, %d Triton kernel load(s), %.2f s",
-                model, steps, loads, time.perf_counter() - start,
-            )  # fmt: skip
+        warmed(model, "eager steps warmed (kinds no CUDA graph holds)", "steps", warm_eager)
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)
     rows = engine.max_batch if warm_rows is None else warm_rows
-    before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
-    launches = kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size)
-    if launches:
-        # a load is a build where the machine has none in Triton's disk cache (about 1 s each), else a read
-        loads, _, _ = kernel_loads.LOADS.since(before)
-        logger.info(
-            "model %s: route kernel warmed for steps of up to %d rows: %d launches, %d Triton kernel load(s), %.2f s",
-            model, rows, launches, loads, time.perf_counter() - start,
-        )  # fmt: skip
+    warmed(model, f"route kernel warmed for steps of up to {rows} rows", "launches",
+           lambda: kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size))  # fmt: skip
     return engine, kernel
