@@ -187,11 +187,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if running[i] or not queue[i]:
                 continue
             waited = t - queue[i][0][1]
-            everyone = cfg.held_rule and held[i] <= {r for r, _ in queue[i]}
             if (
                 len(queue[i]) >= eff[i]
-                or everyone
                 or (cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS)
+                or (cfg.held_rule and held[i] <= {r for r, _ in queue[i]})  # every request it holds is queued
             ):
                 running[i] = [r for r, _ in queue[i]]
                 queue[i] = []

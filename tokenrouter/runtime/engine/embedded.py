@@ -258,17 +258,20 @@ class EmbeddedEngine(HeldRequestsEngine):
         (docs/matrix.md, "Runs 127-131"). Returns the steps run."""
         shapes = self.eager_warm_shapes()
         vocab = self.info.vocab_size
-        for k, lens in enumerate(shapes):
-            rows = [
-                StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)])
-                for i, n in enumerate(lens)
-            ]
-            try:  # the plain engine's step and release: a subclass's own bookkeeping (a prefix cache) stays out
-                HeldRequestsEngine.forward(self, rows)
-            finally:
-                for r in rows:
-                    HeldRequestsEngine.release(self, r.rid)
-        self.steps -= len(shapes)
+        steps = self.steps
+        try:
+            for k, lens in enumerate(shapes):
+                rows = [
+                    StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)])
+                    for i, n in enumerate(lens)
+                ]
+                try:  # the plain engine's step and release: a subclass's bookkeeping (a prefix cache) stays out
+                    HeldRequestsEngine.forward(self, rows)
+                finally:
+                    for r in rows:
+                        HeldRequestsEngine.release(self, r.rid)
+        finally:
+            self.steps = steps
         return len(shapes)
 
     # --- HeldRequestsEngine hooks ---------------------------------------------------------------------
