@@ -20,6 +20,8 @@ graph copies its inputs to the device once (the runner's staging), not twice. A 
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,8 @@ from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 CPU_DEFAULT_KV_BYTES = 256 << 20
@@ -259,20 +263,39 @@ class EmbeddedEngine(HeldRequestsEngine):
         shapes = self.eager_warm_shapes()
         vocab = self.info.vocab_size
         steps = self.steps
+        debug = logger.isEnabledFor(logging.DEBUG)
         try:
             for k, lens in enumerate(shapes):
                 rows = [
                     StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)])
                     for i, n in enumerate(lens)
                 ]
+                t0, before = time.perf_counter(), self._alloc_counts() if debug else None
                 try:  # the plain engine's step and release: a subclass's bookkeeping (a prefix cache) stays out
                     HeldRequestsEngine.forward(self, rows)
                 finally:
                     for r in rows:
                         HeldRequestsEngine.release(self, r.rid)
+                if (
+                    debug
+                ):  # each step's time, and the device allocator's work in it (cudaMalloc, cudaFree, retries)
+                    after = self._alloc_counts()
+                    logger.debug("eager warm-up step %d/%d: %d rows, %d new tokens (longest %d): %.1f ms; "
+                                 "allocator +%d mallocs, +%d frees, +%d retries", k + 1, len(shapes), len(lens),
+                                 sum(lens), max(lens), (time.perf_counter() - t0) * 1e3,
+                                 *(a - b for a, b in zip(after, before, strict=True)))  # fmt: skip
         finally:
             self.steps = steps
         return len(shapes)
+
+    def _alloc_counts(self) -> tuple[int, int, int]:
+        """The device caching allocator's (device mallocs, device frees, retries after a failed malloc) so far
+        (zeros on CPU)."""
+        if self.device.type != "cuda":
+            return (0, 0, 0)
+        torch.cuda.synchronize(self.device)
+        st = torch.cuda.memory_stats(self.device)
+        return st.get("num_device_alloc", 0), st.get("num_device_free", 0), st.get("num_alloc_retries", 0)
 
     # --- HeldRequestsEngine hooks ---------------------------------------------------------------------
     def _new_req(self, rid: str) -> Req:
