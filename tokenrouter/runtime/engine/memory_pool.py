@@ -9,7 +9,11 @@
 
 Who owns what: the engine decides which request holds which row and slots and writes `req_to_token`; the
 attention backend writes K/V through `set_kv_buffer` and reads both. Allocation is host-side bookkeeping
-(a CPU int64 tensor of free ids); it never syncs with the device.
+(a CPU int64 tensor of free ids); it never syncs with the device. `free` costs the slots it frees, not the pool:
+the freed ids wait in a list, and are appended to the free tensor (one `torch.cat`) only when an allocation
+needs more than the tensor holds, so slots are handed out in exactly the order of freeing all along. (One
+`torch.cat` of the whole free tensor per request freed cost 9 ms a row in a warm-up of two subservers on one
+H200 machine, each process's CPU threads waiting for the other's: docs/matrix.md, "Runs 132-135".)
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class MHATokenToKVPool:
         self.k_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layer_num)]
         self.v_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layer_num)]
         self.free_pages = torch.arange(1, size + 1, dtype=torch.int64)
+        self._freed: list[torch.Tensor] = []  # freed after free_pages, in order; appended on demand
+        self._freed_n = 0
 
     @staticmethod
     def bytes_per_token(dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int) -> int:
@@ -79,12 +85,15 @@ class MHATokenToKVPool:
         return mem_bytes // cls.bytes_per_token(dtype, head_num, head_dim, layer_num) - 1
 
     def available_size(self) -> int:
-        return int(self.free_pages.numel())
+        return int(self.free_pages.numel()) + self._freed_n
 
     def alloc(self, need: int) -> torch.Tensor | None:
         """`need` free slots (CPU int64), or None if fewer are free (then nothing is taken)."""
         if need > self.free_pages.numel():
-            return None
+            if need > self.free_pages.numel() + self._freed_n:
+                return None
+            self.free_pages = torch.cat([self.free_pages, *self._freed])
+            self._freed, self._freed_n = [], 0
         out, self.free_pages = self.free_pages[:need], self.free_pages[need:]
         return out
 
@@ -100,7 +109,8 @@ class MHATokenToKVPool:
         if indices.numel() == 0:
             return
         indices = indices.to(device="cpu", dtype=torch.int64).flatten()
-        self.free_pages = torch.cat([self.free_pages, indices])
+        self._freed.append(indices)
+        self._freed_n += int(indices.numel())
 
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k_buffer[layer_id], self.v_buffer[layer_id]
