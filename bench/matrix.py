@@ -1502,18 +1502,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.record_profile:
         return write_record_profile(*map(Path, a.record_profile))
     if a.report:
+        try:  # checked before anything prints
+            at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         records = load_records(a.report)
         print(tables(records))
         if a.by_batch:
             print("\n".join(batch_table(profile_records(a.report) + records)))
         if a.by_shape:
             print("\n".join(shape_table(profile_records(a.report) + records)))
-        if a.simulate_at:
-            try:
-                at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
-            except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
+        if at:
             print("\n".join(whatif_table(records, at)))
         if a.chart:
             chart(records, Path(a.chart))

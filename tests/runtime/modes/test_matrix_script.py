@@ -713,3 +713,10 @@ def test_simulate_at_other_thresholds_keeps_each_rows_routing():
     assert cells[4].endswith("(1.000x)") and cells[3] == cells[4].split(" ")[0]
     assert float(cells[5].split("(")[1].rstrip("x) |")) < 0.97
     assert matrix.whatif_table([r for r in recs if r["mode"] == "llm-only"], [{"llm": 2}]) == []
+
+
+def test_a_malformed_simulate_at_fails_before_the_report_prints(capsys):
+    tarball = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    assert matrix.main(["--report", str(tarball), "--simulate-at", "llm=0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error: --simulate-at 'llm=0': expected MODEL=B" in err
