@@ -276,9 +276,8 @@ class EmbeddedEngine(HeldRequestsEngine):
                 finally:
                     for r in rows:
                         HeldRequestsEngine.release(self, r.rid)
-                if (
-                    debug
-                ):  # each step's time, and the device allocator's work in it (cudaMalloc, cudaFree, retries)
+                # each step's time, and the device allocator's work in it (cudaMalloc, cudaFree, retries)
+                if debug:
                     after = self._alloc_counts()
                     logger.debug("eager warm-up step %d/%d: %d rows, %d new tokens (longest %d): %.1f ms; "
                                  "allocator +%d mallocs, +%d frees, +%d retries", k + 1, len(shapes), len(lens),
