@@ -12,8 +12,8 @@ attention backend writes K/V through `set_kv_buffer` and reads both. Allocation 
 (a CPU int64 tensor of free ids); it never syncs with the device. `free` costs the slots it frees, not the pool:
 the freed ids wait in a list, and are appended to the free tensor (one `torch.cat`) only when an allocation
 needs more than the tensor holds, so slots are handed out in exactly the order of freeing all along. (One
-`torch.cat` of the whole free tensor per request freed cost 9 ms a row in a warm-up of two subservers on one
-H200 machine, each process's CPU threads waiting for the other's: docs/matrix.md, "Runs 132-135".)
+`torch.cat` of the whole free tensor per request freed cost about 9 ms a row where two subservers warmed up
+at once on the H200 machine, against 0.6 ms with one: docs/matrix.md, "Runs 132-135".)
 """
 
 from __future__ import annotations
