@@ -1054,7 +1054,12 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
 
 
 def run_simulation(
-    rec: dict, seeds: int = 3, min_steps: int = 5, hops: bool = False, at: dict[str, int] | None = None
+    rec: dict,
+    seeds: int = 3,
+    min_steps: int = 5,
+    hops: bool = False,
+    at: dict[str, int] | None = None,
+    held_away_ms: float | None = None,
 ) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
@@ -1062,7 +1067,9 @@ def run_simulation(
     seeds. Where requests are not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B)
     this is what the DTMC, which assumes N alike requests in flight forever, cannot see. `hops`: each hop also
     takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
-    the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own."""
+    the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own.
+    `held_away_ms`: the held rule's what-if refinement (`SimConfig.held_away_ms`; None for a run whose servers
+    had no held rule)."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
     from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
 
@@ -1083,18 +1090,24 @@ def run_simulation(
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
     held = any("starts_held" in d for d in step_deltas(rec).values())
-    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
+    if held_away_ms is not None and not held:
+        return None
+    cfg = dict(held_away_ms=held_away_ms, request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 
 
-def whatif_table(recs: list[dict], candidates: list[dict[str, int]]) -> list[str]:
-    """`--report --simulate-at B ...`: each TokenRouter and eager row simulated as it was (its step times, its
-    requests each with its own routing, its hops' measured delay, the batching rules its servers had) at its own
-    thresholds and at each of `candidates`: what the thresholds change on one row's routing, where two rows of
-    an untrained router differ in routing too (run 128, docs/matrix.md "Runs 127-131")."""
-    names = [threshold_label(c) for c in candidates]
+def whatif_table(
+    recs: list[dict], candidates: list[dict[str, int]], away: tuple[float, ...] = ()
+) -> list[str]:
+    """`--report --simulate-at B ... --simulate-held-away MS ...`: each TokenRouter and eager row simulated as it
+    was (its step times, its requests each with its own routing, its hops' measured delay, the batching rules its
+    servers had) at its own thresholds and at each of `candidates`: what the thresholds change on one row's
+    routing, where two rows of an untrained router differ in routing too (run 128, docs/matrix.md "Runs
+    127-131"); and at its own thresholds with each `away` (ms) as `SimConfig.held_away_ms`, where its servers
+    had the held rule."""
+    names = [f"at {threshold_label(c)}" for c in candidates] + [f"held away < {a:g} ms" for a in away]
     rows = []
     for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
         if r["mode"] not in ("tokenrouter", "eager"):
@@ -1103,6 +1116,7 @@ def whatif_table(recs: list[dict], candidates: list[dict[str, int]]) -> list[str
         if own is None:
             continue
         sims = [run_simulation(r, seeds=5, hops=True, at=c) for c in candidates]
+        sims += [run_simulation(r, seeds=5, hops=True, held_away_ms=a) for a in away]
         measured = r["report"]["decode_throughput_tok_s"]
         cells = " | ".join(f"{x:.1f} ({x / own:.3f}x)" if x is not None else "-" for x in sims)
         rows.append(f"| {mode_label(r)} | {r['n']} | {measured:.1f} | {own:.1f} | {cells} |")
@@ -1111,7 +1125,7 @@ def whatif_table(recs: list[dict], candidates: list[dict[str, int]]) -> list[str
     return [
         "Each row simulated as it was (its step times and requests, each with its own routing, its hops' measured "
         "delay; five seeds) at its own thresholds and at others (and / its own):\n",
-        "| mode | N | tok/s | simulated | " + " | ".join(f"at {x}" for x in names) + " |",
+        "| mode | N | tok/s | simulated | " + " | ".join(names) + " |",
         "| --- | ---: | ---: | ---: |" + " ---: |" * len(names),
         *rows,
         "",
@@ -1423,6 +1437,17 @@ def parse_thresholds(value: str, flag: str = "--thresholds") -> dict[str, int]:
     return out
 
 
+def parse_ms(value: str, flag: str) -> float:
+    """A finite number of milliseconds >= 0."""
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ms >= 0):
+        raise ValueError(f"{flag} {value!r}: expected a number of milliseconds >= 0")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", action="append", default=[], help="a named part (see --list); repeatable")
@@ -1440,6 +1465,10 @@ def main(argv: list[str] | None = None) -> int:
                     "tokens and overlap")  # fmt: skip
     ap.add_argument("--simulate-at", action="append", default=[], metavar="MODEL=B,...",
                     help="with --report: each row simulated as it was at these thresholds too; repeatable")  # fmt: skip
+    ap.add_argument("--simulate-held-away", action="append", default=[], metavar="MS",
+                    help="with --report: each row simulated as it was, with a request away from a model for "
+                    "longer than MS no longer held there (a what-if of the held rule, not the runtime's); "
+                    "repeatable")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1504,6 +1533,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         try:  # checked before anything prints
             at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
+            away = tuple(parse_ms(v, "--simulate-held-away") for v in a.simulate_held_away)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -1513,8 +1543,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(batch_table(profile_records(a.report) + records)))
         if a.by_shape:
             print("\n".join(shape_table(profile_records(a.report) + records)))
-        if at:
-            print("\n".join(whatif_table(records, at)))
+        if at or away:
+            print("\n".join(whatif_table(records, at, away)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

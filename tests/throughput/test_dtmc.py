@@ -207,6 +207,37 @@ def test_a_model_that_one_request_visits_does_not_wait_for_a_partner():
         assert simulate(inp, SimConfig(b, held_rule=False, **cfg)).time_ms == pytest.approx(190.0)
 
 
+def test_a_request_away_longer_than_held_away_ms_is_not_waited_for():
+    """`SimConfig.held_away_ms`, a what-if refinement of the held rule (not in the runtime): X bounces between
+    fast and slow on every token; Y visits slow once, then writes the rest of its tokens on a third model. The
+    runtime's rule keeps Y held at slow until Y ends, so at B_slow = 2 X's visits wait for the 20 ms timeout
+    meanwhile; with held_away_ms = 0 slow waits for no request away and steps as at B = 1; with 5 ms it waits
+    at most 5 ms after Y left; with an hour, as the runtime does."""
+    inp = make_inputs(
+        ["fast", "slow", "other"],
+        {"fast": 1.0, "slow": 10.0, "other": 1.0},
+        [[0, 1, 0], [1, 0, 0], [0, 0, 1]],
+        [[1, 1, 1], [1, 1, 1], [1, 1, 1]],
+        2,
+    )
+    x = [[0, 1, 0], [1, 0, 0], [1, 0, 0]]
+    y = [[0, 1, 0], [0, 0, 1], [0, 0, 1]]
+    cfg = dict(request_tokens=40, requests=(x, y), max_delay_ms=20.0)
+    eager = simulate(inp, SimConfig((1, 1, 1), **cfg)).time_ms
+    held = simulate(inp, SimConfig((1, 2, 1), **cfg)).time_ms
+    assert held > eager + 20.0  # at least one visit of X waited for the timeout
+    assert simulate(inp, SimConfig((1, 2, 1), held_away_ms=0.0, **cfg)).time_ms == pytest.approx(eager)
+    assert simulate(inp, SimConfig((1, 2, 1), held_away_ms=3_600_000.0, **cfg)).time_ms == pytest.approx(held)
+    five = simulate(inp, SimConfig((1, 2, 1), held_away_ms=5.0, **cfg)).time_ms
+    assert eager < five < held and five == pytest.approx(
+        eager + 4.0
+    )  # X's second visit waits until Y is 5 ms away
+    with pytest.raises(ValueError, match="held_away_ms must be a finite number >= 0 with held_rule"):
+        SimConfig((1, 2, 1), held_rule=False, held_away_ms=5.0)
+    with pytest.raises(ValueError, match="held_away_ms"):
+        SimConfig((1, 2, 1), held_away_ms=-1.0)
+
+
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [

@@ -720,3 +720,22 @@ def test_a_malformed_simulate_at_fails_before_the_report_prints(capsys):
     assert matrix.main(["--report", str(tarball), "--simulate-at", "llm=0"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "error: --simulate-at 'llm=0': expected MODEL=B" in err
+
+
+def test_simulate_held_away_is_a_what_if_of_the_held_rule():
+    """`--report --simulate-held-away MS`: each row simulated as it was, with a request away from a model for
+    longer than MS no longer held there (`SimConfig.held_away_ms`). On run 128 (r2r, N = 4, servers with the
+    held rule) the tuned row's 8B waited for requests that had left for good: not waiting for any request away
+    serves more; eager (B = 1) never waits, so it is unchanged. Run 125's servers had no held rule: no cell."""
+    run128 = ROOT / "docs/raw/run-a9/call2/run128/results-0.6b_8b-r2r-custom-run128.tar.gz"
+    recs = [
+        r for r in matrix.load_records([str(run128)]) if r["mode"] == "eager" or not r.get("fixed_thresholds")
+    ]
+    lines = matrix.whatif_table(recs, [], (0.0,))
+    assert lines[1] == "| mode | N | tok/s | simulated | held away < 0 ms |"
+    ratios = {row.split(" | ")[0]: float(row.split("(")[-1].rstrip("x) |")) for row in lines[3:] if row}
+    assert ratios["| eager"] == 1.0 and ratios["| tokenrouter"] > 1.02
+    run125 = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    eager125 = [r for r in matrix.load_records([str(run125)]) if r["mode"] == "eager"]
+    assert matrix.whatif_table(eager125, [], (0.0,))[3].endswith("| - |")
+    assert matrix.main(["--report", str(run125), "--simulate-held-away", "-1"]) == 2

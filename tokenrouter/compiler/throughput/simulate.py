@@ -55,6 +55,9 @@ class SimConfig:
     # the runtime's rule that a model also steps when every request it holds (has run and not seen end) is
     # queued there (`runtime.subserver.batching`, "Nobody else to wait for"); False: as servers before it did
     held_rule: bool = True
+    # a what-if refinement of that rule (not in the runtime): a request away from a model for longer than this
+    # no longer counts as held there (None: it counts until it ends, as the runtime has it)
+    held_away_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -81,6 +84,12 @@ class SimConfig:
             self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
         ):
             raise ValueError(f"max_delay_ms must be a finite number >= 0, got {self.max_delay_ms!r}")
+        if self.held_away_ms is not None and not (
+            self.held_rule and self.held_away_ms >= 0 and math.isfinite(self.held_away_ms)
+        ):
+            raise ValueError(
+                f"held_away_ms must be a finite number >= 0 with held_rule, got {self.held_away_ms!r}"
+            )
         if self.hop_ms is not None:
             self.hop_ms = tuple(float(x) for x in self.hop_ms)
             if any(not (math.isfinite(x) and x >= 0) for x in self.hop_ms):
@@ -169,6 +178,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
     # per model, the request slots it ran that have not ended (`held_rule`)
     held: list[set[int]] = [set() for _ in range(m)]
+    left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
+    away = cfg.held_away_ms
     active = slots
     now = 0.0
     t_end = warmup + cfg.horizon_ms
@@ -181,6 +192,13 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     stalled = False
     eff = tuple(cfg.thresholds)
 
+    def awaited(i: int, t: float) -> set[int]:
+        """The requests model i holds and would wait for: all of them, or with `held_away_ms` those queued or
+        away for less than that."""
+        if away is None:
+            return held[i]
+        return {r for r in held[i] if t - left[i].get(r, t) < away - _EPS}
+
     def start_ready(t: float) -> None:
         new = []
         for i in range(m):
@@ -190,7 +208,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if (
                 len(queue[i]) >= eff[i]
                 or (cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS)
-                or (cfg.held_rule and held[i] <= {r for r, _ in queue[i]})  # every request it holds is queued
+                or (
+                    cfg.held_rule and awaited(i, t) <= {r for r, _ in queue[i]}
+                )  # all it waits for are queued
             ):
                 running[i] = [r for r, _ in queue[i]]
                 queue[i] = []
@@ -210,6 +230,14 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             for i in range(m):
                 if not running[i] and queue[i]:
                     candidates.append(queue[i][0][1] + cfg.max_delay_ms)
+        if away is not None:  # a waiting model stops waiting for a request once it has been away that long
+            for i in range(m):
+                if not running[i] and queue[i]:
+                    gone = [
+                        left[i][r] + away for r in held[i] if r in left[i] and left[i][r] + away > now + _EPS
+                    ]
+                    if gone:
+                        candidates.append(min(gone))
         if not candidates:
             stalled = True
             break
@@ -243,11 +271,17 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     tokens_of[r] += got
                     if measuring:
                         tokens += got
+                    if j != i:
+                        left[i][r] = now
+                    else:
+                        left[i].pop(r, None)
                     if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
                         finished += 1
                         active -= 1
                         for h in held:
                             h.discard(r)
+                        for lt in left:
+                            lt.pop(r, None)
                         tokens_of[r] = 0.0
                         if cfg.requests is None:
                             returns.append((now + think(), r))
