@@ -1060,6 +1060,7 @@ def run_simulation(
     hops: bool = False,
     at: dict[str, int] | None = None,
     held_away_ms: float | None = None,
+    held_expect: float | None = None,
 ) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
@@ -1068,8 +1069,8 @@ def run_simulation(
     this is what the DTMC, which assumes N alike requests in flight forever, cannot see. `hops`: each hop also
     takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
     the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own.
-    `held_away_ms`: the held rule's what-if refinement (`SimConfig.held_away_ms`; None for a run whose servers
-    had no held rule)."""
+    `held_away_ms`, `held_expect`: the held rule's what-if refinements (`SimConfig`; None for a run whose
+    servers had no held rule)."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
     from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
 
@@ -1090,24 +1091,28 @@ def run_simulation(
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
     held = any("starts_held" in d for d in step_deltas(rec).values())
-    if held_away_ms is not None and not held:
+    if (held_away_ms is not None or held_expect is not None) and not held:
         return None
-    cfg = dict(held_away_ms=held_away_ms, request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
+    cfg = dict(held_away_ms=held_away_ms, held_expect=held_expect, request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 
 
 def whatif_table(
-    recs: list[dict], candidates: list[dict[str, int]], away: tuple[float, ...] = ()
+    recs: list[dict],
+    candidates: list[dict[str, int]],
+    away: tuple[float, ...] = (),
+    expect: tuple[float, ...] = (),
 ) -> list[str]:
     """`--report --simulate-at B ... --simulate-held-away MS ...`: each TokenRouter and eager row simulated as it
     was (its step times, its requests each with its own routing, its hops' measured delay, the batching rules its
     servers had) at its own thresholds and at each of `candidates`: what the thresholds change on one row's
     routing, where two rows of an untrained router differ in routing too (run 128, docs/matrix.md "Runs
-    127-131"); and at its own thresholds with each `away` (ms) as `SimConfig.held_away_ms`, where its servers
-    had the held rule."""
+    127-131"); and at its own thresholds with each `away` (ms) as `SimConfig.held_away_ms` and each `expect` as
+    `SimConfig.held_expect`, where its servers had the held rule."""
     names = [f"at {threshold_label(c)}" for c in candidates] + [f"held away < {a:g} ms" for a in away]
+    names += [f"held expect < {e:g}" for e in expect]
     rows = []
     for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
         if r["mode"] not in ("tokenrouter", "eager"):
@@ -1117,6 +1122,7 @@ def whatif_table(
             continue
         sims = [run_simulation(r, seeds=5, hops=True, at=c) for c in candidates]
         sims += [run_simulation(r, seeds=5, hops=True, held_away_ms=a) for a in away]
+        sims += [run_simulation(r, seeds=5, hops=True, held_expect=e) for e in expect]
         measured = r["report"]["decode_throughput_tok_s"]
         cells = " | ".join(f"{x:.1f} ({x / own:.3f}x)" if x is not None else "-" for x in sims)
         rows.append(f"| {mode_label(r)} | {r['n']} | {measured:.1f} | {own:.1f} | {cells} |")
@@ -1469,6 +1475,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --report: each row simulated as it was, with a request away from a model for "
                     "longer than MS no longer held there (a what-if of the held rule, not the runtime's); "
                     "repeatable")  # fmt: skip
+    ap.add_argument("--simulate-held-expect", action="append", default=[], metavar="ROWS",
+                    help="with --report: each row simulated as it was, stepping once the requests away are "
+                    "expected to bring fewer than ROWS back before the timeout, each at its own rate of leaving "
+                    "(a what-if of the held rule, not the runtime's); repeatable")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1534,6 +1544,9 @@ def main(argv: list[str] | None = None) -> int:
         try:  # checked before anything prints
             at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
             away = tuple(parse_ms(v, "--simulate-held-away") for v in a.simulate_held_away)
+            expect = tuple(parse_ms(v, "--simulate-held-expect") for v in a.simulate_held_expect)
+            if 0.0 in expect:
+                raise ValueError("--simulate-held-expect 0: expected a number of rows > 0")
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -1543,8 +1556,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(batch_table(profile_records(a.report) + records)))
         if a.by_shape:
             print("\n".join(shape_table(profile_records(a.report) + records)))
-        if at or away:
-            print("\n".join(whatif_table(records, at, away)))
+        if at or away or expect:
+            print("\n".join(whatif_table(records, at, away, expect)))
         if a.chart:
             chart(records, Path(a.chart))
         return 0

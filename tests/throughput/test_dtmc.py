@@ -212,7 +212,7 @@ def test_a_request_away_longer_than_held_away_ms_is_not_waited_for():
     fast and slow on every token; Y visits slow once, then writes the rest of its tokens on a third model. The
     runtime's rule keeps Y held at slow until Y ends, so at B_slow = 2 X's visits wait for the 20 ms timeout
     meanwhile; with held_away_ms = 0 slow waits for no request away and steps as at B = 1; with 5 ms it waits
-    at most 5 ms after Y left; with an hour, as the runtime does."""
+    at most 5 ms after Y left; with an hour, as the runtime does. `held_expect`, the other what-if, likewise."""
     inp = make_inputs(
         ["fast", "slow", "other"],
         {"fast": 1.0, "slow": 10.0, "other": 1.0},
@@ -232,10 +232,25 @@ def test_a_request_away_longer_than_held_away_ms_is_not_waited_for():
     assert eager < five < held and five == pytest.approx(
         eager + 4.0
     )  # X's second visit waits until Y is 5 ms away
+    # `held_expect`: step once Y, which has left slow once since its first step there, is expected back with less
+    # than that probability before the timeout: a vast bound is never reached by waiting (eager), a tiny one is
+    # only at the timeout (the runtime's rule), one half in between
+    rows = {e: simulate(inp, SimConfig((1, 2, 1), held_expect=e, **cfg)).time_ms for e in (1e9, 1e-12, 0.5)}
+    assert rows[1e9] == pytest.approx(eager) and rows[1e-12] == pytest.approx(held)
+    assert eager < rows[0.5] < held
     with pytest.raises(ValueError, match="held_away_ms must be a finite number >= 0 with held_rule"):
         SimConfig((1, 2, 1), held_rule=False, held_away_ms=5.0)
     with pytest.raises(ValueError, match="held_away_ms"):
         SimConfig((1, 2, 1), held_away_ms=-1.0)
+    for kw in (
+        {"held_expect": 0.0},
+        {"held_expect": 0.5, "held_away_ms": 5.0},
+        {"held_expect": 0.5, "held_rule": False},
+    ):
+        with pytest.raises(ValueError, match="held_expect must be a finite number > 0"):
+            SimConfig((1, 2, 1), max_delay_ms=20.0, **kw)
+    with pytest.raises(ValueError, match="held_expect"):
+        SimConfig((1, 2, 1), held_expect=0.5)  # no timeout: no window to expect rows in
 
 
 @pytest.mark.parametrize(

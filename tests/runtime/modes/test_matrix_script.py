@@ -739,3 +739,9 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule():
     eager125 = [r for r in matrix.load_records([str(run125)]) if r["mode"] == "eager"]
     assert matrix.whatif_table(eager125, [], (0.0,))[3].endswith("| - |")
     assert matrix.main(["--report", str(run125), "--simulate-held-away", "-1"]) == 2
+    # `--simulate-held-expect`: a bound no wait reaches steps at once, as a horizon of 0 ms does
+    both = matrix.whatif_table(recs, [], (0.0,), (1e9,))
+    assert both[1].endswith("| held away < 0 ms | held expect < 1e+09 |")
+    rows = [row for row in both[3:] if row]
+    assert len(rows) == 2 and all(row.split(" | ")[-2] == row.split(" | ")[-1].rstrip(" |") for row in rows)
+    assert matrix.main(["--report", str(run125), "--simulate-held-expect", "0"]) == 2

@@ -58,6 +58,10 @@ class SimConfig:
     # a what-if refinement of that rule (not in the runtime): a request away from a model for longer than this
     # no longer counts as held there (None: it counts until it ends, as the runtime has it)
     held_away_ms: float | None = None
+    # another what-if: step once the requests away are expected to bring fewer than this many rows back within
+    # what is left of the timeout, each at its own rate of leaving the model (times left / time since its first
+    # step there), as a Poisson process: sum of 1 - exp(-rate * left_ms) (None: the runtime's rule)
+    held_expect: float | None = None
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -89,6 +93,17 @@ class SimConfig:
         ):
             raise ValueError(
                 f"held_away_ms must be a finite number >= 0 with held_rule, got {self.held_away_ms!r}"
+            )
+        if self.held_expect is not None and not (
+            self.held_rule
+            and self.held_away_ms is None
+            and self.max_delay_ms is not None
+            and self.held_expect > 0
+            and math.isfinite(self.held_expect)
+        ):
+            raise ValueError(
+                "held_expect must be a finite number > 0, with held_rule and max_delay_ms and without "
+                f"held_away_ms, got {self.held_expect!r}"
             )
         if self.hop_ms is not None:
             self.hop_ms = tuple(float(x) for x in self.hop_ms)
@@ -179,7 +194,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     # per model, the request slots it ran that have not ended (`held_rule`)
     held: list[set[int]] = [set() for _ in range(m)]
     left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
-    away = cfg.held_away_ms
+    away, expect = cfg.held_away_ms, cfg.held_expect
+    first: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request first stepped there
+    leaves: list[dict[int, int]] = [{} for _ in range(m)]  # per model, how often each request left it
     active = slots
     now = 0.0
     t_end = warmup + cfg.horizon_ms
@@ -192,12 +209,20 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     stalled = False
     eff = tuple(cfg.thresholds)
 
-    def awaited(i: int, t: float) -> set[int]:
-        """The requests model i holds and would wait for: all of them, or with `held_away_ms` those queued or
-        away for less than that."""
+    def nobody_else(i: int, t: float, waited: float) -> bool:
+        """The held rule: model i waits for no request (every request it holds is queued; with `held_away_ms`,
+        every one not away that long; with `held_expect`, fewer rows than that expected back in time)."""
+        queued = {r for r, _ in queue[i]}
+        if expect is not None:
+            window = cfg.max_delay_ms - waited
+            due = 0.0
+            for r in held[i] - queued:
+                since = t - first[i].get(r, t)
+                due += 1.0 if since <= _EPS else 1.0 - math.exp(-leaves[i].get(r, 0) / since * window)
+            return due < expect
         if away is None:
-            return held[i]
-        return {r for r in held[i] if t - left[i].get(r, t) < away - _EPS}
+            return held[i] <= queued
+        return {r for r in held[i] if t - left[i].get(r, t) < away - _EPS} <= queued
 
     def start_ready(t: float) -> None:
         new = []
@@ -208,9 +233,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if (
                 len(queue[i]) >= eff[i]
                 or (cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS)
-                or (
-                    cfg.held_rule and awaited(i, t) <= {r for r, _ in queue[i]}
-                )  # all it waits for are queued
+                or (cfg.held_rule and nobody_else(i, t, waited))
             ):
                 running[i] = [r for r, _ in queue[i]]
                 queue[i] = []
@@ -238,6 +261,11 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     ]
                     if gone:
                         candidates.append(min(gone))
+        if (
+            expect is not None
+        ):  # what the requests away are expected to bring shrinks as time passes: look again
+            if any(not running[i] and queue[i] for i in range(m)):
+                candidates.append(now + 0.5)
         if not candidates:
             stalled = True
             break
@@ -257,6 +285,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if end[i] <= now + _EPS:
                 batch, running[i], end[i] = running[i], [], math.inf
                 held[i].update(batch)
+                for r in batch:
+                    first[i].setdefault(r, now)
                 if measuring:
                     steps[i] += 1
                 us = rng.random(len(batch))
@@ -273,6 +303,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         tokens += got
                     if j != i:
                         left[i][r] = now
+                        leaves[i][r] = leaves[i].get(r, 0) + 1
                     else:
                         left[i].pop(r, None)
                     if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
@@ -280,8 +311,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         active -= 1
                         for h in held:
                             h.discard(r)
-                        for lt in left:
-                            lt.pop(r, None)
+                        for per_model in (*left, *first, *leaves):
+                            per_model.pop(r, None)
                         tokens_of[r] = 0.0
                         if cfg.requests is None:
                             returns.append((now + think(), r))
