@@ -1093,8 +1093,9 @@ def run_simulation(
     held = any("starts_held" in d for d in step_deltas(rec).values())
     if (held_away_ms is not None or held_expect is not None) and not held:
         return None
-    cfg = dict(held_away_ms=held_away_ms, held_expect=held_expect, request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
-               max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms)  # fmt: skip
+    cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
+               max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms,
+               held_away_ms=held_away_ms, held_expect=held_expect)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 

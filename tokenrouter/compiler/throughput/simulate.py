@@ -261,11 +261,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     ]
                     if gone:
                         candidates.append(min(gone))
-        if (
-            expect is not None
-        ):  # what the requests away are expected to bring shrinks as time passes: look again
-            if any(not running[i] and queue[i] for i in range(m)):
-                candidates.append(now + 0.5)
+        # what the requests away are expected to bring shrinks as time passes: a waiting model looks again
+        if expect is not None and any(not running[i] and queue[i] for i in range(m)):
+            candidates.append(now + 0.5)
         if not candidates:
             stalled = True
             break
