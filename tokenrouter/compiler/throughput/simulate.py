@@ -283,8 +283,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             if end[i] <= now + _EPS:
                 batch, running[i], end[i] = running[i], [], math.inf
                 held[i].update(batch)
-                for r in batch:
-                    first[i].setdefault(r, now)
+                if expect is not None:
+                    for r in batch:
+                        first[i].setdefault(r, now)
                 if measuring:
                     steps[i] += 1
                 us = rng.random(len(batch))
@@ -299,11 +300,14 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     tokens_of[r] += got
                     if measuring:
                         tokens += got
-                    if j != i:
-                        left[i][r] = now
+                    # the what-ifs' bookkeeping, only where one is asked for
+                    if away is not None:
+                        if j != i:
+                            left[i][r] = now
+                        else:
+                            left[i].pop(r, None)
+                    if expect is not None and j != i:
                         leaves[i][r] = leaves[i].get(r, 0) + 1
-                    else:
-                        left[i].pop(r, None)
                     if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
                         finished += 1
                         active -= 1
