@@ -308,6 +308,11 @@ def serve(
         help="MODEL=B: serve that model at delayed-batching threshold B instead of the plan's (modes tokenrouter "
         "and no-graphs; e.g. to profile a second threshold for `profile --colocation`). Repeatable.",
     ),
+    cpu_threads: int = typer.Option(
+        None,
+        help="Torch CPU threads per subserver (default: the usable cores divided among the plan's models; "
+        "more oversubscribes the cores and slows every parallel CPU op many times).",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import os
@@ -338,7 +343,8 @@ def serve(
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
-                          mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds)  # fmt: skip
+                          mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
+                          cpu_threads=cpu_threads)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -356,6 +362,9 @@ def subserver_cmd(
     ),
     device: str = typer.Option(None, help="cpu, cuda or cuda:N (default: the plan's placement)."),
     log_level: str = typer.Option("warning", help="Log level (debug, info, warning, error)."),
+    cpu_threads: int = typer.Option(
+        None, help="Torch CPU threads (default: this host's usable cores divided among the plan's models)."
+    ),
 ) -> None:
     """Run one model's subserver in the foreground, for `serve --remote` (docs/serving.md, "Subservers on
     other hosts"). Exits 0 on the launcher's Shutdown or SIGINT/SIGTERM, 1 on a failure."""
@@ -394,7 +403,7 @@ def subserver_cmd(
             device = f"cuda:{(spec['models'][model].get('gpus') or [0])[0]}"
         try:
             args = SubserverArgs(plan_path=plan_path, model=model, endpoints=eps.to_dict(), device=device,
-                                 log_level=log_level.upper())  # fmt: skip
+                                 log_level=log_level.upper(), cpu_threads=cpu_threads)  # fmt: skip
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

@@ -87,11 +87,14 @@ class ServeConfig:
     mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
     mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
     batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
+    cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
         from tokenrouter.runtime.mps import MODES as MPS_MODES
 
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"--cpu-threads {self.cpu_threads}: at least 1")
         if self.mps not in MPS_MODES:
             raise ValueError(f"--mps {self.mps}: expected one of {', '.join(MPS_MODES)}")
         for model, pct in self.mps_sm.items():
@@ -375,6 +378,7 @@ class Launcher:
                 extra=dict(extra),
                 scheduler=self.setup.scheduler,
                 busy_board=board,
+                cpu_threads=cfg.cpu_threads,
             )
             target = run_subserver_process
             if self.setup.lockstep:

@@ -106,9 +106,9 @@ class LockstepCore:
 
 
 class LockstepServer(Subserver):
-    """A subserver process whose scheduler is a `LockstepCore` over every model of the plan. On CPU each
-    forward gets the torch threads a subserver gets (cpu_count // models, inherited): more, with the
-    frontend and the clients on the same cores, spin-waits and runs many times slower."""
+    """A subserver process whose scheduler is a `LockstepCore` over every model of the plan. Each forward
+    gets the torch threads a subserver gets (`threads_per_subserver`, inherited): more, with the frontend
+    and the clients on the same cores, spin-waits and runs many times slower on CPU."""
 
     def init_scheduler(self) -> None:
         """Every model's engine and kernel in this process, driven by one LockstepCore. `args.model` is

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
         (["--batch", "big=2"], 1, "--batch big: not a model of the plan (models: slm, llm)"),
         (["--mode", "eager", "--batch", "llm=2"], 1, "--batch applies to --mode tokenrouter and no-graphs"),
         (["--batch", "llm=8"], 1, "--batch: delayed batching can deadlock"),
+        (["--cpu-threads", "0"], 2, "--cpu-threads 0: at least 1"),
     ],
 )
 def test_serve_mode_usage(args, status, message):

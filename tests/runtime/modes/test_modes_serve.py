@@ -29,6 +29,9 @@ entry slm
 route slm {{ when uniform() < 0.3 -> llm }}
 route llm {{ when uniform() < 0.6 -> slm }}
 """
+EXTRA = {
+    "llm-only": ["--cpu-threads", "1", "--log-level", "info"]
+}  # the one-model deployment: default 2 here
 PROMPTS = [[5 + (7 * i + 3 * j) % 400 for j in range(18 + 3 * i)] for i in range(4)]  # > 1 cache block (16)
 
 
@@ -36,7 +39,7 @@ def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, obje
     err = open(log_dir / f"{mode}.stderr", "w")  # noqa: SIM115 - closed in the fixture
     cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0"]
     proc = subprocess.Popen(
-        [*cmd, "--device", "cpu"],
+        [*cmd, "--device", "cpu", *EXTRA.get(mode, [])],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=err,
@@ -61,8 +64,13 @@ def _url(proc: subprocess.Popen, deadline: float) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("modes")
+def log_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("modes")
+
+
+@pytest.fixture(scope="module")
+def servers(log_dir):
+    tmp = log_dir
     plan = tmp / "modes_test.tr"
     plan.write_text(POLICY.format(root=ROOT))
     started = {mode: _start(plan, mode, tmp) for mode in MODES}
@@ -135,3 +143,9 @@ def test_std_serving_reports_prefix_reuse(servers):
             break
         time.sleep(0.3)
     assert matched > 0 and computed > 0
+
+
+def test_cpu_threads_reaches_the_subserver(servers, log_dir):
+    """`--cpu-threads 1` on the llm-only deployment, whose one model would take both cores here."""
+    assert servers["llm-only"]
+    assert "model llm: 1 torch thread(s)" in (log_dir / "llm-only.stderr").read_text()

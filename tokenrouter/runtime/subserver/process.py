@@ -66,7 +66,7 @@ class SubserverArgs:
     log_level: str = "INFO"
     stats_interval_s: float = 0.5
     max_batch: int = 256
-    cpu_threads: int | None = None  # torch intra-op threads (None: on CPU, cpu_count // models; else torch's)
+    cpu_threads: int | None = None  # torch intra-op threads (None: threads_per_subserver)
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
     scheduler: str = "tokenrouter"  # "std-serving": the baseline's scheduler and prefix-caching engine
     busy_board: str | None = None  # the launcher's board of who is in a step (busy_board.py), or None
@@ -89,6 +89,27 @@ class SubserverArgs:
             raise ValueError(f"unknown log level {self.log_level!r}")
         if self.scheduler not in ("tokenrouter", "std-serving"):
             raise ValueError(f"scheduler must be 'tokenrouter' or 'std-serving', got {self.scheduler!r}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which taskset and cpusets narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_subserver(models: int, cores: int | None = None) -> int:
+    """Torch intra-op threads for each of a plan's `models` subservers: the usable cores divided among
+    them, at least one. Torch's own default is one thread per core in every process; with two processes
+    that is twice the cores, and a parallel CPU op then waits on threads the OS has descheduled: on the
+    H200 machine (16 cores) one torch.cat of 400,000 ids took 0.05 ms in one process and 8.05 ms in each
+    of two at once (0.93 ms at 2 threads each), and the KV pool's old free, one such cat per released
+    request, made two subservers' warm-up 57 s instead of 1.8-8.2 s (8 threads each: 1.8-8.2 s with the
+    same code; docs/matrix.md "Runs 136-139")."""
+    if models < 1:
+        raise ValueError(f"models must be >= 1, got {models}")
+    return max(1, (cores if cores is not None else usable_cores()) // models)
 
 
 class Subserver:
@@ -138,15 +159,13 @@ class Subserver:
         return BusyBoard(self.args.busy_board, order.index(self.model), tuple(order.index(x) for x in beside))
 
     def init_threads_per_process(self) -> None:
-        """On CPU, subservers share the cores: each gets cpu_count // models torch threads unless
-        `cpu_threads` says otherwise (oversubscribed threads make every step many times slower)."""
+        """Subservers share the host's cores, on CPU and on GPU alike: each gets `threads_per_subserver`
+        torch threads unless `cpu_threads` says otherwise."""
         import torch
 
-        threads = self.args.cpu_threads
-        if threads is None and self.device == "cpu":
-            threads = max(1, (os.cpu_count() or 1) // len(self.plan["models"]))
-        if threads is not None:
-            torch.set_num_threads(threads)
+        threads = self.args.cpu_threads or threads_per_subserver(len(self.plan["models"]))
+        torch.set_num_threads(threads)
+        logger.info("model %s: %d torch thread(s)", self.model, threads)
 
     def init_sockets(self) -> None:
         """The PULL socket at this model's address, and PUSH sockets to the frontend and to every peer, all
