@@ -1424,12 +1424,15 @@ def finish(s: Settings, name: str, records: list[dict], failures: list[str], qui
 
 
 def parse_runs(values: list[str]) -> dict[str, tuple[int, ...]]:
-    runs = {}
+    """`--run` values -> {mode: its Ns}; a mode given twice runs every N given (`--run m:4 --run m:8` is
+    `--run m:4,8`; the second used to replace the first, silently)."""
+    runs: dict[str, tuple[int, ...]] = {}
     for v in values:
         mode, _, ns = v.partition(":")
         if mode not in MODES or not ns:
             raise ValueError(f"--run {v!r}: expected MODE:N[,N...] with MODE one of {', '.join(MODES)}")
-        runs[mode] = tuple(int(n) for n in ns.split(","))
+        new = tuple(int(n) for n in ns.split(","))
+        runs[mode] = tuple(dict.fromkeys((*runs.get(mode, ()), *new)))
     return runs
 
 

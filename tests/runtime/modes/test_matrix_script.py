@@ -101,6 +101,7 @@ def test_parts_cover_the_issue_matrix():
         for mode in ("tokenrouter", "llm-only", "lockstep"):  # 0.6B + 32B, N = 4
             assert 4 in runs[("0.6b+32b", policy, mode)]
     assert matrix.parse_runs(["lockstep:4,8"]) == {"lockstep": (4, 8)}
+    assert matrix.parse_runs(["lockstep:4", "eager:8", "lockstep:8,4"]) == {"lockstep": (4, 8), "eager": (8,)}
 
 
 def test_a_row_that_would_end_past_the_deadline_is_not_started():
