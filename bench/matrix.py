@@ -745,7 +745,8 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                                raw / "bench.log")  # fmt: skip
                 rec = {
                     "part": name, "pair": part.pair, "policy": part.policy, "mode": mode, "n": n,
-                    "output_len": s.output_len, "requests": s.rounds * n, "device": s.device or "cuda",
+                    "output_len": s.output_len, "prompt_len": s.prompt_len, "requests": s.rounds * n,
+                    "device": s.device or "cuda",
                     "startup_s": srv.startup_s, "report": report, "metrics_before": before,
                     "metrics_after": (time.sleep(1.0), scrape(srv.url))[1],
                     "thresholds": tuned[n]["thresholds"] if tuned else None,
@@ -823,7 +824,9 @@ def tables(records: list[dict]) -> str:
         modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
         tok = {(r["mode"], r["n"]): r["report"]["decode_throughput_tok_s"] for r in recs}
         by = {(r["mode"], r["n"]): r for r in recs}
-        out.append(f"### {pair}, {policy} (decode tok/s; {recs[0]['output_len']} tokens per request)\n")
+        prompt = recs[0].get("prompt_len", 32)  # records before --prompt-len: 32
+        out.append(f"### {pair}, {policy} (decode tok/s; {prompt}-token prompts, {recs[0]['output_len']} tokens per "
+                   "request)\n")  # fmt: skip
         out.append("| mode | " + " | ".join(f"N={n}" for n in ns) + " |")
         out.append("| --- |" + " ---: |" * len(ns))
         for m in modes:
@@ -1486,6 +1489,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--prompt-len", type=int, default=32,
+                    help="tokens of each synthetic prompt (default 32); std-serving re-prefills the whole context "
+                    "at every hop, so longer prompts weigh on it")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
     ap.add_argument("--profile-rounds", type=int, default=None,
                     help="requests per N of the served profiles' load = PROFILE_ROUNDS x N (default: --rounds)")  # fmt: skip
@@ -1571,7 +1577,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown part {unknown[0]!r} (python bench/matrix.py --list shows them)")
         thresholds = [parse_thresholds(v) for v in a.thresholds]
         colocation = parse_thresholds(a.colocation, "--colocation") if a.colocation else None
-        for flag, v in (("--rounds", a.rounds), ("--profile-rounds", a.profile_rounds)):
+        for flag, v in (
+            ("--rounds", a.rounds),
+            ("--profile-rounds", a.profile_rounds),
+            ("--prompt-len", a.prompt_len),
+        ):
             if v is not None and v < 1:
                 raise ValueError(f"{flag} must be an int >= 1, got {v}")
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
@@ -1608,7 +1618,8 @@ def main(argv: list[str] | None = None) -> int:
         name += f"-{a.tag}" if a.tag else ""
         s = Settings(out=out, work=Path(a.work) / name, device=None, serve_args=list(a.serve_arg),
                      tune_from=a.tune_from,
-                     output_len=a.output_len, rounds=a.rounds, profile_rounds=a.profile_rounds,
+                     output_len=a.output_len, prompt_len=a.prompt_len, rounds=a.rounds,
+                     profile_rounds=a.profile_rounds,
                      r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,

@@ -35,11 +35,20 @@ def test_usage_errors_exit_2(capsys):
         run = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--max-delay-ms", bad]
         assert matrix.main(run) == 2
         assert "--max-delay-ms must be a finite number >= 0" in capsys.readouterr().err
-    for flag in ("--rounds", "--profile-rounds"):
+    for flag in ("--rounds", "--profile-rounds", "--prompt-len"):
         assert (
             matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", flag, "0"]) == 2
         )
         assert f"{flag} must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_load_generator_gets_the_prompt_length(tmp_path, monkeypatch):
+    cmds = []
+    monkeypatch.setattr(matrix, "run_cmd", lambda s, cmd, log, timeout=None: cmds.append(cmd))
+    s = matrix.Settings(out=tmp_path, work=tmp_path / "w", device="cpu", prompt_len=300)
+    matrix.bench(s, "http://x", 4, 8, 512, None, tmp_path / "log")
+    (cmd,) = cmds
+    assert cmd[cmd.index("--prompt-len") + 1] == "300"
 
 
 def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
