@@ -1,6 +1,6 @@
 """Each subserver's torch threads: the usable cores divided among the plan's models, on CPU and on GPU
 (torch's default, one thread per core in every process, oversubscribes the cores as soon as two subservers
-share a host: docs/matrix.md "Runs 136-139"); `cpu_threads` overrides."""
+share a host: docs/matrix.md "Runs 136-146"); `cpu_threads` overrides."""
 
 from __future__ import annotations
 

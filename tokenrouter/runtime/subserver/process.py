@@ -104,9 +104,9 @@ def threads_per_subserver(models: int, cores: int | None = None) -> int:
     them, at least one. Torch's own default is one thread per core in every process; with two processes
     that is twice the cores, and a parallel CPU op then waits on threads the OS has descheduled: on the
     H200 machine (16 cores) one torch.cat of 400,000 ids took 0.05 ms in one process and 8.05 ms in each
-    of two at once (0.93 ms at 2 threads each), and the KV pool's old free, one such cat per released
-    request, made two subservers' warm-up 57 s instead of 1.8-8.2 s (8 threads each: 1.8-8.2 s with the
-    same code; docs/matrix.md "Runs 136-139")."""
+    of two at once (0.93 ms at 2 threads each); the KV pool's old free, one such cat per released
+    request, made two subservers' warm-up take 57 s, and 1.8-8.2 s with the same code at 8 threads each
+    (docs/matrix.md "Runs 136-146")."""
     if models < 1:
         raise ValueError(f"models must be >= 1, got {models}")
     return max(1, (cores if cores is not None else usable_cores()) // models)
