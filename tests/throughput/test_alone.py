@@ -361,3 +361,39 @@ def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp
     )
     plain = merge_served(unfitted, other, "second.json")
     assert dict(plain.alone_ms["slm"].points)[3] == 1.6 and "merged_alone_pooled" not in plain.workload
+
+
+RUN141 = ROOT / "docs" / "raw" / "run-a11" / "call5a" / "run141"
+RUN135 = ROOT / "docs" / "raw" / "run-a10" / "call6" / "run135"
+
+
+@pytest.mark.parametrize(("run", "too_few"), [(RUN141, {"slm": 16, "llm": 1}), (RUN135, None)])
+def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(run, too_few, tmp_path):
+    """Run 141's 4-round eager profile had the 0.6B alone in 16 steps, under the 20 that a latency alone needs,
+    so `tune` fell back to the plain chain without a word and chose (1, 3), 12 % below the (2, 6) beside it;
+    now the profile records the counts and `tune` says so. Run 135's 8-round profile tuned by state: no warning."""
+    with tarfile.open(next(run.glob("results-*.tar.gz"))) as tar:
+        tar.extractall(tmp_path, filter="data")
+    raw = next(tmp_path.glob("raw-*"))
+    plan = raw / "0.6b+8b-bern0.35.plan"
+    out = tmp_path / "p.json"
+    res = runner.invoke(app, ["profile", str(plan), "--from-metrics", str(raw / "profile-metrics-n8-after.txt"),
+                              "--since", str(raw / "profile-metrics-n8-before.txt"), "--min-steps", "20",
+                              "-o", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert read_profile(out).workload.get("alone_too_few") == too_few
+    res = runner.invoke(app, ["tune", str(plan), "--profile", str(out), "-n", "8", "--json", "-o",
+                              str(tmp_path / "t.plan")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    tuning = json.loads(res.stdout)["tuning"]
+    warned = [w for w in tuning.get("warnings", []) if "steps alone are too few" in w]
+    if too_few:
+        assert warned == [
+            "the profile's steps alone are too few for contention by state (slm 16, llm 1; a model needs 20): "
+            "the chain prices every step at its mean beside the other model, which under-rates thresholds that "
+            "leave the small model stepping alone; profile a longer load (more requests)"
+        ]
+        assert "steps alone are too few" in res.stderr and not tuning.get("alone")
+        assert tuning["result"]["best"] == {"slm": 1, "llm": 3}  # what run 141 served, 1.079x eager
+    else:
+        assert not warned and tuning["alone"]

@@ -181,6 +181,8 @@ def system_from_plan(
             inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))
             if inputs.alone:
                 sources["alone"] = {m: "profile" for m, a in zip(models, inputs.alone, strict=True) if a}
+        elif profile is not None and profile.workload.get("alone_too_few") and any(co_runners(plan).values()):
+            warnings.append(_too_few_alone(profile))
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -266,6 +268,16 @@ def _colocation_terms(
         co = tuple(models.index(x) for x in term["co_runners"])
         terms.append(ColocationTerm(co, float(term["ms_per_share"]), float(term["at_share"])))
     return tuple(terms) if any(t is not None for t in terms) else ()
+
+
+def _too_few_alone(profile: Profile) -> str:
+    seen = ", ".join(f"{m} {n}" for m, n in profile.workload["alone_too_few"].items())
+    need = profile.workload.get("min_steps", "min_steps")
+    return (
+        f"the profile's steps alone are too few for contention by state ({seen}; a model needs {need}): the "
+        "chain prices every step at its mean beside the other model, which under-rates thresholds that leave the "
+        "small model stepping alone; profile a longer load (more requests)"
+    )
 
 
 def _alone_groups(
