@@ -168,9 +168,10 @@ def profile_from_metrics(
     # the board counted steps alone, but too few for any model's latencies alone: `tune` warns (run 141: the
     # 0.6B alone in 16 steps of a 4-round eager profile, and the plain chain chose a threshold 12 % slower)
     too_few: dict[str, int] = {}
-    for x in models if not alone_ms else ():
-        if n := int(round(sum(c for c, _ in alone.get(x, {}).values()))):
-            too_few[x] = n
+    if not alone_ms:
+        for x in models:
+            if n := int(round(sum(c for c, _ in alone.get(x, {}).values()))):
+                too_few[x] = n
     if committed is None:
         committed = policy_routing(plan).keep  # x -> {y: share of x -> y hops that keep their token}
     counts: dict[str, dict[str, int]] = {}
