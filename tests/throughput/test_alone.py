@@ -382,6 +382,8 @@ def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(ru
                               "-o", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert read_profile(out).workload.get("alone_too_few") == too_few
+    said = "slm: 16 steps alone, too few for latencies alone (min_steps 20): tune prices every step beside"
+    assert (said in res.output) == bool(too_few)
     res = runner.invoke(app, ["tune", str(plan), "--profile", str(out), "-n", "8", "--json", "-o",
                               str(tmp_path / "t.plan")])  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -397,3 +399,30 @@ def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(ru
         assert tuning["result"]["best"] == {"slm": 1, "llm": 3}  # what run 141 served, 1.079x eager
     else:
         assert not warned and tuning["alone"]
+
+
+def test_a_merge_that_brings_latencies_alone_drops_the_too_few_note(tmp_path):
+    """Run 141's thin profile merged with run 135's (which has latencies alone): the merged profile tunes by
+    state, so neither it nor `tune` speaks of too few steps alone."""
+    raws = {}
+    for name, run in (("r141", RUN141), ("r135", RUN135)):
+        with tarfile.open(next(run.glob("results-*.tar.gz"))) as tar:
+            tar.extractall(tmp_path / name, filter="data")
+        raws[name] = next((tmp_path / name).glob("raw-*"))
+
+    def profile(raw, out, *extra):
+        res = runner.invoke(app, ["profile", str(raw / "0.6b+8b-bern0.35.plan"), "--from-metrics",
+                                  str(raw / "profile-metrics-n8-after.txt"), "--since",
+                                  str(raw / "profile-metrics-n8-before.txt"), "--min-steps", "20", "-o", str(out),
+                                  *extra])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return res
+
+    profile(raws["r135"], tmp_path / "p135.json")
+    res = profile(raws["r141"], tmp_path / "merged.json", "--merge", str(tmp_path / "p135.json"))
+    merged = read_profile(tmp_path / "merged.json")
+    assert merged.alone_ms and "alone_too_few" not in merged.workload and "too few" not in res.output
+    res = runner.invoke(app, ["tune", str(raws["r141"] / "0.6b+8b-bern0.35.plan"), "--profile",
+                              str(tmp_path / "merged.json"), "-n", "8", "--json", "-o", str(tmp_path / "t.plan")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "too few" not in res.stderr and json.loads(res.stdout)["tuning"]["alone"]

@@ -498,7 +498,7 @@ def merge_served(base, other, source: str):
         alone_ms=alone_ms,
         beside_ms=over(base.beside_ms, other.beside_ms),
         workload={
-            **base.workload,
+            **{k: v for k, v in base.workload.items() if not (k == "alone_too_few" and alone_ms)},
             "merged_from": source,
             "merged_batches": {m: sorted(b for b, _ in other.step_ms[m].points) for m in models},
             **({"merged_alone_pooled": seams} if seams else {}),
@@ -608,6 +608,11 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
                 f"  {m}: alone at batch sizes {sizes[0]}-{sizes[-1]} pooled into one mean "
                 "(the means fall with the batch size there; fitted non-decreasing)"
             )
+    for m, n in profile.workload.get("alone_too_few", {}).items():
+        lines.append(
+            f"  {m}: {n} steps alone, too few for latencies alone (min_steps {profile.workload.get('min_steps')}): "
+            "tune prices every step beside"
+        )
     latencies("beside", profile.beside_ms)
     for m, term in profile.colocation.items():
         fit = term.get("fit", {})
