@@ -1450,15 +1450,15 @@ def parse_thresholds(value: str, flag: str = "--thresholds") -> dict[str, int]:
     return out
 
 
-def parse_ms(value: str, flag: str) -> float:
-    """A finite number of milliseconds >= 0."""
+def parse_number(value: str, flag: str, unit: str = "milliseconds", positive: bool = False) -> float:
+    """A finite number of `unit`, >= 0 (> 0 with `positive`)."""
     try:
-        ms = float(value)
+        x = float(value)
     except ValueError:
-        ms = math.nan
-    if not (math.isfinite(ms) and ms >= 0):
-        raise ValueError(f"{flag} {value!r}: expected a number of milliseconds >= 0")
-    return ms
+        x = math.nan
+    if not (math.isfinite(x) and (x > 0 if positive else x >= 0)):
+        raise ValueError(f"{flag} {value!r}: expected a number of {unit} {'> 0' if positive else '>= 0'}")
+    return x
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1553,10 +1553,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         try:  # checked before anything prints
             at = [parse_thresholds(v, "--simulate-at") for v in a.simulate_at]
-            away = tuple(parse_ms(v, "--simulate-held-away") for v in a.simulate_held_away)
-            expect = tuple(parse_ms(v, "--simulate-held-expect") for v in a.simulate_held_expect)
-            if 0.0 in expect:
-                raise ValueError("--simulate-held-expect 0: expected a number of rows > 0")
+            away = tuple(parse_number(v, "--simulate-held-away") for v in a.simulate_held_away)
+            expect = tuple(
+                parse_number(v, "--simulate-held-expect", "rows", positive=True)
+                for v in a.simulate_held_expect
+            )
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -732,7 +732,7 @@ def test_a_malformed_simulate_at_fails_before_the_report_prints(capsys):
     assert out == "" and "error: --simulate-at 'llm=0': expected MODEL=B" in err
 
 
-def test_simulate_held_away_is_a_what_if_of_the_held_rule():
+def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
     """`--report --simulate-held-away MS`: each row simulated as it was, with a request away from a model for
     longer than MS no longer held there (`SimConfig.held_away_ms`). On run 128 (r2r, N = 4, servers with the
     held rule) the tuned row's 8B waited for requests that had left for good: not waiting for any request away
@@ -755,3 +755,6 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule():
     rows = [row for row in both[3:] if row]
     assert len(rows) == 2 and all(row.split(" | ")[-2] == row.split(" | ")[-1].rstrip(" |") for row in rows)
     assert matrix.main(["--report", str(run125), "--simulate-held-expect", "0"]) == 2
+    assert "--simulate-held-expect '0': expected a number of rows > 0" in capsys.readouterr().err
+    assert matrix.main(["--report", str(run125), "--simulate-held-expect", "x"]) == 2
+    assert "--simulate-held-expect 'x': expected a number of rows > 0" in capsys.readouterr().err
