@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:  # --report imports the throughput model from this
     sys.path.insert(0, str(ROOT))
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
+MAX_LEN = 4096  # each model's context in the matrix's plans: a prompt and its output tokens
 STDLIB_MAX_DELAY_MS = 5.0  # `serve { max_delay_ms }` of every stdlib policy (records before --max-delay-ms)
 
 
@@ -154,6 +155,14 @@ def _parts() -> dict[str, Part]:
 
 
 PARTS = _parts()
+
+
+def part_output_len(part: Part, output_len: int) -> int:
+    """The output tokens of a part's rows: its own, else `--output-len`, which the tiny CPU pair cuts from the
+    default 512 to 32."""
+    if part.output_len is not None:
+        return part.output_len
+    return 32 if part.pair == "tiny" and output_len == 512 else output_len
 
 
 @dataclass
@@ -289,7 +298,7 @@ def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshol
         plan["models"].items(), pair.gpus, pair.mem, (small, large), strict=True
     ):
         spec["gpus"] = [gpu]
-        spec["max_len"] = 4096
+        spec["max_len"] = MAX_LEN
         if s.device != "cpu":
             spec.update(
                 mem=mem,
@@ -1491,7 +1500,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--prompt-len", type=int, default=32,
                     help="tokens of each synthetic prompt (default 32); std-serving re-prefills the whole context "
-                    "at every hop, so longer prompts weigh on it")  # fmt: skip
+                    "at every hop, so longer prompts weigh on it; a prompt and its output tokens must fit the plans' "
+                    f"{MAX_LEN}-token context")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
     ap.add_argument("--profile-rounds", type=int, default=None,
                     help="requests per N of the served profiles' load = PROFILE_ROUNDS x N (default: --rounds)")  # fmt: skip
@@ -1610,6 +1620,14 @@ def main(argv: list[str] | None = None) -> int:
                      ("smoke-r2r", Part("tiny", "r2r", {"tokenrouter": (4,), "lockstep": (4,)}))]  # fmt: skip
         if not jobs:
             raise ValueError("nothing to run: give --part, --run or --cpu-smoke (or --list, --report)")
+        for name, part in jobs:
+            out_len = part_output_len(part, a.output_len)
+            if a.prompt_len + out_len > MAX_LEN:
+                raise ValueError(
+                    f"part {name}: --prompt-len {a.prompt_len} and {out_len} output tokens need "
+                    f"{a.prompt_len + out_len} tokens of context, over the {MAX_LEN} the matrix's plans give "
+                    f"each model (--prompt-len {MAX_LEN - out_len} at most)"
+                )
     except (KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -1626,14 +1644,11 @@ def main(argv: list[str] | None = None) -> int:
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
                      served_from=served_from,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
-        if part.output_len is not None:
-            s.output_len = part.output_len
+        s.output_len = part_output_len(part, a.output_len)
         if part.rounds is not None:
             s.rounds = part.rounds
         if part.pair == "tiny":
             s.device, s.batch_sizes, s.warmup_len, s.profile_min_steps = "cpu", "1,2,4", 4, 5
-            if a.output_len == 512:
-                s.output_len = 32
         try:
             records, failures = run_part(s, name, part)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:

@@ -42,6 +42,25 @@ def test_usage_errors_exit_2(capsys):
         assert f"{flag} must be an int >= 1, got 0" in capsys.readouterr().err
 
 
+def test_a_prompt_and_output_over_the_plans_context_is_refused_before_anything_starts(capsys, monkeypatch):
+    """Run 151 started a server and failed at its profile: 4,096-token prompts against the plans' 4,096-token
+    context, every request refused with HTTP 400. The arguments are checked first now, per part, with the
+    part's own output length (the tiny CPU pair's 32 where --output-len is left at 512)."""
+    monkeypatch.setattr(matrix, "run_part", lambda *a: pytest.fail("a part ran"))
+    run = ["--pair", "0.6b+8b", "--policy", "bern0.35", "--run", "tokenrouter:4"]
+    assert matrix.main([*run, "--prompt-len", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert "--prompt-len 4096 and 512 output tokens need 4608 tokens of context, over the 4096" in err
+    assert "(--prompt-len 3584 at most)" in err
+    assert matrix.main([*run, "--prompt-len", "3000", "--output-len", "1200"]) == 2
+    assert "need 4200 tokens" in capsys.readouterr().err
+    tiny = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--prompt-len", "4064"]
+    assert matrix.part_output_len(matrix.Part("tiny", "bern0.1", {}), 512) == 32
+    with pytest.raises(pytest.fail.Exception, match="a part ran"):
+        matrix.main(tiny)  # 4064 + 32 fits: it gets as far as running the part
+    assert matrix.main([*tiny[:-1], "4065"]) == 2
+
+
 def test_the_load_generator_gets_the_prompt_length(tmp_path, monkeypatch):
     cmds = []
     monkeypatch.setattr(matrix, "run_cmd", lambda s, cmd, log, timeout=None: cmds.append(cmd))
