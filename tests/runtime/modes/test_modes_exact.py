@@ -147,6 +147,15 @@ def test_std_serving_reuses_cached_prefixes(tmp_path):
         presented += len(r.prompt_ids) * (1 + len(changes)) + sum(i + 1 for i in changes)
     assert matched + computed == presented
     assert matched > computed / 4  # returns find most of their sequence in the cache
+    # the step counters (`tokenrouter_step_tokens_total`, the matrix's tokens per step) count what the engine
+    # ran, not what was presented: an arrival's unmatched tokens, then one token per step while held
+    scheds = ex.schedulers.values()
+    arrivals = sum(s["prefix_arrivals"] for s in stats.values())
+    assert sum(s.new_tokens_total for s in scheds) == computed + sum(s.rows_total for s in scheds) - arrivals
+    assert (
+        sum(sum(s.tokens_by_bs.values()) for s in (x.stats() for x in scheds))
+        == computed + sum(s.rows_total for s in scheds) - arrivals
+    )
     for s in stats.values():
         assert s["requests"] == 0 and s["pages_free"] + s["prefix_cached_tokens"] == s["pages_total"]
     coarse = load_std(plan, block_size=64).generate(PROMPTS, GREEDY)

@@ -151,7 +151,10 @@ class Scheduler:
         # exact totals since start, for /metrics and the benchmarks (the step time includes the route kernel)
         self.busy_ms = 0.0
         self.rows_total = 0
-        self.new_tokens_total = 0  # tokens the engine ran: prefill + extend suffixes + one per decode row
+        # tokens the engine ran: prefill + extend suffixes + one per decode row, as the engine counts them
+        # (`StepOutput.stats["tokens"]`: without a prefix cache's matches, with an evicted request's re-prefill)
+        self.new_tokens_total = 0
+        self._ran_tokens = 0  # the engine's count for the step running now (`_forward`)
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
@@ -298,8 +301,8 @@ class Scheduler:
             self.gaps += 1
             self.gap_ms += (t0 - self._ready_end) * 1000.0
             self._ready_end = None
-        news = [len(r.tokens) - r.fed for r in batch]  # each row's new tokens
-        new_tokens, q = sum(news), q_class(max(news))
+        q = q_class(max(len(r.tokens) - r.fed for r in batch))  # the shape: its longest row's new tokens
+        self._ran_tokens = 0
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
@@ -307,6 +310,7 @@ class Scheduler:
         finally:
             if board is not None:
                 alone = board.end(seen)
+        new_tokens = self._ran_tokens
         ms = (time.perf_counter() - t0) * 1000.0
         self.steps += 1
         self.last_batch_size = len(batch)
@@ -401,7 +405,10 @@ class Scheduler:
 
     def _forward(self, rows: list[Req]) -> StepOutput:
         # r.new_tokens(), inlined (once per row per step)
-        return self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
+        step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
+        ran = step.stats.get("tokens")  # an engine that does not count: the tokens it was given
+        self._ran_tokens += ran if ran is not None else sum(len(r.tokens) - r.fed for r in rows)
+        return step
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
         """The kernel's per-row state, with one host-to-device copy into buffers the scheduler keeps
