@@ -1207,8 +1207,10 @@ def time_table(recs: list[dict]) -> list[str]:
         return []
     return [
         "Where the time goes (measured run only): steps, seconds in steps (forward + route kernel), busy share",
-        "of the run's wall time, ms per step, rows and tokens per step, and the steps the subserver counted as",
-        "stalls (over 50 ms and 10x their batch size's mean step per new token; included in the rest), and why",
+        "of the run's wall time, ms per step, rows and tokens run per step (std-serving's servers before d7a5259",
+        "also counted the tokens its prefix cache held, `tokenrouter_prefix_matched_tokens`), and the steps the",
+        "subserver counted as stalls (over 50 ms and 10x their batch size's mean step per new token; included in",
+        "the rest), and why",
         "the steps started: their threshold B_i reached / B_i lowered while few requests were active / every",
         "request the model holds runnable (- before the 36th session) / the max_delay_ms timeout",
         "(`tokenrouter_step_starts_total`); the steps that no step of a model sharing the GPU overlapped",
@@ -1499,8 +1501,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--prompt-len", type=int, default=32,
-                    help="tokens of each synthetic prompt (default 32); std-serving re-prefills the whole context "
-                    "at every hop, so longer prompts weigh on it; a prompt and its output tokens must fit the plans' "
+                    help="tokens of each synthetic prompt (default 32); std-serving sends and prefix-matches the whole "
+                    "context at every hop, so longer prompts weigh on it; a prompt and its output tokens must fit the plans' "
                     f"{MAX_LEN}-token context")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="requests per run = ROUNDS x N")
     ap.add_argument("--profile-rounds", type=int, default=None,
