@@ -156,6 +156,11 @@ def test_std_serving_reuses_cached_prefixes(tmp_path):
         sum(sum(s.tokens_by_bs.values()) for s in (x.stats() for x in scheds))
         == computed + sum(s.rows_total for s in scheds) - arrivals
     )
+    # and so is a step's shape (`q`, its longest row's new tokens rounded up to a power of two): every step of a
+    # shape ran a row of more than q / 2 tokens (before, an arrival's whole sequence set it)
+    for s in scheds:
+        for (_, q, _), (n, _, tokens) in s.shape_ms.items():
+            assert tokens >= n * (q // 2 + 1), (s.model, q, n, tokens)
     for s in stats.values():
         assert s["requests"] == 0 and s["pages_free"] + s["prefix_cached_tokens"] == s["pages_total"]
     coarse = load_std(plan, block_size=64).generate(PROMPTS, GREEDY)

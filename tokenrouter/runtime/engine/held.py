@@ -97,6 +97,9 @@ class HeldRequestsEngine(Engine):
             "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
             "rows": len(rows),
             "tokens": sum(o[2] for o in outs),
+            "longest": max(
+                new_tokens
+            ),  # the longest row's new tokens (an evicted row's re-prefill not included)
             "forwards": len(outs),
             **{name: value - before[name] for name, value in self._counters().items()},
         }

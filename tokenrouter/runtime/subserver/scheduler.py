@@ -155,6 +155,7 @@ class Scheduler:
         # (`StepOutput.stats["tokens"]`: without a prefix cache's matches, with an evicted request's re-prefill)
         self.new_tokens_total = 0
         self._ran_tokens = 0  # the engine's count for the step running now (`_forward`)
+        self._ran_longest = 0  # and its longest row's (the step's shape, `q_class`)
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
@@ -301,8 +302,7 @@ class Scheduler:
             self.gaps += 1
             self.gap_ms += (t0 - self._ready_end) * 1000.0
             self._ready_end = None
-        q = q_class(max(len(r.tokens) - r.fed for r in batch))  # the shape: its longest row's new tokens
-        self._ran_tokens = 0
+        self._ran_tokens = self._ran_longest = 0
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
@@ -310,7 +310,7 @@ class Scheduler:
         finally:
             if board is not None:
                 alone = board.end(seen)
-        new_tokens = self._ran_tokens
+        new_tokens, q = self._ran_tokens, q_class(self._ran_longest)
         ms = (time.perf_counter() - t0) * 1000.0
         self.steps += 1
         self.last_batch_size = len(batch)
@@ -406,8 +406,11 @@ class Scheduler:
     def _forward(self, rows: list[Req]) -> StepOutput:
         # r.new_tokens(), inlined (once per row per step)
         step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
-        ran = step.stats.get("tokens")  # an engine that does not count: the tokens it was given
+        stats = step.stats  # an engine that does not count: the tokens it was given
+        ran, longest = stats.get("tokens"), stats.get("longest")
         self._ran_tokens += ran if ran is not None else sum(len(r.tokens) - r.fed for r in rows)
+        longest = longest if longest is not None else max(len(r.tokens) - r.fed for r in rows)
+        self._ran_longest = max(self._ran_longest, longest)
         return step
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
