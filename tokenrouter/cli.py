@@ -441,7 +441,7 @@ def bench(
     import asyncio
     import json
 
-    from tokenrouter.runtime.loadgen import LoadSpec, format_report, run_load
+    from tokenrouter.runtime.loadgen import ContextTooLong, LoadSpec, format_report, run_load
 
     try:
         spec = LoadSpec(
@@ -463,6 +463,9 @@ def bench(
         raise typer.Exit(2) from None
     try:
         report = asyncio.run(run_load(spec))
+    except ContextTooLong as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except Exception as exc:  # connection refused, bad URL: a user-facing condition, not a bug
         typer.echo(f"error: could not benchmark {url}: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -34,15 +34,20 @@ def test_bad_spec_rejected():
         LoadSpec(concurrency=0)
 
 
-def _scripted_app(tokens: int, delay_s: float) -> FastAPI:
+def _scripted_app(tokens: int, delay_s: float, max_len: int | None = None, listed: bool = True) -> FastAPI:
     app = FastAPI()
+    app.state.completions = 0
 
-    @app.get("/v1/models")
-    def models():
-        return JSONResponse({"object": "list", "data": [{"id": "demo", "object": "model"}]})
+    if listed:
+
+        @app.get("/v1/models")
+        def models():
+            card = {"id": "demo", "object": "model", **({"max_model_len": max_len} if max_len else {})}
+            return JSONResponse({"object": "list", "data": [card]})
 
     @app.post("/v1/completions")
     def completions(body: dict):
+        app.state.completions += 1
         n = body["max_tokens"]
 
         def gen():
@@ -68,28 +73,34 @@ def _scripted_app(tokens: int, delay_s: float) -> FastAPI:
     return app
 
 
+class _Served:
+    """A scripted app served by uvicorn on a free port, in a thread, for the length of a `with` block."""
+
+    def __init__(self, app: FastAPI) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "_Served":
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
 def test_run_load_against_scripted_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_scripted_app(8, 0.002), port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
+    with _Served(_scripted_app(8, 0.002, max_len=12)) as served:  # 4 + 8 tokens: exactly the context
         spec = LoadSpec(
-            url=f"http://127.0.0.1:{port}",
-            concurrency=3,
-            num_prompts=7,
-            output_len=8,
-            prompt_len=4,
-            progress=False,
+            url=served.url, concurrency=3, num_prompts=7, output_len=8, prompt_len=4, progress=False
         )
         report = asyncio.run(run_load(spec))
-    finally:
-        server.should_exit = True
-        thread.join(5)
     assert report["completed"] == 7 and report["failed"] == 0
     assert report["output_tokens"] == 56
     assert report["tokens_per_model"] == {"small": 42, "large": 14}
@@ -107,6 +118,43 @@ def test_run_load_against_scripted_server():
     assert max(r["start_s"] + r["e2e_s"] for r in per) <= report["wall_s"]
     assert report["drain_s"] == pytest.approx(report["wall_s"] - max(r["start_s"] for r in per))
     assert 0 < report["drain_s"] < report["wall_s"] and "drain after the last send" in format_report(report)
+
+
+def test_a_load_that_does_not_fit_the_models_context_is_refused_before_anything_is_sent():
+    """Run 151 (docs/matrix.md "Runs 147-153") sent 4,096-token prompts to a 4,096-token model and got an HTTP 400
+    for every request. The server lists its context (`max_model_len` at /v1/models): a synthetic load that cannot
+    fit it is refused first, and `tokenrouter bench` exits 2 with the numbers. A prompts file's token counts are
+    the server's to know; a server that does not list models is still benchmarked when the model is named."""
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+    from tokenrouter.runtime.loadgen import ContextTooLong
+
+    served = _Served(_scripted_app(4, 0.0, max_len=12))
+    with served:
+        spec = LoadSpec(
+            url=served.url, concurrency=2, num_prompts=2, output_len=8, prompt_len=5, progress=False
+        )
+        with pytest.raises(ContextTooLong, match=r"--prompt-len 5 and --output-len 8 need 13 tokens of context, but "
+                           r"'demo' takes 12 \(max_model_len at /v1/models\); nothing was sent"):  # fmt: skip
+            asyncio.run(run_load(spec))
+        assert served.server.config.app.state.completions == 0
+        cli = CliRunner().invoke(app, ["bench", "--url", served.url, "-c", "1", "-n", "1", "--output-len", "8",
+                                       "--prompt-len", "5", "--no-progress"])  # fmt: skip
+        assert (
+            cli.exit_code == 2 and "need 13 tokens of context" in cli.output and "Traceback" not in cli.output
+        )
+        assert served.server.config.app.state.completions == 0
+        fits = LoadSpec(
+            url=served.url, concurrency=2, num_prompts=2, output_len=8, prompt_len=4, progress=False
+        )
+        assert asyncio.run(run_load(fits))["completed"] == 2
+    unlisted = _Served(_scripted_app(4, 0.0, listed=False))
+    with unlisted:
+        spec = LoadSpec(
+            url=unlisted.url, model="demo", num_prompts=1, output_len=8, prompt_len=5, progress=False
+        )
+        assert asyncio.run(run_load(spec))["completed"] == 1
 
 
 def test_share_per_request_shows_routing_that_fires_on_few_requests():

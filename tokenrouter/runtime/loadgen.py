@@ -157,15 +157,35 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-async def _resolve_model(client: httpx.AsyncClient, model: str | None) -> str:
-    if model:
-        return model
+class ContextTooLong(ValueError):
+    """The load's prompts and output tokens do not fit the served model's context: nothing was sent."""
+
+
+async def _resolve_model(client: httpx.AsyncClient, model: str | None) -> tuple[str, int | None]:
+    """The model to ask for (`model`, else the first id /v1/models lists) and its context length as the server
+    lists it (`max_model_len`; None where it does not, or where a given model's listing cannot be read)."""
     resp = await client.get("/v1/models")
+    if model and resp.status_code != 200:  # a server without the listing can still be asked for a named model
+        return model, None
     resp.raise_for_status()
     data = resp.json().get("data") or []
-    if not data:
+    if not data and not model:
         raise RuntimeError("the server lists no models at /v1/models")
-    return data[0]["id"]
+    card = next((c for c in data if c.get("id") == model), None) if model else data[0]
+    limit = (card or {}).get("max_model_len")
+    return (model or card["id"]), (limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
+
+
+def check_context(spec: LoadSpec, model: str, max_len: int | None) -> None:
+    """Synthetic prompts of `prompt_len` tokens with `output_len` more must fit the model's context, or the
+    server refuses every request (HTTP 400, `context_length_exceeded`): say so before sending any. A prompts
+    file's token counts are the server's to know, so it is not checked here."""
+    need = spec.prompt_len + spec.output_len
+    if max_len is not None and not spec.prompts_file and need > max_len:
+        raise ContextTooLong(
+            f"--prompt-len {spec.prompt_len} and --output-len {spec.output_len} need {need} tokens of context, but "
+            f"{model!r} takes {max_len} (max_model_len at /v1/models); nothing was sent"
+        )
 
 
 async def run_load(spec: LoadSpec) -> dict:
@@ -176,7 +196,8 @@ async def run_load(spec: LoadSpec) -> dict:
     async with httpx.AsyncClient(
         base_url=spec.url, headers=headers, timeout=spec.timeout_s, limits=limits
     ) as client:
-        model = await _resolve_model(client, spec.model)
+        model, max_len = await _resolve_model(client, spec.model)
+        check_context(spec, model, max_len)
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(len(prompts)):
             queue.put_nowait(i)
