@@ -93,13 +93,12 @@ class HeldRequestsEngine(Engine):
         if want_hidden:
             hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
         new_tokens = [len(r.new_token_ids) for r in rows]
+        longest = max(new_tokens)  # the longest row's new tokens (an evicted row's re-prefill not included)
         stats = {
-            "mode": "decode" if max(new_tokens) == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
+            "mode": "decode" if longest == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
             "rows": len(rows),
             "tokens": sum(o[2] for o in outs),
-            "longest": max(
-                new_tokens
-            ),  # the longest row's new tokens (an evicted row's re-prefill not included)
+            "longest": longest,
             "forwards": len(outs),
             **{name: value - before[name] for name, value in self._counters().items()},
         }

@@ -406,10 +406,12 @@ class Scheduler:
     def _forward(self, rows: list[Req]) -> StepOutput:
         # r.new_tokens(), inlined (once per row per step)
         step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
-        stats = step.stats  # an engine that does not count: the tokens it was given
-        ran, longest = stats.get("tokens"), stats.get("longest")
-        self._ran_tokens += ran if ran is not None else sum(len(r.tokens) - r.fed for r in rows)
-        longest = longest if longest is not None else max(len(r.tokens) - r.fed for r in rows)
+        # what the engine ran (`StepOutput.stats`); from an engine that does not say, the tokens it was given
+        ran, longest = step.stats.get("tokens"), step.stats.get("longest")
+        if ran is None or longest is None:
+            news = [len(r.tokens) - r.fed for r in rows]
+            ran, longest = (sum(news) if ran is None else ran), (max(news) if longest is None else longest)
+        self._ran_tokens += ran
         self._ran_longest = max(self._ran_longest, longest)
         return step
 
