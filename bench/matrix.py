@@ -337,6 +337,12 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
     return repr(got["threshold"])
 
 
+def tune_load(s: Settings) -> tuple[str, ...]:
+    """`tune`'s options for the load the part benchmarks: its requests' output length, which prices the profile's
+    prompt prefills per request (the served profile's load has `profile_len` tokens per request)."""
+    return ("--request-tokens", str(s.output_len))
+
+
 def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, dict]:
     """`tokenrouter profile` once, then `tokenrouter tune -n N` per N: {N: {"plan", "thresholds",
     "predicted_tok_s"}}."""
@@ -362,7 +368,18 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
             continue
         proc = run_cmd(
             s,
-            cli("tune", str(plan), "--profile", str(profiles[n]), "-n", str(n), "--json", "-o", str(tuned)),
+            cli(
+                "tune",
+                str(plan),
+                "--profile",
+                str(profiles[n]),
+                "-n",
+                str(n),
+                "--json",
+                "-o",
+                str(tuned),
+                *tune_load(s),
+            ),
             raw / "tune.log",
         )
         rec = json.loads(proc.stdout)
@@ -399,7 +416,7 @@ def plain_profile(profile: Path) -> Path:
 def plain_tune(s: Settings, plan: Path, profile: Path, n: int, raw: Path, name: str = "plain") -> dict:
     """`tune` on `profile` into tune-nN-NAME.json (its plan beside): the tuning's result."""
     rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(profile), "-n", str(n), "--json",
-                                    "-o", str(raw / f"{plan.stem}-n{n}-{name}.plan")), raw / "tune.log").stdout)  # fmt: skip
+                                    "-o", str(raw / f"{plan.stem}-n{n}-{name}.plan"), *tune_load(s)), raw / "tune.log").stdout)  # fmt: skip
     (raw / f"tune-n{n}-{name}.json").write_text(json.dumps(rec, indent=2))
     return rec["tuning"]["result"]
 
@@ -588,7 +605,7 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
     warnings = []  # tune's, where there is a profile to predict on
     if tuned["profile"] is not None:
         proc = run_cmd(s, cli("tune", str(fixed), "--profile", str(tuned["profile"]), "-n", str(n), "--json",
-                              "-o", str(fixed)), raw / "tune.log")  # fmt: skip
+                              "-o", str(fixed), *tune_load(s)), raw / "tune.log")  # fmt: skip
         rec = json.loads(proc.stdout)
         (raw / f"tune-{stem}.json").write_text(json.dumps(rec, indent=2))
         out["predicted_tok_s"] = rec["tuning"]["result"]["throughput_tok_s"]
@@ -976,13 +993,19 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+# the report's profiles price steps of more new tokens than this apart (`from_metrics`, "Prompt prefills");
+# `--report --keep-prefills` sets None: they stay in their batch sizes' latencies, as before the fortieth session
+PREFILL_ABOVE: int | None = 64
+
+
 def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     """The profile `tokenrouter profile --from-metrics` would build from a TokenRouter / eager run's two
     scrapes (each model's mean step time by batch size, p_ij = hops i→j / decisions of i, with the plan's
     dropping hops among the decisions), or None (another mode, one model, too few steps). Records from the
     twenty-sixth session on keep the uptime and threshold gauges, so the profile carries the busy share and
     the thresholds that `profile --colocation` needs of its second profile. `fit_alone`: its latencies alone
-    fitted non-decreasing as `profile` fits them; by default the row's own means, as measured."""
+    fitted non-decreasing as `profile` fits them; by default the row's own means, as measured. Its prompt
+    prefills are priced apart as `profile` prices them (`PREFILL_ABOVE`)."""
     from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
@@ -1003,7 +1026,7 @@ def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     try:
         # fit_alone False (the default here): the row's own step times as measured
         prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed,
-                                    fit_alone=fit_alone)  # fmt: skip
+                                    fit_alone=fit_alone, prefill_above=PREFILL_ABOVE)  # fmt: skip
     except MetricsProfileError:
         return None
     return prof if set(prof.routing) == set(models) else None
@@ -1036,7 +1059,7 @@ def run_system(rec: dict, min_steps: int = 5):
     """The throughput model's inputs from what this run measured (`record_profile`), or None, as
     (SystemInputs, the run's thresholds B)."""
     from tokenrouter.compiler.throughput.inputs import make_inputs
-    from tokenrouter.compiler.throughput.plan_inputs import by_state
+    from tokenrouter.compiler.throughput.plan_inputs import by_state, with_prefill
 
     prof = record_profile(rec, min_steps)
     if prof is None:
@@ -1052,7 +1075,7 @@ def run_system(rec: dict, min_steps: int = 5):
     # placement, so the models with latencies alone are taken to share one GPU (as the pairs do)
     shared = [x for x in models if x in prof.alone_ms]
     groups = {x: [y for y in shared if y != x] for x in shared} if len(shared) > 1 else {}
-    return by_state(inputs, prof, groups), b
+    return with_prefill(by_state(inputs, prof, groups), prof, list(prof.prefill)), b
 
 
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
@@ -1084,7 +1107,7 @@ def run_simulation(
     `held_away_ms`, `held_expect`: the held rule's what-if refinements (`SimConfig`; None for a run whose
     servers had no held rule)."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
-    from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing
+    from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing, with_visit_costs
 
     system = run_system(rec, min_steps)
     per_request = (rec.get("report") or {}).get("per_request")
@@ -1100,6 +1123,9 @@ def run_simulation(
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
+    inputs = with_visit_costs(
+        inputs, per_request
+    )  # the records keep no count of the requests a model reached
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
     held = any("starts_held" in d for d in step_deltas(rec).values())
@@ -1497,6 +1523,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --report: each row simulated as it was, stepping once the requests away are "
                     "expected to bring fewer than ROWS back before the timeout, each at its own rate of leaving "
                     "(a what-if of the held rule, not the runtime's); repeatable")  # fmt: skip
+    ap.add_argument("--keep-prefills", action="store_true",
+                    help="with --report: the checks on each run's own step times leave its prompt prefills in the "
+                    "latencies of the batch sizes they ran at (as reports did before the fortieth session) instead "
+                    "of pricing them apart")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
     ap.add_argument("--output-len", type=int, default=512)
@@ -1573,6 +1603,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        global PREFILL_ABOVE
+        if a.keep_prefills:
+            PREFILL_ABOVE = None
         records = load_records(a.report)
         print(tables(records))
         if a.by_batch:

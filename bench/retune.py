@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import matrix  # noqa: E402  (bench/matrix.py: PREFILL_ABOVE, which `--keep-prefills` sets for both scripts)
 from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row's profile from its record)
 
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
@@ -103,7 +104,9 @@ def retune(
         made = json.loads(files.get(f"profile-n{n}.json", b"{}") or b"{}").get("workload", {})
         steps = min_steps or made.get("min_steps", 5)
         fit = made.get("alone_fit") == "non-decreasing" if fit_alone is None else fit_alone
-        prof = profile_from_metrics(plan, after, before, steps, fit_alone=fit)
+        prof = profile_from_metrics(
+            plan, after, before, steps, fit_alone=fit, prefill_above=matrix.PREFILL_ABOVE
+        )
         then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
         b_then = tuple(then["best"][m] for m in plan["models"]) if "best" in then else None
         if second_pass:
@@ -122,15 +125,16 @@ def retune(
             prof = (
                 merge_served(prof, lent[1], lent[0]) if merged else lend_alone(plan, prof, lent[1], lent[0])
             )
-        system = system_from_plan(plan, n, {}, {}, prof)
+        records = [json.loads(files[name]) for name in sorted(files)
+                   if name.startswith("record-") and name.endswith(".json")]  # fmt: skip
+        records = [r for r in records if r.get("n") == n and r.get("mode") in ("tokenrouter", "eager")]
+        # the rows' output length prices the profile's prompt prefills per request, as the matrix's `tune` does
+        # since the fortieth session (its served profile's load has 256 tokens per request, the rows 512)
+        length = next((r["output_len"] for r in records if isinstance(r.get("output_len"), int)), None)
+        system = system_from_plan(plan, n, {}, {}, prof, length if matrix.PREFILL_ABOVE is not None else None)
         best = tune(system.inputs, system.fixed).best
         rows = []
-        for name in sorted(files):
-            if not (name.startswith("record-") and name.endswith(".json")):
-                continue
-            rec = json.loads(files[name])
-            if rec.get("n") != n or rec.get("mode") not in ("tokenrouter", "eager"):
-                continue
+        for rec in records:
             b = tuple(int((rec.get("thresholds") or {}).get(m, 1)) for m in system.inputs.models)
             measured = rec["report"]["decode_throughput_tok_s"]
             rows.append({"mode": rec["mode"], "B": b, "measured": measured,
@@ -172,7 +176,14 @@ def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int, 
         after = files.get(f"profile-metrics-n{n}-{tag}-after.txt")
         if tag and after is not None:
             before = files.get(f"profile-metrics-n{n}-{tag}-before.txt", b"").decode() or None
-            prof = profile_from_metrics(plan, after.decode(), before, min_steps, fit_alone=fit_alone)
+            prof = profile_from_metrics(
+                plan,
+                after.decode(),
+                before,
+                min_steps,
+                fit_alone=fit_alone,
+                prefill_above=matrix.PREFILL_ABOVE,
+            )
             return tag, prof, suffix == "merged"
     return None
 
@@ -269,8 +280,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="tune in two passes: merge the latencies of each run's own tuned row (served at the eager "
                     "profile's choice) into its eager profile (`profile --merge`); runs that tuned with a second "
                     "profile are re-tuned without a loan")  # fmt: skip
+    ap.add_argument("--keep-prefills", action="store_true",
+                    help="leave the prompt prefills in the latencies of the batch sizes they ran at, as profiles "
+                    "did before the fortieth session (default: priced apart, `profile --from-metrics`)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
+    if a.keep_prefills:
+        matrix.PREFILL_ABOVE = None
     if a.min_steps is not None and a.min_steps < 1:
         print(f"error: --min-steps must be >= 1, got {a.min_steps}", file=sys.stderr)
         return 2

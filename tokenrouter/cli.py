@@ -903,11 +903,17 @@ def tune(
     plot: str = typer.Option(None, "--plot", help="Write a PNG of T(B) over the candidates."),
     top: int = typer.Option(10, "--top", help="Show this many candidates."),
     max_states: int = typer.Option(250_000, "--max-states", help="Skip candidates whose chain is larger."),
+    request_tokens: int = typer.Option(
+        None,
+        "--request-tokens",
+        help="Tokens each request of the load commits: prices the profile's prompt prefills per request "
+        "(default: as the profile's own load had them).",
+    ),
 ) -> None:
     """Choose delayed-batching thresholds B* with the DTMC throughput model; write them into the plan."""
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_tune
 
-    args = SystemArgs(plan, concurrency, step_ms, p, profile)
+    args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)
     typer.echo(text)
 
@@ -928,7 +934,9 @@ def simulate(
     warmup_ms: float = typer.Option(2_000.0, "--warmup-ms", help="Simulated time discarded first, ms."),
     seed: int = typer.Option(0, "--seed"),
     request_tokens: int = typer.Option(
-        None, "--request-tokens", help="Tokens per request (default: endless)."
+        None,
+        "--request-tokens",
+        help="Tokens per request (default: endless); also prices the profile's prompt prefills per request.",
     ),
     think_ms: float = typer.Option(
         0.0, "--think-ms", help="Mean think time before a finished request returns."
@@ -956,7 +964,7 @@ def simulate(
     """Discrete-event simulation of the plan's closed system: throughput, utilization, queueing."""
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_simulate
 
-    args = SystemArgs(plan, concurrency, step_ms, p, profile)
+    args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
            "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms, "hop_ms": hop_ms}  # fmt: skip
     typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests))
@@ -1018,6 +1026,12 @@ def profile(
         "batching would use (e.g. `serve --batch slm=2 --batch llm=5`), whose latencies (every step's, alone and "
         "beside) replace this one's at the batch sizes it measured; this one's routing and other batch sizes stay.",
     ),
+    keep_prefills: bool = typer.Option(
+        False,
+        "--keep-prefills",
+        help="With --from-metrics: leave the steps whose longest row ran more than 64 new tokens (prompt "
+        "prefills, long returns) in their batch sizes' latencies instead of pricing them apart per request.",
+    ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
     from tokenrouter.compiler.throughput.commands import run_profile_command
@@ -1040,6 +1054,7 @@ def profile(
         list(colocation or []),
         alone,
         merge,
+        keep_prefills,
     )
     typer.echo(_throughput_call(run_profile_command, *args))
 

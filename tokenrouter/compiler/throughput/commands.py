@@ -48,6 +48,7 @@ class SystemArgs:
     step_ms: list[str] | None
     p: list[str] | None
     profile: str | None
+    request_tokens: int | None = None  # tokens per request of the load to tune for (prices prompt prefills)
 
 
 def build_system(args: SystemArgs) -> tuple[dict, PlanSystem]:
@@ -58,7 +59,9 @@ def build_system(args: SystemArgs) -> tuple[dict, PlanSystem]:
             profile = read_profile(args.profile)
         except ProfileError as e:
             raise ThroughputInputError(str(e)) from None
-    system = system_from_plan(plan, args.concurrency, parse_step_ms(args.step_ms), parse_p(args.p), profile)
+    system = system_from_plan(
+        plan, args.concurrency, parse_step_ms(args.step_ms), parse_p(args.p), profile, args.request_tokens
+    )
     for line in system.warnings:
         print(f"warning: {line}", file=sys.stderr)
     return plan, system
@@ -78,7 +81,16 @@ def describe_inputs(system: PlanSystem) -> list[str]:
             if inp.p[i, j] > 0
         )
         probs.append(f"{row} ({system.sources['p'][a]})")
-    return [f"step latency: {steps}", "routing: " + "; ".join(probs)]
+    lines = [f"step latency: {steps}", "routing: " + "; ".join(probs)]
+    costs = [
+        f"{m} {c.ms_per_token:.4g} ms per committed token"
+        + (f", {c.ms_per_visit:.4g} ms per request reaching it" if c.ms_per_visit is not None else "")
+        for m, c in zip(inp.models, inp.prefill or (None,) * inp.n_models, strict=True)
+        if c is not None
+    ]
+    if costs:
+        lines.append("prompt prefill, apart from the step latency: " + "; ".join(costs) + " (profile)")
+    return lines
 
 
 def format_table(result: TuneResult, top: int) -> str:
@@ -219,11 +231,17 @@ def run_simulate(
     inp = system.inputs
     cfg_kw = dict(cfg_kw or {})
     if requests is not None:
-        from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests, request_routing
+        from tokenrouter.compiler.throughput.workload import (
+            WorkloadError,
+            read_requests,
+            request_routing,
+            with_visit_costs,
+        )
 
         try:
             per_request, output_len = read_requests(requests)
             cfg_kw["requests"] = tuple(request_routing(inp, per_request))
+            inp = with_visit_costs(inp, per_request)
         except WorkloadError as e:
             raise ThroughputInputError(str(e)) from None
         if cfg_kw.get("request_tokens") is None:
@@ -292,6 +310,11 @@ def run_simulate(
         f"throughput: {sim.throughput:.2f} tok/s"
         + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),
     ]
+    if pred is not None and inp.prefill and any(inp.prefill):
+        lines.append(
+            "note: the chain spreads the prompt prefill costs over every step; requests that never end (no "
+            "--request-tokens) prefill only in the warm-up here"
+        )
     if isinstance(pred, str):
         lines.append(f"chain: not evaluated: {pred}")
     elif pred is not None:
@@ -330,6 +353,7 @@ def run_profile_command(
     colocation: list[str] | None = None,
     alone: str | None = None,
     merge: str | None = None,
+    keep_prefills: bool = False,
 ) -> str:
     from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
 
@@ -338,6 +362,10 @@ def run_profile_command(
     if merge and not from_metrics:
         raise ThroughputUsageError(
             "--merge goes with --from-metrics (the profile whose latencies it completes)"
+        )
+    if keep_prefills and not from_metrics:
+        raise ThroughputUsageError(
+            "--keep-prefills goes with --from-metrics (the steps a server counted by shape)"
         )
     if alone and merge:
         raise ThroughputUsageError(
@@ -350,7 +378,7 @@ def run_profile_command(
             )
         return _write_and_describe(_fit_colocation(plan_path, colocation), plan_path, output)
     if from_metrics:
-        profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps)
+        profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps, keep_prefills)
         if alone:
             profile = _with_alone(plan_path, profile, alone)
         if merge:
@@ -403,15 +431,22 @@ def _read_metrics(where: str) -> str:
         raise ThroughputInputError(f"cannot read metrics file {where}: {e}") from None
 
 
-def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_steps: int):
-    from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
+def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_steps: int, keep_prefills: bool):
+    from tokenrouter.compiler.throughput.from_metrics import (
+        PREFILL_ABOVE,
+        MetricsProfileError,
+        profile_from_metrics,
+    )
 
     if min_steps < 1:
         raise ThroughputUsageError(f"--min-steps {min_steps}: expected an int >= 1")
     plan = load_plan(plan_path)
     before = _read_metrics(since) if since else None
     try:
-        return profile_from_metrics(plan, _read_metrics(where), before, min_steps, source=where)
+        return profile_from_metrics(
+            plan, _read_metrics(where), before, min_steps, source=where,
+            prefill_above=None if keep_prefills else PREFILL_ABOVE,
+        )  # fmt: skip
     except MetricsProfileError as e:
         raise ThroughputInputError(f"{where}: {e}") from None
 
@@ -580,6 +615,15 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     for m, ms in sorted(profile.workload.get("hop_ms", {}).items()):
         lines.append(
             f"  {m}: {ms:.3f} ms of delay per hop received, beyond its own step (hops are instant in the chain)"
+        )
+    for m, cost in profile.prefill.items():
+        per_visit = cost.get("ms_per_visit")
+        lines.append(
+            f"  {m}: {cost['steps']} steps ran more than {profile.workload.get('prefill_above')} new tokens in a "
+            f"row (prompt prefills): {cost['ms']:.1f} ms beyond a step of their batch size, priced apart, "
+            + (f"{per_visit:.2f} ms per request reaching {m}" if per_visit is not None else "")
+            + (", " if per_visit is not None else "")
+            + f"{cost['ms_per_token']:.4f} ms per committed token"
         )
     latencies("alone", profile.alone_ms)
     for m, sizes in profile.workload.get("merged_batches", {}).items():

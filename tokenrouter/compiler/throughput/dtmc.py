@@ -49,13 +49,17 @@ class ChainResult:
     mean_queue: tuple[float, ...]  # time-average number of queued (runnable, waiting) requests
     steps_per_s: tuple[float, ...]  # batches completed per second
     step_shift_ms: tuple[float, ...] = ()  # co-location: ms added to each model's step at the fixed point
+    prefill_ms: tuple[float, ...] = ()  # prompt prefills: ms added to each model's step at the fixed point
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
-        shift = (
-            {"step_shift_ms": dict(zip(models, self.step_shift_ms, strict=True))}
-            if self.step_shift_ms
-            else {}
-        )
+        shift = {
+            key: dict(zip(models, value, strict=True))
+            for key, value in (
+                ("step_shift_ms", self.step_shift_ms),
+                ("prefill_ms_per_step", self.prefill_ms),
+            )
+            if value
+        }
         return {
             "thresholds": dict(zip(models, self.thresholds, strict=True)),
             "throughput_tok_s": self.throughput,
@@ -290,7 +294,19 @@ def analyze(
     max_states: int = DEFAULT_MAX_STATES,
 ) -> ChainResult:
     """Long-run throughput and per-model statistics of delayed batching with thresholds B (at the fixed point
-    of the inputs' co-location terms where they have any: `colocation.py`)."""
+    of the inputs' co-location terms where they have any: `colocation.py`; and of their prefill costs:
+    `prefill.py`)."""
+    from tokenrouter.compiler.throughput.prefill import has_prefill, solve
+
+    if has_prefill(inputs):
+        return solve(inputs, tuple(thresholds), _analyze_shared, delta_ms, max_states)
+    return _analyze_shared(inputs, thresholds, delta_ms, max_states)
+
+
+def _analyze_shared(
+    inputs: SystemInputs, thresholds: tuple[int, ...], delta_ms: float, max_states: int
+) -> ChainResult:
+    """The chain at the fixed point of the co-location terms, or the plain chain where there are none."""
     if any(t is not None for t in inputs.colocation):
         from tokenrouter.compiler.throughput.colocation import solve
 

@@ -7,7 +7,9 @@ probability that the request's next step is at model j; `p[i][i]` = it stays), t
 model. Routing is geometric: every step's decision is independent of the past. Optionally a model's steps
 get longer while the models beside it on its GPU are busy: by their average utilization (`ColocationTerm`,
 solved in `colocation.py`), or by whether one of them is running when the step starts (`AloneLatency`, which
-the chain and the simulator apply step by step).
+the chain and the simulator apply step by step). A model's prompt prefills can be priced apart from its step
+latency (`PrefillCost`): the chain spreads them over its steps, the simulator adds them to the steps that run
+a request at the model for the first time.
 """
 
 from __future__ import annotations
@@ -95,6 +97,28 @@ class AloneLatency:
             raise ValueError("a latency alone needs at least one co-runner")
 
 
+@dataclass(slots=True, frozen=True)
+class PrefillCost:
+    """Model i's prompt prefills, priced apart from its step latency `L_i(b)` (which then holds the steps
+    without them): the steps whose longest row ran more new tokens than the engine's CUDA graphs hold took
+    this much longer than a step of their batch size (`from_metrics`, docs/throughput.md "Prompt prefill").
+    `ms_per_token`: those ms per token the whole system committed; the chain adds `ms_per_token` × (tokens the
+    system commits per step of i) to every step of i, at its own fixed point (`prefill.py`). `ms_per_visit`:
+    the same ms per request that reached model i, which the simulator adds to each step for every request
+    that runs there for the first time (None: not known, and the simulator prices no prefill of i)."""
+
+    ms_per_token: float
+    ms_per_visit: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ms_per_token", "ms_per_visit"):
+            v = getattr(self, name)
+            if v is None and name == "ms_per_visit":
+                continue
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"prefill {name} must be a finite number of ms >= 0, got {v!r}")
+
+
 @dataclass(slots=True)
 class SystemInputs:
     models: tuple[str, ...]
@@ -105,6 +129,7 @@ class SystemInputs:
     entry: int = 0
     colocation: tuple[ColocationTerm | None, ...] = ()  # per model, or () for none
     alone: tuple[AloneLatency | None, ...] = ()  # per model, or () for none
+    prefill: tuple[PrefillCost | None, ...] = ()  # per model, or () for none
 
     def __post_init__(self) -> None:
         m = len(self.models)
@@ -142,6 +167,9 @@ class SystemInputs:
             raise ValueError("committed tokens c must be >= 0")
         self.colocation = self._per_model(self.colocation, "co-location terms")
         self.alone = self._per_model(self.alone, "latencies alone")
+        self.prefill = tuple(self.prefill)
+        if self.prefill and len(self.prefill) != m:
+            raise ValueError(f"expected {m} prefill costs (None where a model has none)")
         if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
             raise ValueError(
                 "give a model's contention either as a co-location term or as a latency alone, not both"
@@ -157,6 +185,10 @@ class SystemInputs:
             if item is not None and any(not 0 <= j < m or j == i for j in item.co_runners):
                 raise ValueError(f"co-runners of {self.models[i]} must be other models' indices")
         return items
+
+    def prefill_at(self, i: int) -> PrefillCost | None:
+        """Model i's prefill cost, None where it has none."""
+        return self.prefill[i] if self.prefill else None
 
     def step_alone(self, i: int, running: Sequence[bool]) -> bool:
         """Whether model i, starting a step while `running[j]` says which models run, takes its latency

@@ -2,7 +2,8 @@
 tuning record written into the plan.
 
 Precedence, per model: step latency from `--step-ms`, else the profile; routing row from `--p`, else the
-profile, else what the policy implies (`policy.py`). Committed tokens always come from the policy.
+profile, else what the policy implies (`policy.py`). Committed tokens always come from the policy. A model's
+latencies alone and its prefill cost come from the profile, where its step latencies do.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import numpy as np
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility
 from tokenrouter.compiler.throughput.colocation import calibrate, co_runners
-from tokenrouter.compiler.throughput.inputs import AloneLatency, ColocationTerm, StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.inputs import (
+    AloneLatency,
+    ColocationTerm,
+    PrefillCost,
+    StepLatency,
+    SystemInputs,
+)
 from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.compiler.throughput.policy import policy_routing
 from tokenrouter.compiler.throughput.profile_format import Profile
@@ -97,7 +104,10 @@ def system_from_plan(
     step_ms: dict[str, StepLatency] | None = None,
     p: dict[str, dict[str, float]] | None = None,
     profile: Profile | None = None,
+    request_tokens: int | None = None,
 ) -> PlanSystem:
+    """`request_tokens`: the tokens each request of the load to tune for commits, which prices the profile's
+    prompt prefills per request (`with_prefill`); None: as the profile's own load had them."""
     models = tuple(plan["models"])
     known = ", ".join(models)
     step_ms, p = dict(step_ms or {}), dict(p or {})
@@ -107,6 +117,8 @@ def system_from_plan(
     n = plan["serve"]["concurrency"] if concurrency is None else concurrency
     if not isinstance(n, int) or n < 1:
         raise ThroughputInputError(f"--concurrency must be an int >= 1, got {n!r}")
+    if request_tokens is not None and (not isinstance(request_tokens, int) or request_tokens < 1):
+        raise ThroughputUsageError(f"--request-tokens must be an int >= 1, got {request_tokens!r}")
     warnings = []
     if profile is not None:
         sha = plan.get("source", {}).get("sha256")
@@ -183,6 +195,16 @@ def system_from_plan(
                 sources["alone"] = {m: "profile" for m, a in zip(models, inputs.alone, strict=True) if a}
         elif profile is not None and profile.workload.get("alone_too_few") and any(co_runners(plan).values()):
             warnings.append(_too_few_alone(profile))
+        if profile is not None and profile.prefill:
+            inputs = with_prefill(
+                inputs,
+                profile,
+                _prefill_models(profile, sources["step_ms"], warnings),
+                request_tokens,
+                warnings,
+            )
+            if inputs.prefill:
+                sources["prefill"] = {m: "profile" for m, c in zip(models, inputs.prefill, strict=True) if c}
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -300,6 +322,55 @@ def _alone_groups(
         else:
             out[m] = groups[m]
     return out
+
+
+def _prefill_models(profile: Profile, step_sources: dict[str, str], warnings: list) -> list[str]:
+    """The models whose prefill cost the profile gives and `with_prefill` may use (the profile gave their step
+    latencies too: those leave its prefill steps out); a warning for each one left out."""
+    out = []
+    for m in profile.prefill:
+        if step_sources.get(m) == "profile":
+            out.append(m)
+        elif m in step_sources:
+            warnings.append(
+                f"the profile's prefill cost of {m} is left out: its step latencies come from --step-ms"
+            )
+    return out
+
+
+def with_prefill(
+    inputs: SystemInputs,
+    profile: Profile,
+    models: Sequence[str],
+    request_tokens: int | None = None,
+    warnings: list | None = None,
+) -> SystemInputs:
+    """`inputs` with the profile's prefill cost (`PrefillCost`) for each of `models` that has one. A prefill
+    is paid per request, so its cost per committed token depends on how many tokens a request commits: with
+    `request_tokens`, `ms_per_token` is the profile's `ms_per_visit` × the share of its ended requests that
+    reached the model, over `request_tokens` (the matrix profiles with 256-token requests and benchmarks
+    512-token ones: the profile's own `ms_per_token` would price prefills twice over). Where the profile has
+    no per-request cost (its server did not count the requests each model reached), its own `ms_per_token`
+    stays, with a line in `warnings`."""
+    req = profile.workload.get("requests") or {}
+    ended, visited = req.get("ended") or 0, req.get("visited") or {}
+    costs = []
+    for m in inputs.models:
+        cost = profile.prefill.get(m) if m in models else None
+        if cost is None:
+            costs.append(None)
+            continue
+        per_token, per_visit = cost["ms_per_token"], cost.get("ms_per_visit")
+        if request_tokens is not None:
+            if per_visit is not None and ended > 0 and visited.get(m):
+                per_token = per_visit * min(1.0, visited[m] / ended) / request_tokens
+            elif warnings is not None:
+                warnings.append(
+                    f"the profile's prefill cost of {m} stays per token of the profile's own load, not scaled to "
+                    f"{request_tokens} tokens per request: the profile does not count the requests {m} reached"
+                )
+        costs.append(PrefillCost(per_token, per_visit))
+    return dataclasses.replace(inputs, prefill=tuple(costs)) if any(costs) else inputs
 
 
 def by_state(inputs: SystemInputs, profile: Profile, groups: Mapping[str, Sequence[str]]) -> SystemInputs:
@@ -422,6 +493,17 @@ def apply_tuning(
                 }
             }
             if inp.colocation
+            else {}
+        ),
+        **(
+            {
+                "prefill": {
+                    m: {"ms_per_token": c.ms_per_token, "ms_per_visit": c.ms_per_visit}
+                    for m, c in zip(inp.models, inp.prefill, strict=True)
+                    if c is not None
+                }
+            }
+            if inp.prefill
             else {}
         ),
         "sources": system.sources,

@@ -19,7 +19,11 @@ Optional `alone_ms`: per model sharing a GPU, its step latencies `{batch: ms}` f
 the models beside it overlapped, and `beside_ms` for the others (both counted by the subservers and
 read by `tokenrouter profile --from-metrics`; `--alone FILE` gives `alone_ms` from another profile instead).
 The chain takes one or the other by state, with `step_ms` where a model has no `beside_ms`. A profile has
-`colocation` or `alone_ms`, not both.
+`colocation` or `alone_ms`, not both. Optional `prefill` (`profile --from-metrics`): per model, its prompt
+prefills priced apart from `step_ms` (which then leaves those steps out), `{"steps": 4, "ms": 311.2,
+"ms_per_token": 0.076, "ms_per_visit": 77.8}`: the prefill steps, the ms they took beyond a step of their batch
+size, those ms per token the system committed and per request that reached the model (`inputs.PrefillCost`;
+`ms_per_visit` only where the server counted the requests).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.compiler.throughput.inputs import StepLatency
+from tokenrouter.compiler.throughput.inputs import PrefillCost, StepLatency
 
 PROFILE_FORMAT = "tokenrouter.profile/1"
 
@@ -52,6 +56,7 @@ class Profile:
     colocation: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_ms: dict[str, StepLatency] = field(default_factory=dict)
     beside_ms: dict[str, StepLatency] = field(default_factory=dict)
+    prefill: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,7 @@ class Profile:
                 for key, table in (("alone_ms", self.alone_ms), ("beside_ms", self.beside_ms))
                 if table
             },
+            **({"prefill": self.prefill} if self.prefill else {}),
         }
 
 
@@ -156,6 +162,20 @@ def read_profile(path: str | Path) -> Profile:
             )
     if colocation and alone:
         raise fail("alone_ms", "a profile gives either colocation terms or latencies alone, not both")
+    prefill = data.get("prefill") or {}
+    if not isinstance(prefill, dict):
+        raise fail("prefill", "expected an object {model: cost}")
+    for m, cost in prefill.items():
+        if m not in step:
+            raise fail(f"prefill.{m}", "a model without step_ms")
+        try:
+            if not isinstance(cost, dict) or "ms_per_token" not in cost:
+                raise ValueError(
+                    'expected {"ms_per_token": ms >= 0, "ms_per_visit": ms >= 0 (optional), ...}'
+                )
+            PrefillCost(cost["ms_per_token"], cost.get("ms_per_visit"))
+        except ValueError as e:
+            raise fail(f"prefill.{m}", str(e)) from None
     return Profile(
         policy=str(data["policy"]),
         source_sha256=data.get("source_sha256"),
@@ -168,4 +188,5 @@ def read_profile(path: str | Path) -> Profile:
         colocation=colocation,
         alone_ms=alone,
         beside_ms=beside,
+        prefill=prefill,
     )

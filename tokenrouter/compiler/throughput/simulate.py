@@ -20,6 +20,9 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
 - `hop_ms`: a hop from model i reaches model j `hop_ms[j]` ms after i's step ends (the chain takes hops as
   instant; the subservers measure this delay, `tokenrouter_hop_delay_seconds_total`).
+- prompt prefills (`SystemInputs.prefill`, `PrefillCost.ms_per_visit`): a step of model i takes that much longer
+  for each of its rows that runs at i for the first time in its request's life, where the chain spreads the
+  cost over every step. Requests that never end (no `request_tokens`) prefill once, in the warm-up.
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
     away, expect = cfg.held_away_ms, cfg.held_expect
     first: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request first stepped there
+    # per model, the ms a request's first step there adds (its prompt prefill), and the slots that have had it
+    visit_ms = [(c.ms_per_visit or 0.0) if c is not None else 0.0 for c in (inputs.prefill or (None,) * m)]
+    prefilled: list[set[int]] = [set() for _ in range(m)]
     leaves: list[dict[int, int]] = [{} for _ in range(m)]  # per model, how often each request left it
     active = slots
     now = 0.0
@@ -241,6 +247,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         busy_now = [bool(x) for x in running]  # the steps starting now run beside each other
         for i in new:
             end[i] = t + inputs.step_at(i, len(running[i]), busy_now)
+            if visit_ms[i]:
+                fresh = [r for r in running[i] if r not in prefilled[i]]
+                end[i] += visit_ms[i] * len(fresh)
+                prefilled[i].update(fresh)
 
     start_ready(now)
     while now < t_end:
@@ -311,7 +321,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
                         finished += 1
                         active -= 1
-                        for h in held:
+                        for h in (*held, *prefilled):
                             h.discard(r)
                         for per_model in (*left, *first, *leaves):
                             per_model.pop(r, None)

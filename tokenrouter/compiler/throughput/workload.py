@@ -11,12 +11,13 @@ N alike requests in flight forever, cannot describe (docs/throughput.md).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.compiler.throughput.inputs import PrefillCost, SystemInputs
 
 
 class WorkloadError(ValueError):
@@ -53,6 +54,25 @@ def request_routing(inputs: SystemInputs, per_request: list[dict]) -> list[np.nd
     if not out:
         raise WorkloadError("no completed request to take routings from")
     return out
+
+
+def with_visit_costs(inputs: SystemInputs, per_request: list[dict]) -> SystemInputs:
+    """`inputs` whose prefill costs have no `ms_per_visit` (a profile whose server did not count the requests
+    each model reached, or a benchmark record that does not keep that counter) given one from these requests:
+    `ms_per_token` × the tokens they committed, over the requests that reached the model (at the entry model
+    every one; at another, those it wrote a token of). Failed requests are left out."""
+    ok = [r for r in per_request if r.get("ok")]
+    if not inputs.prefill or not ok:
+        return inputs
+    committed = sum(sum((r.get("tokens_per_model") or {}).values()) for r in ok)
+    costs = []
+    for i, (m, c) in enumerate(zip(inputs.models, inputs.prefill, strict=True)):
+        if c is None or c.ms_per_visit is not None:
+            costs.append(c)
+            continue
+        reached = sum(1 for r in ok if i == inputs.entry or (r.get("tokens_per_model") or {}).get(m, 0) > 0)
+        costs.append(PrefillCost(c.ms_per_token, c.ms_per_token * committed / reached if reached else None))
+    return dataclasses.replace(inputs, prefill=tuple(costs))
 
 
 def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
