@@ -689,9 +689,11 @@ def stop_live() -> None:
 def scrape(url: str) -> dict[str, float]:
     import httpx
 
-    # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run
+    # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run; the requests
+    # that ended and those each model reached price its prompt prefills per request (since the fortieth session)
     keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_",
-            "uptime_seconds_total", "batch_threshold", "kernel_load")  # fmt: skip
+            "uptime_seconds_total", "batch_threshold", "kernel_load", "requests_visiting_total",
+            "e2e_request_latency_seconds_count")  # fmt: skip
     values = prom_values(httpx.get(f"{url}/metrics", timeout=30).text)
     return {key: value for key, value in values.items() if any(k in key for k in keep)}
 

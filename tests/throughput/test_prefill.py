@@ -30,8 +30,8 @@ PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": 
 def scrape(scale: int) -> str:
     """A server's /metrics after `scale` rounds of 10 requests of 100 tokens: per round the slm ran 200 decode
     steps of 2 ms at 2 rows (100 of them alone) and 10 prompt prefills of 20 ms (alone, 4,096-token rows); the
-    llm 100 steps of 6 ms at 1 row, 5 first visits at 1 row taking 86 ms and one stall; 5 requests reached llm."""
-    metrics = Metrics(models=["slm", "llm"])
+    llm 100 steps of 6 ms at 1 row, 5 first visits at 1 row taking 86 ms and one stall; 5 requests reached llm.
+    A server before the fortieth session: it does not count the steps that ran a request's first tokens."""
     k = scale
     shapes = {
         "slm": {"2/1/overlapped": (100 * k, 200.0 * k, 200 * k), "2/1/alone": (100 * k, 200.0 * k, 200 * k),
@@ -42,18 +42,25 @@ def scrape(scale: int) -> str:
     by_bs = {"slm": {2: (210 * k, 600.0 * k)}, "llm": {1: (106 * k, 1930.0 * k)}}
     alone = {"slm": {2: (110 * k, 400.0 * k)}, "llm": {}}
     slow = {"slm": {}, "llm": {1: (k, 900.0 * k)}}
+    return render(k, shapes, {}, by_bs, alone, slow, {"slm": 10 * k, "llm": 5 * k})
+
+
+def render(k: int, shapes: dict, firsts: dict, by_bs: dict, alone: dict, slow: dict, visits: dict) -> str:
+    """/metrics of two subservers with these counters, 10 × `k` ended requests of 100 tokens each."""
+    metrics = Metrics(models=["slm", "llm"])
     for model in ("slm", "llm"):
         metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
                                           last_step_ms=1.0, steps=sum(n for n, _ in by_bs[model].values()),
                                           kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=by_bs[model],
                                           busy_ms=sum(ms for _, ms in by_bs[model].values()), uptime_ms=0.0,
                                           slow_ms_by_bs=slow[model], alone_ms_by_bs=alone[model],
-                                          step_ms_by_shape=shapes[model]))  # fmt: skip
+                                          step_ms_by_shape=shapes[model],
+                                          first_ms_by_shape=firsts.get(model, {})))  # fmt: skip
     metrics.tokens.update({"slm": 900 * k, "llm": 100 * k})
     metrics.hops.update({("slm", "llm"): 100 * k, ("llm", "slm"): 100 * k})
     for _ in range(10 * k):
         metrics.e2e.observe(1.0)
-    metrics.visits.update({"slm": 10 * k, "llm": 5 * k})
+    metrics.visits.update(visits)
     return metrics.render(active=0)
 
 
@@ -66,16 +73,15 @@ def test_prefill_steps_leave_the_latencies_and_are_priced_per_request_and_per_to
     # llm: the stall is out already (slow-step counters), and not taken out twice
     assert dict(prof.step_ms["llm"].points) == pytest.approx({1: 6.0})
     committed = 2000.0  # tokens in the window, both models
-    assert prof.prefill["slm"] == pytest.approx(
-        {"steps": 20, "ms": 400.0 - 20 * 2.0, "ms_per_token": 360.0 / committed, "ms_per_visit": 360.0 / 20}
-    )
-    assert prof.prefill["llm"] == pytest.approx(
-        {"steps": 10, "ms": 860.0 - 10 * 6.0, "ms_per_token": 800.0 / committed, "ms_per_visit": 800.0 / 10}
-    )
-    assert prof.workload["prefill_above"] == 64
+    # per request: over the 20 that ended; per visit: over those each model wrote a token of
+    assert prof.prefill["slm"] == pytest.approx({"steps": 20, "ms": 400.0 - 20 * 2.0, "ms_per_token": 360.0 / committed,
+                                                 "ms_per_request": 360.0 / 20, "ms_per_visit": 360.0 / 20})  # fmt: skip
+    assert prof.prefill["llm"] == pytest.approx({"steps": 10, "ms": 860.0 - 10 * 6.0, "ms_per_token": 800.0 / committed,
+                                                 "ms_per_request": 800.0 / 20, "ms_per_visit": 800.0 / 10})  # fmt: skip
+    assert prof.workload["prefill_steps"] == "longest row > 64"
     # left in, as profiles before the fortieth session had them
     kept = profile_from_metrics(PLAN, after, before, min_steps=5, fit_alone=False, prefill_above=None)
-    assert kept.prefill == {} and "prefill_above" not in kept.workload
+    assert kept.prefill == {} and "prefill_steps" not in kept.workload
     assert dict(kept.step_ms["llm"].points) == pytest.approx({1: (1200.0 + 860.0) / 210})
     assert dict(kept.alone_ms["slm"].points) == pytest.approx({2: 800.0 / 220})
 
@@ -154,11 +160,39 @@ def test_a_cost_per_request_is_spread_over_the_tokens_of_the_load_tuned_for():
     # llm: 80 ms per request reaching it, half the requests reached it, 400 tokens each
     assert [c.ms_per_token for c in longer.prefill] == pytest.approx([18.0 / 400, 80.0 * 0.5 / 400])
     assert with_prefill(base, prof, ["slm"]).prefill[1] is None
-    prof.workload.pop("requests")
+    for cost in prof.prefill.values():  # a profile whose server did not count the requests that ended
+        cost.pop("ms_per_request")
     warnings: list[str] = []
     stays = with_prefill(base, prof, ["slm", "llm"], 400, warnings)
     assert [c.ms_per_token for c in stays.prefill] == pytest.approx([360.0 / 2000, 800.0 / 2000])
     assert len(warnings) == 2 and "not scaled to 400 tokens per request" in warnings[1]
+
+
+def test_servers_that_count_first_runs_price_those_steps_and_not_long_returns():
+    """Since the fortieth session the subservers count the steps that ran some request's first tokens: those
+    are the prefills, whatever their length (a 32-token prompt here), and a return after 128 tokens away stays
+    in its batch size's latency; the cost per visit is over the first runs counted."""
+    k = 1
+    shapes = {
+        "slm": {"2/1/alone": (200, 400.0, 400), "2/32/alone": (10, 40.0, 340)},
+        "llm": {"1/1/untracked": (100, 600.0, 100), "1/128/untracked": (5, 50.0, 600),
+                "1/64/untracked": (5, 50.0, 300)},
+    }  # fmt: skip
+    firsts = {"slm": {"2/32/alone": (10, 40.0, 10)}, "llm": {"1/64/untracked": (5, 50.0, 5)}}
+    by_bs = {"slm": {2: (210, 440.0)}, "llm": {1: (110, 700.0)}}
+    alone = {"slm": {2: (210, 440.0)}, "llm": {}}
+    after = render(k, shapes, firsts, by_bs, alone, {"slm": {}, "llm": {}}, {"slm": 10, "llm": 5})
+    assert (
+        'tokenrouter_first_step_rows_by_shape_total{model="llm",bs="1",q="64",overlap="untracked"} 5' in after
+    )
+    prof = profile_from_metrics(PLAN, after, min_steps=5, fit_alone=False)
+    assert prof.workload["prefill_steps"] == "first runs"
+    assert dict(prof.step_ms["slm"].points) == pytest.approx({2: 2.0})
+    assert dict(prof.step_ms["llm"].points) == pytest.approx({1: 650.0 / 105})  # the long return stays
+    routine = 650.0 / 105
+    assert prof.prefill["llm"] == pytest.approx({"steps": 5, "ms": round(50.0 - 5 * routine, 3), "ms_per_token": (50.0 - 5 * routine) / 1000,
+                                                 "ms_per_request": (50.0 - 5 * routine) / 10, "ms_per_visit": (50.0 - 5 * routine) / 5})  # fmt: skip
+    assert prof.prefill["slm"]["ms_per_visit"] == pytest.approx(2.0)  # 10 runs of 4 ms against 2
 
 
 def test_a_benchmarks_requests_give_the_cost_per_visit():
@@ -193,8 +227,8 @@ def test_cli_profile_then_tune_for_longer_requests(tmp_path):
     r = run("profile", "examples/bernoulli.tr", "--from-metrics", str(tmp_path / "after.txt"), "--since",
             str(tmp_path / "before.txt"), "-o", str(prof))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "llm: 10 steps ran more than 64 new tokens in a row (prompt prefills): 800.0 ms" in r.stdout
-    assert "80.00 ms per request reaching llm" in r.stdout
+    assert "llm: prompt prefills (10 steps, longest row > 64) priced apart: 800.0 ms beyond" in r.stdout
+    assert "0.4000 ms per committed token, 40.00 per request that ended, 80.00 per first run" in r.stdout
     r = run("tune", "examples/bernoulli.tr", "--profile", str(prof), "-n", "4", "--request-tokens", "400",
             "-o", str(tmp_path / "t.plan"))  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -168,6 +168,9 @@ class SubserverStats(msgspec.Struct, tag=True):
     # to a power of two (scheduler.q_class), and "alone" / "overlapped" (by a step of a model sharing the GPU;
     # busy_board.py), "stall", or "untracked" (no busy board) -> (steps, ms, new tokens)
     step_ms_by_shape: dict[str, tuple[int, float, int]] = {}
+    # the steps among those that ran some request's first tokens on this subserver (a prefill: KV from nothing),
+    # same key -> (steps, ms, rows that were such first runs)
+    first_ms_by_shape: dict[str, tuple[int, float, int]] = {}
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

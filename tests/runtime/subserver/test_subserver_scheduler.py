@@ -68,6 +68,35 @@ def test_hops_send_only_the_unseen_suffix_and_returns_run_as_extends(pair):
         assert s.reqs == {} and s.engine.seq_len("r") == 0
 
 
+def test_the_steps_that_run_a_requests_first_tokens_are_counted(pair):
+    """A prefill at the entry model, the whole sequence on a first hop, but not the extend of a return: the
+    steps that ran some request's first tokens here, by shape, with the rows that were such first runs
+    (`tokenrouter_first_*_by_shape_total`: the throughput model prices them apart)."""
+    from tokenrouter.runtime.frontend.metrics import Metrics
+
+    a, b = pair["a"], pair["b"]
+    for rid, prompt in (("r", [5, 6, 7]), ("s", [8, 9])):
+        a.handle(m.NewRequest(rid, prompt, SPEC, n_active=2))
+    hop = run_until_hop(a)
+    assert a.stats().first_ms_by_shape.keys() == {"2/4/untracked"}  # one step ran both prompts: 3 tokens, q 4
+    steps, ms, rows = a.stats().first_ms_by_shape["2/4/untracked"]
+    assert (steps, rows) == (1, 2) and ms == pytest.approx(a.stats().step_ms_by_shape["2/4/untracked"][1])
+    b.handle(hop)
+    back = run_until_hop(b)
+    (key, (steps, _, rows)), *_ = b.stats().first_ms_by_shape.items()
+    assert len(b.stats().first_ms_by_shape) == 1 and (steps, rows) == (1, 1)
+    assert key == f"1/{1 << (len(hop.tokens) - 1).bit_length()}/untracked"  # the whole sequence
+    a.handle(back)
+    before = a.stats().first_ms_by_shape
+    run_until_hop(a)  # the return runs as an extend: no first run
+    assert a.stats().first_ms_by_shape == before
+    metrics = Metrics(models=["a", "b"])
+    metrics.on_stats(a.stats())
+    out = metrics.render(active=0)
+    assert 'tokenrouter_first_steps_by_shape_total{model="a",bs="2",q="4",overlap="untracked"} 1\n' in out
+    assert 'tokenrouter_first_step_rows_by_shape_total{model="a",bs="2",q="4",overlap="untracked"} 2\n' in out
+
+
 def test_late_hop_of_an_aborted_request_is_dropped(pair):
     a, b = pair["a"], pair["b"]
     a.handle(m.NewRequest("r", [3, 4], SPEC, n_active=1))

@@ -616,14 +616,16 @@ def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
         lines.append(
             f"  {m}: {ms:.3f} ms of delay per hop received, beyond its own step (hops are instant in the chain)"
         )
+    which = profile.workload.get("prefill_steps", "")
     for m, cost in profile.prefill.items():
-        per_visit = cost.get("ms_per_visit")
+        per = [f"{cost['ms_per_token']:.4f} ms per committed token"]
+        if cost.get("ms_per_request") is not None:
+            per.append(f"{cost['ms_per_request']:.2f} per request that ended")
+        if cost.get("ms_per_visit") is not None:
+            per.append(f"{cost['ms_per_visit']:.2f} per first run of a request on {m}")
         lines.append(
-            f"  {m}: {cost['steps']} steps ran more than {profile.workload.get('prefill_above')} new tokens in a "
-            f"row (prompt prefills): {cost['ms']:.1f} ms beyond a step of their batch size, priced apart, "
-            + (f"{per_visit:.2f} ms per request reaching {m}" if per_visit is not None else "")
-            + (", " if per_visit is not None else "")
-            + f"{cost['ms_per_token']:.4f} ms per committed token"
+            f"  {m}: prompt prefills ({cost['steps']} steps, {which}) priced apart: {cost['ms']:.1f} ms beyond a "
+            f"step of their batch size, " + ", ".join(per)
         )
     latencies("alone", profile.alone_ms)
     for m, sizes in profile.workload.get("merged_batches", {}).items():

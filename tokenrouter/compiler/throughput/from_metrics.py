@@ -31,14 +31,17 @@ state"). `workload.requests` holds the requests that ended in the window and, pe
 wrote a token of (`tokenrouter_requests_visiting_total`): `tune` holds that against the hops into the model,
 and warns where routing concentrates in a few requests (`plan_inputs.concentration_warnings`).
 
-Prompt prefills are priced apart (servers from the thirty-fifth session on, which count steps by shape:
-`tokenrouter_steps_by_shape_total`). A step whose longest row ran more than `prefill_above` new tokens (64 by
-default: the largest extend the engine's CUDA graphs capture; a request's first step at a model, or a return
-after more than 64 tokens away) leaves its batch size's latency, alone or beside. What it took beyond a step
-of its batch size becomes the profile's `prefill`: per model, those ms per token the system committed (the
-chain spreads them over the model's steps) and per request that reached the model (the simulator adds them to
-a request's first step there; `prefill.py`). With 3,072-token prompts four prefills made the 8B's latency at 4
-rows 15.9 ms against 6.6 for its other steps there (docs/throughput.md, "Prompt prefill").
+Prompt prefills are priced apart. Servers from the fortieth session on count the steps that ran some request's
+first tokens on a model (`tokenrouter_first_steps_by_shape_total`, and the rows that were such first runs):
+those are the prefills. On servers from the thirty-fifth session on, which count steps by shape only
+(`tokenrouter_steps_by_shape_total`), a step whose longest row ran more than `prefill_above` new tokens is taken
+for one (64 by default: the largest extend the engine's CUDA graphs capture; that also takes a return after more
+than 64 tokens away). A prefill step leaves its batch size's latency, alone or beside. What it took beyond a step
+of its batch size becomes the profile's `prefill`: per model, those ms per token the system committed (the chain
+spreads them over the model's steps), per request that ended (`tune --request-tokens` spreads them over a load's
+requests) and per first run of a request there (the simulator adds them to a request's first step there;
+`prefill.py`). With 3,072-token prompts four prefills made the 8B's latency at 4 rows 15.9 ms against 6.6 for its
+other steps there (docs/throughput.md, "Prompt prefill").
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -55,9 +58,17 @@ from tokenrouter.compiler.throughput.inputs import StepLatency
 from tokenrouter.compiler.throughput.policy import policy_routing
 from tokenrouter.compiler.throughput.profile_format import Profile
 
-PREFILL_ABOVE = (
-    64  # new tokens in a step's longest row above which it is a prefill (the largest graphed extend)
-)
+# new tokens in a step's longest row above which it is a prefill (the largest graphed extend)
+PREFILL_ABOVE = 64
+# counter -> (the prefill steps it feeds: those that ran a request's first tokens, or by their shape; 0: steps,
+# 1: seconds, 2: first runs)
+_PREFILL = {
+    "tokenrouter_first_steps_by_shape_total": ("first", 0),
+    "tokenrouter_first_step_seconds_by_shape_total": ("first", 1),
+    "tokenrouter_first_step_rows_by_shape_total": ("first", 2),
+    "tokenrouter_steps_by_shape_total": ("long", 0),
+    "tokenrouter_step_seconds_by_shape_total": ("long", 1),
+}
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 # counter -> (the workload's mean it feeds, 0: its events / 1: their seconds)
@@ -105,8 +116,9 @@ def profile_from_metrics(
     """The profile between two scrapes (`before` None: since the server started). `committed` (model ->
     {target: share of hops that keep their token}) defaults to what the plan's rules say. `fit_alone`: the
     latencies alone as the non-decreasing fit of their means (`non_decreasing`; `workload.alone_fit` says so),
-    else the means as measured. `prefill_above`: the steps whose longest row ran more new tokens than this are
-    priced apart (`prefill`); None leaves them in their batch sizes' latencies."""
+    else the means as measured. `prefill_above` None leaves the prefill steps in their batch sizes' latencies;
+    else they are priced apart (`prefill`): the steps that ran a request's first tokens where the server counts
+    them, else those whose longest row ran more new tokens than `prefill_above`."""
     a, b = parse_metrics(after), parse_metrics(before or "")
 
     def delta(key) -> float:
@@ -121,10 +133,11 @@ def profile_from_metrics(
     hops: dict[str, dict[str, float]] = defaultdict(dict)
     thresholds: dict[str, int] = {}
     visits: dict[str, int] = {}  # model -> ended requests it wrote a token of
-    # model -> (batch size, overlap) -> [steps, seconds] of the prefill steps (longest row > prefill_above)
-    prefills: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(
-        lambda: defaultdict(lambda: [0.0, 0.0])
-    )
+    # model -> (batch size, overlap) -> [steps, seconds, first runs] of the prefill steps: those that ran a request's
+    # first tokens (`first`, servers from the fortieth session on), or whose longest row ran > prefill_above (`long`)
+    first: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
+    long: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
+    counts_first = any(name == "tokenrouter_first_steps_by_shape_total" for name, _ in a)
     ended = 0.0
     # workload key -> model -> [events, seconds]: back-to-back steps and the host time between them; hops received
     # and their delay
@@ -149,12 +162,13 @@ def profile_from_metrics(
             alone[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_alone_step_seconds")] += delta(
                 key
             )
-        elif name in ("tokenrouter_steps_by_shape_total", "tokenrouter_step_seconds_by_shape_total"):
-            if prefill_above is not None and int(lab["q"]) > prefill_above and lab["overlap"] != "stall":
-                # (a stall is left out of its batch size already, by the slow-step counters)
-                prefills[lab["model"]][(int(lab["bs"]), lab["overlap"])][
-                    name.startswith("tokenrouter_step_sec")
-                ] += delta(key)
+        elif name in _PREFILL and prefill_above is not None and lab["overlap"] != "stall":
+            # (a stall is left out of its batch size already, by the slow-step counters)
+            table, i = _PREFILL[name]
+            if table == "first" or int(lab["q"]) > prefill_above:
+                (first if table == "first" else long)[lab["model"]][(int(lab["bs"]), lab["overlap"])][i] += (
+                    delta(key)
+                )
         elif name == "tokenrouter_generation_tokens_total":
             tokens[lab["model"]] = delta(key)
         elif name == "tokenrouter_hops_total":
@@ -174,8 +188,9 @@ def profile_from_metrics(
         raise MetricsProfileError(
             "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
         )
+    prefills = first if counts_first else long
     for x, by in prefills.items():  # the prefill steps leave their batch sizes' latencies, alone ones too
-        for (bs, overlap), (n, sec) in by.items():
+        for (bs, overlap), (n, sec, _) in by.items():
             for table in (steps, alone) if overlap == "alone" else (steps,):
                 table[x][bs][0] -= n
                 table[x][bs][1] -= sec
@@ -194,7 +209,16 @@ def profile_from_metrics(
             )
         step_ms[x] = StepLatency(tuple(pts))
     alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps, fit_alone)
-    prefill = _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, sum(tokens.values()), visits)
+    prefill = _prefill_costs(
+        models,
+        prefills,
+        step_ms,
+        alone_ms,
+        beside_ms,
+        sum(tokens.values()),
+        ended,
+        None if counts_first else visits,
+    )
     # the board counted steps alone, but too few for any model's latencies alone: `tune` warns (run 141: the
     # 0.6B alone in 16 steps of a 4-round eager profile, and the plain chain chose a threshold 12 % slower)
     too_few: dict[str, int] = {}
@@ -250,7 +274,11 @@ def profile_from_metrics(
             **({"alone_too_few": too_few} if too_few else {}),
             # servers from the thirty-fifth session on: the ended requests, and how many each model wrote in
             **({"requests": {"ended": int(round(ended)), "visited": visits}} if visits and ended > 0 else {}),
-            **({"prefill_above": prefill_above} if prefill_above is not None else {}),
+            **(
+                {"prefill_steps": "first runs" if counts_first else f"longest row > {prefill_above}"}
+                if prefill_above is not None
+                else {}
+            ),
         },  # fmt: skip
         alone_ms=alone_ms,
         beside_ms=beside_ms,
@@ -258,25 +286,29 @@ def profile_from_metrics(
     )
 
 
-def _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, committed: float, visits: dict[str, int]):
+def _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, committed: float, ended: float, visits):
     """Per model with prefill steps: {"steps", "ms": what they took beyond a step of their batch size (alone
     steps against the latency alone, overlapped ones against the latency beside, where the profile has them),
-    "ms_per_token": that over the tokens the system committed, "ms_per_visit": over the ended requests that
-    the model wrote a token of (where the server counts them)}."""
+    "ms_per_token": that over the tokens the system committed, "ms_per_request": over the requests that ended
+    (where the server counts them), "ms_per_visit": over the first runs of a request on the model (counted with
+    the steps; on older servers, `visits`: the ended requests that the model wrote a token of)}."""
     out: dict[str, dict[str, float]] = {}
     for x in models:
         by = prefills.get(x) or {}
-        n = sum(c for c, _ in by.values())
+        n = sum(c for c, _, _ in by.values())
         if n < 0.5 or committed <= 0:
             continue
         extra = 0.0
-        for (bs, overlap), (c, sec) in by.items():
+        for (bs, overlap), (c, sec, _) in by.items():
             table = alone_ms if overlap == "alone" else beside_ms if overlap == "overlapped" else {}
             routine = table.get(x, step_ms[x]).at(bs)
             extra += max(0.0, 1000.0 * sec - c * routine)
         cost = {"steps": int(round(n)), "ms": round(extra, 3), "ms_per_token": extra / committed}
-        if visits.get(x):
-            cost["ms_per_visit"] = extra / visits[x]
+        if ended > 0:
+            cost["ms_per_request"] = extra / ended
+        runs = sum(r for _, _, r in by.values()) if visits is None else visits.get(x, 0)
+        if runs > 0:
+            cost["ms_per_visit"] = extra / runs
         out[x] = cost
     return out
 

@@ -347,29 +347,26 @@ def with_prefill(
 ) -> SystemInputs:
     """`inputs` with the profile's prefill cost (`PrefillCost`) for each of `models` that has one. A prefill
     is paid per request, so its cost per committed token depends on how many tokens a request commits: with
-    `request_tokens`, `ms_per_token` is the profile's `ms_per_visit` × the share of its ended requests that
-    reached the model, over `request_tokens` (the matrix profiles with 256-token requests and benchmarks
-    512-token ones: the profile's own `ms_per_token` would price prefills twice over). Where the profile has
-    no per-request cost (its server did not count the requests each model reached), its own `ms_per_token`
-    stays, with a line in `warnings`."""
-    req = profile.workload.get("requests") or {}
-    ended, visited = req.get("ended") or 0, req.get("visited") or {}
+    `request_tokens`, `ms_per_token` is the profile's `ms_per_request` over `request_tokens` (the matrix profiles
+    with 256-token requests and benchmarks 512-token ones: the profile's own `ms_per_token` would price prefills
+    twice over). Where the profile has no cost per request (its server did not count the requests that ended),
+    its own `ms_per_token` stays, with a line in `warnings`."""
     costs = []
     for m in inputs.models:
         cost = profile.prefill.get(m) if m in models else None
         if cost is None:
             costs.append(None)
             continue
-        per_token, per_visit = cost["ms_per_token"], cost.get("ms_per_visit")
+        per_token = cost["ms_per_token"]
         if request_tokens is not None:
-            if per_visit is not None and ended > 0 and visited.get(m):
-                per_token = per_visit * min(1.0, visited[m] / ended) / request_tokens
+            if cost.get("ms_per_request") is not None:
+                per_token = cost["ms_per_request"] / request_tokens
             elif warnings is not None:
                 warnings.append(
                     f"the profile's prefill cost of {m} stays per token of the profile's own load, not scaled to "
-                    f"{request_tokens} tokens per request: the profile does not count the requests {m} reached"
+                    f"{request_tokens} tokens per request: the profile does not count the requests that ended"
                 )
-        costs.append(PrefillCost(per_token, per_visit))
+        costs.append(PrefillCost(per_token, cost.get("ms_per_visit")))
     return dataclasses.replace(inputs, prefill=tuple(costs)) if any(costs) else inputs
 
 

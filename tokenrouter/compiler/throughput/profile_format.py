@@ -21,9 +21,9 @@ read by `tokenrouter profile --from-metrics`; `--alone FILE` gives `alone_ms` fr
 The chain takes one or the other by state, with `step_ms` where a model has no `beside_ms`. A profile has
 `colocation` or `alone_ms`, not both. Optional `prefill` (`profile --from-metrics`): per model, its prompt
 prefills priced apart from `step_ms` (which then leaves those steps out), `{"steps": 4, "ms": 311.2,
-"ms_per_token": 0.076, "ms_per_visit": 77.8}`: the prefill steps, the ms they took beyond a step of their batch
-size, those ms per token the system committed and per request that reached the model (`inputs.PrefillCost`;
-`ms_per_visit` only where the server counted the requests).
+"ms_per_token": 0.076, "ms_per_request": 38.9, "ms_per_visit": 77.8}`: the prefill steps, the ms they took beyond
+a step of their batch size, and those ms per token the system committed, per request that ended and per first
+run of a request on the model (`inputs.PrefillCost`; the last two only where the server counted them).
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ def read_profile(path: str | Path) -> Profile:
                     'expected {"ms_per_token": ms >= 0, "ms_per_visit": ms >= 0 (optional), ...}'
                 )
             PrefillCost(cost["ms_per_token"], cost.get("ms_per_visit"))
+            PrefillCost(cost.get("ms_per_request", 0.0), None)  # the same rule for the cost per request
         except ValueError as e:
             raise fail(f"prefill.{m}", str(e)) from None
     return Profile(

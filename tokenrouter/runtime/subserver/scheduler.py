@@ -156,6 +156,9 @@ class Scheduler:
         self.new_tokens_total = 0
         self._ran_tokens = 0  # the engine's count for the step running now (`_forward`)
         self._ran_longest = 0  # and its longest row's (the step's shape, `q_class`)
+        self._ran_first = (
+            0  # and its rows that ran a request here for the first time (KV from nothing: a prefill)
+        )
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
@@ -166,6 +169,10 @@ class Scheduler:
         # every step by its shape: (batch size, new tokens of its longest row rounded up to a power
         # of two (`q_class`), how it overlapped) -> [steps, ms, new tokens]
         self.shape_ms: dict[tuple[int, int, str], list[float]] = {}
+        # the steps among them that ran some request's first tokens here (its prompt, or all it had on its first
+        # hop here; an eviction's re-prefill happens inside the engine and is not one): same key -> [steps, ms,
+        # such rows]; the throughput model prices them per request apart from the other steps (`from_metrics`)
+        self.first_shape_ms: dict[tuple[int, int, str], list[float]] = {}
         # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
         # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
         self.gaps = 0
@@ -302,7 +309,7 @@ class Scheduler:
             self.gaps += 1
             self.gap_ms += (t0 - self._ready_end) * 1000.0
             self._ready_end = None
-        self._ran_tokens = self._ran_longest = 0
+        self._ran_tokens = self._ran_longest = self._ran_first = 0
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
@@ -327,6 +334,8 @@ class Scheduler:
             tally(self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0]), ms, new_tokens)
         overlap = "stall" if stall else "untracked" if board is None else "alone" if alone else "overlapped"
         tally(self.shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0]), ms, new_tokens)
+        if self._ran_first:
+            tally(self.first_shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0]), ms, self._ran_first)
         tally(acc, ms, new_tokens)
         ended = time.monotonic()
         self._recent_steps.append((began, ended))
@@ -404,6 +413,7 @@ class Scheduler:
         return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
+        self._ran_first += sum(1 for r in rows if not r.fed)  # before the route kernel moves `fed`
         # r.new_tokens(), inlined (once per row per step)
         step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
         # what the engine ran (`StepOutput.stats`); from an engine that does not say, the tokens it was given
@@ -580,6 +590,10 @@ class Scheduler:
             alone_tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.alone_ms_by_bs.items()},
             step_ms_by_shape={
                 f"{bs}/{q}/{o}": (int(n), ms, int(k)) for (bs, q, o), (n, ms, k) in self.shape_ms.items()
+            },
+            first_ms_by_shape={
+                f"{bs}/{q}/{o}": (int(n), ms, int(k))
+                for (bs, q, o), (n, ms, k) in self.first_shape_ms.items()
             },
             gaps=self.gaps,
             gap_ms=self.gap_ms,
