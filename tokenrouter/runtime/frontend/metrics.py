@@ -267,32 +267,30 @@ class Metrics:
         ):
             metric(f"{prefix}step_tokens_by_batch_total", "counter", help_,
                    [({"model": x, "bs": str(bs)}, k) for x, s in stats for bs, k in sorted(getattr(s, attr).items())])  # fmt: skip
-        shapes = sorted(
-            ((x, key.split("/"), v) for x, s in stats for key, v in s.step_ms_by_shape.items()),
-            key=lambda t: (t[0], int(t[1][0]), int(t[1][1]), t[1][2]),
-        )
-        for name, help_, i, scale in (
-            ("steps_by_shape_total", "Steps run, by shape: batch size, the new tokens of the step's longest row "
-             "rounded up to a power of two (q = 1: a decode step; a CUDA graph of (bs, q) pads every row to q), "
-             "and overlap: alone, overlapped (by a step of a model sharing the GPU), stall, or untracked "
-             "(no model shares the GPU).", 0, 1.0),
-            ("step_seconds_by_shape_total", "Time spent in those steps.", 1, 1e-3),
-            ("step_tokens_by_shape_total", "Tokens run in those steps.", 2, 1.0),
-        ):  # fmt: skip
-            metric(name, "counter", help_,
-                   [({"model": x, "bs": bs, "q": q, "overlap": o}, v[i] * scale) for x, (bs, q, o), v in shapes])  # fmt: skip
-        firsts = sorted(
-            ((x, key.split("/"), v) for x, s in stats for key, v in s.first_ms_by_shape.items()),
-            key=lambda t: (t[0], int(t[1][0]), int(t[1][1]), t[1][2]),
-        )
-        for name, help_, i, scale in (
-            ("first_steps_by_shape_total", "The steps among those that ran some request's first tokens on the "
-             "model (a prefill: its prompt, or all it had on its first hop there), by the same shape.", 0, 1.0),
-            ("first_step_seconds_by_shape_total", "Time spent in those steps.", 1, 1e-3),
-            ("first_step_rows_by_shape_total", "The rows of those steps that were such first runs.", 2, 1.0),
-        ):  # fmt: skip
-            metric(name, "counter", help_,
-                   [({"model": x, "bs": bs, "q": q, "overlap": o}, v[i] * scale) for x, (bs, q, o), v in firsts])  # fmt: skip
+        by_shape = (
+            ("step_ms_by_shape", (
+                ("steps_by_shape_total", "Steps run, by shape: batch size, the new tokens of the step's longest row "
+                 "rounded up to a power of two (q = 1: a decode step; a CUDA graph of (bs, q) pads every row to q), "
+                 "and overlap: alone, overlapped (by a step of a model sharing the GPU), stall, or untracked "
+                 "(no model shares the GPU).", 0, 1.0),
+                ("step_seconds_by_shape_total", "Time spent in those steps.", 1, 1e-3),
+                ("step_tokens_by_shape_total", "Tokens run in those steps.", 2, 1.0),
+            )),
+            ("first_ms_by_shape", (
+                ("first_steps_by_shape_total", "The steps among those that ran some request's first tokens on the "
+                 "model (a prefill: its prompt, or all it had on its first hop there), by the same shape.", 0, 1.0),
+                ("first_step_seconds_by_shape_total", "Time spent in those steps.", 1, 1e-3),
+                ("first_step_rows_by_shape_total", "The rows of those steps that were such first runs.", 2, 1.0),
+            )),
+        )  # fmt: skip
+        for attr, counters in by_shape:
+            shapes = sorted(
+                ((x, key.split("/"), v) for x, s in stats for key, v in getattr(s, attr).items()),
+                key=lambda t: (t[0], int(t[1][0]), int(t[1][1]), t[1][2]),
+            )
+            for name, help_, i, scale in counters:
+                metric(name, "counter", help_,
+                       [({"model": x, "bs": bs, "q": q, "overlap": o}, v[i] * scale) for x, (bs, q, o), v in shapes])  # fmt: skip
         for name, help_, h in (
             ("time_to_first_token_seconds", "From a request's arrival to its first token.", self.ttft),
             (
