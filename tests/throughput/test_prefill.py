@@ -233,6 +233,16 @@ def test_cli_profile_then_tune_for_longer_requests(tmp_path):
             "-o", str(tmp_path / "t.plan"))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "prompt prefill, apart from the step latency: slm 0.045 ms per committed token" in r.stdout
+    assert "(profile; priced for 400 tokens per request (--request-tokens))" in r.stdout
+    r = run(
+        "tune", "examples/bernoulli.tr", "--profile", str(prof), "-n", "4", "-o", str(tmp_path / "u.plan")
+    )
+    assert r.returncode == 0, r.stderr
+    assert "slm 0.18 ms per committed token" in r.stdout  # the profile's own: 100-token requests
+    assert (
+        "priced for the profile's own load, 100 tokens per request (--request-tokens prices another)"
+        in r.stdout
+    )
     tuning = json.loads((tmp_path / "t.plan").read_text())["tuning"]
     assert tuning["prefill"]["llm"] == {
         "ms_per_token": pytest.approx(0.1),

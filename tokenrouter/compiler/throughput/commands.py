@@ -84,12 +84,19 @@ def describe_inputs(system: PlanSystem) -> list[str]:
     lines = [f"step latency: {steps}", "routing: " + "; ".join(probs)]
     costs = [
         f"{m} {c.ms_per_token:.4g} ms per committed token"
-        + (f", {c.ms_per_visit:.4g} ms per request reaching it" if c.ms_per_visit is not None else "")
+        + (
+            f", {c.ms_per_visit:.4g} ms per first run of a request on it"
+            if c.ms_per_visit is not None
+            else ""
+        )
         for m, c in zip(inp.models, inp.prefill or (None,) * inp.n_models, strict=True)
         if c is not None
     ]
     if costs:
-        lines.append("prompt prefill, apart from the step latency: " + "; ".join(costs) + " (profile)")
+        lines.append(
+            "prompt prefill, apart from the step latency: " + "; ".join(costs) + f" (profile; priced for "
+            f"{system.prefill_for})"
+        )
     return lines
 
 

@@ -90,6 +90,8 @@ class PlanSystem:
     # the profile's ended requests, per model how many it wrote a token of, and the hops into it in the same
     # window (`workload.requests` and `counts`; empty without them): `concentration_warnings`
     requests: dict[str, Any] = field(default_factory=dict)
+    # what the prefill costs are priced for: "512 tokens per request (--request-tokens)", or the profile's own load
+    prefill_for: str = ""
 
 
 def auto_models(plan: dict) -> list[str]:
@@ -120,6 +122,7 @@ def system_from_plan(
     if request_tokens is not None and (not isinstance(request_tokens, int) or request_tokens < 1):
         raise ThroughputUsageError(f"--request-tokens must be an int >= 1, got {request_tokens!r}")
     warnings = []
+    prefill_for = ""
     if profile is not None:
         sha = plan.get("source", {}).get("sha256")
         if profile.source_sha256 and sha and profile.source_sha256 != sha:
@@ -205,11 +208,26 @@ def system_from_plan(
             )
             if inputs.prefill:
                 sources["prefill"] = {m: "profile" for m, c in zip(models, inputs.prefill, strict=True) if c}
+                prefill_for = _prefill_for(profile, request_tokens)
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
     fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
-    return PlanSystem(inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]))
+    return PlanSystem(
+        inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]), prefill_for
+    )
+
+
+def _prefill_for(profile: Profile, request_tokens: int | None) -> str:
+    """What the prefill costs are priced for, in words (`tune` prints it)."""
+    if request_tokens is not None and all(
+        c.get("ms_per_request") is not None for c in profile.prefill.values()
+    ):
+        return f"{request_tokens} tokens per request (--request-tokens)"
+    ended = (profile.workload.get("requests") or {}).get("ended") or 0
+    generated = profile.workload.get("generated_tokens") or 0
+    own = f", {generated / ended:.0f} tokens per request" if ended and generated else ""
+    return f"the profile's own load{own} (--request-tokens prices another)"
 
 
 def _profile_requests(profile: Profile | None, p_sources: dict[str, str]) -> dict[str, Any]:
