@@ -96,6 +96,10 @@ def test_profile_file_keeps_the_prefill_and_checks_it(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=r"field prefill\.llm: prefill ms_per_token must be"):
         read_profile(tmp_path / "bad.json")
+    data["prefill"]["llm"].update(ms_per_token=0.1, ms_per_request=float("nan"))
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match=r"field prefill\.llm: prefill ms_per_request must be"):
+        read_profile(tmp_path / "bad.json")
     data["prefill"] = {"xlm": {"ms_per_token": 1.0}}
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=r"field prefill\.xlm: a model without step_ms"):

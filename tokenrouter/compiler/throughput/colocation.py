@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility_error
 from tokenrouter.compiler.throughput.dtmc import ChainError, analyze, step_ticks
-from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
+from tokenrouter.compiler.throughput.inputs import ColocationTerm, SystemInputs
 from tokenrouter.compiler.throughput.profile_format import Profile
 
 MIN_SHARE_GAP = 0.05  # the co-runners' busy share must differ this much between the two profiles
@@ -203,10 +203,7 @@ def calibrate(
 
 def shifted(inputs: SystemInputs, shift: list[float], floor_ms: float) -> SystemInputs:
     """The inputs with each model's step latency moved by shift[i] ms (never below floor_ms), no term."""
-    steps = tuple(
-        StepLatency(tuple((b, max(floor_ms, ms + d)) for b, ms in s.points)) if d else s
-        for s, d in zip(inputs.step, shift, strict=True)
-    )
+    steps = tuple(s.shifted(d, floor_ms) for s, d in zip(inputs.step, shift, strict=True))
     return dataclasses.replace(inputs, step=steps, colocation=())
 
 

@@ -89,8 +89,8 @@ def describe_inputs(system: PlanSystem) -> list[str]:
             if c.ms_per_visit is not None
             else ""
         )
-        for m, c in zip(inp.models, inp.prefill or (None,) * inp.n_models, strict=True)
-        if c is not None
+        for i, m in enumerate(inp.models)
+        if (c := inp.prefill_at(i)) is not None
     ]
     if costs:
         lines.append(

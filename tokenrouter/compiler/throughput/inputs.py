@@ -55,6 +55,10 @@ class StepLatency:
                 return l0 + (l1 - l0) * (b - b0) / (b1 - b0)
         return pts[-1][1]
 
+    def shifted(self, ms: float, floor_ms: float = 0.0) -> StepLatency:
+        """The latency moved by `ms` at every batch size (never below `floor_ms`); itself where `ms` is 0."""
+        return StepLatency(tuple((b, max(floor_ms, x + ms)) for b, x in self.points)) if ms else self
+
     def describe(self) -> str:
         if len(self.points) == 1:
             return f"{self.points[0][1]:g} ms"
@@ -111,12 +115,15 @@ class PrefillCost:
     ms_per_visit: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ms_per_token", "ms_per_visit"):
-            v = getattr(self, name)
-            if v is None and name == "ms_per_visit":
-                continue
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"prefill {name} must be a finite number of ms >= 0, got {v!r}")
+        check_prefill_ms("ms_per_token", self.ms_per_token)
+        if self.ms_per_visit is not None:
+            check_prefill_ms("ms_per_visit", self.ms_per_visit)
+
+
+def check_prefill_ms(name: str, v) -> None:
+    """A prefill cost's field (`PrefillCost`, and a profile's `prefill`): a finite number of ms >= 0."""
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+        raise ValueError(f"prefill {name} must be a finite number of ms >= 0, got {v!r}")
 
 
 @dataclass(slots=True)

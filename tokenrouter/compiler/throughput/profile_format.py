@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.compiler.throughput.inputs import PrefillCost, StepLatency
+from tokenrouter.compiler.throughput.inputs import StepLatency, check_prefill_ms
 
 PROFILE_FORMAT = "tokenrouter.profile/1"
 
@@ -173,8 +173,9 @@ def read_profile(path: str | Path) -> Profile:
                 raise ValueError(
                     'expected {"ms_per_token": ms >= 0, "ms_per_visit": ms >= 0 (optional), ...}'
                 )
-            PrefillCost(cost["ms_per_token"], cost.get("ms_per_visit"))
-            PrefillCost(cost.get("ms_per_request", 0.0), None)  # the same rule for the cost per request
+            for key in ("ms_per_token", "ms_per_request", "ms_per_visit"):
+                if key in cost:
+                    check_prefill_ms(key, cost[key])
         except ValueError as e:
             raise fail(f"prefill.{m}", str(e)) from None
     return Profile(

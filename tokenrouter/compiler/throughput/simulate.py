@@ -200,7 +200,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     away, expect = cfg.held_away_ms, cfg.held_expect
     first: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request first stepped there
     # per model, the ms a request's first step there adds (its prompt prefill), and the slots that have had it
-    visit_ms = [(c.ms_per_visit or 0.0) if c is not None else 0.0 for c in (inputs.prefill or (None,) * m)]
+    visit_ms = [(c.ms_per_visit or 0.0) if (c := inputs.prefill_at(i)) is not None else 0.0 for i in range(m)]
     prefilled: list[set[int]] = [set() for _ in range(m)]
     leaves: list[dict[int, int]] = [{} for _ in range(m)]  # per model, how often each request left it
     active = slots
