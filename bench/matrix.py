@@ -995,9 +995,16 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-# the report's profiles price steps of more new tokens than this apart (`from_metrics`, "Prompt prefills");
-# `--report --keep-prefills` sets None: they stay in their batch sizes' latencies, as before the fortieth session
-PREFILL_ABOVE: int | None = 64
+# `--report --keep-prefills` (and `bench/retune.py --keep-prefills`): the report's profiles leave the prompt prefills
+# in their batch sizes' latencies, as before the fortieth session, instead of pricing them apart
+KEEP_PREFILLS = False
+
+
+def prefill_above() -> int | None:
+    """`profile_from_metrics`'s `prefill_above` for the report's profiles: its default, or None (`KEEP_PREFILLS`)."""
+    from tokenrouter.compiler.throughput.from_metrics import PREFILL_ABOVE
+
+    return None if KEEP_PREFILLS else PREFILL_ABOVE
 
 
 def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
@@ -1007,7 +1014,7 @@ def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     twenty-sixth session on keep the uptime and threshold gauges, so the profile carries the busy share and
     the thresholds that `profile --colocation` needs of its second profile. `fit_alone`: its latencies alone
     fitted non-decreasing as `profile` fits them; by default the row's own means, as measured. Its prompt
-    prefills are priced apart as `profile` prices them (`PREFILL_ABOVE`)."""
+    prefills are priced apart as `profile` prices them (unless `KEEP_PREFILLS`)."""
     from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
@@ -1028,7 +1035,7 @@ def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     try:
         # fit_alone False (the default here): the row's own step times as measured
         prof = profile_from_metrics(stub, text(after), text(before), min_steps, committed=committed,
-                                    fit_alone=fit_alone, prefill_above=PREFILL_ABOVE)  # fmt: skip
+                                    fit_alone=fit_alone, prefill_above=prefill_above())  # fmt: skip
     except MetricsProfileError:
         return None
     return prof if set(prof.routing) == set(models) else None
@@ -1125,9 +1132,8 @@ def run_simulation(
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
-    inputs = with_visit_costs(
-        inputs, per_request
-    )  # the records keep no count of the requests a model reached
+    # the records before the fortieth session keep no count of the requests a model reached
+    inputs = with_visit_costs(inputs, per_request)
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
     held = any("starts_held" in d for d in step_deltas(rec).values())
@@ -1605,9 +1611,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        global PREFILL_ABOVE
-        if a.keep_prefills:
-            PREFILL_ABOVE = None
+        global KEEP_PREFILLS
+        KEEP_PREFILLS = a.keep_prefills
         records = load_records(a.report)
         print(tables(records))
         if a.by_batch:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import matrix  # noqa: E402  (bench/matrix.py: PREFILL_ABOVE, which `--keep-prefills` sets for both scripts)
+import matrix  # noqa: E402  (bench/matrix.py: KEEP_PREFILLS, which `--keep-prefills` sets for both scripts)
 from matrix import record_profile  # noqa: E402  (bench/matrix.py: a served row's profile from its record)
 
 from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
@@ -105,7 +105,7 @@ def retune(
         steps = min_steps or made.get("min_steps", 5)
         fit = made.get("alone_fit") == "non-decreasing" if fit_alone is None else fit_alone
         prof = profile_from_metrics(
-            plan, after, before, steps, fit_alone=fit, prefill_above=matrix.PREFILL_ABOVE
+            plan, after, before, steps, fit_alone=fit, prefill_above=matrix.prefill_above()
         )
         then = json.loads(files.get(f"tune-n{n}.json", b"{}") or b"{}").get("tuning", {}).get("result", {})
         b_then = tuple(then["best"][m] for m in plan["models"]) if "best" in then else None
@@ -131,7 +131,7 @@ def retune(
         # the rows' output length prices the profile's prompt prefills per request, as the matrix's `tune` does
         # since the fortieth session (its served profile's load has 256 tokens per request, the rows 512)
         length = next((r["output_len"] for r in records if isinstance(r.get("output_len"), int)), None)
-        system = system_from_plan(plan, n, {}, {}, prof, length if matrix.PREFILL_ABOVE is not None else None)
+        system = system_from_plan(plan, n, {}, {}, prof, None if matrix.KEEP_PREFILLS else length)
         best = tune(system.inputs, system.fixed).best
         rows = []
         for rec in records:
@@ -182,7 +182,7 @@ def archived_alone(files: dict[str, bytes], plan: dict, n: int, min_steps: int, 
                 before,
                 min_steps,
                 fit_alone=fit_alone,
-                prefill_above=matrix.PREFILL_ABOVE,
+                prefill_above=matrix.prefill_above(),
             )
             return tag, prof, suffix == "merged"
     return None
@@ -285,8 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                     "did before the fortieth session (default: priced apart, `profile --from-metrics`)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
-    if a.keep_prefills:
-        matrix.PREFILL_ABOVE = None
+    matrix.KEEP_PREFILLS = a.keep_prefills
     if a.min_steps is not None and a.min_steps < 1:
         print(f"error: --min-steps must be >= 1, got {a.min_steps}", file=sys.stderr)
         return 2

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import matrix as mx  # noqa: E402
 
 
-def checks(rec: dict, above: int | None) -> tuple[float | None, float | None]:
-    mx.PREFILL_ABOVE = above
+def checks(rec: dict, keep: bool) -> tuple[float | None, float | None]:
+    mx.KEEP_PREFILLS = keep
     return mx.run_prediction(rec), mx.run_hop_simulation(rec)
 
 
@@ -31,12 +31,12 @@ def main(paths: list[str]) -> None:
                 continue
             if not any("by_shape" in k for k in r.get("metrics_after") or {}):
                 continue
-            mx.PREFILL_ABOVE = 64
+            mx.KEEP_PREFILLS = False
             prof = mx.record_profile(r)
             if prof is None:
                 continue
             tok = r["report"]["decode_throughput_tok_s"]
-            (dk, sk), (da, sa) = checks(r, None), checks(r, 64)
+            (dk, sk), (da, sa) = checks(r, True), checks(r, False)
 
             def cell(x: float | None, tok: float = tok) -> str:
                 return f"{x:.1f} ({tok / x:.2f})" if x else "-"

@@ -83,6 +83,11 @@ def tally(total: list[float], ms: float, tokens: int) -> None:
     total[2] += tokens
 
 
+def by_shape_key(table: dict[tuple[int, int, str], list[float]]) -> dict[str, tuple[int, float, int]]:
+    """A (batch size, q, overlap) -> [steps, ms, count] table as `SubserverStats` carries it: keys "BS/Q/OVERLAP"."""
+    return {f"{bs}/{q}/{o}": (int(n), ms, int(k)) for (bs, q, o), (n, ms, k) in table.items()}
+
+
 def q_class(q: int) -> int:
     """A step's longest row's new tokens, rounded up to a power of two: 1 is a decode step, 2-64 the extends of
     returning hops that the CUDA graphs capture by default (cuda_graph_runner.DEFAULT_EXTEND_LENS), longer ones
@@ -156,9 +161,8 @@ class Scheduler:
         self.new_tokens_total = 0
         self._ran_tokens = 0  # the engine's count for the step running now (`_forward`)
         self._ran_longest = 0  # and its longest row's (the step's shape, `q_class`)
-        self._ran_first = (
-            0  # and its rows that ran a request here for the first time (KV from nothing: a prefill)
-        )
+        # and its rows that ran a request here for the first time (KV from nothing: a prefill)
+        self._ran_first = 0
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
         self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
@@ -588,13 +592,8 @@ class Scheduler:
             alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.alone_ms_by_bs.items()},
             tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.step_ms_by_bs.items()},
             alone_tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.alone_ms_by_bs.items()},
-            step_ms_by_shape={
-                f"{bs}/{q}/{o}": (int(n), ms, int(k)) for (bs, q, o), (n, ms, k) in self.shape_ms.items()
-            },
-            first_ms_by_shape={
-                f"{bs}/{q}/{o}": (int(n), ms, int(k))
-                for (bs, q, o), (n, ms, k) in self.first_shape_ms.items()
-            },
+            step_ms_by_shape=by_shape_key(self.shape_ms),
+            first_ms_by_shape=by_shape_key(self.first_shape_ms),
             gaps=self.gaps,
             gap_ms=self.gap_ms,
             hops_in=self.hops_in,
