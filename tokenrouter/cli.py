@@ -1029,8 +1029,9 @@ def profile(
     keep_prefills: bool = typer.Option(
         False,
         "--keep-prefills",
-        help="With --from-metrics: leave the steps whose longest row ran more than 64 new tokens (prompt "
-        "prefills, long returns) in their batch sizes' latencies instead of pricing them apart per request.",
+        help="With --from-metrics: leave the prefill steps (those that ran a request's first tokens; on servers "
+        "before the fortieth session, those whose longest row ran more than 64 new tokens) in their batch sizes' "
+        "latencies instead of pricing them apart per request.",
     ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
