@@ -422,7 +422,22 @@ def subserver_cmd(
 @app.command()
 def bench(
     url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of an OpenAI-compatible server."),
-    concurrency: int = typer.Option(4, "--concurrency", "-c", help="Requests in flight (closed loop)."),
+    concurrency: int = typer.Option(
+        None,
+        "--concurrency",
+        "-c",
+        help="Requests in flight: a closed loop's workers (default 4); with --request-rate, the most at once "
+        "(default: no cap).",
+    ),
+    request_rate: float = typer.Option(
+        None,
+        help="Requests per second, arriving on their own clock (an open loop) instead of a closed loop.",
+    ),
+    burstiness: float = typer.Option(
+        1.0,
+        help="With --request-rate: the gamma shape of the gaps between arrivals (1: Poisson, < 1 burstier).",
+    ),
+    warmup: int = typer.Option(0, help="Requests sent first, at the load's concurrency, and not counted."),
     num_prompts: int = typer.Option(32, "--num-prompts", "-n", help="Requests to send in all."),
     output_len: int = typer.Option(128, help="Tokens to generate per request (max_tokens)."),
     prompt_len: int = typer.Option(32, help="Length of synthetic token-id prompts."),
@@ -440,6 +455,7 @@ def bench(
     """Load-test a running server: decode throughput, TTFT, TPOT, latency percentiles, tokens per model."""
     import asyncio
     import json
+    import math
 
     from tokenrouter.runtime.loadgen import ContextTooLong, LoadSpec, format_report, run_load
 
@@ -447,7 +463,10 @@ def bench(
         spec = LoadSpec(
             url=url,
             model=model,
-            concurrency=concurrency,
+            concurrency=concurrency if concurrency is not None or request_rate is not None else 4,
+            request_rate=math.inf if request_rate is None else request_rate,
+            burstiness=burstiness,
+            warmup=warmup,
             num_prompts=num_prompts,
             output_len=output_len,
             prompt_len=prompt_len,

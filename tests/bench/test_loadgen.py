@@ -6,6 +6,7 @@ checked on known numbers); runs against the real TokenRouter server live with th
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -37,6 +38,7 @@ def test_bad_spec_rejected():
 def _scripted_app(tokens: int, delay_s: float, max_len: int | None = None, listed: bool = True) -> FastAPI:
     app = FastAPI()
     app.state.completions = 0
+    app.state.prompts = []
 
     if listed:
 
@@ -48,6 +50,7 @@ def _scripted_app(tokens: int, delay_s: float, max_len: int | None = None, liste
     @app.post("/v1/completions")
     def completions(body: dict):
         app.state.completions += 1
+        app.state.prompts.append(body["prompt"])
         n = body["max_tokens"]
 
         def gen():
@@ -179,3 +182,132 @@ def test_share_per_request_shows_routing_that_fires_on_few_requests():
     solo = [RequestResult(ok=True, output_tokens=4, tokens_per_model={"llm": 4})]
     assert summarize(spec, "m", solo, wall_s=1.0)["share_per_request"] == {}
     assert "share of a request" not in format_report(summarize(spec, "m", solo, wall_s=1.0))
+
+
+def test_open_loop_arrivals_are_seeded_gamma_gaps_of_the_asked_rate():
+    """An open loop's arrivals: the first at 0, gaps of mean 1 / rate, Poisson at burstiness 1 (coefficient of
+    variation 1), burstier below it (CV^2 = 1 / shape); the same seed gives the same times. A closed loop has
+    none to wait for."""
+    import math
+
+    from tokenrouter.runtime.loadgen import arrival_times
+
+    n = 20000
+    for burst in (1.0, 0.25, 4.0):
+        spec = LoadSpec(request_rate=50.0, burstiness=burst, concurrency=None, seed=3)
+        times = arrival_times(spec, n)
+        assert times[0] == 0.0 and times == arrival_times(spec, n)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        mean = sum(gaps) / len(gaps)
+        cv2 = sum((g - mean) ** 2 for g in gaps) / len(gaps) / mean**2
+        assert mean == pytest.approx(1 / 50.0, rel=0.05)
+        assert cv2 == pytest.approx(1 / burst, rel=0.1)
+    assert arrival_times(LoadSpec(concurrency=2), 3) == [0.0, 0.0, 0.0]
+    assert arrival_times(LoadSpec(request_rate=2.0, seed=1), 3) != arrival_times(
+        LoadSpec(request_rate=2.0, seed=2), 3
+    )
+    assert not math.isinf(LoadSpec(request_rate=2.0).request_rate)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"concurrency": None}, "a closed loop needs a concurrency"),
+        ({"request_rate": 0.0}, "request rate must be > 0"),
+        ({"request_rate": float("nan")}, "request rate must be > 0"),
+        ({"request_rate": 1.0, "burstiness": 0.0}, "burstiness must be a finite number > 0"),
+        ({"request_rate": 1.0, "burstiness": float("inf")}, "burstiness must be a finite number > 0"),
+        ({"burstiness": 0.5}, "give a request rate with it"),
+        ({"warmup": -1}, "warmup must be >= 0"),
+    ],
+)
+def test_bad_load_shapes_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        LoadSpec(**kw)
+
+
+def test_an_open_loop_sends_on_its_own_clock_and_holds_the_cap():
+    """Without a cap every request is sent at its arrival time, whatever is in flight (the server takes about
+    40 ms a request, the arrivals come every 5 ms or so: many overlap); with a cap of 2 no more than 2 are in
+    flight, and the ones that arrived at the cap wait, reported as `queued_ms` and not in their latency."""
+    from tokenrouter.runtime.loadgen import arrival_times
+
+    with _Served(_scripted_app(8, 0.005)) as served:
+        spec = LoadSpec(url=served.url, request_rate=200.0, concurrency=None, num_prompts=12, output_len=8,
+                        prompt_len=4, progress=False, seed=5)  # fmt: skip
+        free = asyncio.run(run_load(spec))
+        capped_spec = LoadSpec(url=served.url, request_rate=200.0, concurrency=2, num_prompts=12, output_len=8,
+                               prompt_len=4, progress=False, seed=5)  # fmt: skip
+        capped = asyncio.run(run_load(capped_spec))
+    arrivals = arrival_times(spec, 12)
+    assert free["completed"] == capped["completed"] == 12
+    for rec, at in zip(free["per_request"], arrivals, strict=True):
+        assert at <= rec["start_s"] < at + 0.1 and rec["queued_s"] == 0.0
+    assert free["max_in_flight"] > 2 and capped["max_in_flight"] == 2
+    per = capped["per_request"]
+    assert all(
+        r["queued_s"] == pytest.approx(r["start_s"] - at, abs=0.01)
+        for r, at in zip(per, arrivals, strict=True)
+    )
+    assert capped["queued_ms"]["p99"] > 10.0 and free["queued_ms"]["p99"] == 0.0
+    # the latency is the request's own (about 8 tokens of 5 ms), not the wait at the cap: 12 requests two at a
+    # time take about six latencies
+    assert max(r["e2e_s"] for r in per) < capped["wall_s"] / 2
+    assert capped["request_throughput_req_s"] == pytest.approx(12 / capped["wall_s"])
+    assert capped["spec"]["request_rate"] == 200.0 and free["load"].startswith("open loop, 200 requests/s")
+    text = format_report(capped)
+    assert "open loop, 200 requests/s (Poisson), at most 2 in flight" in text and "queued at the cap" in text
+    assert re.search(r"\| most requests in flight +\| 2 \|", text)
+
+
+def test_a_warmup_goes_first_with_other_prompts_and_is_not_counted():
+    """`warmup` requests are sent before the measured ones, with prompts a prefix cache cannot have seen from
+    the measured load (another seed), and the report counts the measured ones only."""
+    with _Served(_scripted_app(4, 0.0)) as served:
+        spec = LoadSpec(url=served.url, concurrency=2, warmup=3, num_prompts=4, output_len=4, prompt_len=6,
+                        progress=False)  # fmt: skip
+        report = asyncio.run(run_load(spec))
+        sent = served.server.config.app.state.prompts
+    assert len(sent) == 7 and report["completed"] == 4 and report["output_tokens"] == 16
+    measured = make_prompts(spec)
+    assert sent[3:] == measured or sorted(map(tuple, sent[3:])) == sorted(map(tuple, measured))
+    assert not set(map(tuple, sent[:3])) & set(map(tuple, measured))
+    assert report["warmup"] == {"requests": 3, "failed": 0, "errors": []}
+    text = format_report(report)
+    assert "| warm-up requests (not counted) " in text and "| 3 (0 failed) |" in text
+    assert report["spec"]["request_rate"] is None and report["load"] == "closed loop, 2 in flight"
+    json.dumps(report, allow_nan=True)  # the spec has no infinity in it
+    assert "Infinity" not in json.dumps(report["spec"])
+
+
+def test_bench_cli_open_loop_and_its_usage_errors(tmp_path):
+    """`tokenrouter bench --request-rate R` runs an open loop with no cap unless -c is given; a bad rate or
+    burstiness, or a burstiness without a rate, exits 2 with the reason, before anything is sent; a closed loop
+    keeps its default of 4 workers. A report of an open loop is refused by the simulator's replay, which models
+    a closed loop."""
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+    from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests
+
+    runner = CliRunner()
+    with _Served(_scripted_app(4, 0.0)) as served:
+        base = ["bench", "--url", served.url, "-n", "3", "--output-len", "4", "--no-progress"]
+        for extra, message in [
+            (["--request-rate", "0"], "request rate must be > 0"),
+            (["--request-rate", "5", "--burstiness", "-1"], "burstiness must be a finite number > 0"),
+            (["--burstiness", "0.5"], "give a request rate with it"),
+            (["--warmup", "-2"], "warmup must be >= 0"),
+        ]:
+            got = runner.invoke(app, base + extra)
+            assert got.exit_code == 2 and message in got.output and "Traceback" not in got.output, got.output
+        assert served.server.config.app.state.completions == 0
+        out = tmp_path / "open.json"
+        got = runner.invoke(app, base + ["--request-rate", "50", "--json", str(out)])
+        assert got.exit_code == 0 and "no cap on requests in flight" in got.output, got.output
+        closed = runner.invoke(app, base)
+        assert closed.exit_code == 0 and "closed loop, 4 in flight" in closed.output
+    report = json.loads(out.read_text())
+    assert report["spec"]["concurrency"] is None and report["completed"] == 3
+    with pytest.raises(WorkloadError, match="an open-loop load \\(50 requests/s\\)"):
+        read_requests(out)

@@ -1,16 +1,25 @@
 """`tokenrouter bench`: an async load generator for any OpenAI-compatible completions endpoint.
 
-A closed loop of `concurrency` workers sends `num_prompts` streamed `/v1/completions` requests (synthetic token-id
-prompts or prompts from a file), each asking for a fixed number of tokens (`ignore_eos`), and measures per
-request: time to first token (TTFT), time per output token after the first (TPOT), end-to-end latency, tokens,
-and — when the server is TokenRouter — the `routing` field (tokens written per model, hops). It reports decode
-throughput (output tokens / wall time) and latency percentiles, as a table and as JSON.
+It sends `num_prompts` streamed `/v1/completions` requests (synthetic token-id prompts or prompts from a file),
+each asking for a fixed number of tokens (`ignore_eos`), in one of two loads:
+- a closed loop (the default): `concurrency` workers, each sending its next request when its last one ends;
+- an open loop (`request_rate` requests per second): requests arrive on their own clock, gamma-distributed
+  gaps of mean 1 / rate (`burstiness` is the shape: 1 is a Poisson process, below 1 burstier), at most
+  `concurrency` in flight where it is given; a request that arrives at the cap waits for a free place, and that
+  wait is reported apart (`queued_ms`), not in its latency.
+`warmup` requests go first, one round at the load's concurrency, and are not counted.
+
+Per request it measures time to first token (TTFT), time per output token after the first (TPOT), end-to-end
+latency, tokens, and — when the server is TokenRouter — the `routing` field (tokens written per model, hops).
+It reports decode throughput (output tokens / wall time), request throughput and latency percentiles, as a table
+and as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import sys
 import time
@@ -24,7 +33,10 @@ import httpx
 class LoadSpec:
     url: str = "http://127.0.0.1:8000"
     model: str | None = None  # None: the first id that /v1/models lists
-    concurrency: int = 4
+    concurrency: int | None = 4  # requests in flight at most; None: no cap (an open loop only)
+    request_rate: float = math.inf  # requests per second; inf: a closed loop of `concurrency` workers
+    burstiness: float = 1.0  # the gamma shape of an open loop's gaps between arrivals (1: Poisson)
+    warmup: int = 0  # requests sent before the measured ones, not counted
     num_prompts: int = 32
     output_len: int = 128
     prompt_len: int = 32
@@ -39,8 +51,18 @@ class LoadSpec:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
+        if self.concurrency is None and self.closed_loop:
+            raise ValueError("a closed loop needs a concurrency; give a request rate for an open loop")
+        if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not self.request_rate > 0:  # NaN too
+            raise ValueError(f"request rate must be > 0 requests per second, got {self.request_rate}")
+        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
+            raise ValueError(f"burstiness must be a finite number > 0, got {self.burstiness}")
+        if self.closed_loop and self.burstiness != 1.0:
+            raise ValueError("burstiness shapes an open loop's arrivals: give a request rate with it")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if self.num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}")
         if self.output_len < 1:
@@ -51,6 +73,18 @@ class LoadSpec:
             raise ValueError(f"prompts file not found: {self.prompts_file}")
         if not 0 <= self.vocab_low < self.vocab_high:
             raise ValueError("need 0 <= vocab_low < vocab_high")
+
+    @property
+    def closed_loop(self) -> bool:
+        return math.isinf(self.request_rate)
+
+    def describe(self) -> str:
+        """The load in words, as the report's table heads it."""
+        if self.closed_loop:
+            return f"closed loop, {self.concurrency} in flight"
+        kind = "Poisson" if self.burstiness == 1.0 else f"gamma gaps, burstiness {self.burstiness:g}"
+        cap = f"at most {self.concurrency} in flight" if self.concurrency else "no cap on requests in flight"
+        return f"open loop, {self.request_rate:g} requests/s ({kind}), {cap}"
 
 
 @dataclass(slots=True)
@@ -64,6 +98,7 @@ class RequestResult:
     hops: int = 0
     error: str | None = None
     start_s: float = 0.0  # when it was sent, seconds after the run's start
+    queued_s: float = 0.0  # an open loop's wait at the concurrency cap, from its arrival to its send
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -75,17 +110,54 @@ def _percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def _file_prompts(spec: LoadSpec) -> list[str]:
+    lines = [ln for ln in Path(spec.prompts_file).read_text().splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError(f"prompts file has no prompts: {spec.prompts_file}")
+    return lines
+
+
 def make_prompts(spec: LoadSpec) -> list[str | list[int]]:
+    """The measured requests' prompts: the file's lines in turn, or synthetic token ids drawn with the seed."""
     if spec.prompts_file:
-        lines = [ln for ln in Path(spec.prompts_file).read_text().splitlines() if ln.strip()]
-        if not lines:
-            raise ValueError(f"prompts file has no prompts: {spec.prompts_file}")
+        lines = _file_prompts(spec)
         return [lines[i % len(lines)] for i in range(spec.num_prompts)]
-    rng = random.Random(spec.seed)
+    return _synthetic(spec, spec.num_prompts, spec.seed)
+
+
+def _synthetic(spec: LoadSpec, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
     return [
-        [rng.randrange(spec.vocab_low, spec.vocab_high) for _ in range(spec.prompt_len)]
-        for _ in range(spec.num_prompts)
+        [rng.randrange(spec.vocab_low, spec.vocab_high) for _ in range(spec.prompt_len)] for _ in range(count)
     ]
+
+
+def warmup_prompts(spec: LoadSpec) -> list[str | list[int]]:
+    """The warm-up's prompts: synthetic ones drawn from another seed than the measured ones, so that a prefix
+    cache holds none of those; from a prompts file, its lines from the last one backwards, so that a warm-up
+    shorter than the file sends none of the first measured ones."""
+    if spec.prompts_file:
+        lines = _file_prompts(spec)
+        return [lines[-1 - i % len(lines)] for i in range(spec.warmup)]
+    return _synthetic(spec, spec.warmup, spec.seed + WARMUP_SEED)
+
+
+WARMUP_SEED = 0x5EED  # the warm-up's synthetic prompts are drawn with the spec's seed + this
+
+
+def arrival_times(spec: LoadSpec, count: int) -> list[float]:
+    """An open loop's arrival times, seconds after the start: the first at 0, then gaps drawn from a gamma
+    distribution of shape `burstiness` and mean 1 / `request_rate` (a Poisson process at burstiness 1),
+    seeded by the spec's seed. A closed loop has none: every time is 0."""
+    if spec.closed_loop:
+        return [0.0] * count
+    rng = random.Random(spec.seed)
+    scale = 1.0 / (spec.request_rate * spec.burstiness)
+    out, t = [], 0.0
+    for _ in range(count):
+        out.append(t)
+        t += rng.gammavariate(spec.burstiness, scale)
+    return out
 
 
 def _merge_routing(result: RequestResult, routing: dict | None) -> None:
@@ -97,14 +169,14 @@ def _merge_routing(result: RequestResult, routing: dict | None) -> None:
 
 
 async def _one_request(
-    client: httpx.AsyncClient, spec: LoadSpec, model: str, prompt, index: int
+    client: httpx.AsyncClient, spec: LoadSpec, model: str, prompt, seed: int
 ) -> RequestResult:
     body = {
         "model": model,
         "prompt": prompt,
         "max_tokens": spec.output_len,
         "temperature": spec.temperature,
-        "seed": spec.seed + index,
+        "seed": seed,
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": spec.ignore_eos,
@@ -192,44 +264,130 @@ async def run_load(spec: LoadSpec) -> dict:
     """Run the load and return the report (see `summarize`)."""
     prompts = make_prompts(spec)
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-    limits = httpx.Limits(max_connections=spec.concurrency + 4)
+    in_flight = spec.concurrency if spec.concurrency is not None else spec.num_prompts
+    limits = httpx.Limits(max_connections=in_flight + 4)
     async with httpx.AsyncClient(
         base_url=spec.url, headers=headers, timeout=spec.timeout_s, limits=limits
     ) as client:
         model, max_len = await _resolve_model(client, spec.model)
         check_context(spec, model, max_len)
-        queue: asyncio.Queue[int] = asyncio.Queue()
-        for i in range(len(prompts)):
-            queue.put_nowait(i)
-        results: list[RequestResult | None] = [None] * len(prompts)
-        done = 0
-
-        async def worker() -> None:
-            nonlocal done
-            while True:
-                try:
-                    i = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                sent = time.perf_counter() - start
-                results[i] = await _one_request(client, spec, model, prompts[i], i)
-                results[i].start_s = sent
-                done += 1
-                if spec.progress:
-                    _progress(done, len(prompts))
-
+        warm: list[RequestResult] = []
+        if spec.warmup:
+            warm = await _closed_loop(client, spec, model, warmup_prompts(spec), spec.concurrency or spec.warmup,
+                                      seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
+        counter = _InFlight()
+        if spec.closed_loop:
+            run = _closed_loop(
+                client, spec, model, prompts, spec.concurrency, spec.seed, spec.progress, counter
+            )
+        else:
+            run = _open_loop(client, spec, model, prompts, counter)
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
+        results = await run
         wall = time.perf_counter() - start
-    return summarize(spec, model, [r for r in results if r is not None], wall)
+    report = summarize(spec, model, results, wall)
+    report["max_in_flight"] = counter.peak
+    report["warmup"] = {
+        "requests": len(warm),
+        "failed": sum(1 for r in warm if not r.ok),
+        "errors": sorted({r.error for r in warm if r.error})[:5],
+    }
+    return report
+
+
+class _InFlight:
+    """Requests in flight now, and the most at once."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+
+    def enter(self) -> None:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        self.now -= 1
+
+
+async def _closed_loop(
+    client: httpx.AsyncClient,
+    spec: LoadSpec,
+    model: str,
+    prompts: list,
+    workers: int,
+    seed_base: int,
+    progress: bool,
+    counter: _InFlight | None = None,
+) -> list[RequestResult]:
+    """`workers` workers take the prompts in order, each sending its next when its last one has ended."""
+    counter = counter or _InFlight()
+    queue = iter(range(len(prompts)))
+    results: list[RequestResult | None] = [None] * len(prompts)
+    done = 0
+    start = time.perf_counter()
+
+    async def worker() -> None:
+        nonlocal done
+        for i in queue:  # one iterator shared by every worker: each index is taken once
+            sent = time.perf_counter() - start
+            counter.enter()
+            try:
+                results[i] = await _one_request(client, spec, model, prompts[i], seed_base + i)
+            finally:
+                counter.leave()
+            results[i].start_s = sent
+            done += 1
+            if progress:
+                _progress(done, len(prompts))
+
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(prompts)))))
+    return [r for r in results if r is not None]
+
+
+async def _open_loop(
+    client: httpx.AsyncClient, spec: LoadSpec, model: str, prompts: list, counter: _InFlight
+) -> list[RequestResult]:
+    """Each request is sent at its arrival time (`arrival_times`), or, at the concurrency cap, when a place
+    frees; the wait at the cap is its `queued_s`."""
+    arrivals = arrival_times(spec, len(prompts))
+    cap = asyncio.Semaphore(spec.concurrency) if spec.concurrency is not None else None
+    done = 0
+    start = time.perf_counter()
+
+    async def one(i: int) -> RequestResult:
+        nonlocal done
+        await asyncio.sleep(max(0.0, start + arrivals[i] - time.perf_counter()))
+        arrived = time.perf_counter()
+        if cap is not None:
+            await cap.acquire()
+        try:
+            sent = time.perf_counter()
+            counter.enter()
+            try:
+                result = await _one_request(client, spec, model, prompts[i], spec.seed + i)
+            finally:
+                counter.leave()
+        finally:
+            if cap is not None:
+                cap.release()
+        result.start_s = sent - start
+        result.queued_s = sent - arrived if cap is not None else 0.0
+        done += 1
+        if spec.progress:
+            _progress(done, len(prompts))
+        return result
+
+    return list(await asyncio.gather(*(one(i) for i in range(len(prompts)))))
 
 
 def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: float) -> dict:
     """The report: totals, percentiles, and `per_request` (each request's own record, in prompt order).
     `drain_s` is the time from the last request's send to the end of the run, when fewer than the
-    concurrency may be in flight: the part of `wall_s` that a steady-state model does not describe."""
+    concurrency may be in flight: the part of `wall_s` that a steady-state model does not describe.
+    `queued_ms` (an open loop's) is the wait of a request that arrived at the concurrency cap."""
     ok = [r for r in results if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
+    prompt_tokens = sum(r.prompt_tokens for r in ok)
     tpots = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     per_model: dict[str, int] = {}
     for r in ok:
@@ -238,23 +396,24 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
     return {
         "url": spec.url,
         "model": model,
-        "spec": asdict(spec) | {"api_key": None},
+        # a closed loop's rate (inf) is written null: JSON has no infinity
+        "spec": asdict(spec)
+        | {"api_key": None, "request_rate": None if spec.closed_loop else spec.request_rate},
+        "load": spec.describe(),
         "requests": len(results),
         "completed": len(ok),
         "failed": len(results) - len(ok),
         "errors": sorted({r.error for r in results if r.error})[:5],
         "wall_s": wall_s,
         "output_tokens": out_tokens,
+        "prompt_tokens": prompt_tokens,
         "decode_throughput_tok_s": out_tokens / wall_s if wall_s > 0 else 0.0,
-        "ttft_ms": {
-            "p50": 1e3 * _percentile([r.ttft_s for r in ok], 0.5),
-            "p99": 1e3 * _percentile([r.ttft_s for r in ok], 0.99),
-        },
-        "tpot_ms": {"p50": 1e3 * _percentile(tpots, 0.5), "p99": 1e3 * _percentile(tpots, 0.99)},
-        "e2e_s": {
-            "p50": _percentile([r.e2e_s for r in ok], 0.5),
-            "p99": _percentile([r.e2e_s for r in ok], 0.99),
-        },
+        "total_throughput_tok_s": (out_tokens + prompt_tokens) / wall_s if wall_s > 0 else 0.0,
+        "request_throughput_req_s": len(ok) / wall_s if wall_s > 0 else 0.0,
+        "ttft_ms": _spread([1e3 * r.ttft_s for r in ok]),
+        "tpot_ms": _spread([1e3 * t for t in tpots]),
+        "e2e_s": _spread([r.e2e_s for r in ok]),
+        "queued_ms": _spread([1e3 * r.queued_s for r in results]),
         "tokens_per_model": per_model,
         "share_per_request": share_spread(ok, per_model),
         "hops": sum(r.hops for r in ok),
@@ -263,6 +422,7 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
             {
                 "ok": r.ok,
                 "start_s": r.start_s,
+                "queued_s": r.queued_s,
                 "ttft_s": r.ttft_s,
                 "e2e_s": r.e2e_s,
                 "output_tokens": r.output_tokens,
@@ -272,6 +432,12 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
             for r in results
         ],  # fmt: skip
     }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    """Mean, p50 and p99 (NaN for no values)."""
+    mean = sum(values) / len(values) if values else float("nan")
+    return {"mean": mean, "p50": _percentile(values, 0.5), "p99": _percentile(values, 0.99)}
 
 
 def share_spread(ok: list[RequestResult], per_model: dict[str, int]) -> dict[str, dict]:
@@ -299,14 +465,33 @@ def share_spread(ok: list[RequestResult], per_model: dict[str, int]) -> dict[str
 
 
 def format_report(report: dict) -> str:
+    ttft, tpot, e2e = report["ttft_ms"], report["tpot_ms"], report["e2e_s"]
     rows = [
+        ("load", report.get("load", "")),
         ("requests (ok / failed)", f"{report['completed']} / {report['failed']}"),
         ("wall time (s)", f"{report['wall_s']:.2f}"),
         ("output tokens", f"{report['output_tokens']}"),
         ("decode throughput (tok/s)", f"{report['decode_throughput_tok_s']:.1f}"),
-        ("TTFT p50 / p99 (ms)", f"{report['ttft_ms']['p50']:.1f} / {report['ttft_ms']['p99']:.1f}"),
-        ("TPOT p50 / p99 (ms)", f"{report['tpot_ms']['p50']:.2f} / {report['tpot_ms']['p99']:.2f}"),
-        ("E2E p50 / p99 (s)", f"{report['e2e_s']['p50']:.2f} / {report['e2e_s']['p99']:.2f}"),
+        ("request throughput (req/s)", f"{report.get('request_throughput_req_s', 0.0):.2f}"),
+        (
+            "TTFT mean / p50 / p99 (ms)",
+            f"{ttft.get('mean', math.nan):.1f} / {ttft['p50']:.1f} / {ttft['p99']:.1f}",
+        ),
+        (
+            "TPOT mean / p50 / p99 (ms)",
+            f"{tpot.get('mean', math.nan):.2f} / {tpot['p50']:.2f} / {tpot['p99']:.2f}",
+        ),
+        (
+            "E2E mean / p50 / p99 (s)",
+            f"{e2e.get('mean', math.nan):.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f}",
+        ),
+    ]
+    queued = report.get("queued_ms")
+    if queued and (report.get("spec") or {}).get("request_rate") is not None:
+        rows.append(("queued at the cap p50 / p99 (ms)", f"{queued['p50']:.1f} / {queued['p99']:.1f}"))
+    if "max_in_flight" in report:
+        rows.append(("most requests in flight", f"{report['max_in_flight']}"))
+    rows += [
         ("hops", f"{report['hops']}"),
         ("drain after the last send (s)", f"{report['drain_s']:.2f}"),
     ]
@@ -321,9 +506,14 @@ def format_report(report: dict) -> str:
                 f"(any in {sp['requests_with_any']} of {sp['requests']})",
             )
         )
+    warm = report.get("warmup") or {}
+    if warm.get("requests"):
+        rows.append(("warm-up requests (not counted)", f"{warm['requests']} ({warm['failed']} failed)"))
     width = max(len(k) for k, _ in rows)
     lines = [f"| {'metric'.ljust(width)} | value |", f"| {'-' * width} | ----- |"]
     lines += [f"| {k.ljust(width)} | {v} |" for k, v in rows]
     if report["errors"]:
         lines.append("errors: " + "; ".join(report["errors"]))
+    if warm.get("errors"):
+        lines.append("warm-up errors: " + "; ".join(warm["errors"]))
     return "\n".join(lines)

@@ -229,6 +229,21 @@ def test_concurrent_requests_match_sequential(client):
         assert c.choices[0].model_extra["routing"] == s.choices[0].model_extra["routing"]
 
 
+def test_load_generator_open_loop_against_the_server(server):
+    """`tokenrouter bench`'s open loop on the real server: a warm-up that is not counted, then Poisson arrivals
+    at most 3 in flight; every token is counted once, by the model that wrote it."""
+    from tokenrouter.runtime.loadgen import LoadSpec, run_load
+
+    spec = LoadSpec(url=server.url, api_key=KEY, request_rate=20.0, concurrency=3, warmup=2, num_prompts=6,
+                    output_len=8, prompt_len=5, vocab_high=100, progress=False)  # fmt: skip
+    report = asyncio.run(run_load(spec))
+    assert report["completed"] == 6 and report["failed"] == 0, report["errors"]
+    assert report["warmup"] == {"requests": 2, "failed": 0, "errors": []}
+    assert report["output_tokens"] == 48 and sum(report["tokens_per_model"].values()) == 48
+    assert set(report["tokens_per_model"]) <= set(MODELS) and 1 <= report["max_in_flight"] <= 3
+    assert all(r["ok"] and r["ttft_s"] <= r["e2e_s"] for r in report["per_request"])
+
+
 def test_server_matches_the_sequential_reference(server, client):
     """Routing is exact through HTTP: greedy text and per-token model trace equal the plain sequential reference
     (one request at a time, no batching, no KV cache) of the very plan the server runs, at concurrency 1 and 8."""

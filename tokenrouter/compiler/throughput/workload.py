@@ -89,5 +89,11 @@ def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
     per = report.get("per_request") if isinstance(report, dict) else None
     if not isinstance(per, list) or not per:
         raise WorkloadError(f"{p}: no per_request records (write them with `tokenrouter bench --json FILE`)")
-    length = (report.get("spec") or {}).get("output_len") if isinstance(report.get("spec"), dict) else None
+    spec = report.get("spec") if isinstance(report.get("spec"), dict) else {}
+    if spec.get("request_rate") is not None:
+        raise WorkloadError(
+            f"{p}: an open-loop load ({spec['request_rate']:g} requests/s); the simulator replays a closed loop "
+            "of --concurrency requests: replay a report of `tokenrouter bench` without --request-rate"
+        )
+    length = spec.get("output_len")
     return per, int(length) if isinstance(length, int) and length > 0 else None
