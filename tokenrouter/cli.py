@@ -439,10 +439,14 @@ def bench(
     ),
     warmup: int = typer.Option(0, help="Requests sent first, at the load's concurrency, and not counted."),
     num_prompts: int = typer.Option(32, "--num-prompts", "-n", help="Requests to send in all."),
-    output_len: int = typer.Option(128, help="Tokens to generate per request (max_tokens)."),
+    output_len: int = typer.Option(
+        128, help="Tokens to generate per request (max_tokens); a .jsonl line's output_len overrides it."
+    ),
     prompt_len: int = typer.Option(32, help="Length of synthetic token-id prompts."),
     prompts_file: str = typer.Option(
-        None, help="Text file, one prompt per line, instead of synthetic prompts."
+        None,
+        help="Prompts instead of synthetic ones: a text file, one prompt a line, or a .jsonl file of "
+        '{"prompt": TEXT or [TOKEN IDS], "output_len": N (optional)} lines.',
     ),
     ignore_eos: bool = typer.Option(True, help="Ask the server to ignore EOS (fixed output length)."),
     temperature: float = typer.Option(0.0),
@@ -457,7 +461,7 @@ def bench(
     import json
     import math
 
-    from tokenrouter.runtime.loadgen import ContextTooLong, LoadSpec, format_report, run_load
+    from tokenrouter.runtime.loadgen import ContextTooLong, LoadSpec, format_report, make_requests, run_load
 
     try:
         spec = LoadSpec(
@@ -477,6 +481,7 @@ def bench(
             api_key=api_key,
             progress=progress,
         )
+        make_requests(spec)  # a prompts file's bad line is a usage error, before anything is sent
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -839,7 +844,10 @@ def calibrate(
     param: str = typer.Option("threshold", help="The param to calibrate (one side of one comparison)."),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE (.tr only)."),
     prompts_file: str = typer.Option(
-        None, "--prompts-file", help="One prompt per line (text); default: synthetic token-id prompts."
+        None,
+        "--prompts-file",
+        help="One prompt a line (text), or a .jsonl file as `bench` reads it (its output_len unused: "
+        "--max-tokens); default: synthetic token-id prompts.",
     ),
     num_prompts: int = typer.Option(8, help="Prompts per routed generation."),
     prompt_len: int = typer.Option(32, help="Length of synthetic token-id prompts (as `bench` sends)."),
@@ -869,7 +877,7 @@ def calibrate(
         )
         if prompts_file:
             tok = load_tokenizer(plan["models"][plan["entry"]]["path"])
-            prompts = [tok.encode(p).ids for p in prompts]
+            prompts = [tok.encode(p).ids if isinstance(p, str) else p for p in prompts]
         got = calibrate_threshold(plan, param, share, prompts, max_tokens, device, iterations=iterations)
     except (PolicyViewError, EngineError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

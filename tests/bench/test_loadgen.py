@@ -51,6 +51,7 @@ def _scripted_app(tokens: int, delay_s: float, max_len: int | None = None, liste
     def completions(body: dict):
         app.state.completions += 1
         app.state.prompts.append(body["prompt"])
+        app.state.max_tokens = [*getattr(app.state, "max_tokens", []), body["max_tokens"]]
         n = body["max_tokens"]
 
         def gen():
@@ -311,3 +312,69 @@ def test_bench_cli_open_loop_and_its_usage_errors(tmp_path):
     assert report["spec"]["concurrency"] is None and report["completed"] == 3
     with pytest.raises(WorkloadError, match="an open-loop load \\(50 requests/s\\)"):
         read_requests(out)
+
+
+def test_a_jsonl_prompts_file_gives_each_request_its_prompt_and_length(tmp_path):
+    """A `.jsonl` prompts file: text or token-id prompts, each with its own output_len or the default; the server
+    is asked for each request's own max_tokens. Token-id prompts are checked against the context (text ones are
+    the server's to count). A bad line is named by file and line, and the CLI exits 2 before sending."""
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+    from tokenrouter.runtime.loadgen import ContextTooLong, Request, make_requests
+
+    good = tmp_path / "load.jsonl"
+    good.write_text(
+        '{"prompt": "def f():", "output_len": 3}\n\n{"prompt": [11, 12, 13]}\n{"prompt": "x", "output_len": 5}\n'
+    )
+    spec = LoadSpec(prompts_file=str(good), num_prompts=4, output_len=4, concurrency=1, progress=False)
+    assert make_requests(spec) == [
+        Request("def f():", 3),
+        Request([11, 12, 13], 4),
+        Request("x", 5),
+        Request("def f():", 3),
+    ]
+    with _Served(_scripted_app(4, 0.0, max_len=7)) as served:
+        spec = LoadSpec(url=served.url, prompts_file=str(good), num_prompts=4, output_len=4, concurrency=1,
+                        progress=False)  # fmt: skip
+        report = asyncio.run(run_load(spec))
+        assert served.server.config.app.state.max_tokens == [3, 4, 5, 3]
+        assert report["output_tokens"] == 15 and [r["output_tokens"] for r in report["per_request"]] == [
+            3,
+            4,
+            5,
+            3,
+        ]
+        long = tmp_path / "long.jsonl"
+        long.write_text('{"prompt": [1, 2, 3, 4, 5], "output_len": 3}\n')
+        with pytest.raises(ContextTooLong, match="a prompt of 5 token ids and output_len 3 need 8 tokens"):
+            asyncio.run(
+                run_load(LoadSpec(url=served.url, prompts_file=str(long), num_prompts=1, progress=False))
+            )
+        assert served.server.config.app.state.completions == 4
+        runner = CliRunner()
+        for body, message in [
+            (
+                '{"prompt": "a"}\n{"prompt": "b", "output_len": 0}\n',
+                ':2: "output_len" must be an int >= 1, got 0',
+            ),
+            ('{"prompt": ""}\n', ':1: "prompt" must be a non-empty string or list of token ids'),
+            ('{"prompt": [1, -2]}\n', ':1: "prompt" must be a non-empty string or list of token ids'),
+            ('["a"]\n', ':1: each line must be a JSON object with a "prompt"'),
+            ('{"prompt": "a"\n', ":1: not a JSON object"),
+        ]:
+            bad = tmp_path / "bad.jsonl"
+            bad.write_text(body)
+            got = runner.invoke(
+                app, ["bench", "--url", served.url, "--prompts-file", str(bad), "--no-progress"]
+            )
+            assert got.exit_code == 2 and f"{bad}{message}" in got.output and "Traceback" not in got.output, (
+                got.output
+            )
+        binary = tmp_path / "prompts.txt"
+        binary.write_bytes(b"\xff\xfe\x00abc")
+        got = runner.invoke(
+            app, ["bench", "--url", served.url, "--prompts-file", str(binary), "--no-progress"]
+        )
+        assert got.exit_code == 2 and "not a UTF-8 text file" in got.output, got.output
+        assert served.server.config.app.state.completions == 4

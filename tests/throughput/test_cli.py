@@ -218,6 +218,26 @@ def test_simulate_replays_a_bench_report_as_a_finite_run(tmp_path):
     assert res.exit_code == 2 and "--request-tokens" in res.output
 
 
+def test_simulate_replays_each_request_at_the_length_it_ran(tmp_path):
+    """A report whose requests ran different lengths (a .jsonl load's output_len, or EOS): the replay gives each
+    its own, 10 tokens that never hop and 3 that hop every token: 10 + 33 ms; --request-tokens gives every
+    request that many instead (120 ms, as when all ran 10)."""
+    src = write(tmp_path, R2R_LIKE)
+    report = {"spec": {"output_len": 10}, "per_request": [
+        {"ok": True, "hops": 0, "output_tokens": 10, "tokens_per_model": {"slm": 10}},
+        {"ok": True, "hops": 6, "output_tokens": 3, "tokens_per_model": {"llm": 3}}]}  # fmt: skip
+    (tmp_path / "bench.json").write_text(json.dumps(report))
+    base = ["simulate", src, "-n", "1", "--step-ms", "slm=1", "--step-ms", "llm=10", "--batch", "llm=1",
+            "--requests", str(tmp_path / "bench.json")]  # fmt: skip
+    res = runner.invoke(app, [*base, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["simulation"]["simulated_ms"] == pytest.approx(43.0)
+    text = runner.invoke(app, base).output
+    assert "a finite run of 2 requests" in text and "3-10 tokens, each its own length and routing" in text
+    fixed = runner.invoke(app, [*base, "--request-tokens", "10", "--json"])
+    assert json.loads(fixed.stdout)["simulation"]["simulated_ms"] == pytest.approx(120.0)
+
+
 def test_tune_warns_when_the_chosen_steps_are_beyond_the_measured_latencies(tmp_path):
     """A step latency is held at its largest batch size's beyond it: where the chosen threshold (or the chain's
     mean batch) is above the largest measured batch size, tune says so; measured further, the warning goes and

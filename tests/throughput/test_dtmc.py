@@ -183,6 +183,23 @@ def test_finite_run_of_unlike_requests_is_exact_when_routing_is_certain():
     assert r2.time_ms == pytest.approx(110.0) and r2.finished_requests == 2
 
 
+def test_finite_run_requests_of_their_own_lengths_end_when_each_has_its_tokens():
+    """`SimConfig.request_lengths`: the same two requests, one at a time, of 10 and 3 tokens (a load whose
+    requests asked for different lengths, or ended at EOS): 10 ms, then 3 bounces of 11 ms; bad lengths are
+    refused."""
+    inp = make_inputs(
+        ["fast", "slow"], {"fast": 1.0, "slow": 10.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 1
+    )
+    stay, bounce = [[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]
+    r = simulate(inp, SimConfig((1, 1), request_tokens=10, requests=(stay, bounce), request_lengths=(10, 3)))
+    assert r.time_ms == pytest.approx(43.0) and r.tokens == 13 and r.finished_requests == 2
+    for bad, msg in (((10,), "one length each"), ((10, 0), "ints >= 1"), ((10, True), "ints >= 1")):
+        with pytest.raises(ValueError, match=msg):
+            SimConfig((1, 1), request_tokens=10, requests=(stay, bounce), request_lengths=bad)
+    with pytest.raises(ValueError, match="needs requests"):
+        SimConfig((1, 1), request_tokens=10, request_lengths=(10,))
+
+
 def test_finite_run_of_alike_requests_approaches_the_steady_state():
     inp = make_inputs(["a", "b"], {"a": 2.0, "b": 9.0}, [[0.9, 0.1], [1, 0]], [[1, 0], [1, 0]], 4)
     p = [[0.9, 0.1], [1.0, 0.0]]

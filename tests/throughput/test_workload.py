@@ -45,3 +45,16 @@ def test_read_requests_takes_a_report_or_a_matrix_record(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(WorkloadError, match="bad.json: not a readable JSON report"):
         read_requests(tmp_path / "bad.json")
+
+
+def test_request_lengths_follow_the_completed_requests_or_are_none():
+    from tokenrouter.compiler.throughput.workload import request_lengths
+
+    per = [
+        {"ok": True, "output_tokens": 7},
+        {"ok": False, "output_tokens": 0},
+        {"ok": True, "output_tokens": 2},
+    ]
+    assert request_lengths(per) == (7, 2)
+    assert request_lengths([{"ok": True}]) is None  # records without the count: the report's length each
+    assert request_lengths([{"ok": True, "output_tokens": 0}]) is None

@@ -40,7 +40,7 @@ class LoadSpec:
     num_prompts: int = 32
     output_len: int = 128
     prompt_len: int = 32
-    prompts_file: str | None = None  # one prompt per line (text)
+    prompts_file: str | None = None  # one prompt a line (text), or JSON lines (`.jsonl`): read_prompts_file
     ignore_eos: bool = True
     temperature: float = 0.0
     seed: int = 0
@@ -110,19 +110,67 @@ def _percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def _file_prompts(spec: LoadSpec) -> list[str]:
-    lines = [ln for ln in Path(spec.prompts_file).read_text().splitlines() if ln.strip()]
-    if not lines:
-        raise ValueError(f"prompts file has no prompts: {spec.prompts_file}")
-    return lines
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of the load: its prompt (text, or token ids) and the tokens it asks for (`max_tokens`)."""
+
+    prompt: str | list[int]
+    output_len: int
+
+
+def read_prompts_file(spec: LoadSpec) -> list[Request]:
+    """A prompts file's requests. A `.jsonl` file has one JSON object a line: `prompt` (text, or a list of token
+    ids) and optionally `output_len` (an int >= 1; the spec's `output_len` where absent); any other file is
+    text, one prompt a line, each asking for `output_len` tokens. Blank lines are skipped. A bad line is a
+    ValueError that names the file and line."""
+    path = Path(spec.prompts_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    out: list[Request] = []
+    jsonl = path.suffix.lower() == ".jsonl"
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        out.append(
+            _jsonl_request(path, number, line, spec.output_len) if jsonl else Request(line, spec.output_len)
+        )
+    if not out:
+        raise ValueError(f"prompts file has no prompts: {path}")
+    return out
+
+
+def _jsonl_request(path: Path, number: int, line: str, default_len: int) -> Request:
+    where = f"{path}:{number}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not a JSON object: {exc.msg}") from None
+    if not isinstance(obj, dict) or "prompt" not in obj:
+        raise ValueError(f'{where}: each line must be a JSON object with a "prompt"')
+    prompt, length = obj["prompt"], obj.get("output_len", default_len)
+    ids = isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+    )
+    if not ((isinstance(prompt, str) and prompt) or (ids and prompt)):
+        raise ValueError(f'{where}: "prompt" must be a non-empty string or list of token ids (ints >= 0)')
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f'{where}: "output_len" must be an int >= 1, got {length!r}')
+    return Request(prompt, length)
+
+
+def make_requests(spec: LoadSpec) -> list[Request]:
+    """The measured requests: the prompts file's in turn, or synthetic token ids drawn with the seed."""
+    if spec.prompts_file:
+        pool = read_prompts_file(spec)
+        return [pool[i % len(pool)] for i in range(spec.num_prompts)]
+    return [Request(p, spec.output_len) for p in _synthetic(spec, spec.num_prompts, spec.seed)]
 
 
 def make_prompts(spec: LoadSpec) -> list[str | list[int]]:
-    """The measured requests' prompts: the file's lines in turn, or synthetic token ids drawn with the seed."""
-    if spec.prompts_file:
-        lines = _file_prompts(spec)
-        return [lines[i % len(lines)] for i in range(spec.num_prompts)]
-    return _synthetic(spec, spec.num_prompts, spec.seed)
+    """The measured requests' prompts."""
+    return [r.prompt for r in make_requests(spec)]
 
 
 def _synthetic(spec: LoadSpec, count: int, seed: int) -> list[list[int]]:
@@ -132,14 +180,14 @@ def _synthetic(spec: LoadSpec, count: int, seed: int) -> list[list[int]]:
     ]
 
 
-def warmup_prompts(spec: LoadSpec) -> list[str | list[int]]:
-    """The warm-up's prompts: synthetic ones drawn from another seed than the measured ones, so that a prefix
-    cache holds none of those; from a prompts file, its lines from the last one backwards, so that a warm-up
+def warmup_requests(spec: LoadSpec) -> list[Request]:
+    """The warm-up's requests: synthetic prompts drawn from another seed than the measured ones, so that a prefix
+    cache holds none of those; from a prompts file, its requests from the last one backwards, so that a warm-up
     shorter than the file sends none of the first measured ones."""
     if spec.prompts_file:
-        lines = _file_prompts(spec)
-        return [lines[-1 - i % len(lines)] for i in range(spec.warmup)]
-    return _synthetic(spec, spec.warmup, spec.seed + WARMUP_SEED)
+        pool = read_prompts_file(spec)
+        return [pool[-1 - i % len(pool)] for i in range(spec.warmup)]
+    return [Request(p, spec.output_len) for p in _synthetic(spec, spec.warmup, spec.seed + WARMUP_SEED)]
 
 
 WARMUP_SEED = 0x5EED  # the warm-up's synthetic prompts are drawn with the spec's seed + this
@@ -169,12 +217,12 @@ def _merge_routing(result: RequestResult, routing: dict | None) -> None:
 
 
 async def _one_request(
-    client: httpx.AsyncClient, spec: LoadSpec, model: str, prompt, seed: int
+    client: httpx.AsyncClient, spec: LoadSpec, model: str, request: Request, seed: int
 ) -> RequestResult:
     body = {
         "model": model,
-        "prompt": prompt,
-        "max_tokens": spec.output_len,
+        "prompt": request.prompt,
+        "max_tokens": request.output_len,
         "temperature": spec.temperature,
         "seed": seed,
         "stream": True,
@@ -248,21 +296,35 @@ async def _resolve_model(client: httpx.AsyncClient, model: str | None) -> tuple[
     return (model or card["id"]), (limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
 
 
-def check_context(spec: LoadSpec, model: str, max_len: int | None) -> None:
-    """Synthetic prompts of `prompt_len` tokens with `output_len` more must fit the model's context, or the
-    server refuses every request (HTTP 400, `context_length_exceeded`): say so before sending any. A prompts
-    file's token counts are the server's to know, so it is not checked here."""
-    need = spec.prompt_len + spec.output_len
-    if max_len is not None and not spec.prompts_file and need > max_len:
-        raise ContextTooLong(
-            f"--prompt-len {spec.prompt_len} and --output-len {spec.output_len} need {need} tokens of context, but "
-            f"{model!r} takes {max_len} (max_model_len at /v1/models); nothing was sent"
-        )
+def check_context(
+    spec: LoadSpec, model: str, max_len: int | None, requests: list[Request] | None = None
+) -> None:
+    """Every request whose prompt is token ids (synthetic ones, of `prompt_len`) must fit the model's context with
+    the tokens it asks for, or the server refuses it (HTTP 400, `context_length_exceeded`): say so before sending
+    any. A text prompt's token count is the server's to know, so it is not checked here."""
+    if max_len is None:
+        return
+    if not spec.prompts_file:
+        need = spec.prompt_len + spec.output_len
+        if need > max_len:
+            raise ContextTooLong(
+                f"--prompt-len {spec.prompt_len} and --output-len {spec.output_len} need {need} tokens of context, "
+                f"but {model!r} takes {max_len} (max_model_len at /v1/models); nothing was sent"
+            )
+        return
+    for r in requests or []:
+        if isinstance(r.prompt, list) and len(r.prompt) + r.output_len > max_len:
+            raise ContextTooLong(
+                f"{spec.prompts_file}: a prompt of {len(r.prompt)} token ids and output_len {r.output_len} need "
+                f"{len(r.prompt) + r.output_len} tokens of context, but {model!r} takes {max_len} (max_model_len at "
+                "/v1/models); nothing was sent"
+            )
 
 
 async def run_load(spec: LoadSpec) -> dict:
     """Run the load and return the report (see `summarize`)."""
-    prompts = make_prompts(spec)
+    requests = make_requests(spec)
+    warm_requests = warmup_requests(spec)
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
     in_flight = spec.concurrency if spec.concurrency is not None else spec.num_prompts
     limits = httpx.Limits(max_connections=in_flight + 4)
@@ -270,18 +332,18 @@ async def run_load(spec: LoadSpec) -> dict:
         base_url=spec.url, headers=headers, timeout=spec.timeout_s, limits=limits
     ) as client:
         model, max_len = await _resolve_model(client, spec.model)
-        check_context(spec, model, max_len)
+        check_context(spec, model, max_len, requests + warm_requests)
         warm: list[RequestResult] = []
         if spec.warmup:
-            warm = await _closed_loop(client, spec, model, warmup_prompts(spec), spec.concurrency or spec.warmup,
+            warm = await _closed_loop(client, spec, model, warm_requests, spec.concurrency or spec.warmup,
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
         counter = _InFlight()
         if spec.closed_loop:
             run = _closed_loop(
-                client, spec, model, prompts, spec.concurrency, spec.seed, spec.progress, counter
+                client, spec, model, requests, spec.concurrency, spec.seed, spec.progress, counter
             )
         else:
-            run = _open_loop(client, spec, model, prompts, counter)
+            run = _open_loop(client, spec, model, requests, counter)
         start = time.perf_counter()
         results = await run
         wall = time.perf_counter() - start
@@ -313,16 +375,16 @@ async def _closed_loop(
     client: httpx.AsyncClient,
     spec: LoadSpec,
     model: str,
-    prompts: list,
+    requests: list[Request],
     workers: int,
     seed_base: int,
     progress: bool,
     counter: _InFlight | None = None,
 ) -> list[RequestResult]:
-    """`workers` workers take the prompts in order, each sending its next when its last one has ended."""
+    """`workers` workers take the requests in order, each sending its next when its last one has ended."""
     counter = counter or _InFlight()
-    queue = iter(range(len(prompts)))
-    results: list[RequestResult | None] = [None] * len(prompts)
+    queue = iter(range(len(requests)))
+    results: list[RequestResult | None] = [None] * len(requests)
     done = 0
     start = time.perf_counter()
 
@@ -332,24 +394,24 @@ async def _closed_loop(
             sent = time.perf_counter() - start
             counter.enter()
             try:
-                results[i] = await _one_request(client, spec, model, prompts[i], seed_base + i)
+                results[i] = await _one_request(client, spec, model, requests[i], seed_base + i)
             finally:
                 counter.leave()
             results[i].start_s = sent
             done += 1
             if progress:
-                _progress(done, len(prompts))
+                _progress(done, len(requests))
 
-    await asyncio.gather(*(worker() for _ in range(min(workers, len(prompts)))))
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(requests)))))
     return [r for r in results if r is not None]
 
 
 async def _open_loop(
-    client: httpx.AsyncClient, spec: LoadSpec, model: str, prompts: list, counter: _InFlight
+    client: httpx.AsyncClient, spec: LoadSpec, model: str, requests: list[Request], counter: _InFlight
 ) -> list[RequestResult]:
     """Each request is sent at its arrival time (`arrival_times`), or, at the concurrency cap, when a place
     frees; the wait at the cap is its `queued_s`."""
-    arrivals = arrival_times(spec, len(prompts))
+    arrivals = arrival_times(spec, len(requests))
     cap = asyncio.Semaphore(spec.concurrency) if spec.concurrency is not None else None
     done = 0
     start = time.perf_counter()
@@ -364,7 +426,7 @@ async def _open_loop(
             sent = time.perf_counter()
             counter.enter()
             try:
-                result = await _one_request(client, spec, model, prompts[i], spec.seed + i)
+                result = await _one_request(client, spec, model, requests[i], spec.seed + i)
             finally:
                 counter.leave()
         finally:
@@ -374,10 +436,10 @@ async def _open_loop(
         result.queued_s = sent - arrived if cap is not None else 0.0
         done += 1
         if spec.progress:
-            _progress(done, len(prompts))
+            _progress(done, len(requests))
         return result
 
-    return list(await asyncio.gather(*(one(i) for i in range(len(prompts)))))
+    return list(await asyncio.gather(*(one(i) for i in range(len(requests)))))
 
 
 def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: float) -> dict:

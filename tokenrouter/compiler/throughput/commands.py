@@ -241,6 +241,7 @@ def run_simulate(
         from tokenrouter.compiler.throughput.workload import (
             WorkloadError,
             read_requests,
+            request_lengths,
             request_routing,
             with_visit_costs,
         )
@@ -249,12 +250,17 @@ def run_simulate(
             per_request, output_len = read_requests(requests)
             cfg_kw["requests"] = tuple(request_routing(inp, per_request))
             inp = with_visit_costs(inp, per_request)
+            lengths = request_lengths(per_request)
         except WorkloadError as e:
             raise ThroughputInputError(str(e)) from None
         if cfg_kw.get("request_tokens") is None:
             if output_len is None:
                 raise ThroughputUsageError(f"{requests} has no spec.output_len: give --request-tokens")
             cfg_kw["request_tokens"] = output_len
+            # each request as long as it ran (a .jsonl load's own lengths, or ends at EOS); --request-tokens
+            # gives every request that many instead
+            if lengths is not None and set(lengths) != {output_len}:
+                cfg_kw["request_lengths"] = lengths
     hop_ms = parse_hop_ms(cfg_kw.pop("hop_ms", None), inp.models)
     if hop_ms is not None:
         cfg_kw["hop_ms"] = hop_ms
@@ -297,8 +303,13 @@ def run_simulate(
         span = f"{cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up"
     else:
         span = (
-            f"a finite run of {len(cfg.requests)} requests from {requests} ({cfg.request_tokens} tokens each,"
-            f" each request's own routing) to the last one's end: {sim.time_ms / 1000:.3f} s"
+            f"a finite run of {len(cfg.requests)} requests from {requests} ("
+            + (
+                f"{min(cfg.request_lengths)}-{max(cfg.request_lengths)} tokens, each its own length and routing"
+                if cfg.request_lengths
+                else f"{cfg.request_tokens} tokens each, each request's own routing"
+            )
+            + f") to the last one's end: {sim.time_ms / 1000:.3f} s"
         )
     lines = [
         f"simulate {plan['policy']['name']}: N = {inp.concurrency}, B = "

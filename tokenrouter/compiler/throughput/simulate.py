@@ -15,8 +15,9 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   never end, as the chain has them, it changes nothing after the first visits; with requests that end, or
   that route unlike each other, a model that few requests visit stops waiting for rows that would not come.
 - `requests`: a finite run, as a closed-loop benchmark makes one: these requests in order, N at a time,
-  each routed by its own matrix (requests that are not alike: a router that fires on some prompts only);
-  the run ends when the last one has committed `request_tokens`, and the throughput is the tokens over
+  each routed by its own matrix (requests that are not alike: a router that fires on some prompts only)
+  and, with `request_lengths`, of its own length; the run ends when the last one has committed its tokens
+  (`request_tokens` each, or its own), and the throughput is the tokens over
   that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
 - `hop_ms`: a hop from model i reaches model j `hop_ms[j]` ms after i's step ends (the chain takes hops as
   instant; the subservers measure this delay, `tokenrouter_hop_delay_seconds_total`).
@@ -54,6 +55,8 @@ class SimConfig:
     burstiness: float = 1.0  # squared coefficient of variation of think times (>= 1)
     max_delay_ms: float | None = None  # None: no timeout
     requests: tuple[np.ndarray, ...] | None = None  # a finite run: each request's own routing matrix
+    # a finite run's requests' own token counts, in their order (None: `request_tokens` each)
+    request_lengths: tuple[int, ...] | None = None
     hop_ms: tuple[float, ...] | None = None  # per target model: a hop's transit to it; None: instant
     # the runtime's rule that a model also steps when every request it holds (has run and not seen end) is
     # queued there (`runtime.subserver.batching`, "Nobody else to wait for"); False: as servers before it did
@@ -116,6 +119,12 @@ class SimConfig:
             if self.request_tokens is None or not self.requests:
                 raise ValueError("requests (a finite run) needs request_tokens and at least one request")
             self.requests = tuple(np.asarray(p, dtype=float) for p in self.requests)
+        if self.request_lengths is not None:
+            self.request_lengths = tuple(self.request_lengths)
+            if self.requests is None or len(self.request_lengths) != len(self.requests):
+                raise ValueError("request_lengths needs requests (a finite run), one length each")
+            if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in self.request_lengths):
+                raise ValueError(f"request_lengths must be ints >= 1, got {self.request_lengths!r}")
 
 
 @dataclass(slots=True)
@@ -318,7 +327,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                             left[i].pop(r, None)
                     if expect is not None and j != i:
                         leaves[i][r] = leaves[i].get(r, 0) + 1
-                    if cfg.request_tokens is not None and tokens_of[r] >= cfg.request_tokens:
+                    if cfg.request_tokens is not None and tokens_of[r] >= (
+                        cfg.request_lengths[req_of[r]] if cfg.request_lengths else cfg.request_tokens
+                    ):
                         finished += 1
                         active -= 1
                         for h in (*held, *prefilled):

@@ -56,6 +56,15 @@ def request_routing(inputs: SystemInputs, per_request: list[dict]) -> list[np.nd
     return out
 
 
+def request_lengths(per_request: list[dict]) -> tuple[int, ...] | None:
+    """Each completed request's output tokens, in the order of `request_routing` (None where a record has none:
+    the replay then gives every request the report's output length)."""
+    lengths = [r.get("output_tokens") for r in per_request if r.get("ok")]
+    if not lengths or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in lengths):
+        return None
+    return tuple(lengths)
+
+
 def with_visit_costs(inputs: SystemInputs, per_request: list[dict]) -> SystemInputs:
     """`inputs` whose prefill costs have no `ms_per_visit` (a profile whose server did not count the requests
     each model reached, or a benchmark record that does not keep that counter) given one from these requests:
