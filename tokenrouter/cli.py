@@ -438,6 +438,12 @@ def bench(
         help="With --request-rate: the gamma shape of the gaps between arrivals (1: Poisson, < 1 burstier).",
     ),
     warmup: int = typer.Option(0, help="Requests sent first, at the load's concurrency, and not counted."),
+    slo_ttft_ms: float = typer.Option(
+        None, help="A request meets the SLO only with a TTFT within this; the report adds the goodput."
+    ),
+    slo_tpot_ms: float = typer.Option(
+        None, help="A request meets the SLO only with a TPOT within this; the report adds the goodput."
+    ),
     num_prompts: int = typer.Option(32, "--num-prompts", "-n", help="Requests to send in all."),
     output_len: int = typer.Option(
         128, help="Tokens to generate per request (max_tokens); a .jsonl line's output_len overrides it."
@@ -471,6 +477,8 @@ def bench(
             request_rate=math.inf if request_rate is None else request_rate,
             burstiness=burstiness,
             warmup=warmup,
+            slo_ttft_ms=slo_ttft_ms,
+            slo_tpot_ms=slo_tpot_ms,
             num_prompts=num_prompts,
             output_len=output_len,
             prompt_len=prompt_len,

@@ -299,6 +299,7 @@ def test_bench_cli_open_loop_and_its_usage_errors(tmp_path):
             (["--request-rate", "5", "--burstiness", "-1"], "burstiness must be a finite number > 0"),
             (["--burstiness", "0.5"], "give a request rate with it"),
             (["--warmup", "-2"], "warmup must be >= 0"),
+            (["--slo-ttft-ms", "0"], "slo_ttft_ms must be a finite number of ms > 0"),
         ]:
             got = runner.invoke(app, base + extra)
             assert got.exit_code == 2 and message in got.output and "Traceback" not in got.output, got.output
@@ -378,3 +379,32 @@ def test_a_jsonl_prompts_file_gives_each_request_its_prompt_and_length(tmp_path)
         )
         assert got.exit_code == 2 and "not a UTF-8 text file" in got.output, got.output
         assert served.server.config.app.state.completions == 4
+
+
+def test_goodput_counts_the_requests_within_both_objectives():
+    """With SLOs a request counts when its TTFT and its TPOT are both within them; a failed one is sent and not
+    met; a one-token request has no TPOT to miss. Without SLOs the report has no goodput."""
+    from tokenrouter.runtime.loadgen import RequestResult, summarize
+
+    def req(ttft_s, tpot_s, tokens=10):
+        return RequestResult(
+            ok=True, ttft_s=ttft_s, e2e_s=ttft_s + tpot_s * (tokens - 1), output_tokens=tokens
+        )
+
+    results = [req(0.05, 0.005), req(0.2, 0.005), req(0.05, 0.02), req(0.09, 0.0099), req(0.05, 0.5, tokens=1),
+               RequestResult(ok=False, error="boom")]  # fmt: skip
+    spec = LoadSpec(url="http://x", num_prompts=6, slo_ttft_ms=100, slo_tpot_ms=10, progress=False)
+    report = summarize(spec, "m", results, wall_s=2.0)
+    assert report["slo_met"] == 3 and report["slo_met_share"] == pytest.approx(0.5)
+    assert report["goodput_req_s"] == pytest.approx(1.5) and report["slo"] == {"ttft_ms": 100, "tpot_ms": 10}
+    assert (
+        "within the SLO (TTFT <= 100 ms, TPOT <= 10 ms) | 3 of 6 (50.0%), goodput 1.50 req/s"
+        in format_report(report)
+    )
+    only_ttft = summarize(LoadSpec(url="http://x", slo_ttft_ms=100, progress=False), "m", results, wall_s=2.0)
+    assert only_ttft["slo_met"] == 4 and "(TTFT <= 100 ms)" in format_report(only_ttft)
+    plain = summarize(LoadSpec(url="http://x", progress=False), "m", results, wall_s=2.0)
+    assert "slo" not in plain and "goodput" not in format_report(plain)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="slo_tpot_ms must be a finite number of ms > 0"):
+            LoadSpec(slo_tpot_ms=bad)

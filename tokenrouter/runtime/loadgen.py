@@ -37,6 +37,10 @@ class LoadSpec:
     request_rate: float = math.inf  # requests per second; inf: a closed loop of `concurrency` workers
     burstiness: float = 1.0  # the gamma shape of an open loop's gaps between arrivals (1: Poisson)
     warmup: int = 0  # requests sent before the measured ones, not counted
+    # service-level objectives: a request meets them when its TTFT and its TPOT are within these (None: no
+    # bound); the report's goodput counts the requests that do
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
     num_prompts: int = 32
     output_len: int = 128
     prompt_len: int = 32
@@ -63,6 +67,10 @@ class LoadSpec:
             raise ValueError("burstiness shapes an open loop's arrivals: give a request rate with it")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+            bound = getattr(self, name)
+            if bound is not None and not (bound > 0 and math.isfinite(bound)):
+                raise ValueError(f"{name} must be a finite number of ms > 0, got {bound}")
         if self.num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}")
         if self.output_len < 1:
@@ -450,7 +458,7 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
     ok = [r for r in results if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     prompt_tokens = sum(r.prompt_tokens for r in ok)
-    tpots = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    tpots = [_tpot_s(r) for r in ok if r.output_tokens > 1]
     per_model: dict[str, int] = {}
     for r in ok:
         for name, n in r.tokens_per_model.items():
@@ -472,6 +480,7 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         "decode_throughput_tok_s": out_tokens / wall_s if wall_s > 0 else 0.0,
         "total_throughput_tok_s": (out_tokens + prompt_tokens) / wall_s if wall_s > 0 else 0.0,
         "request_throughput_req_s": len(ok) / wall_s if wall_s > 0 else 0.0,
+        **_goodput(spec, ok, len(results), wall_s),
         "ttft_ms": _spread([1e3 * r.ttft_s for r in ok]),
         "tpot_ms": _spread([1e3 * t for t in tpots]),
         "e2e_s": _spread([r.e2e_s for r in ok]),
@@ -493,6 +502,25 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
             }
             for r in results
         ],  # fmt: skip
+    }
+
+
+def _tpot_s(r: RequestResult) -> float:
+    return (r.e2e_s - r.ttft_s) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+
+
+def _goodput(spec: LoadSpec, ok: list[RequestResult], sent: int, wall_s: float) -> dict:
+    """With service-level objectives: the requests that completed within both (`slo_met`, of all sent) and
+    those per second (`goodput_req_s`). A one-token request has no TPOT to miss."""
+    if spec.slo_ttft_ms is None and spec.slo_tpot_ms is None:
+        return {}
+    ttft, tpot = spec.slo_ttft_ms or math.inf, spec.slo_tpot_ms or math.inf
+    met = sum(1 for r in ok if 1e3 * r.ttft_s <= ttft and 1e3 * _tpot_s(r) <= tpot)
+    return {
+        "slo": {"ttft_ms": spec.slo_ttft_ms, "tpot_ms": spec.slo_tpot_ms},
+        "slo_met": met,
+        "slo_met_share": met / sent if sent else 0.0,
+        "goodput_req_s": met / wall_s if wall_s > 0 else 0.0,
     }
 
 
@@ -548,6 +576,15 @@ def format_report(report: dict) -> str:
             f"{e2e.get('mean', math.nan):.2f} / {e2e['p50']:.2f} / {e2e['p99']:.2f}",
         ),
     ]
+    if "slo" in report:
+        bounds = [f"{k.split('_')[0].upper()} <= {v:g} ms" for k, v in report["slo"].items() if v is not None]
+        rows.append(
+            (
+                f"within the SLO ({', '.join(bounds)})",
+                f"{report['slo_met']} of {report['requests']} ({100 * report['slo_met_share']:.1f}%), "
+                f"goodput {report['goodput_req_s']:.2f} req/s",
+            )
+        )
     queued = report.get("queued_ms")
     if queued and (report.get("spec") or {}).get("request_rate") is not None:
         rows.append(("queued at the cap p50 / p99 (ms)", f"{queued['p50']:.1f} / {queued['p99']:.1f}"))
