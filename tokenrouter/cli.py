@@ -106,7 +106,7 @@ def compile_(
         raise typer.Exit(1)
     out = Path(output) if output else Path(file).with_suffix(".plan")
     try:
-        write_plan(result.plan, out)
+        write_plan(result.plan, out, inputs=[file])
     except (OSError, PlanError) as exc:
         typer.echo(f"error: cannot write {out}: {exc}", err=True)
         raise typer.Exit(1) from None

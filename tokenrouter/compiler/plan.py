@@ -12,13 +12,14 @@ import copy
 import hashlib
 import json
 import math
-import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility, feasibility_error
 from tokenrouter.compiler.paths import absolute_from_plan, relative_to_plan
 from tokenrouter.compiler.program import FEATURES, TYPES
+from tokenrouter.outfile import check_output, write_replacing
 
 PLAN_FORMAT = "tokenrouter.plan/1"
 OPS_ARITY = {
@@ -33,11 +34,13 @@ class PlanError(Exception):
     """A plan that cannot be used; the message names the file and the field."""
 
 
-def write_plan(plan: dict[str, Any], path: str | Path) -> None:
-    """Write `plan` as JSON; absolute model/router paths are stored relative to the plan's directory."""
+def write_plan(plan: dict[str, Any], path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
+    """Write `plan` as JSON; absolute model/router paths are stored relative to the plan's directory. The write
+    refuses a path that would lose the user's data (`outfile.write_replacing`: `inputs`, a `.tr` source, a
+    folder or other non-regular file) with an `OutputPathError` (an OSError)."""
     p = Path(path)
     out = copy.deepcopy(plan)
-    base = p.resolve().parent
+    base = check_output(p, inputs).parent
     for m in out.get("models", {}).values():
         if isinstance(m.get("path"), str):
             m["path"] = relative_to_plan(m["path"], base)
@@ -45,9 +48,7 @@ def write_plan(plan: dict[str, Any], path: str | Path) -> None:
         if isinstance(r.get("path"), str):
             r["path"] = relative_to_plan(r["path"], base)
     validate_plan(out, str(p))
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    write_replacing(p, json.dumps(out, indent=2, ensure_ascii=False) + "\n", inputs)
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:

@@ -79,6 +79,14 @@ def test_broken_model_folder_fails_startup_naming_the_subserver(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "subserver 'llm' failed to start" in r.stderr, r.stderr
     assert r.stdout == ""
+    # the user's mistake is one line that names the file, not the subserver's traceback (an audit found ~25
+    # lines of it before the error line); weights of another shape are one too
+    assert "Traceback" not in r.stderr and f"{broken / 'config.json'}" in r.stderr, r.stderr
+    shutil.copytree(MODELS / "tiny-large", broken, dirs_exist_ok=True)
+    shutil.copy(MODELS / "py-large" / "model.safetensors", broken / "model.safetensors")
+    r = _serve(str(tmp_path / "testmix.plan"), "--port", "0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "subserver 'llm' failed to start" in r.stderr and "the config needs" in r.stderr, r.stderr
 
 
 def test_port_in_use_fails_before_loading_models(tmp_path):

@@ -24,6 +24,7 @@ from tokenrouter.compiler.throughput.plan_inputs import (
 )
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+from tokenrouter.outfile import check_output
 
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
@@ -148,7 +149,7 @@ def run_tune(
         from tokenrouter.compiler.plan import PlanError, write_plan
 
         try:
-            write_plan(tuned, out_path)
+            write_plan(tuned, out_path, inputs=[args.profile] if args.profile else [])
         except (OSError, PlanError) as e:
             raise ThroughputInputError(f"cannot write {out_path}: {e}") from None
     if plot:
@@ -389,6 +390,11 @@ def run_profile_command(
         raise ThroughputUsageError(
             "give --alone or --merge, not both (--merge takes the latencies alone too)"
         )
+    out = _profile_output(plan_path, output)
+    try:  # before the measurement, which a bad output path would lose
+        check_output(out, [plan_path])
+    except OSError as e:
+        raise ThroughputInputError(f"cannot write {out}: {e}") from None
     if colocation:
         if from_metrics or since:
             raise ThroughputUsageError(
@@ -598,12 +604,16 @@ def _fit_colocation(plan_path: str, paths: list[str]):
         raise ThroughputInputError(f"--colocation {paths[0]} {paths[1]}: {e}") from None
 
 
+def _profile_output(plan_path: str, output: str | None) -> Path:
+    return Path(output) if output else Path(plan_path).with_suffix(".profile.json")
+
+
 def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
     from tokenrouter.compiler.throughput.profile_format import write_profile
 
-    out = Path(output) if output else Path(plan_path).with_suffix(".profile.json")
+    out = _profile_output(plan_path, output)
     try:
-        write_profile(profile, out)
+        write_profile(profile, out, inputs=[plan_path])
     except OSError as e:
         raise ThroughputInputError(f"cannot write {out}: {e}") from None
     generated = profile.workload.get("generated_tokens")

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.throughput.inputs import StepLatency, check_prefill_ms
+from tokenrouter.outfile import write_replacing
 
 PROFILE_FORMAT = "tokenrouter.profile/1"
 
@@ -79,11 +81,9 @@ class Profile:
         }
 
 
-def write_profile(profile: Profile, path: str | Path) -> None:
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(profile.to_json(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(p)
+def write_profile(profile: Profile, path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
+    """Write the profile as JSON (`outfile.write_replacing`: never over `inputs`, a `.tr` source or a folder)."""
+    write_replacing(path, json.dumps(profile.to_json(), indent=2) + "\n", inputs)
 
 
 def read_profile(path: str | Path) -> Profile:

@@ -236,6 +236,16 @@ class Subserver:
             board.close()
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that say what is wrong with the user's input, not with the code: a subserver that cannot start
+    for one of these reports its message alone."""
+    from tokenrouter.compiler.plan import PlanError
+    from tokenrouter.runtime.engine.config import ModelFolderError
+    from tokenrouter.runtime.route.routers import RouterFileError
+
+    return (ModelFolderError, RouterFileError, PlanError)
+
+
 def run_subserver_process(args: SubserverArgs) -> None:
     """The entry function of one subserver process (see the module docstring for the protocol)."""
     run_server_process(args, f"subserver[{args.model}]", Subserver, lambda sub: {args.model: sub.info()})
@@ -264,12 +274,19 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
             launcher.send(m.Ready(name=name, info=info))
         logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
         sub.event_loop()
-    except BaseException:
+    except BaseException as exc:
         tb = traceback.format_exc()
-        logger.error("crashed:\n%s", tb)
+        if sub is None and isinstance(exc, user_errors()):
+            # the user's mistake (a model folder, a router file, the plan): the launcher prints its message as
+            # the one line `error: … failed to start: …`; the traceback only at debug level
+            logger.debug("could not start:\n%s", tb)
+            error = str(exc)
+        else:
+            logger.error("crashed:\n%s", tb)
+            error = tb
         for s in (launcher, frontend):
             s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
-            s.send(m.Fatal(name=args.model, error=tb))
+            s.send(m.Fatal(name=args.model, error=error))
         code = 1
     finally:
         if sub is not None:
