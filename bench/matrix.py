@@ -712,6 +712,12 @@ def bench(
 # ---- one part ---------------------------------------------------------------------------------------------
 
 
+def _num(x: float | None, spec: str) -> str:
+    """A report's figure, or "-" where it has none (null in the loadgen's JSON since the forty-first session: a
+    percentile of no completed request)."""
+    return "-" if x is None or x != x else format(x, spec)
+
+
 def plan_committed(plan_path: Path) -> dict[str, dict[str, float]]:
     """The share of each transition's hops that keep their token (0: `drop`), from the plan's rules: what
     the DTMC on a run's own step times needs besides the metrics (records before run 14 lack it: all their
@@ -919,8 +925,9 @@ def tables(records: list[dict]) -> str:
             # reports from before the eighth session have no drain
             drain = f"{rep['drain_s']:.2f}" if "drain_s" in rep else "-"
             out.append(
-                f"| {r['mode']} | {r['n']} | {rep['ttft_ms']['p50']:.1f} | {rep['tpot_ms']['p50']:.2f} | "
-                f"{rep['e2e_s'].get('p50', float('nan')):.2f} / {rep['e2e_s']['p99']:.2f} | {drain} | "
+                f"| {r['mode']} | {r['n']} | {_num(rep['ttft_ms']['p50'], '.1f')} | "
+                f"{_num(rep['tpot_ms']['p50'], '.2f')} | "
+                f"{_num(rep['e2e_s'].get('p50'), '.2f')} / {_num(rep['e2e_s']['p99'], '.2f')} | {drain} | "
                 f"{rep['tokens_per_model']} | {rep['hops']} | "
                 f"{r['thresholds'] or '-'} | {r['startup_s']:.0f} |"
             )

@@ -421,7 +421,9 @@ def subserver_cmd(
 
 @app.command()
 def bench(
-    url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of an OpenAI-compatible server."),
+    url: str = typer.Option(
+        "http://127.0.0.1:8000", help="Base URL of an OpenAI-compatible server (a trailing /v1 is taken off)."
+    ),
     concurrency: int = typer.Option(
         None,
         "--concurrency",
@@ -464,10 +466,17 @@ def bench(
 ) -> None:
     """Load-test a running server: decode throughput, TTFT, TPOT, latency percentiles, tokens per model."""
     import asyncio
-    import json
     import math
 
-    from tokenrouter.runtime.loadgen import ContextTooLong, LoadSpec, format_report, make_requests, run_load
+    from tokenrouter.outfile import check_output
+    from tokenrouter.runtime.loadgen import (
+        LoadRefused,
+        LoadSpec,
+        format_report,
+        make_requests,
+        run_load,
+        write_report,
+    )
 
     try:
         spec = LoadSpec(
@@ -493,18 +502,27 @@ def bench(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if json_out:
+        try:  # before the run, which a report that cannot be written would lose
+            check_output(json_out)
+        except OSError as exc:
+            typer.echo(f"error: cannot write --json {json_out}: {exc}", err=True)
+            raise typer.Exit(2) from None
     try:
         report = asyncio.run(run_load(spec))
-    except ContextTooLong as exc:
+    except LoadRefused as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except Exception as exc:  # connection refused, bad URL: a user-facing condition, not a bug
-        typer.echo(f"error: could not benchmark {url}: {type(exc).__name__}: {exc}", err=True)
+        typer.echo(f"error: could not benchmark {spec.url}: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(format_report(report))
     if json_out:
-        with open(json_out, "w") as f:
-            json.dump(report, f, indent=2)
+        try:
+            write_report(report, json_out)
+        except OSError as exc:
+            typer.echo(f"error: cannot write --json {json_out}: {exc}", err=True)
+            raise typer.Exit(1) from None
     if report["failed"]:
         raise typer.Exit(1)
 

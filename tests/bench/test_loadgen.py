@@ -408,3 +408,41 @@ def test_goodput_counts_the_requests_within_both_objectives():
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="slo_tpot_ms must be a finite number of ms > 0"):
             LoadSpec(slo_tpot_ms=bad)
+
+
+def test_bench_refuses_what_it_cannot_do_before_sending_and_writes_valid_json(tmp_path):
+    """An audit's findings: a --json path that cannot be written failed after the whole run; a model the server
+    does not serve sent every request to a 404; --temperature nan or -1 went to the server; an OpenAI-style base
+    URL (…/v1) asked for /v1/v1/models; a folder as --prompts-file was "not found"; a report of failed requests
+    held NaN, which is not JSON. Each is now refused before anything is sent (exit 2), or fixed."""
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+
+    runner = CliRunner()
+    with _Served(_scripted_app(4, 0.0)) as served:
+        base = ["bench", "--url", served.url, "-n", "2", "--output-len", "4", "--no-progress"]
+        for extra, message in [
+            (["--json", str(tmp_path / "nowhere" / "r.json")], "cannot write --json"),
+            (["--json", str(tmp_path)], "is a folder"),
+            (["--model", "nope"], "model 'nope' is not served here (/v1/models lists 'demo')"),
+            (["--temperature", "nan"], "temperature must be a finite number >= 0"),
+            (["--temperature", "-1"], "temperature must be a finite number >= 0"),
+            (["--prompts-file", str(tmp_path)], "prompts file is a folder"),
+        ]:
+            got = runner.invoke(app, base + extra)
+            assert got.exit_code == 2 and message in got.output and "Traceback" not in got.output, got.output
+        assert served.server.config.app.state.completions == 0
+        got = runner.invoke(app, ["bench", "--url", served.url + "/v1/", "-n", "2", "--output-len", "4",
+                                  "--no-progress", "--json", str(tmp_path / "ok.json")])  # fmt: skip
+        assert got.exit_code == 0 and served.server.config.app.state.completions == 2, got.output
+    assert json.loads((tmp_path / "ok.json").read_text())["url"] == served.url
+    # a run whose every request failed: percentiles of nothing are null in the file, not NaN
+    from tokenrouter.runtime.loadgen import RequestResult, summarize, write_report
+
+    report = summarize(
+        LoadSpec(url="http://x", progress=False), "m", [RequestResult(ok=False, error="x")], 1.0
+    )
+    write_report(report, tmp_path / "failed.json")
+    text = (tmp_path / "failed.json").read_text()
+    assert "NaN" not in text and json.loads(text)["ttft_ms"]["p50"] is None

@@ -55,6 +55,8 @@ class LoadSpec:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        # the server's base URL; an OpenAI client's base URL ends in /v1, which the paths here already have
+        self.url = self.url.rstrip("/").removesuffix("/v1")
         if self.concurrency is None and self.closed_loop:
             raise ValueError("a closed loop needs a concurrency; give a request rate for an open loop")
         if self.concurrency is not None and self.concurrency < 1:
@@ -78,7 +80,10 @@ class LoadSpec:
         if self.prompt_len < 1:
             raise ValueError(f"prompt_len must be >= 1, got {self.prompt_len}")
         if self.prompts_file is not None and not Path(self.prompts_file).is_file():
-            raise ValueError(f"prompts file not found: {self.prompts_file}")
+            what = "is a folder" if Path(self.prompts_file).is_dir() else "not found"
+            raise ValueError(f"prompts file {what}: {self.prompts_file}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 <= self.vocab_low < self.vocab_high:
             raise ValueError("need 0 <= vocab_low < vocab_high")
 
@@ -285,8 +290,12 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-class ContextTooLong(ValueError):
-    """The load's prompts and output tokens do not fit the served model's context: nothing was sent."""
+class LoadRefused(ValueError):
+    """The load cannot be served as asked (the message says why); nothing was sent."""
+
+
+class ContextTooLong(LoadRefused):
+    """The load's prompts and output tokens do not fit the served model's context."""
 
 
 async def _resolve_model(client: httpx.AsyncClient, model: str | None) -> tuple[str, int | None]:
@@ -300,6 +309,9 @@ async def _resolve_model(client: httpx.AsyncClient, model: str | None) -> tuple[
     if not data and not model:
         raise RuntimeError("the server lists no models at /v1/models")
     card = next((c for c in data if c.get("id") == model), None) if model else data[0]
+    if model and data and card is None:
+        served = ", ".join(repr(c.get("id")) for c in data)
+        raise LoadRefused(f"model {model!r} is not served here (/v1/models lists {served}); nothing was sent")
     limit = (card or {}).get("max_model_len")
     return (model or card["id"]), (limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
 
@@ -522,6 +534,24 @@ def _goodput(spec: LoadSpec, ok: list[RequestResult], sent: int, wall_s: float) 
         "slo_met_share": met / sent if sent else 0.0,
         "goodput_req_s": met / wall_s if wall_s > 0 else 0.0,
     }
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    """The report as JSON, a NaN (a percentile of nothing: every request failed) or infinity written as null,
+    which JSON readers other than Python's accept."""
+    from tokenrouter.outfile import write_replacing
+
+    write_replacing(path, json.dumps(_finite(report), indent=2) + "\n")
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _spread(values: list[float]) -> dict[str, float]:

@@ -223,7 +223,7 @@ def test_tables_ratios_and_prediction(tmp_path):
     recs[4]["report"]["tokens_per_model"] = {"slm": 885, "llm": 115}  # within SHARE_GAP: no flag
     assert "| TR / eager | - | 1.25x |" in matrix.tables(recs)
     recs[4]["report"]["tokens_per_model"] = {"slm": 9, "llm": 1}
-    assert "| eager | 8 | 1.0 | 2.00 | nan / 3.00 | - |" in text  # a report with no p50 nor drain (older)
+    assert "| eager | 8 | 1.0 | 2.00 | - / 3.00 | - |" in text  # a report with no p50 nor drain (older)
     recs[4]["report"] |= {"e2e_s": {"p50": 1.5, "p99": 3.0}, "drain_s": 0.25}
     assert (
         "| eager | 8 | 1.0 | 2.00 | 1.50 / 3.00 | 0.25 | {'slm': 9, 'llm': 1} | 2 | - | 20 |"
