@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 from frontend_helpers import MODELS
+from starlette.requests import Request
 
 from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.app import read_body
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
+from tokenrouter.runtime.frontend.config import MAX_BODY_BYTES, FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
+from tokenrouter.runtime.frontend.handlers import GenerationHandler
 from tokenrouter.runtime.frontend.metrics import Metrics
 from tokenrouter.runtime.frontend.protocol import (
     APIError,
@@ -92,7 +97,7 @@ def test_parse_body_types_and_limits():
         (b'{"prompt": "a", "stream": "yes"}', "stream"),
         (b'{"prompt": "a", "stop": ["", "b"]}', "stop"),
         (b'{"prompt": "a", "presence_penalty": 0.5}', "presence_penalty"),
-        (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "messages.0.content"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "messages[0].content"),
     ]:
         model = ChatCompletionRequest if b"messages" in body else CompletionRequest
         with pytest.raises(APIError) as e:
@@ -102,7 +107,151 @@ def test_parse_body_types_and_limits():
         ChatCompletionRequest,
         b'{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4}',
     )
-    assert chat.max_tokens == 4
+    assert chat.completion_limit() == (4, "max_completion_tokens")
+
+
+_HI = '{"role": "user", "content": "hi"}'
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ('[{"role": "wizard", "content": "hi"}]', "messages[0].role"),
+        ('[{"content": "hi"}]', "messages[0].role"),
+        ('[{"role": 3, "content": "hi"}]', "messages[0].role"),
+        (f'[{_HI}, {{"role": "tool", "content": "42", "tool_call_id": "c1"}}]', "messages[1].role"),
+        ('[{"role": "function", "name": "f", "content": "42"}]', "messages[0].role"),
+        ('[{"role": "user"}]', "messages[0].content"),
+        ('[{"role": "user", "content": null}]', "messages[0].content"),
+        (f'[{_HI}, {{"role": "assistant", "content": null}}]', "messages[1].content"),
+        (f'[{_HI}, {{"role": "assistant", "content": null, "tool_calls": [{{"id": "c1"}}]}}]',
+         "messages[1].tool_calls"),
+        ('[{"role": "user", "content": []}]', "messages[0].content"),
+        ('[{"role": "user", "content": [{"type": "text"}]}]', "messages[0].content[0].text"),
+        ('[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]',
+         "messages[0].content[0].type"),
+    ],
+)  # fmt: skip
+def test_chat_messages_the_template_cannot_render_are_400s(messages, param):
+    with pytest.raises(APIError) as e:
+        parse_body(ChatCompletionRequest, f'{{"messages": {messages}}}'.encode())
+    assert e.value.status == 400 and e.value.type == "invalid_request_error"
+    assert e.value.param == param, e.value.message
+    assert param in e.value.message
+
+
+def test_chat_roles_and_text_parts():
+    body = {
+        "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "user", "content": "hi", "name": "ann"},
+            {"role": "assistant", "content": ""},
+            {"role": "user", "content": [{"type": "text", "text": "more"}]},
+        ]
+    }
+    req = parse_body(ChatCompletionRequest, json.dumps(body).encode())
+    assert req.template_messages() == [
+        {"role": "system", "content": "be brief"},  # developer is OpenAI's newer name for system
+        {"role": "system", "content": "ab"},
+        {"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "more"},
+    ]
+    image = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+    with pytest.raises(APIError, match="only text parts are supported"):
+        parse_body(ChatCompletionRequest, json.dumps(image).encode())
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_tokens": 4, "max_completion_tokens": -3}, "max_completion_tokens"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens"),
+        ({"max_tokens": 0, "max_completion_tokens": 4}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_both_completion_limits_are_checked_and_named(fields, param):
+    body = {"messages": [{"role": "user", "content": "hi"}], **fields}
+    with pytest.raises(APIError) as e:
+        parse_body(ChatCompletionRequest, json.dumps(body).encode())
+    assert e.value.status == 400 and e.value.param == param
+    assert e.value.message.startswith(f"{param} must be at least 1")
+
+
+def test_max_completion_tokens_wins_and_is_named_when_too_long():
+    handler = GenerationHandler(_frontend_args(), CODEC)
+
+    def limit(fields: dict) -> tuple[int, str | None]:
+        req = parse_body(
+            ChatCompletionRequest,
+            json.dumps({"messages": [{"role": "user", "content": "hi"}], **fields}).encode(),
+        )
+        try:
+            return handler._sampling(req, prompt_len=10, chat=True, max_len=100).max_tokens, None
+        except APIError as e:
+            assert e.code == "context_length_exceeded"
+            return -1, e.param
+
+    assert limit({"max_tokens": 4, "max_completion_tokens": 7}) == (7, None)
+    assert limit({"max_tokens": 4}) == (4, None)
+    assert limit({}) == (90, None)  # chat: the rest of the context
+    assert limit({"max_tokens": 4, "max_completion_tokens": 91}) == (-1, "max_completion_tokens")
+    assert limit({"max_tokens": 91, "max_completion_tokens": 4}) == (4, None)
+    assert limit({"max_tokens": 91}) == (-1, "max_tokens")
+    req = parse_body(
+        CompletionRequest, b'{"prompt": "x", "max_completion_tokens": 3}'
+    )  # not a completions field
+    assert handler._sampling(req, prompt_len=10, chat=False, max_len=100).max_tokens == 16
+
+
+def _frontend_args(**kw) -> FrontendArgs:
+    ends = {"frontend": "ipc://f", "launcher": "ipc://l", "subservers": {"slm": "ipc://s"}}
+    return FrontendArgs(policy="p", entry="slm", models=["slm"], model_dir=str(MODELS / "tiny-small"),
+                        endpoints=ends, **kw)  # fmt: skip
+
+
+def _request(chunks: list[bytes], content_length: int | None = None) -> tuple[Request, list[dict]]:
+    """A Starlette request whose body arrives in `chunks`; the list holds the messages not received yet."""
+    pending = [
+        {"type": "http.request", "body": c, "more_body": i + 1 < len(chunks)} for i, c in enumerate(chunks)
+    ]
+    headers = [] if content_length is None else [(b"content-length", str(content_length).encode())]
+
+    async def receive() -> dict:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": headers}, receive), pending
+
+
+def test_request_body_limit():
+    limit = 1000
+    assert _frontend_args().max_body_bytes == MAX_BODY_BYTES == 16 << 20
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        _frontend_args(max_body_bytes=10)
+
+    req, _ = _request([b"a" * 600, b"b" * 400], content_length=1000)
+    assert asyncio.run(read_body(req, limit)) == b"a" * 600 + b"b" * 400  # exactly the limit
+    # told by Content-Length: refused before any of the body is read
+    req, pending = _request([b"a" * 600, b"b" * 401], content_length=1001)
+    with pytest.raises(APIError) as e:
+        asyncio.run(read_body(req, limit))
+    assert (e.value.status, e.value.code, e.value.type) == (413, "request_too_large", "invalid_request_error")
+    assert len(pending) == 2
+    # chunked (no Content-Length): refused at the chunk that crosses the limit, the rest left unread
+    req, pending = _request([b"a" * 600, b"b" * 401, b"c" * 5000])
+    with pytest.raises(APIError) as e:
+        asyncio.run(read_body(req, limit))
+    assert e.value.status == 413 and str(limit) in e.value.message and len(pending) == 1
+
+
+def test_encode_many_is_the_tokenizers_encode():
+    texts = ["def add(a, b):", "naïve 😀 text", "", "  x\n\ty  ", "<|im_start|>user"]
+    for special in (True, False):
+        want = [CODEC.tokenizer.encode(t, add_special_tokens=special).ids for t in texts]
+        assert CODEC.encode_many(texts, special) == want
+        assert [CODEC.encode(t, special) for t in texts] == want
 
 
 def test_chat_template_from_the_model_folder():

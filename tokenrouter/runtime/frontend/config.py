@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# A request body longer than this is refused (413) before it is read in full. 16 MiB holds a prompt of a
+# 128K-token context at 128 bytes a token (a JSON token-id list takes about 7, text about 4, JSON-escaped
+# non-ASCII text up to 12), and bounds the parse, which runs on the event loop (pydantic took 1 s for a
+# 35 MB body of 5M token ids).
+MAX_BODY_BYTES = 16 << 20
+
 
 @dataclass(slots=True)
 class FrontendArgs:
@@ -20,6 +26,7 @@ class FrontendArgs:
     log_level: str = "warning"
     remote: list[str] = field(default_factory=list)  # models on other hosts: watched by heartbeat
     heartbeat_timeout_s: float = 10.0  # a remote model whose SubserverStats stop this long has failed
+    max_body_bytes: int = MAX_BODY_BYTES  # a longer request body gets a 413
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -32,6 +39,8 @@ class FrontendArgs:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty (leave it unset to disable authentication)")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError(f"heartbeat_timeout_s must be > 0, got {self.heartbeat_timeout_s}")
         missing = [x for x in self.models if x not in self.endpoints.get("subservers", {})]

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
@@ -53,13 +54,13 @@ class GenerationHandler:
             return [ids]
         p = req.prompt
         if isinstance(p, str):
-            prompts = [self.codec.encode(p)] if p else [[]]
+            prompts = self.codec.encode_many([p]) if p else [[]]
         elif not p:
             raise APIError(400, "prompt must not be empty", param="prompt")
         elif isinstance(p[0], int):
             prompts = [list(p)]
         elif isinstance(p[0], str):
-            prompts = [self.codec.encode(x) if x else [] for x in p]
+            prompts = [ids if x else [] for x, ids in zip(p, self.codec.encode_many(p), strict=True)]
         else:
             prompts = [list(x) for x in p]
         for ids in prompts:
@@ -82,15 +83,15 @@ class GenerationHandler:
                 param="messages" if chat else "prompt",
                 code="context_length_exceeded",
             )
-        max_tokens = req.max_tokens
+        max_tokens, field = req.completion_limit()
         if max_tokens is None:
             max_tokens = (max_len - prompt_len) if chat else min(16, max_len - prompt_len)
         if prompt_len + max_tokens > max_len:
             raise APIError(
                 400,
                 f"this model's maximum context length is {max_len} tokens; you requested {prompt_len + max_tokens} "
-                f"tokens ({prompt_len} in the prompt, {max_tokens} for the completion)",
-                param="max_tokens",
+                f"tokens ({prompt_len} in the prompt, {field} = {max_tokens} for the completion)",
+                param=field,
                 code="context_length_exceeded",
             )
         seed = secrets.randbits(63) if req.seed is None else req.seed & _MASK64
@@ -122,7 +123,9 @@ class GenerationHandler:
             raise APIError(
                 503, "the server is still starting; retry when GET /health returns 200", code="starting"
             )
-        prompts = self._prompts(req, chat, self.vocab_limit(mgr))
+        # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
+        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL).
+        prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
         specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
         choices: list[Choice] = []
         try:

@@ -2,6 +2,7 @@
 
 Types are strict: `"max_tokens": "5"` is a 400, not a silent conversion. Unknown fields are ignored (as vLLM
 and SGLang do); known OpenAI fields that TokenRouter does not implement are rejected with a 400 that says so.
+An error's `param` is the field's path written as OpenAI writes it: `messages[0].role`.
 """
 
 from __future__ import annotations
@@ -71,8 +72,7 @@ class _SamplingFields(_Strict):
     return_routing_trace: bool = False  # extension: which model wrote each token
 
     def check_common(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise APIError(400, f"max_tokens must be at least 1, got {self.max_tokens}", param="max_tokens")
+        _check_positive(self.max_tokens, "max_tokens")
         if self.temperature is not None and not 0.0 <= self.temperature <= 100.0:
             raise APIError(
                 400, f"temperature must be in [0, 100], got {self.temperature}", param="temperature"
@@ -98,6 +98,11 @@ class _SamplingFields(_Strict):
         for t in self.stop_token_ids or ():
             if t < 0:
                 raise APIError(400, f"stop_token_ids must be >= 0, got {t}", param="stop_token_ids")
+
+    def completion_limit(self) -> tuple[int | None, str]:
+        """The completion length the client asked for (None: the endpoint's default) and the field it came from,
+        for the errors that name it."""
+        return self.max_tokens, "max_tokens"
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
@@ -133,33 +138,61 @@ class TextPart(_Strict):
     text: str
 
 
+# The roles a chat message may have. `developer` is OpenAI's newer name for `system` and is rendered as one
+# (chat templates know `system`); `tool` and `function` answer tool calls, which TokenRouter does not support.
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+_TOOL_ROLES = ("tool", "function")
+
+
 class ChatMessage(_Strict):
     role: str
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[Any] | None = None  # rejected: tools are not supported
+
+    def check(self, where: str) -> None:
+        """Raise a 400 naming `where` (e.g. `messages[0]`) for a message the chat template cannot render."""
+        if self.role in _TOOL_ROLES:
+            msg = (
+                f"{where}.role: {self.role!r} messages answer tool calls; TokenRouter does not support tools"
+            )
+            raise APIError(400, msg, param=f"{where}.role")
+        if self.role not in CHAT_ROLES:
+            roles = ", ".join(repr(r) for r in CHAT_ROLES)
+            raise APIError(
+                400, f"{where}.role must be one of {roles}, got {self.role!r}", param=f"{where}.role"
+            )
+        if self.tool_calls:
+            msg = f"{where}.tool_calls: tools are not supported by TokenRouter"
+            raise APIError(400, msg, param=f"{where}.tool_calls")
+        if self.content is None:
+            # OpenAI allows an assistant message without content only when it has tool_calls (unsupported)
+            msg = f"{where}.content is required (a string or a list of text parts)"
+            raise APIError(400, msg, param=f"{where}.content")
+        if isinstance(self.content, list) and not self.content:
+            raise APIError(400, f"{where}.content must have at least one part", param=f"{where}.content")
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content)
+        return "".join(p.text for p in self.content or ())
 
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens; wins when both are given
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list[Any] | None = None
     response_format: dict | None = None
 
     def check(self) -> None:
-        if self.max_tokens is None and self.max_completion_tokens is not None:
-            self.max_tokens = self.max_completion_tokens
         self.check_common()
+        _check_positive(self.max_completion_tokens, "max_completion_tokens")
         if not self.messages:
             raise APIError(400, "messages must not be empty", param="messages")
+        for i, msg in enumerate(self.messages):
+            msg.check(f"messages[{i}]")
         if self.logprobs or self.top_logprobs:
             raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
         if self.tools:
@@ -167,11 +200,26 @@ class ChatCompletionRequest(_SamplingFields):
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise APIError(400, "response_format other than text is not supported", param="response_format")
 
+    def completion_limit(self) -> tuple[int | None, str]:
+        # As OpenAI (max_tokens is deprecated there in favour of max_completion_tokens) and vLLM.
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens, "max_completion_tokens"
+        return self.max_tokens, "max_tokens"
+
     def template_messages(self) -> list[dict]:
         return [
-            {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
+            {
+                "role": "system" if m.role == "developer" else m.role,
+                "content": m.text(),
+                **({"name": m.name} if m.name else {}),
+            }
             for m in self.messages
         ]
+
+
+def _check_positive(value: int | None, name: str) -> None:
+    if value is not None and value < 1:
+        raise APIError(400, f"{name} must be at least 1, got {value}", param=name)
 
 
 def parse_body(model: type[_Strict], body: bytes) -> Any:
@@ -181,15 +229,31 @@ def parse_body(model: type[_Strict], body: bytes) -> Any:
     try:
         req = model.model_validate_json(body)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
+        # The deepest error: for a value that fits no branch of a union, the branch that got furthest into it
+        # (content given as a list of parts: the list's error, not "Input should be a valid string").
+        err = max(e.errors(include_url=False), key=lambda x: len(x["loc"]))
         if err["type"] == "json_invalid":
             raise APIError(400, f"malformed JSON in the request body: {err['msg']}") from None
         if err["type"] in ("model_type", "model_attributes_type") and not err["loc"]:
             raise APIError(400, "the request body must be a JSON object") from None
-        loc = ".".join(str(x) for x in err["loc"] if not _is_union_tag(x))
-        raise APIError(400, f"{loc or 'body'}: {err['msg']}", param=loc or None) from None
+        loc = _param_path(err["loc"])
+        msg = err["msg"]
+        if err["type"] == "literal_error" and "list[TextPart]" in err["loc"]:
+            msg = f"only text parts are supported (type 'text'), got {err['input']!r}"
+        raise APIError(400, f"{loc or 'body'}: {msg}", param=loc or None) from None
     req.check()
     return req
+
+
+def _param_path(loc: tuple) -> str:
+    """A pydantic location as OpenAI names a parameter: ("messages", 0, "role") -> "messages[0].role"."""
+    out = ""
+    for x in loc:
+        if isinstance(x, int):
+            out += f"[{x}]"
+        elif not _is_union_tag(x):
+            out += f".{x}" if out else str(x)
+    return out
 
 
 def _is_union_tag(x: Any) -> bool:
