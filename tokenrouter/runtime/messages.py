@@ -171,6 +171,12 @@ class SubserverStats(msgspec.Struct, tag=True):
     # the steps among those that ran some request's first tokens on this subserver (a prefill: KV from nothing),
     # same key -> (steps, ms, rows that were such first runs)
     first_ms_by_shape: dict[str, tuple[int, float, int]] = {}
+    # the KV pool under pressure: rows the scheduler left out of a step because the pool could not hold them
+    # without evicting (scheduler.fit_kv), and the engine's evictions of held requests and the re-prefills
+    # they cost
+    kv_deferred_rows: int = 0
+    kv_evictions: int = 0
+    kv_reprefills: int = 0
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

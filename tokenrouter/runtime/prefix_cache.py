@@ -186,6 +186,12 @@ class PrefixCachingEngine(EmbeddedEngine):
         req.slots = req.slots[len(held) * self.cache.block_size :]
         super()._free_kv(req)
 
+    def kv_room(self) -> None:
+        """Not said: the pool's free slots leave out the cached blocks `_make_room` evicts first, which in a
+        server that has run a while fill the pool, and an arriving row's need leaves out its matched prefix; so
+        the scheduler leaves each step's rows to this engine, as a plain prefix-caching server does."""
+        return None
+
     def _make_room(self, need_tokens: int, need_rows: int, keep: set[str]) -> bool:
         short = need_tokens - self.token_to_kv_pool.available_size()
         if short > 0:

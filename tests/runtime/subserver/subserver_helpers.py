@@ -105,6 +105,16 @@ class SpyEngine(Engine):
     def stats(self) -> dict:
         return self.inner.stats()
 
+    def kv_room(self):
+        return self.inner.kv_room()
+
+    def resident(self, rid: str) -> bool:
+        return self.inner.resident(rid)
+
+    @property
+    def max_len(self):
+        return getattr(self.inner, "max_len", None)
+
 
 def all_free(engines) -> bool:
     """Every engine's KV pool has all pages free and it holds no request."""

@@ -81,3 +81,13 @@ class Engine(ABC):
     @abstractmethod
     def stats(self) -> dict:
         """Pool accounting: {"pages_total", "pages_free", "held", "evictions", ...}."""
+
+    def kv_room(self) -> tuple[int, int] | None:
+        """(free KV token slots, free request rows) now, or None where the engine does not say: the scheduler
+        then leaves each step's rows to the engine, which evicts held requests to fit them."""
+        return None
+
+    def resident(self, rid: str) -> bool:
+        """Whether rid's KV is in the pool now, so that a step of it runs its new tokens only (a request not
+        seen, or evicted, runs its whole history)."""
+        return True

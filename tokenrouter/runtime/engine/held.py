@@ -109,6 +109,13 @@ class HeldRequestsEngine(Engine):
         if req is not None and self._resident(req):
             self._free_kv(req)
 
+    def kv_room(self) -> tuple[int, int]:
+        return self._kv_available(), self.req_to_token_pool.available_size()
+
+    def resident(self, rid: str) -> bool:
+        req = self.reqs.get(rid)
+        return req is not None and self._resident(req)
+
     def seq_len(self, rid: str) -> int:
         req = self.reqs.get(rid)
         return 0 if req is None else len(req.token_ids)

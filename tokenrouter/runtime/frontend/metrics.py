@@ -185,6 +185,25 @@ class Metrics:
                 1e-3,
             ),
             (
+                "kv_deferred_rows_total",
+                "Rows left out of a step because the KV pool could not hold them without evicting a request "
+                "for them; they ran in a later step.",
+                "kv_deferred_rows",
+                1,
+            ),
+            (
+                "kv_evictions_total",
+                "Held requests whose KV the engine evicted to fit a step (their history is kept).",
+                "kv_evictions",
+                1,
+            ),
+            (
+                "kv_reprefills_total",
+                "Steps of an evicted request that ran its whole history again.",
+                "kv_reprefills",
+                1,
+            ),
+            (
                 "step_gaps_total",
                 "Steps that followed the previous one back to back: the subserver could start them as the "
                 "previous step ended (its threshold met then).",

@@ -122,6 +122,9 @@ class Scheduler:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model
         self.engine = engine
+        # the most tokens a row can hold (fit_kv's quick check: a pool this free holds any batch); an engine that
+        # does not say gets the exact check every step
+        self._max_len = getattr(engine, "max_len", None) or 1 << 62
         self.kernel = route_kernel
         self.clock = clock
         self.max_batch = max_batch
@@ -181,6 +184,7 @@ class Scheduler:
         # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
         self.gaps = 0
         self.gap_ms = 0.0
+        self.kv_deferred_rows = 0  # rows left out of a step because the KV pool could not hold them (fit_kv)
         self._ready_end: float | None = None
         # hops received and their delay (`count_hop_delay`), and the last steps' (start, end) on time.monotonic()
         self.hops_in = 0
@@ -374,7 +378,46 @@ class Scheduler:
             batch.append(req)
             if len(batch) == self.max_batch:
                 break
-        return batch
+        return self.fit_kv(batch)
+
+    def fit_kv(self, batch: list[Req]) -> list[Req]:
+        """The rows of `batch` the KV pool holds without evicting anyone for a request that is not in it: every
+        row whose KV is resident (its new tokens only), then, in order, the others (a first visit, or one
+        evicted: its whole history) while the free slots and rows hold them; at least one row. The rest wait
+        for a request to end (`kv_deferred_rows`). Without this, a step of more rows than the pool holds
+        evicted some of them to run the others, and the next step the other way round: each step re-ran the
+        prompts of a third of its rows (50 prompts of 1,000 tokens against a pool of 43,689 slots took 156 s
+        instead of about 35). Where the engine does not say, or the pool holds every row at its longest, the
+        batch is kept whole."""
+        room = self.engine.kv_room()
+        if room is None:
+            return batch
+        free, rows = room
+        if free >= len(batch) * self._max_len and rows >= len(batch):
+            return batch
+        resident = self.engine.resident
+        fresh = []
+        for r in batch:
+            if resident(r.rid):
+                free -= len(r.tokens) - r.fed
+            else:
+                fresh.append(r)
+        if not fresh:
+            return batch
+        late = set()
+        admitted = len(batch) - len(fresh)
+        for r in fresh:
+            need = len(r.tokens)
+            if admitted and (need > free or rows < 1):
+                late.add(r.rid)
+                continue
+            free -= need
+            rows -= 1
+            admitted += 1
+        if not late:
+            return batch
+        self.kv_deferred_rows += len(late)
+        return [r for r in batch if r.rid not in late]
 
     def run_batch(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
         """Forward + route kernel. A row the engine can never run is failed; the others run. Engines
@@ -600,4 +643,7 @@ class Scheduler:
             hop_delay_ms=self.hop_delay_ms,
             kernel_loads=builds,
             kernel_load_ms=build_ms,
+            kv_deferred_rows=self.kv_deferred_rows,
+            kv_evictions=int(es.get("evictions", 0)),
+            kv_reprefills=int(es.get("reprefills", 0)),
         )
