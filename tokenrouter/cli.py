@@ -44,27 +44,27 @@ def _defines(values: list[str] | None) -> dict[str, str]:
     return _name_values(values, "-D", "NAME=VALUE")
 
 
-def _require_files(paths: list[str], what: str) -> None:
-    import os
+def _require_files(paths: list[str]) -> None:
+    """Exit 2 naming the first path that is not a regular file, and why (`compiler.paths.file_problem`)."""
+    from tokenrouter.compiler.paths import files_problem
 
-    for p in paths:
-        if not os.path.isfile(p):
-            typer.echo(f"error: no such {what}: {p}", err=True)
-            raise typer.Exit(2)
+    if problem := files_problem(paths):
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
 
 
 @app.command()
 def check(
     files: list[str] = typer.Argument(..., help="Policy files (.tr)."),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
-    max_errors: int = typer.Option(50, help="Show at most this many diagnostics per file."),
+    max_errors: int = typer.Option(50, min=1, help="Show at most this many diagnostics per file."),
 ) -> None:
     """Check policies: report every error (and warning) in each file. Exit 1 when any has errors."""
     from tokenrouter.compiler.driver import compile_file
     from tokenrouter.dsl.diagnostics import render_all
 
     defines = _defines(define)
-    _require_files(files, "file")
+    _require_files(files)
     failed = False
     for path in files:
         result = compile_file(path, defines)
@@ -97,7 +97,7 @@ def compile_(
     from tokenrouter.dsl.diagnostics import render_all
 
     defines = _defines(define)
-    _require_files([file], "file")
+    _require_files([file])
     result = compile_file(file, defines)
     if result.diagnostics:
         typer.echo(render_all(result.diagnostics), err=True)
@@ -125,7 +125,7 @@ def fmt(
     from tokenrouter.dsl.formatter import format_module
     from tokenrouter.dsl.parser import parse
 
-    _require_files(files, "file")
+    _require_files(files)
     status = 0
     for path in files:
         try:
@@ -172,7 +172,7 @@ def inspect(
     from tokenrouter.compiler.plan import PlanError, read_plan
     from tokenrouter.compiler.summary import render
 
-    _require_files([plan_file], "plan file")
+    _require_files([plan_file])
     try:
         plan = read_plan(plan_file)
     except PlanError as exc:
@@ -224,7 +224,7 @@ def init_router(
     from tokenrouter.compiler.plan import PlanError
     from tokenrouter.runtime.route.routers import init_router_file, parse_hidden_layers
 
-    _require_files([plan_file], "plan file")
+    _require_files([plan_file])
     try:
         layers = parse_hidden_layers(hidden_layers)
     except ValueError as exc:

@@ -24,7 +24,9 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = ()) -> Path:
     p = Path(path)
     target = p.resolve()
     if p.suffix == ".tr" or target.suffix == ".tr":
-        raise OutputPathError(f"{p} is a policy source (.tr): writing there would replace it; give another path")
+        raise OutputPathError(
+            f"{p} is a policy source (.tr): writing there would replace it; give another path"
+        )
     for given in inputs:
         if Path(given).resolve() == target:
             raise OutputPathError(f"{p} is this command's input {given}: give another output path")

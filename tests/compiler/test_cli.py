@@ -54,6 +54,21 @@ def test_missing_file_is_a_usage_error() -> None:
     assert r.exit_code == 2 and "no such file" in r.output
 
 
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_max_errors_below_1_is_a_usage_error(value: str) -> None:
+    r = run("check", "--max-errors", value, str(FIX / "options.tr"))
+    assert r.exit_code == 2 and "--max-errors" in r.output and "more" not in r.output
+
+
+@pytest.mark.parametrize("cmd", ["check", "fmt", "inspect"])
+def test_a_directory_or_device_is_not_called_missing(cmd: str, tmp_path: Path) -> None:
+    (tmp_path / "d.tr").mkdir()
+    r = run(cmd, str(tmp_path / "d.tr"))
+    assert r.exit_code == 2 and f"error: {tmp_path / 'd.tr'}: is a directory, not a file" in r.output
+    r = run(cmd, "/dev/null")
+    assert r.exit_code == 2 and "error: /dev/null: is not a regular file" in r.output
+
+
 def test_bad_define_syntax_is_a_usage_error_and_bad_value_an_input_error() -> None:
     r = run("check", "-D", "novalue", str(REPO / "examples" / "bernoulli.tr"))
     assert r.exit_code == 2 and "expected NAME=VALUE" in r.output

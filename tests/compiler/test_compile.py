@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from tokenrouter.compiler.driver import compile_file, compile_source
-from tokenrouter.compiler.plan import validate_plan
+from tokenrouter.compiler.driver import compile_file, compile_source, load_plan
+from tokenrouter.compiler.plan import PlanError, validate_plan
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*REPO.glob("tokenrouter/stdlib/*.tr"), *REPO.glob("examples/*.tr")])
@@ -188,3 +189,110 @@ def test_imported_router_over_missing_models_fails_only_where_used() -> None:
     assert [d.message for d in result.errors] == [
         "router 'c.trust' reads model slm, which this policy does not declare"
     ]
+
+
+def _fn_chain(n: int, body: str, first: str = "f0(margin)") -> str:
+    """fn f0 … f{n-1}, each `body` with NEXT the next fn, f{n} = x; a rule uses `first`."""
+    fns = "\n".join(f"fn f{i}(x: float) = " + body.replace("NEXT", f"f{i + 1}") for i in range(n))
+    return two_models(f"when {first} > 1 -> b", head=f"{fns}\nfn f{n}(x: float) = x")
+
+
+def test_a_long_chain_of_fn_calls_is_one_error_not_a_recursion_error() -> None:
+    compile_ok(_fn_chain(150, "NEXT(x)"))
+    result = compile_source(_fn_chain(500, "NEXT(x)"), str(FIXTURES / "diagnostics" / "x.tr"))
+    assert result.plan is None
+    assert [d.message for d in result.errors] == [
+        "fn calls nested too deep: inlined here, f301() makes the expression 201 levels deep; at most 200 are allowed"
+    ]
+
+
+def test_fns_that_call_the_next_twice_are_bounded_not_expanded_for_ever() -> None:
+    compile_ok(_fn_chain(8, "NEXT(x) + NEXT(x)"))  # 2^8 inlined copies, shared again in the IR
+    start = time.perf_counter()
+    result = compile_source(_fn_chain(40, "NEXT(x) + NEXT(x)"), str(FIXTURES / "diagnostics" / "x.tr"))
+    assert time.perf_counter() - start < 5
+    assert result.plan is None and len(result.errors) == 1
+    assert "operations once its fn calls are inlined" in result.errors[0].message
+
+
+def test_nested_fn_arguments_are_lowered_once_each() -> None:
+    deep = "g(" * 60 + "margin" + ")" * 60  # g(x) uses x twice: 2^60 paths, 60 distinct values
+    plan = compile_ok(two_models(f"when {deep} > 1 -> b", head="fn g(x: float) = x + x"))
+    assert len(plan["routes"]["a"]["nodes"]) == 63
+
+
+def test_long_chains_of_params_bind_and_a_long_cycle_is_an_error() -> None:
+    params = "\n".join(f"param p{i}: float = p{i + 1} + 0" for i in range(1500))
+    plan = compile_ok(two_models("when margin > p0 -> b", head=f"{params}\nparam p1500: float = 0.5"))
+    assert plan["params"]["p0"]["value"] == 0.5
+    result = compile_source(
+        two_models("when margin > p0 -> b", head=f"{params}\nparam p1500: float = p0"),
+        str(FIXTURES / "diagnostics" / "x.tr"),
+    )
+    assert result.plan is None and len(result.errors) == 1
+    assert "is defined through more than 64 params" in result.errors[0].message
+
+
+def test_concurrency_and_for_k_have_upper_bounds() -> None:
+    src = two_models(
+        "when margin < 0.1 -> b for 99999999999999999999999",
+        head="serve { concurrency: 100000000000000000000 }",
+    )
+    result = compile_source(src, str(FIXTURES / "diagnostics" / "x.tr"))
+    assert [d.message for d in result.errors] == [
+        "concurrency is at most 65536 requests in flight, got 100000000000000000000",
+        "`for K` needs K ≤ 1000000 (longer than any context), got 99999999999999999999999",
+    ]
+    plan = compile_ok(two_models("when margin < 0.1 -> b for 1000000", head="serve { concurrency: 65536 }"))
+    assert plan["serve"]["concurrency"] == 65536 and plan["routes"]["a"]["rules"][0]["for"] == 1000000
+
+
+def test_model_paths_that_are_no_model_folders_warn(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_text("")
+    (tmp_path / "empty").mkdir()
+    src = (
+        'policy t\nmodel a = "weights.bin"\nmodel b = "empty"\nmodel c = ""\n'
+        'router r = linear("empty", hidden(a))\nentry a\nroute a { when r > 0 -> b }\nroute b { -> a }\n'
+    )
+    result = compile_source(src, str(tmp_path / "t.tr"))
+    messages = [(d.severity, d.message) for d in result.diagnostics]
+    assert ("error", "a model path is a non-empty str, got an empty str") in messages
+    shown_dir = str(tmp_path)  # outside the working directory: shown absolute
+    assert (
+        "warning",
+        f"model 'a': path {shown_dir}/weights.bin is a file; a model is a folder in Hugging Face format (config.json, weights)",
+    ) in messages
+    assert (
+        "warning",
+        f"model 'b': path {shown_dir}/empty has no config.json; a model is a folder in Hugging Face format",
+    ) in messages
+    assert any(
+        s == "warning" and f"router 'r': {shown_dir}/empty is a directory, not a weights file" in m
+        for s, m in messages
+    )
+
+
+def test_importing_a_directory_says_so(tmp_path: Path) -> None:
+    (tmp_path / "lib.tr").mkdir()
+    result = compile_source(
+        'policy t\nimport "lib.tr" as l\nmodel a = "x"\nentry a\n', str(tmp_path / "t.tr")
+    )
+    assert any(
+        "cannot import" in d.message and "lib.tr: is a directory, not a file" in d.message
+        for d in result.errors
+    )
+    assert "is a directory, not a file" in compile_file(tmp_path / "lib.tr").diagnostics[0].message
+
+
+def test_load_plan_puts_the_summary_first_and_each_diagnostic_once(tmp_path: Path) -> None:
+    (tmp_path / "empty.tr").write_text("")
+    with pytest.raises(PlanError) as err:
+        load_plan(tmp_path / "empty.tr")
+    text = str(err.value)
+    first, *rest = text.splitlines()
+    assert first == f"{tmp_path / 'empty.tr'}: not compiled (3 errors):"
+    assert rest[0].startswith(f"{tmp_path / 'empty.tr'}:1:1: error: missing `policy NAME`")
+    assert text.count(": error: ") == 3  # a caller's "error: " prefix lands on the summary line
+    (tmp_path / "dir.tr").mkdir()
+    with pytest.raises(PlanError, match="dir.tr: is a directory, not a file"):
+        load_plan(tmp_path / "dir.tr")

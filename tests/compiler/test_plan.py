@@ -89,6 +89,23 @@ BROKEN = [
     ("checks/progress/ok", False, "field checks.progress.ok"),
     ("checks/feasibility/slack", 99, "field checks.feasibility.slack"),
     ("params/threshold/value", "high", "field params.threshold.value"),
+    # a list or an object where a name belongs (they cannot be looked up in a dict)
+    ("entry", [], "field entry: [] is not one of the models"),
+    ("entry", {}, "field entry: {} is not one of the models"),
+    ("routes/slm/nodes/1/op", [], "field routes.slm.nodes[1].op: [] is not an IR operation"),
+    ("routes/slm/nodes/1/op", {}, "field routes.slm.nodes[1].op: {} is not an IR operation"),
+    ("routes/slm/nodes/0/name", [], "field routes.slm.nodes[0].name"),
+    ("routes/slm/nodes/0/type", {}, "field routes.slm.nodes[0].type"),
+    ("routes/slm/rules/0/target", [], "field routes.slm.rules[0].target"),
+    ("routes/slm/rules/0/target", {}, "field routes.slm.rules[0].target"),
+    ("routers/gate/model", [], "field routers.gate.model"),
+    ("params/threshold/type", {}, "field params.threshold.type"),
+    ("serve/concurrency", 10**20, "field serve.concurrency: expected an int in [1, 65536]"),
+    (
+        "routes/slm/rules/0/for",
+        10**23,
+        "field routes.slm.rules[0].for: expected an int in [1, 1000000] or null",
+    ),
 ]
 
 
@@ -120,6 +137,9 @@ def test_infeasible_hand_edit_gets_the_feasibility_message(tmp_path: Path, citer
 def test_unreadable_plans(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="no such plan file"):
         read_plan(tmp_path / "missing.plan")
+    (tmp_path / "dir.plan").mkdir()
+    with pytest.raises(PlanError, match="dir.plan: is a directory, not a plan file"):
+        read_plan(tmp_path / "dir.plan")
     (tmp_path / "bad.plan").write_text("{not json")
     with pytest.raises(PlanError, match=r"bad.plan:1:2: not valid JSON"):
         read_plan(tmp_path / "bad.plan")

@@ -18,6 +18,7 @@ from tokenrouter.compiler.passes.check_rules import check_rules
 from tokenrouter.compiler.passes.check_types import check_types
 from tokenrouter.compiler.passes.load_imports import load_imports
 from tokenrouter.compiler.passes.resolve_names import resolve_names
+from tokenrouter.compiler.paths import file_problem
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, sort_key
@@ -72,10 +73,11 @@ def compile_source(text: str, file: str, defines: dict[str, str] | None = None) 
 def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> CompileResult:
     """Compile a .tr file. A file that cannot be read is a diagnostic, not an exception."""
     p = Path(path)
+    problem = file_problem(p)
+    if problem is not None:
+        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, problem)])
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, "no such file")])
     except (OSError, UnicodeDecodeError) as e:
         return CompileResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
     return compile_source(text, str(path), defines)
@@ -127,12 +129,15 @@ def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict[s
 
     p = Path(path)
     if p.suffix == ".tr":
-        if not p.is_file():
-            raise PlanError(f"{p}: no such file")
+        problem = file_problem(p)
+        if problem is not None:
+            raise PlanError(f"{p}: {problem}")
         result = compile_file(p, defines or {})
         if result.plan is None:
+            # callers print "error: " before the message: the summary line first, then each diagnostic once
+            n = len(result.errors)
             raise PlanError(
-                render_all(result.diagnostics).rstrip() + f"\n{p}: not compiled ({len(result.errors)} errors)"
+                f"{p}: not compiled ({n} error{'s' * (n != 1)}):\n{render_all(result.diagnostics).rstrip()}"
             )
         return result.plan
     if defines:

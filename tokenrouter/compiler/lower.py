@@ -21,12 +21,27 @@ class _Dag:
     def __init__(self) -> None:
         self.nodes: list[dict[str, Any]] = []
         self.index: dict[tuple, int] = {}
+        self.added: dict[int, int] = {}  # id(TExpr) -> its node; the TExprs live in the program throughout
         self.features: set[str] = set()
         self.routers: set[str] = set()
         self.uses_uniform = False
 
-    def add(self, t: TExpr) -> int:
-        args = tuple(self.add(a) for a in t.args)
+    def add(self, root: TExpr) -> int:
+        """The node of `root`, added with its arguments first. Without recursion, and each `TExpr` object once:
+        an inlined fn argument is one object however often the body uses it, and however deep the nesting."""
+        stack = [(root, False)]
+        while stack:
+            t, args_done = stack.pop()
+            if id(t) in self.added:
+                continue
+            if args_done:
+                self.added[id(t)] = self._node(t, tuple(self.added[id(a)] for a in t.args))
+            else:
+                stack.append((t, True))
+                stack.extend((a, False) for a in reversed(t.args))
+        return self.added[id(root)]
+
+    def _node(self, t: TExpr, args: tuple[int, ...]) -> int:
         value = _json_value(t) if t.op == "const" else None
         key = (t.op, t.type, args, t.name, repr(value) if t.op == "const" else None)
         if key in self.index:

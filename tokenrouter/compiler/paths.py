@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
@@ -50,3 +52,28 @@ def shown(path: str | Path) -> str:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
         return str(p)
+
+
+def file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as an input file (a `.tr` policy, a plan): "no such file", "is a directory,
+    not a file", …; None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such file"
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file"
+    return None
+
+
+def files_problem(paths: Iterable[str | Path]) -> str | None:
+    """`PATH: problem` for the first of `paths` that is not a regular file (see `file_problem`); None if all are."""
+    for path in paths:
+        problem = file_problem(path)
+        if problem is not None:
+            return f"{path}: {problem}"
+    return None

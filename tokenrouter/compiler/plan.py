@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility, feasibility_error
+from tokenrouter.compiler.passes.check_options import MAX_CONCURRENCY
+from tokenrouter.compiler.passes.check_rules import MAX_FOR_K
 from tokenrouter.compiler.paths import absolute_from_plan, relative_to_plan
 from tokenrouter.compiler.program import FEATURES, TYPES
 from tokenrouter.outfile import check_output, write_replacing
@@ -57,6 +59,8 @@ def read_plan(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlanError(f"{p}: no such plan file") from None
+    except IsADirectoryError:
+        raise PlanError(f"{p}: is a directory, not a plan file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PlanError(f"{p}: cannot read plan: {e}") from None
     try:
@@ -98,6 +102,11 @@ class _V:
 def _kind(v: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a bool", int: "an int",
             float: "a float", type(None): "null"}.get(type(v), type(v).__name__)  # fmt: skip
+
+
+def _one_of(v: Any, names: Any) -> bool:
+    """`v in names` for a value read from a plan: a list or object there is simply not one of them."""
+    return isinstance(v, str) and v in names
 
 
 def _int(v: Any) -> bool:
@@ -144,7 +153,7 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
     v.check(isinstance(params, dict), "params", "expected an object")
     for name, p in params.items():
         v.obj(p, f"params.{name}", ("type", "value"))
-        v.check(p["type"] in TYPES, f"params.{name}.type", f"expected one of {', '.join(TYPES)}")
+        v.check(_one_of(p["type"], TYPES), f"params.{name}.type", f"expected one of {', '.join(TYPES)}")
         ok = {
             "int": _int,
             "float": _num,
@@ -160,10 +169,12 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
     v.check(isinstance(models, dict) and bool(models), "models", "expected a non-empty object")
     for name, m in models.items():
         _model(v, f"models.{name}", m)
-    v.check(plan["entry"] in models, "entry", f"{plan['entry']!r} is not one of the models")
+    v.check(_one_of(plan["entry"], models), "entry", f"{plan['entry']!r} is not one of the models")
     serve = v.obj(plan["serve"], "serve", ("concurrency", "max_delay_ms"))
     v.check(
-        _int(serve["concurrency"]) and serve["concurrency"] >= 1, "serve.concurrency", "expected an int ≥ 1"
+        _int(serve["concurrency"]) and 1 <= serve["concurrency"] <= MAX_CONCURRENCY,
+        "serve.concurrency",
+        f"expected an int in [1, {MAX_CONCURRENCY}]",
     )
     v.check(
         _num(serve["max_delay_ms"]) and serve["max_delay_ms"] >= 0,
@@ -243,7 +254,7 @@ def _router(v: _V, where: str, r: Any, models: dict) -> None:
         f"{where}.sha256",
         "expected a hex digest or null",
     )
-    v.check(r["model"] in models, f"{where}.model", f"{r['model']!r} is not one of the models")
+    v.check(_one_of(r["model"], models), f"{where}.model", f"{r['model']!r} is not one of the models")
     v.check(
         isinstance(r["inputs"], list) and bool(r["inputs"]), f"{where}.inputs", "expected a non-empty list"
     )
@@ -273,9 +284,9 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
     for i, n in enumerate(nodes):
         w = f"{where}.nodes[{i}]"
         op = n.get("op") if isinstance(n, dict) else None
-        v.check(op in OPS_ARITY or op in LEAVES, f"{w}.op", f"{op!r} is not an IR operation")
+        v.check(_one_of(op, OPS_ARITY) or _one_of(op, LEAVES), f"{w}.op", f"{op!r} is not an IR operation")
         t = n.get("type")
-        v.check(t in ("int", "float", "bool"), f"{w}.type", "expected int, float or bool")
+        v.check(_one_of(t, ("int", "float", "bool")), f"{w}.type", "expected int, float or bool")
         if op == "const":
             v.obj(n, w, ("op", "value", "type"))
             val = n["value"]
@@ -283,12 +294,12 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
             v.check(good, f"{w}.value", f"expected a {t}")
         elif op == "feature":
             v.obj(n, w, ("op", "name", "type"))
-            v.check(n["name"] in FEATURES, f"{w}.name", f"{n['name']!r} is not a feature")
+            v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{n['name']!r} is not a feature")
             v.check(t == FEATURES[n["name"]], f"{w}.type", f"feature {n['name']} is {FEATURES[n['name']]}")
             seen_features.add(n["name"])
         elif op == "router":
             v.obj(n, w, ("op", "name", "type"))
-            v.check(n["name"] in routers, f"{w}.name", f"{n['name']!r} is not a router of the plan")
+            v.check(_one_of(n["name"], routers), f"{w}.name", f"{n['name']!r} is not a router of the plan")
             v.check(
                 routers[n["name"]]["model"] == model, f"{w}.name", f"router {n['name']!r} reads another model"
             )
@@ -338,13 +349,15 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
                 "expected the index of a bool node or null",
             )
         v.check(
-            r["target"] in models and r["target"] != model,
+            _one_of(r["target"], models) and r["target"] != model,
             f"{w}.target",
             "expected another model of the plan",
         )
         v.check(isinstance(r["drop"], bool), f"{w}.drop", "expected a bool")
         v.check(
-            r["for"] is None or (_int(r["for"]) and r["for"] >= 1), f"{w}.for", "expected an int ≥ 1 or null"
+            r["for"] is None or (_int(r["for"]) and 1 <= r["for"] <= MAX_FOR_K),
+            f"{w}.for",
+            f"expected an int in [1, {MAX_FOR_K}] or null",
         )
         v.check(isinstance(r["source"], str), f"{w}.source", "expected a string")
         v.check(_int(r["line"]), f"{w}.line", "expected an int")

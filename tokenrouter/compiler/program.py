@@ -41,6 +41,9 @@ class Unit:
     prefix: str  # "" for the root, "alias." (or "a.b.") for an imported file
     imports: dict[str, Unit] = field(default_factory=dict)  # alias -> unit
     import_decls: dict[str, ast.ImportDecl] = field(default_factory=dict)  # alias -> its import
+    names: tuple[dict, dict] | None = field(
+        default=None, repr=False, compare=False
+    )  # scope.unit_names' cache
 
     def decls(self, kind: type) -> list[Any]:
         return [d for d in self.module.decls if isinstance(d, kind)]

@@ -27,7 +27,11 @@ class Ref:
 
 
 def unit_names(unit: Unit) -> dict[str, tuple[str, Any]]:
-    """Every name declared in `unit`: name -> (kind, first declaration)."""
+    """Every name declared in `unit`: name -> (kind, first declaration). Kept on the unit (do not change it):
+    every name lookup asks, and a file may declare hundreds of names."""
+    cached = unit.names
+    if cached is not None and cached[0] is unit.imports:
+        return cached[1]
     out: dict[str, tuple[str, Any]] = {}
     for kind, cls in (("param", ast.ParamDecl), ("fn", ast.FnDecl), ("router", ast.RouterDecl),
                       ("model", ast.ModelDecl)):  # fmt: skip
@@ -35,6 +39,7 @@ def unit_names(unit: Unit) -> dict[str, tuple[str, Any]]:
             out.setdefault(d.name.name, (kind, d))
     for alias in unit.imports:
         out.setdefault(alias, ("import", unit.imports[alias]))
+    unit.names = (unit.imports, out)
     return out
 
 
@@ -72,3 +77,42 @@ def visible(unit: Unit, locals_: dict[str, Any] | None = None) -> list[str]:
 def plan_router_name(ref: Ref) -> str:
     """Routers of imported files are named `ALIAS__NAME` in the plan (see docs/ir.md)."""
     return ref.unit.prefix.replace(".", "__") + ref.name
+
+
+def references(e: ast.Expr) -> list[ast.Name]:
+    """Every name in an expression, called ones included (its syntax is at most dsl.parser.MAX_DEPTH deep)."""
+    match e:
+        case ast.Name():
+            return [e]
+        case ast.Call(func=f, args=args):
+            return [f] + [n for a in args for n in references(a)]
+        case ast.Unary(operand=x):
+            return references(x)
+        case ast.Binary(left=lhs, right=rhs):
+            return references(lhs) + references(rhs)
+        case ast.In(left=lhs, items=items):
+            return references(lhs) + references(items)
+        case ast.ListExpr(items=items):
+            return [n for i in items for n in references(i)]
+    return []
+
+
+def dependencies_first(deps: dict[str, list[str]]) -> list[str]:
+    """The keys of `deps` (key -> the keys it uses), each after those it uses; the members of a cycle in some
+    order. Found without recursion: a chain of fns or params may be long."""
+    order: list[str] = []
+    seen: set[str] = set()
+    for first in deps:
+        if first in seen:
+            continue
+        seen.add(first)
+        stack = [(first, iter(deps[first]))]
+        while stack:
+            key, todo = stack[-1]
+            used = next((k for k in todo if k not in seen and k in deps), None)
+            if used is None:
+                order.append(stack.pop()[0])
+            else:
+                seen.add(used)
+                stack.append((used, iter(deps[used])))
+    return order

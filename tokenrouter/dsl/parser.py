@@ -108,6 +108,8 @@ def parse_file(path: str | Path) -> ParseResult:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "no such file")])
+    except IsADirectoryError:
+        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "is a directory, not a file")])
     except (OSError, UnicodeDecodeError) as e:
         return ParseResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
     return parse(text, str(path))

@@ -7,10 +7,12 @@ from typing import Any
 
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
 from tokenrouter.compiler.program import TYPES, Program, Unit
+from tokenrouter.compiler.scope import dependencies_first, lookup, references
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
 
 _FAILED = object()
+MAX_CHAIN = 64  # params defined through one another, while one is being evaluated
 
 
 def parse_define(type_name: str, raw: str) -> Any:
@@ -84,6 +86,10 @@ def bind_params(program: Program) -> Program:
             return values[key]
         if key in busy:
             raise ConstError(decl.value.span, f"param '{key}' depends on itself")
+        if len(busy) >= MAX_CHAIN:  # only a cycle gets here: the others are bound callees first
+            raise ConstError(
+                decl.value.span, f"param '{key}' is defined through more than {MAX_CHAIN} params"
+            )
         busy.add(key)
         try:
             if decl.type.name not in TYPES:
@@ -109,11 +115,16 @@ def bind_params(program: Program) -> Program:
         finally:
             busy.discard(key)
 
-    params: dict[str, dict[str, Any]] = {}
+    uses = {}
     for key, (unit, d) in decls.items():
+        refs = (lookup(unit, name) for name in references(d.value))
+        uses[key] = [r.qualified for r in refs if r is not None and r.kind == "param"]
+    for key in dependencies_first(uses):  # so that value_of recurses one param deep, but in a cycle
+        unit, d = decls[key]
         try:
-            params[key] = {"type": d.type.name, "value": value_of(unit, d)}
+            value_of(unit, d)
         except ConstError as e:
             if e.message:
                 diags.append(unit.src.error(e.span, e.message))
-    return program.with_(diags, params=params)
+    params = {key: {"type": d.type.name, "value": values[key]} for key, (_, d) in decls.items()}
+    return program.with_(diags, params={k: p for k, p in params.items() if p["value"] is not _FAILED})

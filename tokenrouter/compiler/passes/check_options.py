@@ -3,6 +3,7 @@ resolved. Result: `program.models`, `program.serve`, `program.entry` shaped as i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
@@ -21,6 +22,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "engine": "embedded", "load": "auto",
 }  # fmt: skip
 SERVE_DEFAULTS: dict[str, Any] = {"concurrency": 8, "max_delay_ms": 5.0}
+MAX_CONCURRENCY = 65536  # requests in flight on one server: beyond any deployment, and `tune` stays fast
 
 
 def param_getter(program: Program):
@@ -70,17 +72,12 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
         if isinstance(path, str) and path.strip():
             resolved, exists = resolve_source_path(path, root.dir)
             spec["path"] = resolved
-            if not exists:
-                what = (
-                    f"'{path}' is not a local folder; kept as a hub id"
-                    if resolved == path
-                    else f"not found: {shown(resolved)}"
-                )
+            what = _model_folder_problem(path, resolved, exists)
+            if what:
                 diags.append(root.src.warning(decl.path.span, f"model '{decl.name.name}': path {what}"))
         else:
-            diags.append(
-                root.src.error(decl.path.span, f"a model path is a non-empty str, got {type_of(path)}")
-            )
+            got = "an empty str" if isinstance(path, str) else type_of(path)
+            diags.append(root.src.error(decl.path.span, f"a model path is a non-empty str, got {got}"))
     seen: dict[str, ast.Option] = {}
     for opt in decl.options or ():
         key = opt.key.name
@@ -105,6 +102,23 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
         if problem:
             diags.append(root.src.error(opt.value.span, f"option '{key}': {problem}"))
     return spec
+
+
+def _model_folder_problem(written: str, resolved: str, exists: bool) -> str | None:
+    """What is wrong with a model path as seen on this machine, for a warning (a plan may be compiled on
+    one machine and served on another); None for a folder with a config.json."""
+    if not exists:
+        return (
+            f"'{written}' is not a local folder; kept as a hub id"
+            if resolved == written
+            else f"not found: {shown(resolved)}"
+        )
+    folder = Path(resolved)
+    if not folder.is_dir():
+        return f"{shown(folder)} is a file; a model is a folder in Hugging Face format (config.json, weights)"
+    if not (folder / "config.json").is_file():
+        return f"{shown(folder)} has no config.json; a model is a folder in Hugging Face format"
+    return None
 
 
 def _is_int(v: Any) -> bool:
@@ -168,6 +182,14 @@ def _serve(root: Unit, decl: ast.ServeDecl, get, diags: list[Diagnostic]) -> dic
         if key == "concurrency":
             if not _is_int(v) or v < 1:
                 diags.append(root.src.error(opt.value.span, f"concurrency is an int ≥ 1, got {v!r}"))
+                continue
+            if v > MAX_CONCURRENCY:
+                diags.append(
+                    root.src.error(
+                        opt.value.span,
+                        f"concurrency is at most {MAX_CONCURRENCY} requests in flight, got {v}",
+                    )
+                )
                 continue
             out[key] = v
         else:

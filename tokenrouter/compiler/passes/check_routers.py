@@ -83,10 +83,15 @@ def check_routers(program: Program) -> Program:
         span = decl.call.args[0].span if decl.call.args else decl.span
         path = Path(r["path"])
         if not path.is_file():
+            what = (
+                f"{shown(path)} is a directory, not a weights file"
+                if path.is_dir()
+                else f"weights not found at {shown(path)}"
+            )
             diags.append(
                 unit.src.warning(
                     span,
-                    f"router '{decl.name.name}': weights not found at {shown(path)}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
+                    f"router '{decl.name.name}': {what}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
                 )
             )
             routers[name] = r

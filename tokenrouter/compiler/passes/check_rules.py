@@ -1,9 +1,12 @@
-"""Rules: an unconditional rule is the last of its block, no route to the model itself, `for K` with K ≥ 1."""
+"""Rules: an unconditional rule is the last of its block, no route to the model itself, `for K` with
+1 ≤ K ≤ MAX_FOR_K."""
 
 from __future__ import annotations
 
 from tokenrouter.compiler.program import Program
 from tokenrouter.dsl.diagnostics import Diagnostic
+
+MAX_FOR_K = 1_000_000  # tokens; longer than any model's context, and far inside the runtime's int64
 
 
 def check_rules(program: Program) -> Program:
@@ -34,4 +37,12 @@ def check_rules(program: Program) -> Program:
             if r.for_k is not None and r.for_k < 1:
                 assert r.rule.for_k is not None
                 diags.append(root.src.error(r.rule.for_k.span, f"`for K` needs K ≥ 1, got {r.for_k}"))
+            elif r.for_k is not None and r.for_k > MAX_FOR_K:
+                assert r.rule.for_k is not None
+                diags.append(
+                    root.src.error(
+                        r.rule.for_k.span,
+                        f"`for K` needs K ≤ {MAX_FOR_K} (longer than any context), got {r.for_k}",
+                    )
+                )
     return program.with_(diags)

@@ -11,9 +11,12 @@ from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
 from tokenrouter.compiler.passes.check_options import param_getter
 from tokenrouter.compiler.paths import resolve_source_path
 from tokenrouter.compiler.program import FEATURES, Program, TExpr, TypedRule, Unit
-from tokenrouter.compiler.scope import BUILTINS, Ref, lookup, plan_router_name
+from tokenrouter.compiler.scope import BUILTINS, Ref, dependencies_first, lookup, plan_router_name, references
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
+
+MAX_DEPTH = 200  # nesting of an expression, each fn body counted where it is inlined; far from Python's limit
+MAX_OPS = 10_000  # operations of an expression once its fn calls are inlined (f(x) = g(x) + g(x) doubles)
 
 ERR = TExpr("error", "error")
 NUM = ("int", "float")
@@ -26,20 +29,22 @@ def check_types(program: Program) -> Program:
     unavailable: dict[str, list[str]] = {}
     routers = _routers(program, diags, unavailable)
     elab = _Elaborator(program, routers, diags, unavailable)
-    for unit in program.units:
-        for fn in unit.decls(ast.FnDecl):
-            env = {
-                a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
-                for a in fn.args
-            }
-            for a in fn.args:
-                if a.type.name not in ("int", "float", "bool", "str"):
-                    diags.append(
-                        unit.src.error(
-                            a.type.span, f"unknown type '{a.type.name}'; expected int, float, bool or str"
-                        )
+    for unit, fn in _fns_callees_first(program):
+        env = {
+            a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
+            for a in fn.args
+        }
+        for a in fn.args:
+            if a.type.name not in ("int", "float", "bool", "str"):
+                diags.append(
+                    unit.src.error(
+                        a.type.span, f"unknown type '{a.type.name}'; expected int, float, bool or str"
                     )
-            elab.expr(fn.body, unit, env, None, (fn.name.name,))
+                )
+        key = unit.prefix + fn.name.name
+        elab.top(fn.body, unit, env, None, (key,))
+        if unit.table(ast.FnDecl).get(fn.name.name) is fn:
+            elab.inlined[key] = None if elab.over else (elab.max_depth, elab.ops)
     routes: dict[str, tuple[TypedRule, ...]] = {name: () for name in program.models}
     root = program.root
     done: set[str] = set()
@@ -52,10 +57,23 @@ def check_types(program: Program) -> Program:
     return program.with_(diags, routers=routers, routes=routes)
 
 
+def _fns_callees_first(program: Program) -> list[tuple[Unit, ast.FnDecl]]:
+    """Every fn declaration, each after the fns it calls, so that the size of every callee is known when a
+    caller is checked (a repeated declaration, reported by resolve_names, comes last)."""
+    fns = {u.prefix + name: (u, d) for u in program.units for name, d in u.table(ast.FnDecl).items()}
+    calls = {}
+    for key, (unit, fn) in fns.items():
+        refs = (lookup(unit, name) for name in references(fn.body))
+        calls[key] = [r.qualified for r in refs if r is not None and r.kind == "fn"]
+    firsts = {id(d) for _, d in fns.values()}
+    repeats = [(u, d) for u in program.units for d in u.decls(ast.FnDecl) if id(d) not in firsts]
+    return [fns[k] for k in dependencies_first(calls)] + repeats
+
+
 def _rule(elab: _Elaborator, root: Unit, model: str, rule: ast.Rule, diags: list[Diagnostic]) -> TypedRule:
     cond = None
     if rule.cond is not None:
-        cond = elab.expr(rule.cond, root, {}, model, ())
+        cond = elab.top(rule.cond, root, {}, model, ())
         if cond.type not in ("bool", "error"):
             diags.append(root.src.error(rule.cond.span, f"a rule condition must be bool, got {cond.type}"))
     for_k = None
@@ -200,12 +218,47 @@ class _Elaborator:
         self.routers = routers
         self.diags = diags
         self.unavailable = unavailable
+        # fn (qualified name) -> (depth, ops) of its body alone; None: too deep or too large (reported there)
+        self.inlined: dict[str, tuple[int, int] | None] = {}
+        self.depth = self.max_depth = self.ops = 0  # of the expression being elaborated (see `top`)
+        self.over = False  # it went past MAX_DEPTH or MAX_OPS: reported once, the rest of it is skipped
 
     def err(self, unit: Unit, span: ast.Span, message: str) -> TExpr:
         self.diags.append(unit.src.error(span, message))
         return ERR
 
+    def top(self, e: ast.Expr, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
+        """Elaborate one whole expression (a rule condition, a fn body), counting its depth and size."""
+        self.depth = self.max_depth = self.ops = 0
+        self.over = False
+        return self.expr(e, unit, env, model, stack)
+
+    def too_big(self, unit: Unit, span: ast.Span, message: str) -> TExpr:
+        self.over = True
+        return self.err(unit, span, message)
+
     def expr(self, e: ast.Expr, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
+        if self.over:
+            return ERR
+        self.ops += 1
+        if self.ops > MAX_OPS:
+            return self.too_big(
+                unit,
+                e.span,
+                f"the expression expands to more than {MAX_OPS} operations once fn calls are inlined",
+            )
+        if self.depth >= MAX_DEPTH:
+            return self.too_big(
+                unit, e.span, f"nested more than {MAX_DEPTH} levels deep once fn calls are inlined"
+            )
+        self.depth += 1
+        self.max_depth = max(self.max_depth, self.depth)
+        try:
+            return self._expr(e, unit, env, model, stack)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, e: ast.Expr, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
         match e:
             case ast.Bool(value=v):
                 return TExpr("const", "bool", value=v)
@@ -363,6 +416,25 @@ class _Elaborator:
             bound[param.name.name] = t
         if not ok:
             return ERR
+        size = self.inlined.get(key, (0, 0))
+        if size is None:  # too deep or too large by itself: reported in its body; skip the rest here
+            self.over = True
+            return ERR
+        depth, ops = size
+        if self.depth + depth > MAX_DEPTH:
+            return self.too_big(
+                unit,
+                e.span,
+                f"fn calls nested too deep: inlined here, {fname}() makes the expression {self.depth + depth} "
+                f"levels deep; at most {MAX_DEPTH} are allowed",
+            )
+        if self.ops + ops > MAX_OPS:
+            return self.too_big(
+                unit,
+                e.span,
+                f"{fname}() expands to {ops} operations once its fn calls are inlined; with the rest of the "
+                f"expression that is more than {MAX_OPS} (does each fn call the next more than once?)",
+            )
         n_before = len(self.diags)
         body = self.expr(fn.body, ref.unit, bound, model, stack + (key,))
         if body.type == "error" and len(self.diags) == n_before:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenrouter.compiler.paths import shown
+from tokenrouter.compiler.paths import file_problem, shown
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, did_you_mean
@@ -98,8 +98,12 @@ def _target(unit: Unit, decl: ast.ImportDecl, diags: list[Diagnostic]) -> Path |
         diags.append(unit.src.error(decl.span, f'an imported file must end in .tr: "{decl.path}"'))
         return None
     path = unit.dir / decl.path
-    if not path.is_file():
+    problem = file_problem(path)
+    if problem == "no such file":
         diags.append(unit.src.error(decl.span, f"imported file not found: {shown(path)}"))
+        return None
+    if problem is not None:
+        diags.append(unit.src.error(decl.span, f"cannot import {shown(path)}: {problem}"))
         return None
     return path
 
