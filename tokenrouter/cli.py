@@ -220,9 +220,12 @@ def init_router(
     ),
 ) -> None:
     """Write an untrained router file of the right shape (layout: docs/routers.md)."""
+    from pathlib import Path
+
     from tokenrouter.compiler.driver import load_plan
     from tokenrouter.compiler.plan import PlanError
     from tokenrouter.runtime.route.routers import init_router_file, parse_hidden_layers
+    from tokenrouter.training.router_train import output_problem, router_size_problem
 
     _require_files([plan_file])
     try:
@@ -235,8 +238,15 @@ def init_router(
         raise typer.Exit(2)
     try:
         plan = load_plan(plan_file)
+        what = "-o" if output is not None else f"the path of router {router!r}"
         if output is None:
             output = (plan.get("routers") or {}).get(router, {}).get("path")
+        # before the weights are drawn: a folder at the path, or too many weights for memory
+        if output is not None and (problem := output_problem(Path(output), what)):
+            raise ValueError(problem)
+        if problem := router_size_problem(plan, router, layers, hidden_size):
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
         spec, width = init_router_file(
             plan, router, output, seed=seed, hidden_layers=layers, hidden_size=hidden_size
         )
@@ -315,6 +325,7 @@ def serve(
     ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
+    import math
     import os
 
     from tokenrouter.runtime.launcher import ServeConfig
@@ -323,6 +334,10 @@ def serve(
     if not os.path.isfile(plan):
         typer.echo(f"error: no such plan: {plan}", err=True)
         raise typer.Exit(2)
+    for flag, seconds in (("--startup-timeout", startup_timeout), ("--heartbeat-timeout", heartbeat_timeout)):
+        if not (math.isfinite(seconds) and seconds > 0):
+            typer.echo(f"error: {flag} must be a finite number of seconds > 0, got {seconds}", err=True)
+            raise typer.Exit(2)
     remotes = {
         name: addr.strip()
         for name, addr in _name_values(
@@ -368,6 +383,8 @@ def subserver_cmd(
 ) -> None:
     """Run one model's subserver in the foreground, for `serve --remote` (docs/serving.md, "Subservers on
     other hosts"). Exits 0 on the launcher's Shutdown or SIGINT/SIGTERM, 1 on a failure."""
+    import json
+    import os
     import tempfile
     from pathlib import Path
 
@@ -378,7 +395,18 @@ def subserver_cmd(
     try:
         eps = Endpoints.parse(endpoints)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        message, kind = str(exc), None
+        try:  # JSON of another shape is no file name: say which shape it must have
+            if not os.path.exists(endpoints):
+                other = json.loads(endpoints)
+                kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+                kind = None if isinstance(other, dict) else kinds.get(type(other), "a number")
+        except ValueError:
+            pass
+        if kind is not None:
+            message = (f'--endpoints: expected a JSON object {{"launcher": URL, "frontend": URL, "subservers": '
+                       f"{{MODEL: URL}}}} (the JSON that `tokenrouter serve` prints), got {kind}")  # fmt: skip
+        typer.echo(f"error: {message}", err=True)
         raise typer.Exit(2) from None
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         typer.echo(f"error: --device must be cpu, cuda or cuda:N, got {device!r}", err=True)
@@ -755,19 +783,44 @@ def train_router_cmd(
     """Train a router on teacher-forced labels; print precision/recall and the held-out sweep."""
     from pathlib import Path
 
-    from tokenrouter.training.policy_view import PolicyViewError, load_plan
-    from tokenrouter.training.router_train import RouterTrainConfig, format_report, train_router
+    from tokenrouter.runtime.route.routers import parse_hidden_layers
+    from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
+    from tokenrouter.training.router_train import (
+        RouterTrainConfig,
+        folder_problem,
+        format_report,
+        output_problem,
+        router_size_problem,
+        train_router,
+    )
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
-        layers = tuple(int(x) for x in hidden_layers.split(",") if x.strip())
+        layers = parse_hidden_layers(hidden_layers)
+    except ValueError as exc:
+        typer.echo(f"error: --hidden-layers: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
         cfg = RouterTrainConfig(label=label, loss=loss, top_share=top_share, hidden_layers=layers,
                                 epochs=epochs, lr=lr, seed=seed, ensemble=ensemble)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
+    # what would fail only after the teacher forcing and the training, before them
+    if cache is not None and (problem := folder_problem(Path(cache), "--cache")):
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+    if output is not None and (problem := output_problem(Path(output))):
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(1)
     try:
         plan = load_plan(plan_file, _defines(define))
+        problem = context_error(plan, seq_len, f"--seq-len {seq_len}") or router_size_problem(
+            plan, router, layers, members=ensemble
+        )
+        if problem:
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
         rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg,
                            cache=Path(cache) if cache else None)  # fmt: skip
     except (PolicyViewError, ValueError) as exc:
@@ -816,29 +869,45 @@ def eval_cmd(
 
     from tokenrouter.training.evaluate import EvalConfig, evaluate, format_table
     from tokenrouter.training.evaluate import plot as plot_curves
-    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+    from tokenrouter.training.gencheck import context_problem
+    from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
+    from tokenrouter.training.router_train import folder_problem
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
-        cfg = EvalConfig(
-            param=param, shares=tuple(float(x) for x in shares.split(",") if x.strip()), seed=seed
-        )
+        values = tuple(float(x) for x in shares.split(",") if x.strip())
+    except ValueError:
+        typer.echo(f"error: --shares {shares!r}: expected fractions in (0, 1) separated by commas, e.g. 0.1,0.25",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2) from None
+    try:
+        cfg = EvalConfig(param=param, shares=values, seed=seed)
     except ValueError as exc:
         typer.echo(f"error: --shares: {exc}", err=True)
         raise typer.Exit(2) from None
     if plot is not None and not plot.endswith(".png"):
         typer.echo("error: --plot takes a .png file name", err=True)
         raise typer.Exit(2)
+    if generate_n < 0 or max_new < 1:
+        typer.echo("error: --generate must be >= 0 and --max-new-tokens >= 1", err=True)
+        raise typer.Exit(2)
+    if cache is not None and (problem := folder_problem(Path(cache), "--cache")):
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
     try:
         plan = load_plan(plan_file, _defines(define))
         other = load_plan(plan_file, {**_defines(define), **_defines(versus)}) if versus else None
+        # before the teacher forcing: what would fail only after it
+        problem = context_error(plan, seq_len, f"--seq-len {seq_len}") or (
+            context_problem(plan, max_new) if generate_n else None
+        )
+        if problem:
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
         result = evaluate(plan, Path(data), teacher, cfg, cache=Path(cache) if cache else None, versus=other)
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    if generate_n < 0 or max_new < 1:
-        typer.echo("error: --generate must be >= 0 and --max-new-tokens >= 1", err=True)
-        raise typer.Exit(2)
     if generate_n:
         from tokenrouter.runtime.engine.base import EngineError
         from tokenrouter.training.gencheck import format_check, generated_check
@@ -890,7 +959,7 @@ def calibrate(
     from tokenrouter.runtime.engine.generate import load_tokenizer
     from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
     from tokenrouter.training.calibrate import calibrate_threshold
-    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+    from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
 
     if not 0.0 < share < 1.0 or num_prompts < 1 or prompt_len < 1 or max_tokens < 1 or iterations < 1:
         typer.echo("error: --share must be in (0, 1); --num-prompts, --prompt-len, --max-tokens and "
@@ -904,6 +973,13 @@ def calibrate(
         if prompts_file:
             tok = load_tokenizer(plan["models"][plan["entry"]]["path"])
             prompts = [tok.encode(p).ids if isinstance(p, str) else p for p in prompts]
+        longest = max(len(p) for p in prompts)
+        asked = (f"the longest prompt of {prompts_file} ({longest} tokens)" if prompts_file
+                 else f"--prompt-len {prompt_len}") + f" and --max-tokens {max_tokens}"  # fmt: skip
+        # as `bench` checks it, before any work
+        if problem := context_error(plan, longest + max_tokens, asked):
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
         got = calibrate_threshold(plan, param, share, prompts, max_tokens, device, iterations=iterations)
     except (PolicyViewError, EngineError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -262,3 +262,73 @@ def test_tune_warns_when_the_chosen_steps_are_beyond_the_measured_latencies(tmp_
     # a latency given as one constant is not a measurement that stops somewhere
     res = runner.invoke(app, ["tune", src, "--step-ms", "slm=1.5", "--step-ms", "llm=6", "--json"])
     assert not [w for w in json.loads(res.stdout)["tuning"].get("warnings", []) if "measured up to" in w]
+
+
+def test_tune_checks_the_plot_name_before_the_plan_is_written(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    out = tmp_path / "x.plan"
+    args = ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "-o", str(out), "--plot"]
+    for plot, message in (
+        (tmp_path / "t.txt", "--plot takes a .png file name"),
+        (tmp_path / "t", "--plot takes a .png file name"),  # matplotlib would have written t.png
+        (tmp_path / "no" / "t.png", f"no folder {tmp_path / 'no'}"),
+    ):
+        res = runner.invoke(app, [*args, str(plot)])
+        assert res.exit_code == 2 and message in res.stderr, res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+        assert not out.exists()
+
+
+def test_delta_ms_is_checked_against_the_step_latencies(tmp_path):
+    """δ longer than the shortest step rounds every step to one tick (T = 0.00 tok/s at δ = 1e9 ms): refused,
+    in `tune` and in `simulate`'s chain alike, before the plan is written or anything is simulated."""
+    src = write(tmp_path, R2R_LIKE)
+    out = tmp_path / "x.plan"
+    steps = ["--step-ms", "slm=6", "--step-ms", "llm=27.9"]
+    res = runner.invoke(app, ["tune", src, *steps, "-o", str(out), "--delta-ms", "1e9"])
+    assert res.exit_code == 2 and not out.exists(), res.output
+    assert "--delta-ms 1e+09 is longer than the shortest step (slm at batch size 1: 6 ms)" in res.stderr
+    res = runner.invoke(app, ["tune", src, *steps, "-o", str(out), "--delta-ms", "inf"])
+    assert res.exit_code == 2 and "--delta-ms must be a finite number of ms > 0, got inf" in res.stderr
+    sim = ["simulate", src, *steps, "--batch", "llm=3", "--horizon-ms", "100"]
+    res = runner.invoke(app, [*sim, "--delta-ms", "0"])
+    assert res.exit_code == 2 and "--delta-ms must be a finite number of ms > 0, got 0.0" in res.stderr
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    res = runner.invoke(app, [*sim, "--delta-ms", "7"])
+    assert res.exit_code == 2 and "--delta-ms 7 is longer than the shortest step" in res.stderr
+    assert runner.invoke(app, [*sim, "--delta-ms", "7", "--no-chain"]).exit_code == 0
+
+
+def test_simulate_and_profile_refuse_a_negative_seed(tmp_path):
+    src = write(tmp_path, R2R_LIKE)
+    res = runner.invoke(app, ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--batch", "llm=3",
+                              "--seed", "-1"])  # fmt: skip
+    assert res.exit_code == 2 and "seed must be an int >= 0, got -1" in res.stderr, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    res = runner.invoke(app, ["profile", src, "--seed", "-1", "-o", str(tmp_path / "p.json")])
+    assert res.exit_code == 2 and "seed must be an int >= 0, got -1" in res.stderr, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+
+
+def test_simulate_refuses_a_horizon_it_could_not_finish(tmp_path):
+    """Left alone, `--horizon-ms 1e15` ran for ever: the steps it could take are bounded (MAX_SIM_STEPS)."""
+    src = write(tmp_path, R2R_LIKE)
+    res = runner.invoke(app, ["simulate", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--batch", "llm=3",
+                              "--horizon-ms", "1e15"])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--horizon-ms 1e+15 after --warmup-ms 2000 could take up to 2.03e+14 steps" in res.stderr
+    assert "give --horizon-ms 4.93803e+08 or less" in res.stderr
+
+
+def test_tune_refuses_a_chain_too_large_before_building_it(tmp_path):
+    """At N = 10^8 the entry model's first batch alone routes 10^8 + 1 ways: refused at once (building the chain
+    ran past a minute first), as at N = 10^5, where the chain builder finds it out."""
+    import time
+
+    src = write(tmp_path, FIXED.replace("batch: 2", "batch: 1"))
+    t0 = time.perf_counter()
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=1", "--step-ms", "llm=5", "-n", "100000000"])
+    assert res.exit_code == 1, res.output
+    assert "at N = 100000000 the chain has at least 1e+08 states" in res.stderr
+    assert "more than 250000 (lower -n, or raise --max-states)" in res.stderr
+    assert time.perf_counter() - t0 < 20

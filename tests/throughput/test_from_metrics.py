@@ -162,6 +162,21 @@ def test_errors_say_what_is_missing():
         profile_from_metrics(PLAN, few)
 
 
+def test_metrics_of_other_models_than_the_plans_are_refused_naming_them():
+    """Metrics read from a server of another plan would make a profile of the wrong models."""
+    metrics = scrape(
+        {"slm": {1: (10, 10.0)}, "llm": {1: (10, 40.0)}}, {"slm": 9, "llm": 1}, {("slm", "llm"): 1}
+    )
+    other = {**PLAN, "models": {"slm": {}, "big": {}}, "routes": {"slm": EMPTY_ROUTE, "big": EMPTY_ROUTE}}
+    with pytest.raises(MetricsProfileError) as err:
+        profile_from_metrics(other, metrics)
+    assert str(err.value) == (
+        "the metrics are not of this plan's models (slm, big): they name 'llm', not in the plan; they have "
+        "nothing of the plan's 'big'; were they read from a server of another plan?"
+    )
+    profile_from_metrics(PLAN, metrics)  # the plan served: a profile
+
+
 def test_parse_metrics_labels_and_comments():
     text = '# HELP x y\nx{a="1",b="q\\"z"} 2.5\nbad line here\ny 3\n'
     assert parse_metrics(text) == {("x", (("a", "1"), ("b", 'q\\"z'))): 2.5, ("y", ()): 3.0}

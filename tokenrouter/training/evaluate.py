@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .policy_view import PolicyViewError, fired_rule, routed_shape, threshold_node
+from .policy_view import PolicyViewError, context_error, fired_rule, routed_shape, threshold_node
 from .teacher import TeacherConfig, TeacherData, make_windows
 
 DEFAULT_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
@@ -267,6 +267,14 @@ def evaluate(
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
     node = threshold_node(plan, ir, cfg.param)
+    from .router_train import folder_problem
+
+    # before the teacher forcing, which would fail on them only after minutes of it
+    problem = (folder_problem(cache, "--cache") if cache is not None else None) or context_error(
+        plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, *shape.targets]
+    )
+    if problem:
+        raise PolicyViewError(problem)
     data, windows = teacher_force_plan(plan, data_dir, teacher, cache)
     scorer = Scorer(data, entry, shape.targets)
     values = policy_values(plan, entry, data, cfg.seed)

@@ -21,10 +21,20 @@ from .policy_view import routed_shape
 from .tokenizer import EOS, load_tokenizer
 
 HEADER = re.compile(r"^[ \t]*def [A-Za-z_]\w*\(.*\)( -> .+)?:[ \t]*$", re.MULTILINE)
+PROMPT_TOKENS = 128  # a prompt's tokens at most (the end of the file up to its header)
+
+
+def context_problem(plan: dict, max_new: int) -> str | None:
+    """The message when prompts of up to PROMPT_TOKENS and `max_new` generated tokens do not fit every model's
+    context (the check runs all of them), else None: checked before the evaluation that comes first."""
+    from .policy_view import context_error
+
+    return context_error(plan, PROMPT_TOKENS + max_new, f"--max-new-tokens {max_new} after a prompt of up to "
+                         f"{PROMPT_TOKENS} tokens")  # fmt: skip
 
 
 def header_prompts(
-    data_dir: Path, tokenizer_dir: Path, n: int, context: int = 128, seed: int = 0
+    data_dir: Path, tokenizer_dir: Path, n: int, context: int = PROMPT_TOKENS, seed: int = 0
 ) -> list[list[int]]:
     tok = load_tokenizer(tokenizer_dir)
     eos = tok.token_to_id(EOS)

@@ -31,6 +31,31 @@ def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict:
         raise PolicyViewError(str(e)) from None
 
 
+def model_context(plan: dict, model: str) -> int | None:
+    """The most tokens a sequence of `model` may hold: its config.json's max_position_embeddings, or the plan's
+    `max_len` where lower; None where the folder cannot be read (loading the model says why, later)."""
+    from tokenrouter.runtime.engine.base import EngineError
+    from tokenrouter.runtime.engine.config import load_model_config
+
+    entry = plan["models"][model]
+    try:
+        context = load_model_config(entry["path"]).max_position_embeddings
+    except (EngineError, ValueError, OSError, KeyError, TypeError):
+        return None
+    return min(context, entry["max_len"]) if entry.get("max_len") else context
+
+
+def context_error(plan: dict, need: int, asked: str, models: list[str] | None = None) -> str | None:
+    """The message when sequences of `need` tokens (`asked`: the options that ask for them, e.g. "--seq-len
+    4096") do not fit the context of every model of `models` (default: the plan's), else None. Checked before
+    any work, so that a run does not fail on it after minutes of it."""
+    for m in models or list(plan["models"]):
+        context = model_context(plan, m)
+        if context is not None and need > context:
+            return f"{asked}: sequences of {need} tokens, but model {m!r} takes {context} at most"
+    return None
+
+
 @dataclass(slots=True)
 class RoutedShape:
     entry: str

@@ -56,6 +56,57 @@ from .teacher import TeacherConfig, TeacherData, make_windows
 LABELS = ("divergence", "gain", "nll-gain", "expected-gain", "top-share")
 BINARY_LABELS = ("divergence", "top-share")
 LOSSES = ("auto", "pairwise")
+# the most weights a router may have (float32: 200 MB, several times that while AdamW trains it); the routers
+# of the examples have D x 256 (about 10^5)
+MAX_ROUTER_WEIGHTS = 50_000_000
+
+
+def router_size_problem(
+    plan: dict, router: str, hidden_layers: tuple[int, ...], hidden_size: int | None = None, members: int = 1
+) -> str | None:
+    """The message when an mlp router `router` of `plan` with these hidden layers (`members` of them side by
+    side: an ensemble) would have more than MAX_ROUTER_WEIGHTS weights, else None (also where its input width
+    cannot be known yet: the command that builds it says why)."""
+    from tokenrouter.runtime.route.routers import RouterSpec, model_hidden_size
+
+    try:
+        spec = RouterSpec.from_plan(router, (plan.get("routers") or {})[router])
+        if spec.kind != "mlp":
+            return None
+        if hidden_size is None and spec.hidden_inputs:
+            hidden_size = model_hidden_size(plan["models"][spec.inputs[0].model]["path"])
+            if hidden_size is None:
+                return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    sizes = [spec.width(hidden_size or 0), *hidden_layers, 1]
+    weights = members * sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+    if weights <= MAX_ROUTER_WEIGHTS:
+        return None
+    shape = " -> ".join(map(str, sizes))
+    return (
+        f"--hidden-layers {','.join(map(str, hidden_layers))}: router {router!r} ({shape}"
+        + (f", {members} members" if members > 1 else "")
+        + f") would have {weights:.3g} weights, more than {MAX_ROUTER_WEIGHTS:.0e}"
+    )
+
+
+def output_problem(path: Path, what: str = "-o") -> str | None:
+    """The message when a file cannot be written at `path` (a folder is there, or what would be its folder is a
+    file), else None: checked before the work whose result goes there."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{what} {path}: is a folder; give a file name"
+    return folder_problem(path.parent, what, path)
+
+
+def folder_problem(folder: Path, what: str, named: Path | None = None) -> str | None:
+    """The message when `folder` cannot be a folder (it, or one above it, is a file), else None (a folder is
+    made where none is)."""
+    for up in (Path(folder), *Path(folder).parents):
+        if up.exists():
+            return None if up.is_dir() else f"{what} {named or folder}: {up} is a file, not a folder"
+    return None
 
 
 @dataclass(slots=True)
@@ -339,11 +390,20 @@ def train_router(
     from tokenrouter.runtime.route.routers import RouterSpec, load_router, write_router
 
     from .evaluate import Scorer, sweep_policy
-    from .policy_view import threshold_node
+    from .policy_view import context_error, threshold_node
 
     entry, rule, large = router_rule(plan, router)
     spec = RouterSpec.from_plan(router, plan["routers"][router])
     out = Path(out) if out is not None else Path(spec.path)
+    # what would fail only after the teacher forcing and the training, before them
+    problem = (
+        output_problem(out, "the router file")
+        or (folder_problem(cache, "--cache") if cache is not None else None)
+        or router_size_problem(plan, router, cfg.hidden_layers, members=cfg.ensemble)
+        or context_error(plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, large])
+    )
+    if problem:
+        raise ValueError(problem)
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
     data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec},
                                         expected=cfg.label == "expected-gain")  # fmt: skip

@@ -8,7 +8,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenrouter.compiler.throughput.dtmc import DEFAULT_DELTA_MS, DEFAULT_MAX_STATES, ChainError, analyze
+from tokenrouter.compiler.throughput.dtmc import (
+    DEFAULT_DELTA_MS,
+    DEFAULT_MAX_STATES,
+    ChainError,
+    analyze,
+    delta_error,
+)
 from tokenrouter.compiler.throughput.optimize import TuneError, TuneResult, tune
 from tokenrouter.compiler.throughput.plan_inputs import (
     PlanSystem,
@@ -23,7 +29,7 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     timeout_warnings,
 )
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
 from tokenrouter.outfile import check_output
 
 
@@ -126,17 +132,26 @@ def run_tune(
     write: bool = True,
 ) -> tuple[str, dict]:
     """Returns (text to print, the tuned plan). Raises ThroughputInputError for the user's mistakes."""
-    if not (delta_ms > 0):
-        raise ThroughputUsageError(f"--delta-ms must be > 0, got {delta_ms}")
+    if not (math.isfinite(delta_ms) and delta_ms > 0):
+        raise ThroughputUsageError(f"--delta-ms must be a finite number of ms > 0, got {delta_ms}")
     if top < 1:
         raise ThroughputUsageError(f"--top must be >= 1, got {top}")
     if max_states < 1:
         raise ThroughputUsageError(f"--max-states must be >= 1, got {max_states}")
+    if plot:
+        check_plot_path(plot)
     plan, system = build_system(args)
+    if error := delta_error(system.inputs, delta_ms):
+        raise ThroughputUsageError(error)
     try:
         result = tune(system.inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
+    if not result.best.throughput > 0:
+        raise ThroughputInputError(
+            "every candidate's predicted throughput is 0 tok/s (no step commits a token?): nothing to choose "
+            "B* by; the plan was not written"
+        )
     late = timeout_warnings(plan, system.inputs.models, result.best)
     late += beyond_profile_warnings(system.inputs, result.best)
     late += concentration_warnings(system, result.best.thresholds)
@@ -183,6 +198,18 @@ def run_tune(
     if plot:
         lines.append(f"wrote {plot}")
     return "\n".join(lines), tuned
+
+
+def check_plot_path(plot: str) -> None:
+    """`--plot`'s file, before any work (and before the plan is rewritten): a .png name (the chart is a PNG, and
+    matplotlib would add the suffix to a name without one) in a folder that exists."""
+    path = Path(plot)
+    if path.suffix.lower() != ".png":
+        raise ThroughputUsageError(f"--plot takes a .png file name, got {plot!r}")
+    if path.is_dir():
+        raise ThroughputUsageError(f"--plot {plot}: is a folder, not a file name")
+    if not path.absolute().parent.is_dir():
+        raise ThroughputUsageError(f"--plot {plot}: no folder {path.absolute().parent}")
 
 
 def parse_model_values(values, models, option: str, value: str, convert, valid, rule: str) -> dict:
@@ -235,8 +262,12 @@ def run_simulate(
     finite run (`SimConfig.requests`, `throughput.workload`)."""
     from tokenrouter.compiler.passes.check_feasibility import feasibility_error
 
+    if not (math.isfinite(delta_ms) and delta_ms > 0):  # before any work, as `tune` checks it
+        raise ThroughputUsageError(f"--delta-ms must be a finite number of ms > 0, got {delta_ms}")
     plan, system = build_system(args)
     inp = system.inputs
+    if chain and (error := delta_error(inp, delta_ms)):
+        raise ThroughputUsageError(error)
     cfg_kw = dict(cfg_kw or {})
     if requests is not None:
         from tokenrouter.compiler.throughput.workload import (
@@ -288,6 +319,8 @@ def run_simulate(
         cfg = SimConfig(b, **cfg_kw)
     except ValueError as e:
         raise ThroughputUsageError(str(e)) from None
+    if error := steps_error(inp, cfg):
+        raise ThroughputUsageError(error)
     sim = simulate(inp, cfg)
     pred = None
     if chain and cfg.request_tokens is None and cfg.max_delay_ms is None and cfg.hop_ms is None:

@@ -79,6 +79,55 @@ def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
     return [_ticks(s, inputs.concurrency, delta_ms) for s in inputs.step]
 
 
+def delta_error(inputs: SystemInputs, delta_ms: float) -> str | None:
+    """The message when δ cannot discretize these step latencies, else None: it must be a finite number of ms
+    > 0 and no longer than the shortest step (a longer δ rounds that step to one tick of δ, the chain then
+    runs every such step at δ and its throughput means nothing: at δ = 1e9 ms it was 0.00 tok/s)."""
+    if not (isinstance(delta_ms, (int, float)) and math.isfinite(delta_ms) and delta_ms > 0):
+        return f"--delta-ms must be a finite number of ms > 0, got {delta_ms}"
+    ms, b, i, how = shortest_step(inputs)
+    if delta_ms > ms:
+        return (
+            f"--delta-ms {delta_ms:g} is longer than the shortest step ({inputs.models[i]}{how} at batch size "
+            f"{b}: {ms:g} ms), which would round to one tick of δ: give --delta-ms {ms:g} or less "
+            f"(default {DEFAULT_DELTA_MS:g})"
+        )
+    return None
+
+
+def shortest_step(inputs: SystemInputs) -> tuple[float, int, int, str]:
+    """(ms, batch size, model index, " alone" or "") of the shortest step latency the inputs give, a latency
+    alone (`AloneLatency`) included."""
+    lone = [(i, a.step, " alone") for i, a in enumerate(inputs.alone or ()) if a is not None]
+    return min(
+        (ms, b, i, how)
+        for i, s, how in [*((i, s, "") for i, s in enumerate(inputs.step)), *lone]
+        for b, ms in s.points
+    )
+
+
+def min_states(inputs: SystemInputs) -> int:
+    """A lower bound on the states of the chain at any thresholds it can run at (the entry model's B <= N):
+    the first state runs all N requests as one batch at the entry model, and each way its routing row (s
+    targets of non-zero probability) can split them, C(N + s - 1, s - 1), is a state of its own (the models
+    are idle then, so a split is told apart by the queues and batches it leaves)."""
+    s = int(np.count_nonzero(inputs.p[inputs.entry] > 0))
+    return math.comb(inputs.concurrency + s - 1, s - 1) if s > 1 else 1
+
+
+def too_many_states(inputs: SystemInputs, max_states: int) -> str | None:
+    """The message when every chain of `inputs` has more than `max_states` states (`min_states`), else None:
+    checked before any chain is built, which would take time and memory growing with N first."""
+    lower = min_states(inputs)
+    if lower <= max_states:
+        return None
+    n = inputs.concurrency
+    return (
+        f"at N = {n} the chain has at least {lower:.3g} states (the ways {inputs.models[inputs.entry]}'s first "
+        f"batch of {n} requests can route), more than {max_states} (lower -n, or raise --max-states)"
+    )
+
+
 def alone_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int] | None]:
     """Each model's step in ticks while none of its co-runners runs (`AloneLatency`), None where it has none."""
     lone = inputs.alone or (None,) * inputs.n_models
@@ -150,6 +199,8 @@ def build_chain(
     bvec = tuple(int(b) for b in thresholds)
     if len(bvec) != m or any(b < 1 for b in bvec):
         raise ValueError(f"expected {m} thresholds >= 1, got {thresholds!r}")
+    if bvec[inputs.entry] <= n_req and (error := too_many_states(inputs, max_states)):
+        raise ChainError(error)
     ticks = step_ticks(inputs, delta_ms)
     lone = alone_ticks(inputs, delta_ms)
     tps = inputs.tokens_per_step()

@@ -84,6 +84,29 @@ class MetricsProfileError(ValueError):
     """The metrics cannot make a profile; the message says what is missing."""
 
 
+def _check_models(models: list[str], metrics: dict) -> None:
+    """The models the metrics name (`model`, `from` and `to` labels of the tokenrouter_ series) must be the
+    plan's: metrics of a server of another plan would make a profile of the wrong models' latencies and hops
+    (a plan of the same model names served otherwise cannot be told apart here)."""
+    seen = {
+        value
+        for name, labels in metrics
+        if name.startswith("tokenrouter_")
+        for key, value in labels
+        if key in ("model", "from", "to")
+    }
+    extra, missing = sorted(seen - set(models)), [m for m in models if m not in seen]
+    if extra or missing:
+        why = "; ".join(
+            ([f"they name {', '.join(map(repr, extra))}, not in the plan"] if extra else [])
+            + ([f"they have nothing of the plan's {', '.join(map(repr, missing))}"] if missing else [])
+        )
+        raise MetricsProfileError(
+            f"the metrics are not of this plan's models ({', '.join(models)}): {why}; were they read from a "
+            "server of another plan?"
+        )
+
+
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Prometheus text → {(name, sorted labels): value}; comments and unparsable lines are skipped."""
     out = {}
@@ -188,6 +211,7 @@ def profile_from_metrics(
         raise MetricsProfileError(
             "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
         )
+    _check_models(models, a)
     prefills = first if counts_first else long
     for x, by in prefills.items():  # the prefill steps leave their batch sizes' latencies, alone ones too
         for (bs, overlap), (n, sec, _) in by.items():

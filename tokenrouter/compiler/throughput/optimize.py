@@ -19,6 +19,7 @@ from tokenrouter.compiler.throughput.dtmc import (
     ChainError,
     ChainResult,
     analyze,
+    too_many_states,
 )
 from tokenrouter.compiler.throughput.inputs import SystemInputs
 
@@ -87,7 +88,7 @@ def tune(
         inputs.index(name)
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise TuneError(f"the fixed threshold of {name} must be an int >= 1, got {b!r}")
-    error = feasibility_error(fixed, n)
+    error = feasibility_error(fixed, n) or too_many_states(inputs, max_states)
     if error:
         raise TuneError(error)
     fixed_idx = {inputs.index(k): v for k, v in fixed.items()}

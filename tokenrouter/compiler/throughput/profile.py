@@ -49,6 +49,8 @@ class ProfileConfig:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {self.warmup!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         if not (self.temperature >= 0):
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
 

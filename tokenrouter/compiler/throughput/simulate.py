@@ -78,6 +78,8 @@ class SimConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.horizon_ms <= 0:
             raise ValueError("horizon_ms must be > 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
         if self.request_tokens is not None and (
             not isinstance(self.request_tokens, int) or self.request_tokens < 1
         ):
@@ -174,6 +176,32 @@ def _think_sampler(cfg: SimConfig, rng: np.random.Generator):
     p1 = 0.5 * (1.0 + math.sqrt((c2 - 1.0) / (c2 + 1.0)))  # balanced-means H2
     m1, m2 = mean / (2 * p1), mean / (2 * (1 - p1))
     return lambda: float(rng.exponential(m1 if rng.random() < p1 else m2))
+
+
+# the most steps `steps_error` lets a run simulate: each takes some µs of Python, so 1e8 of them take hours
+MAX_SIM_STEPS = 100_000_000
+
+
+def steps_error(inputs: SystemInputs, cfg: SimConfig) -> str | None:
+    """The message when the run's simulated time (warm-up and horizon) allows more than `MAX_SIM_STEPS` steps,
+    each model stepping back to back at its shortest step; None otherwise, and for a finite run (`requests`),
+    which ends with its last request."""
+    if cfg.requests is not None:
+        return None
+    lone = inputs.alone or (None,) * inputs.n_models
+    per_ms = sum(  # steps per ms at most
+        1.0 / min(ms for _, ms in (*s.points, *(a.step.points if a is not None else ())))
+        for s, a in zip(inputs.step, lone, strict=True)
+    )
+    steps = (cfg.warmup_ms + cfg.horizon_ms) * per_ms
+    if steps <= MAX_SIM_STEPS:
+        return None
+    most = MAX_SIM_STEPS / per_ms - cfg.warmup_ms
+    return (
+        f"--horizon-ms {cfg.horizon_ms:g} after --warmup-ms {cfg.warmup_ms:g} could take up to {steps:.3g} "
+        f"steps of the models at their shortest step latencies, more than the {MAX_SIM_STEPS:.0e} a run may "
+        + (f"simulate: give --horizon-ms {most:.6g} or less" if most > 0 else "simulate: shorten --warmup-ms")
+    )
 
 
 def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
