@@ -332,3 +332,15 @@ def test_tune_refuses_a_chain_too_large_before_building_it(tmp_path):
     assert "at N = 100000000 the chain has at least 1e+08 states" in res.stderr
     assert "more than 250000 (lower -n, or raise --max-states)" in res.stderr
     assert time.perf_counter() - t0 < 20
+
+
+def test_concurrency_beyond_a_plans_bound_is_refused_at_once(tmp_path):
+    """-n takes the bound a plan's `serve { concurrency }` has (65,536): `simulate -n 1e8` ran for minutes in
+    the simulator, and the chain's state bound did not cover it."""
+    src = write(tmp_path, R2R_LIKE)
+    for cmd in (["simulate", src, "--batch", "llm=1"], ["tune", src, "-o", str(tmp_path / "o.plan")]):
+        res = runner.invoke(app, [*cmd, "--step-ms", "slm=1", "--step-ms", "llm=5", "-n", "100000000"])
+        assert (
+            res.exit_code != 0 and "concurrency N must be an int in [1, 65536], got 100000000" in res.output
+        )
+        assert "Traceback" not in res.output and not (tmp_path / "o.plan").exists()

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenrouter.compiler.passes.check_options import MAX_CONCURRENCY  # a plan's bound, -n's too
+
 
 @dataclass(slots=True, frozen=True)
 class StepLatency:
@@ -149,9 +151,11 @@ class SystemInputs:
         if (
             not isinstance(self.concurrency, int)
             or isinstance(self.concurrency, bool)
-            or self.concurrency < 1
+            or not 1 <= self.concurrency <= MAX_CONCURRENCY
         ):
-            raise ValueError(f"concurrency N must be an int >= 1, got {self.concurrency!r}")
+            raise ValueError(
+                f"concurrency N must be an int in [1, {MAX_CONCURRENCY}], got {self.concurrency!r}"
+            )
         if not (isinstance(self.entry, int) and 0 <= self.entry < m):
             raise ValueError(f"entry must be a model index in 0..{m - 1}, got {self.entry!r}")
         self.p = np.asarray(self.p, dtype=float)

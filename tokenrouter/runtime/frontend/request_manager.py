@@ -284,7 +284,11 @@ class RequestManager:
         if self.fatal is not None:
             return
         self.fatal = (msg.name, msg.error)
-        log.error("%r failed; failing %d in-flight request(s)", msg.name, len(self.requests))
+        # the launcher reports the failure itself (at startup as `error: … failed to start: …`); here it is news
+        # only where requests in flight fail with it
+        (log.error if self.requests else log.info)(
+            "%r failed; failing %d in-flight request(s)", msg.name, len(self.requests)
+        )
         self._fail_all(self.fatal_error())
 
     def shutdown(self) -> None:
