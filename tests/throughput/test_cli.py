@@ -321,16 +321,18 @@ def test_simulate_refuses_a_horizon_it_could_not_finish(tmp_path):
 
 
 def test_tune_refuses_a_chain_too_large_before_building_it(tmp_path):
-    """At N = 10^8 the entry model's first batch alone routes 10^8 + 1 ways: refused at once (building the chain
-    ran past a minute first), as at N = 10^5, where the chain builder finds it out."""
+    """At N requests the entry model's first batch alone routes N + 1 ways: where that is over --max-states the
+    chain is refused at once, before it is built (at N = 10^8, before -n had a bound, building it ran past a
+    minute)."""
     import time
 
     src = write(tmp_path, FIXED.replace("batch: 2", "batch: 1"))
     t0 = time.perf_counter()
-    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=1", "--step-ms", "llm=5", "-n", "100000000"])
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=1", "--step-ms", "llm=5", "-n", "65536",
+                              "--max-states", "1000"])  # fmt: skip
     assert res.exit_code == 1, res.output
-    assert "at N = 100000000 the chain has at least 1e+08 states" in res.stderr
-    assert "more than 250000 (lower -n, or raise --max-states)" in res.stderr
+    assert "at N = 65536 the chain has at least 6.55e+04 states" in res.stderr
+    assert "more than 1000 (lower -n, or raise --max-states)" in res.stderr
     assert time.perf_counter() - t0 < 20
 
 

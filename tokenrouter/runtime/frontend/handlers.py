@@ -25,6 +25,12 @@ _MASK64 = (1 << 64) - 1
 _DISCONNECT_POLL_S = 0.25
 
 
+# a request body this long or shorter is tokenized on the event loop (GenerationHandler.serve): at the 0.18 µs a
+# byte measured for the batch API (0.37 s for 2 MB) that holds the loop under a millisecond, and saves the hop to
+# a worker thread
+INLINE_BODY_BYTES = 4 << 10
+
+
 class GenerationHandler:
     """Request handling shared by both generation endpoints: prompts, sampling settings, responses."""
 
@@ -124,8 +130,13 @@ class GenerationHandler:
                 503, "the server is still starting; retry when GET /health returns 200", code="starting"
             )
         # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
-        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL).
-        prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
+        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
+        # body (INLINE_BODY_BYTES) is tokenized in place.
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
+            prompts = self._prompts(req, chat, self.vocab_limit(mgr))
+        else:
+            prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
         specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
         choices: list[Choice] = []
         try:
