@@ -289,6 +289,9 @@ def serve(
     ),
     device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
     startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
+    max_body_mib: float = typer.Option(
+        16.0, help="A request body longer than this many MiB gets a 413 before it is read."
+    ),
     log_level: str = typer.Option(
         "warning", help="Log level of all processes (debug, info, warning, error)."
     ),
@@ -359,7 +362,7 @@ def serve(
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
-                          cpu_threads=cpu_threads)  # fmt: skip
+                          cpu_threads=cpu_threads, max_body_mib=max_body_mib)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -52,6 +53,7 @@ import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.config import MAX_BODY_BYTES
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, tcp_url
 
 log = logging.getLogger("tokenrouter.launcher")
@@ -88,6 +90,7 @@ class ServeConfig:
     mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
     batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
     cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
+    max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -95,6 +98,8 @@ class ServeConfig:
 
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"--cpu-threads {self.cpu_threads}: at least 1")
+        if not (math.isfinite(self.max_body_mib) and self.max_body_mib * (1 << 20) >= 1024):
+            raise ValueError(f"--max-body-mib {self.max_body_mib:g}: a finite size of at least 1 KiB (0.001)")
         if self.mps not in MPS_MODES:
             raise ValueError(f"--mps {self.mps}: expected one of {', '.join(MPS_MODES)}")
         for model, pct in self.mps_sm.items():
@@ -400,6 +405,7 @@ class Launcher:
             log_level=cfg.log_level.lower(),
             remote=list(cfg.remote),
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+            max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
         )
         self.procs["frontend"] = spawn.Process(
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"

@@ -188,3 +188,20 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_serve_max_body_mib_reaches_the_frontend(tmp_path):
+    """`serve --max-body-mib`: a body over the limit gets the 413 (here 0.01 MiB, so a 12 KiB prompt does),
+    one under it is served; a size that is no size is a usage error before anything starts."""
+    r = _serve(str(write_policy(tmp_path)), "--max-body-mib", "nan", timeout=60)
+    assert r.returncode == 2 and "--max-body-mib nan" in r.stderr and "Traceback" not in r.stderr
+    srv = Server(write_policy(tmp_path), "--max-body-mib", "0.01", log_dir=tmp_path)
+    try:
+        big = httpx.post(
+            f"{srv.url}/v1/completions", json={"prompt": "x" * 12_000, "max_tokens": 1}, timeout=60
+        )
+        assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large", big.text
+        small = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "def f", "max_tokens": 2}, timeout=60)
+        assert small.status_code == 200, small.text
+    finally:
+        srv.stop(signal.SIGINT)
