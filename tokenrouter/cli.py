@@ -787,13 +787,11 @@ def train_router_cmd(
     from pathlib import Path
 
     from tokenrouter.runtime.route.routers import parse_hidden_layers
-    from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
+    from tokenrouter.training.policy_view import PolicyViewError, load_plan
     from tokenrouter.training.router_train import (
         RouterTrainConfig,
-        folder_problem,
+        TrainSettingsError,
         format_report,
-        output_problem,
-        router_size_problem,
         train_router,
     )
 
@@ -809,23 +807,13 @@ def train_router_cmd(
     except ValueError as exc:
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
-    # what would fail only after the teacher forcing and the training, before them
-    if cache is not None and (problem := folder_problem(Path(cache), "--cache")):
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2)
-    if output is not None and (problem := output_problem(Path(output))):
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1)
-    try:
+    try:  # train_router checks its settings and output path before the teacher forcing
         plan = load_plan(plan_file, _defines(define))
-        problem = context_error(plan, seq_len, f"--seq-len {seq_len}") or router_size_problem(
-            plan, router, layers, members=ensemble
-        )
-        if problem:
-            typer.echo(f"error: {problem}", err=True)
-            raise typer.Exit(2)
         rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg,
                            cache=Path(cache) if cache else None)  # fmt: skip
+    except TrainSettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -873,8 +861,8 @@ def eval_cmd(
     from tokenrouter.training.evaluate import EvalConfig, evaluate, format_table
     from tokenrouter.training.evaluate import plot as plot_curves
     from tokenrouter.training.gencheck import context_problem
-    from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
-    from tokenrouter.training.router_train import folder_problem
+    from tokenrouter.training.policy_view import PolicyViewError, load_plan
+    from tokenrouter.training.router_train import TrainSettingsError
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
@@ -894,20 +882,17 @@ def eval_cmd(
     if generate_n < 0 or max_new < 1:
         typer.echo("error: --generate must be >= 0 and --max-new-tokens >= 1", err=True)
         raise typer.Exit(2)
-    if cache is not None and (problem := folder_problem(Path(cache), "--cache")):
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2)
     try:
         plan = load_plan(plan_file, _defines(define))
         other = load_plan(plan_file, {**_defines(define), **_defines(versus)}) if versus else None
-        # before the teacher forcing: what would fail only after it
-        problem = context_error(plan, seq_len, f"--seq-len {seq_len}") or (
-            context_problem(plan, max_new) if generate_n else None
-        )
-        if problem:
+        # the generated check runs after the evaluation, which checks its own settings (--cache, --seq-len)
+        if generate_n and (problem := context_problem(plan, max_new)):
             typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2)
         result = evaluate(plan, Path(data), teacher, cfg, cache=Path(cache) if cache else None, versus=other)
+    except TrainSettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (PolicyViewError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

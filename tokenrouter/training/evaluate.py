@@ -267,14 +267,14 @@ def evaluate(
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
     node = threshold_node(plan, ir, cfg.param)
-    from .router_train import folder_problem
+    from .router_train import TrainSettingsError, folder_problem
 
     # before the teacher forcing, which would fail on them only after minutes of it
     problem = (folder_problem(cache, "--cache") if cache is not None else None) or context_error(
         plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, *shape.targets]
     )
     if problem:
-        raise PolicyViewError(problem)
+        raise TrainSettingsError(problem)
     data, windows = teacher_force_plan(plan, data_dir, teacher, cache)
     scorer = Scorer(data, entry, shape.targets)
     values = policy_values(plan, entry, data, cfg.seed)

@@ -91,6 +91,12 @@ def router_size_problem(
     )
 
 
+class TrainSettingsError(ValueError):
+    """Settings that cannot teacher-force or train (a router too large, sequences over the context, a --cache that
+    is no folder): `train_router` and `evaluate` raise it before any work, and the commands call it a usage
+    error."""
+
+
 def output_problem(path: Path, what: str = "-o") -> str | None:
     """The message when a file cannot be written at `path` (a folder is there, or what would be its folder is a
     file), else None: checked before the work whose result goes there."""
@@ -394,16 +400,18 @@ def train_router(
 
     entry, rule, large = router_rule(plan, router)
     spec = RouterSpec.from_plan(router, plan["routers"][router])
-    out = Path(out) if out is not None else Path(spec.path)
+    given_out = out is not None
+    out = Path(out) if given_out else Path(spec.path)
     # what would fail only after the teacher forcing and the training, before them
+    if problem := output_problem(out, "-o" if given_out else "the router file"):
+        raise ValueError(problem)
     problem = (
-        output_problem(out, "the router file")
-        or (folder_problem(cache, "--cache") if cache is not None else None)
+        (folder_problem(cache, "--cache") if cache is not None else None)
         or router_size_problem(plan, router, cfg.hidden_layers, members=cfg.ensemble)
         or context_error(plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, large])
     )
     if problem:
-        raise ValueError(problem)
+        raise TrainSettingsError(problem)
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
     data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec},
                                         expected=cfg.label == "expected-gain")  # fmt: skip
