@@ -220,6 +220,14 @@ class Settings:
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
     # B_i (the DTMC has no such timeout: docs/throughput.md)
     max_delay_ms: float = STDLIB_MAX_DELAY_MS
+    # the measured rows as an open loop (`bench --request-rate`): requests arrive at this rate (Poisson, seeded)
+    # with at most N in flight, a wait at that cap reported apart; None: a closed loop of N workers, as the
+    # DTMC models (its checks are left out of an open loop's tables: its throughput is the offered load's)
+    request_rate: float | None = None
+    slo_ttft_ms: float | None = (
+        None  # with them, the report's goodput (`bench --slo-ttft-ms / --slo-tpot-ms`)
+    )
+    slo_tpot_ms: float | None = None
     log: list[str] = field(default_factory=list)
 
 
@@ -703,8 +711,12 @@ def bench(
 ) -> dict | None:
     cmd = cli("bench", "--url", url, "-c", str(n), "-n", str(num), "--output-len", str(length),
               "--prompt-len", str(s.prompt_len), "--temperature", "0", "--no-progress")  # fmt: skip
-    if json_out is not None:
+    if json_out is not None:  # the measured rows; the warm-up is a closed loop
         cmd += ["--json", str(json_out)]
+        for flag, value in (("--request-rate", s.request_rate), ("--slo-ttft-ms", s.slo_ttft_ms),
+                            ("--slo-tpot-ms", s.slo_tpot_ms)):  # fmt: skip
+            if value is not None:
+                cmd += [flag, f"{value:g}"]
     run_cmd(s, cmd, log, timeout=1800)
     return json.loads(json_out.read_text()) if json_out is not None else None
 
@@ -787,6 +799,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "predicted_tok_s": tuned[n]["predicted_tok_s"] if mode == "tokenrouter" else None,
                     "tuning_p": tuned[n]["p"] if tuned else None,
                     "committed": committed, "fixed_thresholds": fixed, "max_delay_ms": s.max_delay_ms,
+                    "request_rate": s.request_rate,
                 }  # fmt: skip
                 (raw / f"record-{mode}-n{n}{variant}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
@@ -847,10 +860,10 @@ def tables(records: list[dict]) -> str:
             seen[key] = model(rec)
         return seen[key]
 
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["pair"], r["policy"]), []).append(r)
-    for (pair, policy), every in sorted(groups.items()):
+    groups: dict[tuple[str, str, float], list[dict]] = {}
+    for r in records:  # records before the forty-second session: closed loops (rate inf)
+        groups.setdefault((r["pair"], r["policy"], r.get("request_rate") or math.inf), []).append(r)
+    for (pair, policy, rate), every in sorted(groups.items()):
         recs = [r for r in every if not r.get("fixed_thresholds")]  # one record per (mode, N)
         if not recs:
             continue
@@ -859,8 +872,9 @@ def tables(records: list[dict]) -> str:
         tok = {(r["mode"], r["n"]): r["report"]["decode_throughput_tok_s"] for r in recs}
         by = {(r["mode"], r["n"]): r for r in recs}
         prompt = recs[0].get("prompt_len", 32)  # records before --prompt-len: 32
+        load = "" if math.isinf(rate) else f"; an open loop of {rate:g} requests/s, at most N in flight"
         out.append(f"### {pair}, {policy} (decode tok/s; {prompt}-token prompts, {recs[0]['output_len']} tokens per "
-                   "request)\n")  # fmt: skip
+                   f"request{load})\n")  # fmt: skip
         out.append("| mode | " + " | ".join(f"N={n}" for n in ns) + " |")
         out.append("| --- |" + " ---: |" * len(ns))
         for m in modes:
@@ -883,6 +897,11 @@ def tables(records: list[dict]) -> str:
                 + " | ".join(f"{100 * x:.1f} %" if x is not None else "-" for x in shares)
                 + " |"
             )
+        if not math.isinf(rate):  # the DTMC and the simulator model a closed loop: no checks of an open one
+            out.append("")
+            out.extend(latency_table(every))
+            out.extend(time_table(every))
+            continue
         pred = {
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }
@@ -935,6 +954,36 @@ def tables(records: list[dict]) -> str:
         out.extend(threshold_table(every, once))
         out.extend(time_table(every))
     return "\n".join(out)
+
+
+def latency_table(recs: list[dict]) -> list[str]:
+    """An open loop's rows (`--request-rate`), each served threshold's too: the requests per second served
+    against those offered, the latencies' p50 / p99, the wait at the concurrency cap (not in TTFT or E2E), and
+    the goodput where the run had an SLO."""
+
+    def spread(rep: dict, key: str, spec: str) -> str:
+        return f"{_num(rep[key]['p50'], spec)} / {_num(rep[key]['p99'], spec)}"
+
+    rows = []
+    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
+        rep = r["report"]
+        good = (
+            f"{rep['goodput_req_s']:.2f} ({100 * rep['slo_met_share']:.0f} %)"
+            if "goodput_req_s" in rep
+            else "-"
+        )
+        rows.append(
+            f"| {mode_label(r)} | {r['n']} | {rep['request_throughput_req_s']:.2f} | {spread(rep, 'ttft_ms', '.1f')} | "
+            f"{spread(rep, 'tpot_ms', '.2f')} | {spread(rep, 'e2e_s', '.2f')} | {spread(rep, 'queued_ms', '.0f')} | "
+            f"{rep.get('max_in_flight', '-')} | {good} | {r['thresholds'] or '-'} |"
+        )
+    return [
+        "| mode | N | requests/s served | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 s | "
+        "queued at the cap p50 / p99 ms | most in flight | goodput requests/s (met) | B |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        *rows,
+        "",
+    ]
 
 
 def mode_label(rec: dict) -> str:
@@ -1595,6 +1644,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-profile", nargs=2, metavar=("RECORD", "PROFILE"), default=None,
                     help="write the profile of a served run's record (record-*.json) to PROFILE: a second "
                     "profile for `tokenrouter profile --colocation` at that run's thresholds")  # fmt: skip
+    ap.add_argument("--request-rate", default=None, metavar="R",
+                    help="the measured rows as an open loop: R requests per second (Poisson, seeded), at most N in "
+                    "flight (default: a closed loop of N workers); its tables leave out the DTMC's checks")  # fmt: skip
+    ap.add_argument("--slo-ttft-ms", default=None, help="with the rows' goodput: a TTFT SLO (`bench`)")
+    ap.add_argument("--slo-tpot-ms", default=None, help="with the rows' goodput: a TPOT SLO (`bench`)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no server whose rows, each as long as the part's longest so far, would end after "
                          "this many seconds of the part (the rest is reported skipped)")  # fmt: skip
@@ -1647,6 +1701,12 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
+        rate, slo_ttft, slo_tpot = (
+            None if value is None else parse_number(value, flag, unit, positive=True)
+            for value, flag, unit in ((a.request_rate, "--request-rate", "requests per second"),
+                                      (a.slo_ttft_ms, "--slo-ttft-ms", "milliseconds"),
+                                      (a.slo_tpot_ms, "--slo-tpot-ms", "milliseconds"))
+        )  # fmt: skip
         served_from = (a.served_from if a.served_from == TWO_PASS else
                        parse_thresholds(a.served_from, "--served-from") if a.served_from else None)  # fmt: skip
         given = [flag for flag, v in (("--colocation", colocation), ("--alone-from", alone_from),
@@ -1691,7 +1751,7 @@ def main(argv: list[str] | None = None) -> int:
                      r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
-                     served_from=served_from,
+                     served_from=served_from, request_rate=rate, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
         s.output_len = part_output_len(part, a.output_len)
         if part.rounds is not None:

@@ -70,6 +70,54 @@ def test_the_load_generator_gets_the_prompt_length(tmp_path, monkeypatch):
     assert cmd[cmd.index("--prompt-len") + 1] == "300"
 
 
+def test_an_open_loop_reaches_the_measured_rows_only(tmp_path, monkeypatch, capsys):
+    """`--request-rate` (and the SLOs) go to the measured `bench` call, not to its closed-loop warm-up; bad
+    values are usage errors."""
+    cmds = []
+    monkeypatch.setattr(matrix, "run_cmd", lambda s, cmd, log, timeout=None: cmds.append(cmd))
+    monkeypatch.setattr(matrix.json, "loads", lambda text: {})
+    (tmp_path / "r.json").write_text("{}")
+    s = matrix.Settings(out=tmp_path, work=tmp_path / "w", device="cpu", request_rate=1.5, slo_tpot_ms=40.0)
+    matrix.bench(s, "http://x", 4, 4, 16, None, tmp_path / "log")
+    matrix.bench(s, "http://x", 4, 8, 512, tmp_path / "r.json", tmp_path / "log")
+    warm, measured = cmds
+    assert "--request-rate" not in warm and "--slo-tpot-ms" not in warm
+    assert measured[measured.index("--request-rate") + 1] == "1.5"
+    assert measured[measured.index("--slo-tpot-ms") + 1] == "40"
+    assert "--slo-ttft-ms" not in measured
+    run = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4"]
+    for flag, bad in (("--request-rate", "0"), ("--request-rate", "inf"), ("--slo-ttft-ms", "-5")):
+        assert matrix.main([*run, flag, bad]) == 2
+        assert f"error: {flag} {bad!r}: expected a number of" in capsys.readouterr().err
+
+
+def test_an_open_loops_tables_give_latencies_and_leave_out_the_closed_loop_checks():
+    """Rows at a request rate are their own group: requests per second served, the latencies' p50 / p99, the
+    wait at the cap and the goodput; no DTMC prediction, which models a closed loop."""
+
+    def spread(p50, p99):
+        return {"mean": p50, "p50": p50, "p99": p99}
+
+    recs = [record("tokenrouter", 8, 300.0, predicted=400.0), record("llm-only", 8, 150.0)]
+    for r, (ttft, queued) in zip(recs, ((40.0, 0.0), (90.0, 250.0)), strict=True):
+        r["request_rate"] = 2.0
+        r["report"] |= {"request_throughput_req_s": 1.96, "ttft_ms": spread(ttft, 2 * ttft),
+                        "tpot_ms": spread(8.0, 9.5), "e2e_s": spread(4.1, 5.0), "queued_ms": spread(queued, 900.0),
+                        "max_in_flight": 8, "goodput_req_s": 1.5, "slo_met_share": 0.75}  # fmt: skip
+    closed = [record("tokenrouter", 8, 320.0, predicted=400.0), record("llm-only", 8, 200.0)]
+    text = matrix.tables(recs + closed)
+    opened, closed_text = sorted(text.split("### ")[1:], key=lambda part: "open loop" not in part)
+    assert "an open loop of 2 requests/s, at most N in flight" in opened
+    assert "| TR / llm-only | 2.00x |" in opened
+    assert (
+        "| tokenrouter | 8 | 1.96 | 40.0 / 80.0 | 8.00 / 9.50 | 4.10 / 5.00 | 0 / 900 | 8 | 1.50 (75 %) | - |"
+        in opened
+    )
+    assert "| llm-only | 8 | 1.96 | 90.0 / 180.0 |" in opened
+    assert "measured / predicted" not in opened
+    assert "| measured / predicted | 0.80x |" in closed_text  # the closed loop's own group
+
+
 def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
     """`--profile-rounds` thickens the served profiles' load alone (`--rounds` the measured rows'): the warm-up
     is N requests, the profile's load PROFILE_ROUNDS x N (ROUNDS x N without it), of `profile_len` tokens."""
