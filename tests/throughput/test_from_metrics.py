@@ -177,6 +177,55 @@ def test_metrics_of_other_models_than_the_plans_are_refused_naming_them():
     profile_from_metrics(PLAN, metrics)  # the plan served: a profile
 
 
+def test_the_routing_digest_keeps_to_what_routes():
+    """A plan tuned, moved or with its rules' text reworded routes as before: one digest. Another constant in a
+    rule (bernoulli's `p`), another entry or another router's weights: another digest."""
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import routing_digest
+
+    plan = load_plan(str(ROOT / "examples" / "bernoulli.tr"))
+    digest = routing_digest(plan)
+    same = json.loads(json.dumps(plan))
+    same["models"]["slm"] |= {"batch": 7, "path": "/elsewhere/py-small"}
+    same["serve"]["max_delay_ms"] = 20.0
+    same["routes"]["slm"]["rules"][0] |= {"source": "when uniform() < p  -> llm", "line": 99}
+    assert routing_digest(same) == digest
+    other = json.loads(json.dumps(plan))
+    other["routes"]["slm"]["nodes"][1]["value"] = 0.35
+    assert routing_digest(other) != digest
+    assert routing_digest({**plan, "entry": "llm"}) != digest
+    routed = {
+        **plan,
+        "routers": {"r": {"kind": "mlp", "path": "a", "sha256": "0" * 64, "model": "slm", "inputs": []}},
+    }
+    moved = {**routed, "routers": {"r": {**routed["routers"]["r"], "path": "b"}}}
+    retrained = {**routed, "routers": {"r": {**routed["routers"]["r"], "sha256": "1" * 64}}}
+    assert routing_digest(moved) == routing_digest(routed) != routing_digest(retrained)
+
+
+def test_metrics_of_a_plan_that_routes_otherwise_are_refused():
+    """The server publishes its plan's routing digest (`tokenrouter_plan_info`); metrics of the same model names
+    routed otherwise are refused, in either scrape; metrics without it (servers before it) are taken."""
+    from tokenrouter.compiler.plan import routing_digest
+
+    def published(plan: dict) -> str:
+        metrics = Metrics(
+            models=["slm", "llm"], plan_info={"policy": "bern", "routing": routing_digest(plan)}
+        )
+        return "".join(ln + "\n" for ln in metrics.render(active=0).splitlines() if "plan_info" in ln)
+
+    plain = scrape(
+        {"slm": {1: (10, 10.0)}, "llm": {1: (10, 40.0)}}, {"slm": 9, "llm": 1}, {("slm", "llm"): 1}
+    )
+    other = {**PLAN, "entry": "llm"}
+    profile_from_metrics(PLAN, plain + published(PLAN))
+    profile_from_metrics(PLAN, plain)  # no plan_info: taken as before
+    for after, before in ((plain + published(other), None), (plain + published(PLAN), published(other))):
+        with pytest.raises(MetricsProfileError, match=r"the metrics are of a server of policy 'bern', which routes "
+                           r"otherwise than this plan's 'bern' \(routing digest [0-9a-f]{12}, this plan's [0-9a-f]{12}\)"):  # fmt: skip
+            profile_from_metrics(PLAN, after, before)
+
+
 def test_parse_metrics_labels_and_comments():
     text = '# HELP x y\nx{a="1",b="q\\"z"} 2.5\nbad line here\ny 3\n'
     assert parse_metrics(text) == {("x", (("a", "1"), ("b", 'q\\"z'))): 2.5, ("y", ()): 3.0}

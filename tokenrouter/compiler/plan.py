@@ -53,6 +53,24 @@ def write_plan(plan: dict[str, Any], path: str | Path, inputs: Iterable[str | Pa
     write_replacing(p, json.dumps(out, indent=2, ensure_ascii=False) + "\n", inputs)
 
 
+def routing_digest(plan: dict[str, Any]) -> str:
+    """A sha256 of what decides a plan's routing: its models' names, entry, routes (constants folded in, so a
+    parameter such as bernoulli's `p` counts) and routers (their weights by digest). Not the thresholds, the
+    serve settings, file paths or the rules' source text: a plan tuned, served eager or moved keeps its digest.
+    A server publishes it in `tokenrouter_plan_info`, and `profile --from-metrics` refuses metrics of another."""
+    routes = {
+        name: {**route, "rules": [{k: v for k, v in rule.items() if k not in ("source", "line")}
+                                  for rule in route.get("rules", [])]}
+        for name, route in plan.get("routes", {}).items()
+    }  # fmt: skip
+    routers = {
+        name: {k: v for k, v in r.items() if k != "path"} for name, r in plan.get("routers", {}).items()
+    }
+    what = {"models": sorted(plan.get("models", {})), "entry": plan.get("entry"), "routes": routes,
+            "routers": routers}  # fmt: skip
+    return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def read_plan(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:

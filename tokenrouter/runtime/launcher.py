@@ -391,6 +391,8 @@ class Launcher:
             self.procs[name] = spawn.Process(
                 target=_child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
             )
+        from tokenrouter.compiler.plan import routing_digest
+
         fargs = FrontendArgs(
             policy=plan["policy"]["name"],
             entry=plan["entry"],
@@ -406,6 +408,7 @@ class Launcher:
             remote=list(cfg.remote),
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
             max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
+            routing=routing_digest(plan),
         )
         self.procs["frontend"] = spawn.Process(
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"

@@ -48,6 +48,7 @@ class Server:
     output. CPU even where a GPU is present, so timings stay comparable (the first GPU steps compile kernels)."""
 
     def __init__(self, plan: Path, *extra: str, log_dir: Path, port: int = 0) -> None:
+        self.plan = plan
         self.stderr_path = log_dir / "serve.stderr"
         self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

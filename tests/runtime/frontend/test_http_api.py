@@ -11,6 +11,8 @@ import http.client
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -385,6 +387,35 @@ def test_client_disconnects_free_every_kv_pool(server):
     after = wait_all_pages_free(server.url, MODELS)
     key = 'tokenrouter_requests_finished_total{reason="abort"}'
     assert after.get(key, 0) >= before.get(key, 0) + 2
+
+
+def test_metrics_name_the_plan_and_a_profile_of_another_routing_is_refused(server, tmp_path):
+    """`tokenrouter_plan_info` carries the served plan's routing digest; `profile --from-metrics` takes the
+    server's metrics for its own policy and refuses them for one of the same models that routes otherwise
+    (here `uniform() < 0.5` where the server's says 0.3), which the model names alone cannot tell apart."""
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import routing_digest
+
+    policy = server.plan
+    mine = routing_digest(load_plan(policy))
+    assert metrics(server.url)[f'tokenrouter_plan_info{{policy="testmix",routing="{mine}"}}'] == 1
+    other = tmp_path / "other.tr"
+    other.write_text(open(policy).read().replace("uniform() < 0.3", "uniform() < 0.5"))
+
+    def profile(plan) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", str(plan), "--from-metrics",
+                               server.url, "--min-steps", "1", "-o", str(tmp_path / "p.json")],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    ok = profile(policy)
+    assert ok.returncode == 0, ok.stderr
+    refused = profile(other)
+    assert refused.returncode == 1  # an input error, as metrics of other models are
+    assert (
+        "the metrics are of a server of policy 'testmix', which routes otherwise than this plan's"
+        in refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
 
 
 def test_metrics_content(server):

@@ -87,7 +87,7 @@ class MetricsProfileError(ValueError):
 def _check_models(models: list[str], metrics: dict) -> None:
     """The models the metrics name (`model`, `from` and `to` labels of the tokenrouter_ series) must be the
     plan's: metrics of a server of another plan would make a profile of the wrong models' latencies and hops
-    (a plan of the same model names served otherwise cannot be told apart here)."""
+    (a plan of the same model names that routes otherwise is `_check_routing`'s)."""
     seen = {
         value
         for name, labels in metrics
@@ -105,6 +105,24 @@ def _check_models(models: list[str], metrics: dict) -> None:
             f"the metrics are not of this plan's models ({', '.join(models)}): {why}; were they read from a "
             "server of another plan?"
         )
+
+
+def _check_routing(plan: dict, *metrics: dict) -> None:
+    """Metrics of a server that publishes its plan (`tokenrouter_plan_info`, the forty-second session on) must
+    be of a plan that routes as this one does (`routing_digest`): the same model names served by another policy
+    (bernoulli at another `p`, r2r at another threshold) would make a profile of another routing's hops."""
+    from tokenrouter.compiler.plan import routing_digest
+
+    mine = routing_digest(plan)
+    for scrape in metrics:
+        for (name, labels), _ in scrape.items():
+            lab = dict(labels)
+            if name == "tokenrouter_plan_info" and lab.get("routing", mine) != mine:
+                raise MetricsProfileError(
+                    f"the metrics are of a server of policy {lab.get('policy', '?')!r}, which routes otherwise "
+                    f"than this plan's {plan['policy']['name']!r} (routing digest {lab['routing'][:12]}, this "
+                    f"plan's {mine[:12]}): were they read from a server of another plan?"
+                )
 
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -212,6 +230,7 @@ def profile_from_metrics(
             "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
         )
     _check_models(models, a)
+    _check_routing(plan, a, b)
     prefills = first if counts_first else long
     for x, by in prefills.items():  # the prefill steps leave their batch sizes' latencies, alone ones too
         for (bs, overlap), (n, sec, _) in by.items():

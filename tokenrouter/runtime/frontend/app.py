@@ -38,6 +38,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             remote=args.remote,
             heartbeat_timeout_s=args.heartbeat_timeout_s,
         )
+        manager.metrics.plan_info = {"policy": args.policy, "routing": args.routing}
         manager.start()
         app.state.manager = manager
         yield

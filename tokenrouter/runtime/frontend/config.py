@@ -27,6 +27,7 @@ class FrontendArgs:
     remote: list[str] = field(default_factory=list)  # models on other hosts: watched by heartbeat
     heartbeat_timeout_s: float = 10.0  # a remote model whose SubserverStats stop this long has failed
     max_body_bytes: int = MAX_BODY_BYTES  # a longer request body gets a 413
+    routing: str = ""  # the plan's `routing_digest`, published in /metrics (tokenrouter_plan_info)
 
     def __post_init__(self) -> None:
         if not self.policy:

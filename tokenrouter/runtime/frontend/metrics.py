@@ -53,6 +53,8 @@ class Metrics:
     e2e: Histogram = field(default_factory=Histogram)  # request arrival → finished (not aborted)
     # of the requests `e2e` counts, those to which each model wrote at least one token
     visits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # the served plan: {"policy": name, "routing": its routing_digest}, read by `profile --from-metrics`
+    plan_info: dict[str, str] = field(default_factory=dict)
 
     def on_stats(self, s: m.SubserverStats) -> None:
         self.stats[s.model] = s
@@ -69,6 +71,13 @@ class Metrics:
                     f"{PREFIX}{name}{{{lab}}} {_num(value)}" if lab else f"{PREFIX}{name} {_num(value)}"
                 )
 
+        if self.plan_info:
+            metric(
+                "plan_info",
+                "gauge",
+                "The plan served: its policy name and the digest of its routing (models, entry, routes, routers).",
+                [(self.plan_info, 1)],
+            )
         metric(
             "requests_total",
             "counter",
