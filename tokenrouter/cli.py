@@ -292,6 +292,11 @@ def serve(
     max_body_mib: float = typer.Option(
         16.0, help="A request body longer than this many MiB gets a 413 before it is read."
     ),
+    profile_dir: str = typer.Option(
+        None,
+        help="Allow POST /start_profile and /stop_profile: each subserver's steps under torch.profiler, written "
+        "here as a Chrome trace and a table of ops (made if missing).",
+    ),
     log_level: str = typer.Option(
         "warning", help="Log level of all processes (debug, info, warning, error)."
     ),
@@ -362,7 +367,8 @@ def serve(
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
-                          cpu_threads=cpu_threads, max_body_mib=max_body_mib)  # fmt: skip
+                          cpu_threads=cpu_threads, max_body_mib=max_body_mib,
+                          profile_dir=profile_dir)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -119,3 +119,14 @@ def test_serve_refuses_timeouts_that_are_not_finite_and_positive(option, value):
     res = cli("serve", BERNOULLI, option, value)
     assert res.exit_code == 2
     assert f"error: {option} must be a finite number of seconds > 0, got {float(value)}" in res.stderr
+
+
+def test_serve_refuses_a_profile_dir_it_cannot_write_into(tmp_path):
+    """`--profile-dir` is checked (made if missing) before anything starts: a file there is refused."""
+    (tmp_path / "f").write_text("x")
+    res = cli("serve", BERNOULLI, "--profile-dir", str(tmp_path / "f"))
+    assert res.exit_code == 2
+    assert f"error: --profile-dir {tmp_path / 'f'}: not a folder" in res.stderr
+    res = cli("serve", BERNOULLI, "--profile-dir", str(tmp_path / "f" / "below"))
+    assert res.exit_code == 2
+    assert "error: --profile-dir" in res.stderr and "cannot make the folder" in res.stderr

@@ -91,6 +91,7 @@ class ServeConfig:
     batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
     cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
     max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
+    profile_dir: str | None = None  # POST /start_profile, /stop_profile write torch.profiler traces here
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -98,6 +99,8 @@ class ServeConfig:
 
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"--cpu-threads {self.cpu_threads}: at least 1")
+        if self.profile_dir is not None:
+            self.profile_dir = writable_folder(self.profile_dir, "--profile-dir")
         if not (math.isfinite(self.max_body_mib) and self.max_body_mib * (1 << 20) >= 1024):
             raise ValueError(f"--max-body-mib {self.max_body_mib:g}: a finite size of at least 1 KiB (0.001)")
         if self.mps not in MPS_MODES:
@@ -144,6 +147,21 @@ class ServeConfig:
 
 
 # ---- the plan ---------------------------------------------------------------------------------------------
+
+
+def writable_folder(path: str, flag: str) -> str:
+    """`path` as an absolute folder this process can write into, made if missing; a ValueError that says why
+    not."""
+    folder = Path(path).expanduser().absolute()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {path}: not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot make the folder: {e.strerror or e}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: the folder is not writable")
+    return str(folder)
 
 
 def load_plan(path: str, run_dir: Path) -> tuple[dict[str, Any], str]:
@@ -409,6 +427,7 @@ class Launcher:
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
             max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
             routing=routing_digest(plan),
+            profile_dir=cfg.profile_dir,
         )
         self.procs["frontend"] = spawn.Process(
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"

@@ -59,6 +59,14 @@ class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
+class Profile(msgspec.Struct, tag=True):
+    """Start or stop `torch.profiler` over the subserver's steps (`POST /start_profile`, `/stop_profile`)."""
+
+    model: str  # the model addressed (the lockstep process, which holds every model, gets one per model)
+    start: bool  # False: stop, and write the trace into out_dir ("": discard it)
+    out_dir: str = ""
+
+
 # ---- subserver → subserver ------------------------------------------------------------------------------
 
 
@@ -182,6 +190,15 @@ class SubserverStats(msgspec.Struct, tag=True):
 # ---- any process → launcher -----------------------------------------------------------------------------
 
 
+class ProfileDone(msgspec.Struct, tag=True):
+    """A subserver's answer to `Profile`: started, or stopped with the files it wrote; or why not."""
+
+    model: str
+    start: bool
+    files: list[str] = []
+    error: str | None = None
+
+
 class Ready(msgspec.Struct, tag=True):
     name: str
     info: dict = {}
@@ -192,8 +209,10 @@ class Fatal(msgspec.Struct, tag=True):
     error: str  # the traceback, for the log
 
 
-ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | PeerRequest | PeerBatch
-ToFrontend = StepOutputs | SubserverStats | Ready | Fatal  # Ready, Fatal: forwarded by the launcher
+ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | Profile | PeerRequest | PeerBatch
+ToFrontend = (
+    StepOutputs | SubserverStats | ProfileDone | Ready | Fatal
+)  # Ready, Fatal: forwarded by the launcher
 ToLauncher = Ready | Fatal
 
 

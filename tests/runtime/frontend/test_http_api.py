@@ -32,7 +32,7 @@ PROMPTS = ["def add(a, b):", "import os\n", "class Stack:", "for i in range(10):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
-    srv = Server(write_policy(tmp), "--api-key", KEY, log_dir=tmp)
+    srv = Server(write_policy(tmp), "--api-key", KEY, "--profile-dir", str(tmp / "profiles"), log_dir=tmp)
     srv.run_dir = httpx.get(f"{srv.url}/server_info", headers=AUTH, timeout=10).json()["run_dir"]
     assert os.path.isdir(srv.run_dir)
     yield srv
@@ -416,6 +416,43 @@ def test_metrics_name_the_plan_and_a_profile_of_another_routing_is_refused(serve
         in refused.stderr
     )
     assert "Traceback" not in refused.stderr
+
+
+def test_a_live_profile_writes_each_subservers_trace(server, client, tmp_path):
+    """POST /start_profile, a request, POST /stop_profile: each subserver writes a Chrome trace of its steps,
+    with the scheduler's phases marked, and a table of ops, into --profile-dir; the answer names the files. The
+    profile's state is checked (409), and the endpoints need the API key."""
+    url = server.url
+    assert httpx.post(f"{url}/start_profile", timeout=10).status_code == 401
+    off = httpx.post(f"{url}/stop_profile", headers=AUTH, timeout=10)
+    assert (
+        off.status_code == 409
+        and off.json()["error"]["message"] == "no profile is running; POST /start_profile first"
+    )
+    started = httpx.post(f"{url}/start_profile", headers=AUTH, timeout=60)
+    assert started.status_code == 200, started.text
+    assert started.json() == {
+        "profiling": True,
+        "models": MODELS,
+        "profile_dir": str(server.plan.parent / "profiles"),
+    }
+    again = httpx.post(f"{url}/start_profile", headers=AUTH, timeout=10)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "profile_state"
+    r = client.completions.create(model="testmix", prompt=PROMPTS[1], max_tokens=12, temperature=0, seed=3,
+                                  extra_body={"ignore_eos": True})  # fmt: skip
+    assert r.usage.completion_tokens == 12
+    stopped = httpx.post(f"{url}/stop_profile", headers=AUTH, timeout=120)
+    assert stopped.status_code == 200, stopped.text
+    files = stopped.json()["files"]
+    assert set(files) == set(MODELS)
+    phases = set()
+    for model, (trace, table) in files.items():
+        assert os.path.dirname(trace) == str(server.plan.parent / "profiles") and f"-{model}-" in trace
+        events = json.loads(open(trace).read())["traceEvents"]
+        phases |= {e["name"] for e in events if e.get("name", "").startswith("tokenrouter.")}
+        assert "Name" in open(table).read()
+    assert phases == {"tokenrouter.forward", "tokenrouter.route", "tokenrouter.commit"}
+    assert httpx.post(f"{url}/stop_profile", headers=AUTH, timeout=10).status_code == 409
 
 
 def test_metrics_content(server):

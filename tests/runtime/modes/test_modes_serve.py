@@ -30,8 +30,9 @@ route slm {{ when uniform() < 0.3 -> llm }}
 route llm {{ when uniform() < 0.6 -> slm }}
 """
 EXTRA = {
-    "llm-only": ["--cpu-threads", "1", "--log-level", "info"]
-}  # the one-model deployment: default 2 here
+    "llm-only": ["--cpu-threads", "1", "--log-level", "info"],  # the one-model deployment: default 2 here
+    "lockstep": ["--profile-dir"],  # + a folder (_start)
+}
 PROMPTS = [[5 + (7 * i + 3 * j) % 400 for j in range(18 + 3 * i)] for i in range(4)]  # > 1 cache block (16)
 
 
@@ -39,7 +40,12 @@ def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, obje
     err = open(log_dir / f"{mode}.stderr", "w")  # noqa: SIM115 - closed in the fixture
     cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0"]
     proc = subprocess.Popen(
-        [*cmd, "--device", "cpu", *EXTRA.get(mode, [])],
+        [
+            *cmd,
+            "--device",
+            "cpu",
+            *(x if x != "--profile-dir" else f"--profile-dir={log_dir / mode}" for x in EXTRA.get(mode, [])),
+        ],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=err,
@@ -149,3 +155,17 @@ def test_cpu_threads_reaches_the_subserver(servers, log_dir):
     """`--cpu-threads 1` on the llm-only deployment, whose one model would take both cores here."""
     assert servers["llm-only"]
     assert "model llm: 1 torch thread(s)" in (log_dir / "llm-only.stderr").read_text()
+
+
+def test_the_lockstep_process_writes_one_profile_of_every_model(servers, log_dir):
+    """The lockstep baseline holds every model in one process: one trace answers for both; a server started
+    without --profile-dir says how to turn profiling on."""
+    url = servers["lockstep"]
+    assert httpx.post(f"{url}/start_profile", timeout=60).status_code == 200
+    asyncio.run(_complete(url))
+    files = httpx.post(f"{url}/stop_profile", timeout=120).json()["files"]
+    assert files["slm"] == files["llm"] and os.path.exists(files["slm"][0])
+    assert os.path.dirname(files["slm"][0]) == str(log_dir / "lockstep")
+    off = httpx.post(f"{servers['tokenrouter']}/start_profile", timeout=10)
+    assert off.status_code == 400
+    assert off.json()["error"]["message"] == "profiling is off: start the server with --profile-dir DIR"

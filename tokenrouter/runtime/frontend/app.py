@@ -26,6 +26,12 @@ log = logging.getLogger("tokenrouter.frontend")
 _OPEN_PATHS = ("/health", "/metrics")  # everything else needs the API key when one is set
 
 
+# a subserver answers a start at once; a stop writes its trace first (seconds for a few seconds of steps; a
+# long profile's trace can take minutes)
+PROFILE_START_TIMEOUT_S = 60.0
+PROFILE_STOP_TIMEOUT_S = 600.0
+
+
 def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
     """The app; its RequestManager is created at startup (it needs the running loop) as app.state.manager."""
 
@@ -115,6 +121,30 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             "ready": mgr.is_ready,
             "subservers": {x: mgr.ready_models.get(x) for x in args.models},
         }
+
+    @app.post("/start_profile")
+    async def start_profile(request: Request) -> dict:
+        mgr = _profilable(request.app.state.manager)
+        await mgr.profile(True, args.profile_dir, PROFILE_START_TIMEOUT_S)
+        return {"profiling": True, "models": args.models, "profile_dir": args.profile_dir}
+
+    @app.post("/stop_profile")
+    async def stop_profile(request: Request) -> dict:
+        files = await _profilable(request.app.state.manager).profile(
+            False, args.profile_dir, PROFILE_STOP_TIMEOUT_S
+        )
+        return {"profiling": False, "files": files}
+
+    def _profilable(mgr: RequestManager) -> RequestManager:
+        if args.profile_dir is None:
+            raise APIError(
+                400, "profiling is off: start the server with --profile-dir DIR", code="profiling_off"
+            )
+        if not mgr.is_ready:
+            raise APIError(
+                503, "the server is still starting; retry when GET /health returns 200", code="starting"
+            )
+        return mgr
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

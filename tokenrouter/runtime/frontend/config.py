@@ -28,6 +28,9 @@ class FrontendArgs:
     heartbeat_timeout_s: float = 10.0  # a remote model whose SubserverStats stop this long has failed
     max_body_bytes: int = MAX_BODY_BYTES  # a longer request body gets a 413
     routing: str = ""  # the plan's `routing_digest`, published in /metrics (tokenrouter_plan_info)
+    profile_dir: str | None = (
+        None  # where POST /stop_profile has the subservers write their traces; None: off
+    )
 
     def __post_init__(self) -> None:
         if not self.policy:

@@ -112,6 +112,8 @@ class RequestManager:
         self._count_seq = time.time_ns() // 1000
         self._task: asyncio.Task | None = None
         self._watch: asyncio.Task | None = None
+        self.profiling = False  # a live profile runs (POST /start_profile until /stop_profile)
+        self._profile_replies: dict[str, asyncio.Future] = {}  # model -> its ProfileDone, awaited
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -291,6 +293,49 @@ class RequestManager:
         )
         self._fail_all(self.fatal_error())
 
+    # ---- live profiles --------------------------------------------------------------------------------------
+    async def profile(self, start: bool, out_dir: str, timeout_s: float) -> dict[str, list[str]]:
+        """Start (or stop) `torch.profiler` in every subserver and wait for each one's answer: model -> the files
+        it wrote (none at a start). A 409 if the profile already runs (is not running), a 500 naming the
+        subserver whose profiler failed, a 504 if one does not answer in `timeout_s`."""
+        if start == self.profiling:
+            raise APIError(409, "a profile is already running; POST /stop_profile first" if start else
+                           "no profile is running; POST /start_profile first", code="profile_state")  # fmt: skip
+        if self._profile_replies:
+            raise APIError(
+                409, "a profile is being started or stopped; retry when it answers", code="profile_state"
+            )
+        loop = asyncio.get_running_loop()
+        self._profile_replies = {x: loop.create_future() for x in self.models}
+        try:
+            for x in self.models:
+                self._send(x, m.Profile(model=x, start=start, out_dir=out_dir))
+            try:
+                async with asyncio.timeout(timeout_s):
+                    replies = {x: await f for x, f in self._profile_replies.items()}
+            except TimeoutError:
+                late = [x for x, f in self._profile_replies.items() if not f.done()]
+                self.profiling = start  # those that answered did act; a retry of the other action is allowed
+                raise APIError(504, f"subserver(s) {', '.join(map(repr, late))} did not answer within "
+                               f"{timeout_s:g} s", code="profile_timeout") from None  # fmt: skip
+        finally:
+            self._profile_replies = {}
+        self.profiling = start
+        failed = {x: r.error for x, r in replies.items() if r.error}
+        if failed:
+            if start:  # the others' profiles are discarded, so that a start can be tried again
+                self.profiling = False
+                for x in replies.keys() - failed.keys():
+                    self._send(x, m.Profile(model=x, start=False))
+            why = "; ".join(f"{x!r}: {e}" for x, e in failed.items())
+            raise APIError(500, f"the profiler failed in {why}", type="server_error", code="profile_failed")
+        return {x: list(r.files) for x, r in replies.items()}
+
+    def _on_profile_done(self, msg: m.ProfileDone) -> None:
+        f = self._profile_replies.get(msg.model)
+        if f is not None and not f.done():
+            f.set_result(msg)
+
     def shutdown(self) -> None:
         """The server is stopping: fail what is in flight (503) and refuse new requests."""
         self.closing = APIError(503, "the server is shutting down", code="shutting_down")
@@ -318,4 +363,5 @@ class RequestManager:
         m.SubserverStats: _on_stats,
         m.Ready: _on_ready,
         m.Fatal: _on_fatal,
+        m.ProfileDone: _on_profile_done,
     }

@@ -51,6 +51,7 @@ import zmq
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+from tokenrouter.runtime.subserver.profiling import LiveProfiler
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class Subserver:
         self.device = pick_device(self.plan["models"][self.model], args.device)
         self.init_threads_per_process()
         self.init_scheduler()
+        self.profiler = LiveProfiler(self.model, self.device)
         self.stop = threading.Event()
         self.init_sockets()
 
@@ -200,6 +202,9 @@ class Subserver:
                 if isinstance(msg, m.Shutdown):
                     self.stop.set()
                     break
+                if isinstance(msg, m.Profile):
+                    self.dispatch([(FRONTEND, self.profiler.handle(msg))])
+                    continue
                 self.dispatch(self.scheduler.handle(msg))
             if self.stop.is_set():
                 break

@@ -36,6 +36,7 @@ from tokenrouter.runtime.route import RouteBatchState
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.busy_board import BusyBoard
+from tokenrouter.runtime.subserver.profiling import region
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 
 logger = logging.getLogger(__name__)
@@ -321,7 +322,8 @@ class Scheduler:
         try:
             batch, result, out = self.run_batch(batch)
             if batch:
-                out += self.process_batch_result(batch, result)
+                with region("commit"):
+                    out += self.process_batch_result(batch, result)
         finally:
             if board is not None:
                 alone = board.end(seen)
@@ -457,12 +459,14 @@ class Scheduler:
     def _route(self, batch: list[Req], step: StepOutput):
         for r in batch:
             r.fed = len(r.tokens)
-        return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
+        with region("route"):
+            return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
         self._ran_first += sum(1 for r in rows if not r.fed)  # before the route kernel moves `fed`
         # r.new_tokens(), inlined (once per row per step)
-        step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
+        with region("forward"):
+            step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
         # what the engine ran (`StepOutput.stats`); from an engine that does not say, the tokens it was given
         ran, longest = step.stats.get("tokens"), step.stats.get("longest")
         if ran is None or longest is None:
