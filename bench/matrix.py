@@ -228,6 +228,10 @@ class Settings:
         None  # with them, the report's goodput (`bench --slo-ttft-ms / --slo-tpot-ms`)
     )
     slo_tpot_ms: float | None = None
+    # after each measured row, a second load of PROFILE_ROUNDS x N requests, not measured, under a live profile
+    # of this many seconds (`serve --profile-dir`, bench/trace_summary.py): where each subserver's steps go
+    profile_s: float | None = None
+    profile_after_s: float = 1.5  # into that load, when every worker's request is decoding (tiny pair: 0)
     log: list[str] = field(default_factory=list)
 
 
@@ -721,6 +725,50 @@ def bench(
     return json.loads(json_out.read_text()) if json_out is not None else None
 
 
+PROFILE_ROUNDS = 2  # the profiled load: PROFILE_ROUNDS x N requests of --output-len tokens
+
+
+def profiled_load(s: Settings, url: str, n: int, log: Path) -> dict | str:
+    """A closed loop of PROFILE_ROUNDS x N requests, N at a time, profiled for `s.profile_s` seconds (or
+    until it ends) from `s.profile_after_s` into it: each subserver's `trace_summary` (model -> figures), or
+    why none."""
+    import threading
+
+    import httpx
+
+    from bench.trace_summary import load_events, summarize
+
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            bench(s, url, n, PROFILE_ROUNDS * n, s.output_len, None, log)
+        except BaseException as e:  # noqa: BLE001 - raised again below, in this thread
+            failed.append(e)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    time.sleep(s.profile_after_s)
+    try:
+        httpx.post(f"{url}/start_profile", timeout=60).raise_for_status()
+        worker.join(s.profile_s)
+        stopped = httpx.post(f"{url}/stop_profile", timeout=300)
+        stopped.raise_for_status()
+        files = stopped.json()["files"]
+    except httpx.HTTPError as e:
+        files = f"the profile failed: {e}"
+    worker.join()
+    if failed:
+        raise failed[0]
+    if isinstance(files, str):
+        say(s, f"  {files}")
+        return files
+    first: dict[str, str] = {}  # trace -> the first model it answers for (lockstep: one trace for every model)
+    for model, paths in files.items():
+        first.setdefault(paths[0], model)
+    return {model: summarize(load_events(Path(trace))) for trace, model in first.items()}
+
+
 # ---- one part ---------------------------------------------------------------------------------------------
 
 
@@ -776,7 +824,9 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
             continue
         t_server = time.monotonic()
         try:
-            srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr")
+            traces = s.work / f"traces-{tag}"  # outside raw-*: the results archive leaves them out
+            extra = ("--profile-dir", str(traces)) if s.profile_s else ()
+            srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr", extra)
         except RuntimeError as e:
             failures.append(f"{tag}: {e}")
             say(s, f"FAILED {tag}: {e}")
@@ -801,6 +851,8 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "committed": committed, "fixed_thresholds": fixed, "max_delay_ms": s.max_delay_ms,
                     "request_rate": s.request_rate,
                 }  # fmt: skip
+                if s.profile_s:
+                    rec["trace"] = profiled_load(s, srv.url, n, raw / "bench.log")
                 (raw / f"record-{mode}-n{n}{variant}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
                 tok = report["decode_throughput_tok_s"]
@@ -901,6 +953,7 @@ def tables(records: list[dict]) -> str:
             out.append("")
             out.extend(latency_table(every))
             out.extend(time_table(every))
+            out.extend(trace_table(every))
             continue
         pred = {
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
@@ -953,6 +1006,7 @@ def tables(records: list[dict]) -> str:
         out.append("")
         out.extend(threshold_table(every, once))
         out.extend(time_table(every))
+        out.extend(trace_table(every))
     return "\n".join(out)
 
 
@@ -981,6 +1035,42 @@ def latency_table(recs: list[dict]) -> list[str]:
         "| mode | N | requests/s served | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 s | "
         "queued at the cap p50 / p99 ms | most in flight | goodput requests/s (met) | B |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        *rows,
+        "",
+    ]
+
+
+def trace_table(recs: list[dict]) -> list[str]:
+    """The live profiles (`--profile-s`): per row and subserver, its steps' host time by phase, the loop's
+    time between steps, and the GPU's busy time and kernels per step (bench/trace_summary.py)."""
+    rows = []
+    for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
+        trace = r.get("trace")
+        if isinstance(trace, str):
+            rows.append(f"| {mode_label(r)} | {r['n']} | - | {trace} | | | | | | | |")
+        for model, x in sorted(trace.items()) if isinstance(trace, dict) else ():
+            if not x.get("steps"):
+                rows.append(f"| {mode_label(r)} | {r['n']} | {model} | 0 | | | | | | | |")
+                continue
+            gpu = (
+                (_num(x["gpu_busy_ms"], ".3f"), _num(x["kernels_per_step"], ".0f"))
+                if x["gpu"]
+                else ("-", "-")
+            )
+            rows.append(
+                f"| {mode_label(r)} | {r['n']} | {model} | {x['steps']} | {_num(x['host_ms'], '.3f')} | "
+                f"{_num(x['forward_ms'], '.3f')} | {_num(x['route_ms'], '.3f')} | {_num(x['commit_ms'], '.3f')} | "
+                f"{_num(x['gap_ms'], '.3f')} / {_num(x['gap_p50_ms'], '.3f')} | {gpu[0]} | {gpu[1]} |"
+            )
+    if not rows:
+        return []
+    return [
+        "Live profiles (`--profile-s`, a second load under torch.profiler, which slows each step): per subserver\n"
+        "(the lockstep process's one trace under its entry model) ms per step of host time, by phase, the decode\n"
+        "loop's host time between steps, and the GPU's busy time and kernels per step:\n",
+        "| mode | N | model | steps | host ms / step | forward | route | commit | loop gap mean / p50 | GPU busy ms / "
+        "step | kernels / step |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]
@@ -1647,6 +1737,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-rate", default=None, metavar="R",
                     help="the measured rows as an open loop: R requests per second (Poisson, seeded), at most N in "
                     "flight (default: a closed loop of N workers); its tables leave out the DTMC's checks")  # fmt: skip
+    ap.add_argument("--profile-s", default=None, metavar="S",
+                    help="after each measured row, a second load (not measured) under a live profile of S "
+                    "seconds: each subserver's steps, phases, loop gaps and GPU busy time (bench/trace_summary.py)")  # fmt: skip
     ap.add_argument("--slo-ttft-ms", default=None, help="with the rows' goodput: a TTFT SLO (`bench`)")
     ap.add_argument("--slo-tpot-ms", default=None, help="with the rows' goodput: a TPOT SLO (`bench`)")
     ap.add_argument("--deadline-s", type=float, default=None,
@@ -1701,11 +1794,12 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.max_delay_ms >= 0 and math.isfinite(a.max_delay_ms)):
             raise ValueError(f"--max-delay-ms must be a finite number >= 0, got {a.max_delay_ms}")
         alone_from = parse_thresholds(a.alone_from, "--alone-from") if a.alone_from else None
-        rate, slo_ttft, slo_tpot = (
+        rate, slo_ttft, slo_tpot, profile_s = (
             None if value is None else parse_number(value, flag, unit, positive=True)
             for value, flag, unit in ((a.request_rate, "--request-rate", "requests per second"),
                                       (a.slo_ttft_ms, "--slo-ttft-ms", "milliseconds"),
-                                      (a.slo_tpot_ms, "--slo-tpot-ms", "milliseconds"))
+                                      (a.slo_tpot_ms, "--slo-tpot-ms", "milliseconds"),
+                                      (a.profile_s, "--profile-s", "seconds"))
         )  # fmt: skip
         served_from = (a.served_from if a.served_from == TWO_PASS else
                        parse_thresholds(a.served_from, "--served-from") if a.served_from else None)  # fmt: skip
@@ -1752,12 +1846,14 @@ def main(argv: list[str] | None = None) -> int:
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
                      served_from=served_from, request_rate=rate, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
+                     profile_s=profile_s,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
         s.output_len = part_output_len(part, a.output_len)
         if part.rounds is not None:
             s.rounds = part.rounds
         if part.pair == "tiny":
             s.device, s.batch_sizes, s.warmup_len, s.profile_min_steps = "cpu", "1,2,4", 4, 5
+            s.profile_after_s = 0.0  # its loads last about a second
         try:
             records, failures = run_part(s, name, part)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:

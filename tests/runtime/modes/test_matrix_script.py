@@ -86,7 +86,8 @@ def test_an_open_loop_reaches_the_measured_rows_only(tmp_path, monkeypatch, caps
     assert measured[measured.index("--slo-tpot-ms") + 1] == "40"
     assert "--slo-ttft-ms" not in measured
     run = ["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4"]
-    for flag, bad in (("--request-rate", "0"), ("--request-rate", "inf"), ("--slo-ttft-ms", "-5")):
+    for flag, bad in (("--request-rate", "0"), ("--request-rate", "inf"), ("--slo-ttft-ms", "-5"),
+                      ("--profile-s", "0")):  # fmt: skip
         assert matrix.main([*run, flag, bad]) == 2
         assert f"error: {flag} {bad!r}: expected a number of" in capsys.readouterr().err
 
@@ -116,6 +117,47 @@ def test_an_open_loops_tables_give_latencies_and_leave_out_the_closed_loop_check
     assert "| llm-only | 8 | 1.96 | 90.0 / 180.0 |" in opened
     assert "measured / predicted" not in opened
     assert "| measured / predicted | 0.80x |" in closed_text  # the closed loop's own group
+
+
+def test_a_profiled_load_summarizes_each_trace_once(tmp_path, monkeypatch):
+    """`--profile-s`: a second load under a live profile; each trace is summarized once (the lockstep process
+    answers for every model with one trace), and a failed profile is reported, not raised."""
+    import httpx
+
+    trace = tmp_path / "t.trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "tokenrouter.forward", "ts": 0.0, "dur": 500.0}]}))  # fmt: skip
+    loads, posts = [], []
+    monkeypatch.setattr(matrix, "bench", lambda s, url, n, num, length, out, log: loads.append((n, num, out)))
+
+    class Answer:
+        def __init__(self, body: dict | None) -> None:
+            self.body = body
+
+        def raise_for_status(self) -> None:
+            if self.body is None:
+                raise httpx.HTTPStatusError("409", request=None, response=None)
+
+        def json(self) -> dict:
+            return self.body
+
+    answers = {"/start_profile": Answer({}), "/stop_profile": Answer({"files": {"slm": [str(trace), "x.txt"],
+                                                                              "llm": [str(trace), "x.txt"]}})}  # fmt: skip
+    monkeypatch.setattr(
+        httpx, "post", lambda url, timeout: posts.append(url) or answers[url[len("http://x") :]]
+    )
+    s = matrix.Settings(out=tmp_path, work=tmp_path / "w", device="cpu", profile_s=0.01, profile_after_s=0.0)
+    got = matrix.profiled_load(s, "http://x", 4, tmp_path / "log")
+    assert loads == [(4, 8, None)] and posts == ["http://x/start_profile", "http://x/stop_profile"]
+    assert list(got) == ["slm"] and got["slm"]["steps"] == 1 and got["slm"]["forward_ms"] == 0.5
+    rec = record("lockstep", 4, 100.0) | {"trace": got}
+    assert "| lockstep | 4 | slm | 1 | 0.500 | 0.500 | 0.000 | 0.000 | - / - | - | - |" in matrix.tables(
+        [rec]
+    )
+    answers["/start_profile"] = Answer(None)
+    failed = matrix.profiled_load(s, "http://x", 4, tmp_path / "log")
+    assert failed.startswith("the profile failed: 409")
+    assert f"| lockstep | 4 | - | {failed} |" in matrix.tables([rec | {"trace": failed}])
 
 
 def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
