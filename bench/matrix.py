@@ -728,10 +728,10 @@ def bench(
 PROFILE_ROUNDS = 2  # the profiled load: PROFILE_ROUNDS x N requests of --output-len tokens
 
 
-def profiled_load(s: Settings, url: str, n: int, log: Path) -> dict | str:
+def profiled_load(s: Settings, url: str, n: int, log: Path, keep: Path | None = None) -> dict | str:
     """A closed loop of PROFILE_ROUNDS x N requests, N at a time, profiled for `s.profile_s` seconds (or
     until it ends) from `s.profile_after_s` into it: each subserver's `trace_summary` (model -> figures), or
-    why none."""
+    why none. `keep`: a folder for each subserver's table of ops (`ops-MODEL.txt`, small; the traces are not)."""
     import threading
 
     import httpx
@@ -763,9 +763,13 @@ def profiled_load(s: Settings, url: str, n: int, log: Path) -> dict | str:
     if isinstance(files, str):
         say(s, f"  {files}")
         return files
-    first: dict[str, str] = {}  # trace -> the first model it answers for (lockstep: one trace for every model)
+    first: dict[
+        str, str
+    ] = {}  # trace -> the first model it answers for (lockstep: one trace for every model)
     for model, paths in files.items():
-        first.setdefault(paths[0], model)
+        if first.setdefault(paths[0], model) == model and keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"ops-{model}.txt").write_bytes(Path(paths[1]).read_bytes())
     return {model: summarize(load_events(Path(trace))) for trace, model in first.items()}
 
 
@@ -852,7 +856,9 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
                     "request_rate": s.request_rate,
                 }  # fmt: skip
                 if s.profile_s:
-                    rec["trace"] = profiled_load(s, srv.url, n, raw / "bench.log")
+                    rec["trace"] = profiled_load(
+                        s, srv.url, n, raw / "bench.log", raw / f"profile-{mode}-n{n}{variant}"
+                    )
                 (raw / f"record-{mode}-n{n}{variant}.json").write_text(json.dumps(rec, indent=2))
                 records.append(rec)
                 tok = report["decode_throughput_tok_s"]

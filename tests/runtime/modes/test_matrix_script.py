@@ -141,13 +141,16 @@ def test_a_profiled_load_summarizes_each_trace_once(tmp_path, monkeypatch):
         def json(self) -> dict:
             return self.body
 
-    answers = {"/start_profile": Answer({}), "/stop_profile": Answer({"files": {"slm": [str(trace), "x.txt"],
-                                                                              "llm": [str(trace), "x.txt"]}})}  # fmt: skip
+    ops = tmp_path / "t.ops.txt"
+    ops.write_text("| Name |")
+    answers = {"/start_profile": Answer({}), "/stop_profile": Answer({"files": {"slm": [str(trace), str(ops)],
+                                                                              "llm": [str(trace), str(ops)]}})}  # fmt: skip
     monkeypatch.setattr(
         httpx, "post", lambda url, timeout: posts.append(url) or answers[url[len("http://x") :]]
     )
     s = matrix.Settings(out=tmp_path, work=tmp_path / "w", device="cpu", profile_s=0.01, profile_after_s=0.0)
-    got = matrix.profiled_load(s, "http://x", 4, tmp_path / "log")
+    got = matrix.profiled_load(s, "http://x", 4, tmp_path / "log", tmp_path / "kept")
+    assert [f.name for f in (tmp_path / "kept").iterdir()] == ["ops-slm.txt"]  # the tables, not the traces
     assert loads == [(4, 8, None)] and posts == ["http://x/start_profile", "http://x/stop_profile"]
     assert list(got) == ["slm"] and got["slm"]["steps"] == 1 and got["slm"]["forward_ms"] == 0.5
     rec = record("lockstep", 4, 100.0) | {"trace": got}
