@@ -254,10 +254,15 @@ def test_an_open_loop_sends_on_its_own_clock_and_holds_the_cap():
     # the latency is the request's own (about 8 tokens of 5 ms), not the wait at the cap: 12 requests two at a
     # time take about six latencies
     assert max(r["e2e_s"] for r in per) < capped["wall_s"] / 2
+    # ... and what the client waited in all is both: the wait at the cap and the latency
+    waited = sorted(r["queued_s"] + r["e2e_s"] for r in per)
+    assert capped["from_arrival_s"]["p50"] == pytest.approx((waited[5] + waited[6]) / 2)
+    assert capped["from_arrival_s"]["p99"] > capped["e2e_s"]["p99"]
     assert capped["request_throughput_req_s"] == pytest.approx(12 / capped["wall_s"])
     assert capped["spec"]["request_rate"] == 200.0 and free["load"].startswith("open loop, 200 requests/s")
     text = format_report(capped)
     assert "open loop, 200 requests/s (Poisson), at most 2 in flight" in text and "queued at the cap" in text
+    assert "from arrival to end p50 / p99 (s)" in text
     assert re.search(r"\| most requests in flight +\| 2 \|", text)
 
 

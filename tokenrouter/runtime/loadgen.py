@@ -497,6 +497,8 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         "tpot_ms": _spread([1e3 * t for t in tpots]),
         "e2e_s": _spread([r.e2e_s for r in ok]),
         "queued_ms": _spread([1e3 * r.queued_s for r in results]),
+        # what the client waited in all: from the request's arrival (its wait at the cap included) to its end
+        "from_arrival_s": _spread([r.queued_s + r.e2e_s for r in ok]),
         "tokens_per_model": per_model,
         "share_per_request": share_spread(ok, per_model),
         "hops": sum(r.hops for r in ok),
@@ -618,6 +620,8 @@ def format_report(report: dict) -> str:
     queued = report.get("queued_ms")
     if queued and (report.get("spec") or {}).get("request_rate") is not None:
         rows.append(("queued at the cap p50 / p99 (ms)", f"{queued['p50']:.1f} / {queued['p99']:.1f}"))
+        if arrival := report.get("from_arrival_s"):
+            rows.append(("from arrival to end p50 / p99 (s)", f"{arrival['p50']:.2f} / {arrival['p99']:.2f}"))
     if "max_in_flight" in report:
         rows.append(("most requests in flight", f"{report['max_in_flight']}"))
     rows += [

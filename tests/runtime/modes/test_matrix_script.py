@@ -104,14 +104,15 @@ def test_an_open_loops_tables_give_latencies_and_leave_out_the_closed_loop_check
         r["request_rate"] = 2.0
         r["report"] |= {"request_throughput_req_s": 1.96, "ttft_ms": spread(ttft, 2 * ttft),
                         "tpot_ms": spread(8.0, 9.5), "e2e_s": spread(4.1, 5.0), "queued_ms": spread(queued, 900.0),
-                        "max_in_flight": 8, "goodput_req_s": 1.5, "slo_met_share": 0.75}  # fmt: skip
+                        "max_in_flight": 8, "goodput_req_s": 1.5, "slo_met_share": 0.75,
+                        "per_request": [{"ok": True, "queued_s": q, "e2e_s": 4.0} for q in (0.0, 0.5, 1.0)]}  # fmt: skip
     closed = [record("tokenrouter", 8, 320.0, predicted=400.0), record("llm-only", 8, 200.0)]
     text = matrix.tables(recs + closed)
     opened, closed_text = sorted(text.split("### ")[1:], key=lambda part: "open loop" not in part)
     assert "an open loop of 2 requests/s, at most N in flight" in opened
     assert "| TR / llm-only | 2.00x |" in opened
     assert (
-        "| tokenrouter | 8 | 1.96 | 40.0 / 80.0 | 8.00 / 9.50 | 4.10 / 5.00 | 0 / 900 | 8 | 1.50 (75 %) | - |"
+        "| tokenrouter | 8 | 1.96 | 40.0 / 80.0 | 8.00 / 9.50 | 4.10 / 5.00 | 0 / 900 | 4.50 / 4.99 | 8 | 1.50 (75 %) | - |"
         in opened
     )
     assert "| llm-only | 8 | 1.96 | 90.0 / 180.0 |" in opened
