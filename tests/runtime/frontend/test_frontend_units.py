@@ -360,3 +360,40 @@ def test_the_active_count_is_numbered(tmp_path):
     assert [(name, x.n_active, x.count_seq - base) for name, x in counts] == [
         ("a", 2, 2), ("b", 2, 2), ("a", 1, 3), ("b", 1, 3)
     ]  # fmt: skip
+
+
+def test_a_profile_whose_subserver_fails_or_does_not_answer(tmp_path):
+    """`RequestManager.profile`: a subserver's failed start is a 500 naming it, and the others' profiles are
+    discarded (a stop with no folder) so a start can be tried again; a subserver that does not answer is a 504
+    naming it."""
+    from tokenrouter.runtime.frontend.protocol import APIError
+    from tokenrouter.runtime.frontend.request_manager import RequestManager
+
+    async def go():
+        ends = {"frontend": f"ipc://{tmp_path}/f", "subservers": {x: f"ipc://{tmp_path}/{x}" for x in "ab"}}
+        mgr = RequestManager(ends, ["a", "b"], "a")
+        sent, answers = [], {}
+
+        def send(name, msg):
+            sent.append((name, msg))
+            if (reply := answers.get((name, msg.start))) is not None:
+                asyncio.get_running_loop().call_soon(mgr._on_profile_done, reply)
+            return True
+
+        mgr._send = send
+        answers[("a", True)] = m.ProfileDone(model="a", start=True)
+        answers[("b", True)] = m.ProfileDone(model="b", start=True, error="RuntimeError: CUPTI")
+        with pytest.raises(APIError) as failed:
+            await mgr.profile(True, "/x", 5.0)
+        assert (failed.value.status, failed.value.code) == (500, "profile_failed")
+        assert "the profiler failed in 'b': RuntimeError: CUPTI" in failed.value.message
+        assert not mgr.profiling and sent[-1] == ("a", m.Profile(model="a", start=False))  # discarded
+        answers[("b", True)] = None  # b does not answer
+        with pytest.raises(APIError) as late:
+            await mgr.profile(True, "/x", 0.05)
+        assert (late.value.status, late.value.code) == (504, "profile_timeout")
+        assert late.value.message == "subserver(s) 'b' did not answer within 0.05 s"
+        assert mgr.profiling and not mgr._profile_replies  # a's did start: a stop is allowed
+        await mgr.close()
+
+    asyncio.run(go())

@@ -310,14 +310,13 @@ class RequestManager:
         try:
             for x in self.models:
                 self._send(x, m.Profile(model=x, start=start, out_dir=out_dir))
-            try:
-                async with asyncio.timeout(timeout_s):
-                    replies = {x: await f for x, f in self._profile_replies.items()}
-            except TimeoutError:
-                late = [x for x, f in self._profile_replies.items() if not f.done()]
+            _, pending = await asyncio.wait(self._profile_replies.values(), timeout=timeout_s)
+            if pending:
+                late = [x for x, f in self._profile_replies.items() if f in pending]
                 self.profiling = start  # those that answered did act; a retry of the other action is allowed
                 raise APIError(504, f"subserver(s) {', '.join(map(repr, late))} did not answer within "
-                               f"{timeout_s:g} s", code="profile_timeout") from None  # fmt: skip
+                               f"{timeout_s:g} s", code="profile_timeout")  # fmt: skip
+            replies = {x: f.result() for x, f in self._profile_replies.items()}
         finally:
             self._profile_replies = {}
         self.profiling = start

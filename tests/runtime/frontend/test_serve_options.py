@@ -1,0 +1,50 @@
+"""`tokenrouter serve` and `tokenrouter subserver` refuse bad options before anything starts: exit 2, a one-line
+message, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+
+BERNOULLI = str(Path(__file__).resolve().parents[3] / "examples/bernoulli.tr")
+
+
+def cli(*args):
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception  # no traceback
+    return res
+
+
+@pytest.mark.parametrize(
+    "endpoints, shape", [("[]", "an array"), ("3", "a number"), ('"x"', "a string"), ("null", "null")]
+)
+def test_subserver_endpoints_of_another_json_shape_say_the_shape(endpoints, shape):
+    res = cli("subserver", BERNOULLI, "--model", "slm", "--endpoints", endpoints)
+    assert res.exit_code == 2
+    assert res.stderr.startswith('error: --endpoints: expected a JSON object {"launcher": URL')
+    assert res.stderr.rstrip().endswith(f"got {shape}") and "readable file" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--startup-timeout", "nan"), ("--startup-timeout", "0"), ("--heartbeat-timeout", "inf"),
+                      ("--heartbeat-timeout", "nan")]
+)  # fmt: skip
+def test_serve_refuses_timeouts_that_are_not_finite_and_positive(option, value):
+    res = cli("serve", BERNOULLI, option, value)
+    assert res.exit_code == 2
+    assert f"error: {option} must be a finite number of seconds > 0, got {float(value)}" in res.stderr
+
+
+def test_serve_refuses_a_profile_dir_it_cannot_write_into(tmp_path):
+    """`--profile-dir` is checked (made if missing) before anything starts: a file there is refused."""
+    (tmp_path / "f").write_text("x")
+    res = cli("serve", BERNOULLI, "--profile-dir", str(tmp_path / "f"))
+    assert res.exit_code == 2
+    assert f"error: --profile-dir {tmp_path / 'f'}: not a folder" in res.stderr
+    res = cli("serve", BERNOULLI, "--profile-dir", str(tmp_path / "f" / "below"))
+    assert res.exit_code == 2
+    assert "error: --profile-dir" in res.stderr and "cannot make the folder" in res.stderr
