@@ -5,9 +5,10 @@ Per trace (one subserver): the steps (`tokenrouter.forward` regions), each phase
 (`forward`, `route`, `commit`: from the step's first phase to its last), the decode loop's host time between
 steps (from a step's end to the next one's start: messages, choosing the batch, waiting for requests), and
 on a GPU the kernels' busy time per step (the union of the kernels' intervals that start within the step)
-and the kernels launched per step.
+and the kernels launched per step; with `--kernels K`, the K kernels that took the most GPU time, in ms per
+step (recorded in the JSON either way: `top_kernels`, the ten first).
 
-Usage: python3 bench/trace_summary.py TRACE.json [TRACE.json ...] [--json OUT]
+Usage: python3 bench/trace_summary.py TRACE.json [TRACE.json ...] [--kernels K] [--json OUT]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 PHASES = ("forward", "route", "commit")
+TOP_KERNELS = 10
 
 
 def load_events(path: Path) -> list[dict]:
@@ -52,7 +54,7 @@ def summarize(events: list[dict]) -> dict:
             if phase in regions:
                 regions[phase].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
         elif cat == "kernel":
-            kernels.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
+            kernels.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), name))
     forwards = sorted(regions["forward"])
     if not forwards:
         return {"steps": 0}
@@ -63,7 +65,7 @@ def summarize(events: list[dict]) -> dict:
         nxt = bounds[i + 1]
         phases = {p: [s for s in regions[p] if start <= s[0] < nxt] for p in PHASES}
         end = max(b for spans in phases.values() for _, b in spans)
-        ks = [k for k in kernels if start <= k[0] < nxt]
+        ks = [(a, b) for a, b, _ in kernels if start <= a < nxt]
         steps.append({
             "host_ms": (end - start) / 1e3,
             **{f"{p}_ms": sum(b - a for a, b in phases[p]) / 1e3 for p in PHASES},
@@ -77,6 +79,11 @@ def summarize(events: list[dict]) -> dict:
         return statistics.fmean(values) if values else None
 
     gaps = sorted(s["gap_ms"] for s in steps if s["gap_ms"] is not None)
+    by_name: dict[str, float] = {}
+    for a, b, name in kernels:
+        if forwards[0][0] <= a:  # the kernels of the steps (not of anything before the first)
+            by_name[name] = by_name.get(name, 0.0) + (b - a)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
     return {
         "steps": len(steps),
         "window_ms": (bounds[-2] - bounds[0]) / 1e3 if len(forwards) > 1 else None,
@@ -84,6 +91,8 @@ def summarize(events: list[dict]) -> dict:
         "gap_p50_ms": gaps[len(gaps) // 2] if gaps else None,
         "kernels_per_step": mean("kernels"),
         "gpu": bool(kernels),
+        # the kernels by their summed duration (not the union), ms per step
+        "top_kernels": [[name, us / 1e3 / len(steps)] for name, us in top],
     }
 
 
@@ -112,6 +121,9 @@ def table(rows: list[tuple[str, dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="+")
+    ap.add_argument(
+        "--kernels", type=int, default=0, metavar="K", help="also list the K kernels of most GPU time"
+    )
     ap.add_argument("--json", default=None, help="also write the figures here")
     a = ap.parse_args(argv)
     rows = []
@@ -122,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {t}: {e}", file=sys.stderr)
             return 2
     print(table(rows))
+    for name, s in rows if a.kernels > 0 else ():
+        print(f"\n{name}: the kernels of most GPU time (ms per step)")
+        for kernel, ms in s.get("top_kernels", [])[: a.kernels]:
+            print(f"  {ms:8.3f}  {kernel[:120]}")
     if a.json:
         Path(a.json).write_text(json.dumps(dict(rows), indent=2) + "\n")
     return 0

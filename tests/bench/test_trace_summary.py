@@ -42,6 +42,12 @@ def test_steps_phases_gaps_and_the_union_of_kernels(tmp_path, capsys):
         in capsys.readouterr().out
     )
     assert json.loads((tmp_path / "s.json").read_text())["t.trace.json"]["steps"] == 2
+    assert s["top_kernels"] == [["gemm", 0.43]]  # (200 + 200 + 30) us a step, summed, not the union
+    assert trace_summary.main([str(path), "--kernels", "3"]) == 0
+    assert (
+        "t.trace.json: the kernels of most GPU time (ms per step)\n     0.430  gemm"
+        in capsys.readouterr().out
+    )
     assert trace_summary.summarize([kernel(0.0, 5.0)]) == {"steps": 0}
 
 
