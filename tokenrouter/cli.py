@@ -1083,13 +1083,21 @@ def simulate(
         help="A `tokenrouter bench --json` report: replay its requests, each with its own routing, as a "
         "finite run (two-model plans).",
     ),
+    request_rate: float = typer.Option(
+        None,
+        "--request-rate",
+        help="An open loop: requests arrive at R per second (Poisson), at most -n in flight, each of "
+        "--request-tokens; adds each request's latencies (as `tokenrouter bench --request-rate` measures them).",
+    ),
 ) -> None:
-    """Discrete-event simulation of the plan's closed system: throughput, utilization, queueing."""
+    """Discrete-event simulation of the plan's system (a closed loop of N requests, or an open loop with
+    --request-rate): throughput, utilization, queueing, and an open loop's latencies."""
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_simulate
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
-           "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms, "hop_ms": hop_ms}  # fmt: skip
+           "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms, "hop_ms": hop_ms,
+           "arrival_rate_per_s": request_rate}  # fmt: skip
     typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests))
 
 

@@ -269,6 +269,10 @@ def run_simulate(
     if chain and (error := delta_error(inp, delta_ms)):
         raise ThroughputUsageError(error)
     cfg_kw = dict(cfg_kw or {})
+    if cfg_kw.get("arrival_rate_per_s") is not None and (
+        requests is not None or cfg_kw.get("request_tokens") is None
+    ):
+        raise ThroughputUsageError("--request-rate (an open loop) needs --request-tokens, and no --requests")
     if requests is not None:
         from tokenrouter.compiler.throughput.workload import (
             WorkloadError,
@@ -335,6 +339,8 @@ def run_simulate(
         return json.dumps(out, indent=2)
     if cfg.requests is None:
         span = f"{cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up"
+        if cfg.arrival_rate_per_s is not None:
+            span += f", an open loop of {cfg.arrival_rate_per_s:g} requests/s (Poisson), at most N in flight"
     else:
         span = (
             f"a finite run of {len(cfg.requests)} requests from {requests} ("
@@ -379,6 +385,19 @@ def run_simulate(
         )
     if cfg.request_tokens is not None:
         lines.append(f"finished requests: {sim.finished_requests}")
+    if (lat := sim.latency) is not None:
+        lines += [f"requests measured (arrived after the warm-up, ended in the horizon): {lat['measured']}"] + [
+            f"  {label} p50 / p99: {lat[key]['p50'] * scale:.{digits}f} / {lat[key]['p99'] * scale:.{digits}f} {unit}"
+            for label, key, scale, digits, unit in (
+                ("TTFT", "ttft_ms", 1.0, 1, "ms"), ("TPOT", "tpot_ms", 1.0, 2, "ms"), ("E2E", "e2e_ms", 1e-3, 2, "s"),
+                ("queued at the cap", "queued_ms", 1.0, 0, "ms"), ("from arrival to end", "from_arrival_ms", 1e-3, 2, "s"),
+            )
+        ]  # fmt: skip
+        if lat["backlog"]:
+            lines.append(
+                f"warning: {lat['backlog']} requests were waiting at the cap at the end ({lat['unfinished']} measured "
+                "arrivals had not ended): if it grows with --horizon-ms, the rate is over what the plan serves"
+            )
     if cfg.requests is not None and sim.finished_requests < len(cfg.requests):
         lines.append(
             f"warning: the run was cut at --horizon-ms {cfg.horizon_ms:g} before its last request ended: "

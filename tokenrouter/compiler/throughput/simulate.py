@@ -21,6 +21,12 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
 - `hop_ms`: a hop from model i reaches model j `hop_ms[j]` ms after i's step ends (the chain takes hops as
   instant; the subservers measure this delay, `tokenrouter_hop_delay_seconds_total`).
+- `arrival_rate_per_s`: an open loop, as `tokenrouter bench --request-rate` makes one. Requests arrive as a
+  Poisson process at that rate; N is the most in flight at once, and a request that arrives with N in flight
+  waits for one to end. Each request commits `request_tokens` and leaves. The result has each measured
+  request's latencies (`SimResult.latency`: the wait at the cap, TTFT as the end of its first step, TPOT, E2E
+  and the time from arrival to the end), for the requests that arrived after the warm-up and ended within the
+  horizon, and the backlog at the end (growing: the rate is over what the system serves).
 - prompt prefills (`SystemInputs.prefill`, `PrefillCost.ms_per_visit`): a step of model i takes that much longer
   for each of its rows that runs at i for the first time in its request's life, where the chain spreads the
   cost over every step. Requests that never end (no `request_tokens`) prefill once, in the warm-up.
@@ -68,6 +74,8 @@ class SimConfig:
     # what is left of the timeout, each at its own rate of leaving the model (times left / time since its first
     # step there), as a Poisson process: sum of 1 - exp(-rate * left_ms) (None: the runtime's rule)
     held_expect: float | None = None
+    # an open loop: requests arrive at this rate (Poisson), at most N in flight (None: a closed loop)
+    arrival_rate_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -121,6 +129,16 @@ class SimConfig:
             if self.request_tokens is None or not self.requests:
                 raise ValueError("requests (a finite run) needs request_tokens and at least one request")
             self.requests = tuple(np.asarray(p, dtype=float) for p in self.requests)
+        if self.arrival_rate_per_s is not None:
+            if not (math.isfinite(self.arrival_rate_per_s) and self.arrival_rate_per_s > 0):
+                raise ValueError(
+                    f"the arrival rate must be a finite number > 0, got {self.arrival_rate_per_s!r}"
+                )
+            if self.request_tokens is None or self.requests is not None or self.think_ms > 0:
+                raise ValueError(
+                    "an open loop (an arrival rate) needs request_tokens, and takes neither requests (a finite run)"
+                    " nor think_ms (a closed loop's)"
+                )
         if self.request_lengths is not None:
             self.request_lengths = tuple(self.request_lengths)
             if self.requests is None or len(self.request_lengths) != len(self.requests):
@@ -141,6 +159,9 @@ class SimResult:
     steps_per_s: tuple[float, ...]
     finished_requests: int
     stalled: bool  # every model idle with nothing able to start (only without a timeout)
+    # an open loop's: {"queued_ms"|"ttft_ms"|"tpot_ms"|"e2e_ms"|"from_arrival_ms": {"mean", "p50", "p99"},
+    # "measured": requests, "unfinished": measured arrivals not ended, "backlog": waiting at the cap at the end}
+    latency: dict | None = None
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
         return {
@@ -153,6 +174,7 @@ class SimResult:
             "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
             "finished_requests": self.finished_requests,
             "stalled": self.stalled,
+            **({"latency": self.latency} if self.latency is not None else {}),
         }
 
 
@@ -224,13 +246,24 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         req_of = list(range(min(n, len(cfg.requests))))
     next_req = len(req_of) if cfg.requests is not None else 0  # the next request to start, finite run
     slots = len(req_of)
+    opened = cfg.arrival_rate_per_s is not None  # an open loop: slots start free, requests arrive
+    gap_ms = 1000.0 / cfg.arrival_rate_per_s if opened else math.inf
+    next_arrival = 0.0 if opened else math.inf
+    free = (
+        list(range(slots - 1, -1, -1)) if opened else []
+    )  # free slots (an open loop's), popped from the end
+    backlog: list[float] = []  # arrival times of the requests waiting at the cap, oldest first
+    arrived_at, started_at, first_at = [0.0] * slots, [0.0] * slots, [math.inf] * slots
+    done: list[
+        tuple[float, float, float, float]
+    ] = []  # measured requests: (arrival, start, first token, end)
     queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request slot, ready since)
     running: list[list[int]] = [[] for _ in range(m)]
     end = [math.inf] * m
     tokens_of = [0.0] * slots
     returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
     transit: list[tuple[float, int, int]] = []  # (arrival time, request slot, model) of hops on their way
-    queue[inputs.entry] = [(r, 0.0) for r in range(slots)]
+    queue[inputs.entry] = [] if opened else [(r, 0.0) for r in range(slots)]
     # per model, the request slots it ran that have not ended (`held_rule`)
     held: list[set[int]] = [set() for _ in range(m)]
     left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
@@ -240,7 +273,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     visit_ms = [(c.ms_per_visit or 0.0) if (c := inputs.prefill_at(i)) is not None else 0.0 for i in range(m)]
     prefilled: list[set[int]] = [set() for _ in range(m)]
     leaves: list[dict[int, int]] = [{} for _ in range(m)]  # per model, how often each request left it
-    active = slots
+    active = 0 if opened else slots
     now = 0.0
     t_end = warmup + cfg.horizon_ms
     tokens = 0.0
@@ -296,6 +329,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             candidates.append(min(returns)[0])
         if transit:
             candidates.append(min(transit)[0])
+        if opened:
+            candidates.append(next_arrival)
         if cfg.max_delay_ms is not None:
             for i in range(m):
                 if not running[i] and queue[i]:
@@ -344,6 +379,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                 for r, j in zip(batch, dests, strict=True):
                     j = min(int(j), m - 1)
                     got = inputs.c[i, j]
+                    if opened and got > 0 and tokens_of[r] == 0:
+                        first_at[r] = now
                     tokens_of[r] += got
                     if measuring:
                         tokens += got
@@ -365,7 +402,16 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         for per_model in (*left, *first, *leaves):
                             per_model.pop(r, None)
                         tokens_of[r] = 0.0
-                        if cfg.requests is None:
+                        if opened:
+                            if arrived_at[r] >= warmup:
+                                done.append((arrived_at[r], started_at[r], first_at[r], now))
+                            if backlog:  # the oldest request waiting at the cap takes the slot
+                                arrived_at[r], started_at[r], first_at[r] = backlog.pop(0), now, math.inf
+                                queue[inputs.entry].append((r, now))
+                                active += 1
+                            else:
+                                free.append(r)
+                        elif cfg.requests is None:
                             returns.append((now + think(), r))
                         elif next_req < len(cfg.requests):  # the slot takes the next request
                             req_of[r], next_req = next_req, next_req + 1
@@ -381,6 +427,15 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         for _, r in back:
             queue[inputs.entry].append((r, now))
             active += 1
+        while next_arrival <= now + _EPS:  # an open loop's arrivals: a free slot, else the backlog
+            if free:
+                r = free.pop()
+                arrived_at[r], started_at[r], first_at[r] = next_arrival, now, math.inf
+                queue[inputs.entry].append((r, now))
+                active += 1
+            else:
+                backlog.append(next_arrival)
+            next_arrival += float(rng.exponential(gap_ms))
         if cfg.requests is not None and finished == len(cfg.requests):
             break  # the finite run's makespan
         eff = effective_thresholds(tuple(cfg.thresholds), active) if active < n else tuple(cfg.thresholds)
@@ -401,4 +456,37 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         steps_per_s=tuple(float(x) for x in steps / span * 1000.0),
         finished_requests=finished,
         stalled=stalled,
+        latency=_latency(done, cfg, warmup, backlog, sorted(set(range(slots)) - set(free)), arrived_at)
+        if opened
+        else None,
     )
+
+
+def _latency(
+    done, cfg: SimConfig, warmup: float, backlog: list[float], busy_slots: list[int], arrived_at
+) -> dict:
+    """An open loop's latencies over its measured requests (arrived after the warm-up, ended in the horizon),
+    ms; and the measured arrivals that had not ended (in flight, or waiting at the cap)."""
+
+    def spread(values: list[float]) -> dict[str, float]:
+        if not values:
+            return {"mean": math.nan, "p50": math.nan, "p99": math.nan}
+        xs = np.asarray(values)
+        return {
+            "mean": float(xs.mean()),
+            "p50": float(np.percentile(xs, 50)),
+            "p99": float(np.percentile(xs, 99)),
+        }
+
+    later = cfg.request_tokens - 1  # the tokens after the first
+    return {
+        "measured": len(done),
+        "queued_ms": spread([s - a for a, s, _, _ in done]),
+        "ttft_ms": spread([f - s for _, s, f, _ in done]),
+        "tpot_ms": spread([(e - f) / later for _, _, f, e in done] if later > 0 else []),
+        "e2e_ms": spread([e - s for _, s, _, e in done]),
+        "from_arrival_ms": spread([e - a for a, _, _, e in done]),
+        "unfinished": sum(1 for a in backlog if a >= warmup)
+        + sum(1 for r in busy_slots if arrived_at[r] >= warmup),
+        "backlog": len(backlog),
+    }
