@@ -249,14 +249,13 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     opened = cfg.arrival_rate_per_s is not None  # an open loop: slots start free, requests arrive
     gap_ms = 1000.0 / cfg.arrival_rate_per_s if opened else math.inf
     next_arrival = 0.0 if opened else math.inf
-    free = (
-        list(range(slots - 1, -1, -1)) if opened else []
-    )  # free slots (an open loop's), popped from the end
-    backlog: list[float] = []  # arrival times of the requests waiting at the cap, oldest first
+    # an open loop's free slots (popped from the end), the arrival times of the requests waiting at the cap
+    # (oldest first), each slot's request's arrival, start and first token, and the measured requests' (arrival,
+    # start, first token, end)
+    free = list(range(slots - 1, -1, -1)) if opened else []
+    backlog: list[float] = []
     arrived_at, started_at, first_at = [0.0] * slots, [0.0] * slots, [math.inf] * slots
-    done: list[
-        tuple[float, float, float, float]
-    ] = []  # measured requests: (arrival, start, first token, end)
+    done: list[tuple[float, float, float, float]] = []
     queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request slot, ready since)
     running: list[list[int]] = [[] for _ in range(m)]
     end = [math.inf] * m
