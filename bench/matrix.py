@@ -957,7 +957,7 @@ def tables(records: list[dict]) -> str:
             )
         if not math.isinf(rate):  # the DTMC and the simulator model a closed loop: no checks of an open one
             out.append("")
-            out.extend(latency_table(every))
+            out.extend(latency_table(every, once))
             out.extend(time_table(every))
             out.extend(trace_table(every))
             continue
@@ -1016,7 +1016,7 @@ def tables(records: list[dict]) -> str:
     return "\n".join(out)
 
 
-def latency_table(recs: list[dict]) -> list[str]:
+def latency_table(recs: list[dict], once=lambda model, rec: model(rec)) -> list[str]:
     """An open loop's rows (`--request-rate`), each served threshold's too: the requests per second served
     against those offered, the latencies' p50 / p99, the wait at the concurrency cap (not in TTFT or E2E), and
     the goodput where the run had an SLO."""
@@ -1033,9 +1033,17 @@ def latency_table(recs: list[dict]) -> list[str]:
         waited = [r["queued_s"] + r["e2e_s"] for r in rep.get("per_request", []) if r["ok"]]
         return spread({"x": _spread(waited)}, "x", ".2f")
 
-    rows = []
+    rows, sims = [], []
     for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"], mode_label(r))):
         rep = r["report"]
+        if (sim := once(open_loop_simulation, r)) is not None:
+            sims.append(
+                f"| {mode_label(r)} | {r['n']} | {_num(sim['tpot_ms']['p50'], '.2f')} / "
+                f"{_num(rep['tpot_ms']['p50'], '.2f')} | {_num(sim['e2e_ms']['p50'] / 1e3, '.2f')} / "
+                f"{_num(rep['e2e_s']['p50'], '.2f')} | {_num(sim['queued_ms']['p50'], '.0f')} / "
+                f"{_num(sim['queued_ms']['p99'], '.0f')} | {_num(sim['from_arrival_ms']['p50'] / 1e3, '.2f')} / "
+                f"{_num(sim['from_arrival_ms']['p99'] / 1e3, '.2f')} | {sim['backlog']} |"
+            )
         good = (
             f"{rep['goodput_req_s']:.2f} ({100 * rep['slo_met_share']:.0f} %)"
             if "goodput_req_s" in rep
@@ -1054,6 +1062,20 @@ def latency_table(recs: list[dict]) -> list[str]:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         *rows,
         "",
+        *(
+            [
+                "Each row simulated as an open loop at its rate and cap, on its own step times, thresholds and hop "
+                "delays (three\nseeds of 600 s after 10 s; `tokenrouter simulate --request-rate`); a backlog at the "
+                "end says the rate is over\nwhat the row serves, however short the measured run was:\n",
+                "| mode | N | TPOT p50 ms simulated / measured | E2E p50 s simulated / measured | queued at the cap "
+                "p50 / p99 ms, simulated | from arrival to end p50 / p99 s, simulated | backlog at the end |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+                *sims,
+                "",
+            ]
+            if sims
+            else []
+        ),
     ]
 
 
@@ -1351,6 +1373,60 @@ def whatif_table(
 def run_hop_simulation(rec: dict) -> float | None:
     """`run_simulation` with each hop taking the run's measured delay into its target."""
     return run_simulation(rec, hops=True)
+
+
+def one_model_system(rec: dict, min_steps: int = 5):
+    """An llm-only run's one model as the simulator's system (`run_system` has none for it): its step latency by
+    batch size from the run's own scrapes (each batch size seen `min_steps` times or more), routing nowhere
+    else; None where no batch size was."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+
+    after = rec.get("metrics_after") or {}
+    models = {found.group(1) for k in after if (found := re.search(r'model="([^"]+)"', k))}
+    if len(models) != 1:
+        return None
+    (model,) = models
+    pattern = re.compile(
+        rf'tokenrouter_step(s|_seconds)_by_batch_total\{{model="{re.escape(model)}",bs="(\d+)"\}}'
+    )
+    sums: dict[int, list[float]] = {}
+    for key, value in after.items():
+        if found := pattern.fullmatch(key):
+            kind, bs = found.group(1), int(found.group(2))
+            sums.setdefault(bs, [0.0, 0.0])[kind == "_seconds"] += value - (
+                rec.get("metrics_before") or {}
+            ).get(key, 0.0)
+    points = tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(sums.items()) if n >= min_steps)
+    if not points:
+        return None
+    return make_inputs([model], {model: StepLatency(points)}, [[1.0]], [[1.0]], rec["n"]), (1,)
+
+
+def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, horizon_ms: float = 600_000.0):
+    """An open loop's row simulated at its offered rate (or `rate`) and cap on its own step times, thresholds,
+    hop delays and max delay (`SimConfig.arrival_rate_per_s`; llm-only: `one_model_system`): each latency's p50
+    and p99 as the mean over `seeds` runs of `horizon_ms` after a 10 s warm-up, and the largest backlog at the
+    cap at the end; None without the inputs."""
+    from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+    system = one_model_system(rec) if rec["mode"] == "llm-only" else run_system(rec)
+    if system is None:
+        return None
+    inputs, b = system
+    hop_ms = run_hop_ms(rec, inputs.models) if len(inputs.models) > 1 else None
+    held = any("starts_held" in d for d in step_deltas(rec).values())
+    runs = [
+        simulate(inputs, SimConfig(b, seed=k, request_tokens=rec["output_len"],
+                                   arrival_rate_per_s=rate or rec["request_rate"],
+                                   max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), hop_ms=hop_ms,
+                                   held_rule=held, horizon_ms=horizon_ms, warmup_ms=10_000.0)).latency
+        for k in range(seeds)
+    ]  # fmt: skip
+    out = {
+        key: {q: sum(r[key][q] for r in runs) / seeds for q in ("p50", "p99")}
+        for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queued_ms", "from_arrival_ms")
+    }
+    return out | {"backlog": max(r["backlog"] for r in runs)}
 
 
 def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:

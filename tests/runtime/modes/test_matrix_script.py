@@ -120,6 +120,29 @@ def test_an_open_loops_tables_give_latencies_and_leave_out_the_closed_loop_check
     assert "| measured / predicted | 0.80x |" in closed_text  # the closed loop's own group
 
 
+def test_an_open_loop_row_is_simulated_on_its_own_step_times():
+    """`open_loop_simulation`: an llm-only row (one model, its step latency by batch size from its scrapes) at its
+    rate and cap; far below what it serves each request takes its tokens' steps alone, far above it the backlog
+    at the cap grows. The open loop's table shows the simulation beside the measured."""
+    after = {f'tokenrouter_steps_by_batch_total{{model="llm",bs="{b}"}}': 100.0 for b in (1, 2, 4)}
+    after |= {
+        f'tokenrouter_step_seconds_by_batch_total{{model="llm",bs="{b}"}}': 100 * 0.005 for b in (1, 2, 4)
+    }
+    rec = record("llm-only", 4, 100.0) | {"request_rate": 0.5, "output_len": 64, "max_delay_ms": 20.0,
+                                          "metrics_before": {}, "metrics_after": after}  # fmt: skip
+    rec["report"] |= {"tokens_per_model": {"llm": 640}, "tpot_ms": {"p50": 5.1, "p99": 6.0}, "e2e_s": {"p50": 0.33, "p99": 0.4},
+                      "request_throughput_req_s": 0.5, "ttft_ms": {"p50": 5.0, "p99": 6.0},
+                      "queued_ms": {"p50": 0.0, "p99": 0.0}, "per_request": []}  # fmt: skip
+    sim = matrix.open_loop_simulation(rec, horizon_ms=60_000.0)
+    assert sim["tpot_ms"]["p50"] == pytest.approx(5.0) and sim["e2e_ms"]["p50"] == pytest.approx(
+        320.0, rel=0.01
+    )
+    assert sim["backlog"] == 0
+    assert matrix.open_loop_simulation(rec, rate=100.0, seeds=1, horizon_ms=5_000.0)["backlog"] > 100
+    table = "\n".join(matrix.latency_table([rec]))
+    assert "| llm-only | 4 | 5.00 / 5.10 | 0.32 / 0.33 | 0 / 0 | 0.32 / 0.32 | 0 |" in table
+
+
 def test_a_profiled_load_summarizes_each_trace_once(tmp_path, monkeypatch):
     """`--profile-s`: a second load under a live profile; each trace is summarized once (the lockstep process
     answers for every model with one trace), and a failed profile is reported, not raised."""
