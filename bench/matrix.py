@@ -1272,6 +1272,12 @@ def run_system(rec: dict, min_steps: int = 5):
     return with_prefill(by_state(inputs, prof, groups), prof, list(prof.prefill)), b
 
 
+def held_rule_served(rec: dict) -> bool:
+    """Whether the run's servers had the rule that a model steps when every request it holds is queued (the
+    thirty-sixth session on: they count the steps it started)."""
+    return any("starts_held" in d for d in step_deltas(rec).values())
+
+
 def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     """The DTMC's throughput for this run's thresholds (eager: all 1) on `run_system`'s inputs. This checks
     the queueing model on the latencies the models really had next to each other (the tuning's prediction
@@ -1321,7 +1327,7 @@ def run_simulation(
     inputs = with_visit_costs(inputs, per_request)
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
-    held = any("starts_held" in d for d in step_deltas(rec).values())
+    held = held_rule_served(rec)
     if (held_away_ms is not None or held_expect is not None) and not held:
         return None
     cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
@@ -1381,21 +1387,16 @@ def one_model_system(rec: dict, min_steps: int = 5):
     else; None where no batch size was."""
     from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
 
-    after = rec.get("metrics_after") or {}
-    models = {found.group(1) for k in after if (found := re.search(r'model="([^"]+)"', k))}
-    if len(models) != 1:
-        return None
-    (model,) = models
-    pattern = re.compile(
-        rf'tokenrouter_step(s|_seconds)_by_batch_total\{{model="{re.escape(model)}",bs="(\d+)"\}}'
-    )
-    sums: dict[int, list[float]] = {}
+    before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
+    cells: dict[str, dict[int, dict[str, float]]] = {}  # model -> batch size -> counter -> the run's delta
     for key, value in after.items():
-        if found := pattern.fullmatch(key):
-            kind, bs = found.group(1), int(found.group(2))
-            sums.setdefault(bs, [0.0, 0.0])[kind == "_seconds"] += value - (
-                rec.get("metrics_before") or {}
-            ).get(key, 0.0)
+        if hit := BY_BATCH.fullmatch(key):
+            name, model, bs = hit.groups()
+            cells.setdefault(model, {}).setdefault(int(bs), {})[name] = value - before.get(key, 0.0)
+    if len(cells) != 1:
+        return None
+    ((model, by_bs),) = cells.items()
+    sums = {bs: (d.get("steps", 0.0), d.get("step_seconds", 0.0)) for bs, d in by_bs.items()}
     points = tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(sums.items()) if n >= min_steps)
     if not points:
         return None
@@ -1414,7 +1415,7 @@ def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, h
         return None
     inputs, b = system
     hop_ms = run_hop_ms(rec, inputs.models) if len(inputs.models) > 1 else None
-    held = any("starts_held" in d for d in step_deltas(rec).values())
+    held = held_rule_served(rec)
     runs = [
         simulate(inputs, SimConfig(b, seed=k, request_tokens=rec["output_len"],
                                    arrival_rate_per_s=rate or rec["request_rate"],

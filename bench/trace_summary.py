@@ -14,6 +14,7 @@ Usage: python3 bench/trace_summary.py TRACE.json [TRACE.json ...] [--kernels K] 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import statistics
 import sys
@@ -58,14 +59,22 @@ def summarize(events: list[dict]) -> dict:
     forwards = sorted(regions["forward"])
     if not forwards:
         return {"steps": 0}
+    kernels.sort()
+    spans = {p: sorted(regions[p]) for p in PHASES} | {"kernel": [(a, b) for a, b, _ in kernels]}
+    starts = {key: [a for a, _ in s] for key, s in spans.items()}
+
+    def within(key: str, lo: float, hi: float) -> list[tuple[float, float]]:
+        """The spans of `key` that start in [lo, hi) (each list sorted by start: one bisection each side)."""
+        return spans[key][bisect.bisect_left(starts[key], lo) : bisect.bisect_left(starts[key], hi)]
+
     # a step: from its forward's start to the next forward's start; its phases are the regions within
     bounds = [*(a for a, _ in forwards), float("inf")]
     steps = []
     for i, (start, _) in enumerate(forwards):
         nxt = bounds[i + 1]
-        phases = {p: [s for s in regions[p] if start <= s[0] < nxt] for p in PHASES}
-        end = max(b for spans in phases.values() for _, b in spans)
-        ks = [(a, b) for a, b, _ in kernels if start <= a < nxt]
+        phases = {p: within(p, start, nxt) for p in PHASES}
+        end = max(b for found in phases.values() for _, b in found)
+        ks = within("kernel", start, nxt)
         steps.append({
             "host_ms": (end - start) / 1e3,
             **{f"{p}_ms": sum(b - a for a, b in phases[p]) / 1e3 for p in PHASES},
