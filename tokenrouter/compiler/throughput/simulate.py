@@ -34,7 +34,9 @@ discretization, sampled routing), so it checks the chain; and it covers what the
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,12 +44,8 @@ import numpy as np
 from tokenrouter.compiler.throughput.inputs import SystemInputs
 
 _EPS = 1e-9  # ms: events closer than this are simultaneous
-
-
-def _due(events: list[tuple], now: float) -> tuple[list[tuple], list[tuple]]:
-    """(the events, (time, ...) tuples, due by `now` in time order; the rest)."""
-    due = sorted(x for x in events if x[0] <= now + _EPS)
-    return due, ([x for x in events if x[0] > now + _EPS] if due else events)
+# a step's rows this many or more are routed with numpy at once (fewer: one by one, which is faster for them)
+_ROWS_AT_ONCE = 32
 
 
 @dataclass(slots=True)
@@ -233,6 +231,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     if cfg.hop_ms is not None and len(cfg.hop_ms) != m:
         raise ValueError(f"expected {m} hop delays, got {len(cfg.hop_ms)}")
     hop_ms = cfg.hop_ms or (0.0,) * m
+    c_rows = inputs.c.tolist()  # c_ij as floats: the per-row loop reads them
+    ending = cfg.request_tokens is not None
+    counted = ending or cfg.arrival_rate_per_s is not None  # each request's tokens matter
+    whatif = cfg.held_away_ms is not None or cfg.held_expect is not None  # a row's bookkeeping each
     rng = np.random.default_rng(cfg.seed)
     think = _think_sampler(cfg, rng)
     # a request slot r (0..N-1) holds request req_of[r]; without `requests` every request routes by p
@@ -253,16 +255,27 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     # (oldest first), each slot's request's arrival, start and first token, and the measured requests' (arrival,
     # start, first token, end)
     free = list(range(slots - 1, -1, -1)) if opened else []
-    backlog: list[float] = []
+    backlog: deque[float] = deque()
     arrived_at, started_at, first_at = [0.0] * slots, [0.0] * slots, [math.inf] * slots
     done: list[tuple[float, float, float, float]] = []
-    queue: list[list[tuple[int, float]]] = [[] for _ in range(m)]  # (request slot, ready since)
+    # per model, the request slots queued there (in the order they came), and since when the first has waited
+    queue: list[list[int]] = [[] for _ in range(m)]
+    since = [0.0] * m
     running: list[list[int]] = [[] for _ in range(m)]
     end = [math.inf] * m
-    tokens_of = [0.0] * slots
-    returns: list[tuple[float, int]] = []  # (time, request slot) of requests thinking
-    transit: list[tuple[float, int, int]] = []  # (arrival time, request slot, model) of hops on their way
-    queue[inputs.entry] = [] if opened else [(r, 0.0) for r in range(slots)]
+    # each slot's tokens committed in its request, and the count at which its request ends
+    tokens_of = np.zeros(slots)
+    limit_of = np.array(
+        [cfg.request_lengths[req_of[r]] for r in range(slots)]
+        if cfg.request_lengths
+        else [cfg.request_tokens or math.inf] * slots,
+        dtype=float,
+    )
+    returns: list[tuple[float, int]] = []  # a heap of (time, request slot) of requests thinking
+    # a heap of the hops on their way, a step's to one model together: (arrival time, the first request slot,
+    # model, the request slots in order)
+    transit: list[tuple[float, int, int, list[int]]] = []
+    queue[inputs.entry] = [] if opened else list(range(slots))
     # per model, the request slots it ran that have not ended (`held_rule`)
     held: list[set[int]] = [set() for _ in range(m)]
     left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
@@ -287,7 +300,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     def nobody_else(i: int, t: float, waited: float) -> bool:
         """The held rule: model i waits for no request (every request it holds is queued; with `held_away_ms`,
         every one not away that long; with `held_expect`, fewer rows than that expected back in time)."""
-        queued = {r for r, _ in queue[i]}
+        queued = set(queue[i])
         if expect is not None:
             window = cfg.max_delay_ms - waited
             due = 0.0
@@ -299,19 +312,24 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             return held[i] <= queued
         return {r for r in held[i] if t - left[i].get(r, t) < away - _EPS} <= queued
 
+    def enqueue(j: int, rs: list[int]) -> None:
+        """Queue request slots rs at model j, in order (the first in an empty queue waits from now)."""
+        if not queue[j]:
+            since[j] = now
+        queue[j].extend(rs)
+
     def start_ready(t: float) -> None:
         new = []
         for i in range(m):
             if running[i] or not queue[i]:
                 continue
-            waited = t - queue[i][0][1]
+            waited = t - since[i]
             if (
                 len(queue[i]) >= eff[i]
                 or (cfg.max_delay_ms is not None and waited >= cfg.max_delay_ms - _EPS)
                 or (cfg.held_rule and nobody_else(i, t, waited))
             ):
-                running[i] = [r for r, _ in queue[i]]
-                queue[i] = []
+                running[i], queue[i] = queue[i], []
                 new.append(i)
         busy_now = [bool(x) for x in running]  # the steps starting now run beside each other
         for i in new:
@@ -325,15 +343,15 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     while now < t_end:
         candidates = [e for e in end if e < math.inf]
         if returns:
-            candidates.append(min(returns)[0])
+            candidates.append(returns[0][0])
         if transit:
-            candidates.append(min(transit)[0])
+            candidates.append(transit[0][0])
         if opened:
             candidates.append(next_arrival)
         if cfg.max_delay_ms is not None:
             for i in range(m):
                 if not running[i] and queue[i]:
-                    candidates.append(queue[i][0][1] + cfg.max_delay_ms)
+                    candidates.append(since[i] + cfg.max_delay_ms)
         if away is not None:  # a waiting model stops waiting for a request once it has been away that long
             for i in range(m):
                 if not running[i] and queue[i]:
@@ -375,9 +393,57 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                 else:
                     dests = [np.searchsorted(cums[req_of[r]][i], u * cums[req_of[r]][i][-1], side="right")
                              for r, u in zip(batch, us, strict=True)]  # fmt: skip
-                for r, j in zip(batch, dests, strict=True):
-                    j = min(int(j), m - 1)
-                    got = inputs.c[i, j]
+                js = np.minimum(dests, m - 1)
+                if len(batch) >= _ROWS_AT_ONCE and not whatif:
+                    # the rows at once: the same bookkeeping as the loop below, in the same order where order
+                    # matters (the requests that end; each queue's rows)
+                    rows, gots = np.asarray(batch), inputs.c[i][js]
+                    if opened:
+                        for r in rows[(gots > 0) & (tokens_of[rows] == 0)].tolist():
+                            first_at[r] = now
+                    if counted:
+                        tokens_of[rows] += gots
+                    if measuring:
+                        tokens += float(gots.sum())
+                    ends = tokens_of[rows] >= limit_of[rows] if ending else np.zeros(len(batch), dtype=bool)
+                    back = np.zeros(len(batch), dtype=bool)  # an ended slot that takes a request waiting
+                    for k in np.flatnonzero(ends).tolist():
+                        r = batch[k]
+                        finished += 1
+                        active -= 1
+                        for h in (*held, *prefilled):
+                            h.discard(r)
+                        tokens_of[r] = 0.0
+                        if opened:
+                            if arrived_at[r] >= warmup:
+                                done.append((arrived_at[r], started_at[r], first_at[r], now))
+                            if backlog:  # queued at the entry below, in its place among the batch's rows
+                                arrived_at[r], started_at[r], first_at[r] = backlog.popleft(), now, math.inf
+                                back[k] = True
+                                active += 1
+                            else:
+                                free.append(r)
+                        elif cfg.requests is None:
+                            heapq.heappush(returns, (now + think(), r))
+                        elif next_req < len(cfg.requests):
+                            req_of[r], next_req = next_req, next_req + 1
+                            if cfg.request_lengths:
+                                limit_of[r] = cfg.request_lengths[next_req - 1]
+                            heapq.heappush(returns, (now + think(), r))
+                    for j in range(m):
+                        to_j = ~ends & (js == j)
+                        if j != i and hop_ms[j] > 0:
+                            if hops := sorted(rows[to_j].tolist()):
+                                heapq.heappush(transit, (now + hop_ms[j], hops[0], j, hops))
+                            to_j = back if j == inputs.entry else None
+                        elif j == inputs.entry:
+                            to_j |= back
+                        if to_j is not None and to_j.any():
+                            enqueue(j, rows[to_j].tolist())
+                    continue
+                gets = c_rows[i]
+                for r, j in zip(batch, js.tolist(), strict=True):
+                    got = gets[j]
                     if opened and got > 0 and tokens_of[r] == 0:
                         first_at[r] = now
                     tokens_of[r] += got
@@ -391,9 +457,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                             left[i].pop(r, None)
                     if expect is not None and j != i:
                         leaves[i][r] = leaves[i].get(r, 0) + 1
-                    if cfg.request_tokens is not None and tokens_of[r] >= (
-                        cfg.request_lengths[req_of[r]] if cfg.request_lengths else cfg.request_tokens
-                    ):
+                    if ending and tokens_of[r] >= limit_of[r]:
                         finished += 1
                         active -= 1
                         for h in (*held, *prefilled):
@@ -405,32 +469,39 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                             if arrived_at[r] >= warmup:
                                 done.append((arrived_at[r], started_at[r], first_at[r], now))
                             if backlog:  # the oldest request waiting at the cap takes the slot
-                                arrived_at[r], started_at[r], first_at[r] = backlog.pop(0), now, math.inf
-                                queue[inputs.entry].append((r, now))
+                                arrived_at[r], started_at[r], first_at[r] = backlog.popleft(), now, math.inf
+                                enqueue(inputs.entry, [r])
                                 active += 1
                             else:
                                 free.append(r)
                         elif cfg.requests is None:
-                            returns.append((now + think(), r))
+                            heapq.heappush(returns, (now + think(), r))
                         elif next_req < len(cfg.requests):  # the slot takes the next request
                             req_of[r], next_req = next_req, next_req + 1
-                            returns.append((now + think(), r))
+                            if cfg.request_lengths:
+                                limit_of[r] = cfg.request_lengths[next_req - 1]
+                            heapq.heappush(returns, (now + think(), r))
                     elif j != i and hop_ms[j] > 0:
-                        transit.append((now + hop_ms[j], r, j))
+                        heapq.heappush(transit, (now + hop_ms[j], r, j, [r]))
                     else:
-                        queue[j].append((r, now))
-        arrived, transit = _due(transit, now)
-        for _, r, j in arrived:
-            queue[j].append((r, now))
-        back, returns = _due(returns, now)
-        for _, r in back:
-            queue[inputs.entry].append((r, now))
+                        enqueue(j, [r])
+        arrived = []  # the hops due, queued in (time, request slot) order
+        while transit and transit[0][0] <= now + _EPS:
+            arrived.append(heapq.heappop(transit))
+        if len(arrived) == 1:  # one step's hops to one model, in order already
+            enqueue(arrived[0][2], arrived[0][3])
+        else:
+            for _, r, j in sorted((t, r, j) for t, _, j, rs in arrived for r in rs):
+                enqueue(j, [r])
+        while returns and returns[0][0] <= now + _EPS:
+            _, r = heapq.heappop(returns)
+            enqueue(inputs.entry, [r])
             active += 1
         while next_arrival <= now + _EPS:  # an open loop's arrivals: a free slot, else the backlog
             if free:
                 r = free.pop()
                 arrived_at[r], started_at[r], first_at[r] = next_arrival, now, math.inf
-                queue[inputs.entry].append((r, now))
+                enqueue(inputs.entry, [r])
                 active += 1
             else:
                 backlog.append(next_arrival)
@@ -462,7 +533,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
 
 
 def _latency(
-    done, cfg: SimConfig, warmup: float, backlog: list[float], busy_slots: list[int], arrived_at
+    done, cfg: SimConfig, warmup: float, backlog: deque[float], busy_slots: list[int], arrived_at
 ) -> dict:
     """An open loop's latencies over its measured requests (arrived after the warm-up, ended in the horizon),
     ms; and the measured arrivals that had not ended (in flight, or waiting at the cap)."""
