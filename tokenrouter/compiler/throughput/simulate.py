@@ -318,6 +318,34 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             since[j] = now
         queue[j].extend(rs)
 
+    def end_request(r: int) -> bool:
+        """Request slot r's request has committed its tokens: it leaves, and the slot takes what comes next (a
+        request waiting at the cap: True, to be queued at the entry; or one after a think time)."""
+        nonlocal finished, active, next_req
+        finished += 1
+        active -= 1
+        for h in (*held, *prefilled):
+            h.discard(r)
+        for per_model in (*left, *first, *leaves):
+            per_model.pop(r, None)
+        tokens_of[r] = 0.0
+        if opened:
+            if arrived_at[r] >= warmup:
+                done.append((arrived_at[r], started_at[r], first_at[r], now))
+            if backlog:  # the oldest request waiting at the cap takes the slot
+                arrived_at[r], started_at[r], first_at[r] = backlog.popleft(), now, math.inf
+                active += 1
+                return True
+            free.append(r)
+        elif cfg.requests is None:
+            heapq.heappush(returns, (now + think(), r))
+        elif next_req < len(cfg.requests):  # the slot takes the next request
+            req_of[r], next_req = next_req, next_req + 1
+            if cfg.request_lengths:
+                limit_of[r] = cfg.request_lengths[next_req - 1]
+            heapq.heappush(returns, (now + think(), r))
+        return False
+
     def start_ready(t: float) -> None:
         new = []
         for i in range(m):
@@ -408,28 +436,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     ends = tokens_of[rows] >= limit_of[rows] if ending else np.zeros(len(batch), dtype=bool)
                     back = np.zeros(len(batch), dtype=bool)  # an ended slot that takes a request waiting
                     for k in np.flatnonzero(ends).tolist():
-                        r = batch[k]
-                        finished += 1
-                        active -= 1
-                        for h in (*held, *prefilled):
-                            h.discard(r)
-                        tokens_of[r] = 0.0
-                        if opened:
-                            if arrived_at[r] >= warmup:
-                                done.append((arrived_at[r], started_at[r], first_at[r], now))
-                            if backlog:  # queued at the entry below, in its place among the batch's rows
-                                arrived_at[r], started_at[r], first_at[r] = backlog.popleft(), now, math.inf
-                                back[k] = True
-                                active += 1
-                            else:
-                                free.append(r)
-                        elif cfg.requests is None:
-                            heapq.heappush(returns, (now + think(), r))
-                        elif next_req < len(cfg.requests):
-                            req_of[r], next_req = next_req, next_req + 1
-                            if cfg.request_lengths:
-                                limit_of[r] = cfg.request_lengths[next_req - 1]
-                            heapq.heappush(returns, (now + think(), r))
+                        back[k] = end_request(batch[k])  # queued below, in its place among the batch's rows
                     for j in range(m):
                         to_j = ~ends & (js == j)
                         if j != i and hop_ms[j] > 0:
@@ -458,29 +465,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     if expect is not None and j != i:
                         leaves[i][r] = leaves[i].get(r, 0) + 1
                     if ending and tokens_of[r] >= limit_of[r]:
-                        finished += 1
-                        active -= 1
-                        for h in (*held, *prefilled):
-                            h.discard(r)
-                        for per_model in (*left, *first, *leaves):
-                            per_model.pop(r, None)
-                        tokens_of[r] = 0.0
-                        if opened:
-                            if arrived_at[r] >= warmup:
-                                done.append((arrived_at[r], started_at[r], first_at[r], now))
-                            if backlog:  # the oldest request waiting at the cap takes the slot
-                                arrived_at[r], started_at[r], first_at[r] = backlog.popleft(), now, math.inf
-                                enqueue(inputs.entry, [r])
-                                active += 1
-                            else:
-                                free.append(r)
-                        elif cfg.requests is None:
-                            heapq.heappush(returns, (now + think(), r))
-                        elif next_req < len(cfg.requests):  # the slot takes the next request
-                            req_of[r], next_req = next_req, next_req + 1
-                            if cfg.request_lengths:
-                                limit_of[r] = cfg.request_lengths[next_req - 1]
-                            heapq.heappush(returns, (now + think(), r))
+                        if end_request(r):
+                            enqueue(inputs.entry, [r])
                     elif j != i and hop_ms[j] > 0:
                         heapq.heappush(transit, (now + hop_ms[j], r, j, [r]))
                     else:
