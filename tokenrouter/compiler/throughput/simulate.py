@@ -296,6 +296,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     finished = 0
     stalled = False
     eff = tuple(cfg.thresholds)
+    eff_at: dict[int, tuple[int, ...]] = {}  # the thresholds in effect at each count of active requests
 
     def nobody_else(i: int, t: float, waited: float) -> bool:
         """The held rule: model i waits for no request (every request it holds is queued; with `held_away_ms`,
@@ -417,9 +418,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     steps[i] += 1
                 us = rng.random(len(batch))
                 if len(cums) == 1:  # every request routes alike: one search for the whole batch
-                    dests = np.searchsorted(cums[0][i], us * cums[0][i][-1], side="right")
+                    dests = cums[0][i].searchsorted(us * cums[0][i][-1], side="right")
                 else:
-                    dests = [np.searchsorted(cums[req_of[r]][i], u * cums[req_of[r]][i][-1], side="right")
+                    dests = [cums[req_of[r]][i].searchsorted(u * cums[req_of[r]][i][-1], side="right")
                              for r, u in zip(batch, us, strict=True)]  # fmt: skip
                 js = np.minimum(dests, m - 1)
                 if len(batch) >= _ROWS_AT_ONCE and not whatif:
@@ -476,7 +477,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             arrived.append(heapq.heappop(transit))
         if len(arrived) == 1:  # one step's hops to one model, in order already
             enqueue(arrived[0][2], arrived[0][3])
-        else:
+        elif arrived:
             for _, r, j in sorted((t, r, j) for t, _, j, rs in arrived for r in rs):
                 enqueue(j, [r])
         while returns and returns[0][0] <= now + _EPS:
@@ -494,7 +495,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             next_arrival += float(rng.exponential(gap_ms))
         if cfg.requests is not None and finished == len(cfg.requests):
             break  # the finite run's makespan
-        eff = effective_thresholds(tuple(cfg.thresholds), active) if active < n else tuple(cfg.thresholds)
+        if active not in eff_at:
+            full = tuple(cfg.thresholds)
+            eff_at[active] = effective_thresholds(full, active) if active < n else full
+        eff = eff_at[active]
         start_ready(now)
     if cfg.requests is not None:
         span = now
