@@ -232,9 +232,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         raise ValueError(f"expected {m} hop delays, got {len(cfg.hop_ms)}")
     hop_ms = cfg.hop_ms or (0.0,) * m
     c_rows = inputs.c.tolist()  # c_ij as floats: the per-row loop reads them
-    ending = cfg.request_tokens is not None
-    counted = ending or cfg.arrival_rate_per_s is not None  # each request's tokens matter
-    whatif = cfg.held_away_ms is not None or cfg.held_expect is not None  # a row's bookkeeping each
+    ending = cfg.request_tokens is not None  # requests end (an open loop's too: it needs request_tokens)
     rng = np.random.default_rng(cfg.seed)
     think = _think_sampler(cfg, rng)
     # a request slot r (0..N-1) holds request req_of[r]; without `requests` every request routes by p
@@ -280,6 +278,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     held: list[set[int]] = [set() for _ in range(m)]
     left: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request it held last left it
     away, expect = cfg.held_away_ms, cfg.held_expect
+    whatif = away is not None or expect is not None  # the what-ifs keep a row's bookkeeping each
     first: list[dict[int, float]] = [{} for _ in range(m)]  # per model, when each request first stepped there
     # per model, the ms a request's first step there adds (its prompt prefill), and the slots that have had it
     visit_ms = [(c.ms_per_visit or 0.0) if (c := inputs.prefill_at(i)) is not None else 0.0 for i in range(m)]
@@ -430,7 +429,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                     if opened:
                         for r in rows[(gots > 0) & (tokens_of[rows] == 0)].tolist():
                             first_at[r] = now
-                    if counted:
+                    if ending:
                         tokens_of[rows] += gots
                     if measuring:
                         tokens += float(gots.sum())
