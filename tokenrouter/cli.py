@@ -1030,14 +1030,65 @@ def tune(
         None,
         "--request-tokens",
         help="Tokens each request of the load commits: prices the profile's prompt prefills per request "
-        "(default: as the profile's own load had them).",
+        "(default: as the profile's own load had them); with --request-rate, the length of each request.",
+    ),
+    request_rate: float = typer.Option(
+        None,
+        "--request-rate",
+        help="Tune for latency at this offered load (requests/s, Poisson, at most -n in flight) by simulating "
+        "each candidate's open loop, instead of the chain's closed-loop throughput; needs --request-tokens.",
+    ),
+    objective: str = typer.Option(
+        None,
+        "--objective",
+        help="With --request-rate: the latency to minimize, e.g. from-arrival-p99 (default), "
+        "from-arrival-p50, tpot-p50, ttft-p99, e2e-mean.",
+    ),
+    max_delay_ms: float = typer.Option(
+        None, "--max-delay-ms", help="With --request-rate: the batching timeout (default: the plan's)."
+    ),
+    hop_ms: list[str] = typer.Option(
+        None, "--hop-ms", help="With --request-rate: MODEL=MS, a hop's transit into MODEL (default instant)."
+    ),
+    horizon_ms: float = typer.Option(
+        None,
+        "--horizon-ms",
+        help="With --request-rate: simulated time of the final round (default 300000; the "
+        "first round simulates a fifth of it).",
+    ),
+    seeds: int = typer.Option(
+        None, "--seeds", help="With --request-rate: seeds of the final round (default 3)."
+    ),
+    keep: int = typer.Option(
+        None, "--keep", help="With --request-rate: candidates in the final round (default 5)."
+    ),
+    jobs: int = typer.Option(
+        None, "--jobs", help="With --request-rate: processes to simulate in (default: the CPUs, up to 8)."
     ),
 ) -> None:
-    """Choose delayed-batching thresholds B* with the DTMC throughput model; write them into the plan."""
-    from tokenrouter.compiler.throughput.commands import SystemArgs, run_tune
+    """Choose delayed-batching thresholds B* with the DTMC throughput model (or, with --request-rate, for the
+    lowest latency at that load in the simulator); write them into the plan."""
+    from tokenrouter.compiler.throughput.commands import SystemArgs, run_rate_tune, run_tune
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
-    text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)
+    rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms,
+                 "--horizon-ms": horizon_ms, "--seeds": seeds, "--keep": keep, "--jobs": jobs}  # fmt: skip
+    if request_rate is None:
+        if given := [flag for flag, value in rate_only.items() if value]:
+            typer.echo(
+                f"error: {', '.join(given)} need --request-rate (tuning for latency at a load)", err=True
+            )
+            raise typer.Exit(2)
+        text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)
+    else:
+        if plot:
+            typer.echo("error: --plot charts the chain's T(B); it does not go with --request-rate", err=True)
+            raise typer.Exit(2)
+        rate = {"rate_per_s": request_rate, "objective": objective or "from-arrival-p99",
+                "max_delay_ms": max_delay_ms, "hop_ms": hop_ms, "horizon_ms": horizon_ms or 300_000.0,
+                "screen_ms": (horizon_ms or 300_000.0) / 5, "seeds": 3 if seeds is None else seeds,
+                "keep": 5 if keep is None else keep, "jobs": jobs}  # fmt: skip
+        text, _ = _throughput_call(run_rate_tune, args, rate, output, json_out, top)
     typer.echo(text)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,15 +159,8 @@ def run_tune(
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late)
-    out_path = Path(output) if output else default_output(args.plan_path)
+    out_path = _write_tuned(tuned, args, output, write)
     lines: list[str] = []
-    if write:
-        from tokenrouter.compiler.plan import PlanError, write_plan
-
-        try:
-            write_plan(tuned, out_path, inputs=[args.profile] if args.profile else [])
-        except (OSError, PlanError) as e:
-            raise ThroughputInputError(f"cannot write {out_path}: {e}") from None
     if plot:
         from tokenrouter.compiler.throughput.plot import plot_tuning
 
@@ -198,6 +192,128 @@ def run_tune(
     if plot:
         lines.append(f"wrote {plot}")
     return "\n".join(lines), tuned
+
+
+def _write_tuned(tuned: dict, args: SystemArgs, output: str | None, write: bool) -> Path:
+    """Where the tuned plan goes (`-o`, else the input plan, or FILE.plan for a source), written there unless
+    `write` is off."""
+    out_path = Path(output) if output else default_output(args.plan_path)
+    if write:
+        from tokenrouter.compiler.plan import PlanError, write_plan
+
+        try:
+            write_plan(tuned, out_path, inputs=[args.profile] if args.profile else [])
+        except (OSError, PlanError) as e:
+            raise ThroughputInputError(f"cannot write {out_path}: {e}") from None
+    return out_path
+
+
+def run_rate_tune(
+    args: SystemArgs,
+    rate: dict,
+    output: str | None = None,
+    as_json: bool = False,
+    top: int = 10,
+    write: bool = True,
+) -> tuple[str, dict]:
+    """`tune --request-rate`: the thresholds with the lowest latency at an offered load (`rate_tune`). `rate`
+    holds `RateSettings`' fields but the request tokens (`args`), with `max_delay_ms` None for the plan's and
+    `hop_ms` as `MODEL=MS` items; `jobs` None for one process per CPU, up to 8."""
+    from tokenrouter.compiler.throughput.rate_tune import RateSettings, tune_at_rate
+
+    if top < 1:
+        raise ThroughputUsageError(f"--top must be >= 1, got {top}")
+    if args.request_tokens is None:
+        raise ThroughputUsageError(
+            "--request-rate (an open loop) needs --request-tokens: the tokens a request commits"
+        )
+    rate = dict(rate)
+    if rate.get("jobs") is None:
+        rate["jobs"] = max(1, min(os.cpu_count() or 1, 8))
+    try:
+        RateSettings(request_tokens=args.request_tokens, **{k: v for k, v in rate.items() if k != "hop_ms"})
+    except ValueError as e:  # before any work
+        raise ThroughputUsageError(str(e)) from None
+    plan, system = build_system(args)
+    inp = system.inputs
+    if rate.get("max_delay_ms") is None:
+        rate["max_delay_ms"] = float(plan["serve"]["max_delay_ms"])
+    rate["hop_ms"] = parse_hop_ms(rate.get("hop_ms"), inp.models)
+    settings = RateSettings(request_tokens=args.request_tokens, **rate)
+    try:
+        result = tune_at_rate(inp, settings, system.fixed)
+    except TuneError as e:
+        raise ThroughputInputError(str(e)) from None
+    best = result.best
+    late = beyond_profile_warnings(inp, best) + concentration_warnings(system, best.thresholds)
+    if best.behind:
+        late.append(
+            f"every candidate fell behind {settings.rate_per_s:g} requests/s (more than 2N waiting at the cap at the "
+            "end of a run): the rate is over what the plan serves at this N, and the latencies are of the requests "
+            "that ended"
+        )
+    for line in late:
+        print(f"warning: {line}", file=sys.stderr)
+    tuned = apply_tuning(plan, system, result, top=top, warnings=late)
+    out_path = _write_tuned(tuned, args, output, write)
+    if as_json:
+        return json.dumps(
+            {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": None}, indent=2
+        ), tuned
+    return "\n".join(_rate_lines(plan, system, result, top, out_path if write else None)), tuned
+
+
+def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | None) -> list[str]:
+    from tokenrouter.compiler.throughput.rate_tune import measured_sizes
+
+    s, models = result.settings, result.models
+    lines = [
+        f"tune {plan['policy']['name']} at {s.rate_per_s:g} requests/s (Poisson, at most N = {result.concurrency} in "
+        f"flight, {s.request_tokens} tokens each, max_delay_ms {s.max_delay_ms:g}) for the lowest {s.objective}: "
+        f"{result.n_feasible} feasible candidates"
+    ]
+    if result.unpriced:
+        sizes = ", ".join(f"{m} up to {t}" for m, t in zip(models, measured_sizes(system.inputs), strict=True)
+                          if math.isfinite(t))  # fmt: skip
+        lines.append(
+            f"  {result.unpriced} left out: a threshold above the batch sizes its model's step latency was measured "
+            f"at ({sizes}), whose steps would be priced as the largest measured"
+        )
+    if result.screened:
+        lines.append(
+            f"  {len(result.screened)} simulated once over {s.screen_ms / 1000:g} s, the best {len(result.results)} "
+            f"again over {s.horizon_ms / 1000:g} s with {s.seeds} seeds (the same arrivals for each), "
+            f"after a {s.warmup_ms / 1000:g} s warm-up: {result.seconds:.1f} s in {s.jobs} processes"
+        )
+    else:
+        lines.append(
+            f"  {len(result.results)} simulated over {s.horizon_ms / 1000:g} s with {s.seeds} seeds (the same "
+            f"arrivals for each), after a {s.warmup_ms / 1000:g} s warm-up: {result.seconds:.1f} s in {s.jobs} processes"
+        )
+    lines += describe_inputs(system)
+    if s.hop_ms is not None:
+        lines.append("hop delay into each model: " + ", ".join(
+            f"{m} {ms:g} ms" for m, ms in zip(models, s.hop_ms, strict=True)))  # fmt: skip
+    if system.fixed:
+        lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
+    head = ["rank", "B (" + ",".join(models) + ")", f"{s.objective} ms", "TTFT p50 ms", "TPOT p50 ms",
+            "from arrival p50 / p99 s", "tok/s", "backlog"]  # fmt: skip
+    rows = [
+        [str(k + 1), ",".join(map(str, c.thresholds)), f"{c.score:.2f}" if c.score < 100 else f"{c.score:.0f}",
+         f"{c.latency['ttft_ms']['p50']:.1f}", f"{c.latency['tpot_ms']['p50']:.3f}",
+         f"{c.latency['from_arrival_ms']['p50'] / 1e3:.2f} / {c.latency['from_arrival_ms']['p99'] / 1e3:.2f}",
+         f"{c.throughput:.0f}", str(c.backlog) + (" (behind)" if c.behind else "")]
+        for k, c in enumerate(result.results[:top])
+    ]  # fmt: skip
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    lines += ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *rows]]
+    lines.append(
+        "B* = " + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
+        + f" ({s.objective} {result.best.score:.4g} ms)"
+    )  # fmt: skip
+    if wrote is not None:
+        lines.append(f"wrote {wrote} (batch for {', '.join(system.auto) or 'no auto model'})")
+    return lines
 
 
 def check_plot_path(plot: str) -> None:

@@ -471,7 +471,7 @@ def apply_tuning(
     out["tuning"] = {
         "auto": list(system.auto),
         "concurrency": n,
-        "delta_ms": result.delta_ms,
+        **({"delta_ms": result.delta_ms} if result.delta_ms is not None else {}),
         "step_ms": {m: [[b, ms] for b, ms in s.points] for m, s in zip(inp.models, inp.step, strict=True)},
         "p": {
             a: {b: float(inp.p[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}

@@ -74,6 +74,9 @@ class SimConfig:
     held_expect: float | None = None
     # an open loop: requests arrive at this rate (Poisson), at most N in flight (None: a closed loop)
     arrival_rate_per_s: float | None = None
+    # an open loop's arrival times instead, ms, ascending (none after the last): the same arrivals for runs at
+    # other thresholds (`rate_tune`), or arrivals that are not Poisson
+    arrivals_ms: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.thresholds or any(not isinstance(b, int) or b < 1 for b in self.thresholds):
@@ -127,11 +130,19 @@ class SimConfig:
             if self.request_tokens is None or not self.requests:
                 raise ValueError("requests (a finite run) needs request_tokens and at least one request")
             self.requests = tuple(np.asarray(p, dtype=float) for p in self.requests)
-        if self.arrival_rate_per_s is not None:
-            if not (math.isfinite(self.arrival_rate_per_s) and self.arrival_rate_per_s > 0):
-                raise ValueError(
-                    f"the arrival rate must be a finite number > 0, got {self.arrival_rate_per_s!r}"
-                )
+        if self.arrival_rate_per_s is not None and not (
+            math.isfinite(self.arrival_rate_per_s) and self.arrival_rate_per_s > 0
+        ):
+            raise ValueError(f"the arrival rate must be a finite number > 0, got {self.arrival_rate_per_s!r}")
+        if self.arrivals_ms is not None:
+            self.arrivals_ms = tuple(float(x) for x in self.arrivals_ms)
+            if self.arrival_rate_per_s is not None:
+                raise ValueError("an open loop takes an arrival rate or arrival times, not both")
+            if any(not (math.isfinite(x) and x >= 0) for x in self.arrivals_ms) or any(
+                b < a for a, b in zip(self.arrivals_ms, self.arrivals_ms[1:], strict=False)
+            ):
+                raise ValueError("arrival times must be finite numbers of ms >= 0, in ascending order")
+        if self.arrival_rate_per_s is not None or self.arrivals_ms is not None:
             if self.request_tokens is None or self.requests is not None or self.think_ms > 0:
                 raise ValueError(
                     "an open loop (an arrival rate) needs request_tokens, and takes neither requests (a finite run)"
@@ -246,9 +257,16 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         req_of = list(range(min(n, len(cfg.requests))))
     next_req = len(req_of) if cfg.requests is not None else 0  # the next request to start, finite run
     slots = len(req_of)
-    opened = cfg.arrival_rate_per_s is not None  # an open loop: slots start free, requests arrive
-    gap_ms = 1000.0 / cfg.arrival_rate_per_s if opened else math.inf
-    next_arrival = 0.0 if opened else math.inf
+    # an open loop: slots start free, requests arrive (Poisson at the rate, or at the times given)
+    opened = cfg.arrival_rate_per_s is not None or cfg.arrivals_ms is not None
+    if cfg.arrivals_ms is not None:
+        given = iter((*cfg.arrivals_ms, math.inf))
+        following = lambda: next(given)  # noqa: E731
+        next_arrival = next(given)
+    else:
+        gap_ms = 1000.0 / cfg.arrival_rate_per_s if opened else math.inf
+        following = lambda: next_arrival + float(rng.exponential(gap_ms))  # noqa: E731
+        next_arrival = 0.0 if opened else math.inf
     # an open loop's free slots (popped from the end), the arrival times of the requests waiting at the cap
     # (oldest first), each slot's request's arrival, start and first token, and the measured requests' (arrival,
     # start, first token, end)
@@ -491,7 +509,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                 active += 1
             else:
                 backlog.append(next_arrival)
-            next_arrival += float(rng.exponential(gap_ms))
+            next_arrival = following()
         if cfg.requests is not None and finished == len(cfg.requests):
             break  # the finite run's makespan
         if active not in eff_at:

@@ -1,0 +1,169 @@
+"""Tuning for latency at an offered load (`rate_tune`, `tokenrouter tune --request-rate`), and the simulator's
+given arrival times (`SimConfig.arrivals_ms`) that it runs every candidate on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+from tokenrouter.compiler.throughput.optimize import TuneError, candidates
+from tokenrouter.compiler.throughput.rate_tune import RateSettings, arrivals, measured_sizes, tune_at_rate
+from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+
+P = [[0.9, 0.1], [1.0, 0.0]]
+C = [[1.0, 1.0], [1.0, 1.0]]
+
+
+def duo(n: int, llm=5.0):
+    return make_inputs(["slm", "llm"], {"slm": 1.0, "llm": llm}, P, C, n)
+
+
+def test_given_arrivals_are_served_as_given():
+    """Requests 500 ms apart never meet: each takes its 20 steps of 1 ms; those after the horizon never come."""
+    inp = make_inputs(["llm"], {"llm": 1.0}, [[1.0]], [[1.0]], 4)
+    times = tuple(500.0 * k for k in range(100))
+    res = simulate(
+        inp, SimConfig((1,), request_tokens=20, arrivals_ms=times, horizon_ms=9_000.0, warmup_ms=1_000.0)
+    )
+    lat = res.latency
+    # arrived after the warm-up and ended in the horizon: 1000, 1500, ..., 9500 (ends 9520 < 10000)
+    assert lat["measured"] == 18 and lat["backlog"] == 0 and lat["unfinished"] == 0
+    assert lat["e2e_ms"]["p99"] == pytest.approx(20.0) and lat["from_arrival_ms"]["p50"] == pytest.approx(
+        20.0
+    )
+    assert res.finished_requests == 20  # the two of the warm-up too
+
+
+def test_given_arrivals_are_checked():
+    for bad in (dict(arrivals_ms=(0.0, 2.0, 1.0)), dict(arrivals_ms=(-1.0,)), dict(arrivals_ms=(float("nan"),)),
+                dict(arrivals_ms=(0.0,), arrival_rate_per_s=1.0), dict(arrivals_ms=(0.0,), request_tokens=None)):  # fmt: skip
+        with pytest.raises(ValueError):
+            SimConfig((1,), **{"request_tokens": 10, **bad})
+
+
+def test_arrivals_are_poisson_at_the_rate_and_the_same_for_a_seed():
+    a = arrivals(50.0, 200_000.0, 0)
+    assert a[0] == 0.0 and all(x < y for x, y in zip(a, a[1:], strict=False)) and a[-1] < 200_000.0
+    assert len(a) == pytest.approx(10_000, rel=0.05)
+    assert a == arrivals(50.0, 200_000.0, 0) and a != arrivals(50.0, 200_000.0, 1)
+
+
+def test_each_candidate_is_ranked_on_the_same_arrivals_as_simulate_gives():
+    """With every candidate in the final round (no screening), each score is the mean over the seeds of what
+    `simulate` gives on that seed's arrivals; in two processes the same."""
+    inp = duo(3)
+    s = RateSettings(40.0, 32, objective="from-arrival-p50", max_delay_ms=5.0, horizon_ms=5_000.0,
+                     warmup_ms=500.0, seeds=2, keep=10)  # fmt: skip
+    res = tune_at_rate(inp, s)
+    assert not res.screened and res.unpriced == 0 and len(res.results) == len(candidates(2, 3, {})) == 6
+    for c in res.results:
+        want = [
+            simulate(inp, SimConfig(c.thresholds, seed=k, request_tokens=32, max_delay_ms=5.0, horizon_ms=5_000.0,
+                                    warmup_ms=500.0, arrivals_ms=arrivals(40.0, 5_500.0, k))).latency
+            for k in range(2)
+        ]  # fmt: skip
+        assert c.score == pytest.approx(sum(w["from_arrival_ms"]["p50"] for w in want) / 2, rel=1e-12)
+        assert c.runs == 2
+    scores = [c.score for c in res.results]
+    assert scores == sorted(scores)
+    par = tune_at_rate(inp, RateSettings(**{**{f: getattr(s, f) for f in s.__slots__}, "jobs": 2}))
+    assert [(c.thresholds, c.score) for c in par.results] == [(c.thresholds, c.score) for c in res.results]
+
+
+def test_without_a_shared_gpu_waiting_for_rows_only_adds_latency():
+    """Independent models whose steps cost the same at any size gain nothing from a batch: B = (1, 1) has the
+    lowest latency, and a threshold held to the timeout is far behind it. The screening round keeps the best."""
+    res = tune_at_rate(duo(8), RateSettings(30.0, 64, max_delay_ms=20.0, horizon_ms=20_000.0, screen_ms=5_000.0,
+                                            warmup_ms=1_000.0, seeds=2, keep=3))  # fmt: skip
+    assert len(res.screened) == 36 and len(res.results) == 3
+    assert res.best.thresholds == (1, 1) and not res.best.behind
+    assert [c.thresholds for c in res.results] == [c.thresholds for c in res.screened[:3]]
+    worst = res.screened[-1]
+    assert worst.score > 2 * res.best.score
+
+
+def test_thresholds_above_the_measured_batch_sizes_are_left_out():
+    inp = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": StepLatency(((1, 5.0), (2, 5.5)))}, P, C, 6)
+    assert measured_sizes(inp)[1] == 2
+    res = tune_at_rate(inp, RateSettings(20.0, 16, max_delay_ms=5.0, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1,
+                                         keep=50))  # fmt: skip
+    kept = [c.thresholds for c in res.results]
+    assert kept and all(b[1] <= 2 for b in kept) and (6, 1) in kept
+    assert res.unpriced == len(candidates(2, 6, {})) - len(kept) > 0
+
+
+def test_a_rate_over_what_any_threshold_serves_marks_every_candidate_behind():
+    res = tune_at_rate(duo(2, llm=50.0), RateSettings(500.0, 64, horizon_ms=4_000.0, warmup_ms=0.0, seeds=1))
+    assert all(c.behind for c in res.results) and res.best.backlog > 4
+
+
+def test_bad_settings_and_fixed_thresholds_are_refused():
+    for bad in (dict(rate_per_s=0.0), dict(request_tokens=1), dict(objective="speed"), dict(seeds=0),
+                dict(max_delay_ms=-1.0), dict(horizon_ms=0.0)):  # fmt: skip
+        with pytest.raises(ValueError):
+            RateSettings(**{"rate_per_s": 1.0, "request_tokens": 8, **bad})
+    with pytest.raises(TuneError, match="Σ"):
+        tune_at_rate(duo(2), RateSettings(1.0, 8), {"slm": 3})
+
+
+def source(tmp_path):
+    plan = tmp_path / "p.tr"
+    plan.write_text(
+        'policy duo\nmodel slm = "s" { batch: auto }\nmodel llm = "l" { batch: auto }\n'
+        "serve { concurrency: 4, max_delay_ms: 20 }\nentry slm\nroute slm { when uniform() < 0.1 -> llm }\n"
+        "route llm { -> slm }\n"
+    )
+    return plan
+
+
+def test_tune_request_rate_writes_the_plan(tmp_path):
+    plan = source(tmp_path)
+    base = ["tune", str(plan), "--step-ms", "slm=1", "--step-ms", "llm=5", "--request-tokens", "64",
+            "--request-rate", "20", "--horizon-ms", "10000", "--seeds", "2", "--keep", "3", "--jobs", "1"]  # fmt: skip
+    res = CliRunner().invoke(app, base)
+    assert res.exit_code == 0, res.output
+    assert (
+        "tune duo at 20 requests/s (Poisson, at most N = 4 in flight, 64 tokens each, max_delay_ms 20)"
+        in res.output
+    )
+    assert "10 simulated once over 2 s, the best 3 again over 10 s with 2 seeds" in res.output
+    assert "B* = slm 1, llm 1" in res.output
+    written = json.loads((tmp_path / "p.plan").read_text())
+    assert {m: written["models"][m]["batch"] for m in ("slm", "llm")} == {"slm": 1, "llm": 1}
+    result = written["tuning"]["result"]
+    assert result["method"] == "open-loop simulation" and result["objective"] == "from-arrival-p99"
+    assert (
+        result["max_delay_ms"] == 20.0
+        and len(result["candidates"]) == 3
+        and "delta_ms" not in written["tuning"]
+    )
+    out = CliRunner().invoke(
+        app, [*base, "--objective", "tpot-p50", "--json", "-o", str(tmp_path / "q.plan")]
+    )
+    assert json.loads(out.output)["tuning"]["result"]["objective"] == "tpot-p50"
+    assert (tmp_path / "q.plan").exists()
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--objective", "tpot-p50"], "--objective need --request-rate"),
+        (["--request-rate", "5"], "--request-rate (an open loop) needs --request-tokens"),
+        (["--request-rate", "5", "--request-tokens", "8", "--objective", "fast"], "unknown objective 'fast'"),
+        (
+            ["--request-rate", "5", "--request-tokens", "8", "--plot", "x.png"],
+            "--plot charts the chain's T(B)",
+        ),
+        (["--request-rate", "-1", "--request-tokens", "8"], "the request rate must be a finite number > 0"),
+    ],
+)
+def test_tune_request_rate_usage_errors(tmp_path, extra, message):
+    res = CliRunner().invoke(
+        app, ["tune", str(source(tmp_path)), "--step-ms", "slm=1", "--step-ms", "llm=5", *extra]
+    )
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "p.plan").exists()
