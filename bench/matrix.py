@@ -224,6 +224,9 @@ class Settings:
     # with at most N in flight, a wait at that cap reported apart; None: a closed loop of N workers, as the
     # DTMC models (its checks are left out of an open loop's tables: its throughput is the offered load's)
     request_rate: float | None = None
+    # with request_rate: tune for the lowest latency at that rate (`tune --request-rate`), not the chain's
+    # closed-loop throughput
+    tune_at_rate: bool = False
     slo_ttft_ms: float | None = (
         None  # with them, the report's goodput (`bench --slo-ttft-ms / --slo-tpot-ms`)
     )
@@ -351,8 +354,10 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
 
 def tune_load(s: Settings) -> tuple[str, ...]:
     """`tune`'s options for the load the part benchmarks: its requests' output length, which prices the profile's
-    prompt prefills per request (the served profile's load has `profile_len` tokens per request)."""
-    return ("--request-tokens", str(s.output_len))
+    prompt prefills per request (the served profile's load has `profile_len` tokens per request); with
+    `tune_at_rate`, its rate: `tune` then ranks the thresholds by the open loop's latency."""
+    rate = ("--request-rate", repr(s.request_rate)) if s.tune_at_rate else ()
+    return ("--request-tokens", str(s.output_len), *rate)
 
 
 def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[int, dict]:
@@ -399,7 +404,11 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         result = rec["tuning"]["result"]
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
                   "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"], "profile": profiles[n]}  # fmt: skip
-        say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
+        if "objective" in result:  # `tune --request-rate`
+            say(s, f"tune N={n} at {result['request_rate_per_s']:g} requests/s: B = {result['best']}, simulated "
+                   f"{result['objective']} {result['score_ms']:.0f} ms")  # fmt: skip
+        else:
+            say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
         say_warnings(s, f"tune N={n}", rec["tuning"].get("warnings", []))
         if rec["tuning"].get("alone"):  # contention by state: what the plain chain would have chosen
             plain = plain_tune(s, plan, plain_profile(profiles[n]), n, raw)
@@ -1831,6 +1840,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-rate", default=None, metavar="R",
                     help="the measured rows as an open loop: R requests per second (Poisson, seeded), at most N in "
                     "flight (default: a closed loop of N workers); its tables leave out the DTMC's checks")  # fmt: skip
+    ap.add_argument("--tune-at-rate", action="store_true",
+                    help="with --request-rate: tune each N for the lowest time from arrival p99 at that rate "
+                    "(`tune --request-rate`) instead of the chain's closed-loop throughput")  # fmt: skip
     ap.add_argument("--profile-s", default=None, metavar="S",
                     help="after each measured row, a second load (not measured) under a live profile of S "
                     "seconds: each subserver's steps, phases, loop gaps and GPU busy time (bench/trace_summary.py)")  # fmt: skip
@@ -1895,6 +1907,8 @@ def main(argv: list[str] | None = None) -> int:
                                       (a.slo_tpot_ms, "--slo-tpot-ms", "milliseconds"),
                                       (a.profile_s, "--profile-s", "seconds"))
         )  # fmt: skip
+        if a.tune_at_rate and rate is None:
+            raise ValueError("--tune-at-rate needs --request-rate")
         served_from = (a.served_from if a.served_from == TWO_PASS else
                        parse_thresholds(a.served_from, "--served-from") if a.served_from else None)  # fmt: skip
         given = [flag for flag, v in (("--colocation", colocation), ("--alone-from", alone_from),
@@ -1939,7 +1953,7 @@ def main(argv: list[str] | None = None) -> int:
                      r2r_threshold=a.r2r_threshold,
                      r_stitch_threshold=a.r_stitch_threshold, route_share=a.route_share or None,
                      deadline_s=a.deadline_s, thresholds=thresholds, colocation=colocation, alone_from=alone_from,
-                     served_from=served_from, request_rate=rate, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
+                     served_from=served_from, request_rate=rate, tune_at_rate=a.tune_at_rate, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot,
                      profile_s=profile_s,
                      max_delay_ms=a.max_delay_ms)  # fmt: skip
         s.output_len = part_output_len(part, a.output_len)

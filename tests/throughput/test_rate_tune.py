@@ -94,6 +94,9 @@ def test_thresholds_above_the_measured_batch_sizes_are_left_out():
     kept = [c.thresholds for c in res.results]
     assert kept and all(b[1] <= 2 for b in kept) and (6, 1) in kept
     assert res.unpriced == len(candidates(2, 6, {})) - len(kept) > 0
+    # a threshold the plan fixes is simulated as given, beyond the measured sizes or not
+    fixed = tune_at_rate(inp, RateSettings(20.0, 16, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1), {"llm": 4})
+    assert {c.thresholds[1] for c in fixed.results} == {4} and fixed.unpriced == 0
 
 
 def test_a_rate_over_what_any_threshold_serves_marks_every_candidate_behind():

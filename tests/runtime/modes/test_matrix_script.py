@@ -894,3 +894,35 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
     assert "--simulate-held-expect '0': expected a number of rows > 0" in capsys.readouterr().err
     assert matrix.main(["--report", str(run125), "--simulate-held-expect", "x"]) == 2
     assert "--simulate-held-expect 'x': expected a number of rows > 0" in capsys.readouterr().err
+
+
+def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp_path, monkeypatch, capsys):
+    """`--tune-at-rate`: each N is tuned by `tune --request-rate` on the same profile, which leaves out the
+    thresholds above the measured batch sizes; a fixed threshold beyond them is still simulated as given."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    assert (
+        matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--tune-at-rate"])
+        == 2
+    )
+    assert "--tune-at-rate needs --request-rate" in capsys.readouterr().err
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
+                        request_rate=20.0, tune_at_rate=True)  # fmt: skip
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    plan = matrix.base_plan(s, "tiny", "bern0.35", raw)
+    step = {"slm": StepLatency(((1, 2.4), (8, 3.0))), "llm": StepLatency(((1, 6.5), (2, 6.6)))}
+    prof = Profile("bernoulli", None, step, {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}})
+    write_profile(prof, raw / "eager.json")
+    monkeypatch.setattr(
+        matrix, "profile_served", lambda s, plan, ns, raw: {n: raw / "eager.json" for n in ns}
+    )
+    got = matrix.profile_and_tune(s, plan, [8], raw)[8]
+    result = json.loads((raw / "tune-n8.json").read_text())["tuning"]["result"]
+    assert result["objective"] == "from-arrival-p99" and result["request_rate_per_s"] == 20.0
+    assert got["thresholds"] == result["best"] and got["thresholds"]["llm"] <= 2
+    assert any("tune N=8 at 20 requests/s: B = " in line for line in s.log), s.log
+    fixed = matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)
+    assert fixed["thresholds"] == {"slm": 1, "llm": 6}
+    assert "fixed N=8: warning: B_llm = 6: " in s.log[-1]

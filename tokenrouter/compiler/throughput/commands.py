@@ -245,7 +245,9 @@ def run_rate_tune(
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     best = result.best
-    late = beyond_profile_warnings(inp, best) + concentration_warnings(system, best.thresholds)
+    late = beyond_profile_warnings(inp, best, "the simulation") + concentration_warnings(
+        system, best.thresholds
+    )
     if best.behind:
         late.append(
             f"every candidate fell behind {settings.rate_per_s:g} requests/s (more than 2N waiting at the cap at the "

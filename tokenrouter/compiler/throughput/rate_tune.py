@@ -13,7 +13,9 @@ rounds:
 1. every feasible candidate once (seed 0) over `screen_ms`;
 2. the best `keep` of them again over `horizon_ms` with each of `seeds` seeds, ranked on the mean.
 
-Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
+A candidate with a free threshold above the largest batch size its model's step latency was measured at is
+left out (`measured_sizes`): the steps of those sizes would be priced as the largest measured, which makes
+them look cheaper than they are. Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
 latencies, are then not what tells two candidates apart). A candidate that falls behind the rate (more than
 2N requests waiting at the cap at the end of a run) ranks after every one that keeps up.
 """
@@ -175,7 +177,7 @@ def arrivals(rate_per_s: float, until_ms: float, seed: int) -> tuple[float, ...]
 
 def measured_sizes(inputs: SystemInputs) -> tuple[int | float, ...]:
     """Per model, the largest batch size its step latency was measured at (every one for a latency given as one
-    constant). A step of more rows is priced as that size's (`StepLatency`), which makes a larger threshold look
+    constant), in each state where it is priced by state (beside its co-runners and alone: the smaller). A step of more rows is priced as that size's (`StepLatency`), which makes a larger threshold look
     cheaper than it is: on the H200 the chain chose B_llm = 5 over a profile measured up to 4 rows, priced at
     7.34 ms, and the served 5-row steps took 9.55 ms (docs/matrix.md, "Runs 161-166")."""
     out: list[int | float] = []
@@ -206,13 +208,13 @@ def tune_at_rate(
     fixed_idx = {inputs.index(k): v for k, v in fixed.items()}
     feasible = candidates(m, n, fixed_idx)
     top = measured_sizes(inputs)
-    pool = [b for b in feasible if all(x <= t for x, t in zip(b, top, strict=True))]
+    free = [i for i in range(m) if i not in fixed_idx]  # a fixed threshold is the user's: it stays
+    pool = [b for b in feasible if all(b[i] <= top[i] for i in free)]
     if not pool:
         raise TuneError(
             "every feasible candidate has a threshold above the batch sizes its model's step latency was measured "
             "at: " + ", ".join(f"{x} up to {t}" for x, t in zip(inputs.models, top, strict=True))
         )
-    free = [i for i in range(m) if i not in fixed_idx]
     n_feasible = _count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
     unpriced = len(feasible) - len(pool)
     s = settings
