@@ -372,6 +372,7 @@ SETTINGS = {
     "attn_prefetch_max",
     "attn_wide_tile_splits",
     "attn_narrow_tile_splits",
+    "attn_split_rows",
 }
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,

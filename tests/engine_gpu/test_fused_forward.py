@@ -12,6 +12,8 @@ import torch
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
 from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
+    ATTN_SPLIT_ROWS,
+    ATTN_SPLIT_ROWS_ENV,
     DOT_ROWS_DECODE_MAX,
     DOT_ROWS_ENV,
     DOT_ROWS_NARROW_MAX,
@@ -403,6 +405,43 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
     for bad in ("0", "65", "many", "4:", "4:x", "4:17", ":2"):
         monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
         with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
+            TritonAttnBackend(cfg)
+
+
+def test_attn_split_rows_from_the_environment(monkeypatch):
+    """By default a launch of more than 64 query rows runs its KV range unsplit; TOKENROUTER_ATTN_SPLIT_ROWS=256
+    lets the 34-token extend (68 rows at GQA 2) split too, with the reference's logits; bad values are named."""
+    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
+    model = tiny_model("qwen3")
+    cfg = attn_config(model.config)
+    group = cfg.num_heads // cfg.num_kv_heads
+    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
+    asked = []  # (query rows, KV splits) per attention launch
+    real = tk.paged_attention
+
+    def recorded(*args, **kwargs):
+        asked.append((kwargs["max_extend_len"] * group, kwargs["num_splits"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tk, "paged_attention", recorded)
+    for env, limit in ((None, ATTN_SPLIT_ROWS), ("256", 256)):
+        if env is not None:
+            monkeypatch.setenv(ATTN_SPLIT_ROWS_ENV, env)
+        backend = TritonAttnBackend(cfg)
+        backend.fused_ops = False  # the model's own forward: the attention is the Triton kernel that matters
+        assert backend.attn_split_rows == limit
+        asked.clear()
+        got = run_steps(model, backend, model.forward, STEPS)
+        wide = {splits for rows, splits in asked if rows > 64}
+        assert 34 * group > 64 and wide == ({1} if env is None else {s for s in wide if s > 1}) and wide, (
+            asked
+        )
+        for (wl, wh), (gl, gh) in zip(want, got, strict=True):
+            torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
+            torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
+    for bad in ("63", "0", "x", "65537", "-1"):
+        monkeypatch.setenv(ATTN_SPLIT_ROWS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{ATTN_SPLIT_ROWS_ENV}={bad!r}: expected"):
             TritonAttnBackend(cfg)
 
 

@@ -171,6 +171,31 @@ def gemv_rows_from_env() -> tuple[int, int]:
     return int(b), int(q)
 
 
+# A launch of more query rows than this (the longest extend's tokens x the GQA group) runs its KV range unsplit:
+# its row blocks are taken to fill the GPU. Run 161 (docs/matrix.md, "Runs 161-166") found that not so at long
+# contexts: the 8B's steps whose longest extend was 17-64 tokens (68-256 rows at GQA 4) took twice as long as
+# those of at most 16 at about 3,000 tokens of context (15-16.7 against 6.6-8.1 ms), a launch of 1-3 row blocks
+# per KV head over 132 SMs. TOKENROUTER_ATTN_SPLIT_ROWS="R" (64 to 65536) lets `choose_num_splits` decide up to
+# R rows (it returns 1 where the row blocks fill the GPU anyway); the default stays 64 until the steps are timed
+# side by side (`bench/engine_bench.py --ablate attn_split_rows=R`)
+ATTN_SPLIT_ROWS = 64
+ATTN_SPLIT_ROWS_ENV = "TOKENROUTER_ATTN_SPLIT_ROWS"
+
+
+def attn_split_rows_from_env() -> int:
+    """The most query rows a launch splits its KV range at, from TOKENROUTER_ATTN_SPLIT_ROWS (ValueError naming a
+    bad value)."""
+    raw = os.environ.get(ATTN_SPLIT_ROWS_ENV, "").strip()
+    if not raw:
+        return ATTN_SPLIT_ROWS
+    if not raw.isdigit() or not ATTN_SPLIT_ROWS <= int(raw) <= 65536:
+        raise ValueError(
+            f"{ATTN_SPLIT_ROWS_ENV}={raw!r}: expected R, the most query rows (extend tokens x GQA group) a launch "
+            f"splits its KV range at ({ATTN_SPLIT_ROWS} to 65536)"
+        )
+    return int(raw)
+
+
 # the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
 # merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
 # H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
@@ -265,6 +290,8 @@ class TritonAttnBackend(AttentionBackend):
         self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
         # with fused_merge: its rows per block, and the passes of a larger block that still merges in the kernel
         self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
+        # launches of more query rows than this run their KV range unsplit (see ATTN_SPLIT_ROWS)
+        self.attn_split_rows = attn_split_rows_from_env()
         # decodes of at most this many requests read their first KV tile early (attn_prefetch) and run the
         # attention's KV loop unpipelined (attn_stages), larger ones pipelined without early reads; extends
         # whose row blocks hold at most this many query rows run it unpipelined (see ATTN_DECODE_SINGLE_STAGE_BS)
@@ -325,7 +352,7 @@ class TritonAttnBackend(AttentionBackend):
         cfg = self.config
         rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
         block_m = tk.row_block_size(rows)
-        if rows > 64:  # long extends / prefills: enough row blocks to fill the GPU without splitting
+        if rows > self.attn_split_rows:  # long extends / prefills: taken to fill the GPU without splitting
             splits = 1
         else:
             cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
