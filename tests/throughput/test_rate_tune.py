@@ -66,8 +66,13 @@ def test_each_candidate_is_ranked_on_the_same_arrivals_as_simulate_gives():
                                     warmup_ms=500.0, arrivals_ms=arrivals(40.0, 5_500.0, k))).latency
             for k in range(2)
         ]  # fmt: skip
-        assert c.score == pytest.approx(sum(w["from_arrival_ms"]["p50"] for w in want) / 2, rel=1e-12)
-        assert c.runs == 2
+        assert c.scores == tuple(w["from_arrival_ms"]["p50"] for w in want)
+        assert c.score == pytest.approx(sum(c.scores) / 2, rel=1e-12)
+        # against the best seed by seed: the mean, the spread and the seeds where the best was lower
+        d = [x - y for x, y in zip(c.scores, res.best.scores, strict=True)]
+        mean, sd, lower = res.behind_best(c)
+        assert mean == pytest.approx(sum(d) / 2) and sd == pytest.approx(abs(d[0] - d[1]) / 2**0.5)
+        assert lower == sum(x > 0 for x in d)
     scores = [c.score for c in res.results]
     assert scores == sorted(scores)
     par = tune_at_rate(inp, RateSettings(**{**{f: getattr(s, f) for f in s.__slots__}, "jobs": 2}))

@@ -298,10 +298,20 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
             f"{m} {ms:g} ms" for m, ms in zip(models, s.hop_ms, strict=True)))  # fmt: skip
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
-    head = ["rank", "B (" + ",".join(models) + ")", f"{s.objective} ms", "TTFT p50 ms", "TPOT p50 ms",
-            "from arrival p50 / p99 s", "tok/s", "backlog"]  # fmt: skip
+
+    def ms(x: float) -> str:
+        return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+    def behind(c) -> str:
+        if c is result.best:
+            return "-"
+        mean, sd, lower = result.behind_best(c)
+        return f"{mean:+.3g} ({sd:.2g}), {lower} of {len(c.scores)}" if len(c.scores) > 1 else f"{mean:+.3g}"
+
+    head = ["rank", "B (" + ",".join(models) + ")", f"{s.objective} ms", "behind B*: ms (sd), seeds",
+            "TTFT p50 ms", "TPOT p50 ms", "from arrival p50 / p99 s", "tok/s", "backlog"]  # fmt: skip
     rows = [
-        [str(k + 1), ",".join(map(str, c.thresholds)), f"{c.score:.2f}" if c.score < 100 else f"{c.score:.0f}",
+        [str(k + 1), ",".join(map(str, c.thresholds)), ms(c.score), behind(c),
          f"{c.latency['ttft_ms']['p50']:.1f}", f"{c.latency['tpot_ms']['p50']:.3f}",
          f"{c.latency['from_arrival_ms']['p50'] / 1e3:.2f} / {c.latency['from_arrival_ms']['p99'] / 1e3:.2f}",
          f"{c.throughput:.0f}", str(c.backlog) + (" (behind)" if c.behind else "")]
@@ -313,6 +323,15 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         "B* = " + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
         + f" ({s.objective} {result.best.score:.4g} ms)"
     )  # fmt: skip
+    if len(result.results) > 1 and len(result.best.scores) > 1:
+        second = result.results[1]
+        mean, sd, lower = result.behind_best(second)
+        if lower < len(second.scores) or mean < 2 * sd:
+            lines.append(
+                f"note: {','.join(map(str, second.thresholds))} is {mean:.3g} ms behind on the mean (sd {sd:.2g} ms over "
+                f"the seeds), and B* was lower in {lower} of {len(second.scores)} seeds: the two are level within what "
+                "the simulation can tell; more --seeds or a longer --horizon-ms would rank them"
+            )
     if wrote is not None:
         lines.append(f"wrote {wrote} (batch for {', '.join(system.auto) or 'no auto model'})")
     return lines

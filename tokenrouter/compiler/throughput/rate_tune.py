@@ -100,7 +100,9 @@ class RateCandidate:
     mean_batch: tuple[float, ...]  # rows per step of each model, mean over the runs
     backlog: int  # the most requests waiting at the cap at the end of a run
     behind: bool  # a run ended with more than 2N waiting: the rate is over what this B serves
-    runs: int
+    scores: tuple[
+        float, ...
+    ]  # the objective of each run, in seed order (the same arrivals per seed across candidates)
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
         return {
@@ -111,7 +113,7 @@ class RateCandidate:
             "mean_batch": dict(zip(models, self.mean_batch, strict=True)),
             "backlog": self.backlog,
             "behind": self.behind,
-            "runs": self.runs,
+            "scores_ms": list(self.scores),
         }
 
 
@@ -134,6 +136,14 @@ class RateTuneResult:
 
     def best_thresholds(self) -> dict[str, int]:
         return dict(zip(self.models, self.best.thresholds, strict=True))
+
+    def behind_best(self, c: RateCandidate) -> tuple[float, float, int]:
+        """Candidate c against the best, seed by seed (the same arrivals): the mean and the standard deviation of
+        its objective minus the best's, ms, and in how many seeds the best was lower."""
+        d = [x - y for x, y in zip(c.scores, self.best.scores, strict=True)]
+        mean = sum(d) / len(d)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else math.nan
+        return mean, sd, sum(1 for x in d if x > 0)
 
     def as_dict(self, top: int | None = None) -> dict:
         s = self.settings
@@ -294,7 +304,7 @@ class _Runner:
                     mean_batch=tuple(_mean(r[2][i] for r in runs) for i in range(len(b))),
                     backlog=backlog,
                     behind=backlog > 2 * n,
-                    runs=len(runs),
+                    scores=tuple(x[key][q] for x in lat),
                 )
             )
         # keeping up first, then the objective (a run that measured no request: last), then the thresholds
