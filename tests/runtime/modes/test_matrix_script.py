@@ -469,13 +469,12 @@ def test_a_profile_with_latencies_alone_is_tuned_by_state_and_the_plain_choice_l
     assert not json.loads((raw / "eager-plain.json").read_text()).get("alone_ms")
 
 
-def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
-    """A profile that measured the large model at 1-2 rows only: `tune` chooses B_llm beyond them and warns,
-    and the script says so on its console (the warning was only in tune.log before, run 113)."""
+def narrow_eager_profile(s, tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """(the tiny bern0.35 plan, its raw folder), with `profile_served` giving an eager profile that measured the
+    large model at 1-2 rows only."""
     from tokenrouter.compiler.throughput.inputs import StepLatency
     from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
 
-    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
     raw = tmp_path / "raw"
     raw.mkdir()
     plan = matrix.base_plan(s, "tiny", "bern0.35", raw)
@@ -485,6 +484,14 @@ def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
     monkeypatch.setattr(
         matrix, "profile_served", lambda s, plan, ns, raw: {n: raw / "eager.json" for n in ns}
     )
+    return plan, raw
+
+
+def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
+    """A profile that measured the large model at 1-2 rows only: `tune` chooses B_llm beyond them and warns,
+    and the script says so on its console (the warning was only in tune.log before, run 113)."""
+    s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
+    plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
     got = matrix.profile_and_tune(s, plan, [8], raw)[8]
     assert got["thresholds"]["llm"] > 2
     warned = [line for line in s.log if "tune N=8: warning: B_llm = " in line]
@@ -899,9 +906,6 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
 def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp_path, monkeypatch, capsys):
     """`--tune-at-rate`: each N is tuned by `tune --request-rate` on the same profile, which leaves out the
     thresholds above the measured batch sizes; a fixed threshold beyond them is still simulated as given."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
-
     assert (
         matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--tune-at-rate"])
         == 2
@@ -909,15 +913,7 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
     assert "--tune-at-rate needs --request-rate" in capsys.readouterr().err
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
                         request_rate=20.0, tune_at_rate=True)  # fmt: skip
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    plan = matrix.base_plan(s, "tiny", "bern0.35", raw)
-    step = {"slm": StepLatency(((1, 2.4), (8, 3.0))), "llm": StepLatency(((1, 6.5), (2, 6.6)))}
-    prof = Profile("bernoulli", None, step, {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}})
-    write_profile(prof, raw / "eager.json")
-    monkeypatch.setattr(
-        matrix, "profile_served", lambda s, plan, ns, raw: {n: raw / "eager.json" for n in ns}
-    )
+    plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
     got = matrix.profile_and_tune(s, plan, [8], raw)[8]
     result = json.loads((raw / "tune-n8.json").read_text())["tuning"]["result"]
     assert result["objective"] == "from-arrival-p99" and result["request_rate_per_s"] == 20.0

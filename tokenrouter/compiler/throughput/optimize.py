@@ -74,6 +74,19 @@ def candidates(m: int, n: int, fixed: Mapping[int, int]) -> list[tuple[int, ...]
     return [b for b in itertools.product(*ranges) if feasible(b, n)]
 
 
+def fixed_indices(inputs: SystemInputs, fixed: Mapping[str, int] | None) -> dict[int, int]:
+    """The fixed thresholds by model index, each checked to be an int >= 1 of one of the models, and all together
+    to leave a feasible choice at N (TuneError otherwise)."""
+    fixed = dict(fixed or {})
+    for name, b in fixed.items():
+        inputs.index(name)
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise TuneError(f"the fixed threshold of {name} must be an int >= 1, got {b!r}")
+    if error := feasibility_error(fixed, inputs.concurrency):
+        raise TuneError(error)
+    return {inputs.index(k): v for k, v in fixed.items()}
+
+
 def tune(
     inputs: SystemInputs,
     fixed: Mapping[str, int] | None = None,
@@ -82,16 +95,10 @@ def tune(
     exhaustive_limit: int = 200,
 ) -> TuneResult:
     """Evaluate T(B) over the feasible thresholds and return them best first."""
-    fixed = dict(fixed or {})
     n, m = inputs.concurrency, inputs.n_models
-    for name, b in fixed.items():
-        inputs.index(name)
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise TuneError(f"the fixed threshold of {name} must be an int >= 1, got {b!r}")
-    error = feasibility_error(fixed, n) or too_many_states(inputs, max_states)
-    if error:
+    fixed_idx = fixed_indices(inputs, fixed)
+    if error := too_many_states(inputs, max_states):
         raise TuneError(error)
-    fixed_idx = {inputs.index(k): v for k, v in fixed.items()}
     t0 = time.perf_counter()
     cache: dict[tuple[int, ...], ChainResult | None] = {}
     failed: dict[tuple[int, ...], str] = {}
@@ -107,7 +114,7 @@ def tune(
         return -1.0 if r is None else r.throughput
 
     free = [i for i in range(m) if i not in fixed_idx]
-    n_feasible = _count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
+    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
     if n_feasible <= exhaustive_limit:
         method = "exhaustive"
         for b in candidates(m, n, fixed_idx):
@@ -142,7 +149,7 @@ def tune(
     )
 
 
-def _count_feasible(k: int, budget: int) -> int:
+def count_feasible(k: int, budget: int) -> int:
     """Number of (x_1..x_k) ≥ 0 with Σ x < budget, each x ≤ N − 1 (implied): C(budget − 1 + k, k)."""
     if budget <= 0:
         return 0

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenrouter.compiler.passes.check_feasibility import feasibility_error
 from tokenrouter.compiler.throughput.inputs import SystemInputs
-from tokenrouter.compiler.throughput.optimize import TuneError, _count_feasible, candidates
+from tokenrouter.compiler.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
 
 # the objective's name -> (the latency, the statistic) of `SimResult.latency`
@@ -207,15 +206,8 @@ def tune_at_rate(
     inputs: SystemInputs, settings: RateSettings, fixed: Mapping[str, int] | None = None
 ) -> RateTuneResult:
     """Rank the feasible thresholds by the open loop's latency (module docstring) and return them best first."""
-    fixed = dict(fixed or {})
     n, m = inputs.concurrency, inputs.n_models
-    for name, b in fixed.items():
-        inputs.index(name)
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise TuneError(f"the fixed threshold of {name} must be an int >= 1, got {b!r}")
-    if error := feasibility_error(fixed, n):
-        raise TuneError(error)
-    fixed_idx = {inputs.index(k): v for k, v in fixed.items()}
+    fixed_idx = fixed_indices(inputs, fixed)
     feasible = candidates(m, n, fixed_idx)
     top = measured_sizes(inputs)
     free = [i for i in range(m) if i not in fixed_idx]  # a fixed threshold is the user's: it stays
@@ -225,7 +217,7 @@ def tune_at_rate(
             "every feasible candidate has a threshold above the batch sizes its model's step latency was measured "
             "at: " + ", ".join(f"{x} up to {t}" for x, t in zip(inputs.models, top, strict=True))
         )
-    n_feasible = _count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
+    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
     unpriced = len(feasible) - len(pool)
     s = settings
     probe = _config(s, pool[0], 0, (), s.horizon_ms)
