@@ -550,7 +550,19 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
             time.sleep(1.0)
             before = raw / f"profile-metrics-n{n}{suffix}-before.txt"
             before.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
-            bench(s, srv.url, n, (s.profile_rounds or s.rounds) * n, s.profile_len, None, raw / "bench.log")
+            # tuning at a rate: the profile's load at that rate too (an eager closed loop seldom leaves the large
+            # model a step alone, so its latencies alone go unmeasured: docs/throughput.md)
+            rate = s.request_rate if s.tune_at_rate else None
+            bench(
+                s,
+                srv.url,
+                n,
+                (s.profile_rounds or s.rounds) * n,
+                s.profile_len,
+                None,
+                raw / "bench.log",
+                rate,
+            )
             time.sleep(1.0)
             after = raw / f"profile-metrics-n{n}{suffix}-after.txt"
             after.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
@@ -720,16 +732,21 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def bench(
-    s: Settings, url: str, n: int, num: int, length: int, json_out: Path | None, log: Path
-) -> dict | None:
+    s: Settings, url: str, n: int, num: int, length: int, json_out: Path | None, log: Path,
+    rate: float | None = None,
+) -> dict | None:  # fmt: skip
+    """`tokenrouter bench` on the server at `url`: N at a time, `num` requests of `length` tokens. The measured
+    rows (`json_out`) run at the part's rate and SLOs; another load is a closed loop, or an open loop at `rate`."""
     cmd = cli("bench", "--url", url, "-c", str(n), "-n", str(num), "--output-len", str(length),
               "--prompt-len", str(s.prompt_len), "--temperature", "0", "--no-progress")  # fmt: skip
+    flags = (("--request-rate", rate),)
     if json_out is not None:  # the measured rows; the warm-up is a closed loop
         cmd += ["--json", str(json_out)]
-        for flag, value in (("--request-rate", s.request_rate), ("--slo-ttft-ms", s.slo_ttft_ms),
-                            ("--slo-tpot-ms", s.slo_tpot_ms)):  # fmt: skip
-            if value is not None:
-                cmd += [flag, f"{value:g}"]
+        flags = (("--request-rate", s.request_rate), ("--slo-ttft-ms", s.slo_ttft_ms),
+                 ("--slo-tpot-ms", s.slo_tpot_ms))  # fmt: skip
+    for flag, value in flags:
+        if value is not None:
+            cmd += [flag, f"{value:g}"]
     run_cmd(s, cmd, log, timeout=1800)
     return json.loads(json_out.read_text()) if json_out is not None else None
 
@@ -1841,8 +1858,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the measured rows as an open loop: R requests per second (Poisson, seeded), at most N in "
                     "flight (default: a closed loop of N workers); its tables leave out the DTMC's checks")  # fmt: skip
     ap.add_argument("--tune-at-rate", action="store_true",
-                    help="with --request-rate: tune each N for the lowest time from arrival p99 at that rate "
-                    "(`tune --request-rate`) instead of the chain's closed-loop throughput")  # fmt: skip
+                    help="with --request-rate: serve the eager profile's load at that rate too, and tune each N for "
+                    "the lowest time from arrival p99 at it (`tune --request-rate`) instead of the chain's "
+                    "closed-loop throughput")  # fmt: skip
     ap.add_argument("--profile-s", default=None, metavar="S",
                     help="after each measured row, a second load (not measured) under a live profile of S "
                     "seconds: each subserver's steps, phases, loop gaps and GPU busy time (bench/trace_summary.py)")  # fmt: skip

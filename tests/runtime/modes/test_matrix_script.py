@@ -203,8 +203,8 @@ def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
         def stop(self):
             pass
 
-    def fake_bench(s, url, n, requests, output_len, json_path, log):
-        loads.append((n, requests, output_len))
+    def fake_bench(s, url, n, requests, output_len, json_path, log, rate=None):
+        loads.append((n, requests, output_len) + ((rate,) if rate else ()))
 
     monkeypatch.setattr(matrix, "Server", FakeServer)
     monkeypatch.setattr(matrix, "bench", fake_bench)
@@ -218,6 +218,13 @@ def test_the_served_profiles_load_is_profile_rounds_x_n(tmp_path, monkeypatch):
         matrix.served_profiles(s, tmp_path / "p.plan", [4, 16], tmp_path, "eager", ())
         assert loads == [(4, 4, s.warmup_len), (4, want * 4, s.profile_len),
                          (16, 16, s.warmup_len), (16, want * 16, s.profile_len)]  # fmt: skip
+    # tuning at a rate: the profile's load is an open loop at the rate (the warm-up a closed loop)
+    for tune_at_rate, rate in ((False, None), (True, 2.5)):
+        loads.clear()
+        s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "w", device=None, rounds=3, request_rate=2.5,
+                            tune_at_rate=tune_at_rate)  # fmt: skip
+        matrix.served_profiles(s, tmp_path / "p.plan", [4], tmp_path, "eager", ())
+        assert loads == [(4, 4, s.warmup_len), (4, 12, s.profile_len) + ((rate,) if rate else ())]
 
 
 def test_max_delay_goes_into_the_plans(tmp_path):
