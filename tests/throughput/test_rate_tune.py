@@ -4,6 +4,7 @@ given arrival times (`SimConfig.arrivals_ms`) that it runs every candidate on.""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -11,7 +12,13 @@ from typer.testing import CliRunner
 from tokenrouter.cli import app
 from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
 from tokenrouter.compiler.throughput.optimize import TuneError, candidates
-from tokenrouter.compiler.throughput.rate_tune import RateSettings, arrivals, measured_sizes, tune_at_rate
+from tokenrouter.compiler.throughput.rate_tune import (
+    BEYOND_SHARE,
+    RateSettings,
+    arrivals,
+    measured_sizes,
+    tune_at_rate,
+)
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
 
 P = [[0.9, 0.1], [1.0, 0.0]]
@@ -91,17 +98,23 @@ def test_without_a_shared_gpu_waiting_for_rows_only_adds_latency():
     assert worst.score > 2 * res.best.score
 
 
-def test_thresholds_above_the_measured_batch_sizes_are_left_out():
-    inp = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": StepLatency(((1, 5.0), (2, 5.5)))}, P, C, 6)
-    assert measured_sizes(inp)[1] == 2
-    res = tune_at_rate(inp, RateSettings(20.0, 16, max_delay_ms=5.0, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1,
+def test_candidates_priced_beyond_the_measured_batch_sizes_rank_after():
+    """The large model measured at 1-2 rows: a candidate that runs more than 5 % of its steps with more rows
+    (priced as 2 rows) ranks after every one priced within the measurements, whatever its latency."""
+    half = [[0.5, 0.5], [1.0, 0.0]]  # every other token on the large model: its queue often holds more than 2
+    inp = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": StepLatency(((1, 5.0), (2, 5.5)))}, half, C, 6)
+    assert measured_sizes(inp) == (math.inf, 2) and measured_sizes(inp, ["slm"]) == (1, 2)
+    res = tune_at_rate(inp, RateSettings(30.0, 16, max_delay_ms=5.0, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1,
                                          keep=50))  # fmt: skip
-    kept = [c.thresholds for c in res.results]
-    assert kept and all(b[1] <= 2 for b in kept) and (6, 1) in kept
-    assert res.unpriced == len(candidates(2, 6, {})) - len(kept) > 0
+    flags = [c.unpriced for c in res.results]
+    assert any(flags) and not all(flags) and flags == sorted(flags)  # the priced ones first
+    assert res.unpriced == sum(flags) and res.limits == (math.inf, 2)
+    for c in res.results:  # the share is of the llm's steps above 2 rows
+        assert c.beyond[0] == 0.0 and c.unpriced == (c.beyond[1] > BEYOND_SHARE)
+    assert not res.best.unpriced
     # a threshold the plan fixes is simulated as given, beyond the measured sizes or not
-    fixed = tune_at_rate(inp, RateSettings(20.0, 16, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1), {"llm": 4})
-    assert {c.thresholds[1] for c in fixed.results} == {4} and fixed.unpriced == 0
+    fixed = tune_at_rate(inp, RateSettings(30.0, 16, horizon_ms=3_000.0, warmup_ms=0.0, seeds=1), {"llm": 4})
+    assert {c.thresholds[1] for c in fixed.results} == {4} and all(c.unpriced for c in fixed.results)
 
 
 def test_a_rate_over_what_any_threshold_serves_marks_every_candidate_behind():

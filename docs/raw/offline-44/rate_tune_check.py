@@ -7,6 +7,9 @@ flight, 4 requests/s) and 163 (p = 0.35, at most 16, 3 requests/s), offline:
    `openloop_check.py` simulates a row), what it chooses, and where the served thresholds rank;
 3. each row's measured latencies.
 
+A candidate that ran more than 5 % of a model's steps with more rows than that model was measured at is ranked
+after the others ("[priced beyond]").
+
 Usage: python3 docs/raw/offline-44/rate_tune_check.py docs/raw/run-a15/call{2,3,6}/run*/results-*.tar.gz
 """
 
@@ -32,17 +35,23 @@ def b_of(b) -> str:
 
 
 def show(res, served=None) -> str:
+    """The final round, each candidate's objective (and TPOT p50), and where the served thresholds ranked."""
     out = [
         f"{b_of(c.thresholds)} {c.score:.0f} ms (TPOT p50 {c.latency['tpot_ms']['p50']:.2f})"
+        + (" [priced beyond]" if c.unpriced else "")
         for c in res.results
     ]
+    if served is None:
+        return ", ".join(out)
     rank = next((k + 1 for k, c in enumerate(res.results) if c.thresholds == served), None)
-    where = "" if served is None else f"; served {b_of(served)}: " + (
-        f"rank {rank} of the final round" if rank else "not in the final round" + (
-            f" (screened {next(k + 1 for k, c in enumerate(res.screened) if c.thresholds == served)} of "
-            f"{len(res.screened)})" if any(c.thresholds == served for c in res.screened) else " (left out: beyond "
-            "the measured batch sizes)"))  # fmt: skip
-    return ", ".join(out) + where
+    first = next(((k + 1, c) for k, c in enumerate(res.screened) if c.thresholds == served), None)
+    where = (
+        f"rank {rank} of the final round"
+        if rank
+        else f"{first[0]} of the {len(res.screened)} screened"
+        + (f", {max(first[1].beyond):.0%} of a model's steps priced beyond" if first[1].unpriced else "")
+    )
+    return ", ".join(out) + f"; served {b_of(served)}: {where}"
 
 
 for tarball in sys.argv[1:]:
@@ -58,19 +67,22 @@ for tarball in sys.argv[1:]:
         )
         chain = json.loads(plan_path.read_text())["tuning"]["result"]["best"]
     settings = RateSettings(rate, tokens, max_delay_ms=recs[0]["max_delay_ms"], jobs=2)
-    res = tune_at_rate(system.inputs, settings)
+    profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
+    res = tune_at_rate(system.inputs, settings, measured=profiled)
     print(
         f"## {Path(tarball).parent.name}: {rate:g} requests/s, N = {n}, {tokens} tokens, objective {settings.objective}"
     )
     print(
-        f"- on the run's tuning profile (chain chose {b_of(chain.values())}): {res.unpriced} of {res.n_feasible} left "
-        f"out, final round {show(res)}; {res.seconds:.0f} s"
+        f"- on the run's tuning profile (chain chose {b_of(chain.values())}): {res.unpriced} of {res.n_feasible} "
+        f"priced beyond the measured batch sizes (ranked after), final round {show(res)}; {res.seconds:.0f} s"
     )
     for rec in recs:
         inputs, b = matrix.run_system(rec)
         hop = matrix.run_hop_ms(rec, inputs.models)
         own = tune_at_rate(
-            inputs, RateSettings(rate, tokens, max_delay_ms=rec["max_delay_ms"], hop_ms=hop, jobs=2)
+            inputs,
+            RateSettings(rate, tokens, max_delay_ms=rec["max_delay_ms"], hop_ms=hop, jobs=2),
+            measured=inputs.models,  # every latency of the row was measured
         )
         rep = rec["report"]
         print(

@@ -219,7 +219,7 @@ def run_rate_tune(
     """`tune --request-rate`: the thresholds with the lowest latency at an offered load (`rate_tune`). `rate`
     holds `RateSettings`' fields but the request tokens (`args`), with `max_delay_ms` None for the plan's and
     `hop_ms` as `MODEL=MS` items; `jobs` None for one process per CPU, up to 8."""
-    from tokenrouter.compiler.throughput.rate_tune import RateSettings, tune_at_rate
+    from tokenrouter.compiler.throughput.rate_tune import BEYOND_SHARE, RateSettings, tune_at_rate
 
     if top < 1:
         raise ThroughputUsageError(f"--top must be >= 1, got {top}")
@@ -241,13 +241,19 @@ def run_rate_tune(
     rate["hop_ms"] = parse_hop_ms(rate.get("hop_ms"), inp.models)
     settings = RateSettings(request_tokens=args.request_tokens, **rate)
     try:
-        result = tune_at_rate(inp, settings, system.fixed)
+        profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
+        result = tune_at_rate(inp, settings, system.fixed, profiled)
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     best = result.best
-    late = beyond_profile_warnings(inp, best, "the simulation") + concentration_warnings(
-        system, best.thresholds
-    )
+    late = concentration_warnings(system, best.thresholds)
+    late += [
+        f"B_{m} = {b}: {share:.0%} of {m}'s simulated steps had more than {limit} rows, the largest batch size its step "
+        f"latency was measured at; priced as {limit} rows, they look cheaper than they are (profile the plan at this "
+        "load for the latencies of those batch sizes)"
+        for m, b, share, limit in zip(result.models, best.thresholds, best.beyond, result.limits, strict=True)
+        if share > BEYOND_SHARE
+    ]
     if best.behind:
         late.append(
             f"every candidate fell behind {settings.rate_per_s:g} requests/s (more than 2N waiting at the cap at the "
@@ -266,20 +272,21 @@ def run_rate_tune(
 
 
 def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | None) -> list[str]:
-    from tokenrouter.compiler.throughput.rate_tune import measured_sizes
+    from tokenrouter.compiler.throughput.rate_tune import BEYOND_SHARE
 
     s, models = result.settings, result.models
     lines = [
         f"tune {plan['policy']['name']} at {s.rate_per_s:g} requests/s (Poisson, at most N = {result.concurrency} in "
         f"flight, {s.request_tokens} tokens each, max_delay_ms {s.max_delay_ms:g}) for the lowest {s.objective}: "
-        f"{result.n_feasible} feasible candidates"
+        f"{result.n_feasible} feasible candidate" + ("s" if result.n_feasible != 1 else "")
     ]
     if result.unpriced:
-        sizes = ", ".join(f"{m} up to {t}" for m, t in zip(models, measured_sizes(system.inputs), strict=True)
+        sizes = ", ".join(f"{m} up to {t}" for m, t in zip(models, result.limits, strict=True)
                           if math.isfinite(t))  # fmt: skip
         lines.append(
-            f"  {result.unpriced} left out: a threshold above the batch sizes its model's step latency was measured "
-            f"at ({sizes}), whose steps would be priced as the largest measured"
+            f"  {result.unpriced} ran more than {BEYOND_SHARE:.0%} of a model's steps with more rows than its step "
+            f"latency was measured at ({sizes}): those steps are priced as the largest measured, so they rank after "
+            "the others"
         )
     if result.screened:
         lines.append(
@@ -309,12 +316,14 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         return f"{mean:+.3g} ({sd:.2g}), {lower} of {len(c.scores)}" if len(c.scores) > 1 else f"{mean:+.3g}"
 
     head = ["rank", "B (" + ",".join(models) + ")", f"{s.objective} ms", "behind B*: ms (sd), seeds",
-            "TTFT p50 ms", "TPOT p50 ms", "from arrival p50 / p99 s", "tok/s", "backlog"]  # fmt: skip
+            "TTFT p50 ms", "TPOT p50 ms", "from arrival p50 / p99 s", "tok/s", "backlog",
+            "steps beyond measured"]  # fmt: skip
     rows = [
         [str(k + 1), ",".join(map(str, c.thresholds)), ms(c.score), behind(c),
          f"{c.latency['ttft_ms']['p50']:.1f}", f"{c.latency['tpot_ms']['p50']:.3f}",
          f"{c.latency['from_arrival_ms']['p50'] / 1e3:.2f} / {c.latency['from_arrival_ms']['p99'] / 1e3:.2f}",
-         f"{c.throughput:.0f}", str(c.backlog) + (" (behind)" if c.behind else "")]
+         f"{c.throughput:.0f}", str(c.backlog) + (" (behind)" if c.behind else ""),
+         f"{max(c.beyond):.1%}" + (" (ranked after)" if c.unpriced else "")]
         for k, c in enumerate(result.results[:top])
     ]  # fmt: skip
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]

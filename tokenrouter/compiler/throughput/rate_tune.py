@@ -13,9 +13,9 @@ rounds:
 1. every feasible candidate once (seed 0) over `screen_ms`;
 2. the best `keep` of them again over `horizon_ms` with each of `seeds` seeds, ranked on the mean.
 
-A candidate with a free threshold above the largest batch size its model's step latency was measured at is
-left out (`measured_sizes`): the steps of those sizes would be priced as the largest measured, which makes
-them look cheaper than they are. Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
+A candidate that runs more than 5 % of one model's steps with more rows than that model's step latency was
+measured at (`measured_sizes`) ranks after those priced within the measurements: the steps of those sizes are
+priced as the largest measured, which makes them look cheaper than they are. Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
 latencies, are then not what tells two candidates apart). A candidate that falls behind the rate (more than
 2N requests waiting at the cap at the end of a run) ranks after every one that keeps up.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +46,9 @@ OBJECTIVES = {
     for q in ("p50", "p99", "mean")
 }
 SHOWN = ("ttft_ms", "tpot_ms", "from_arrival_ms")  # the latencies a candidate keeps (p50, p99 and mean)
+# a candidate more of whose steps of one model than this share have more rows than the model's step latency was
+# measured at ranks after those priced within the measurements
+BEYOND_SHARE = 0.05
 
 
 @dataclass(slots=True)
@@ -99,9 +102,15 @@ class RateCandidate:
     mean_batch: tuple[float, ...]  # rows per step of each model, mean over the runs
     backlog: int  # the most requests waiting at the cap at the end of a run
     behind: bool  # a run ended with more than 2N waiting: the rate is over what this B serves
-    scores: tuple[
-        float, ...
-    ]  # the objective of each run, in seed order (the same arrivals per seed across candidates)
+    # the objective of each run, in seed order (the same arrivals per seed across candidates)
+    scores: tuple[float, ...]
+    # per model, the largest share of its steps (over the runs) with more rows than its step latency was measured at
+    beyond: tuple[float, ...]
+
+    @property
+    def unpriced(self) -> bool:
+        """More than BEYOND_SHARE of a model's steps were priced beyond the measured batch sizes."""
+        return any(x > BEYOND_SHARE for x in self.beyond)
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
         return {
@@ -113,6 +122,7 @@ class RateCandidate:
             "backlog": self.backlog,
             "behind": self.behind,
             "scores_ms": list(self.scores),
+            "beyond_measured": dict(zip(models, self.beyond, strict=True)),
         }
 
 
@@ -123,7 +133,10 @@ class RateTuneResult:
     settings: RateSettings
     fixed: dict[str, int]
     n_feasible: int
-    unpriced: int  # feasible candidates left out: a threshold above its model's measured batch sizes
+    unpriced: (
+        int  # candidates of the first round priced beyond the measured batch sizes (`RateCandidate.unpriced`)
+    )
+    limits: tuple[int | float, ...]  # per model, the largest batch size measured (`measured_sizes`)
     screened: list[RateCandidate]  # round 1 (empty when every candidate went to round 2), best first
     results: list[RateCandidate] = field(default_factory=list)  # round 2, best first
     seconds: float = 0.0
@@ -184,47 +197,51 @@ def arrivals(rate_per_s: float, until_ms: float, seed: int) -> tuple[float, ...]
     return (0.0, *out)  # the first request at 0, as the simulator's own Poisson loop has it
 
 
-def measured_sizes(inputs: SystemInputs) -> tuple[int | float, ...]:
-    """Per model, the largest batch size its step latency was measured at (every one for a latency given as one
-    constant), in each state where it is priced by state (beside its co-runners and alone: the smaller). A step of more rows is priced as that size's (`StepLatency`), which makes a larger threshold look
+def measured_sizes(inputs: SystemInputs, measured: Collection[str] = ()) -> tuple[int | float, ...]:
+    """Per model, the largest batch size its step latency was measured at; infinite for a latency given as one
+    constant, unless the model is one of `measured` (a profile's: one point is then a measurement at that size).
+    Where a model is priced by state, the larger of its two latencies' (beside its co-runners and alone): a size
+    counts where either state measured it, as each state is common for one model and rare for the other (in run
+    163 the 0.6B's steps beside the 8B were measured at 1 row only, alone up to 11; the 8B's beside up to 4, alone
+    up to 10). A step of more rows is priced as that size's (`StepLatency`), which makes a larger threshold look
     cheaper than it is: on the H200 the chain chose B_llm = 5 over a profile measured up to 4 rows, priced at
     7.34 ms, and the served 5-row steps took 9.55 ms (docs/matrix.md, "Runs 161-166")."""
     out: list[int | float] = []
-    for i in range(inputs.n_models):
+    for i, name in enumerate(inputs.models):
         curves = [inputs.step[i]] + ([a.step] if inputs.alone and (a := inputs.alone[i]) is not None else [])
-        sizes = [c.points[-1][0] if len(c.points) > 1 else math.inf for c in curves]
-        out.append(min(sizes))
+        out.append(
+            max(c.points[-1][0] if len(c.points) > 1 or name in measured else math.inf for c in curves)
+        )
     return tuple(out)
 
 
-def _run(inputs: SystemInputs, cfg: SimConfig) -> tuple[dict, float, tuple[float, ...]]:
+def _run(
+    inputs: SystemInputs, cfg: SimConfig
+) -> tuple[dict, float, tuple[float, ...], tuple[dict[int, int], ...]]:
     sim = simulate(inputs, cfg)
-    return sim.latency, sim.throughput, sim.mean_batch
+    return sim.latency, sim.throughput, sim.mean_batch, sim.steps_by_batch
 
 
 def tune_at_rate(
-    inputs: SystemInputs, settings: RateSettings, fixed: Mapping[str, int] | None = None
+    inputs: SystemInputs,
+    settings: RateSettings,
+    fixed: Mapping[str, int] | None = None,
+    measured: Collection[str] = (),
 ) -> RateTuneResult:
-    """Rank the feasible thresholds by the open loop's latency (module docstring) and return them best first."""
+    """Rank the feasible thresholds by the open loop's latency (module docstring) and return them best first;
+    `measured`: the models whose step latencies a profile measured (`measured_sizes`)."""
     n, m = inputs.concurrency, inputs.n_models
     fixed_idx = fixed_indices(inputs, fixed)
-    feasible = candidates(m, n, fixed_idx)
-    top = measured_sizes(inputs)
-    free = [i for i in range(m) if i not in fixed_idx]  # a fixed threshold is the user's: it stays
-    pool = [b for b in feasible if all(b[i] <= top[i] for i in free)]
-    if not pool:
-        raise TuneError(
-            "every feasible candidate has a threshold above the batch sizes its model's step latency was measured "
-            "at: " + ", ".join(f"{x} up to {t}" for x, t in zip(inputs.models, top, strict=True))
-        )
-    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
-    unpriced = len(feasible) - len(pool)
+    pool = candidates(m, n, fixed_idx)
+    top = measured_sizes(inputs, measured)
+    free = sum(1 for i in range(m) if i not in fixed_idx)
+    n_feasible = count_feasible(free, n - sum(v - 1 for v in fixed_idx.values()))
     s = settings
     probe = _config(s, pool[0], 0, (), s.horizon_ms)
     if error := steps_error(inputs, probe):
         raise TuneError(error)
     t0 = time.perf_counter()
-    with _Runner(inputs, s.jobs) as runner:
+    with _Runner(inputs, s.jobs, top) as runner:
         screened: list[RateCandidate] = []
         if len(pool) > s.keep:
             times = arrivals(s.rate_per_s, s.warmup_ms + s.screen_ms, 0)
@@ -233,6 +250,7 @@ def tune_at_rate(
         per_seed = [arrivals(s.rate_per_s, s.warmup_ms + s.horizon_ms, k) for k in range(s.seeds)]
         cfgs = [[_config(s, b, k, per_seed[k], s.horizon_ms) for k in range(s.seeds)] for b in pool]
         results = runner.rank(pool, cfgs, s, n)
+    unpriced = sum(c.unpriced for c in screened or results)
     return RateTuneResult(
         models=inputs.models,
         concurrency=n,
@@ -240,6 +258,7 @@ def tune_at_rate(
         fixed={inputs.models[i]: v for i, v in sorted(fixed_idx.items())},
         n_feasible=n_feasible,
         unpriced=unpriced,
+        limits=top,
         screened=screened,
         results=results,
         seconds=time.perf_counter() - t0,
@@ -258,8 +277,8 @@ def _config(
 class _Runner:
     """Runs simulations, in `jobs` processes where more than one is asked for."""
 
-    def __init__(self, inputs: SystemInputs, jobs: int) -> None:
-        self.inputs, self.jobs, self.pool = inputs, jobs, None
+    def __init__(self, inputs: SystemInputs, jobs: int, limits: tuple[int | float, ...]) -> None:
+        self.inputs, self.jobs, self.limits, self.pool = inputs, jobs, limits, None
 
     def __enter__(self) -> _Runner:
         if self.jobs > 1:
@@ -297,10 +316,22 @@ class _Runner:
                     backlog=backlog,
                     behind=backlog > 2 * n,
                     scores=tuple(x[key][q] for x in lat),
+                    beyond=tuple(
+                        max(_share_above(r[3][i], self.limits[i]) for r in runs) for i in range(len(b))
+                    ),
                 )
             )
-        # keeping up first, then the objective (a run that measured no request: last), then the thresholds
-        return sorted(ranked, key=lambda c: (c.behind, math.isnan(c.score), _or_inf(c.score), c.thresholds))
+        # keeping up and priced within the measurements first, then the objective (a run that measured no request:
+        # last), then the thresholds
+        return sorted(
+            ranked, key=lambda c: (c.behind, c.unpriced, math.isnan(c.score), _or_inf(c.score), c.thresholds)
+        )
+
+
+def _share_above(by_batch: dict[int, int], limit: int | float) -> float:
+    """The share of steps with more rows than `limit`."""
+    total = sum(by_batch.values())
+    return sum(k for b, k in by_batch.items() if b > limit) / total if total else 0.0
 
 
 def _mean(values) -> float:

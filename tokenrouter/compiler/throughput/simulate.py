@@ -166,6 +166,7 @@ class SimResult:
     mean_batch: tuple[float, ...]
     mean_queue: tuple[float, ...]
     steps_per_s: tuple[float, ...]
+    steps_by_batch: tuple[dict[int, int], ...]  # per model, the measured steps by their rows
     finished_requests: int
     stalled: bool  # every model idle with nothing able to start (only without a timeout)
     # an open loop's: {"queued_ms"|"ttft_ms"|"tpot_ms"|"e2e_ms"|"from_arrival_ms": {"mean", "p50", "p99"},
@@ -181,6 +182,9 @@ class SimResult:
             "mean_batch": dict(zip(models, self.mean_batch, strict=True)),
             "mean_queue": dict(zip(models, self.mean_queue, strict=True)),
             "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
+            "steps_by_batch": {
+                m: {str(b): k for b, k in d.items()} for m, d in zip(models, self.steps_by_batch, strict=True)
+            },
             "finished_requests": self.finished_requests,
             "stalled": self.stalled,
             **({"latency": self.latency} if self.latency is not None else {}),
@@ -310,6 +314,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     batch_time = np.zeros(m)
     queue_time = np.zeros(m)
     steps = np.zeros(m)
+    by_batch: list[dict[int, int]] = [{} for _ in range(m)]  # per model, the measured steps by their rows
     finished = 0
     stalled = False
     eff = tuple(cfg.thresholds)
@@ -433,6 +438,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
                         first[i].setdefault(r, now)
                 if measuring:
                     steps[i] += 1
+                    by_batch[i][len(batch)] = by_batch[i].get(len(batch), 0) + 1
                 us = rng.random(len(batch))
                 if len(cums) == 1:  # every request routes alike: one search for the whole batch
                     dests = cums[0][i].searchsorted(us * cums[0][i][-1], side="right")
@@ -531,6 +537,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         mean_batch=tuple(float(x) for x in np.divide(batch_time, busy, out=np.zeros(m), where=busy > 0)),
         mean_queue=tuple(float(x) for x in queue_time / span),
         steps_per_s=tuple(float(x) for x in steps / span * 1000.0),
+        steps_by_batch=tuple(dict(sorted(d.items())) for d in by_batch),
         finished_requests=finished,
         stalled=stalled,
         latency=_latency(done, cfg, warmup, backlog, sorted(set(range(slots)) - set(free)), arrived_at)
