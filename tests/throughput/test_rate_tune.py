@@ -169,6 +169,20 @@ def test_tune_request_rate_writes_the_plan(tmp_path):
     assert (tmp_path / "q.plan").exists()
 
 
+def test_simulate_warns_of_steps_priced_beyond_the_measured_sizes(tmp_path):
+    plan = source(tmp_path)
+    base = ["simulate", str(plan), "--step-ms", "slm=1", "--step-ms", "llm=1:5,2:5.5", "--batch", "slm=1",
+            "--request-tokens", "16", "--horizon-ms", "3000", "--no-chain"]  # fmt: skip
+    busy = CliRunner().invoke(app, [*base, "--batch", "llm=4", "--p", "slm:llm=0.5", "--request-rate", "60"])
+    assert busy.exit_code == 0, busy.output
+    assert (
+        "of llm's simulated steps had more than 2 rows, the largest batch size its step latency"
+        in busy.output
+    )
+    calm = CliRunner().invoke(app, [*base, "--batch", "llm=1", "--request-rate", "1"])
+    assert calm.exit_code == 0 and "simulated steps had more than" not in calm.output, calm.output
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

@@ -911,8 +911,8 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
 
 
 def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp_path, monkeypatch, capsys):
-    """`--tune-at-rate`: each N is tuned by `tune --request-rate` on the same profile, which leaves out the
-    thresholds above the measured batch sizes; a fixed threshold beyond them is still simulated as given."""
+    """`--tune-at-rate`: each N is tuned by `tune --request-rate` on the same profile, which ranks the candidates
+    priced beyond the measured batch sizes last; a fixed threshold beyond them is still simulated, and warned."""
     assert (
         matrix.main(["--pair", "tiny", "--policy", "bern0.1", "--run", "tokenrouter:4", "--tune-at-rate"])
         == 2
@@ -928,4 +928,5 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
     assert any("tune N=8 at 20 requests/s: B = " in line for line in s.log), s.log
     fixed = matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)
     assert fixed["thresholds"] == {"slm": 1, "llm": 6}
-    assert "fixed N=8: warning: B_llm = 6: " in s.log[-1]
+    assert "fixed N=8: warning: B* = slm 1, llm 6: " in s.log[-1]
+    assert "llm's simulated steps had more than 2 rows" in s.log[-1]

@@ -30,6 +30,14 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     timeout_warnings,
 )
 from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
+from tokenrouter.compiler.throughput.rate_tune import (
+    BEYOND_SHARE,
+    RateSettings,
+    beyond_shares,
+    beyond_warnings,
+    measured_sizes,
+    tune_at_rate,
+)
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
 from tokenrouter.outfile import check_output
 
@@ -219,7 +227,6 @@ def run_rate_tune(
     """`tune --request-rate`: the thresholds with the lowest latency at an offered load (`rate_tune`). `rate`
     holds `RateSettings`' fields but the request tokens (`args`), with `max_delay_ms` None for the plan's and
     `hop_ms` as `MODEL=MS` items; `jobs` None for one process per CPU, up to 8."""
-    from tokenrouter.compiler.throughput.rate_tune import BEYOND_SHARE, RateSettings, tune_at_rate
 
     if top < 1:
         raise ThroughputUsageError(f"--top must be >= 1, got {top}")
@@ -247,13 +254,11 @@ def run_rate_tune(
         raise ThroughputInputError(str(e)) from None
     best = result.best
     late = concentration_warnings(system, best.thresholds)
-    late += [
-        f"B_{m} = {b}: {share:.0%} of {m}'s simulated steps had more than {limit} rows, the largest batch size its step "
-        f"latency was measured at; priced as {limit} rows, they look cheaper than they are (profile the plan at this "
-        "load for the latencies of those batch sizes)"
-        for m, b, share, limit in zip(result.models, best.thresholds, best.beyond, result.limits, strict=True)
-        if share > BEYOND_SHARE
-    ]
+    if best.unpriced:
+        b_star = ", ".join(f"{m} {b}" for m, b in zip(result.models, best.thresholds, strict=True))
+        late += [
+            f"B* = {b_star}: {line}" for line in beyond_warnings(result.models, best.beyond, result.limits)
+        ]
     if best.behind:
         late.append(
             f"every candidate fell behind {settings.rate_per_s:g} requests/s (more than 2N waiting at the cap at the "
@@ -272,8 +277,6 @@ def run_rate_tune(
 
 
 def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | None) -> list[str]:
-    from tokenrouter.compiler.throughput.rate_tune import BEYOND_SHARE
-
     s, models = result.settings, result.models
     lines = [
         f"tune {plan['policy']['name']} at {s.rate_per_s:g} requests/s (Poisson, at most N = {result.concurrency} in "
@@ -544,6 +547,11 @@ def run_simulate(
                 f"warning: {lat['backlog']} requests were waiting at the cap at the end ({lat['unfinished']} measured "
                 "arrivals had not ended): if it grows with --horizon-ms, the rate is over what the plan serves"
             )
+    limits = measured_sizes(inp, [m for m, src in system.sources["step_ms"].items() if src == "profile"])
+    lines += [
+        f"warning: {x}"
+        for x in beyond_warnings(inp.models, beyond_shares(sim.steps_by_batch, limits), limits)
+    ]
     if cfg.requests is not None and sim.finished_requests < len(cfg.requests):
         lines.append(
             f"warning: the run was cut at --horizon-ms {cfg.horizon_ms:g} before its last request ended: "

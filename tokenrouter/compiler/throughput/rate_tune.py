@@ -317,7 +317,7 @@ class _Runner:
                     behind=backlog > 2 * n,
                     scores=tuple(x[key][q] for x in lat),
                     beyond=tuple(
-                        max(_share_above(r[3][i], self.limits[i]) for r in runs) for i in range(len(b))
+                        map(max, zip(*(beyond_shares(r[3], self.limits) for r in runs), strict=True))
                     ),
                 )
             )
@@ -326,6 +326,25 @@ class _Runner:
         return sorted(
             ranked, key=lambda c: (c.behind, c.unpriced, math.isnan(c.score), _or_inf(c.score), c.thresholds)
         )
+
+
+def beyond_shares(by_batch: tuple[dict[int, int], ...], limits: tuple[int | float, ...]) -> tuple[float, ...]:
+    """Per model, the share of its steps (`SimResult.steps_by_batch`) with more rows than its limit."""
+    return tuple(_share_above(steps, limit) for steps, limit in zip(by_batch, limits, strict=True))
+
+
+def beyond_warnings(
+    models: tuple[str, ...], shares: tuple[float, ...], limits: tuple[int | float, ...]
+) -> list[str]:
+    """A warning per model that ran more than BEYOND_SHARE of its simulated steps with more rows than its step
+    latency was measured at (`beyond_shares`, `measured_sizes`)."""
+    return [
+        f"{share:.0%} of {m}'s simulated steps had more than {limit} rows, the largest batch size its step latency "
+        f"was measured at; priced as {limit} rows, they look cheaper than they are (profile the plan at this load "
+        "for the latencies of those batch sizes)"
+        for m, share, limit in zip(models, shares, limits, strict=True)
+        if share > BEYOND_SHARE
+    ]
 
 
 def _share_above(by_batch: dict[int, int], limit: int | float) -> float:
