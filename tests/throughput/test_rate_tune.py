@@ -153,6 +153,11 @@ def test_tune_request_rate_writes_the_plan(tmp_path):
     )
     assert "10 simulated once over 2 s, the best 3 again over 10 s with 2 seeds" in res.output
     assert "B* = slm 1, llm 1" in res.output
+    # (2, 1) is behind in both seeds, by less than two standard deviations of the paired differences
+    assert (
+        "note: 2,1 is " in res.output
+        and "the two are level within what the simulation can tell" in res.output
+    )
     written = json.loads((tmp_path / "p.plan").read_text())
     assert {m: written["models"][m]["batch"] for m in ("slm", "llm")} == {"slm": 1, "llm": 1}
     result = written["tuning"]["result"]

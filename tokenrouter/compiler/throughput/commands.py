@@ -227,7 +227,6 @@ def run_rate_tune(
     """`tune --request-rate`: the thresholds with the lowest latency at an offered load (`rate_tune`). `rate`
     holds `RateSettings`' fields but the request tokens (`args`), with `max_delay_ms` None for the plan's and
     `hop_ms` as `MODEL=MS` items; `jobs` None for one process per CPU, up to 8."""
-
     if top < 1:
         raise ThroughputUsageError(f"--top must be >= 1, got {top}")
     if args.request_tokens is None:
@@ -335,8 +334,12 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         "B* = " + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
         + f" ({s.objective} {result.best.score:.4g} ms)"
     )  # fmt: skip
-    if len(result.results) > 1 and len(result.best.scores) > 1:
-        second = result.results[1]
+    best, second = result.best, (result.results + [None])[1]
+    if (
+        second is not None
+        and len(best.scores) > 1
+        and (second.behind, second.unpriced) == (best.behind, best.unpriced)
+    ):
         mean, sd, lower = result.behind_best(second)
         if lower < len(second.scores) or mean < 2 * sd:
             lines.append(

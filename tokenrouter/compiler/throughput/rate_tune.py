@@ -13,11 +13,12 @@ rounds:
 1. every feasible candidate once (seed 0) over `screen_ms`;
 2. the best `keep` of them again over `horizon_ms` with each of `seeds` seeds, ranked on the mean.
 
-A candidate that runs more than 5 % of one model's steps with more rows than that model's step latency was
-measured at (`measured_sizes`) ranks after those priced within the measurements: the steps of those sizes are
-priced as the largest measured, which makes them look cheaper than they are. Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
+Every candidate of a seed sees the same arrivals (common random numbers: arrival bursts, which dominate the
 latencies, are then not what tells two candidates apart). A candidate that falls behind the rate (more than
-2N requests waiting at the cap at the end of a run) ranks after every one that keeps up.
+2N requests waiting at the cap at the end of a run) ranks after every one that keeps up; one that runs more
+than 5 % of a model's steps with more rows than that model's step latency was measured at (`measured_sizes`)
+ranks after those priced within the measurements: steps of those sizes are priced as the largest measured,
+which makes them look cheaper than they are.
 """
 
 from __future__ import annotations
@@ -133,9 +134,8 @@ class RateTuneResult:
     settings: RateSettings
     fixed: dict[str, int]
     n_feasible: int
-    unpriced: (
-        int  # candidates of the first round priced beyond the measured batch sizes (`RateCandidate.unpriced`)
-    )
+    # the candidates of the first round priced beyond the measured batch sizes (`RateCandidate.unpriced`)
+    unpriced: int
     limits: tuple[int | float, ...]  # per model, the largest batch size measured (`measured_sizes`)
     screened: list[RateCandidate]  # round 1 (empty when every candidate went to round 2), best first
     results: list[RateCandidate] = field(default_factory=list)  # round 2, best first
