@@ -1074,9 +1074,10 @@ def tune(
     rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms,
                  "--horizon-ms": horizon_ms, "--seeds": seeds, "--keep": keep, "--jobs": jobs}  # fmt: skip
     if request_rate is None:
-        if given := [flag for flag, value in rate_only.items() if value]:
+        if given := [flag for flag, value in rate_only.items() if value not in (None, [])]:
             typer.echo(
-                f"error: {', '.join(given)} need --request-rate (tuning for latency at a load)", err=True
+                f"error: {', '.join(given)} need{'s' if len(given) == 1 else ''} --request-rate (tuning for latency at a load)",
+                err=True,
             )
             raise typer.Exit(2)
         text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)

@@ -191,7 +191,8 @@ def test_simulate_warns_of_steps_priced_beyond_the_measured_sizes(tmp_path):
 @pytest.mark.parametrize(
     "extra,message",
     [
-        (["--objective", "tpot-p50"], "--objective need --request-rate"),
+        (["--objective", "tpot-p50"], "--objective needs --request-rate"),
+        (["--max-delay-ms", "0", "--seeds", "2"], "--max-delay-ms, --seeds need --request-rate"),
         (["--request-rate", "5"], "--request-rate (an open loop) needs --request-tokens"),
         (["--request-rate", "5", "--request-tokens", "8", "--objective", "fast"], "unknown objective 'fast'"),
         (
