@@ -352,11 +352,14 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
     return repr(got["threshold"])
 
 
-def tune_load(s: Settings) -> tuple[str, ...]:
+def tune_load(s: Settings, profile: Path) -> tuple[str, ...]:
     """`tune`'s options for the load the part benchmarks: its requests' output length, which prices the profile's
     prompt prefills per request (the served profile's load has `profile_len` tokens per request); with
-    `tune_at_rate`, its rate: `tune` then ranks the thresholds by the open loop's latency."""
+    `tune_at_rate`, its rate (`tune` then ranks the thresholds by the open loop's latency) and the hop delays the
+    profile measured, where it has them (`--hop-ms profile`)."""
     rate = ("--request-rate", repr(s.request_rate)) if s.tune_at_rate else ()
+    if s.tune_at_rate and json.loads(profile.read_text()).get("workload", {}).get("hop_ms"):
+        rate += ("--hop-ms", "profile")
     return ("--request-tokens", str(s.output_len), *rate)
 
 
@@ -395,7 +398,7 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
                 "--json",
                 "-o",
                 str(tuned),
-                *tune_load(s),
+                *tune_load(s, profiles[n]),
             ),
             raw / "tune.log",
         )
@@ -437,7 +440,8 @@ def plain_profile(profile: Path) -> Path:
 def plain_tune(s: Settings, plan: Path, profile: Path, n: int, raw: Path, name: str = "plain") -> dict:
     """`tune` on `profile` into tune-nN-NAME.json (its plan beside): the tuning's result."""
     rec = json.loads(run_cmd(s, cli("tune", str(plan), "--profile", str(profile), "-n", str(n), "--json",
-                                    "-o", str(raw / f"{plan.stem}-n{n}-{name}.plan"), *tune_load(s)), raw / "tune.log").stdout)  # fmt: skip
+                                    "-o", str(raw / f"{plan.stem}-n{n}-{name}.plan"), *tune_load(s, profile)),
+                              raw / "tune.log").stdout)  # fmt: skip
     (raw / f"tune-n{n}-{name}.json").write_text(json.dumps(rec, indent=2))
     return rec["tuning"]["result"]
 
@@ -638,7 +642,7 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
     warnings = []  # tune's, where there is a profile to predict on
     if tuned["profile"] is not None:
         proc = run_cmd(s, cli("tune", str(fixed), "--profile", str(tuned["profile"]), "-n", str(n), "--json",
-                              "-o", str(fixed), *tune_load(s)), raw / "tune.log")  # fmt: skip
+                              "-o", str(fixed), *tune_load(s, tuned["profile"])), raw / "tune.log")  # fmt: skip
         rec = json.loads(proc.stdout)
         (raw / f"tune-{stem}.json").write_text(json.dumps(rec, indent=2))
         out["predicted_tok_s"] = rec["tuning"]["result"]["throughput_tok_s"]

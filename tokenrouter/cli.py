@@ -1048,7 +1048,10 @@ def tune(
         None, "--max-delay-ms", help="With --request-rate: the batching timeout (default: the plan's)."
     ),
     hop_ms: list[str] = typer.Option(
-        None, "--hop-ms", help="With --request-rate: MODEL=MS, a hop's transit into MODEL (default instant)."
+        None,
+        "--hop-ms",
+        help="With --request-rate: MODEL=MS, a hop's transit into MODEL (default instant); `profile`: the "
+        "profile's measured delays.",
     ),
     horizon_ms: float = typer.Option(
         None,
@@ -1124,7 +1127,8 @@ def simulate(
         None,
         "--hop-ms",
         help="MODEL=MS: a hop reaches MODEL this long after the sender's step ends (instant by default; "
-        "served runs measure it: tokenrouter_hop_delay_seconds_total).",
+        "served runs measure it: tokenrouter_hop_delay_seconds_total); `profile`: the profile's measured delays "
+        "(workload.hop_ms).",
     ),
     delta_ms: float = typer.Option(0.1, "--delta-ms", help="δ of the chain shown for comparison, ms."),
     no_chain: bool = typer.Option(False, "--no-chain", help="Do not compute the chain's prediction."),

@@ -188,6 +188,43 @@ def test_simulate_warns_of_steps_priced_beyond_the_measured_sizes(tmp_path):
     assert calm.exit_code == 0 and "simulated steps had more than" not in calm.output, calm.output
 
 
+def test_hop_ms_profile_takes_the_profiles_measured_delays(tmp_path):
+    """`--hop-ms profile` (simulate, and tune --request-rate): each model's hop delay from the profile's
+    `workload.hop_ms` (0 for a model it lacks); refused without them, or beside another --hop-ms."""
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    plan = source(tmp_path)
+    step = {"slm": StepLatency(((1, 1.0), (4, 1.2))), "llm": StepLatency(((1, 5.0), (4, 5.5)))}
+    routing = {"slm": {"slm": 0.9, "llm": 0.1}, "llm": {"slm": 1.0}}
+    write_profile(
+        Profile("duo", None, step, routing, workload={"hop_ms": {"llm": 0.75}}), tmp_path / "hops.json"
+    )
+    write_profile(Profile("duo", None, step, routing), tmp_path / "none.json")
+    sim = [
+        "simulate",
+        str(plan),
+        "--batch",
+        "slm=1",
+        "--batch",
+        "llm=1",
+        "--no-chain",
+        "--horizon-ms",
+        "2000",
+    ]
+    res = CliRunner().invoke(app, [*sim, "--profile", str(tmp_path / "hops.json"), "--hop-ms", "profile"])
+    assert res.exit_code == 0 and "hop delay into each model: slm 0 ms, llm 0.75 ms" in res.output, res.output
+    tune = ["tune", str(plan), "--profile", str(tmp_path / "hops.json"), "--request-tokens", "16", "--request-rate",
+            "20", "--horizon-ms", "5000", "--seeds", "1", "--jobs", "1", "--hop-ms", "profile", "--json"]  # fmt: skip
+    res = CliRunner().invoke(app, tune)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["tuning"]["result"]["hop_ms"] == {"slm": 0.0, "llm": 0.75}
+    res = CliRunner().invoke(app, [*sim, "--profile", str(tmp_path / "none.json"), "--hop-ms", "profile"])
+    assert res.exit_code == 1 and "--hop-ms profile: the profile has no hop delays" in res.output
+    res = CliRunner().invoke(app, [*sim, "--profile", str(tmp_path / "hops.json"), "--hop-ms", "profile",
+                                   "--hop-ms", "llm=1"])  # fmt: skip
+    assert res.exit_code == 2 and "give it alone" in res.output
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

@@ -921,9 +921,12 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
                         request_rate=20.0, tune_at_rate=True)  # fmt: skip
     plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
+    served = json.loads((raw / "eager.json").read_text())  # a served profile measures the hops' delay too
+    (raw / "eager.json").write_text(json.dumps(served | {"workload": {"hop_ms": {"slm": 0.4, "llm": 0.3}}}))
     got = matrix.profile_and_tune(s, plan, [8], raw)[8]
     result = json.loads((raw / "tune-n8.json").read_text())["tuning"]["result"]
     assert result["objective"] == "from-arrival-p99" and result["request_rate_per_s"] == 20.0
+    assert result["hop_ms"] == {"slm": 0.4, "llm": 0.3}
     assert got["thresholds"] == result["best"] and got["thresholds"]["llm"] <= 2
     assert any("tune N=8 at 20 requests/s: B = " in line for line in s.log), s.log
     fixed = matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)

@@ -244,7 +244,7 @@ def run_rate_tune(
     inp = system.inputs
     if rate.get("max_delay_ms") is None:
         rate["max_delay_ms"] = float(plan["serve"]["max_delay_ms"])
-    rate["hop_ms"] = parse_hop_ms(rate.get("hop_ms"), inp.models)
+    rate["hop_ms"] = parse_hop_ms(rate.get("hop_ms"), inp.models, system.hop_ms)
     settings = RateSettings(request_tokens=args.request_tokens, **rate)
     try:
         profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
@@ -392,10 +392,24 @@ def parse_batch(values: list[str] | None, models: tuple[str, ...]) -> dict[str, 
     )
 
 
-def parse_hop_ms(values: list[str] | None, models: tuple[str, ...]) -> tuple[float, ...] | None:
-    """`--hop-ms MODEL=MS`: a hop's transit into each model (0 for those not given), or None when none is."""
+def parse_hop_ms(
+    values: list[str] | None, models: tuple[str, ...], measured: dict[str, float] | None = None
+) -> tuple[float, ...] | None:
+    """`--hop-ms MODEL=MS`: a hop's transit into each model (0 for those not given), or None when none is;
+    `--hop-ms profile`: the profile's measured delays (`measured`, `PlanSystem.hop_ms`)."""
     if not values:
         return None
+    if "profile" in values:
+        if len(values) > 1:
+            raise ThroughputUsageError(
+                "--hop-ms profile takes the profile's delays for every model: give it alone"
+            )
+        if not measured:
+            raise ThroughputInputError(
+                "--hop-ms profile: the profile has no hop delays (workload.hop_ms: a profile from serving metrics, "
+                "`tokenrouter profile --from-metrics`, of a server that counted them)"
+            )
+        return tuple(measured.get(m, 0.0) for m in models)
     given = parse_model_values(values, models, "--hop-ms", "MS", float, lambda ms: math.isfinite(ms) and ms >= 0,
                                "a delay must be a finite number of ms >= 0")  # fmt: skip
     return tuple(given.get(m, 0.0) for m in models)
@@ -449,7 +463,7 @@ def run_simulate(
             # gives every request that many instead
             if lengths is not None and set(lengths) != {output_len}:
                 cfg_kw["request_lengths"] = lengths
-    hop_ms = parse_hop_ms(cfg_kw.pop("hop_ms", None), inp.models)
+    hop_ms = parse_hop_ms(cfg_kw.pop("hop_ms", None), inp.models, system.hop_ms)
     if hop_ms is not None:
         cfg_kw["hop_ms"] = hop_ms
     given = parse_batch(batch, inp.models)

@@ -92,6 +92,8 @@ class PlanSystem:
     requests: dict[str, Any] = field(default_factory=dict)
     # what the prefill costs are priced for: "512 tokens per request (--request-tokens)", or the profile's own load
     prefill_for: str = ""
+    # the profile's measured delay of a hop into each model, ms (`workload.hop_ms`; empty without): `--hop-ms profile`
+    hop_ms: dict[str, float] = field(default_factory=dict)
 
 
 def auto_models(plan: dict) -> list[str]:
@@ -214,8 +216,22 @@ def system_from_plan(
     auto = auto_models(plan)
     fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
     return PlanSystem(
-        inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]), prefill_for
+        inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]), prefill_for,
+        _profile_hop_ms(profile, models),
+    )  # fmt: skip
+
+
+def _profile_hop_ms(profile: Profile | None, models: tuple[str, ...]) -> dict[str, float]:
+    """The profile's `workload.hop_ms` (from serving metrics: the mean delay of a hop into each model, ms), for
+    the plan's models; {} without."""
+    hops = (profile.workload.get("hop_ms") or {}) if profile is not None else {}
+    ok = isinstance(hops, dict) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for v in hops.values()
     )
+    if not ok:
+        raise ThroughputInputError(f"the profile's workload.hop_ms must map models to ms >= 0, got {hops!r}")
+    return {m: float(ms) for m, ms in hops.items() if m in models}
 
 
 def _prefill_for(profile: Profile, request_tokens: int | None) -> str:
