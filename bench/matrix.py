@@ -407,17 +407,23 @@ def profile_and_tune(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[
         result = rec["tuning"]["result"]
         out[n] = {"plan": tuned, "thresholds": result["best"], "predicted_tok_s": result["throughput_tok_s"],
                   "p": rec["tuning"]["p"], "step_ms": rec["tuning"]["step_ms"], "profile": profiles[n]}  # fmt: skip
-        if "objective" in result:  # `tune --request-rate`
-            say(s, f"tune N={n} at {result['request_rate_per_s']:g} requests/s: B = {result['best']}, simulated "
-                   f"{result['objective']} {result['score_ms']:.0f} ms")  # fmt: skip
-        else:
-            say(s, f"tune N={n}: B = {result['best']}, predicted {result['throughput_tok_s']:.0f} tok/s")
+        say(s, f"tune N={n}: {chosen(result)}")
         say_warnings(s, f"tune N={n}", rec["tuning"].get("warnings", []))
         if rec["tuning"].get("alone"):  # contention by state: what the plain chain would have chosen
             plain = plain_tune(s, plan, plain_profile(profiles[n]), n, raw)
-            say(s, f"tune N={n} by state (latencies alone of {', '.join(rec['tuning']['alone'])}); the plain "
-                   f"chain would choose B = {plain['best']} (predicted {plain['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+            who = "without them the rate tuner" if "objective" in plain else "the plain chain"
+            say(s, f"tune N={n} by state (latencies alone of {', '.join(rec['tuning']['alone'])}); {who} would "
+                   f"choose {chosen(plain)}")  # fmt: skip
     return out
+
+
+def chosen(result: dict) -> str:
+    """A tuning's result in words: its B and the chain's predicted throughput, or (`tune --request-rate`) the
+    simulated latency it was chosen by."""
+    if "objective" in result:
+        return (f"B = {result['best']} (simulated {result['objective']} {result['score_ms']:.0f} ms at "
+                f"{result['request_rate_per_s']:g} requests/s)")  # fmt: skip
+    return f"B = {result['best']} (predicted {result['throughput_tok_s']:.0f} tok/s)"
 
 
 def say_warnings(s: Settings, what: str, warnings: list[str]) -> None:
@@ -474,8 +480,10 @@ def profile_served(s: Settings, plan: Path, ns: list[int], raw: Path) -> dict[in
             continue
         result = plain_tune(s, plan, plain_profile(out[n]), n, raw)
         terms = "; ".join(ln.strip() for ln in proc.stdout.splitlines() if "per unit of" in ln)
-        say(s, f"co-location N={n} (eager and {label}): {terms}; without it tune would choose B = "
-               f"{result['best']} (predicted {result['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+        say(
+            s,
+            f"co-location N={n} (eager and {label}): {terms}; without it tune would choose {chosen(result)}",
+        )
         out[n] = fitted
     return out
 
@@ -535,7 +543,7 @@ def lent_profile(s: Settings, plan: Path, ns: list[int], raw: Path, out: dict[in
             say(s, f"{what} N={n}: {exc}; tuning on the eager profile")
             continue
         say(s, f"{what} N={n} from the plan served at {labels[n]}; with the eager profile's own, tune would "
-               f"choose B = {own[n]['best']} (predicted {own[n]['throughput_tok_s']:.0f} tok/s)")  # fmt: skip
+               f"choose {chosen(own[n])}")  # fmt: skip
         out[n] = lent
     return out
 
@@ -647,7 +655,9 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
         (raw / f"tune-{stem}.json").write_text(json.dumps(rec, indent=2))
         out["predicted_tok_s"] = rec["tuning"]["result"]["throughput_tok_s"]
         warnings = rec["tuning"].get("warnings", [])
-    say(s, f"fixed N={n}: B = {thresholds}, predicted {out['predicted_tok_s'] or float('nan'):.0f} tok/s")
+        say(s, f"fixed N={n}: {chosen(rec['tuning']['result'])}")
+    else:
+        say(s, f"fixed N={n}: B = {thresholds}, no prediction without a profile")
     say_warnings(s, f"fixed N={n}", warnings)
     return out
 

@@ -928,7 +928,8 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
     assert result["objective"] == "from-arrival-p99" and result["request_rate_per_s"] == 20.0
     assert result["hop_ms"] == {"slm": 0.4, "llm": 0.3}
     assert got["thresholds"] == result["best"] and got["thresholds"]["llm"] <= 2
-    assert any("tune N=8 at 20 requests/s: B = " in line for line in s.log), s.log
+    said = [line for line in s.log if "tune N=8: B = " in line]
+    assert said and "(simulated from-arrival-p99 " in said[0] and " ms at 20 requests/s)" in said[0], s.log
     fixed = matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)
     assert fixed["thresholds"] == {"slm": 1, "llm": 6}
     assert "fixed N=8: warning: B* = slm 1, llm 6: " in s.log[-1]
