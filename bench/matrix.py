@@ -355,11 +355,15 @@ def calibrate_plan(s: Settings, plan: dict, raw: Path) -> str:
 def tune_load(s: Settings, profile: Path) -> tuple[str, ...]:
     """`tune`'s options for the load the part benchmarks: its requests' output length, which prices the profile's
     prompt prefills per request (the served profile's load has `profile_len` tokens per request); with
-    `tune_at_rate`, its rate (`tune` then ranks the thresholds by the open loop's latency) and the hop delays the
-    profile measured, where it has them (`--hop-ms profile`)."""
-    rate = ("--request-rate", repr(s.request_rate)) if s.tune_at_rate else ()
-    if s.tune_at_rate and json.loads(profile.read_text()).get("workload", {}).get("hop_ms"):
-        rate += ("--hop-ms", "profile")
+    `tune_at_rate`, its rate (`tune` then ranks the thresholds by the open loop's latency) and the hop delays and
+    step gaps the profile measured, where it has them (`--hop-ms profile`, `--gap-ms profile`)."""
+    rate: tuple[str, ...] = ()
+    if s.tune_at_rate:
+        rate = ("--request-rate", repr(s.request_rate))
+        measured = json.loads(profile.read_text()).get("workload", {})
+        for key, flag in (("hop_ms", "--hop-ms"), ("gap_ms", "--gap-ms")):
+            if measured.get(key):
+                rate += (flag, "profile")
     return ("--request-tokens", str(s.output_len), *rate)
 
 
@@ -1443,12 +1447,16 @@ def one_model_system(rec: dict, min_steps: int = 5):
     return make_inputs([model], {model: StepLatency(points)}, [[1.0]], [[1.0]], rec["n"]), (1,)
 
 
-def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, horizon_ms: float = 600_000.0):
+def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, horizon_ms: float = 600_000.0,
+                         own_arrivals: bool = False, gaps: bool = False):  # fmt: skip
     """An open loop's row simulated at its offered rate (or `rate`) and cap on its own step times, thresholds,
     hop delays and max delay (`SimConfig.arrival_rate_per_s`; llm-only: `one_model_system`): each latency's p50
     and p99 as the mean over `seeds` runs of `horizon_ms` after a 10 s warm-up, and the largest backlog at the
-    cap at the end; None without the inputs."""
+    cap at the end; None without the inputs. `own_arrivals`: on the row's own arrival times instead, every
+    request measured, to the last one's end (`workload.report_arrivals`; the seeds then vary the routing only).
+    `gaps`: each step also takes its model's measured host gap (`run_gap_ms`, `SimConfig.gap_ms`)."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+    from tokenrouter.compiler.throughput.workload import report_arrivals
 
     system = one_model_system(rec) if rec["mode"] == "llm-only" else run_system(rec)
     if system is None:
@@ -1456,11 +1464,21 @@ def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, h
     inputs, b = system
     hop_ms = run_hop_ms(rec, inputs.models) if len(inputs.models) > 1 else None
     held = held_rule_served(rec)
+    if own_arrivals:
+        times = report_arrivals(rec["report"], f"{rec['mode']} N={rec['n']}")[0]
+        load = {"arrivals_ms": times, "horizon_ms": times[-1] + horizon_ms, "warmup_ms": 0.0}
+    else:
+        load = {
+            "arrival_rate_per_s": rate or rec["request_rate"],
+            "horizon_ms": horizon_ms,
+            "warmup_ms": 10_000.0,
+        }
+    if gaps:
+        load["gap_ms"] = run_gap_ms(rec, inputs.models)
     runs = [
         simulate(inputs, SimConfig(b, seed=k, request_tokens=rec["output_len"],
-                                   arrival_rate_per_s=rate or rec["request_rate"],
                                    max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), hop_ms=hop_ms,
-                                   held_rule=held, horizon_ms=horizon_ms, warmup_ms=10_000.0)).latency
+                                   held_rule=held, **load)).latency
         for k in range(seeds)
     ]  # fmt: skip
     out = {
@@ -1468,6 +1486,18 @@ def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, h
         for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queued_ms", "from_arrival_ms")
     }
     return out | {"backlog": max(r["backlog"] for r in runs)}
+
+
+def run_gap_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
+    """Per model, the mean host time between its back-to-back steps during the run
+    (`tokenrouter_step_gap_seconds_total` over `tokenrouter_step_gaps_total`, 0 where none), or None for records
+    before the counters."""
+    deltas = step_deltas(rec)
+    if not any(d.get("step_gaps_total") for d in deltas.values()):
+        return None
+    return tuple(
+        mean_ms(deltas.get(x, {}), "step_gaps_total", "step_gap_seconds_total") or 0.0 for x in models
+    )
 
 
 def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:

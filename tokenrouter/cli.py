@@ -1053,6 +1053,12 @@ def tune(
         help="With --request-rate: MODEL=MS, a hop's transit into MODEL (default instant); `profile`: the "
         "profile's measured delays.",
     ),
+    gap_ms: list[str] = typer.Option(
+        None,
+        "--gap-ms",
+        help="With --request-rate: MODEL=MS, host time each step of MODEL takes beyond its latency (default none); "
+        "`profile`: the gaps between back-to-back steps that the profile measured.",
+    ),
     horizon_ms: float = typer.Option(
         None,
         "--horizon-ms",
@@ -1074,7 +1080,7 @@ def tune(
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_rate_tune, run_tune
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
-    rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms,
+    rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms, "--gap-ms": gap_ms,
                  "--horizon-ms": horizon_ms, "--seeds": seeds, "--keep": keep, "--jobs": jobs}  # fmt: skip
     if request_rate is None:
         if given := [flag for flag, value in rate_only.items() if value not in (None, [])]:
@@ -1089,7 +1095,7 @@ def tune(
             typer.echo("error: --plot charts the chain's T(B); it does not go with --request-rate", err=True)
             raise typer.Exit(2)
         rate = {"rate_per_s": request_rate, "objective": objective or "from-arrival-p99",
-                "max_delay_ms": max_delay_ms, "hop_ms": hop_ms, "horizon_ms": horizon_ms or 300_000.0,
+                "max_delay_ms": max_delay_ms, "hop_ms": hop_ms, "gap_ms": gap_ms, "horizon_ms": horizon_ms or 300_000.0,
                 "screen_ms": (horizon_ms or 300_000.0) / 5, "seeds": 3 if seeds is None else seeds,
                 "keep": 5 if keep is None else keep, "jobs": jobs}  # fmt: skip
         text, _ = _throughput_call(run_rate_tune, args, rate, output, json_out, top)
@@ -1130,6 +1136,13 @@ def simulate(
         "served runs measure it: tokenrouter_hop_delay_seconds_total); `profile`: the profile's measured delays "
         "(workload.hop_ms).",
     ),
+    gap_ms: list[str] = typer.Option(
+        None,
+        "--gap-ms",
+        help="MODEL=MS: host time each step of MODEL takes beyond its latency (none by default; served runs measure "
+        "the gap between back-to-back steps: tokenrouter_step_gap_seconds_total); `profile`: the profile's "
+        "(workload.gap_ms).",
+    ),
     delta_ms: float = typer.Option(0.1, "--delta-ms", help="δ of the chain shown for comparison, ms."),
     no_chain: bool = typer.Option(False, "--no-chain", help="Do not compute the chain's prediction."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -1145,6 +1158,13 @@ def simulate(
         help="An open loop: requests arrive at R per second (Poisson), at most -n in flight, each of "
         "--request-tokens; adds each request's latencies (as `tokenrouter bench --request-rate` measures them).",
     ),
+    arrivals: str = typer.Option(
+        None,
+        "--arrivals",
+        help="A `tokenrouter bench --request-rate --json` report: an open loop on its requests' arrival times "
+        "(every request measured, to the last one's end; -n and --request-tokens default to the report's), to "
+        "set side by side with what that run measured.",
+    ),
 ) -> None:
     """Discrete-event simulation of the plan's system (a closed loop of N requests, or an open loop with
     --request-rate): throughput, utilization, queueing, and an open loop's latencies."""
@@ -1153,8 +1173,11 @@ def simulate(
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
            "think_ms": think_ms, "burstiness": burstiness, "max_delay_ms": max_delay_ms, "hop_ms": hop_ms,
+           "gap_ms": gap_ms,
            "arrival_rate_per_s": request_rate}  # fmt: skip
-    typer.echo(_throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests))
+    typer.echo(
+        _throughput_call(run_simulate, args, batch, cfg, json_out, not no_chain, delta_ms, requests, arrivals)
+    )
 
 
 @app.command()

@@ -45,6 +45,65 @@ def test_given_arrivals_are_served_as_given():
     assert res.finished_requests == 20  # the two of the warm-up too
 
 
+def test_a_step_gap_lengthens_every_step():
+    """`gap_ms`: each step takes its model's host gap beyond its latency: 20 steps of 1 + 0.25 ms."""
+    inp = make_inputs(["llm"], {"llm": 1.0}, [[1.0]], [[1.0]], 4)
+    times = tuple(500.0 * k for k in range(4))
+    cfg = SimConfig(
+        (1,), request_tokens=20, arrivals_ms=times, gap_ms=(0.25,), horizon_ms=60_000.0, warmup_ms=0.0
+    )
+    res = simulate(inp, cfg)
+    assert res.latency["measured"] == 4 and res.latency["e2e_ms"]["p50"] == pytest.approx(25.0)
+    assert res.latency["tpot_ms"]["p50"] == pytest.approx(1.25)
+    # the given arrivals over and their requests ended, the run ends: 1500 + 25 ms, not the horizon
+    assert res.time_ms == pytest.approx(1525.0)
+    for bad in ((-1.0,), (float("inf"),)):
+        with pytest.raises(ValueError, match="gap_ms must be finite numbers >= 0"):
+            SimConfig((1,), request_tokens=20, arrivals_ms=times, gap_ms=bad)
+    with pytest.raises(ValueError, match="expected 1 step gaps"):
+        simulate(inp, SimConfig((1,), request_tokens=20, arrivals_ms=times, gap_ms=(0.1, 0.2)))
+
+
+def test_simulate_replays_a_reports_arrivals(tmp_path):
+    """`simulate --arrivals REPORT`: an open loop on the report's arrival times (send time less the wait at the
+    cap), its output length and cap by default, every request measured; a closed-loop report is refused."""
+    plan = source(tmp_path)
+    per = [{"ok": True, "start_s": 0.5 * k + (0.1 if k == 3 else 0.0), "queued_s": 0.1 if k == 3 else 0.0,
+            "e2e_s": 0.1, "output_tokens": 16} for k in range(6)]  # fmt: skip
+    spec = {"request_rate": 2.0, "output_len": 16, "concurrency": 2}
+    (tmp_path / "open.json").write_text(json.dumps({"spec": spec, "per_request": per}))
+    (tmp_path / "closed.json").write_text(
+        json.dumps({"spec": spec | {"request_rate": None}, "per_request": per})
+    )
+    from tokenrouter.compiler.throughput.workload import read_arrivals
+
+    assert read_arrivals(tmp_path / "open.json") == ((0.0, 500.0, 1000.0, 1500.0, 2000.0, 2500.0), 16, 2)
+    base = [
+        "simulate",
+        str(plan),
+        "--step-ms",
+        "slm=1",
+        "--step-ms",
+        "llm=5",
+        "--batch",
+        "slm=1",
+        "--batch",
+        "llm=1",
+    ]
+    res = CliRunner().invoke(app, [*base, "--arrivals", str(tmp_path / "open.json"), "--gap-ms", "slm=0.5"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "simulate duo: N = 2, " in res.output
+        and "'s 6 arrivals, at most N in flight, to the last" in res.output
+    )
+    assert "requests measured (arrived after the warm-up, ended in the horizon): 6" in res.output
+    assert "host time per step beyond its latency: slm 0.5 ms, llm 0 ms" in res.output
+    res = CliRunner().invoke(app, [*base, "--arrivals", str(tmp_path / "closed.json")])
+    assert res.exit_code == 1 and "a closed loop (no request rate)" in res.output
+    res = CliRunner().invoke(app, [*base, "--arrivals", str(tmp_path / "open.json"), "--request-rate", "2"])
+    assert res.exit_code == 2 and "--arrivals replays a report's open loop" in res.output
+
+
 def test_given_arrivals_are_checked():
     for bad in (dict(arrivals_ms=(0.0, 2.0, 1.0)), dict(arrivals_ms=(-1.0,)), dict(arrivals_ms=(float("nan"),)),
                 dict(arrivals_ms=(0.0,), arrival_rate_per_s=1.0), dict(arrivals_ms=(0.0,), request_tokens=None)):  # fmt: skip
@@ -172,6 +231,23 @@ def test_tune_request_rate_writes_the_plan(tmp_path):
     )
     assert json.loads(out.output)["tuning"]["result"]["objective"] == "tpot-p50"
     assert (tmp_path / "q.plan").exists()
+
+
+def test_tune_warns_when_its_choice_runs_steps_beyond_the_measured_sizes(tmp_path):
+    """A plan whose llm threshold is fixed at 4, measured up to 2 rows, with every other token on the llm: the
+    chosen B* runs more than 5 % of the llm's steps above 2 rows, and `tune` says so."""
+    plan = tmp_path / "p.tr"
+    plan.write_text(
+        source(tmp_path)
+        .read_text()
+        .replace('model llm = "l" { batch: auto }', 'model llm = "l" { batch: 4 }')
+    )
+    res = CliRunner().invoke(app, ["tune", str(plan), "--step-ms", "slm=1", "--step-ms", "llm=1:5,2:5.5",
+                                   "--p", "slm:llm=0.5", "--request-tokens", "16", "--request-rate", "30",
+                                   "--horizon-ms", "3000", "--seeds", "1", "--jobs", "1"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "warning: B* = slm " in res.output and ", llm 4: " in res.output
+    assert "of llm's simulated steps had more than 2 rows" in res.output and "(ranked after)" in res.output
 
 
 def test_simulate_warns_of_steps_priced_beyond_the_measured_sizes(tmp_path):

@@ -141,6 +141,19 @@ def test_an_open_loop_row_is_simulated_on_its_own_step_times():
     assert matrix.open_loop_simulation(rec, rate=100.0, seeds=1, horizon_ms=5_000.0)["backlog"] > 100
     table = "\n".join(matrix.latency_table([rec]))
     assert "| llm-only | 4 | 5.00 / 5.10 | 0.32 / 0.33 | 0 / 0 | 0.32 / 0.32 | 0 |" in table
+    # on the row's own arrivals (three, far apart: every request alone), with its measured gap between steps
+    rec["report"]["spec"] = {"request_rate": 0.5, "output_len": 64, "concurrency": 4}
+    rec["report"]["per_request"] = [
+        {"ok": True, "start_s": 2.0 * k, "queued_s": 0.0, "e2e_s": 0.3} for k in range(3)
+    ]
+    rec["metrics_after"] = after | {'tokenrouter_step_gaps_total{model="llm"}': 100.0,
+                                    'tokenrouter_step_gap_seconds_total{model="llm"}': 0.1}  # fmt: skip
+    assert matrix.run_gap_ms(rec, ("llm",)) == pytest.approx((1.0,))
+    own = matrix.open_loop_simulation(rec, seeds=1, own_arrivals=True)
+    assert own["e2e_ms"]["p50"] == pytest.approx(320.0) and own["backlog"] == 0
+    assert matrix.open_loop_simulation(rec, seeds=1, own_arrivals=True, gaps=True)["e2e_ms"][
+        "p50"
+    ] == pytest.approx(64 * 6.0)
 
 
 def test_a_profiled_load_summarizes_each_trace_once(tmp_path, monkeypatch):
@@ -922,15 +935,22 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
                         request_rate=20.0, tune_at_rate=True)  # fmt: skip
     plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
     served = json.loads((raw / "eager.json").read_text())  # a served profile measures the hops' delay too
-    (raw / "eager.json").write_text(json.dumps(served | {"workload": {"hop_ms": {"slm": 0.4, "llm": 0.3}}}))
+    measured = {"hop_ms": {"slm": 0.4, "llm": 0.3}, "gap_ms": {"slm": 0.1}}
+    (raw / "eager.json").write_text(json.dumps(served | {"workload": measured}))
     got = matrix.profile_and_tune(s, plan, [8], raw)[8]
     result = json.loads((raw / "tune-n8.json").read_text())["tuning"]["result"]
     assert result["objective"] == "from-arrival-p99" and result["request_rate_per_s"] == 20.0
-    assert result["hop_ms"] == {"slm": 0.4, "llm": 0.3}
+    assert result["hop_ms"] == {"slm": 0.4, "llm": 0.3} and result["gap_ms"] == {"slm": 0.1, "llm": 0.0}
     assert got["thresholds"] == result["best"] and got["thresholds"]["llm"] <= 2
     said = [line for line in s.log if "tune N=8: B = " in line]
     assert said and "(simulated from-arrival-p99 " in said[0] and " ms at 20 requests/s)" in said[0], s.log
+    n_lines = len(s.log)
     fixed = matrix.fixed_tuning(s, plan, 8, {"slm": 1, "llm": 6}, got, raw)
     assert fixed["thresholds"] == {"slm": 1, "llm": 6}
-    assert "fixed N=8: warning: B* = slm 1, llm 6: " in s.log[-1]
-    assert "llm's simulated steps had more than 2 rows" in s.log[-1]
+    # simulated as given; warned exactly when more than 5 % of its llm steps ran above the 2 rows measured
+    (only,) = json.loads((raw / "tune-tiny-bern0.35-n8-B1-6.json").read_text())["tuning"]["result"][
+        "candidates"
+    ]
+    warned = [line for line in s.log[n_lines:] if "fixed N=8: warning: B* = slm 1, llm 6: " in line]
+    assert bool(warned) == (only["beyond_measured"]["llm"] > 0.05) and only["beyond_measured"]["llm"] > 0
+    assert all("llm's simulated steps had more than 2 rows" in line for line in warned)

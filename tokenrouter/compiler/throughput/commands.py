@@ -237,7 +237,10 @@ def run_rate_tune(
     if rate.get("jobs") is None:
         rate["jobs"] = max(1, min(os.cpu_count() or 1, 8))
     try:
-        RateSettings(request_tokens=args.request_tokens, **{k: v for k, v in rate.items() if k != "hop_ms"})
+        RateSettings(
+            request_tokens=args.request_tokens,
+            **{k: v for k, v in rate.items() if k not in ("hop_ms", "gap_ms")},
+        )
     except ValueError as e:  # before any work
         raise ThroughputUsageError(str(e)) from None
     plan, system = build_system(args)
@@ -245,6 +248,7 @@ def run_rate_tune(
     if rate.get("max_delay_ms") is None:
         rate["max_delay_ms"] = float(plan["serve"]["max_delay_ms"])
     rate["hop_ms"] = parse_hop_ms(rate.get("hop_ms"), inp.models, system.hop_ms)
+    rate["gap_ms"] = parse_gap_ms(rate.get("gap_ms"), inp.models, system.gap_ms)
     settings = RateSettings(request_tokens=args.request_tokens, **rate)
     try:
         profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
@@ -305,6 +309,9 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
     if s.hop_ms is not None:
         lines.append("hop delay into each model: " + ", ".join(
             f"{m} {ms:g} ms" for m, ms in zip(models, s.hop_ms, strict=True)))  # fmt: skip
+    if s.gap_ms is not None:
+        lines.append("host time per step beyond its latency: " + ", ".join(
+            f"{m} {ms:g} ms" for m, ms in zip(models, s.gap_ms, strict=True)))  # fmt: skip
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
 
@@ -397,22 +404,61 @@ def parse_hop_ms(
 ) -> tuple[float, ...] | None:
     """`--hop-ms MODEL=MS`: a hop's transit into each model (0 for those not given), or None when none is;
     `--hop-ms profile`: the profile's measured delays (`measured`, `PlanSystem.hop_ms`)."""
+    return parse_model_ms(values, models, measured, "--hop-ms", "hop delays (workload.hop_ms")
+
+
+def parse_gap_ms(
+    values: list[str] | None, models: tuple[str, ...], measured: dict[str, float] | None = None
+) -> tuple[float, ...] | None:
+    """`--gap-ms MODEL=MS`: each model's host time per step beyond its step latency (0 for those not given), or
+    None when none is; `--gap-ms profile`: the profile's measured gaps (`measured`, `PlanSystem.gap_ms`)."""
+    return parse_model_ms(values, models, measured, "--gap-ms", "step gaps (workload.gap_ms")
+
+
+def parse_model_ms(values, models, measured, option: str, what: str) -> tuple[float, ...] | None:
+    """`OPTION MODEL=MS …` as ms per model in the plan's order (0 for those not given), None when none is given;
+    `OPTION profile`: the profile's measured values (`measured`; an input error without them)."""
     if not values:
         return None
     if "profile" in values:
         if len(values) > 1:
             raise ThroughputUsageError(
-                "--hop-ms profile takes the profile's delays for every model: give it alone"
+                f"{option} profile takes the profile's values for every model: give it alone"
             )
         if not measured:
             raise ThroughputInputError(
-                "--hop-ms profile: the profile has no hop delays (workload.hop_ms: a profile from serving metrics, "
-                "`tokenrouter profile --from-metrics`, of a server that counted them)"
+                f"{option} profile: the profile has no {what}: a profile from serving metrics, `tokenrouter profile "
+                "--from-metrics`, of a server that counted them)"
             )
         return tuple(measured.get(m, 0.0) for m in models)
-    given = parse_model_values(values, models, "--hop-ms", "MS", float, lambda ms: math.isfinite(ms) and ms >= 0,
-                               "a delay must be a finite number of ms >= 0")  # fmt: skip
+    given = parse_model_values(values, models, option, "MS", float, lambda ms: math.isfinite(ms) and ms >= 0,
+                               "a time must be a finite number of ms >= 0")  # fmt: skip
     return tuple(given.get(m, 0.0) for m in models)
+
+
+def _replayed_arrivals(path: str, args: SystemArgs, cfg_kw: dict, requests: str | None) -> dict:
+    """`simulate --arrivals REPORT`: the settings of an open loop on the report's arrival times. Its requests
+    are as long as `--request-tokens` (default: the report's output length), at most `-n` in flight (default: the
+    report's cap); every one is measured (no warm-up), and the run ends with the last one, or `--horizon-ms`
+    after the last arrival. `args` takes those defaults."""
+    from tokenrouter.compiler.throughput.workload import WorkloadError, read_arrivals
+
+    if requests is not None or cfg_kw.get("arrival_rate_per_s") is not None:
+        raise ThroughputUsageError(
+            "--arrivals replays a report's open loop: give no --requests or --request-rate"
+        )
+    try:
+        times, length, cap = read_arrivals(path)
+    except WorkloadError as e:
+        raise ThroughputInputError(str(e)) from None
+    if args.request_tokens is None:
+        if length is None:
+            raise ThroughputUsageError(f"{path} has no spec.output_len: give --request-tokens")
+        args.request_tokens = length
+    if args.concurrency is None:
+        args.concurrency = cap
+    return cfg_kw | {"arrivals_ms": times, "request_tokens": args.request_tokens, "warmup_ms": 0.0,
+                     "horizon_ms": times[-1] + cfg_kw.get("horizon_ms", 60_000.0)}  # fmt: skip
 
 
 def run_simulate(
@@ -423,18 +469,22 @@ def run_simulate(
     chain: bool = True,
     delta_ms: float = DEFAULT_DELTA_MS,
     requests: str | None = None,
+    arrivals: str | None = None,
 ) -> str:
     """`requests`: a `tokenrouter bench --json` report whose per-request records the simulation replays as a
-    finite run (`SimConfig.requests`, `throughput.workload`)."""
+    finite run (`SimConfig.requests`, `throughput.workload`). `arrivals`: an open-loop report whose requests'
+    arrival times it replays (`SimConfig.arrivals_ms`), every request measured, to the last one's end."""
     from tokenrouter.compiler.passes.check_feasibility import feasibility_error
 
     if not (math.isfinite(delta_ms) and delta_ms > 0):  # before any work, as `tune` checks it
         raise ThroughputUsageError(f"--delta-ms must be a finite number of ms > 0, got {delta_ms}")
+    cfg_kw = dict(cfg_kw or {})
+    if arrivals is not None:
+        cfg_kw = _replayed_arrivals(arrivals, args, cfg_kw, requests)
     plan, system = build_system(args)
     inp = system.inputs
     if chain and (error := delta_error(inp, delta_ms)):
         raise ThroughputUsageError(error)
-    cfg_kw = dict(cfg_kw or {})
     if cfg_kw.get("arrival_rate_per_s") is not None and (
         requests is not None or cfg_kw.get("request_tokens") is None
     ):
@@ -466,6 +516,9 @@ def run_simulate(
     hop_ms = parse_hop_ms(cfg_kw.pop("hop_ms", None), inp.models, system.hop_ms)
     if hop_ms is not None:
         cfg_kw["hop_ms"] = hop_ms
+    gap_ms = parse_gap_ms(cfg_kw.pop("gap_ms", None), inp.models, system.gap_ms)
+    if gap_ms is not None:
+        cfg_kw["gap_ms"] = gap_ms
     given = parse_batch(batch, inp.models)
     thresholds = {}
     for m in inp.models:
@@ -493,7 +546,13 @@ def run_simulate(
         raise ThroughputUsageError(error)
     sim = simulate(inp, cfg)
     pred = None
-    if chain and cfg.request_tokens is None and cfg.max_delay_ms is None and cfg.hop_ms is None:
+    if (
+        chain
+        and cfg.request_tokens is None
+        and cfg.max_delay_ms is None
+        and cfg.hop_ms is None
+        and cfg.gap_ms is None
+    ):
         try:
             pred = analyze(inp, b, delta_ms)
         except ChainError as e:
@@ -507,6 +566,11 @@ def run_simulate(
         span = f"{cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up"
         if cfg.arrival_rate_per_s is not None:
             span += f", an open loop of {cfg.arrival_rate_per_s:g} requests/s (Poisson), at most N in flight"
+        elif cfg.arrivals_ms is not None:
+            span = (
+                f"an open loop of {arrivals}'s {len(cfg.arrivals_ms)} arrivals, at most N in flight, to the last "
+                f"request's end: {sim.time_ms / 1000:.3f} s"
+            )
     else:
         span = (
             f"a finite run of {len(cfg.requests)} requests from {requests} ("
@@ -529,6 +593,14 @@ def run_simulate(
                 + " (the chain takes hops as instant: not shown)"
             ]
             if cfg.hop_ms is not None
+            else []
+        ),  # fmt: skip
+        *(
+            [
+                "host time per step beyond its latency: "
+                + ", ".join(f"{m} {ms:g} ms" for m, ms in zip(inp.models, cfg.gap_ms, strict=True))
+            ]
+            if cfg.gap_ms is not None
             else []
         ),  # fmt: skip
         f"throughput: {sim.throughput:.2f} tok/s"

@@ -94,6 +94,8 @@ class PlanSystem:
     prefill_for: str = ""
     # the profile's measured delay of a hop into each model, ms (`workload.hop_ms`; empty without): `--hop-ms profile`
     hop_ms: dict[str, float] = field(default_factory=dict)
+    # the profile's host ms between each model's back-to-back steps (`workload.gap_ms`): `--gap-ms profile`
+    gap_ms: dict[str, float] = field(default_factory=dict)
 
 
 def auto_models(plan: dict) -> list[str]:
@@ -217,21 +219,21 @@ def system_from_plan(
     fixed = {m: int(s["batch"]) for m, s in plan["models"].items() if m not in auto}
     return PlanSystem(
         inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]), prefill_for,
-        _profile_hop_ms(profile, models),
+        _profile_ms(profile, models, "hop_ms"), _profile_ms(profile, models, "gap_ms"),
     )  # fmt: skip
 
 
-def _profile_hop_ms(profile: Profile | None, models: tuple[str, ...]) -> dict[str, float]:
-    """The profile's `workload.hop_ms` (from serving metrics: the mean delay of a hop into each model, ms), for
-    the plan's models; {} without."""
-    hops = (profile.workload.get("hop_ms") or {}) if profile is not None else {}
-    ok = isinstance(hops, dict) and all(
+def _profile_ms(profile: Profile | None, models: tuple[str, ...], key: str) -> dict[str, float]:
+    """The profile's `workload.KEY` for the plan's models (from serving metrics: `hop_ms`, the mean delay of a hop
+    into each model; `gap_ms`, the mean host time between its back-to-back steps), ms; {} without."""
+    by = (profile.workload.get(key) or {}) if profile is not None else {}
+    ok = isinstance(by, dict) and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-        for v in hops.values()
+        for v in by.values()
     )
     if not ok:
-        raise ThroughputInputError(f"the profile's workload.hop_ms must map models to ms >= 0, got {hops!r}")
-    return {m: float(ms) for m, ms in hops.items() if m in models}
+        raise ThroughputInputError(f"the profile's workload.{key} must map models to ms >= 0, got {by!r}")
+    return {m: float(ms) for m, ms in by.items() if m in models}
 
 
 def _prefill_for(profile: Profile, request_tokens: int | None) -> str:

@@ -59,6 +59,7 @@ class RateSettings:
     objective: str = "from-arrival-p99"
     max_delay_ms: float | None = None  # the batching timeout (the plan's `serve.max_delay_ms`)
     hop_ms: tuple[float, ...] | None = None  # per model, a hop's transit into it
+    gap_ms: tuple[float, ...] | None = None  # per model, host time per step beyond its latency
     horizon_ms: float = 300_000.0  # round 2's simulated time after the warm-up
     screen_ms: float = 60_000.0  # round 1's
     warmup_ms: float = 10_000.0
@@ -168,6 +169,7 @@ class RateTuneResult:
             "request_tokens": s.request_tokens,
             "max_delay_ms": s.max_delay_ms,
             "hop_ms": None if s.hop_ms is None else dict(zip(self.models, s.hop_ms, strict=True)),
+            "gap_ms": None if s.gap_ms is None else dict(zip(self.models, s.gap_ms, strict=True)),
             "rounds": {
                 "screen": {"candidates": len(self.screened), "seeds": 1, "horizon_ms": s.screen_ms},
                 "final": {"candidates": len(self.results), "seeds": s.seeds, "horizon_ms": s.horizon_ms},
@@ -270,7 +272,7 @@ def _config(
 ) -> SimConfig:
     return SimConfig(
         b, horizon_ms=horizon_ms, warmup_ms=s.warmup_ms, seed=seed, request_tokens=s.request_tokens,
-        max_delay_ms=s.max_delay_ms, hop_ms=s.hop_ms, arrivals_ms=times or (0.0,),
+        max_delay_ms=s.max_delay_ms, hop_ms=s.hop_ms, gap_ms=s.gap_ms, arrivals_ms=times or (0.0,),
     )  # fmt: skip
 
 

@@ -21,6 +21,8 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   that makespan, tail included (no warm-up; `horizon_ms` only caps the simulated time).
 - `hop_ms`: a hop from model i reaches model j `hop_ms[j]` ms after i's step ends (the chain takes hops as
   instant; the subservers measure this delay, `tokenrouter_hop_delay_seconds_total`).
+- `gap_ms`: each step of model i takes `gap_ms[i]` ms of host time beyond its step latency (the subservers
+  measure the gap between back-to-back steps, `tokenrouter_step_gap_seconds_total`).
 - `arrival_rate_per_s`: an open loop, as `tokenrouter bench --request-rate` makes one. Requests arrive as a
   Poisson process at that rate; N is the most in flight at once, and a request that arrives with N in flight
   waits for one to end. Each request commits `request_tokens` and leaves. The result has each measured
@@ -62,6 +64,9 @@ class SimConfig:
     # a finite run's requests' own token counts, in their order (None: `request_tokens` each)
     request_lengths: tuple[int, ...] | None = None
     hop_ms: tuple[float, ...] | None = None  # per target model: a hop's transit to it; None: instant
+    # per model, host time each step takes beyond its step latency (the loop's gap between back-to-back steps,
+    # `tokenrouter_step_gap_seconds_total`, the profile's `workload.gap_ms`); None: none
+    gap_ms: tuple[float, ...] | None = None
     # the runtime's rule that a model also steps when every request it holds (has run and not seen end) is
     # queued there (`runtime.subserver.batching`, "Nobody else to wait for"); False: as servers before it did
     held_rule: bool = True
@@ -74,8 +79,9 @@ class SimConfig:
     held_expect: float | None = None
     # an open loop: requests arrive at this rate (Poisson), at most N in flight (None: a closed loop)
     arrival_rate_per_s: float | None = None
-    # an open loop's arrival times instead, ms, ascending (none after the last): the same arrivals for runs at
-    # other thresholds (`rate_tune`), or arrivals that are not Poisson
+    # an open loop's arrival times instead, ms, ascending: the same arrivals for runs at other thresholds
+    # (`rate_tune`), or a served run's (`workload.read_arrivals`); the run ends when the last one's request has
+    # ended, or at the horizon
     arrivals_ms: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -122,10 +128,11 @@ class SimConfig:
                 "held_expect must be a finite number > 0, with held_rule and max_delay_ms and without "
                 f"held_away_ms, got {self.held_expect!r}"
             )
-        if self.hop_ms is not None:
-            self.hop_ms = tuple(float(x) for x in self.hop_ms)
-            if any(not (math.isfinite(x) and x >= 0) for x in self.hop_ms):
-                raise ValueError(f"hop_ms must be finite numbers >= 0, got {self.hop_ms!r}")
+        for name in ("hop_ms", "gap_ms"):
+            if (v := getattr(self, name)) is not None:
+                setattr(self, name, tuple(float(x) for x in v))
+                if any(not (math.isfinite(x) and x >= 0) for x in getattr(self, name)):
+                    raise ValueError(f"{name} must be finite numbers >= 0, got {v!r}")
         if self.requests is not None:
             if self.request_tokens is None or not self.requests:
                 raise ValueError("requests (a finite run) needs request_tokens and at least one request")
@@ -245,7 +252,10 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         raise ValueError(f"expected {m} thresholds, got {len(cfg.thresholds)}")
     if cfg.hop_ms is not None and len(cfg.hop_ms) != m:
         raise ValueError(f"expected {m} hop delays, got {len(cfg.hop_ms)}")
+    if cfg.gap_ms is not None and len(cfg.gap_ms) != m:
+        raise ValueError(f"expected {m} step gaps, got {len(cfg.gap_ms)}")
     hop_ms = cfg.hop_ms or (0.0,) * m
+    host_ms = cfg.gap_ms or (0.0,) * m  # each step's host time beyond its latency
     c_rows = inputs.c.tolist()  # c_ij as floats: the per-row loop reads them
     ending = cfg.request_tokens is not None  # requests end (an open loop's too: it needs request_tokens)
     rng = np.random.default_rng(cfg.seed)
@@ -316,7 +326,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     steps = np.zeros(m)
     by_batch: list[dict[int, int]] = [{} for _ in range(m)]  # per model, the measured steps by their rows
     finished = 0
-    stalled = False
+    stalled = drained = False
     eff = tuple(cfg.thresholds)
     eff_at: dict[int, tuple[int, ...]] = {}  # the thresholds in effect at each count of active requests
 
@@ -385,6 +395,8 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
         busy_now = [bool(x) for x in running]  # the steps starting now run beside each other
         for i in new:
             end[i] = t + inputs.step_at(i, len(running[i]), busy_now)
+            if host_ms[i]:
+                end[i] += host_ms[i]
             if visit_ms[i]:
                 fresh = [r for r in running[i] if r not in prefilled[i]]
                 end[i] += visit_ms[i] * len(fresh)
@@ -518,6 +530,9 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
             next_arrival = following()
         if cfg.requests is not None and finished == len(cfg.requests):
             break  # the finite run's makespan
+        if next_arrival == math.inf and opened and active == 0 and not backlog:
+            drained = True  # the given arrivals are over and every one of their requests has ended
+            break
         if active not in eff_at:
             full = tuple(cfg.thresholds)
             eff_at[active] = effective_thresholds(full, active) if active < n else full
@@ -526,7 +541,7 @@ def simulate(inputs: SystemInputs, cfg: SimConfig) -> SimResult:
     if cfg.requests is not None:
         span = now
     else:
-        span = max(now - warmup, 0.0) if stalled else cfg.horizon_ms
+        span = max(now - warmup, 0.0) if stalled or drained else cfg.horizon_ms
     span = span or 1.0
     return SimResult(
         thresholds=tuple(cfg.thresholds),

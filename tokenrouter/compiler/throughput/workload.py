@@ -106,3 +106,49 @@ def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
         )
     length = spec.get("output_len")
     return per, int(length) if isinstance(length, int) and length > 0 else None
+
+
+def read_arrivals(path: str | Path) -> tuple[tuple[float, ...], int | None, int | None]:
+    """An open-loop `tokenrouter bench --request-rate --json` report's (or a `bench/matrix.py` record's) arrivals,
+    output length and concurrency cap (`report_arrivals`)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"{p}: not a readable JSON report: {exc}") from None
+    report = data.get("report", data) if isinstance(data, dict) else None
+    return report_arrivals(report, str(p))
+
+
+def report_arrivals(report, where: str) -> tuple[tuple[float, ...], int | None, int | None]:
+    """An open-loop report's arrival times (ms after the run's start, ascending: each request's send time less
+    its wait at the cap; failed requests arrived too), its output length per request and its concurrency cap
+    (None where the report has none). `where` names the report in errors."""
+    per = report.get("per_request") if isinstance(report, dict) else None
+    if not isinstance(per, list) or not per:
+        raise WorkloadError(
+            f"{where}: no per_request records (write them with `tokenrouter bench --json FILE`)"
+        )
+    spec = report.get("spec") if isinstance(report.get("spec"), dict) else {}
+    if spec.get("request_rate") is None:
+        raise WorkloadError(
+            f"{where}: a closed loop (no request rate): its requests did not arrive on their own clock; replay it "
+            "with --requests"
+        )
+    try:
+        times = sorted(1000.0 * (float(r["start_s"]) - float(r.get("queued_s", 0.0))) for r in per)
+    except (KeyError, TypeError, ValueError):
+        raise WorkloadError(
+            f"{where}: a per_request record without a numeric start_s (an older report)"
+        ) from None
+    if any(not np.isfinite(t) for t in times):
+        raise WorkloadError(f"{where}: a per_request record with a start time that is not a number")
+    start = min(times[0], 0.0)
+    length, cap = spec.get("output_len"), spec.get("concurrency")
+    return (
+        tuple(t - start for t in times),
+        int(length) if isinstance(length, int) and length > 0 else None,
+        int(cap) if isinstance(cap, int) and cap > 0 else None,
+    )
