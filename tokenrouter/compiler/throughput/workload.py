@@ -84,17 +84,22 @@ def with_visit_costs(inputs: SystemInputs, per_request: list[dict]) -> SystemInp
     return dataclasses.replace(inputs, prefill=tuple(costs))
 
 
-def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
-    """The per-request records of a `tokenrouter bench --json` report (or a `bench/matrix.py` record holding
-    one as `report`), and the report's output length per request (None where it has none)."""
-    p = Path(path)
+def _read_report(p: Path):
+    """A `tokenrouter bench --json` report (or the one a `bench/matrix.py` record holds as `report`)."""
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise WorkloadError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WorkloadError(f"{p}: not a readable JSON report: {exc}") from None
-    report = data.get("report", data) if isinstance(data, dict) else None
+    return data.get("report", data) if isinstance(data, dict) else None
+
+
+def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
+    """The per-request records of a `tokenrouter bench --json` report (or a `bench/matrix.py` record holding
+    one as `report`), and the report's output length per request (None where it has none)."""
+    p = Path(path)
+    report = _read_report(p)
     per = report.get("per_request") if isinstance(report, dict) else None
     if not isinstance(per, list) or not per:
         raise WorkloadError(f"{p}: no per_request records (write them with `tokenrouter bench --json FILE`)")
@@ -102,7 +107,8 @@ def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
     if spec.get("request_rate") is not None:
         raise WorkloadError(
             f"{p}: an open-loop load ({spec['request_rate']:g} requests/s); the simulator replays a closed loop "
-            "of --concurrency requests: replay a report of `tokenrouter bench` without --request-rate"
+            "of --concurrency requests: replay a report of `tokenrouter bench` without --request-rate, or this "
+            "one's arrivals with --arrivals"
         )
     length = spec.get("output_len")
     return per, int(length) if isinstance(length, int) and length > 0 else None
@@ -111,15 +117,7 @@ def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
 def read_arrivals(path: str | Path) -> tuple[tuple[float, ...], int | None, int | None]:
     """An open-loop `tokenrouter bench --request-rate --json` report's (or a `bench/matrix.py` record's) arrivals,
     output length and concurrency cap (`report_arrivals`)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WorkloadError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WorkloadError(f"{p}: not a readable JSON report: {exc}") from None
-    report = data.get("report", data) if isinstance(data, dict) else None
-    return report_arrivals(report, str(p))
+    return report_arrivals(_read_report(Path(path)), str(path))
 
 
 def report_arrivals(report, where: str) -> tuple[tuple[float, ...], int | None, int | None]:
