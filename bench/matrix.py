@@ -1492,23 +1492,22 @@ def run_gap_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
     """Per model, the mean host time between its back-to-back steps during the run
     (`tokenrouter_step_gap_seconds_total` over `tokenrouter_step_gaps_total`, 0 where none), or None for records
     before the counters."""
-    deltas = step_deltas(rec)
-    if not any(d.get("step_gaps_total") for d in deltas.values()):
-        return None
-    return tuple(
-        mean_ms(deltas.get(x, {}), "step_gaps_total", "step_gap_seconds_total") or 0.0 for x in models
-    )
+    return run_means(rec, models, "step_gaps_total", "step_gap_seconds_total")
 
 
 def run_hop_ms(rec: dict, models: tuple[str, ...]) -> tuple[float, ...] | None:
     """Per model, the mean delay of the hops it received during the run (`tokenrouter_hop_delay_seconds_total`
     over `tokenrouter_hops_in_total`, 0 where none came), or None for records before the counters."""
+    return run_means(rec, models, "hops_in_total", "hop_delay_seconds_total")
+
+
+def run_means(rec: dict, models: tuple[str, ...], count: str, seconds: str) -> tuple[float, ...] | None:
+    """Per model, ms per event over the run (`mean_ms` of its `step_deltas`; 0 where it had none), or None where no
+    model counted `count` (records of servers before the counter)."""
     deltas = step_deltas(rec)
-    if not any(d.get("hops_in_total") for d in deltas.values()):
+    if not any(d.get(count) for d in deltas.values()):
         return None
-    return tuple(
-        mean_ms(deltas.get(x, {}), "hops_in_total", "hop_delay_seconds_total") or 0.0 for x in models
-    )
+    return tuple(mean_ms(deltas.get(x, {}), count, seconds) or 0.0 for x in models)
 
 
 def mean_ms(d: dict[str, float], count: str, seconds: str) -> float | None:

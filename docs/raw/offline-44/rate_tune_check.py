@@ -70,8 +70,7 @@ for tarball in sys.argv[1:]:
         )
         chain = json.loads(plan_path.read_text())["tuning"]["result"]["best"]
     settings = RateSettings(rate, tokens, max_delay_ms=recs[0]["max_delay_ms"], jobs=2)
-    profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
-    res = tune_at_rate(system.inputs, settings, measured=profiled)
+    res = tune_at_rate(system.inputs, settings, measured=system.profiled())
     print(
         f"## {Path(tarball).parent.name}: {rate:g} requests/s, N = {n}, {tokens} tokens, objective {settings.objective}"
     )

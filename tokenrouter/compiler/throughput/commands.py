@@ -251,8 +251,7 @@ def run_rate_tune(
     rate["gap_ms"] = parse_gap_ms(rate.get("gap_ms"), inp.models, system.gap_ms)
     settings = RateSettings(request_tokens=args.request_tokens, **rate)
     try:
-        profiled = [m for m, src in system.sources["step_ms"].items() if src == "profile"]
-        result = tune_at_rate(inp, settings, system.fixed, profiled)
+        result = tune_at_rate(inp, settings, system.fixed, system.profiled())
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     best = result.best
@@ -636,7 +635,7 @@ def run_simulate(
                 f"warning: {lat['backlog']} requests were waiting at the cap at the end ({lat['unfinished']} measured "
                 "arrivals had not ended): if it grows with --horizon-ms, the rate is over what the plan serves"
             )
-    limits = measured_sizes(inp, [m for m, src in system.sources["step_ms"].items() if src == "profile"])
+    limits = measured_sizes(inp, system.profiled())
     lines += [
         f"warning: {x}"
         for x in beyond_warnings(inp.models, beyond_shares(sim.steps_by_batch, limits), limits)

@@ -97,6 +97,10 @@ class PlanSystem:
     # the profile's host ms between each model's back-to-back steps (`workload.gap_ms`): `--gap-ms profile`
     gap_ms: dict[str, float] = field(default_factory=dict)
 
+    def profiled(self) -> list[str]:
+        """The models whose step latencies came from the profile (measured, not given)."""
+        return [m for m, src in self.sources["step_ms"].items() if src == "profile"]
+
 
 def auto_models(plan: dict) -> list[str]:
     """Models whose threshold is chosen by `tune`: `batch: auto`, or recorded as auto by an earlier tune."""

@@ -247,7 +247,7 @@ def tune_at_rate(
         screened: list[RateCandidate] = []
         if len(pool) > s.keep:
             times = arrivals(s.rate_per_s, s.warmup_ms + s.screen_ms, 0)
-            screened = runner.rank(pool, [_config(s, b, 0, times, s.screen_ms) for b in pool], s, n)
+            screened = runner.rank(pool, [[_config(s, b, 0, times, s.screen_ms)] for b in pool], s, n)
             pool = [c.thresholds for c in screened[: s.keep]]
         per_seed = [arrivals(s.rate_per_s, s.warmup_ms + s.horizon_ms, k) for k in range(s.seeds)]
         cfgs = [[_config(s, b, k, per_seed[k], s.horizon_ms) for k in range(s.seeds)] for b in pool]
@@ -291,9 +291,10 @@ class _Runner:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
 
-    def rank(self, pool: list[tuple[int, ...]], cfgs: list, s: RateSettings, n: int) -> list[RateCandidate]:
+    def rank(
+        self, pool: list[tuple[int, ...]], cfgs: list[list[SimConfig]], s: RateSettings, n: int
+    ) -> list[RateCandidate]:
         """Each candidate of `pool` run at its configurations (one, or one per seed), best first."""
-        cfgs = [c if isinstance(c, list) else [c] for c in cfgs]
         flat = [c for per in cfgs for c in per]
         if self.pool is None:
             outs = [_run(self.inputs, c) for c in flat]
