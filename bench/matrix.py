@@ -1009,6 +1009,7 @@ def tables(records: list[dict]) -> str:
             r["n"]: r["predicted_tok_s"] for r in recs if r["mode"] == "tokenrouter" and r["predicted_tok_s"]
         }
         checks = [("DTMC on the run's own step times", run_prediction),
+                  ("DTMC on the run's own step times and host gaps", run_gap_prediction),
                   ("simulated as the run was (its requests, each with its own routing)", run_simulation),
                   ("simulated as the run was, with its hops' measured delay", run_hop_simulation)]  # fmt: skip
         for label, model in checks:
@@ -1180,20 +1181,23 @@ def threshold_table(recs: list[dict], once=lambda model, rec: model(rec)) -> lis
     for r in sorted(trs, key=lambda r: (r["n"], -(r["predicted_tok_s"] or 0.0))):
         tok = r["report"]["decode_throughput_tok_s"]
         pred, own, sim = r["predicted_tok_s"], once(run_prediction, r), once(run_hop_simulation, r)
+        gap = once(run_gap_prediction, r)
         rows.append(
             f"| {r['n']} | {threshold_label(r['thresholds'] or {})} | "
             f"{'fixed' if r.get('fixed_thresholds') else 'tuned'} | {tok:.1f} | "
             f"{f'{pred:.1f}' if pred else '-'} | {ratio(tok, pred)} | {f'{own:.1f}' if own else '-'} | "
-            f"{ratio(tok, own)} | {f'{sim:.1f}' if sim else '-'} | {ratio(tok, sim)} | "
-            f"{ratio(tok, eager.get(r['n']))} |"
+            f"{ratio(tok, own)} | {f'{gap:.1f}' if gap else '-'} | {ratio(tok, gap)} | "
+            f"{f'{sim:.1f}' if sim else '-'} | {ratio(tok, sim)} | {ratio(tok, eager.get(r['n']))} |"
         )
     return [
         "TokenRouter at each threshold served (`--thresholds`; rows by the tuning's prediction, best first); on\n"
-        "each row's own step times, the DTMC and the simulation of the run as it was with its hops' measured\n"
-        "delay (the DTMC takes hops as instant, and has no batching timeout):\n",
+        "each row's own step times, the DTMC (without and with the host gaps it measured between back-to-back\n"
+        "steps) and the simulation of the run as it was with its hops' measured delay (the DTMC takes hops as\n"
+        "instant, and has no batching timeout):\n",
         "| N | B | chosen | tok/s | DTMC predicted | measured / predicted | DTMC on own step times | measured / that "
-        "| simulated, own step times and hops | measured / that | / eager |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| DTMC, own step times and gaps | measured / that | simulated, own step times and hops | measured / that "
+        "| / eager |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
     ]
@@ -1330,6 +1334,17 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
 
     system = run_system(rec, min_steps)
     return None if system is None else analyze(*system).throughput
+
+
+def run_gap_prediction(rec: dict, min_steps: int = 5) -> float | None:
+    """`run_prediction` with each model's steps lengthened by the host gap the run measured between its
+    back-to-back steps (`run_gap_ms`), as `tune --gap-ms` gives the chain; None for records before the counters."""
+    from tokenrouter.compiler.throughput.dtmc import analyze
+    from tokenrouter.compiler.throughput.inputs import with_step_ms
+
+    system = run_system(rec, min_steps)
+    gaps = None if system is None else run_gap_ms(rec, system[0].models)
+    return None if gaps is None else analyze(with_step_ms(system[0], gaps), system[1]).throughput
 
 
 def run_simulation(

@@ -44,6 +44,7 @@ from tokenrouter.compiler.plan import PlanError, validate_plan  # noqa: E402
 from tokenrouter.compiler.throughput.commands import lend_alone, merge_served  # noqa: E402
 from tokenrouter.compiler.throughput.dtmc import analyze  # noqa: E402
 from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics  # noqa: E402
+from tokenrouter.compiler.throughput.inputs import with_step_ms  # noqa: E402
 from tokenrouter.compiler.throughput.optimize import tune  # noqa: E402
 from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError, system_from_plan  # noqa: E402
 
@@ -69,6 +70,7 @@ def retune(
     merge: bool = False,
     fit_alone: bool | None = None,
     second_pass: bool = False,
+    gaps: bool = False,
 ) -> list[dict]:
     """Per N the archive profiled at: the tuner's choice now and at the time, and each served row's B,
     measured and predicted tok/s. `min_steps` None: the one the run's profile was made with (its
@@ -80,7 +82,9 @@ def retune(
     non-decreasing where the run's profile was (its `workload.alone_fit`: profiles from 3 Dec 2026 on), else as
     measured; True / False: every profile so. `second_pass`: tuning in two passes, offline: the latencies the run's
     own tuned row measured (served at the eager profile's choice) merged into the eager profile, for runs that
-    tuned on the eager profile alone (none is lent to the others)."""
+    tuned on the eager profile alone (none is lent to the others). `gaps`: each model's steps lengthened in the chain
+    by the host gap between back-to-back steps that the eager profile measured (`tune --gap-ms profile`; profiles
+    from run 66 on have it)."""
     files = read_archive(path)
     ns = sorted(int(m.group(1)) for m in map(EAGER_AFTER.fullmatch, files) if m)
     if not ns:
@@ -127,21 +131,30 @@ def retune(
             )
         records = [json.loads(files[name]) for name in sorted(files)
                    if name.startswith("record-") and name.endswith(".json")]  # fmt: skip
-        records = [r for r in records if r.get("n") == n and r.get("mode") in ("tokenrouter", "eager")]
+        # the closed loops only: an open loop's rows serve the offered rate, not what the chain predicts
+        records = [r for r in records if r.get("n") == n and r.get("mode") in ("tokenrouter", "eager")
+                   and not r.get("request_rate")]  # fmt: skip
         # the rows' output length prices the profile's prompt prefills per request, as the matrix's `tune` does
         # since the fortieth session (its served profile's load has 256 tokens per request, the rows 512)
         length = next((r["output_len"] for r in records if isinstance(r.get("output_len"), int)), None)
         system = system_from_plan(plan, n, {}, {}, prof, None if matrix.KEEP_PREFILLS else length)
-        best = tune(system.inputs, system.fixed).best
+        inputs = system.inputs
+        if gaps:
+            if not system.gap_ms:
+                raise ArchiveError(
+                    f"{path}: the eager profile at N = {n} measured no step gaps (runs before 66)"
+                )
+            inputs = with_step_ms(inputs, tuple(system.gap_ms.get(m, 0.0) for m in inputs.models))
+        best = tune(inputs, system.fixed).best
         rows = []
         for rec in records:
             b = tuple(int((rec.get("thresholds") or {}).get(m, 1)) for m in system.inputs.models)
             measured = rec["report"]["decode_throughput_tok_s"]
             rows.append({"mode": rec["mode"], "B": b, "measured": measured,
-                         "predicted": analyze(system.inputs, b).throughput})  # fmt: skip
+                         "predicted": analyze(inputs, b).throughput})  # fmt: skip
         out.append({"archive": path.name, "n": n, "models": system.inputs.models, "B": best.thresholds,
                     "predicted": best.throughput,
-                    "B_then": b_then,
+                    "B_then": b_then, "gap_ms": system.gap_ms if gaps else None,
                     "predicted_then": then.get("throughput_tok_s"), "rows": rows,
                     "alone_from": None if lent is None else lent[0] + (" (merged)" if merged else "")})  # fmt: skip
     return out
@@ -211,6 +224,8 @@ def table(results: list[dict]) -> str:
     pairs = ordered_pairs(results)
     if ratios:
         lines.append("")
+        if any(r.get("gap_ms") for r in results):
+            lines.append("the chain's steps lengthened by the host gaps each eager profile measured (--gaps)")
         if pairs[1]:
             lines.append(f"pairs of TokenRouter rows of one run that served at least {PAIR_GAP:.0%} apart: the chain "
                          f"orders {pairs[0]} of {pairs[1]} as they served")  # fmt: skip
@@ -245,13 +260,16 @@ PAIR_GAP = 0.01  # rows of one run closer than this are left out of the ordering
 
 
 def ordered_pairs(results: list[dict]) -> tuple[int, int]:
-    """(how many, of the pairs of TokenRouter rows of one run that served PAIR_GAP or more apart, the chain's
-    predictions order as they served; how many such pairs)."""
+    """(how many, of the pairs of TokenRouter rows of one run at different thresholds that served PAIR_GAP or more
+    apart, the chain's predictions order as they served; how many such pairs). Two rows at the same thresholds (a
+    tuned row and a fixed one at its B) have one prediction: they are not a pair."""
     ok = total = 0
     for r in results:
         rows = [x for x in r["rows"] if x["mode"] == "tokenrouter"]
         for i, a in enumerate(rows):
             for b in rows[i + 1 :]:
+                if a["B"] == b["B"]:
+                    continue
                 if abs(a["measured"] - b["measured"]) < PAIR_GAP * max(a["measured"], b["measured"]):
                     continue
                 total += 1
@@ -283,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-prefills", action="store_true",
                     help="leave the prompt prefills in the latencies of the batch sizes they ran at, as profiles "
                     "did before the fortieth session (default: priced apart, `profile --from-metrics`)")  # fmt: skip
+    ap.add_argument("--gaps", action="store_true",
+                    help="lengthen each model's steps in the chain by the host gap between back-to-back steps that "
+                    "the eager profile measured (`tune --gap-ms profile`)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     matrix.KEEP_PREFILLS = a.keep_prefills
@@ -302,12 +323,20 @@ def main(argv: list[str] | None = None) -> int:
     for p in map(Path, a.archives):
         try:
             if a.second_pass:
-                results += retune(p, a.min_steps, fit_alone=a.fit_alone or None, second_pass=True)
+                results += retune(
+                    p, a.min_steps, fit_alone=a.fit_alone or None, second_pass=True, gaps=a.gaps
+                )
             elif not alone_from:
-                results += retune(p, a.min_steps, merge=a.merge, fit_alone=a.fit_alone or None)
+                results += retune(p, a.min_steps, merge=a.merge, fit_alone=a.fit_alone or None, gaps=a.gaps)
             elif previous is not None:
                 results += retune(
-                    p, a.min_steps, read_archive(previous), alone_from, a.merge, a.fit_alone or None
+                    p,
+                    a.min_steps,
+                    read_archive(previous),
+                    alone_from,
+                    a.merge,
+                    a.fit_alone or None,
+                    gaps=a.gaps,
                 )
         except (OSError, tarfile.TarError, ArchiveError, MetricsProfileError, ThroughputInputError) as e:
             print(f"error: {e}", file=sys.stderr)

@@ -1056,8 +1056,9 @@ def tune(
     gap_ms: list[str] = typer.Option(
         None,
         "--gap-ms",
-        help="With --request-rate: MODEL=MS, host time each step of MODEL takes beyond its latency (default none); "
-        "`profile`: the gaps between back-to-back steps that the profile measured.",
+        help="MODEL=MS, host time each step of MODEL takes beyond its latency, added to its steps in the chain "
+        "(or the simulator, with --request-rate; default none); `profile`: the gaps between back-to-back steps "
+        "that the profile measured.",
     ),
     horizon_ms: float = typer.Option(
         None,
@@ -1080,7 +1081,7 @@ def tune(
     from tokenrouter.compiler.throughput.commands import SystemArgs, run_rate_tune, run_tune
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
-    rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms, "--gap-ms": gap_ms,
+    rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms,
                  "--horizon-ms": horizon_ms, "--seeds": seeds, "--keep": keep, "--jobs": jobs}  # fmt: skip
     if request_rate is None:
         if given := [flag for flag, value in rate_only.items() if value not in (None, [])]:
@@ -1089,7 +1090,9 @@ def tune(
                 err=True,
             )
             raise typer.Exit(2)
-        text, _ = _throughput_call(run_tune, args, delta_ms, output, json_out, plot, top, max_states)
+        text, _ = _throughput_call(
+            run_tune, args, delta_ms, output, json_out, plot, top, max_states, gap_ms=gap_ms
+        )
     else:
         if plot:
             typer.echo("error: --plot charts the chain's T(B); it does not go with --request-rate", err=True)

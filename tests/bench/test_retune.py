@@ -39,6 +39,28 @@ def test_the_runs_own_tuning_is_reproduced_and_each_served_row_predicted(bench_s
     assert "tokenrouter (2, 7) 1934 / 1868 = 1.04" in out and "measured / predicted over 3 served rows" in out
 
 
+def test_the_profiles_host_gaps_lengthen_the_chains_steps(bench_script, capsys):
+    """`--gaps`: each model's steps take the host gap that the eager profile measured between back-to-back steps
+    (run 70: 0.128 ms per 0.6B step, none counted for the 8B) as `tune --gap-ms profile` gives them: every served
+    row's prediction is lower; the table says so. Two rows at the same thresholds are not a pair to order, and
+    an open loop's rows (run 162) are left out: the chain predicts a closed loop."""
+    retune = bench_script("retune")
+    (plain,) = retune.retune(RUN70)
+    (gapped,) = retune.retune(RUN70, gaps=True)
+    assert plain["gap_ms"] is None and gapped["gap_ms"] == pytest.approx({"slm": 0.1277}, abs=1e-4)
+    for a, b in zip(plain["rows"], gapped["rows"], strict=True):
+        assert a["B"] == b["B"] and a["measured"] == b["measured"]
+        assert 0.9 * a["predicted"] < b["predicted"] < a["predicted"]
+    assert retune.main(["--gaps", str(RUN70)]) == 0
+    assert "lengthened by the host gaps each eager profile measured (--gaps)" in capsys.readouterr().out
+    same = {"rows": [{"mode": "tokenrouter", "B": (2, 6), "measured": 1900.0, "predicted": 2000.0},
+                     {"mode": "tokenrouter", "B": (2, 6), "measured": 1800.0, "predicted": 2000.0},
+                     {"mode": "tokenrouter", "B": (2, 5), "measured": 1700.0, "predicted": 1950.0}]}  # fmt: skip
+    assert retune.ordered_pairs([same]) == (2, 2)
+    run162 = next((ROOT / "docs/raw/run-a15/call2/run162").glob("results-*.tar.gz"))
+    assert [r["rows"] for r in retune.retune(run162)] == [[]]
+
+
 def test_an_archive_without_the_scrapes_is_named(bench_script, tmp_path, capsys):
     retune = bench_script("retune")
     bad = tmp_path / "results-x.tar.gz"

@@ -21,6 +21,7 @@ from tokenrouter.compiler.throughput.inputs import (
     StepLatency,
     SystemInputs,
     make_inputs,
+    with_step_ms,
 )
 from tokenrouter.compiler.throughput.optimize import tune
 from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
@@ -58,6 +59,18 @@ def test_one_request_always_steps_alone():
     assert analyze(ping_pong(1), (1, 1), delta_ms=0.1).throughput == pytest.approx(2 / 13.0 * 1000)
     sim = simulate(inp, SimConfig((1, 1), horizon_ms=5000, warmup_ms=100))
     assert sim.throughput == pytest.approx(400.0, rel=0.01)
+
+
+def test_a_step_gap_lengthens_the_latency_alone_too():
+    """`with_step_ms` (a host gap per step, `tune --gap-ms`) adds to a model's steps alone and beside: at N = 1, two
+    tokens per (1 + 0.5) + (4 + 1.5) ms; the wrong count of additions is refused."""
+    inp = with_alone(ping_pong(1), {"slm": {1: 1.0}, "llm": {1: 4.0}})
+    gapped = with_step_ms(inp, (0.5, 1.5))
+    assert analyze(gapped, (1, 1), delta_ms=0.1).throughput == pytest.approx(2 / 7.0 * 1000)
+    assert gapped.step[0].at(1) == 3.5 and gapped.alone[1].step.at(1) == 5.5
+    assert with_step_ms(ping_pong(1), (0.5, 1.5)).alone == ()
+    with pytest.raises(ValueError, match="expected 2 step additions"):
+        with_step_ms(inp, (0.5,))
 
 
 def test_latencies_alone_equal_to_the_shared_ones_change_nothing():

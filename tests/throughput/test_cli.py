@@ -177,6 +177,60 @@ def test_simulate_takes_a_hops_delay_into_each_model(tmp_path):
     assert res.exit_code == 1 and "unknown model 'big'" in res.output
 
 
+def test_a_step_gap_is_a_longer_step_in_the_chain(tmp_path):
+    """`tune --gap-ms MODEL=MS` adds the host gap to every step of MODEL in the chain: the same choice and T as the
+    latencies given that much longer, recorded apart (`tuning.gap_ms`) beside the latencies as measured; the
+    simulator's chain line takes the same gap. `--gap-ms profile`: the profile's `workload.gap_ms`."""
+    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+
+    src = write(tmp_path, R2R_LIKE)
+    tune = ["tune", src, "--json", "--top", "20"]
+    gap = json.loads(runner.invoke(app, [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9",
+                                         "--gap-ms", "slm=1.5", "--gap-ms", "llm=0.5"]).stdout)["tuning"]  # fmt: skip
+    longer = json.loads(runner.invoke(app, [*tune, "--step-ms", "slm=7.5", "--step-ms", "llm=28.4"]).stdout)[
+        "tuning"
+    ]
+    bare = json.loads(runner.invoke(app, [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9"]).stdout)[
+        "tuning"
+    ]
+    assert gap["result"]["candidates"] == longer["result"]["candidates"]
+    assert gap["gap_ms"] == {"slm": 1.5, "llm": 0.5} and "gap_ms" not in bare
+    assert gap["step_ms"] == bare["step_ms"] == {"slm": [[1, 6.0]], "llm": [[1, 27.9]]}
+    assert gap["result"]["throughput_tok_s"] < 0.95 * bare["result"]["throughput_tok_s"]
+    text = runner.invoke(app, [*tune[:2], "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--gap-ms", "slm=1.5",
+                               "-o", str(tmp_path / "g.plan")])  # fmt: skip
+    assert text.exit_code == 0, text.output
+    assert (
+        "host time per step beyond its latency: slm 1.5 ms, llm 0 ms (added to every step in the chain)"
+        in text.output
+    )
+
+    sim = ["simulate", src, "--batch", "llm=3", "--horizon-ms", "20000", "--json"]
+    with_gap = json.loads(runner.invoke(app, [*sim, "--step-ms", "slm=6", "--step-ms", "llm=27.9",
+                                              "--gap-ms", "slm=1.5", "--gap-ms", "llm=0.5"]).stdout)  # fmt: skip
+    as_longer = json.loads(runner.invoke(app, [*sim, "--step-ms", "slm=7.5", "--step-ms", "llm=28.4"]).stdout)
+    assert with_gap["chain"]["throughput_tok_s"] == pytest.approx(as_longer["chain"]["throughput_tok_s"])
+    assert with_gap["simulation"]["throughput_tok_s"] == pytest.approx(
+        with_gap["chain"]["throughput_tok_s"], rel=0.03
+    )
+
+    step = {"slm": StepLatency(((1, 6.0),)), "llm": StepLatency(((1, 27.9),))}
+    routing = {"slm": {"slm": 0.65, "llm": 0.35}, "llm": {"slm": 1.0}}
+    write_profile(Profile("r2rlike", None, step, routing, workload={"gap_ms": {"slm": 1.5, "llm": 0.5}}),
+                  tmp_path / "gaps.json")  # fmt: skip
+    write_profile(Profile("r2rlike", None, step, routing), tmp_path / "none.json")
+    prof = json.loads(
+        runner.invoke(app, [*tune, "--profile", str(tmp_path / "gaps.json"), "--gap-ms", "profile"]).stdout
+    )
+    assert prof["tuning"]["gap_ms"] == {"slm": 1.5, "llm": 0.5}
+    assert prof["tuning"]["result"]["candidates"] == gap["result"]["candidates"]
+    res = runner.invoke(app, [*tune, "--profile", str(tmp_path / "none.json"), "--gap-ms", "profile"])
+    assert res.exit_code == 1 and "--gap-ms profile: the profile has no step gaps" in res.output, res.output
+    res = runner.invoke(app, [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--gap-ms", "slm=-1"])
+    assert res.exit_code == 2 and "--gap-ms" in res.output, res.output
+
+
 def test_tune_skips_candidates_over_the_state_cap(tmp_path):
     src = write(tmp_path, R2R_LIKE)
     res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--max-states", "20",

@@ -16,6 +16,7 @@ from tokenrouter.compiler.throughput.dtmc import (
     analyze,
     delta_error,
 )
+from tokenrouter.compiler.throughput.inputs import with_step_ms
 from tokenrouter.compiler.throughput.optimize import TuneError, TuneResult, tune
 from tokenrouter.compiler.throughput.plan_inputs import (
     PlanSystem,
@@ -139,8 +140,11 @@ def run_tune(
     top: int = 10,
     max_states: int = DEFAULT_MAX_STATES,
     write: bool = True,
+    gap_ms: list[str] | None = None,
 ) -> tuple[str, dict]:
-    """Returns (text to print, the tuned plan). Raises ThroughputInputError for the user's mistakes."""
+    """Returns (text to print, the tuned plan). Raises ThroughputInputError for the user's mistakes. `gap_ms`:
+    `MODEL=MS` items (or `profile`), host time each step of a model takes beyond its latency, which the chain
+    adds to every step of it (`inputs.with_step_ms`)."""
     if not (math.isfinite(delta_ms) and delta_ms > 0):
         raise ThroughputUsageError(f"--delta-ms must be a finite number of ms > 0, got {delta_ms}")
     if top < 1:
@@ -150,10 +154,12 @@ def run_tune(
     if plot:
         check_plot_path(plot)
     plan, system = build_system(args)
-    if error := delta_error(system.inputs, delta_ms):
+    gaps = parse_gap_ms(gap_ms, system.inputs.models, system.gap_ms)
+    chain_inputs = system.inputs if gaps is None else with_step_ms(system.inputs, gaps)
+    if error := delta_error(chain_inputs, delta_ms):
         raise ThroughputUsageError(error)
     try:
-        result = tune(system.inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)
+        result = tune(chain_inputs, system.fixed, delta_ms=delta_ms, max_states=max_states)
     except TuneError as e:
         raise ThroughputInputError(str(e)) from None
     if not result.best.throughput > 0:
@@ -166,7 +172,7 @@ def run_tune(
     late += concentration_warnings(system, result.best.thresholds)
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
-    tuned = apply_tuning(plan, system, result, top=top, warnings=late)
+    tuned = apply_tuning(plan, system, result, top=top, warnings=late, gap_ms=gaps)
     out_path = _write_tuned(tuned, args, output, write)
     lines: list[str] = []
     if plot:
@@ -185,6 +191,8 @@ def run_tune(
         f"search: {len(result.results)} of {result.n_feasible} feasible candidates evaluated in {result.seconds:.2f} s"
     )
     lines += describe_inputs(system)
+    if gaps is not None:
+        lines.append(gap_line(system.inputs.models, gaps) + " (added to every step in the chain)")
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     lines.append(format_table(result, top))
@@ -309,8 +317,7 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         lines.append("hop delay into each model: " + ", ".join(
             f"{m} {ms:g} ms" for m, ms in zip(models, s.hop_ms, strict=True)))  # fmt: skip
     if s.gap_ms is not None:
-        lines.append("host time per step beyond its latency: " + ", ".join(
-            f"{m} {ms:g} ms" for m, ms in zip(models, s.gap_ms, strict=True)))  # fmt: skip
+        lines.append(gap_line(models, s.gap_ms))
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
 
@@ -412,6 +419,12 @@ def parse_gap_ms(
     """`--gap-ms MODEL=MS`: each model's host time per step beyond its step latency (0 for those not given), or
     None when none is; `--gap-ms profile`: the profile's measured gaps (`measured`, `PlanSystem.gap_ms`)."""
     return parse_model_ms(values, models, measured, "--gap-ms", "step gaps (workload.gap_ms")
+
+
+def gap_line(models: tuple[str, ...], gaps: tuple[float, ...]) -> str:
+    return "host time per step beyond its latency: " + ", ".join(
+        f"{m} {ms:g} ms" for m, ms in zip(models, gaps, strict=True)
+    )
 
 
 def parse_model_ms(values, models, measured, option: str, what: str) -> tuple[float, ...] | None:
@@ -545,15 +558,9 @@ def run_simulate(
         raise ThroughputUsageError(error)
     sim = simulate(inp, cfg)
     pred = None
-    if (
-        chain
-        and cfg.request_tokens is None
-        and cfg.max_delay_ms is None
-        and cfg.hop_ms is None
-        and cfg.gap_ms is None
-    ):
-        try:
-            pred = analyze(inp, b, delta_ms)
+    if chain and cfg.request_tokens is None and cfg.max_delay_ms is None and cfg.hop_ms is None:
+        try:  # the chain takes the host gaps as longer steps (`tune --gap-ms`)
+            pred = analyze(inp if cfg.gap_ms is None else with_step_ms(inp, cfg.gap_ms), b, delta_ms)
         except ChainError as e:
             pred = str(e)
     if as_json:
@@ -594,14 +601,7 @@ def run_simulate(
             if cfg.hop_ms is not None
             else []
         ),  # fmt: skip
-        *(
-            [
-                "host time per step beyond its latency: "
-                + ", ".join(f"{m} {ms:g} ms" for m, ms in zip(inp.models, cfg.gap_ms, strict=True))
-            ]
-            if cfg.gap_ms is not None
-            else []
-        ),  # fmt: skip
+        *([gap_line(inp.models, cfg.gap_ms)] if cfg.gap_ms is not None else []),
         f"throughput: {sim.throughput:.2f} tok/s"
         + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),
     ]

@@ -14,6 +14,7 @@ a request at the model for the first time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -224,6 +225,19 @@ class SystemInputs:
     def tokens_per_step(self) -> np.ndarray:
         """Expected committed tokens per request-step at each model: Σ_j p_ij c_ij."""
         return (self.p * self.c).sum(axis=1)
+
+
+def with_step_ms(inputs: SystemInputs, add: Sequence[float]) -> SystemInputs:
+    """`inputs` with `add[i]` ms on every step latency of model i, alone or beside: a host gap that each step
+    takes beyond its forward (`tune --gap-ms`), or a prefill cost spread over the steps (`prefill.py`)."""
+    if len(add) != inputs.n_models:
+        raise ValueError(f"expected {inputs.n_models} step additions, got {len(add)}")
+    step = tuple(s.shifted(d) for s, d in zip(inputs.step, add, strict=True))
+    alone = tuple(
+        dataclasses.replace(a, step=a.step.shifted(d)) if a is not None else None
+        for a, d in zip(inputs.alone or (None,) * inputs.n_models, add, strict=True)
+    )
+    return dataclasses.replace(inputs, step=step, alone=alone if inputs.alone else ())
 
 
 def make_inputs(

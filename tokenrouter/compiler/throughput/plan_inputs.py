@@ -476,11 +476,17 @@ def _round_up(ms: float) -> int:
 
 
 def apply_tuning(
-    plan: dict, system: PlanSystem, result: TuneResult, top: int = 5, warnings: Sequence[str] = ()
+    plan: dict,
+    system: PlanSystem,
+    result: TuneResult,
+    top: int = 5,
+    warnings: Sequence[str] = (),
+    gap_ms: Sequence[float] | None = None,
 ) -> dict:
     """A copy of `plan` with B* for every auto model, the feasibility check redone for the tuned
     concurrency, and the inputs and result recorded under `tuning` (docs/ir.md); `warnings` about the
-    result (`timeout_warnings`) are recorded after the inputs' own."""
+    result (`timeout_warnings`) are recorded after the inputs' own; `gap_ms`, per model, the host time the
+    chain added to each step (`tune --gap-ms`)."""
     out = copy.deepcopy(plan)
     best = result.best_thresholds()
     for m in system.auto:
@@ -543,6 +549,7 @@ def apply_tuning(
             if inp.prefill
             else {}
         ),
+        **({"gap_ms": dict(zip(inp.models, gap_ms, strict=True))} if gap_ms is not None else {}),
         "sources": system.sources,
         **({"warnings": warnings} if warnings else {}),
         "result": result.as_dict(top=top),

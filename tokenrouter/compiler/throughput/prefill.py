@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.compiler.throughput.inputs import SystemInputs, with_step_ms
 
 _ROUNDS = 8
 # a change in the added ms per step below this (or below 1 % of it) ends the iteration
@@ -33,13 +33,7 @@ def has_prefill(inputs: SystemInputs) -> bool:
 
 def spread(inputs: SystemInputs, add: list[float]) -> SystemInputs:
     """`inputs` with `add[i]` ms on every step latency of model i (alone or beside), and no prefill cost."""
-
-    step = tuple(s.shifted(d) for s, d in zip(inputs.step, add, strict=True))
-    alone = tuple(
-        dataclasses.replace(a, step=a.step.shifted(d)) if a is not None else None
-        for a, d in zip(inputs.alone or (None,) * inputs.n_models, add, strict=True)
-    )
-    return dataclasses.replace(inputs, step=step, alone=alone if inputs.alone else (), prefill=())
+    return dataclasses.replace(with_step_ms(inputs, add), prefill=())
 
 
 def solve(
