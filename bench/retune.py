@@ -20,7 +20,8 @@ measured / predicted. Last, the spread of measured / predicted over every served
 `--second-pass` tunes in two passes, as `bench/matrix.py --served-from tuned` does on the GPU: each run's own
 tuned row, served at the eager profile's choice, lends its latencies to the eager profile (`profile --merge`).
 
-Exit status: 0, or 2 for bad options or an archive this cannot re-tune (named on stderr, with why).
+Exit status: 0, or 2 for bad options or an archive this cannot re-tune (named on stderr, with why; with
+`--skip-unusable` it is named and left out).
 """
 
 from __future__ import annotations
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gaps", action="store_true",
                     help="lengthen each model's steps in the chain by the host gap between back-to-back steps that "
                     "the eager profile measured (`tune --gap-ms profile`)")  # fmt: skip
+    ap.add_argument("--skip-unusable", action="store_true",
+                    help="name an archive this cannot re-tune on stderr and go on (default: exit 2 at the first)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
     matrix.KEEP_PREFILLS = a.keep_prefills
@@ -339,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
                     gaps=a.gaps,
                 )
         except (OSError, tarfile.TarError, ArchiveError, MetricsProfileError, ThroughputInputError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            if not a.skip_unusable:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            print(f"skipped: {e}", file=sys.stderr)
         previous = p
     print(json.dumps(results, indent=1) if a.json else table(results))
     return 0

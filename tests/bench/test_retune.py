@@ -71,6 +71,12 @@ def test_an_archive_without_the_scrapes_is_named(bench_script, tmp_path, capsys)
         tar.addfile(info, io.BytesIO(data))
     assert retune.main([str(bad)]) == 2
     assert f"error: {bad}: no profile-metrics-nN-after.txt" in capsys.readouterr().err
+    assert retune.main(["--skip-unusable", str(bad), str(RUN70)]) == 0
+    out = capsys.readouterr()
+    assert (
+        f"skipped: {bad}: no profile-metrics" in out.err
+        and "| 0.6b_8b-bern0.35-custom-run70 | 8 |" in out.out
+    )
     assert retune.main(["--min-steps", "0", str(RUN70)]) == 2
     assert retune.main([str(tmp_path / "nope.tar.gz")]) == 2
 

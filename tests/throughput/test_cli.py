@@ -225,6 +225,13 @@ def test_a_step_gap_is_a_longer_step_in_the_chain(tmp_path):
     )
     assert prof["tuning"]["gap_ms"] == {"slm": 1.5, "llm": 0.5}
     assert prof["tuning"]["result"]["candidates"] == gap["result"]["candidates"]
+    text = runner.invoke(
+        app, ["tune", src, "--profile", str(tmp_path / "gaps.json"), "-o", str(tmp_path / "h.plan")]
+    )
+    assert (
+        "note: the profile measured host time between back-to-back steps (slm 1.5 ms, llm 0.5 ms)"
+        in text.stdout
+    )
     res = runner.invoke(app, [*tune, "--profile", str(tmp_path / "none.json"), "--gap-ms", "profile"])
     assert res.exit_code == 1 and "--gap-ms profile: the profile has no step gaps" in res.output, res.output
     res = runner.invoke(app, [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--gap-ms", "slm=-1"])

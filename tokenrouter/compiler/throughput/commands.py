@@ -193,6 +193,12 @@ def run_tune(
     lines += describe_inputs(system)
     if gaps is not None:
         lines.append(gap_line(system.inputs.models, gaps) + " (added to every step in the chain)")
+    elif system.gap_ms:
+        lines.append(
+            "note: the profile measured host time between back-to-back steps ("
+            + ", ".join(f"{m} {ms:.3g} ms" for m, ms in system.gap_ms.items())
+            + "), which the chain leaves out; `--gap-ms profile` adds it to every step (T nearer what serves)"
+        )
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     lines.append(format_table(result, top))
