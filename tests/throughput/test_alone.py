@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from tokenrouter.compiler.plan import read_plan
-from tokenrouter.compiler.throughput.dtmc import analyze
+from tokenrouter.compiler.throughput.dtmc import analyze, with_transit
 from tokenrouter.compiler.throughput.inputs import (
     AloneLatency,
     ColocationTerm,
@@ -71,6 +71,18 @@ def test_a_step_gap_lengthens_the_latency_alone_too():
     assert with_step_ms(ping_pong(1), (0.5, 1.5)).alone == ()
     with pytest.raises(ValueError, match="expected 2 step additions"):
         with_step_ms(inp, (0.5,))
+
+
+def test_a_hops_transit_as_a_delay_per_token():
+    """`with_transit`: one request hopping slm -> llm -> slm, steps of 3 and 10 ms, hops of 1 ms into slm and 2 into
+    llm: 2 tokens per 16 ms, which the simulator serves too; no delay leaves T as it was."""
+    inp = ping_pong(1)
+    res = analyze(inp, (1, 1), delta_ms=0.1)
+    assert res.throughput == pytest.approx(2 / 13.0 * 1000)
+    assert with_transit(inp, res, (1.0, 2.0)) == pytest.approx(2 / 16.0 * 1000)
+    assert with_transit(inp, res, (0.0, 0.0)) == pytest.approx(res.throughput)
+    sim = simulate(inp, SimConfig((1, 1), hop_ms=(1.0, 2.0), horizon_ms=5000, warmup_ms=100))
+    assert sim.throughput == pytest.approx(125.0, rel=0.01)
 
 
 def test_latencies_alone_equal_to_the_shared_ones_change_nothing():

@@ -232,10 +232,28 @@ def test_a_step_gap_is_a_longer_step_in_the_chain(tmp_path):
         "note: the profile measured host time between back-to-back steps (slm 1.5 ms, llm 0.5 ms)"
         in text.stdout
     )
+    assert "hops took" not in text.stdout
+    write_profile(
+        Profile("r2rlike", None, step, routing, workload={"hop_ms": {"llm": 2.0}}), tmp_path / "hops.json"
+    )
+    text = runner.invoke(
+        app, ["tune", src, "--profile", str(tmp_path / "hops.json"), "-o", str(tmp_path / "h.plan")]
+    )
+    best = float(text.stdout.split("(T = ")[1].split(" tok/s")[0])
+    served = float(text.stdout.split("with that transit B* serves about ")[1].split(" tok/s")[0])
+    assert "note: the profile's hops took 2 ms into llm, which the chain takes as instant" in text.stdout
+    assert 0.9 * best < served < best
     res = runner.invoke(app, [*tune, "--profile", str(tmp_path / "none.json"), "--gap-ms", "profile"])
     assert res.exit_code == 1 and "--gap-ms profile: the profile has no step gaps" in res.output, res.output
-    res = runner.invoke(app, [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--gap-ms", "slm=-1"])
+    given = [*tune, "--step-ms", "slm=6", "--step-ms", "llm=27.9"]
+    res = runner.invoke(app, [*given, "--gap-ms", "slm=-1"])
     assert res.exit_code == 2 and "--gap-ms" in res.output, res.output
+    res = runner.invoke(app, [*given, "--gap-ms", "profile"])
+    assert res.exit_code == 2 and "--gap-ms profile takes the step gaps of --profile FILE" in res.output, (
+        res.output
+    )
+    res = runner.invoke(app, [*given, "--gap-ms", "slm=0.2", "--gap-ms", "slm=0.3"])
+    assert res.exit_code == 2 and "--gap-ms gives slm twice (slm=0.2 and 'slm=0.3')" in res.output, res.output
 
 
 def test_tune_skips_candidates_over_the_state_cap(tmp_path):

@@ -3,8 +3,9 @@
 For every closed-loop TokenRouter and eager row served since the hop-delay counters (runs 66 on), on the row's own
 step times, routing and host gaps (`bench/matrix.py`'s `run_system`, `run_gap_ms`): the chain, the simulator as a
 closed loop without and with the row's measured hop delays (`SimConfig.hop_ms`; 120 s, two seeds, no batching
-timeout, as the chain), and a delay-station correction of the chain, X' = N / (N / X + Z) with Z the transit time
-per committed token (hops into each model per token, from the chain's steps and batch sizes, times its delay).
+timeout, as the chain), and a delay-station correction of the chain (`dtmc.with_transit`: X' = N / (N / X + Z) with
+Z the transit time per committed token: hops into each model per token, from the chain's steps and batch sizes, times
+its delay).
 The correction holds the servers' response time fixed while a request is in transit; the simulator shows where
 that is wrong.
 
@@ -22,7 +23,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import matrix  # noqa: E402
 
-from tokenrouter.compiler.throughput.dtmc import ChainError, analyze  # noqa: E402
+from tokenrouter.compiler.throughput.dtmc import ChainError, analyze, with_transit  # noqa: E402
 from tokenrouter.compiler.throughput.inputs import with_step_ms  # noqa: E402
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate  # noqa: E402
 
@@ -47,22 +48,18 @@ def row(rec: dict, run: str) -> dict | None:
         chain = analyze(inputs, b)
     except ChainError:
         return None
-    m, n = inputs.n_models, inputs.concurrency
-    rows_per_s = [chain.steps_per_s[i] * chain.mean_batch[i] for i in range(m)]
-    hops_in = [sum(rows_per_s[i] * inputs.p[i, j] for i in range(m) if i != j) for j in range(m)]
-    z = sum(h * d / 1000.0 for h, d in zip(hops_in, hops, strict=True)) / chain.throughput
     instant, delayed = closed_loop(inputs, b), closed_loop(inputs, b, hop_ms=hops)
     return {
         "run": run,
         "mode": rec["mode"],
         "B": b,
-        "n": n,
+        "n": inputs.concurrency,
         "hop_ms": hops,
         "measured": rec["report"]["decode_throughput_tok_s"],
         "chain": chain.throughput,
         "instant": instant,
         "delayed": delayed,
-        "corrected": n / (n / chain.throughput + z),
+        "corrected": with_transit(inputs, chain, hops),
     }
 
 

@@ -15,6 +15,7 @@ from tokenrouter.compiler.throughput.dtmc import (
     ChainError,
     analyze,
     delta_error,
+    with_transit,
 )
 from tokenrouter.compiler.throughput.inputs import with_step_ms
 from tokenrouter.compiler.throughput.optimize import TuneError, TuneResult, tune
@@ -209,6 +210,15 @@ def run_tune(
         + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
         + f" (T = {best.throughput:.2f} tok/s)"
     )
+    if system.hop_ms and best.throughput > 0:
+        hops = tuple(system.hop_ms.get(m, 0.0) for m in system.inputs.models)
+        lines.append(
+            "note: the profile's hops took "
+            + ", ".join(f"{ms:.3g} ms into {m}" for m, ms in system.hop_ms.items())
+            + f", which the chain takes as instant; with that transit B* serves about "
+            f"{with_transit(chain_inputs, best, hops):.0f} tok/s (a delay per token beside the chain, the same "
+            "share off every candidate: docs/throughput.md)"
+        )
     if write:
         lines.append(f"wrote {out_path} (batch for {', '.join(system.auto) or 'no auto model'})")
     if plot:
@@ -401,6 +411,8 @@ def parse_model_values(values, models, option: str, value: str, convert, valid, 
             raise ThroughputUsageError(f"bad {option} '{item}': {val!r} is not {kind}") from None
         if not valid(x):
             raise ThroughputUsageError(f"bad {option} '{item}': {rule}")
+        if name in out:
+            raise ThroughputUsageError(f"{option} gives {name} twice ({name}={out[name]:g} and '{item}')")
         out[name] = x
     return out
 
@@ -442,6 +454,10 @@ def parse_model_ms(values, models, measured, option: str, what: str) -> tuple[fl
         if len(values) > 1:
             raise ThroughputUsageError(
                 f"{option} profile takes the profile's values for every model: give it alone"
+            )
+        if measured is None:
+            raise ThroughputUsageError(
+                f"{option} profile takes the {what[: what.index(' (')]} of --profile FILE: give one"
             )
         if not measured:
             raise ThroughputInputError(

@@ -92,10 +92,11 @@ class PlanSystem:
     requests: dict[str, Any] = field(default_factory=dict)
     # what the prefill costs are priced for: "512 tokens per request (--request-tokens)", or the profile's own load
     prefill_for: str = ""
-    # the profile's measured delay of a hop into each model, ms (`workload.hop_ms`; empty without): `--hop-ms profile`
-    hop_ms: dict[str, float] = field(default_factory=dict)
-    # the profile's host ms between each model's back-to-back steps (`workload.gap_ms`): `--gap-ms profile`
-    gap_ms: dict[str, float] = field(default_factory=dict)
+    # the profile's measured delay of a hop into each model, ms (`workload.hop_ms`; empty where the profile has none,
+    # None without a profile): `--hop-ms profile`
+    hop_ms: dict[str, float] | None = None
+    # the profile's host ms between each model's back-to-back steps (`workload.gap_ms`; as hop_ms): `--gap-ms profile`
+    gap_ms: dict[str, float] | None = None
 
     def profiled(self) -> list[str]:
         """The models whose step latencies came from the profile (measured, not given)."""
@@ -227,10 +228,13 @@ def system_from_plan(
     )  # fmt: skip
 
 
-def _profile_ms(profile: Profile | None, models: tuple[str, ...], key: str) -> dict[str, float]:
+def _profile_ms(profile: Profile | None, models: tuple[str, ...], key: str) -> dict[str, float] | None:
     """The profile's `workload.KEY` for the plan's models (from serving metrics: `hop_ms`, the mean delay of a hop
-    into each model; `gap_ms`, the mean host time between its back-to-back steps), ms; {} without."""
-    by = (profile.workload.get(key) or {}) if profile is not None else {}
+    into each model; `gap_ms`, the mean host time between its back-to-back steps), ms; {} where the profile has
+    none, None without a profile."""
+    if profile is None:
+        return None
+    by = profile.workload.get(key) or {}
     ok = isinstance(by, dict) and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
         for v in by.values()
