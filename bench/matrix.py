@@ -1355,6 +1355,7 @@ def run_simulation(
     at: dict[str, int] | None = None,
     held_away_ms: float | None = None,
     held_expect: float | None = None,
+    gaps: bool = False,
 ) -> float | None:
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
@@ -1364,7 +1365,8 @@ def run_simulation(
     takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
     the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own.
     `held_away_ms`, `held_expect`: the held rule's what-if refinements (`SimConfig`; None for a run whose
-    servers had no held rule)."""
+    servers had no held rule). `gaps`: each step also takes its model's measured host gap (`run_gap_ms`; None for
+    records without it)."""
     from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
     from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing, with_visit_costs
 
@@ -1376,7 +1378,8 @@ def run_simulation(
     if at is not None:
         b = tuple(int(at.get(x, 1)) for x in inputs.models)
     hop_ms = run_hop_ms(rec, inputs.models) if hops else None
-    if hops and hop_ms is None:
+    gap_ms = run_gap_ms(rec, inputs.models) if gaps else None
+    if (hops and hop_ms is None) or (gaps and gap_ms is None):
         return None
     try:
         routing = request_routing(inputs, per_request)
@@ -1391,7 +1394,7 @@ def run_simulation(
         return None
     cfg = dict(request_tokens=rec["output_len"], requests=tuple(routing), held_rule=held,
                max_delay_ms=rec.get("max_delay_ms", STDLIB_MAX_DELAY_MS), horizon_ms=3_600_000.0, hop_ms=hop_ms,
-               held_away_ms=held_away_ms, held_expect=held_expect)  # fmt: skip
+               held_away_ms=held_away_ms, held_expect=held_expect, gap_ms=gap_ms)  # fmt: skip
     runs = [simulate(inputs, SimConfig(b, seed=k, **cfg)).throughput for k in range(seeds)]
     return sum(runs) / len(runs)
 
