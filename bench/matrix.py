@@ -1011,7 +1011,8 @@ def tables(records: list[dict]) -> str:
         checks = [("DTMC on the run's own step times", run_prediction),
                   ("DTMC on the run's own step times and host gaps", run_gap_prediction),
                   ("simulated as the run was (its requests, each with its own routing)", run_simulation),
-                  ("simulated as the run was, with its hops' measured delay", run_hop_simulation)]  # fmt: skip
+                  ("simulated as the run was, with its hops' measured delay", run_hop_simulation),
+                  ("simulated as the run was, with its hops' delay and host gaps", run_gap_simulation)]  # fmt: skip
         for label, model in checks:
             from_run = {(r["mode"], r["n"]): once(model, r) for r in recs}
             for m in ("tokenrouter", "eager"):
@@ -1441,6 +1442,11 @@ def whatif_table(
 def run_hop_simulation(rec: dict) -> float | None:
     """`run_simulation` with each hop taking the run's measured delay into its target."""
     return run_simulation(rec, hops=True)
+
+
+def run_gap_simulation(rec: dict) -> float | None:
+    """`run_hop_simulation` with each step also taking its model's measured host gap."""
+    return run_simulation(rec, hops=True, gaps=True)
 
 
 def one_model_system(rec: dict, min_steps: int = 5):

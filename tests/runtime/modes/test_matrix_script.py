@@ -574,7 +574,9 @@ def test_the_hops_measured_delay_explains_most_of_the_gap_to_the_simulation():
     assert hop_ms == pytest.approx((0.88, 0.72), abs=0.01)
     assert measured / matrix.run_simulation(rec) < 0.87
     assert 0.95 < measured / matrix.run_simulation(rec, hops=True) < 1.0
-    assert "simulated as the run was, with its hops' measured delay" in matrix.tables(recs)
+    text = matrix.tables(recs)
+    assert "simulated as the run was, with its hops' measured delay" in text
+    assert "simulated as the run was, with its hops' delay and host gaps" in text
     old = json.loads(json.dumps(rec))
     old["metrics_after"] = {
         k: v for k, v in old["metrics_after"].items() if "hop_delay" not in k and "hops_in" not in k
