@@ -1,6 +1,6 @@
 """What a hop's delay does to a closed loop's throughput, and whether the chain could take it as a delay per token.
 
-For every closed-loop TokenRouter and eager row served since the hop-delay counters (runs 66 on), on the row's own
+For every closed-loop TokenRouter and eager row served since the hop-delay counters (run 68 on), on the row's own
 step times, routing and host gaps (`bench/matrix.py`'s `run_system`, `run_gap_ms`): the chain, the simulator as a
 closed loop without and with the row's measured hop delays (`SimConfig.hop_ms`; 120 s, two seeds, no batching
 timeout, as the chain), and a delay-station correction of the chain (`dtmc.with_transit`: X' = N / (N / X + Z) with

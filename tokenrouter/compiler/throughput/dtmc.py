@@ -358,7 +358,7 @@ def with_transit(inputs: SystemInputs, result: ChainResult, hop_ms) -> float:
     """The chain's throughput with each hop into model j taking `hop_ms[j]` ms in transit, estimated as a delay
     station beside the models: X' = N / (N / X + Z), Z the transit time per committed token (the hops into each
     model per second, from the chain's steps and batch sizes, times its delay, over X). It holds the models'
-    response time fixed while a request is away; on the served rows of runs 66-165 it came within sd 0.021 (0.949 to
+    response time fixed while a request is away; on the served rows of runs 68-165 it came within sd 0.021 (0.949 to
     1.047) of the simulator's closed loop with the measured delays over the one with instant hops (docs/throughput.md,
     "Known limits"). Hops per token do not depend on B, so it scales every candidate alike."""
     x, n, m = result.throughput, inputs.concurrency, inputs.n_models
