@@ -102,3 +102,12 @@ def test_commands_refuse_such_outputs_before_their_work(tmp_path, monkeypatch):
         res = runner.invoke(app, ["profile", str(plan), "-o", str(out), "--device", "cpu"])
         assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output, res.output
     assert plan.read_text() == before and Path(src).read_text() == POLICY
+
+
+def test_finite_json_writes_null_for_nan_and_infinity():
+    from tokenrouter.outfile import finite_json
+
+    got = finite_json(
+        {"a": float("nan"), "b": [1.0, float("inf"), (2, -float("inf"))], "c": {"d": 3}, "e": "x"}
+    )
+    assert got == {"a": None, "b": [1.0, None, [2, None]], "c": {"d": 3}, "e": "x"}

@@ -9,6 +9,7 @@ the link stays. The temporary file is removed if the write fails.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Iterable
@@ -53,3 +54,15 @@ def write_replacing(path: str | Path, text: str, inputs: Iterable[str | Path] = 
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def finite_json(x):
+    """`x` with every NaN or infinite float (a percentile of nothing, a latency no request measured) as None, so that
+    `json.dumps` writes null, which JSON readers other than Python's accept, instead of NaN."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_json(v) for v in x]
+    return x

@@ -93,6 +93,25 @@ def test_compile_writes_the_plan_beside_the_source_and_inspect_reads_it(tmp_path
     assert r.exit_code == 0 and json.loads(r.output)["params"]["threshold"]["value"] == 0.25
 
 
+def test_inspect_shows_what_tune_chose(tmp_path: Path) -> None:
+    src = tmp_path / "p.tr"
+    src.write_text(
+        'policy duo\nmodel slm = "s" { batch: 1 }\nmodel llm = "l" { batch: auto }\nserve { concurrency: 4 }\n'
+        "entry slm\nroute slm { when uniform() < 0.35 -> llm drop }\nroute llm { -> slm }\n"
+    )
+    assert "tuning:" not in run("inspect", str(src)).output
+    r = run("tune", str(src), "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--gap-ms", "slm=0.3")
+    assert r.exit_code == 0, r.output
+    r = run("inspect", str(tmp_path / "p.plan"))
+    assert r.exit_code == 0, r.output
+    assert (
+        "tuning:\n  N = 4, by the chain (exhaustive search, δ 0.1 ms): B* slm 1, llm 3, T 203.3 tok/s predicted"
+        in r.output
+    )
+    assert "host time per step, added in the chain: slm 0.3 ms, llm 0 ms" in r.output
+    assert "step latencies from: slm --step-ms, llm --step-ms" in r.output
+
+
 def test_compile_with_errors_writes_nothing(tmp_path: Path) -> None:
     r = run("compile", str(FIX / "deadlock.tr"), "-o", str(tmp_path / "x.plan"))
     assert r.exit_code == 1 and "delayed batching can deadlock" in r.output

@@ -181,6 +181,48 @@ def test_a_rate_over_what_any_threshold_serves_marks_every_candidate_behind():
     assert all(c.behind for c in res.results) and res.best.backlog > 4
 
 
+def test_candidates_with_no_measured_request_rank_by_throughput():
+    """A warm-up longer than the horizon measures no request: the candidates rank by what they serve, here the
+    llm's fullest batches first (its step costs the same at any size), not by their thresholds."""
+    inp = make_inputs(["slm", "llm"], {"slm": 1.0, "llm": 20.0}, [[0.5, 0.5], [1.0, 0.0]], C, 4)
+    res = tune_at_rate(
+        inp, RateSettings(500.0, 64, horizon_ms=2_000.0, warmup_ms=3_000.0, seeds=1, keep=3, jobs=1)
+    )
+    assert all(math.isnan(c.score) for c in res.screened)
+    assert res.best.thresholds == (1, 4)
+    assert [c.throughput for c in res.screened] == sorted((c.throughput for c in res.screened), reverse=True)
+
+
+def test_a_run_where_no_measured_request_ends_ranks_by_throughput_and_writes_null(tmp_path):
+    """Far over what any threshold serves, with a warm-up longer than the horizon, no request that arrived after the
+    warm-up ends: every latency is NaN. The candidates then rank by throughput, the output says so instead of
+    printing NaN, no "level" note compares NaNs, and the plan, `--json` and `simulate --json` are strict JSON
+    (null, not NaN); `inspect` shows the tuning."""
+    plan = source(tmp_path)
+    base = ["--step-ms", "slm=6", "--step-ms", "llm=27.9", "--request-tokens", "32", "--horizon-ms", "5000"]
+    res = CliRunner().invoke(
+        app, ["tune", str(plan), *base, "--request-rate", "50", "--seeds", "2", "--jobs", "1"]
+    )
+    assert res.exit_code == 0, res.output
+    assert (
+        "ranked by throughput" in res.stdout and "nan" not in res.stdout and "level within" not in res.stdout
+    )
+    text = (tmp_path / "p.plan").read_text()
+    written = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the plan"))
+    result = written["tuning"]["result"]
+    assert result["score_ms"] is None and result["candidates"][0]["latency"]["tpot_ms"]["p50"] is None
+    tput = [c["throughput_tok_s"] for c in result["candidates"]]
+    assert tput == sorted(tput, reverse=True)
+    shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "p.plan")])
+    assert "for latency at 50 requests/s of 32 tokens (open-loop simulation): B* slm " in shown.stdout, (
+        shown.output
+    )
+    sim = CliRunner().invoke(app, ["simulate", str(plan), *base, "--request-rate", "50", "--warmup-ms", "10000",
+                                   "--batch", "slm=1", "--batch", "llm=1", "--json"])  # fmt: skip
+    lat = json.loads(sim.stdout, parse_constant=lambda c: pytest.fail(f"{c} in simulate --json"))
+    assert lat["simulation"]["latency"]["ttft_ms"]["p50"] is None
+
+
 def test_bad_settings_and_fixed_thresholds_are_refused():
     for bad in (dict(rate_per_s=0.0), dict(request_tokens=1), dict(objective="speed"), dict(seeds=0),
                 dict(max_delay_ms=-1.0), dict(horizon_ms=0.0)):  # fmt: skip

@@ -21,7 +21,7 @@ from tokenrouter.compiler.passes.check_options import MAX_CONCURRENCY
 from tokenrouter.compiler.passes.check_rules import MAX_FOR_K
 from tokenrouter.compiler.paths import absolute_from_plan, relative_to_plan
 from tokenrouter.compiler.program import FEATURES, TYPES
-from tokenrouter.outfile import check_output, write_replacing
+from tokenrouter.outfile import check_output, finite_json, write_replacing
 
 PLAN_FORMAT = "tokenrouter.plan/1"
 OPS_ARITY = {
@@ -50,7 +50,7 @@ def write_plan(plan: dict[str, Any], path: str | Path, inputs: Iterable[str | Pa
         if isinstance(r.get("path"), str):
             r["path"] = relative_to_plan(r["path"], base)
     validate_plan(out, str(p))
-    write_replacing(p, json.dumps(out, indent=2, ensure_ascii=False) + "\n", inputs)
+    write_replacing(p, json.dumps(finite_json(out), indent=2, ensure_ascii=False) + "\n", inputs)
 
 
 def routing_digest(plan: dict[str, Any]) -> str:

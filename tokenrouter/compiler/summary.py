@@ -67,6 +67,8 @@ def sections(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
             [f"fixed: {fixed}", f"auto (resolved by tune; at least 1): {auto}"],
         )
     )
+    if isinstance(plan.get("tuning"), dict):
+        out.append(("tuning", _tuning_lines(plan["tuning"])))
     out.append(
         (
             "checks",
@@ -77,6 +79,42 @@ def sections(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
         )
     )
     return out
+
+
+def _num(x: Any, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
+
+
+def _per_model(d: Any, unit: str = "") -> str:
+    return ", ".join(f"{m} {_num(v, 'g')}{unit}" for m, v in d.items()) if isinstance(d, dict) else "?"
+
+
+def _tuning_lines(t: dict[str, Any]) -> list[str]:
+    """What `tokenrouter tune` chose and how (the plan's `tuning` record, docs/ir.md)."""
+    r = t.get("result") if isinstance(t.get("result"), dict) else {}
+    best, n = _per_model(r.get("best")), t.get("concurrency", "?")
+    if r.get("method") == "open-loop simulation":
+        lines = [
+            f"N = {n}, for latency at {_num(r.get('request_rate_per_s'), 'g')} requests/s of "
+            f"{r.get('request_tokens', '?')} tokens (open-loop simulation): B* {best}, {r.get('objective', '?')} "
+            f"{_num(r.get('score_ms'), '.1f')} ms, {_num(r.get('throughput_tok_s'), '.1f')} tok/s simulated"
+        ]
+        for key, what in (("hop_ms", "hop delay into each model"), ("gap_ms", "host time per step")):
+            if r.get(key):
+                lines.append(f"{what}: {_per_model(r[key], ' ms')}")
+    else:
+        lines = [
+            f"N = {n}, by the chain ({r.get('method', '?')} search, δ {_num(t.get('delta_ms'), 'g')} ms): B* {best}, "
+            f"T {_num(r.get('throughput_tok_s'), '.1f')} tok/s predicted"
+        ]
+        if t.get("gap_ms"):
+            lines.append(f"host time per step, added in the chain: {_per_model(t['gap_ms'], ' ms')}")
+    sources = t.get("sources") if isinstance(t.get("sources"), dict) else {}
+    steps = sources.get("step_ms") if isinstance(sources.get("step_ms"), dict) else {}
+    if steps:
+        lines.append("step latencies from: " + ", ".join(f"{m} {src}" for m, src in steps.items()))
+    lines += [f"warning: {w}" for w in t.get("warnings") or [] if isinstance(w, str)]
+    return lines
 
 
 def render(plan: dict[str, Any], extra: list[tuple[str, list[str]]] | None = None) -> str:

@@ -541,19 +541,9 @@ def _goodput(spec: LoadSpec, ok: list[RequestResult], sent: int, wall_s: float) 
 def write_report(report: dict, path: str | Path) -> None:
     """The report as JSON, a NaN (a percentile of nothing: every request failed) or infinity written as null,
     which JSON readers other than Python's accept."""
-    from tokenrouter.outfile import write_replacing
+    from tokenrouter.outfile import finite_json, write_replacing
 
-    write_replacing(path, json.dumps(_finite(report), indent=2) + "\n")
-
-
-def _finite(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
+    write_replacing(path, json.dumps(finite_json(report), indent=2) + "\n")
 
 
 def _spread(values: list[float]) -> dict[str, float]:

@@ -41,7 +41,7 @@ from tokenrouter.compiler.throughput.rate_tune import (
     tune_at_rate,
 )
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
-from tokenrouter.outfile import check_output
+from tokenrouter.outfile import check_output, finite_json
 
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
@@ -185,7 +185,7 @@ def run_tune(
             raise ThroughputInputError(f"cannot write {plot}: {e}") from None
     if as_json:
         payload = {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": plot}
-        return json.dumps(payload, indent=2), tuned
+        return json.dumps(finite_json(payload), indent=2), tuned
     best = result.best
     lines.append(
         f"tune {plan['policy']['name']}: N = {result.concurrency}, δ = {result.delta_ms:g} ms, {result.method} "
@@ -296,9 +296,8 @@ def run_rate_tune(
     tuned = apply_tuning(plan, system, result, top=top, warnings=late)
     out_path = _write_tuned(tuned, args, output, write)
     if as_json:
-        return json.dumps(
-            {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": None}, indent=2
-        ), tuned
+        payload = {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": None}
+        return json.dumps(finite_json(payload), indent=2), tuned
     return "\n".join(_rate_lines(plan, system, result, top, out_path if write else None)), tuned
 
 
@@ -338,12 +337,17 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
 
     def ms(x: float) -> str:
-        return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+        return "-" if math.isnan(x) else f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+    def cell(x: float, spec: str) -> str:  # "-": no request measured
+        return "-" if math.isnan(x) else format(x, spec)
 
     def behind(c) -> str:
         if c is result.best:
             return "-"
         mean, sd, lower = result.behind_best(c)
+        if math.isnan(mean):
+            return "-"
         return f"{mean:+.3g} ({sd:.2g}), {lower} of {len(c.scores)}" if len(c.scores) > 1 else f"{mean:+.3g}"
 
     head = ["rank", "B (" + ",".join(models) + ")", f"{s.objective} ms", "behind B*: ms (sd), seeds",
@@ -351,8 +355,8 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
             "steps beyond measured"]  # fmt: skip
     rows = [
         [str(k + 1), ",".join(map(str, c.thresholds)), ms(c.score), behind(c),
-         f"{c.latency['ttft_ms']['p50']:.1f}", f"{c.latency['tpot_ms']['p50']:.3f}",
-         f"{c.latency['from_arrival_ms']['p50'] / 1e3:.2f} / {c.latency['from_arrival_ms']['p99'] / 1e3:.2f}",
+         cell(c.latency['ttft_ms']['p50'], ".1f"), cell(c.latency['tpot_ms']['p50'], ".3f"),
+         f"{cell(c.latency['from_arrival_ms']['p50'] / 1e3, '.2f')} / {cell(c.latency['from_arrival_ms']['p99'] / 1e3, '.2f')}",
          f"{c.throughput:.0f}", str(c.backlog) + (" (behind)" if c.behind else ""),
          f"{max(c.beyond):.1%}" + (" (ranked after)" if c.unpriced else "")]
         for k, c in enumerate(result.results[:top])
@@ -361,7 +365,9 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
     lines += ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *rows]]
     lines.append(
         "B* = " + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
-        + f" ({s.objective} {result.best.score:.4g} ms)"
+        + (f" ({s.objective} {result.best.score:.4g} ms)" if not math.isnan(result.best.score) else
+           f" (no request that arrived after the warm-up ended in the horizon: ranked by throughput, "
+           f"{result.best.throughput:.0f} tok/s)")
     )  # fmt: skip
     best, second = result.best, (result.results + [None])[1]
     if (
@@ -370,7 +376,7 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
         and (second.behind, second.unpriced) == (best.behind, best.unpriced)
     ):
         mean, sd, lower = result.behind_best(second)
-        if lower < len(second.scores) or mean < 2 * sd:
+        if not math.isnan(mean) and (lower < len(second.scores) or mean < 2 * sd):
             lines.append(
                 f"note: {','.join(map(str, second.thresholds))} is {mean:.3g} ms behind on the mean (sd {sd:.2g} ms over "
                 f"the seeds), and B* was lower in {lower} of {len(second.scores)} seeds: the two are level within what "
@@ -589,7 +595,7 @@ def run_simulate(
         out = {"simulation": sim.as_dict(inp.models)}
         if pred is not None:
             out["chain"] = pred if isinstance(pred, str) else pred.as_dict(inp.models)
-        return json.dumps(out, indent=2)
+        return json.dumps(finite_json(out), indent=2)
     if cfg.requests is None:
         span = f"{cfg.horizon_ms / 1000:g} s simulated after {cfg.warmup_ms / 1000:g} s warm-up"
         if cfg.arrival_rate_per_s is not None:

@@ -325,10 +325,8 @@ class _Runner:
                 )
             )
         # keeping up and priced within the measurements first, then the objective (a run that measured no request:
-        # last), then the thresholds
-        return sorted(
-            ranked, key=lambda c: (c.behind, c.unpriced, math.isnan(c.score), _or_inf(c.score), c.thresholds)
-        )
+        # last, the most throughput first), then the thresholds
+        return sorted(ranked, key=_rank_key)
 
 
 def beyond_shares(by_batch: tuple[dict[int, int], ...], limits: tuple[int | float, ...]) -> tuple[float, ...]:
@@ -359,6 +357,10 @@ def _share_above(by_batch: dict[int, int], limit: int | float) -> float:
 def _mean(values) -> float:
     xs = list(values)
     return math.nan if not xs or any(math.isnan(x) for x in xs) else sum(xs) / len(xs)
+
+
+def _rank_key(c: RateCandidate) -> tuple:
+    return (c.behind, c.unpriced, math.isnan(c.score), _or_inf(c.score), -c.throughput, c.thresholds)
 
 
 def _or_inf(x: float) -> float:
