@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import typer
 
+from tokenrouter.outfile import finite_json
+
 app = typer.Typer(
     name="tokenrouter",
     help="Token-level LLM routing: check, compile and serve .tr policies.",
@@ -694,7 +696,7 @@ def generate(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if json_out:
-        typer.echo(json.dumps(result))
+        typer.echo(json.dumps(finite_json(result)))
     else:
         typer.echo(result["text"] if result["text"] is not None else ",".join(map(str, result["token_ids"])))
 
@@ -733,7 +735,7 @@ def _generate_plan(path: str, prompt: str | None, ids: list[int] | None, max_tok
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if json_out:
-        typer.echo(json.dumps(out))
+        typer.echo(json.dumps(finite_json(out)))
         return
     typer.echo(out["text"] if out["text"] is not None else ",".join(map(str, out["token_ids"])))
     if trace:
@@ -917,7 +919,7 @@ def eval_cmd(
         except OSError as exc:
             typer.echo(f"error: cannot write {plot}: {exc}", err=True)
             raise typer.Exit(1) from None
-    typer.echo(json.dumps(result, indent=1) if json_out else format_table(result))
+    typer.echo(json.dumps(finite_json(result), indent=1) if json_out else format_table(result))
     if generate_n and not json_out:
         typer.echo(format_check(result["generated"]))
     if plot is not None and not json_out:
@@ -981,7 +983,7 @@ def calibrate(
     if "warning" in got:
         typer.echo(f"warning: {got['warning']}", err=True)
     if json_out:
-        typer.echo(json.dumps(got))
+        typer.echo(json.dumps(finite_json(got)))
         return
     typer.echo(
         f"{param} = {got['threshold']:.6g}: the other models wrote {got['share']:.3f} of "

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.throughput.inputs import StepLatency, check_prefill_ms
-from tokenrouter.outfile import write_replacing
+from tokenrouter.outfile import finite_json, write_replacing
 
 PROFILE_FORMAT = "tokenrouter.profile/1"
 
@@ -83,7 +83,7 @@ class Profile:
 
 def write_profile(profile: Profile, path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     """Write the profile as JSON (`outfile.write_replacing`: never over `inputs`, a `.tr` source or a folder)."""
-    write_replacing(path, json.dumps(profile.to_json(), indent=2) + "\n", inputs)
+    write_replacing(path, json.dumps(finite_json(profile.to_json()), indent=2) + "\n", inputs)
 
 
 def read_profile(path: str | Path) -> Profile:
