@@ -331,6 +331,12 @@ def test_hop_ms_profile_takes_the_profiles_measured_delays(tmp_path):
     ]
     res = CliRunner().invoke(app, [*sim, "--profile", str(tmp_path / "hops.json"), "--hop-ms", "profile"])
     assert res.exit_code == 0 and "hop delay into each model: slm 0 ms, llm 0.75 ms" in res.output, res.output
+    assert "note: the profile measured hop delays" not in res.output
+    res = CliRunner().invoke(app, [*sim, "--profile", str(tmp_path / "hops.json")])
+    assert (
+        "note: the profile measured hop delays (llm 0.75 ms), which this simulation leaves out; `--hop-ms "
+        in res.output
+    )
     tune = ["tune", str(plan), "--profile", str(tmp_path / "hops.json"), "--request-tokens", "16", "--request-rate",
             "20", "--horizon-ms", "5000", "--seeds", "1", "--jobs", "1", "--hop-ms", "profile", "--json"]  # fmt: skip
     res = CliRunner().invoke(app, tune)

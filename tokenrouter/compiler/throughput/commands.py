@@ -333,6 +333,7 @@ def _rate_lines(plan: dict, system: PlanSystem, result, top: int, wrote: Path | 
             f"{m} {ms:g} ms" for m, ms in zip(models, s.hop_ms, strict=True)))  # fmt: skip
     if s.gap_ms is not None:
         lines.append(gap_line(models, s.gap_ms))
+    lines += unused_lines(system, s.hop_ms, s.gap_ms)
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
 
@@ -443,6 +444,23 @@ def parse_gap_ms(
     """`--gap-ms MODEL=MS`: each model's host time per step beyond its step latency (0 for those not given), or
     None when none is; `--gap-ms profile`: the profile's measured gaps (`measured`, `PlanSystem.gap_ms`)."""
     return parse_model_ms(values, models, measured, "--gap-ms", "step gaps (workload.gap_ms")
+
+
+def unused_lines(system: PlanSystem, hop_ms, gap_ms) -> list[str]:
+    """A note where the profile measured hop delays or host gaps that the simulation was not given."""
+    unused = [
+        (what, option, measured)
+        for what, option, measured, given in (
+            ("hop delays", "--hop-ms profile", system.hop_ms, hop_ms),
+            ("host gaps between back-to-back steps", "--gap-ms profile", system.gap_ms, gap_ms),
+        )
+        if measured and given is None
+    ]
+    return [
+        f"note: the profile measured {what} ({', '.join(f'{m} {ms:.3g} ms' for m, ms in measured.items())}), which "
+        f"this simulation leaves out; `{option}` adds them (nearer what serves)"
+        for what, option, measured in unused
+    ]
 
 
 def gap_line(models: tuple[str, ...], gaps: tuple[float, ...]) -> str:
@@ -630,6 +648,7 @@ def run_simulate(
             else []
         ),  # fmt: skip
         *([gap_line(inp.models, cfg.gap_ms)] if cfg.gap_ms is not None else []),
+        *unused_lines(system, cfg.hop_ms, cfg.gap_ms),
         f"throughput: {sim.throughput:.2f} tok/s"
         + (" (STALLED: every model idle, no queue at its threshold)" if sim.stalled else ""),
     ]
