@@ -409,8 +409,9 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
 
 
 def test_attn_split_rows_from_the_environment(monkeypatch):
-    """By default a launch of more than 64 query rows runs its KV range unsplit; TOKENROUTER_ATTN_SPLIT_ROWS=256
-    lets the 34-token extend (68 rows at GQA 2) split too, with the reference's logits; bad values are named."""
+    """By default (256 rows, since run 168) the 34-token extend (68 rows at GQA 2) may split its KV range;
+    TOKENROUTER_ATTN_SPLIT_ROWS=64, the rule before, runs it unsplit; the logits are the reference's both ways; bad
+    values are named."""
     monkeypatch.setattr(tk, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
@@ -424,7 +425,7 @@ def test_attn_split_rows_from_the_environment(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tk, "paged_attention", recorded)
-    for env, limit in ((None, ATTN_SPLIT_ROWS), ("256", 256)):
+    for env, limit in ((None, ATTN_SPLIT_ROWS), ("64", 64)):
         if env is not None:
             monkeypatch.setenv(ATTN_SPLIT_ROWS_ENV, env)
         backend = TritonAttnBackend(cfg)
@@ -433,7 +434,7 @@ def test_attn_split_rows_from_the_environment(monkeypatch):
         asked.clear()
         got = run_steps(model, backend, model.forward, STEPS)
         wide = {splits for rows, splits in asked if rows > 64}
-        assert 34 * group > 64 and wide == ({1} if env is None else {s for s in wide if s > 1}) and wide, (
+        assert 34 * group > 64 and wide == ({1} if env == "64" else {s for s in wide if s > 1}) and wide, (
             asked
         )
         for (wl, wh), (gl, gh) in zip(want, got, strict=True):

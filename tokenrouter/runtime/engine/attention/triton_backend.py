@@ -175,10 +175,13 @@ def gemv_rows_from_env() -> tuple[int, int]:
 # its row blocks are taken to fill the GPU. Run 161 (docs/matrix.md, "Runs 161-166") found that not so at long
 # contexts: the 8B's steps whose longest extend was 17-64 tokens (68-256 rows at GQA 4) took twice as long as
 # those of at most 16 at about 3,000 tokens of context (15-16.7 against 6.6-8.1 ms), a launch of 1-3 row blocks
-# per KV head over 132 SMs. TOKENROUTER_ATTN_SPLIT_ROWS="R" (64 to 65536) lets `choose_num_splits` decide up to
-# R rows (it returns 1 where the row blocks fill the GPU anyway); the default stays 64 until the steps are timed
-# side by side (`bench/engine_bench.py --ablate attn_split_rows=R`)
-ATTN_SPLIT_ROWS = 64
+# per KV head over 132 SMs. `choose_num_splits` decides up to ATTN_SPLIT_ROWS rows (it returns 1 where the row
+# blocks fill the GPU anyway). 256 since run 168 (forty-fifth session, docs/matrix.md "Runs 167-172"): timed side by
+# side in the engine's steps, the 8B's 17-64-token extends at ctx 3,200 took 0.50-0.78x the time of the 64-row
+# rule (0.89-0.99x at ctx 512), no measured step lost, and run 161's load served 1.07x faster in std-serving and
+# 1.06x in TokenRouter. TOKENROUTER_ATTN_SPLIT_ROWS="R" (64 to 65536; 64 was the rule before) sets it.
+ATTN_SPLIT_ROWS = 256
+ATTN_SPLIT_ROWS_MIN = 64
 ATTN_SPLIT_ROWS_ENV = "TOKENROUTER_ATTN_SPLIT_ROWS"
 
 
@@ -188,10 +191,10 @@ def attn_split_rows_from_env() -> int:
     raw = os.environ.get(ATTN_SPLIT_ROWS_ENV, "").strip()
     if not raw:
         return ATTN_SPLIT_ROWS
-    if not raw.isdigit() or not ATTN_SPLIT_ROWS <= int(raw) <= 65536:
+    if not raw.isdigit() or not ATTN_SPLIT_ROWS_MIN <= int(raw) <= 65536:
         raise ValueError(
             f"{ATTN_SPLIT_ROWS_ENV}={raw!r}: expected R, the most query rows (extend tokens x GQA group) a launch "
-            f"splits its KV range at ({ATTN_SPLIT_ROWS} to 65536)"
+            f"splits its KV range at ({ATTN_SPLIT_ROWS_MIN} to 65536)"
         )
     return int(raw)
 
