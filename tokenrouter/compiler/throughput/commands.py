@@ -194,12 +194,7 @@ def run_tune(
     lines += describe_inputs(system)
     if gaps is not None:
         lines.append(gap_line(system.inputs.models, gaps) + " (added to every step in the chain)")
-    elif system.gap_ms:
-        lines.append(
-            "note: the profile measured host time between back-to-back steps ("
-            + ", ".join(f"{m} {ms:.3g} ms" for m, ms in system.gap_ms.items())
-            + "), which the chain leaves out; `--gap-ms profile` adds it to every step (T nearer what serves)"
-        )
+    lines += unused_note(GAPS, "--gap-ms profile", system.gap_ms, gaps, "the chain")
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     lines.append(format_table(result, top))
@@ -446,20 +441,24 @@ def parse_gap_ms(
     return parse_model_ms(values, models, measured, "--gap-ms", "step gaps (workload.gap_ms")
 
 
+GAPS = "host time between back-to-back steps"
+
+
 def unused_lines(system: PlanSystem, hop_ms, gap_ms) -> list[str]:
     """A note where the profile measured hop delays or host gaps that the simulation was not given."""
-    unused = [
-        (what, option, measured)
-        for what, option, measured, given in (
-            ("hop delays", "--hop-ms profile", system.hop_ms, hop_ms),
-            ("host gaps between back-to-back steps", "--gap-ms profile", system.gap_ms, gap_ms),
-        )
-        if measured and given is None
-    ]
+    return unused_note("hop delays", "--hop-ms profile", system.hop_ms, hop_ms) + unused_note(
+        GAPS, "--gap-ms profile", system.gap_ms, gap_ms
+    )
+
+
+def unused_note(what: str, option: str, measured, given, by: str = "this simulation") -> list[str]:
+    """A note where the profile measured `what` (`measured`: per model, ms) and `by` was not `given` it."""
+    if not measured or given is not None:
+        return []
+    values = ", ".join(f"{m} {ms:.3g} ms" for m, ms in measured.items())
     return [
-        f"note: the profile measured {what} ({', '.join(f'{m} {ms:.3g} ms' for m, ms in measured.items())}), which "
-        f"this simulation leaves out; `{option}` adds them (nearer what serves)"
-        for what, option, measured in unused
+        f"note: the profile measured {what} ({values}), which {by} leaves out; `{option}` adds them (nearer what "
+        "serves)"
     ]
 
 

@@ -453,7 +453,7 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
     return out
 
 
-def beyond_profile_warnings(inputs: SystemInputs, best, by: str = "the chain") -> list[str]:
+def beyond_profile_warnings(inputs: SystemInputs, best) -> list[str]:
     """The chosen thresholds whose steps the step latencies do not reach: a latency is held at its largest
     batch size's beyond it (`StepLatency`), so where model i's threshold, or the chain's mean batch of its steps,
     is above that size, the chain prices those steps as if they had no more rows, and the prediction is the less
@@ -467,7 +467,7 @@ def beyond_profile_warnings(inputs: SystemInputs, best, by: str = "the chain") -
         b, mean = best.thresholds[i], best.mean_batch[i]
         if len(points) > 1 and max(b, mean) > top:
             out.append(
-                f"B_{m} = {b}: {m}'s step latency was measured up to {top} rows, and {by} prices each step "
+                f"B_{m} = {b}: {m}'s step latency was measured up to {top} rows, and the chain prices each step "
                 f"of more rows at that size's {ms:.2f} ms; its steps here average {mean:.1f} rows, so the prediction "
                 f"is the less reliable (a profile with more steps at those batch sizes would measure them)"
             )

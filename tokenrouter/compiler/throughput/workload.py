@@ -99,19 +99,28 @@ def read_requests(path: str | Path) -> tuple[list[dict], int | None]:
     """The per-request records of a `tokenrouter bench --json` report (or a `bench/matrix.py` record holding
     one as `report`), and the report's output length per request (None where it has none)."""
     p = Path(path)
-    report = _read_report(p)
-    per = report.get("per_request") if isinstance(report, dict) else None
-    if not isinstance(per, list) or not per:
-        raise WorkloadError(f"{p}: no per_request records (write them with `tokenrouter bench --json FILE`)")
-    spec = report.get("spec") if isinstance(report.get("spec"), dict) else {}
+    per, spec = _records(_read_report(p), str(p))
     if spec.get("request_rate") is not None:
         raise WorkloadError(
             f"{p}: an open-loop load ({spec['request_rate']:g} requests/s); the simulator replays a closed loop "
             "of --concurrency requests: replay a report of `tokenrouter bench` without --request-rate, or this "
             "one's arrivals with --arrivals"
         )
-    length = spec.get("output_len")
-    return per, int(length) if isinstance(length, int) and length > 0 else None
+    return per, _positive_int(spec.get("output_len"))
+
+
+def _records(report, where: str) -> tuple[list, dict]:
+    """A report's per-request records (a WorkloadError naming `where` without any) and its `spec` ({} without)."""
+    per = report.get("per_request") if isinstance(report, dict) else None
+    if not isinstance(per, list) or not per:
+        raise WorkloadError(
+            f"{where}: no per_request records (write them with `tokenrouter bench --json FILE`)"
+        )
+    return per, report.get("spec") if isinstance(report.get("spec"), dict) else {}
+
+
+def _positive_int(x) -> int | None:
+    return int(x) if isinstance(x, int) and x > 0 else None
 
 
 def read_arrivals(path: str | Path) -> tuple[tuple[float, ...], int | None, int | None]:
@@ -124,12 +133,7 @@ def report_arrivals(report, where: str) -> tuple[tuple[float, ...], int | None, 
     """An open-loop report's arrival times (ms after the run's start, ascending: each request's send time less
     its wait at the cap; failed requests arrived too), its output length per request and its concurrency cap
     (None where the report has none). `where` names the report in errors."""
-    per = report.get("per_request") if isinstance(report, dict) else None
-    if not isinstance(per, list) or not per:
-        raise WorkloadError(
-            f"{where}: no per_request records (write them with `tokenrouter bench --json FILE`)"
-        )
-    spec = report.get("spec") if isinstance(report.get("spec"), dict) else {}
+    per, spec = _records(report, where)
     if spec.get("request_rate") is None:
         raise WorkloadError(
             f"{where}: a closed loop (no request rate): its requests did not arrive on their own clock; replay it "
@@ -144,9 +148,8 @@ def report_arrivals(report, where: str) -> tuple[tuple[float, ...], int | None, 
     if any(not np.isfinite(t) for t in times):
         raise WorkloadError(f"{where}: a per_request record with a start time that is not a number")
     start = min(times[0], 0.0)
-    length, cap = spec.get("output_len"), spec.get("concurrency")
     return (
         tuple(t - start for t in times),
-        int(length) if isinstance(length, int) and length > 0 else None,
-        int(cap) if isinstance(cap, int) and cap > 0 else None,
+        _positive_int(spec.get("output_len")),
+        _positive_int(spec.get("concurrency")),
     )
