@@ -41,6 +41,8 @@ DEFAULT_EXTEND_BS = (1, 2, 4, 8, 16)
 # for a hop rate p (12 at p = 0.1 on the large model), so extends reach well past 8 tokens per row.
 DEFAULT_EXTEND_LENS = (2, 4, 8, 16, 32, 64)
 DEFAULT_MAX_EXTEND_TOKENS = 512  # extend shapes with bs * q above this are not captured
+# batch sizes past the defaults, for plans that run more rows at once (`CudaGraphConfig.for_rows`)
+WIDE_BS = (24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
 @dataclass(slots=True)
@@ -60,6 +62,21 @@ class CudaGraphConfig:
             raise ValueError("cuda graph extend_lens must be >= 2 (q = 1 is a decode shape)")
         if self.extend_lens and not self.extend_batch_sizes:
             raise ValueError("cuda graph extend_lens given without extend_batch_sizes")
+
+    @classmethod
+    def for_rows(cls, rows: int | None) -> CudaGraphConfig:
+        """The default shapes, widened so that a step of up to `rows` rows runs in a graph: decodes of that
+        many rows, and extends (every mixed step of returns among decodes is one) of that many rows at the
+        extend lengths that fit `max_extend_tokens`. At high concurrency a model's steps are wide mixed
+        batches of a few returns among many decode rows; past the default widths they would run eagerly."""
+        if rows is None or rows <= DEFAULT_DECODE_BS[-1] and rows <= DEFAULT_EXTEND_BS[-1]:
+            return cls()
+
+        def upto(base: tuple[int, ...]) -> tuple[int, ...]:
+            wider = [b for b in WIDE_BS if b > base[-1] and b < rows]
+            return (*base, *wider, rows) if rows > base[-1] else base
+
+        return cls(upto(DEFAULT_DECODE_BS), upto(DEFAULT_EXTEND_BS))
 
     def shapes(self) -> list[tuple[int, int]]:
         """Every (bs, q) to capture."""

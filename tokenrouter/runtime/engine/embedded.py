@@ -64,6 +64,7 @@ class EngineConfig:
     load: str = "auto"  # "auto" (safetensors) | "dummy" (random weights on the device)
     attention: str = "auto"
     cuda_graph: bool | None = None  # None: on CUDA when the graph runner is available
+    graph_rows: int | None = None  # the widest step the CUDA graphs should hold (default: the runner's)
     seed: int = 0  # for dummy weights
 
     def __post_init__(self) -> None:
@@ -73,7 +74,7 @@ class EngineConfig:
             raise ValueError(f"bad device {self.device!r}") from e
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len"):
+        for name in ("max_tokens", "mem_bytes", "max_reqs", "max_len", "graph_rows"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -187,13 +188,13 @@ class EmbeddedEngine(HeldRequestsEngine):
                 )
             return
         try:
-            from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphRunner
+            from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
         except ImportError as e:
             if want:
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
             return
         try:
-            self.graph_runner = CudaGraphRunner(self)
+            self.graph_runner = CudaGraphRunner(self, CudaGraphConfig.for_rows(self.settings.graph_rows))
         except ValueError as e:  # e.g. an attention backend that cannot be captured
             if want:
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
@@ -430,6 +431,7 @@ def load_engine(
     max_reqs: int | None = None,
     max_len: int | None = None,
     cuda_graph: bool | None = None,
+    graph_rows: int | None = None,
     seed: int = 0,
     engine_class: type[EmbeddedEngine] | None = None,
 ) -> EmbeddedEngine:
@@ -447,6 +449,7 @@ def load_engine(
         load=load,
         attention=attention,
         cuda_graph=cuda_graph,
+        graph_rows=graph_rows,
         seed=seed,
     )
     config = load_model_config(path)  # the folder and its config.json first, then the weights

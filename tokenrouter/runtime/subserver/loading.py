@@ -65,7 +65,11 @@ def load_model_engine(plan: dict, model: str, device: str, **overrides):
 
         kw = {**engine_kwargs(spec, device), **overrides}
         return load_sglang_engine(spec["path"], model=model, device=device, **kw)
-    return load_engine(spec["path"], device=device, **{**engine_kwargs(spec, device), **overrides})
+    # graphs wide enough for a step of every request the plan serves at once
+    rows = (
+        {"graph_rows": int(plan["serve"]["concurrency"])} if plan.get("serve", {}).get("concurrency") else {}
+    )
+    return load_engine(spec["path"], device=device, **{**rows, **engine_kwargs(spec, device), **overrides})
 
 
 def warmed(model: str, what: str, unit: str, warm) -> None:
