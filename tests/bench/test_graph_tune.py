@@ -1,6 +1,6 @@
 """bench/graph_tune.py's parts that need no GPU: the candidate configs (one K tile per program, within the
-kernel's limits) and the table it writes, which `tuned_tiles` reads and the kernel's check accepts (the run O
-results, docs/raw/run-o, turned into the shipped table)."""
+kernel's limits) and the table it writes, which `tuned_tiles` reads and the kernel's check accepts (the tuning
+results kept in tests/fixtures/graph_tune, turned into the shipped table)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from tokenrouter.runtime.engine.attention import tuned_tiles
 
 ROOT = Path(__file__).resolve().parents[2]
+RAW = ROOT / "tests" / "fixtures" / "graph_tune"
 
 
 @pytest.fixture
@@ -38,25 +39,17 @@ def test_candidates_cover_k_in_one_tile(graph_tune, k):
 def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run Q's 32-row block
     for raw in ("run-o/call2-graph_tune.json", "run-q/call1-graph_tune32cap.json"):
-        entries += graph_tune.table_entries(json.loads((ROOT / "docs/raw" / raw).read_text()))
+        entries += graph_tune.table_entries(json.loads((RAW / raw.replace("/", "-")).read_text()))
     # run Q's call 3 tuned the 32-row down projection again, over wider tiles
-    (down,) = graph_tune.table_entries(
-        json.loads((ROOT / "docs/raw/run-q/call3-graph_tune_down32.json").read_text())
-    )
+    (down,) = graph_tune.table_entries(json.loads((RAW / "run-q-call3-graph_tune_down32.json").read_text()))
     assert down["key"]["BLOCK_X"] == 32 and down["key"]["K"] == 3072
     entries = [down if e["key"] == down["key"] else e for e in entries]
     # and call 4 the folded norm's keys of the 16-row block (q/k/v of the first layer, of the others, gate/up)
-    entries += graph_tune.table_entries(
-        json.loads((ROOT / "docs/raw/run-q/call4-graph_tune_norm16.json").read_text())
-    )
+    entries += graph_tune.table_entries(json.loads((RAW / "run-q-call4-graph_tune_norm16.json").read_text()))
     # and run R's call 6 the one-token GEMV's five keys
-    gemv = graph_tune.table_entries(
-        json.loads((ROOT / "docs/raw/run-r/call6-graph_tune_gemv.json").read_text())
-    )
+    gemv = graph_tune.table_entries(json.loads((RAW / "run-r-call6-graph_tune_gemv.json").read_text()))
     # and run S's call 1 the 2-row GEMV's five keys
-    rows = graph_tune.table_entries(
-        json.loads((ROOT / "docs/raw/run-s/call1-graph_tune_rows.json").read_text())
-    )
+    rows = graph_tune.table_entries(json.loads((RAW / "run-s-call1-graph_tune_rows.json").read_text()))
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries + gemv + rows == shipped
     assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4 + [16] * 3

@@ -31,6 +31,7 @@ from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
 from .test_dtmc import assert_same_chain
 
 ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "tests" / "fixtures" / "runs"  # the served runs' archives, cut to the files these tests read
 runner = CliRunner()
 
 
@@ -143,7 +144,7 @@ def test_inputs_are_checked():
                      alone=(lone, None))  # fmt: skip
 
 
-RUN55 = ROOT / "docs" / "raw" / "run-y" / "call2" / "run55"
+RUN55 = RUNS / "run55.tar.gz"
 # the 0.6B's latencies in run 56's served (1, 5) at 4-8 rows, when the 8B, holding 4 or fewer, waits to gather
 # five (docs/matrix.md, "Runs 52-58"); below 4 rows the 4-row figure (not observed alone there)
 ALONE_SLM = {1: 1.52, 4: 1.52, 5: 1.58, 6: 1.59, 7: 1.64, 8: 1.62}
@@ -154,7 +155,7 @@ SERVED = {1: 1423.6, 3: 1535.5, 4: 1626.6, 5: 1691.9, 6: 1705.0, 8: 1388.1}
 @pytest.fixture(scope="module")
 def run55(tmp_path_factory):
     out = tmp_path_factory.mktemp("run55")
-    with tarfile.open(next(RUN55.glob("results-*.tar.gz"))) as tar:
+    with tarfile.open(RUN55) as tar:
         tar.extractall(out, filter="data")
     return next(out.glob("raw-*"))
 
@@ -318,7 +319,7 @@ def test_the_latency_beside_comes_from_beside_ms_where_measured(run55):
     assert inputs.alone[0].step.points == ((1, 1.5),) and inputs.alone[1] is None
 
 
-RUN61 = ROOT / "docs" / "raw" / "run-z" / "call2" / "run61"
+RUN61 = RUNS / "run61.tar.gz"
 # the 0.6B's latencies in run 63's served (2, 5) at 4-8 rows, where the 8B, holding 4 or fewer, waits: the steps
 # the busy board's counters count alone (no 8B step overlapping them); flat below 4 rows (docs/matrix.md,
 # "Runs 59-65")
@@ -333,7 +334,7 @@ def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp
     eager. With the 0.6B's latencies alone as the step counters count them (no 8B step overlapping), it
     chooses B_slm = 2 with B_llm = 4-6, which served 1.18-1.19x eager, and predicts every row served at
     0.85-0.95x."""
-    with tarfile.open(next(RUN61.glob("results-*.tar.gz"))) as tar:
+    with tarfile.open(RUN61) as tar:
         tar.extractall(tmp_path, filter="data")
     raw = next(tmp_path.glob("raw-*"))
     plan = read_plan(raw / "0.6b+8b-bern0.35.plan")
@@ -351,12 +352,12 @@ def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp
 
 def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp_path):
     """Each profile's latencies alone are fitted non-decreasing on their own; merged, one profile's batch sizes
-    can meet the other's lower. Run 91's eager profile (H200, docs/raw/run-a5) has the 0.6B alone at 4 rows at
+    can meet the other's lower. Run 91's eager profile (H200) has the 0.6B alone at 4 rows at
     1.433 ms from 20 steps; a second profile with 3 rows at 1.6 ms from 200 steps pools the two, each weighted
     by its steps, and the profile records the pooled sizes. Profiles made before the fit are merged as before."""
     from tokenrouter.compiler.throughput.commands import merge_served
 
-    archive = next(ROOT.glob("docs/raw/run-a5/call1/run91/results-*.tar.gz"))
+    archive = RUNS / "run91.tar.gz"
     with tarfile.open(archive) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("/profile-n8.json"))
         (tmp_path / "eager.json").write_bytes(tar.extractfile(member).read())
@@ -388,8 +389,8 @@ def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp
     assert dict(plain.alone_ms["slm"].points)[3] == 1.6 and "merged_alone_pooled" not in plain.workload
 
 
-RUN141 = ROOT / "docs" / "raw" / "run-a11" / "call5a" / "run141"
-RUN135 = ROOT / "docs" / "raw" / "run-a10" / "call6" / "run135"
+RUN141 = RUNS / "run141.tar.gz"
+RUN135 = RUNS / "run135.tar.gz"
 
 
 @pytest.mark.parametrize(("run", "too_few"), [(RUN141, {"slm": 16, "llm": 1}), (RUN135, None)])
@@ -397,7 +398,7 @@ def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(ru
     """Run 141's 4-round eager profile had the 0.6B alone in 16 steps, under the 20 that a latency alone needs,
     so `tune` fell back to the plain chain without a word and chose (1, 3), 12 % below the (2, 6) beside it;
     now the profile records the counts and `tune` says so. Run 135's 8-round profile tuned by state: no warning."""
-    with tarfile.open(next(run.glob("results-*.tar.gz"))) as tar:
+    with tarfile.open(run) as tar:
         tar.extractall(tmp_path, filter="data")
     raw = next(tmp_path.glob("raw-*"))
     plan = raw / "0.6b+8b-bern0.35.plan"
@@ -431,7 +432,7 @@ def test_a_merge_that_brings_latencies_alone_drops_the_too_few_note(tmp_path):
     state, so neither it nor `tune` speaks of too few steps alone."""
     raws = {}
     for name, run in (("r141", RUN141), ("r135", RUN135)):
-        with tarfile.open(next(run.glob("results-*.tar.gz"))) as tar:
+        with tarfile.open(run) as tar:
             tar.extractall(tmp_path / name, filter="data")
         raws[name] = next((tmp_path / name).glob("raw-*"))
 

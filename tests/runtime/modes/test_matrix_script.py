@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+RUNS = ROOT / "tests" / "fixtures" / "runs"  # the served runs' archives, cut to the files these tests read
 spec = importlib.util.spec_from_file_location("matrix", ROOT / "bench" / "matrix.py")
 matrix = importlib.util.module_from_spec(spec)
 sys.modules["matrix"] = matrix  # dataclasses look their module up there
@@ -300,13 +301,13 @@ def test_by_batch_table_gives_ms_and_tokens_per_step_all_and_alone():
 
 
 def test_by_batch_report_gives_the_served_profiles_first(capsys):
-    """`--report ARCHIVE --by-batch` on run 93 (H200, docs/raw/run-a5): the eager profile and the second one,
+    """`--report ARCHIVE --by-batch` on run 93 (H200): the eager profile and the second one,
     served at (2, 5), from their own scrapes, before the measured rows. The second profile ran the 0.6B alone at
     3 rows 61 times at 2.00 ms with 4.20 tokens a step, against 1.32 ms with 4.28 at 4 rows: not more tokens."""
-    run93 = next(ROOT.glob("docs/raw/run-a5/call*/run93/results-*.tar.gz"))
+    run93 = RUNS / "run93.tar.gz"
     profiles = matrix.profile_records([str(run93)])
     assert [(r["label"], r["n"]) for r in profiles] == [("profile B-slm2,llm5", 8), ("profile eager", 8)]
-    run92 = next(ROOT.glob("docs/raw/run-a5/call*/run92/results-*.tar.gz"))
+    run92 = RUNS / "run92.tar.gz"
     both = matrix.profile_records([str(run92), str(run93)])  # two archives, same file names: each its own
     assert len(both) == 4 and both[2:] == profiles and both[:2] != profiles
     assert matrix.main(["--report", str(run93), "--by-batch"]) == 0
@@ -527,7 +528,7 @@ def test_simulation_as_the_run_was_explains_run_31():
     DTMC on the run's own step times (N alike requests) overshoots; the simulator given each request's own
     routing and the run's 48 requests comes within 0.9 of the measurement. Old records (no per_request)
     and non-routed modes give None."""
-    recs = matrix.load_records([str(ROOT / "docs" / "matrix" / "run31-results.tar.gz")])
+    recs = matrix.load_records([str(RUNS / "run31.tar.gz")])
     rec = next(r for r in recs if r["mode"] == "tokenrouter" and r["n"] == 16)
     measured = rec["report"]["decode_throughput_tok_s"]
     assert measured / matrix.run_prediction(rec) < 0.75
@@ -549,7 +550,7 @@ def test_the_simulation_as_the_run_was_waits_as_the_runs_servers_did():
     and its servers waited for a partner at the 8B up to the timeout. The simulation of the run takes the
     runtime's rule that a model steps when every request it holds is queued only for records whose servers
     counted such starts: on this record, with the counter added, it serves more."""
-    tarball = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    tarball = RUNS / "run125.tar.gz"
     rec = next(r for r in matrix.load_records([str(tarball)]) if r["mode"] == "tokenrouter")
     measured = rec["report"]["decode_throughput_tok_s"]
     as_served = matrix.run_simulation(rec)
@@ -564,9 +565,7 @@ def test_the_hops_measured_delay_explains_most_of_the_gap_to_the_simulation():
     sender's step end to the receiver's scheduler. The simulation of the run as it was, with hops instant,
     overshoots the served B = (2, 5) row by 1.19x; with each hop taking the mean delay measured into its
     target it comes within 0.95-1.0. Records without the hop counters have no such simulation."""
-    tarball = (
-        ROOT / "docs" / "raw" / "run-a1" / "call2" / "run68" / "results-0.6b_8b-bern0.35-custom-run68.tar.gz"
-    )
+    tarball = RUNS / "run68.tar.gz"
     recs = matrix.load_records([str(tarball)])
     rec = next(r for r in recs if r["mode"] == "tokenrouter" and (r.get("thresholds") or {}).get("llm") == 5)
     measured = rec["report"]["decode_throughput_tok_s"]
@@ -595,7 +594,7 @@ def test_each_threshold_served_is_simulated_with_its_hops():
     DTMC on its own step times; its hops took 0.61-0.69 ms against 0.39-0.43 ms at (2, 5) and (2, 6). The
     simulation of each row as it was, with its hops' measured delay, comes within 0.94-1.0 of all three and
     orders them as they served; the threshold table gives it per row."""
-    tarball = next((ROOT / "docs" / "raw" / "run-a2" / "call4" / "run78").glob("results-*.tar.gz"))
+    tarball = RUNS / "run78.tar.gz"
     recs = matrix.load_records([str(tarball)])
     table = matrix.threshold_table(recs)
     assert "| simulated, own step times and hops | measured / that |" in table[1]
@@ -739,7 +738,7 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
     from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
     from tokenrouter.compiler.throughput.profile_format import read_profile
 
-    tarball = next((ROOT / "docs" / "raw" / "run-y" / "call2" / "run55").glob("results-*.tar.gz"))
+    tarball = RUNS / "run55.tar.gz"
     with tarfile.open(tarball) as tar:
         tar.extractall(tmp_path, filter="data")
     raw = next(tmp_path.glob("raw-*"))
@@ -777,12 +776,12 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
 
 
 def _second_profile_setup(tmp_path, monkeypatch):
-    """Run 76's eager scrapes (H200, docs/raw/run-a2) in `raw`, with run 75's served (2, 5) row as the second
+    """Run 76's eager scrapes (H200) in `raw`, with run 75's served (2, 5) row as the second
     served profile that `served_profiles` (faked) returns: (raw, plan, donor profile, the fake's calls)."""
     from tokenrouter.compiler.throughput.profile_format import write_profile
 
     def archive(run: str) -> dict[str, bytes]:
-        with tarfile.open(next(ROOT.glob(f"docs/raw/run-a2/call*/{run}/results-*.tar.gz"))) as tar:
+        with tarfile.open(RUNS / f"{run}.tar.gz") as tar:
             return {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
     run76, run75 = archive("run76"), archive("run75")
@@ -817,7 +816,7 @@ def _served_second(tmp_path, monkeypatch, suffix: str, **lend):
 
 
 def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
-    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200, docs/raw/run-a2) with run 75's (2, 5) row as
+    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200) with run 75's (2, 5) row as
     the second served profile: the eager profile is built again with the second one's latencies alone (the
     0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
     what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
@@ -887,7 +886,7 @@ def test_simulate_at_other_thresholds_keeps_each_rows_routing():
     """`--report --simulate-at`: each row simulated as it was, at its own thresholds and at others. On run 125
     (r2r, N = 4) eager at its own B = (1, 1) is the same simulation as at (1, 1), and at (1, 2) it serves less:
     the hop waits for a partner that seldom comes (those servers had no "held" rule)."""
-    tarball = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    tarball = RUNS / "run125.tar.gz"
     recs = [r for r in matrix.load_records([str(tarball)]) if r["mode"] in ("eager", "llm-only")]
     lines = matrix.whatif_table(recs, [{"slm": 1, "llm": 1}, {"llm": 2}])
     assert lines[1] == "| mode | N | tok/s | simulated | at slm=1,llm=1 | at llm=2 |"
@@ -899,7 +898,7 @@ def test_simulate_at_other_thresholds_keeps_each_rows_routing():
 
 
 def test_a_malformed_simulate_at_fails_before_the_report_prints(capsys):
-    tarball = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    tarball = RUNS / "run125.tar.gz"
     assert matrix.main(["--report", str(tarball), "--simulate-at", "llm=0"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "error: --simulate-at 'llm=0': expected MODEL=B" in err
@@ -910,7 +909,7 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
     longer than MS no longer held there (`SimConfig.held_away_ms`). On run 128 (r2r, N = 4, servers with the
     held rule) the tuned row's 8B waited for requests that had left for good: not waiting for any request away
     serves more; eager (B = 1) never waits, so it is unchanged. Run 125's servers had no held rule: no cell."""
-    run128 = ROOT / "docs/raw/run-a9/call2/run128/results-0.6b_8b-r2r-custom-run128.tar.gz"
+    run128 = RUNS / "run128.tar.gz"
     recs = [
         r for r in matrix.load_records([str(run128)]) if r["mode"] == "eager" or not r.get("fixed_thresholds")
     ]
@@ -918,7 +917,7 @@ def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
     assert lines[1] == "| mode | N | tok/s | simulated | held away < 0 ms |"
     ratios = {row.split(" | ")[0]: float(row.split("(")[-1].rstrip("x) |")) for row in lines[3:] if row}
     assert ratios["| eager"] == 1.0 and ratios["| tokenrouter"] > 1.02
-    run125 = ROOT / "docs/raw/run-a8/call7/run125/results-0.6b_8b-r2r-custom-run125.tar.gz"
+    run125 = RUNS / "run125.tar.gz"
     eager125 = [r for r in matrix.load_records([str(run125)]) if r["mode"] == "eager"]
     assert matrix.whatif_table(eager125, [], (0.0,))[3].endswith("| - |")
     assert matrix.main(["--report", str(run125), "--simulate-held-away", "-1"]) == 2
