@@ -294,6 +294,9 @@ def serve(
     max_body_mib: float = typer.Option(
         16.0, help="A request body longer than this many MiB gets a 413 before it is read."
     ),
+    body_timeout: float = typer.Option(
+        30.0, help="Seconds a request body may take to arrive in full; a slower one gets a 408."
+    ),
     profile_dir: str = typer.Option(
         None,
         help="Allow POST /start_profile and /stop_profile: each subserver's steps under torch.profiler, written "
@@ -369,7 +372,7 @@ def serve(
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
-                          cpu_threads=cpu_threads, max_body_mib=max_body_mib,
+                          cpu_threads=cpu_threads, max_body_mib=max_body_mib, body_timeout_s=body_timeout,
                           profile_dir=profile_dir)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -53,7 +53,7 @@ import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.frontend.config import MAX_BODY_BYTES
+from tokenrouter.runtime.frontend.config import BODY_TIMEOUT_S, MAX_BODY_BYTES
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, tcp_url
 
 log = logging.getLogger("tokenrouter.launcher")
@@ -91,6 +91,7 @@ class ServeConfig:
     batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
     cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
     max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
+    body_timeout_s: float = BODY_TIMEOUT_S  # a request body not in full after this long gets a 408
     profile_dir: str | None = None  # POST /start_profile, /stop_profile write torch.profiler traces here
 
     def __post_init__(self) -> None:
@@ -127,8 +128,10 @@ class ServeConfig:
                 "--bind-host must be an address of this host that the remote hosts can reach (it is also the "
                 f"address they connect to), not {self.bind_host!r}"
             )
-        if self.heartbeat_timeout_s <= 0:
-            raise ValueError(f"--heartbeat-timeout must be > 0, got {self.heartbeat_timeout_s}")
+        for flag, seconds in (("--heartbeat-timeout", self.heartbeat_timeout_s),
+                              ("--body-timeout", self.body_timeout_s)):  # fmt: skip
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"{flag} must be a finite number of seconds > 0, got {seconds}")
 
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
@@ -426,6 +429,7 @@ class Launcher:
             remote=list(cfg.remote),
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
             max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
+            body_timeout_s=cfg.body_timeout_s,
             routing=routing_digest(plan),
             profile_dir=cfg.profile_dir,
         )

@@ -145,25 +145,29 @@ class RequestManager:
         if not self.is_ready:
             raise APIError(503, "the server is still starting; retry when GET /health returns 200")
         rid = secrets.token_hex(12)
+        # Registered only once sent: a request that cannot be encoded or sent leaves nothing behind.
+        new = m.NewRequest(
+            rid=rid,
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            n_active=self.n_active + 1,
+            count_seq=self._count_seq + 1,
+        )
+        try:
+            data = _encoder.encode(new)
+        except (OverflowError, msgspec.EncodeError) as e:
+            raise APIError(400, f"a value in the request is out of range: {e}") from None
+        if not self._send_bytes(self.entry, data, "NewRequest"):
+            self.metrics.requests_total += 1
+            self.metrics.requests_finished["error"] += 1
+            raise APIError(
+                503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
+            )
         st = ReqState(rid=rid, prompt_len=len(prompt_ids))
         self.requests[rid] = st
         self.metrics.requests_total += 1
         self.metrics.prompt_tokens += len(prompt_ids)
         self._count_changed()
-        new = m.NewRequest(
-            rid=rid,
-            prompt_ids=prompt_ids,
-            sampling=sampling,
-            n_active=self.n_active,
-            count_seq=self._count_seq,
-        )
-        if not self._send(self.entry, new):
-            self.requests.pop(rid)
-            self._count_changed()
-            self.metrics.requests_finished["error"] += 1
-            raise APIError(
-                503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
-            )
         return st
 
     def abort(self, rid: str, reason: str = "abort") -> None:
@@ -186,11 +190,14 @@ class RequestManager:
 
     # ---- sending ------------------------------------------------------------------------------------------
     def _send(self, name: str, msg: msgspec.Struct) -> bool:
+        return self._send_bytes(name, _encoder.encode(msg), type(msg).__name__)
+
+    def _send_bytes(self, name: str, data: bytes, what: str) -> bool:
         try:  # never block the event loop on a dead or slow subserver
-            self._push[name].send(_encoder.encode(msg), zmq.NOBLOCK)
+            self._push[name].send(data, zmq.NOBLOCK)
             return True
         except zmq.Again:
-            log.error("dropped %s to subserver %r: its queue is full", type(msg).__name__, name)
+            log.error("dropped %s to subserver %r: its queue is full", what, name)
             return False
 
     def _broadcast(self, msg: msgspec.Struct) -> None:
