@@ -18,8 +18,11 @@ Failures. A subserver that sends `Fatal` or exits is **not restarted**: its in-f
 state that died with it, and the other subservers may hold requests pending on it. The launcher tells the
 frontend (a `Fatal` naming the subserver: every in-flight request fails with a 503 at once, new ones are
 refused), gives it `FAIL_GRACE_S` to answer its clients, shuts the deployment down and exits with status 1
-and a message naming the subserver. The same holds for the frontend process. Run it under a supervisor
-(systemd, Kubernetes) to restart the whole deployment.
+and a message naming the subserver. The same holds for the frontend process, and for a local subserver that
+is alive but silent (frozen, or stuck in one step): the frontend finds it by its missing heartbeat after
+`--liveness-timeout` seconds and sends the launcher a `Fatal` naming it, which the launcher kills (it would
+answer neither `Shutdown` nor SIGTERM). Any `Fatal` the frontend receives reaches the launcher the same way.
+Run it under a supervisor (systemd, Kubernetes) to restart the whole deployment.
 
 The children are started in their own process group (Ctrl-C in a terminal reaches only the launcher, which
 coordinates shutdown), and each exits on its own if the launcher disappears.
@@ -85,6 +88,7 @@ class ServeConfig:
     bind_host: str = "127.0.0.1"  # with tcp: launcher, frontend, local subservers bind (and are reached) here
     remote: dict[str, str] = field(default_factory=dict)  # model → "HOST:PORT": started by hand on that host
     heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
+    liveness_timeout_s: float = 60.0  # a local subserver silent this long (frozen, stuck) is treated as dead
     mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
     mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
     mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
@@ -129,6 +133,7 @@ class ServeConfig:
                 f"address they connect to), not {self.bind_host!r}"
             )
         for flag, seconds in (("--heartbeat-timeout", self.heartbeat_timeout_s),
+                              ("--liveness-timeout", self.liveness_timeout_s),
                               ("--body-timeout", self.body_timeout_s)):  # fmt: skip
             if not (math.isfinite(seconds) and seconds > 0):
                 raise ValueError(f"{flag} must be a finite number of seconds > 0, got {seconds}")
@@ -296,6 +301,7 @@ class Launcher:
         self.ctx: zmq.Context | None = None
         self.setup = None  # the mode's ModeSetup, from _apply_mode
         self.mps = None  # runtime.mps.MpsDaemon while one runs
+        self.failed: str | None = None  # the process that failed (_supervise): killed at shutdown, not asked
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -428,6 +434,7 @@ class Launcher:
             log_level=cfg.log_level.lower(),
             remote=list(cfg.remote),
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+            liveness_timeout_s=cfg.liveness_timeout_s,
             max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
             body_timeout_s=cfg.body_timeout_s,
             routing=routing_digest(plan),
@@ -563,6 +570,7 @@ class Launcher:
                         break
             if failed is not None:
                 name, detail = failed
+                self.failed = name
                 self.to_frontend.send(m.Fatal(name=name, error=detail))
                 time.sleep(FAIL_GRACE_S)
                 return f"{_what(name)} failed: {detail}"
@@ -582,6 +590,9 @@ class Launcher:
                     except zmq.Again:
                         pass
                     s.close()
+        failed = self.procs.get(self.failed)
+        if failed is not None and failed.pid is not None and failed.is_alive():
+            failed.kill()  # it failed while alive (frozen, stuck): it would answer neither Shutdown nor SIGTERM
         for name, p in self.procs.items():  # the frontend, and any process still loading: SIGTERM
             if p.pid is not None and p.is_alive() and (name == "frontend" or name not in self.ready):
                 p.terminate()

@@ -44,6 +44,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             args.entry,
             remote=args.remote,
             heartbeat_timeout_s=args.heartbeat_timeout_s,
+            liveness_timeout_s=args.liveness_timeout_s,
         )
         manager.metrics.plan_info = {"policy": args.policy, "routing": args.routing}
         manager.start()
