@@ -214,6 +214,23 @@ def check_port(host: str, port: int) -> None:
             raise LaunchError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What to tell a user who serves on an address other hosts can reach without an API key (None: nothing)."""
+    import ipaddress
+
+    if api_key or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass  # a host name: it may resolve to anything
+    return (
+        f"--host {host} without --api-key: anyone who can reach this port can use the models "
+        "(set --api-key or TOKENROUTER_API_KEY)"
+    )
+
+
 def check_device(device: str | None) -> None:
     if device == "cuda":
         import torch
@@ -327,6 +344,8 @@ class Launcher:
         plan, plan_path = self._apply_mode(plan, plan_path)
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
+        if warning := exposure_warning(cfg.host, cfg.api_key):
+            print(f"tokenrouter: warning: {warning}", file=sys.stderr, flush=True)
         models = list(plan["models"])
         unknown = [x for x in cfg.remote if x not in plan["models"]]
         if unknown:
