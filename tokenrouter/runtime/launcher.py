@@ -57,7 +57,7 @@ import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.config import BODY_TIMEOUT_S, MAX_BODY_BYTES
-from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, tcp_url
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, new_key, secure_context, tcp_url
 
 log = logging.getLogger("tokenrouter.launcher")
 
@@ -257,6 +257,7 @@ def make_endpoints(
         launcher=tcp_url(bind_host, ports[0]),
         frontend=tcp_url(bind_host, ports[1]),
         subservers={x: subservers[x] for x in models},
+        key=new_key(),  # CURVE: only the deployment's own processes are heard (ipc.secure_context)
     )
 
 
@@ -316,6 +317,7 @@ class Launcher:
         self.ready: dict[str, dict] = {}
         self.run_dir: Path | None = None
         self.ctx: zmq.Context | None = None
+        self.auth = None  # the ZAP handler of a --tcp deployment (ipc.secure_context)
         self.setup = None  # the mode's ModeSetup, from _apply_mode
         self.mps = None  # runtime.mps.MpsDaemon while one runs
         self.failed: str | None = None  # the process that failed (_supervise): killed at shutdown, not asked
@@ -357,6 +359,7 @@ class Launcher:
             entry = self.endpoints.subservers[plan["entry"]]
             self.endpoints.subservers = {x: entry for x in models}
         self.ctx = zmq.Context()
+        self.auth = secure_context(self.ctx, self.endpoints.key)
         self.inbox = Receiver(self.ctx, self.endpoints.launcher, m.ToLauncher)
         self.to_frontend = Sender(self.ctx, self.endpoints.frontend)
         self._start(plan, plan_path)
@@ -628,6 +631,9 @@ class Launcher:
         if self.mps is not None:
             self.mps.stop()
             self.mps = None
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
         if self.ctx is not None:
             self.ctx.destroy(linger=0)
             self.ctx = None

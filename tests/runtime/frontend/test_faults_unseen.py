@@ -48,3 +48,42 @@ def test_a_frozen_subserver_is_detected_within_the_deadline_and_the_deployment_s
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     finally:
         srv.stop()
+
+
+def test_tcp_messages_from_outside_the_deployment_are_never_heard(tmp_path):
+    """With --tcp, a process that is not of the deployment (no key) pushes a Fatal to the frontend and the
+    launcher and a request to a subserver: none is delivered, and the deployment serves on. The key is not
+    in /server_info."""
+    import msgspec
+    import zmq
+
+    from tokenrouter.runtime import messages as m
+
+    srv = Server(write_policy(tmp_path), "--tcp", log_dir=tmp_path)
+    try:
+        info = httpx.get(f"{srv.url}/server_info", timeout=10).json()
+        eps = info["endpoints"]
+        assert "key" not in eps and eps["frontend"].startswith("tcp://")
+        ctx = zmq.Context()
+        try:
+            fatal = msgspec.msgpack.encode(m.Fatal(name="llm", error="injected"))
+            spec = m.SamplingSpec(top_k=2**40, max_tokens=5)
+            new = msgspec.msgpack.encode(m.NewRequest(rid="x", prompt_ids=[1, 2], sampling=spec, n_active=1))
+            socks = []  # kept open until the end: a socket closed at once drops what it has not sent
+            for addr, data in (
+                (eps["frontend"], fatal),
+                (eps["launcher"], fatal),
+                (eps["subservers"]["slm"], new),
+            ):
+                socks.append(ctx.socket(zmq.PUSH))
+                socks[-1].connect(addr)
+                socks[-1].send(data)
+            time.sleep(1.5)
+        finally:
+            ctx.destroy(linger=0)
+        assert httpx.get(f"{srv.url}/health", timeout=10).status_code == 200
+        r = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "x =", "max_tokens": 3}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert srv.proc.poll() is None and "injected" not in srv.stderr()
+    finally:
+        assert srv.stop() == 0, srv.stderr()

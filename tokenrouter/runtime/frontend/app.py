@@ -119,7 +119,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             "models": args.models,
             "max_model_len": api.max_len(mgr),
             "run_dir": args.run_dir,
-            "endpoints": args.endpoints,
+            "endpoints": {k: v for k, v in args.endpoints.items() if k != "key"},  # the key stays secret
             "ready": mgr.is_ready,
             "subservers": {x: mgr.ready_models.get(x) for x in args.models},
         }

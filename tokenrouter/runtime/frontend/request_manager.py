@@ -32,6 +32,7 @@ import zmq.asyncio
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
 from tokenrouter.runtime.frontend.protocol import APIError
+from tokenrouter.runtime.ipc import bind, secure_context
 
 log = logging.getLogger("tokenrouter.frontend")
 
@@ -102,9 +103,10 @@ class RequestManager:
         self.fatal: tuple[str, str] | None = None  # (process name, error)
         self.closing: APIError | None = None  # set by shutdown()
         self._ctx = zmq.asyncio.Context()
+        self._auth = secure_context(self._ctx, endpoints.get("key"))
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
-        self._pull.bind(endpoints["frontend"])
+        bind(self._pull, endpoints["frontend"])
         self._push: dict[str, zmq.asyncio.Socket] = {}
         for name in self.models:
             s = self._ctx.socket(zmq.PUSH)
@@ -132,6 +134,8 @@ class RequestManager:
         for task in (self._task, self._watch):
             if task is not None:
                 task.cancel()
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.destroy(linger=0)
 
     @property
