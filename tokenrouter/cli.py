@@ -289,10 +289,18 @@ def serve(
     heartbeat_timeout: float = typer.Option(
         10.0, help="Seconds without a remote subserver's stats before it counts as failed."
     ),
+    liveness_timeout: float = typer.Option(
+        60.0,
+        help="Seconds without a local subserver's stats (sent every 0.5 s between steps) before it counts as "
+        "failed: frozen, or stuck in one step. The deployment then shuts down as for a dead process.",
+    ),
     device: str = typer.Option(None, help="cpu or cuda (default: the plan's placement; CPU without CUDA)."),
     startup_timeout: float = typer.Option(600.0, help="Seconds to wait for every process to be ready."),
     max_body_mib: float = typer.Option(
         16.0, help="A request body longer than this many MiB gets a 413 before it is read."
+    ),
+    body_timeout: float = typer.Option(
+        30.0, help="Seconds a request body may take to arrive in full; a slower one gets a 408."
     ),
     profile_dir: str = typer.Option(
         None,
@@ -368,8 +376,9 @@ def serve(
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
+                          liveness_timeout_s=liveness_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
-                          cpu_threads=cpu_threads, max_body_mib=max_body_mib,
+                          cpu_threads=cpu_threads, max_body_mib=max_body_mib, body_timeout_s=body_timeout,
                           profile_dir=profile_dir)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -197,3 +197,22 @@ def test_loading_never_unpickles(tmp_path):
         RouteKernel(plan, "slm", "torch", embed=lambda t: t)
     save_file({"weight": torch.zeros(1, 18), "bias": torch.zeros(1)}, plan["routers"]["gate"]["path"])
     RouteKernel(plan, "slm", "torch", embed=lambda t: t)  # the same tensors as safetensors load
+
+
+def test_a_router_file_swapped_since_compile_is_refused_naming_both_digests(tmp_path):
+    import hashlib
+
+    from tokenrouter.runtime.route.routers import check_router_digests
+
+    f = tmp_path / "r.safetensors"
+    f.write_bytes(b"compiled with this")
+    want = hashlib.sha256(f.read_bytes()).hexdigest()
+    plan = {"routers": {"r": {"model": "a", "path": str(f), "sha256": want}}}
+    check_router_digests(plan, "a")  # unchanged: fine
+    f.write_bytes(b"swapped")
+    check_router_digests(plan, "b")  # not a router of model b
+    with pytest.raises(RouterFileError) as err:
+        check_router_digests(plan, "a")
+    assert want in str(err.value) and hashlib.sha256(b"swapped").hexdigest() in str(err.value)
+    plan["routers"]["r"]["sha256"] = None  # compiled without the file: nothing to compare
+    check_router_digests(plan, "a")

@@ -18,8 +18,11 @@ Failures. A subserver that sends `Fatal` or exits is **not restarted**: its in-f
 state that died with it, and the other subservers may hold requests pending on it. The launcher tells the
 frontend (a `Fatal` naming the subserver: every in-flight request fails with a 503 at once, new ones are
 refused), gives it `FAIL_GRACE_S` to answer its clients, shuts the deployment down and exits with status 1
-and a message naming the subserver. The same holds for the frontend process. Run it under a supervisor
-(systemd, Kubernetes) to restart the whole deployment.
+and a message naming the subserver. The same holds for the frontend process, and for a local subserver that
+is alive but silent (frozen, or stuck in one step): the frontend finds it by its missing heartbeat after
+`--liveness-timeout` seconds and sends the launcher a `Fatal` naming it, which the launcher kills (it would
+answer neither `Shutdown` nor SIGTERM). Any `Fatal` the frontend receives reaches the launcher the same way.
+Run it under a supervisor (systemd, Kubernetes) to restart the whole deployment.
 
 The children are started in their own process group (Ctrl-C in a terminal reaches only the launcher, which
 coordinates shutdown), and each exits on its own if the launcher disappears.
@@ -53,8 +56,8 @@ import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.frontend.config import MAX_BODY_BYTES
-from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, tcp_url
+from tokenrouter.runtime.frontend.config import BODY_TIMEOUT_S, MAX_BODY_BYTES
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, new_key, secure_context, tcp_url
 
 log = logging.getLogger("tokenrouter.launcher")
 
@@ -85,12 +88,14 @@ class ServeConfig:
     bind_host: str = "127.0.0.1"  # with tcp: launcher, frontend, local subservers bind (and are reached) here
     remote: dict[str, str] = field(default_factory=dict)  # model → "HOST:PORT": started by hand on that host
     heartbeat_timeout_s: float = 10.0  # a remote model silent this long is treated as dead
+    liveness_timeout_s: float = 60.0  # a local subserver silent this long (frozen, stuck) is treated as dead
     mps: str = "auto"  # CUDA MPS for local subservers sharing a GPU: auto | on | off (runtime/mps.py)
     mps_sm: dict[str, int] = field(default_factory=dict)  # model → % of the GPU's SMs its kernels may use
     mps_low: list[str] = field(default_factory=list)  # models whose MPS client priority is below normal
     batch: dict[str, int] = field(default_factory=dict)  # --batch: thresholds replacing the plan's
     cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
     max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
+    body_timeout_s: float = BODY_TIMEOUT_S  # a request body not in full after this long gets a 408
     profile_dir: str | None = None  # POST /start_profile, /stop_profile write torch.profiler traces here
 
     def __post_init__(self) -> None:
@@ -127,8 +132,11 @@ class ServeConfig:
                 "--bind-host must be an address of this host that the remote hosts can reach (it is also the "
                 f"address they connect to), not {self.bind_host!r}"
             )
-        if self.heartbeat_timeout_s <= 0:
-            raise ValueError(f"--heartbeat-timeout must be > 0, got {self.heartbeat_timeout_s}")
+        for flag, seconds in (("--heartbeat-timeout", self.heartbeat_timeout_s),
+                              ("--liveness-timeout", self.liveness_timeout_s),
+                              ("--body-timeout", self.body_timeout_s)):  # fmt: skip
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"{flag} must be a finite number of seconds > 0, got {seconds}")
 
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
@@ -206,6 +214,23 @@ def check_port(host: str, port: int) -> None:
             raise LaunchError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What to tell a user who serves on an address other hosts can reach without an API key (None: nothing)."""
+    import ipaddress
+
+    if api_key or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass  # a host name: it may resolve to anything
+    return (
+        f"--host {host} without --api-key: anyone who can reach this port can use the models "
+        "(set --api-key or TOKENROUTER_API_KEY)"
+    )
+
+
 def check_device(device: str | None) -> None:
     if device == "cuda":
         import torch
@@ -232,6 +257,7 @@ def make_endpoints(
         launcher=tcp_url(bind_host, ports[0]),
         frontend=tcp_url(bind_host, ports[1]),
         subservers={x: subservers[x] for x in models},
+        key=new_key(),  # CURVE: only the deployment's own processes are heard (ipc.secure_context)
     )
 
 
@@ -291,8 +317,10 @@ class Launcher:
         self.ready: dict[str, dict] = {}
         self.run_dir: Path | None = None
         self.ctx: zmq.Context | None = None
+        self.auth = None  # the ZAP handler of a --tcp deployment (ipc.secure_context)
         self.setup = None  # the mode's ModeSetup, from _apply_mode
         self.mps = None  # runtime.mps.MpsDaemon while one runs
+        self.failed: str | None = None  # the process that failed (_supervise): killed at shutdown, not asked
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -318,6 +346,8 @@ class Launcher:
         plan, plan_path = self._apply_mode(plan, plan_path)
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
+        if warning := exposure_warning(cfg.host, cfg.api_key):
+            print(f"tokenrouter: warning: {warning}", file=sys.stderr, flush=True)
         models = list(plan["models"])
         unknown = [x for x in cfg.remote if x not in plan["models"]]
         if unknown:
@@ -329,6 +359,7 @@ class Launcher:
             entry = self.endpoints.subservers[plan["entry"]]
             self.endpoints.subservers = {x: entry for x in models}
         self.ctx = zmq.Context()
+        self.auth = secure_context(self.ctx, self.endpoints.key)
         self.inbox = Receiver(self.ctx, self.endpoints.launcher, m.ToLauncher)
         self.to_frontend = Sender(self.ctx, self.endpoints.frontend)
         self._start(plan, plan_path)
@@ -425,7 +456,9 @@ class Launcher:
             log_level=cfg.log_level.lower(),
             remote=list(cfg.remote),
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+            liveness_timeout_s=cfg.liveness_timeout_s,
             max_body_bytes=int(cfg.max_body_mib * (1 << 20)),
+            body_timeout_s=cfg.body_timeout_s,
             routing=routing_digest(plan),
             profile_dir=cfg.profile_dir,
         )
@@ -559,6 +592,7 @@ class Launcher:
                         break
             if failed is not None:
                 name, detail = failed
+                self.failed = name
                 self.to_frontend.send(m.Fatal(name=name, error=detail))
                 time.sleep(FAIL_GRACE_S)
                 return f"{_what(name)} failed: {detail}"
@@ -578,6 +612,9 @@ class Launcher:
                     except zmq.Again:
                         pass
                     s.close()
+        failed = self.procs.get(self.failed)
+        if failed is not None and failed.pid is not None and failed.is_alive():
+            failed.kill()  # it failed while alive (frozen, stuck): it would answer neither Shutdown nor SIGTERM
         for name, p in self.procs.items():  # the frontend, and any process still loading: SIGTERM
             if p.pid is not None and p.is_alive() and (name == "frontend" or name not in self.ready):
                 p.terminate()
@@ -594,6 +631,9 @@ class Launcher:
         if self.mps is not None:
             self.mps.stop()
             self.mps = None
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
         if self.ctx is not None:
             self.ctx.destroy(linger=0)
             self.ctx = None

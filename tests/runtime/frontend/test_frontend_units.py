@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
+import msgspec
 import pytest
 from frontend_helpers import MODELS
 from starlette.requests import Request
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.frontend.app import read_body
+from tokenrouter.runtime.frontend.body import check_json_type, read_json_body
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
 from tokenrouter.runtime.frontend.config import MAX_BODY_BYTES, FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
@@ -177,7 +179,7 @@ def test_both_completion_limits_are_checked_and_named(fields, param):
     with pytest.raises(APIError) as e:
         parse_body(ChatCompletionRequest, json.dumps(body).encode())
     assert e.value.status == 400 and e.value.param == param
-    assert e.value.message.startswith(f"{param} must be at least 1")
+    assert e.value.message.startswith(f"{param} must be in [1, 2147483647], got ")
 
 
 def test_max_completion_tokens_wins_and_is_named_when_too_long():
@@ -232,18 +234,58 @@ def test_request_body_limit():
         _frontend_args(max_body_bytes=10)
 
     req, _ = _request([b"a" * 600, b"b" * 400], content_length=1000)
-    assert asyncio.run(read_body(req, limit)) == b"a" * 600 + b"b" * 400  # exactly the limit
+    assert asyncio.run(read_json_body(req, limit, 5.0)) == b"a" * 600 + b"b" * 400  # exactly the limit
     # told by Content-Length: refused before any of the body is read
     req, pending = _request([b"a" * 600, b"b" * 401], content_length=1001)
     with pytest.raises(APIError) as e:
-        asyncio.run(read_body(req, limit))
+        asyncio.run(read_json_body(req, limit, 5.0))
     assert (e.value.status, e.value.code, e.value.type) == (413, "request_too_large", "invalid_request_error")
     assert len(pending) == 2
     # chunked (no Content-Length): refused at the chunk that crosses the limit, the rest left unread
     req, pending = _request([b"a" * 600, b"b" * 401, b"c" * 5000])
     with pytest.raises(APIError) as e:
-        asyncio.run(read_body(req, limit))
+        asyncio.run(read_json_body(req, limit, 5.0))
     assert e.value.status == 413 and str(limit) in e.value.message and len(pending) == 1
+
+
+def test_a_body_that_stalls_gets_408_and_a_client_gone_mid_body_a_disconnect(caplog):
+    async def stalled() -> dict:
+        await asyncio.sleep(3600)
+        return {}
+
+    req = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, stalled)
+    t0 = time.monotonic()
+    with pytest.raises(APIError) as e:
+        asyncio.run(read_json_body(req, 1000, 0.2))
+    assert (e.value.status, e.value.code) == (408, "request_timeout") and "0.2 s" in e.value.message
+    assert time.monotonic() - t0 < 2.0
+    req, pending = _request([b"a" * 10, b"b" * 10])
+    pending.pop()  # the client goes away after the first chunk
+    with caplog.at_level(logging.INFO, logger="tokenrouter.frontend"), pytest.raises(APIError) as e:
+        asyncio.run(read_json_body(req, 1000, 5.0))
+    assert e.value.status == 499 and "disconnected while sending the body" in caplog.text
+    assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "ok"),
+    [
+        (None, True),
+        ("application/json", True),
+        ("Application/JSON; charset=utf-8", True),
+        ("application/vnd.api+json", True),
+        ("text/plain", False),
+        ("application/x-www-form-urlencoded", False),
+        ("multipart/form-data; boundary=x", False),
+    ],
+)
+def test_only_json_bodies_are_accepted(content_type, ok):
+    if ok:
+        check_json_type(content_type)
+        return
+    with pytest.raises(APIError) as e:
+        check_json_type(content_type)
+    assert e.value.status == 415 and "application/json" in e.value.message
 
 
 def test_encode_many_is_the_tokenizers_encode():
@@ -338,7 +380,8 @@ def test_the_active_count_is_numbered(tmp_path):
         ends = {"frontend": f"ipc://{tmp_path}/f", "subservers": {x: f"ipc://{tmp_path}/{x}" for x in "ab"}}
         mgr = RequestManager(ends, ["a", "b"], "a")
         sent = []
-        mgr._send = lambda name, msg: sent.append((name, msg)) or True
+        decode = msgspec.msgpack.Decoder(m.ToSubserver).decode
+        mgr._send_bytes = lambda name, data, what: sent.append((name, decode(data))) or True
         mgr.ready_models = {"a": {}, "b": {}}
         spec = m.SamplingSpec(max_tokens=4)
         first = mgr.submit([1, 2], spec)
@@ -360,6 +403,39 @@ def test_the_active_count_is_numbered(tmp_path):
     assert [(name, x.n_active, x.count_seq - base) for name, x in counts] == [
         ("a", 2, 2), ("b", 2, 2), ("a", 1, 3), ("b", 1, 3)
     ]  # fmt: skip
+
+
+def test_a_request_that_cannot_be_sent_is_never_registered(tmp_path):
+    """A value no message can carry (beyond 64 bits) is a 400, and the request leaves no trace in the active
+    table; a full queue is a 503, also without a trace."""
+    import zmq
+
+    from tokenrouter.runtime.frontend.request_manager import RequestManager
+
+    async def go():
+        ends = {"frontend": f"ipc://{tmp_path}/f", "subservers": {x: f"ipc://{tmp_path}/{x}" for x in "ab"}}
+        mgr = RequestManager(ends, ["a", "b"], "a")
+        mgr.ready_models = {"a": {}, "b": {}}
+        statuses = []
+        for spec in (m.SamplingSpec(top_k=2**64), m.SamplingSpec(stop_token_ids=(2**70,))):
+            with pytest.raises(APIError) as e:
+                mgr.submit([1, 2], spec)
+            statuses.append(e.value.status)
+
+        def full(*args):
+            raise zmq.Again()
+
+        mgr._push["a"].send = full
+        with pytest.raises(APIError) as e:
+            mgr.submit([1, 2], m.SamplingSpec())
+        statuses.append(e.value.status)
+        await asyncio.sleep(0)
+        n = (mgr.n_active, dict(mgr.requests))
+        await mgr.close()
+        return statuses, n
+
+    statuses, n = asyncio.run(go())
+    assert statuses == [400, 400, 503] and n == (0, {})
 
 
 def test_a_profile_whose_subserver_fails_or_does_not_answer(tmp_path):

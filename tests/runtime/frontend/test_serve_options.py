@@ -31,7 +31,8 @@ def test_subserver_endpoints_of_another_json_shape_say_the_shape(endpoints, shap
 
 @pytest.mark.parametrize(
     "option, value", [("--startup-timeout", "nan"), ("--startup-timeout", "0"), ("--heartbeat-timeout", "inf"),
-                      ("--heartbeat-timeout", "nan")]
+                      ("--heartbeat-timeout", "nan"), ("--liveness-timeout", "0"), ("--liveness-timeout", "inf"),
+                      ("--body-timeout", "nan"), ("--body-timeout", "-1")]
 )  # fmt: skip
 def test_serve_refuses_timeouts_that_are_not_finite_and_positive(option, value):
     res = cli("serve", BERNOULLI, option, value)
@@ -48,3 +49,17 @@ def test_serve_refuses_a_profile_dir_it_cannot_write_into(tmp_path):
     res = cli("serve", BERNOULLI, "--profile-dir", str(tmp_path / "f" / "below"))
     assert res.exit_code == 2
     assert "error: --profile-dir" in res.stderr and "cannot make the folder" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "key", "warned"),
+    [("0.0.0.0", None, True), ("::", None, True), ("myhost.example", None, True), ("0.0.0.0", "k", False),
+     ("127.0.0.1", None, False), ("::1", None, False), ("localhost", None, False)],
+)  # fmt: skip
+def test_serving_to_other_hosts_without_an_api_key_is_warned_about(host, key, warned):
+    from tokenrouter.runtime.launcher import exposure_warning
+
+    text = exposure_warning(host, key)
+    assert (text is not None) == warned
+    if warned:
+        assert f"--host {host} without --api-key" in text

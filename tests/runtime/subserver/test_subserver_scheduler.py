@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 import torch
 from subserver_helpers import SpyEngine, all_free, compile_policy
@@ -171,6 +172,35 @@ def test_bad_requests_fail_with_a_message(tmp_path):
     tokens = [t for o in outs for t in o.tokens]
     assert [t.index for t in tokens] == list(range(6))  # the context end (8) after 6 tokens
     assert {f.rid: f.reason for o in outs for f in o.finished} == {"bad": "error", "good": "length"}
+    assert s.reqs == {} and all_free([eng])
+
+
+@pytest.mark.parametrize("bad", [{"top_k": 2**31}, {"top_k": 2**63 - 1}, {"temperature": 1e300}])
+def test_a_request_whose_route_state_cannot_be_packed_fails_alone(tmp_path, bad):
+    """Values beyond the route kernel's columns (a client the frontend did not check, a peer's hop) fail
+    that request with an error to the frontend; the process and the batch's other rows go on."""
+    plan = compile_policy(tmp_path, "solo")
+    eng = SpyEngine(load_engine(plan["models"]["a"]["path"]))
+    s = Scheduler("a", plan, eng, RouteKernel(plan, "a", "torch", "cpu"))
+    sampled = m.SamplingSpec(seed=3, temperature=1.0, top_k=5, max_tokens=3, ignore_eos=True)
+    s.handle(m.NewRequest("good", [2, 3], sampled, n_active=2))
+    s.handle(
+        m.NewRequest("bad", [2, 3], m.SamplingSpec(**{**msgspec.structs.asdict(sampled), **bad}), n_active=2)
+    )
+    outs = [msg for _, msg in s.step()]
+    finished = {f.rid: f for o in outs for f in o.finished}
+    assert finished["bad"].reason == "error" and "out of its column's range" in finished["bad"].error
+    assert [t.rid for o in outs for t in o.tokens] == ["good"]
+    while s.reqs:
+        outs += [msg for _, msg in s.step()]
+    assert [t.index for o in outs for t in o.tokens] == [0, 1, 2]
+    s.handle(
+        m.NewRequest(
+            "alone", [2, 3], m.SamplingSpec(**{**msgspec.structs.asdict(sampled), **bad}), n_active=1
+        )
+    )
+    ((_, out),) = s.step()
+    assert out.finished[0].rid == "alone" and out.finished[0].reason == "error"
     assert s.reqs == {} and all_free([eng])
 
 

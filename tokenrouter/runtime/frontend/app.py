@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tokenrouter.runtime.frontend.body import read_json_body
 from tokenrouter.runtime.frontend.codec import TextCodec
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.handlers import GenerationHandler
@@ -43,6 +44,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             args.entry,
             remote=args.remote,
             heartbeat_timeout_s=args.heartbeat_timeout_s,
+            liveness_timeout_s=args.liveness_timeout_s,
         )
         manager.metrics.plan_info = {"policy": args.policy, "routing": args.routing}
         manager.start()
@@ -117,7 +119,7 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             "models": args.models,
             "max_model_len": api.max_len(mgr),
             "run_dir": args.run_dir,
-            "endpoints": args.endpoints,
+            "endpoints": {k: v for k, v in args.endpoints.items() if k != "key"},  # the key stays secret
             "ready": mgr.is_ready,
             "subservers": {x: mgr.ready_models.get(x) for x in args.models},
         }
@@ -148,35 +150,19 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        req = parse_body(CompletionRequest, await read_body(request, args.max_body_bytes))
+        req = parse_body(
+            CompletionRequest, await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
+        )
         return await api.serve(request, req, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        req = parse_body(ChatCompletionRequest, await read_body(request, args.max_body_bytes))
+        req = parse_body(
+            ChatCompletionRequest, await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
+        )
         return await api.serve(request, req, chat=True)
 
     return app
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body; a 413 if it is longer than `limit` bytes: told by its Content-Length before any of
-    it is read, or (chunked) as soon as the part read so far is."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(limit: int) -> APIError:
-    msg = f"the request body is larger than the server's limit of {limit} bytes"
-    return APIError(413, msg, code="request_too_large")
 
 
 class _ApiKeyMiddleware:

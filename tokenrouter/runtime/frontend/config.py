@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 # non-ASCII text up to 12), and bounds the parse, which runs on the event loop (pydantic took 1 s for a
 # 35 MB body of 5M token ids).
 MAX_BODY_BYTES = 16 << 20
+# A request body must arrive in full within this many seconds (a 408 otherwise): 16 MiB at 1 MB/s.
+BODY_TIMEOUT_S = 30.0
 
 
 @dataclass(slots=True)
@@ -26,7 +28,9 @@ class FrontendArgs:
     log_level: str = "warning"
     remote: list[str] = field(default_factory=list)  # models on other hosts: watched by heartbeat
     heartbeat_timeout_s: float = 10.0  # a remote model whose SubserverStats stop this long has failed
+    liveness_timeout_s: float = 60.0  # the same for a local one (alive, but frozen or stuck)
     max_body_bytes: int = MAX_BODY_BYTES  # a longer request body gets a 413
+    body_timeout_s: float = BODY_TIMEOUT_S  # a body not in full after this long gets a 408
     routing: str = ""  # the plan's `routing_digest`, published in /metrics (tokenrouter_plan_info)
     profile_dir: str | None = (
         None  # where POST /stop_profile has the subservers write their traces; None: off
@@ -47,6 +51,10 @@ class FrontendArgs:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError(f"heartbeat_timeout_s must be > 0, got {self.heartbeat_timeout_s}")
+        if self.liveness_timeout_s <= 0:
+            raise ValueError(f"liveness_timeout_s must be > 0, got {self.liveness_timeout_s}")
+        if self.body_timeout_s <= 0:
+            raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
         missing = [x for x in self.models if x not in self.endpoints.get("subservers", {})]
         if missing or "frontend" not in self.endpoints or "launcher" not in self.endpoints:
             raise ValueError(f"endpoints are incomplete (missing: {missing or 'frontend/launcher'})")

@@ -147,15 +147,15 @@ class GenerationHandler:
                         mgr, self.codec, st, i, req.stop_strings(), self.args.models, req.return_routing_trace
                     )
                 )
-        except APIError:
+            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+            if req.stream:
+                return await self._stream(request, req, chat, rid, choices)
+            await _unless_disconnected(request, _run_all(choices))
+            return JSONResponse(self._full_body(req, chat, rid, choices))
+        except BaseException:  # every error path releases the requests already sent
             for c in choices:
                 mgr.abort(c.state.rid)
             raise
-        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-        if req.stream:
-            return await self._stream(request, req, chat, rid, choices)
-        await _unless_disconnected(request, _run_all(choices))
-        return JSONResponse(self._full_body(req, chat, rid, choices))
 
     def _full_body(self, req: Any, chat: bool, rid: str, choices: list[Choice]) -> dict:
         out = []

@@ -19,7 +19,7 @@ import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.config import FrontendArgs
-from tokenrouter.runtime.ipc import Sender
+from tokenrouter.runtime.ipc import Sender, secure_context
 
 log = logging.getLogger("tokenrouter.frontend")
 
@@ -28,6 +28,7 @@ def run_frontend_process(args: FrontendArgs) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s frontend %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = zmq.Context()
+    auth = secure_context(ctx, args.endpoints.get("key"))
     to_launcher = Sender(ctx, args.endpoints["launcher"])
     try:
         sock = _listen(args.host, args.port)
@@ -38,6 +39,8 @@ def run_frontend_process(args: FrontendArgs) -> None:
         _flush(to_launcher)
         raise SystemExit(1) from None
     finally:
+        if auth is not None:
+            auth.stop()
         ctx.destroy(linger=500)
 
 

@@ -40,7 +40,9 @@ def _default_type(status: int) -> str:
         401: "authentication_error",
         404: "invalid_request_error",
         405: "invalid_request_error",
+        408: "invalid_request_error",
         413: "invalid_request_error",
+        415: "invalid_request_error",
     }.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
@@ -72,17 +74,14 @@ class _SamplingFields(_Strict):
     return_routing_trace: bool = False  # extension: which model wrote each token
 
     def check_common(self) -> None:
-        _check_positive(self.max_tokens, "max_tokens")
+        for name, (lo, hi) in INT_RANGES.items():
+            _check_range(getattr(self, name), name, lo, hi)
         if self.temperature is not None and not 0.0 <= self.temperature <= 100.0:
             raise APIError(
                 400, f"temperature must be in [0, 100], got {self.temperature}", param="temperature"
             )
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise APIError(400, f"top_p must be in (0, 1], got {self.top_p}", param="top_p")
-        if self.top_k is not None and self.top_k < -1:
-            raise APIError(
-                400, f"top_k must be -1 or 0 (off) or a positive int, got {self.top_k}", param="top_k"
-            )
         if self.n != 1:
             raise APIError(400, f"only n=1 is supported, got {self.n}", param="n")
         for name in ("frequency_penalty", "presence_penalty"):
@@ -95,9 +94,12 @@ class _SamplingFields(_Strict):
                 raise APIError(400, "stop strings must not be empty", param="stop")
         if len(self.stop_strings()) > 16:
             raise APIError(400, "at most 16 stop strings", param="stop")
-        for t in self.stop_token_ids or ():
-            if t < 0:
-                raise APIError(400, f"stop_token_ids must be >= 0, got {t}", param="stop_token_ids")
+        ids = self.stop_token_ids or ()
+        if len(ids) > MAX_STOP_TOKEN_IDS:
+            msg = f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids, got {len(ids)}"
+            raise APIError(400, msg, param="stop_token_ids")
+        for i, t in enumerate(ids):
+            _check_range(t, f"stop_token_ids[{i}]", 0, _INT32_MAX)
 
     def completion_limit(self) -> tuple[int | None, str]:
         """The completion length the client asked for (None: the endpoint's default) and the field it came from,
@@ -188,7 +190,7 @@ class ChatCompletionRequest(_SamplingFields):
 
     def check(self) -> None:
         self.check_common()
-        _check_positive(self.max_completion_tokens, "max_completion_tokens")
+        _check_range(self.max_completion_tokens, "max_completion_tokens", *INT_RANGES["max_tokens"])
         if not self.messages:
             raise APIError(400, "messages must not be empty", param="messages")
         for i, msg in enumerate(self.messages):
@@ -217,9 +219,22 @@ class ChatCompletionRequest(_SamplingFields):
         ]
 
 
-def _check_positive(value: int | None, name: str) -> None:
-    if value is not None and value < 1:
-        raise APIError(400, f"{name} must be at least 1, got {value}", param=name)
+# What a subserver holds for each integer field (the route kernel's columns: top_k int32, the seed's 64-bit
+# pattern; token ids and lengths well inside int32). A value outside is a 400 naming the field and the range,
+# never a request that reaches a subserver.
+_INT32_MAX = 2**31 - 1
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "max_tokens": (1, _INT32_MAX),
+    "top_k": (-1, _INT32_MAX),  # -1 and 0: off
+    "seed": (-(2**63), 2**64 - 1),  # int64 or uint64, kept as its 64-bit pattern
+}
+MAX_STOP_TOKEN_IDS = 1024  # each is compared with every generated token
+
+
+def _check_range(value: int | None, name: str, lo: int, hi: int) -> None:
+    if value is not None and not lo <= value <= hi:
+        shown = value if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+        raise APIError(400, f"{name} must be in [{lo}, {hi}], got {shown}", param=name)
 
 
 def parse_body(model: type[_Strict], body: bytes) -> Any:

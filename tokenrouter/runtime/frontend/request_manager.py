@@ -5,10 +5,12 @@ socket (StepOutputs, SubserverStats, and — from the launcher — Ready and Fat
 subserver. It knows the number of active requests n exactly and publishes every change: in `NewRequest`
 to the entry subserver, and as one coalesced `ActiveCount` per loop turn to the others.
 
-Remote subservers (on other hosts; `remote`) cannot be watched as processes by the launcher: their periodic
-`SubserverStats` are a heartbeat. A remote model that is ready and silent for `heartbeat_timeout_s` is
-treated as failed exactly like a `Fatal` naming it (in-flight requests fail with a 503), and the launcher is
-sent that `Fatal` so that it shuts the deployment down.
+Every subserver's periodic `SubserverStats` (and its step outputs) are a heartbeat: a ready subserver silent
+for `heartbeat_timeout_s` (remote ones, on other hosts: dead or unreachable) or `liveness_timeout_s` (local
+ones: a process that is alive but frozen or stuck, which the launcher cannot see) is treated as failed exactly
+like a `Fatal` naming it. Every `Fatal`, received or so found, fails the requests in flight (503), turns
+/health to 503 and is passed on to the launcher, which shuts the deployment down as for a dead process. The
+watch pauses while a live profile starts or stops (a subserver writes its trace in one go).
 
 Tokens of one request may arrive out of order when it hops (two subservers, two sockets), so each request
 keeps a reorder buffer keyed by the token's index among the generated tokens; a request is complete when
@@ -30,6 +32,7 @@ import zmq.asyncio
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
 from tokenrouter.runtime.frontend.protocol import APIError
+from tokenrouter.runtime.ipc import bind, secure_context
 
 log = logging.getLogger("tokenrouter.frontend")
 
@@ -83,22 +86,27 @@ class RequestManager:
         entry: str,
         remote: list[str] = (),
         heartbeat_timeout_s: float = 10.0,
+        liveness_timeout_s: float = 60.0,
     ) -> None:
         self.models = list(models)
         self.entry = entry
         self.endpoints = endpoints
         self.remote = [x for x in models if x in remote]
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.last_heard: dict[str, float] = {}  # model → monotonic time of its last Ready or stats
+        self.liveness_timeout_s = liveness_timeout_s
+        # subserver address → monotonic time of the last message from it (one lockstep process holds several
+        # models at one address)
+        self.last_heard: dict[str, float] = {}
         self.metrics = Metrics(models=self.models)
         self.requests: dict[str, ReqState] = {}
         self.ready_models: dict[str, dict] = {}
         self.fatal: tuple[str, str] | None = None  # (process name, error)
         self.closing: APIError | None = None  # set by shutdown()
         self._ctx = zmq.asyncio.Context()
+        self._auth = secure_context(self._ctx, endpoints.get("key"))
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
-        self._pull.bind(endpoints["frontend"])
+        bind(self._pull, endpoints["frontend"])
         self._push: dict[str, zmq.asyncio.Socket] = {}
         for name in self.models:
             s = self._ctx.socket(zmq.PUSH)
@@ -112,6 +120,7 @@ class RequestManager:
         self._count_seq = time.time_ns() // 1000
         self._task: asyncio.Task | None = None
         self._watch: asyncio.Task | None = None
+        self._notify: asyncio.Task | None = None  # a Fatal on its way to the launcher
         self.profiling = False  # a live profile runs (POST /start_profile until /stop_profile)
         self._profile_replies: dict[str, asyncio.Future] = {}  # model -> its ProfileDone, awaited
 
@@ -119,13 +128,14 @@ class RequestManager:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._recv_loop())
-        if self.remote:
-            self._watch = loop.create_task(self._watch_heartbeats())
+        self._watch = loop.create_task(self._watch_heartbeats())
 
     async def close(self) -> None:
         for task in (self._task, self._watch):
             if task is not None:
                 task.cancel()
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.destroy(linger=0)
 
     @property
@@ -145,25 +155,29 @@ class RequestManager:
         if not self.is_ready:
             raise APIError(503, "the server is still starting; retry when GET /health returns 200")
         rid = secrets.token_hex(12)
+        # Registered only once sent: a request that cannot be encoded or sent leaves nothing behind.
+        new = m.NewRequest(
+            rid=rid,
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            n_active=self.n_active + 1,
+            count_seq=self._count_seq + 1,
+        )
+        try:
+            data = _encoder.encode(new)
+        except (OverflowError, msgspec.EncodeError) as e:
+            raise APIError(400, f"a value in the request is out of range: {e}") from None
+        if not self._send_bytes(self.entry, data, "NewRequest"):
+            self.metrics.requests_total += 1
+            self.metrics.requests_finished["error"] += 1
+            raise APIError(
+                503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
+            )
         st = ReqState(rid=rid, prompt_len=len(prompt_ids))
         self.requests[rid] = st
         self.metrics.requests_total += 1
         self.metrics.prompt_tokens += len(prompt_ids)
         self._count_changed()
-        new = m.NewRequest(
-            rid=rid,
-            prompt_ids=prompt_ids,
-            sampling=sampling,
-            n_active=self.n_active,
-            count_seq=self._count_seq,
-        )
-        if not self._send(self.entry, new):
-            self.requests.pop(rid)
-            self._count_changed()
-            self.metrics.requests_finished["error"] += 1
-            raise APIError(
-                503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
-            )
         return st
 
     def abort(self, rid: str, reason: str = "abort") -> None:
@@ -186,11 +200,14 @@ class RequestManager:
 
     # ---- sending ------------------------------------------------------------------------------------------
     def _send(self, name: str, msg: msgspec.Struct) -> bool:
+        return self._send_bytes(name, _encoder.encode(msg), type(msg).__name__)
+
+    def _send_bytes(self, name: str, data: bytes, what: str) -> bool:
         try:  # never block the event loop on a dead or slow subserver
-            self._push[name].send(_encoder.encode(msg), zmq.NOBLOCK)
+            self._push[name].send(data, zmq.NOBLOCK)
             return True
         except zmq.Again:
-            log.error("dropped %s to subserver %r: its queue is full", type(msg).__name__, name)
+            log.error("dropped %s to subserver %r: its queue is full", what, name)
             return False
 
     def _broadcast(self, msg: msgspec.Struct) -> None:
@@ -225,6 +242,7 @@ class RequestManager:
                 log.exception("failed to handle %s", type(msg).__name__)
 
     def _on_step(self, msg: m.StepOutputs) -> None:
+        self._heard(msg.model)
         touched: set[str] = set()
         for out in msg.tokens:
             st = self.requests.get(out.rid)
@@ -256,31 +274,36 @@ class RequestManager:
             st.event.set()
 
     def _on_stats(self, msg: m.SubserverStats) -> None:
-        self.last_heard[msg.model] = time.monotonic()
+        self._heard(msg.model)
         self.metrics.on_stats(msg)
 
     def _on_ready(self, msg: m.Ready) -> None:
-        self.last_heard[msg.name] = time.monotonic()
+        self._heard(msg.name)
         self.ready_models[msg.name] = dict(msg.info)
 
+    def _heard(self, model: str) -> None:
+        self.last_heard[self.endpoints["subservers"].get(model, model)] = time.monotonic()
+
     async def _watch_heartbeats(self) -> None:
-        """A ready remote model whose stats stop for heartbeat_timeout_s has failed (see the module doc)."""
+        """A ready subserver silent past its limit has failed (see the module doc)."""
+        limits = {
+            x: self.heartbeat_timeout_s if x in self.remote else self.liveness_timeout_s for x in self.models
+        }
         while self.fatal is None:
-            await asyncio.sleep(min(0.25, self.heartbeat_timeout_s / 4))
+            await asyncio.sleep(min(0.25, min(limits.values()) / 4))
             now = time.monotonic()
-            for name in self.remote:
-                if name in self.ready_models and now - self.last_heard[name] > self.heartbeat_timeout_s:
-                    error = (
-                        f"remote subserver at {self.endpoints['subservers'][name]} sent no heartbeat for "
-                        f"{self.heartbeat_timeout_s:g} s (dead or unreachable)"
-                    )
-                    self._on_fatal(m.Fatal(name=name, error=error))
-                    launcher = self._ctx.socket(zmq.PUSH)
-                    launcher.setsockopt(zmq.LINGER, 1000)
-                    launcher.connect(self.endpoints["launcher"])
-                    await launcher.send(_encoder.encode(m.Fatal(name=name, error=error)))
-                    launcher.close()
-                    return
+            for name in self.models:
+                addr = self.endpoints["subservers"][name]
+                if self._profile_replies:  # a start or stop of a profile: its trace is written in one go
+                    self.last_heard[addr] = now
+                    continue
+                if name not in self.ready_models or now - self.last_heard.get(addr, now) <= limits[name]:
+                    continue
+                why = "dead or unreachable" if name in self.remote else "frozen or stuck in a step"
+                where = f"remote subserver at {addr}" if name in self.remote else f"subserver {name!r}"
+                error = f"{where} sent no heartbeat for {limits[name]:g} s ({why})"
+                self._on_fatal(m.Fatal(name=name, error=error))
+                return
 
     def _on_fatal(self, msg: m.Fatal) -> None:
         if self.fatal is not None:
@@ -292,6 +315,16 @@ class RequestManager:
             "%r failed; failing %d in-flight request(s)", msg.name, len(self.requests)
         )
         self._fail_all(self.fatal_error())
+        if "launcher" in self.endpoints:  # (a manager under test may have none)
+            self._notify = asyncio.get_running_loop().create_task(self._pass_on(msg))
+
+    async def _pass_on(self, msg: m.Fatal) -> None:
+        """Hand a Fatal to the launcher, which shuts the deployment down (it ignores one it already knows)."""
+        launcher = self._ctx.socket(zmq.PUSH)
+        launcher.setsockopt(zmq.LINGER, 1000)
+        launcher.connect(self.endpoints["launcher"])
+        await launcher.send(_encoder.encode(m.Fatal(name=msg.name, error=msg.error)))
+        launcher.close()
 
     # ---- live profiles --------------------------------------------------------------------------------------
     async def profile(self, start: bool, out_dir: str, timeout_s: float) -> dict[str, list[str]]:

@@ -6,6 +6,7 @@ Weights load from safetensors only; nothing on this path unpickles. Every error 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -183,6 +184,24 @@ def check_router_tensors(
             f"(hidden_size {hidden_size}, widths in order: {[i.width(hidden_size) for i in spec.inputs]})"
         )
     return hidden_size
+
+
+def check_router_digests(plan: dict, model: str) -> None:
+    """Every router file that `model` reads holds what the plan was compiled with: a RouterFileError naming both
+    sha256 digests when one was swapped or retrained since (a plan compiled without the file has no digest)."""
+    for name, entry in (plan.get("routers") or {}).items():
+        want = entry.get("sha256") if isinstance(entry, dict) else None
+        if entry.get("model") != model or not want or not Path(entry["path"]).is_file():
+            continue
+        h = hashlib.sha256()
+        with open(entry["path"], "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != want:
+            raise RouterFileError(
+                f"{entry['path']}: router {name!r} has sha256 {h.hexdigest()}, but the plan was compiled with "
+                f"sha256 {want}; compile the policy again to serve this file"
+            )
 
 
 def load_router(spec: RouterSpec, hidden_size: int | None, device: torch.device | str) -> tuple[Router, int]:

@@ -92,7 +92,9 @@ def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | 
     the route kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
     `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step."""
     from tokenrouter.runtime.route import RouteKernel
+    from tokenrouter.runtime.route.routers import check_router_digests
 
+    check_router_digests(plan, model)
     engine = load_model_engine(plan, model, device, **overrides)
     warm_eager = getattr(engine, "warm_eager", None)  # the embedded engine with CUDA graphs
     if warm_eager is not None:

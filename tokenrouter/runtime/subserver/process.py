@@ -49,7 +49,7 @@ import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender
+from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, secure_context
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 from tokenrouter.runtime.subserver.profiling import LiveProfiler
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
@@ -262,6 +262,7 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
     traceback and send `Fatal` to the launcher and the frontend, and exit 1."""
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {label} %(message)s")
     ctx = zmq.Context()
+    auth = secure_context(ctx, args.endpoints.get("key"))
     launcher = Sender(ctx, args.endpoints["launcher"])
     frontend = Sender(ctx, args.endpoints["frontend"])
     sub = None
@@ -301,6 +302,8 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         # plan file's Fatal never arrive)
         launcher.sock.close()
         frontend.sock.close()
+        if auth is not None:
+            auth.stop()
         ctx.term()
     if code:
         raise SystemExit(code)

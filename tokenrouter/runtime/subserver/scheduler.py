@@ -33,6 +33,7 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine import kernel_loads
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
 from tokenrouter.runtime.route import RouteBatchState
+from tokenrouter.runtime.route.kernel import RouteResult
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.busy_board import BusyBoard
@@ -437,7 +438,8 @@ class Scheduler:
                 batch = [r for r in batch if r is not bad[0]]
                 if not batch:
                     return [], None, out
-        return batch, self._route(batch, step), out
+        rows, result, failed = self._route(batch, step)
+        return rows, result, out + failed
 
     def _run_rows_alone(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
         out: Outbox = []
@@ -454,13 +456,40 @@ class Scheduler:
         if not rows:
             return [], None, out
         step = StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None)
-        return rows, self._route(rows, step), out
+        rows, result, failed = self._route(rows, step)
+        return rows, result, out + failed
 
-    def _route(self, batch: list[Req], step: StepOutput):
+    def _route(self, batch: list[Req], step: StepOutput) -> tuple[list[Req], object, Outbox]:
+        """The route kernel over the batch: (the rows routed, their result, the failures). A request whose own
+        data the kernel refuses (a route state value out of its column's range, a sampler error) fails alone:
+        after a failed batch each row is routed by itself, and the rows that fail by themselves are failed
+        (an error to the client) while the others go on. The forward has run: a systemic fault surfaces there."""
         for r in batch:
             r.fed = len(r.tokens)
+        try:
+            return batch, self._route_rows(batch, step.logits, step.hidden), []
+        except Exception as e:
+            if len(batch) == 1:
+                return [], None, self._fail(batch[0], f"routing failed: {type(e).__name__}: {e}")
+        rows, results, out = [], [], []
+        for i, r in enumerate(batch):
+            hidden = step.hidden[i : i + 1] if step.hidden is not None else None
+            try:
+                results.append(self._route_rows([r], step.logits[i : i + 1], hidden))
+            except Exception as e:
+                out += self._fail(r, f"routing failed: {type(e).__name__}: {e}")
+                continue
+            rows.append(r)
+        if not rows:
+            return [], None, out
+        token, logprob, rule = (
+            torch.cat([getattr(x, f) for x in results]) for f in ("token", "logprob", "rule")
+        )
+        return rows, RouteResult(token, logprob, rule), out
+
+    def _route_rows(self, rows: list[Req], logits: torch.Tensor, hidden: torch.Tensor | None):
         with region("route"):
-            return self.kernel(step.logits, step.hidden, self._route_state(batch, step.logits.device))
+            return self.kernel(logits, hidden, self._route_state(rows, logits.device))
 
     def _forward(self, rows: list[Req]) -> StepOutput:
         self._ran_first += sum(1 for r in rows if not r.fed)  # before the route kernel moves `fed`
