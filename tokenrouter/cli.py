@@ -333,6 +333,12 @@ def serve(
         help="Torch CPU threads per subserver (default: the usable cores divided among the plan's models; "
         "more oversubscribes the cores and slows every parallel CPU op many times).",
     ),
+    prefix_cache: bool = typer.Option(
+        True,
+        "--prefix-cache/--no-prefix-cache",
+        help="Share KV across requests with a common prefix (every mode; the SGLang engine has none either way). "
+        "See docs/serving.md, 'Prefix cache'.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import math
@@ -370,7 +376,7 @@ def serve(
                           bind_host=bind_host, remote=remotes, heartbeat_timeout_s=heartbeat_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
                           cpu_threads=cpu_threads, max_body_mib=max_body_mib,
-                          profile_dir=profile_dir)  # fmt: skip
+                          profile_dir=profile_dir, prefix_cache=prefix_cache)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

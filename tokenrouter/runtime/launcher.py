@@ -92,6 +92,7 @@ class ServeConfig:
     cpu_threads: int | None = None  # torch threads per subserver (None: threads_per_subserver)
     max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
     profile_dir: str | None = None  # POST /start_profile, /stop_profile write torch.profiler traces here
+    prefix_cache: bool = True  # the engines' prefix cache (runtime/prefix_cache.py); --no-prefix-cache: off
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -375,7 +376,7 @@ class Launcher:
         spawn = mp.get_context("spawn")
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
-        extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
+        extra = {**self.setup.engine_overrides, "prefix_cache": cfg.prefix_cache, **cfg.extra_subserver}
         board = None  # models sharing a GPU: who is in a step when (TokenRouter's own scheduler only)
         if (
             not self.setup.lockstep
