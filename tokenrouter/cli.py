@@ -508,6 +508,24 @@ def bench(
     api_key: str = typer.Option(None, envvar="TOKENROUTER_API_KEY"),
     json_out: str = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
+    shared_prefix_len: int = typer.Option(
+        0,
+        help="Shared-prefix load: each synthetic prompt starts with its group's prefix of this many tokens.",
+    ),
+    prefix_groups: int = typer.Option(
+        1, help="With --shared-prefix-len: request i uses group i mod G's prefix."
+    ),
+    turns: int = typer.Option(
+        0,
+        help="Multi-turn chat: --num-prompts conversations of this many turns, --concurrency at once; each turn "
+        "re-sends the conversation so far plus a user message of --prompt-len tokens (docs/serving.md).",
+    ),
+    system_len: int = typer.Option(
+        0, help="With --turns: a system prompt of this many tokens, shared by all."
+    ),
+    think_time: float = typer.Option(
+        0.0, help="With --turns: seconds between a turn's answer and the next turn."
+    ),
 ) -> None:
     """Load-test a running server: decode throughput, TTFT, TPOT, latency percentiles, tokens per model."""
     import asyncio
@@ -542,6 +560,11 @@ def bench(
             seed=seed,
             api_key=api_key,
             progress=progress,
+            shared_prefix_len=shared_prefix_len,
+            prefix_groups=prefix_groups,
+            turns=turns,
+            system_len=system_len,
+            think_time_s=think_time,
         )
         make_requests(spec)  # a prompts file's bad line is a usage error, before anything is sent
     except ValueError as exc:

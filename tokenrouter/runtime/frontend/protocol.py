@@ -70,6 +70,7 @@ class _SamplingFields(_Strict):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     return_routing_trace: bool = False  # extension: which model wrote each token
+    return_token_ids: bool = False  # extension: the generated token ids (a client that re-sends them exactly)
 
     def check_common(self) -> None:
         _check_positive(self.max_tokens, "max_tokens")
