@@ -397,6 +397,9 @@ def subserver_cmd(
     cpu_threads: int = typer.Option(
         None, help="Torch CPU threads (default: this host's usable cores divided among the plan's models)."
     ),
+    prefix_cache: bool = typer.Option(
+        True, "--prefix-cache/--no-prefix-cache", help="As `serve` has it (its printed command says)."
+    ),
 ) -> None:
     """Run one model's subserver in the foreground, for `serve --remote` (docs/serving.md, "Subservers on
     other hosts"). Exits 0 on the launcher's Shutdown or SIGINT/SIGTERM, 1 on a failure."""
@@ -448,7 +451,8 @@ def subserver_cmd(
             device = f"cuda:{(spec['models'][model].get('gpus') or [0])[0]}"
         try:
             args = SubserverArgs(plan_path=plan_path, model=model, endpoints=eps.to_dict(), device=device,
-                                 log_level=log_level.upper(), cpu_threads=cpu_threads)  # fmt: skip
+                                 log_level=log_level.upper(), cpu_threads=cpu_threads,
+                                 extra={"prefix_cache": prefix_cache})  # fmt: skip
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

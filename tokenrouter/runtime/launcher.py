@@ -478,6 +478,8 @@ class Launcher:
         if self.cfg.device is not None:
             cmd += ["--device", self.cfg.device]
         cmd += ["--log-level", self.cfg.log_level]
+        if not self.cfg.prefix_cache:
+            cmd += ["--no-prefix-cache"]
         return shlex.join(cmd)
 
     def _print_remote_commands(self) -> None:

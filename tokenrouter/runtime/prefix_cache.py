@@ -138,18 +138,22 @@ class BlockPrefixCache:
 
     def evict(self, want: int) -> list[int]:
         """Drop unreferenced leaf blocks, least recently used first, until `want` slots are freed (or none
-        is left to drop). Returns the freed slots."""
+        is left to drop). Returns the freed slots. Each pass walks the LRU order only as far as it needs (a
+        server that has run a while holds a full pool of blocks, and evicts a few every step)."""
         freed: list[int] = []
-        progress = True
-        while len(freed) < want and progress:
-            progress = False
-            for block in list(self.lru.values()):
+        while len(freed) < want:
+            victims, n = [], len(freed)
+            for block in self.lru.values():
                 if block.refs == 0 and block.children == 0:
-                    self._remove(block)
-                    freed.extend(block.slots)
-                    progress = True
-                    if len(freed) >= want:
+                    victims.append(block)
+                    n += len(block.slots)
+                    if n >= want:
                         break
+            if not victims:
+                break
+            for block in victims:  # a parent left childless here is a leaf in the next pass
+                self._remove(block)
+                freed.extend(block.slots)
         return freed
 
     def _add(

@@ -65,11 +65,11 @@ def load_model_engine(plan: dict, model: str, device: str, *, prefix_cache: bool
     if kind == "sglang":  # SGLang is optional: imported only here, its absence is an EngineError
         from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
 
-        if prefix_cache:
-            logger.info("model %s: the SGLang engine runs without TokenRouter's prefix cache", model)
+        logger.warning("model %s: the SGLang engine has no prefix cache; --no-prefix-cache changes nothing for it",
+                       model)  # fmt: skip
         kw = {**engine_kwargs(spec, device), **overrides}
         return load_sglang_engine(spec["path"], model=model, device=device, **kw)
-    if prefix_cache and "engine_class" not in overrides:
+    if prefix_cache and overrides.get("engine_class") is None:
         from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
         overrides["engine_class"] = PrefixCachingEngine
