@@ -18,6 +18,11 @@ hit rate per model from /metrics.
     python bench/prefix_bench.py --out /tmp/prefix            # the GPU run (about 15 minutes on an H100)
     python bench/prefix_bench.py --quick --out /tmp/prefix    # tiny models on CPU, small sizes (a few minutes)
 
+Where one call may not take that long, split it with `--only` and `--keep` (the second call's tables show both):
+
+    python bench/prefix_bench.py --out DIR --only TokenRouter --only "TokenRouter, no cache" --only std-serving
+    python bench/prefix_bench.py --out DIR --keep --only llm-only --only "llm-only, no cache"
+
 Writes `prefix-bench.json` (every report) and `prefix-bench.md` (the tables, as printed) under --out, and the
 servers' stderr. Exit status 0 when every load completed, 1 otherwise.
 """
@@ -222,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), help="Default: cuda, or cpu with --quick.")
     ap.add_argument("--only", action="append", choices=sorted(DEPLOYMENTS),
                     help="Serve only these deployments (repeatable); default all.")  # fmt: skip
+    ap.add_argument("--keep", action="store_true",
+                    help="Add to the reports already in --out (an earlier call's --only), so that the tables "
+                    "show every deployment measured there; a deployment measured again replaces its rows.")  # fmt: skip
     args = ap.parse_args(argv)
     device = args.device or ("cpu" if args.quick else "cuda")
     z = QUICK if args.quick else Sizes()
@@ -231,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     from tokenrouter.runtime.loadgen import run_load
 
     results: dict[tuple[str, str], dict] = {}
+    saved = out / "prefix-bench.json"
+    if args.keep and saved.is_file():
+        for rec in json.loads(saved.read_text())["runs"]:
+            if not args.only or rec["deployment"] not in args.only:
+                results[(rec["deployment"], rec["load"])] = rec["report"]
     failed = []
     for name, (mode, extra, kinds) in DEPLOYMENTS.items():
         if args.only and name not in args.only:
@@ -263,9 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     from tokenrouter.outfile import finite_json
 
     records = [{"deployment": n, "load": k, "report": r} for (n, k), r in results.items()]
-    (out / "prefix-bench.json").write_text(
-        json.dumps(finite_json({"sizes": z.__dict__, "runs": records}), indent=2)
-    )
+    saved.write_text(json.dumps(finite_json({"sizes": z.__dict__, "runs": records}), indent=2))
     for f in failed:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
