@@ -215,16 +215,19 @@ class PrefixCachingEngine(EmbeddedEngine):
         tokens = history + [int(t) for t in row.new_token_ids]
         self.arrivals += 1
         blocks = self.cache.match(tokens, len(tokens) - 1)
+        self.cache.ref(blocks)  # before making room: nothing may evict them now
+        if blocks and self.req_to_token_pool.available_size() == 0 and not self._make_room(0, 1, keep):
+            self.cache.unref(
+                blocks
+            )  # no request row to attach to now; the engine finds one for a full prefill
+            blocks = []
         n = len(blocks) * self.cache.block_size
-        if n and self.req_to_token_pool.available_size() == 0 and not self._make_room(0, 1, keep):
-            n, blocks = 0, []  # no request row to attach to now; the engine finds one for a full prefill
         self.matched_tokens += n
         self.computed_tokens += len(tokens) - n
         if not n:
             return row
         if old is not None:
             self.reprefills += 1  # the rest of its history is computed again
-        self.cache.ref(blocks)
         slots = [s for block in blocks for s in block.slots]
         idx = self.req_to_token_pool.alloc()
         self.req_to_token_pool.write(idx, 0, torch.tensor(slots, dtype=torch.int64, device=self.device))

@@ -199,3 +199,21 @@ def test_soak_with_aborts_evictions_and_mixed_prefixes(tmp_path):
     for e in engines:
         accounted(e)
     assert all_free(engines)
+
+
+def test_an_arrival_that_needs_a_row_keeps_its_match_when_the_held_owner_is_evicted():
+    """Two request rows, both held: an arrival matching the blocks the older request published evicts that
+    request for a row, and its match survives (the blocks stay cached, referenced by the arrival), with the logits
+    of a full prefill."""
+    engine = load_engine(LARGE, engine_class=PrefixCachingEngine, max_reqs=2)
+    small_blocks([engine])
+    engine.forward([StepInput("a", SYSTEM)])
+    engine.forward([StepInput("b", [1, 2, 3])])
+    want = load_engine(LARGE).forward([StepInput("x", SYSTEM[:20] + [4, 5])]).logits
+    out = engine.forward([StepInput("c", SYSTEM[:20] + [4, 5])])
+    assert engine.stats()["prefix_matched_tokens"] == 20 and not engine.resident("a") and engine.resident("c")
+    torch.testing.assert_close(out.logits, want, rtol=1e-4, atol=1e-4)
+    accounted(engine)
+    engine.forward([StepInput("a", [6])])  # back: it matches its own published blocks
+    assert engine.stats()["prefix_matched_tokens"] == 40 and engine.stats()["reprefills"] == 1
+    accounted(engine)
