@@ -341,6 +341,12 @@ def serve(
         help="Torch CPU threads per subserver (default: the usable cores divided among the plan's models; "
         "more oversubscribes the cores and slows every parallel CPU op many times).",
     ),
+    prefix_cache: bool = typer.Option(
+        True,
+        "--prefix-cache/--no-prefix-cache",
+        help="Share KV across requests with a common prefix (every mode; the SGLang engine has none either way). "
+        "See docs/serving.md, 'Prefix cache'.",
+    ),
 ) -> None:
     """Serve a plan: one subserver per model and an OpenAI-compatible HTTP API (see docs/serving.md)."""
     import math
@@ -379,7 +385,7 @@ def serve(
                           liveness_timeout_s=liveness_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
                           cpu_threads=cpu_threads, max_body_mib=max_body_mib, body_timeout_s=body_timeout,
-                          profile_dir=profile_dir)  # fmt: skip
+                          profile_dir=profile_dir, prefix_cache=prefix_cache)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -399,6 +405,9 @@ def subserver_cmd(
     log_level: str = typer.Option("warning", help="Log level (debug, info, warning, error)."),
     cpu_threads: int = typer.Option(
         None, help="Torch CPU threads (default: this host's usable cores divided among the plan's models)."
+    ),
+    prefix_cache: bool = typer.Option(
+        True, "--prefix-cache/--no-prefix-cache", help="As `serve` has it (its printed command says)."
     ),
 ) -> None:
     """Run one model's subserver in the foreground, for `serve --remote` (docs/serving.md, "Subservers on
@@ -451,7 +460,8 @@ def subserver_cmd(
             device = f"cuda:{(spec['models'][model].get('gpus') or [0])[0]}"
         try:
             args = SubserverArgs(plan_path=plan_path, model=model, endpoints=eps.to_dict(), device=device,
-                                 log_level=log_level.upper(), cpu_threads=cpu_threads)  # fmt: skip
+                                 log_level=log_level.upper(), cpu_threads=cpu_threads,
+                                 extra={"prefix_cache": prefix_cache})  # fmt: skip
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -511,6 +521,24 @@ def bench(
     api_key: str = typer.Option(None, envvar="TOKENROUTER_API_KEY"),
     json_out: str = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
+    shared_prefix_len: int = typer.Option(
+        0,
+        help="Shared-prefix load: each synthetic prompt starts with its group's prefix of this many tokens.",
+    ),
+    prefix_groups: int = typer.Option(
+        1, help="With --shared-prefix-len: request i uses group i mod G's prefix."
+    ),
+    turns: int = typer.Option(
+        0,
+        help="Multi-turn chat: --num-prompts conversations of this many turns, --concurrency at once; each turn "
+        "re-sends the conversation so far plus a user message of --prompt-len tokens (docs/serving.md).",
+    ),
+    system_len: int = typer.Option(
+        0, help="With --turns: a system prompt of this many tokens, shared by all."
+    ),
+    think_time: float = typer.Option(
+        0.0, help="With --turns: seconds between a turn's answer and the next turn."
+    ),
 ) -> None:
     """Load-test a running server: decode throughput, TTFT, TPOT, latency percentiles, tokens per model."""
     import asyncio
@@ -545,6 +573,11 @@ def bench(
             seed=seed,
             api_key=api_key,
             progress=progress,
+            shared_prefix_len=shared_prefix_len,
+            prefix_groups=prefix_groups,
+            turns=turns,
+            system_len=system_len,
+            think_time_s=think_time,
         )
         make_requests(spec)  # a prompts file's bad line is a usage error, before anything is sent
     except ValueError as exc:

@@ -452,3 +452,54 @@ def test_bench_refuses_what_it_cannot_do_before_sending_and_writes_valid_json(tm
     write_report(report, tmp_path / "failed.json")
     text = (tmp_path / "failed.json").read_text()
     assert "NaN" not in text and json.loads(text)["ttft_ms"]["p50"] is None
+
+
+def test_shared_prefix_prompts_share_their_groups_prefix():
+    spec = LoadSpec(num_prompts=6, shared_prefix_len=8, prefix_groups=2, prompt_len=3, seed=1)
+    prompts = make_prompts(spec)
+    assert all(len(p) == 11 for p in prompts)
+    assert all(prompts[i][:8] == prompts[i % 2][:8] for i in range(6)) and prompts[0][:8] != prompts[1][:8]
+    assert len({tuple(p[8:]) for p in prompts}) == 6
+    assert "a 8-token prefix shared in 2 group(s)" in spec.describe()
+
+
+def test_conversations_from_flags_and_from_a_file(tmp_path):
+    from tokenrouter.runtime.loadgen import make_conversations
+    from tokenrouter.runtime.workloads import next_prompt
+
+    spec = LoadSpec(num_prompts=3, turns=4, system_len=10, prompt_len=2, output_len=5)
+    convs = make_conversations(spec)
+    assert len(convs) == 3 and all(c.system == convs[0].system and len(c.users) == 4 for c in convs)
+    assert make_prompts(spec)[0] == convs[0].system + convs[0].users[0]  # the first turns
+    assert next_prompt([1, 2], [3], "x", [4]) == [1, 2, 3, 4]  # the answer's ids, exactly
+    assert next_prompt("sys: hi", None, " hello", " more") == "sys: hi hello more"
+    path = tmp_path / "chats.jsonl"
+    path.write_text(
+        '{"system": "be brief", "turns": ["hi", "and?"], "output_len": 3}\n\n{"turns": [[5, 6]]}\n'
+    )
+    spec = LoadSpec(num_prompts=3, prompts_file=str(path))
+    assert spec.conversations and [len(c.users) for c in make_conversations(spec)] == [2, 1, 2]
+    for line, message in (
+        ('{"turns": []}', 'non-empty list "turns"'),
+        ('{"turns": ["a", [1]], "system": "s"}', "mixes text and token ids"),
+        ('{"turns": ["a"], "output_len": 0}', '"output_len" must be an int >= 1'),
+        ('{"turns": [""]}', "each turn must be a non-empty string"),
+    ):
+        path.write_text(line + "\n")
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make_conversations(LoadSpec(prompts_file=str(path)))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"turns": 2, "shared_prefix_len": 4}, "not both"),
+        ({"system_len": 4}, "give --turns with them"),
+        ({"turns": 2, "request_rate": 2.0}, "conversations run as a closed loop"),
+        ({"prefix_groups": 0}, "prefix_groups must be >= 1"),
+        ({"turns": 2, "think_time_s": -1.0}, "think time"),
+    ],
+)
+def test_bad_prefix_workloads_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        LoadSpec(**kw)

@@ -97,6 +97,7 @@ class ServeConfig:
     max_body_mib: float = MAX_BODY_BYTES / (1 << 20)  # a longer request body gets a 413 (FrontendArgs)
     body_timeout_s: float = BODY_TIMEOUT_S  # a request body not in full after this long gets a 408
     profile_dir: str | None = None  # POST /start_profile, /stop_profile write torch.profiler traces here
+    prefix_cache: bool = True  # the engines' prefix cache (runtime/prefix_cache.py); --no-prefix-cache: off
 
     def __post_init__(self) -> None:
         from tokenrouter.runtime.modes import MODES
@@ -406,7 +407,7 @@ class Launcher:
         spawn = mp.get_context("spawn")
         eps = self.endpoints.to_dict()
         caps = [s["max_len"] for s in plan["models"].values() if s.get("max_len")]
-        extra = {**self.setup.engine_overrides, **cfg.extra_subserver}
+        extra = {**self.setup.engine_overrides, "prefix_cache": cfg.prefix_cache, **cfg.extra_subserver}
         board = None  # models sharing a GPU: who is in a step when (TokenRouter's own scheduler only)
         if (
             not self.setup.lockstep
@@ -510,6 +511,8 @@ class Launcher:
         if self.cfg.device is not None:
             cmd += ["--device", self.cfg.device]
         cmd += ["--log-level", self.cfg.log_level]
+        if not self.cfg.prefix_cache:
+            cmd += ["--no-prefix-cache"]
         return shlex.join(cmd)
 
     def _print_remote_commands(self) -> None:

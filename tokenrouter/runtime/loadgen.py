@@ -53,6 +53,15 @@ class LoadSpec:
     vocab_low: int = 10  # synthetic prompts draw token ids in [vocab_low, vocab_high)
     vocab_high: int = 200
     progress: bool = True
+    # prefix workloads (workloads.py): a shared prefix of this many synthetic tokens in each of `prefix_groups`
+    # groups before each prompt's own `prompt_len`; or conversations of `turns` turns (num_prompts of them), a
+    # shared system prompt of `system_len` tokens, user messages of `prompt_len`, a think time between turns
+    shared_prefix_len: int = 0
+    prefix_groups: int = 1
+    turns: int = 0
+    system_len: int = 0
+    think_time_s: float = 0.0
+    conversation_file: bool = False  # set from the prompts file: its lines are conversations (workloads.py)
 
     def __post_init__(self) -> None:
         # the server's base URL; an OpenAI client's base URL ends in /v1, which the paths here already have
@@ -82,19 +91,54 @@ class LoadSpec:
         if self.prompts_file is not None and not Path(self.prompts_file).is_file():
             what = "is a folder" if Path(self.prompts_file).is_dir() else "not found"
             raise ValueError(f"prompts file {what}: {self.prompts_file}")
+        if self.prompts_file is not None:
+            from tokenrouter.runtime.workloads import is_conversation_file
+
+            self.conversation_file = is_conversation_file(self.prompts_file)
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 <= self.vocab_low < self.vocab_high:
             raise ValueError("need 0 <= vocab_low < vocab_high")
+        for name in ("shared_prefix_len", "turns", "system_len"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.prefix_groups < 1:
+            raise ValueError(f"prefix_groups must be >= 1, got {self.prefix_groups}")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise ValueError(f"think time must be a finite number of seconds >= 0, got {self.think_time_s}")
+        if self.turns and self.shared_prefix_len:
+            raise ValueError("give a shared prefix or conversations (--turns), not both")
+        if (self.system_len or self.think_time_s) and not self.conversations:
+            raise ValueError("--system-len and --think-time shape conversations: give --turns with them")
+        if (self.shared_prefix_len or self.prefix_groups > 1 or self.turns) and self.prompts_file:
+            raise ValueError(
+                "a prompts file gives its own prompts: no --shared-prefix-len, --prefix-groups or --turns"
+            )
+        if self.conversations and not self.closed_loop:
+            raise ValueError("conversations run as a closed loop: give --concurrency, not --request-rate")
 
     @property
     def closed_loop(self) -> bool:
         return math.isinf(self.request_rate)
 
+    @property
+    def conversations(self) -> bool:
+        """Whether the load is conversations (`--turns`, or a conversations file)."""
+        return self.turns > 0 or self.conversation_file
+
     def describe(self) -> str:
         """The load in words, as the report's table heads it."""
+        if self.conversations:
+            what = (
+                f"{self.turns} turns, system prompt {self.system_len}" if self.turns else "conversations file"
+            )
+            return f"{self.num_prompts} conversations ({what}), {self.concurrency} at once"
+        if self.shared_prefix_len:
+            shared = f", a {self.shared_prefix_len}-token prefix shared in {self.prefix_groups} group(s)"
+        else:
+            shared = ""
         if self.closed_loop:
-            return f"closed loop, {self.concurrency} in flight"
+            return f"closed loop, {self.concurrency} in flight{shared}"
         kind = "Poisson" if self.burstiness == 1.0 else f"gamma gaps, burstiness {self.burstiness:g}"
         cap = f"at most {self.concurrency} in flight" if self.concurrency else "no cap on requests in flight"
         return f"open loop, {self.request_rate:g} requests/s ({kind}), {cap}"
@@ -112,6 +156,10 @@ class RequestResult:
     error: str | None = None
     start_s: float = 0.0  # when it was sent, seconds after the run's start
     queued_s: float = 0.0  # an open loop's wait at the concurrency cap, from its arrival to its send
+    text: str = ""  # the completion's text
+    token_ids: list[int] | None = None  # its token ids, where the server returned them (`return_token_ids`)
+    conversation: int = -1  # a conversation load's: which conversation, and which turn (from 1)
+    turn: int = 0
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -174,11 +222,31 @@ def _jsonl_request(path: Path, number: int, line: str, default_len: int) -> Requ
 
 
 def make_requests(spec: LoadSpec) -> list[Request]:
-    """The measured requests: the prompts file's in turn, or synthetic token ids drawn with the seed."""
+    """The measured requests: the prompts file's in turn, or synthetic token ids drawn with the seed (a
+    conversation load's: each conversation's first turn)."""
+    if spec.conversations:
+        from tokenrouter.runtime.workloads import first_prompt
+
+        return [Request(first_prompt(c), c.output_len) for c in make_conversations(spec)]
+    if spec.shared_prefix_len:
+        from tokenrouter.runtime.workloads import shared_prefix_prompts
+
+        prompts = shared_prefix_prompts(spec, spec.num_prompts, spec.seed)
+        return [Request(p, spec.output_len) for p in prompts]
     if spec.prompts_file:
         pool = read_prompts_file(spec)
         return [pool[i % len(pool)] for i in range(spec.num_prompts)]
     return [Request(p, spec.output_len) for p in _synthetic(spec, spec.num_prompts, spec.seed)]
+
+
+def make_conversations(spec: LoadSpec) -> list:
+    """A conversation load's conversations: the file's, in turn, or synthetic ones drawn with the seed."""
+    from tokenrouter.runtime.workloads import read_conversations, synthetic_conversations
+
+    if spec.prompts_file:
+        pool = read_conversations(spec.prompts_file, spec.output_len)
+        return [pool[i % len(pool)] for i in range(spec.num_prompts)]
+    return synthetic_conversations(spec, spec.num_prompts, spec.seed)
 
 
 def make_prompts(spec: LoadSpec) -> list[str | list[int]]:
@@ -197,7 +265,7 @@ def warmup_requests(spec: LoadSpec) -> list[Request]:
     """The warm-up's requests: synthetic prompts drawn from another seed than the measured ones, so that a prefix
     cache holds none of those; from a prompts file, its requests from the last one backwards, so that a warm-up
     shorter than the file sends none of the first measured ones."""
-    if spec.prompts_file:
+    if spec.prompts_file and not spec.conversations:
         pool = read_prompts_file(spec)
         return [pool[-1 - i % len(pool)] for i in range(spec.warmup)]
     return [Request(p, spec.output_len) for p in _synthetic(spec, spec.warmup, spec.seed + WARMUP_SEED)]
@@ -224,6 +292,8 @@ def arrival_times(spec: LoadSpec, count: int) -> list[float]:
 def _merge_routing(result: RequestResult, routing: dict | None) -> None:
     if not routing:
         return
+    if isinstance(routing.get("token_ids"), list):
+        result.token_ids = [int(t) for t in routing["token_ids"]]
     for name, n in (routing.get("tokens_per_model") or {}).items():
         result.tokens_per_model[name] = result.tokens_per_model.get(name, 0) + int(n)
     result.hops += int(routing.get("hops") or 0)
@@ -242,6 +312,8 @@ async def _one_request(
         "stream_options": {"include_usage": True},
         "ignore_eos": spec.ignore_eos,
     }
+    if spec.conversations:  # the next turn re-sends the answer: exactly, where the server returns its ids
+        body["return_token_ids"] = True
     result = RequestResult(ok=False)
     start = time.perf_counter()
     first = None
@@ -266,6 +338,7 @@ async def _one_request(
                     # yet decodable text, as with the random-weight models' small tokenizers)
                     if first is None and choice.get("finish_reason") is None and "text" in choice:
                         first = time.perf_counter()
+                    result.text += choice.get("text") or ""
                     _merge_routing(result, choice.get("routing"))
                 usage = chunk.get("usage")
                 if usage:
@@ -324,6 +397,24 @@ def check_context(
     any. A text prompt's token count is the server's to know, so it is not checked here."""
     if max_len is None:
         return
+    if spec.turns:
+        need = spec.system_len + spec.turns * (spec.prompt_len + spec.output_len)
+        if need > max_len:
+            raise ContextTooLong(
+                f"{spec.turns} turns of --prompt-len {spec.prompt_len} and --output-len {spec.output_len} after a "
+                f"system prompt of {spec.system_len} need {need} tokens of context by the last turn, but {model!r} "
+                f"takes {max_len} (max_model_len at /v1/models); nothing was sent"
+            )
+        return
+    if spec.shared_prefix_len and not spec.prompts_file:
+        need = spec.shared_prefix_len + spec.prompt_len + spec.output_len
+        if need > max_len:
+            raise ContextTooLong(
+                f"--shared-prefix-len {spec.shared_prefix_len}, --prompt-len {spec.prompt_len} and --output-len "
+                f"{spec.output_len} need {need} tokens of context, but {model!r} takes {max_len} (max_model_len at "
+                "/v1/models); nothing was sent"
+            )
+        return
     if not spec.prompts_file:
         need = spec.prompt_len + spec.output_len
         if need > max_len:
@@ -357,8 +448,31 @@ async def run_load(spec: LoadSpec) -> dict:
         if spec.warmup:
             warm = await _closed_loop(client, spec, model, warm_requests, spec.concurrency or spec.warmup,
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
+        from tokenrouter.runtime.workloads import (
+            hit_rates,
+            prefix_counters,
+            run_conversations,
+            settled_counters,
+        )
+
+        before = await prefix_counters(client)
         counter = _InFlight()
-        if spec.closed_loop:
+        if spec.conversations:
+
+            def progress(done: int, total: int) -> None:
+                if spec.progress:
+                    _progress(done, total)
+
+            async def one(request: Request, seed: int) -> RequestResult:
+                counter.enter()
+                try:
+                    return await _one_request(client, spec, model, request, seed)
+                finally:
+                    counter.leave()
+
+            run = run_conversations(one, Request, make_conversations(spec), spec.concurrency,
+                                    spec.think_time_s, spec.seed, progress)  # fmt: skip
+        elif spec.closed_loop:
             run = _closed_loop(
                 client, spec, model, requests, spec.concurrency, spec.seed, spec.progress, counter
             )
@@ -367,7 +481,10 @@ async def run_load(spec: LoadSpec) -> dict:
         start = time.perf_counter()
         results = await run
         wall = time.perf_counter() - start
+        after = await settled_counters(client) if before is not None else None
     report = summarize(spec, model, results, wall)
+    if rates := hit_rates(before, after):
+        report["prefix_cache"] = rates
     report["max_in_flight"] = counter.peak
     report["warmup"] = {
         "requests": len(warm),
@@ -503,6 +620,7 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         "share_per_request": share_spread(ok, per_model),
         "hops": sum(r.hops for r in ok),
         "drain_s": wall_s - max((r.start_s for r in results), default=0.0),
+        **_by_turn(ok),
         "per_request": [
             {
                 "ok": r.ok,
@@ -513,10 +631,19 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
                 "output_tokens": r.output_tokens,
                 "tokens_per_model": r.tokens_per_model,
                 "hops": r.hops,
+                **({"conversation": r.conversation, "turn": r.turn} if r.turn else {}),
             }
             for r in results
         ],  # fmt: skip
     }
+
+
+def _by_turn(ok: list[RequestResult]) -> dict:
+    """A conversation load's TTFT by turn (mean, p50, p99 in ms; keys are turn numbers as strings)."""
+    turns = sorted({r.turn for r in ok if r.turn})
+    if not turns:
+        return {}
+    return {"ttft_ms_by_turn": {str(k): _spread([1e3 * r.ttft_s for r in ok if r.turn == k]) for k in turns}}
 
 
 def _tpot_s(r: RequestResult) -> float:
@@ -629,6 +756,15 @@ def format_report(report: dict) -> str:
                 f"(any in {sp['requests_with_any']} of {sp['requests']})",
             )
         )
+    for turn, sp in (report.get("ttft_ms_by_turn") or {}).items():
+        rows.append((f"TTFT of turn {turn} p50 / p99 (ms)", f"{sp['p50']:.1f} / {sp['p99']:.1f}"))
+    for name, pc in (report.get("prefix_cache") or {}).items():
+        value = (
+            f"{100 * pc['hit_rate']:.1f}% ({pc['matched_tokens']} matched / {pc['computed_tokens']} computed)"
+            if pc["enabled"]
+            else "off"
+        )
+        rows.append((f"prefix cache hits on {name}", value))
     warm = report.get("warmup") or {}
     if warm.get("requests"):
         rows.append(("warm-up requests (not counted)", f"{warm['requests']} ({warm['failed']} failed)"))

@@ -139,9 +139,16 @@ class SubserverStats(msgspec.Struct, tag=True):
     steps: int
     kv_pages_total: int
     kv_pages_free: int
-    # std-serving's prefix cache (runtime/prefix_cache.py): tokens reused vs prefilled on arrivals
+    # the engine's prefix cache (runtime/prefix_cache.py; off: `--no-prefix-cache`, or the SGLang engine): tokens
+    # reused vs computed when requests arrived (a request's first tokens here), arrivals, what the cache holds now,
+    # and the blocks it evicted
+    prefix_cache: bool = False
     prefix_matched_tokens: int = 0
     prefix_computed_tokens: int = 0
+    prefix_arrivals: int = 0
+    prefix_cached_blocks: int = 0
+    prefix_cached_tokens: int = 0
+    prefix_evicted_blocks: int = 0
     # exact totals since start: step wall time (forward + route kernel), rows, tokens run, per batch size
     busy_ms: float = 0.0
     rows_total: int = 0

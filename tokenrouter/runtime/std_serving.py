@@ -7,7 +7,7 @@ tokens written elsewhere, `StdServingScheduler`
 
 - sends the **whole sequence** on every hop (`start = 0`, no `seen` map: the receiver knows nothing);
 - **forgets** the request when it leaves: its KV is released into the engine's prefix cache
-  (`PrefixCachingEngine`, `prefix_cache.py`), not held;
+  (`PrefixCachingEngine`, `prefix_cache.py`, the same cache every mode uses), not held;
 - on arrival, starts it as a new request: the engine matches the longest cached prefix and prefills the
   rest, so the cost of prefix matching and re-prefill is paid on every hop.
 Standard servers do not delay batches: `modes.prepare` sets every batch threshold to 1 for this mode.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import msgspec
 
-from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.subserver.req import Req
 from tokenrouter.runtime.subserver.scheduler import Scheduler
 
@@ -32,24 +31,14 @@ class StdServingScheduler(Scheduler):
         self.engine.release(req.rid)  # into the prefix cache
         return dest, msg
 
-    def stats(self) -> m.SubserverStats:
-        es = self.engine.stats()
-        return msgspec.structs.replace(
-            super().stats(),
-            prefix_matched_tokens=int(es["prefix_matched_tokens"]),
-            prefix_computed_tokens=int(es["prefix_computed_tokens"]),
-        )
-
 
 def load_std_serving(plan: dict, model: str, device: str, extra: dict | None = None, *, max_batch: int = 256):
-    """(engine, scheduler) of one model for the std-serving mode: a prefix-caching embedded engine."""
-    from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
+    """(engine, scheduler) of one model for the std-serving mode: the embedded engine, with its prefix cache
+    unless `extra` turns it off (`prefix_cache=False`)."""
     from tokenrouter.runtime.subserver.loading import load_model_runtime
 
     kind = plan["models"][model].get("engine", "embedded")
     if kind != "embedded":
         raise ValueError(f"model {model!r}: the std-serving mode needs the embedded engine, not {kind!r}")
-    engine, kernel = load_model_runtime(
-        plan, model, device, engine_class=PrefixCachingEngine, warm_rows=max_batch, **(extra or {})
-    )
+    engine, kernel = load_model_runtime(plan, model, device, warm_rows=max_batch, **(extra or {}))
     return engine, StdServingScheduler(model, plan, engine, kernel, max_batch=max_batch)

@@ -127,13 +127,15 @@ def metrics(url: str, headers: dict | None = None) -> dict[str, float]:
 
 
 def wait_all_pages_free(url: str, models: list[str], timeout: float = 15.0) -> dict[str, float]:
-    """Poll /metrics until no request is active and every model's KV pool is entirely free."""
+    """Poll /metrics until no request is active and every page of every model's KV pool is free or in its prefix
+    cache (which gives pages back on demand)."""
     deadline = time.monotonic() + timeout
     while True:
         mt = metrics(url)
         free = all(
             f'tokenrouter_kv_pages_free{{model="{x}"}}' in mt
             and mt[f'tokenrouter_kv_pages_free{{model="{x}"}}']
+            + mt.get(f'tokenrouter_prefix_cached_tokens{{model="{x}"}}', 0.0)
             == mt[f'tokenrouter_kv_pages_total{{model="{x}"}}']
             for x in models
         )

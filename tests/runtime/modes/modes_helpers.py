@@ -10,15 +10,15 @@ from tokenrouter.runtime.std_serving import StdServingScheduler, load_std_servin
 from tokenrouter.runtime.subserver.loading import load_model_runtime
 
 
-def load_lockstep(plan: dict) -> LockstepCore:
+def load_lockstep(plan: dict, **engine_overrides) -> LockstepCore:
     plan = prepare(plan, "lockstep").plan
-    loaded = {x: load_model_runtime(plan, x, "cpu") for x in plan["models"]}
+    loaded = {x: load_model_runtime(plan, x, "cpu", **engine_overrides) for x in plan["models"]}
     return LockstepCore(plan, {x: e for x, (e, _) in loaded.items()}, {x: k for x, (_, k) in loaded.items()})
 
 
-def run_lockstep(core: LockstepCore, prompts, sampling) -> list[RequestResult]:
+def run_lockstep(core: LockstepCore, prompts, sampling, rid_prefix: str = "r") -> list[RequestResult]:
     """Submit every prompt at once and run global steps until all finish."""
-    results = {f"r{i}": RequestResult(f"r{i}", list(p)) for i, p in enumerate(prompts)}
+    results = {f"{rid_prefix}{i}": RequestResult(f"{rid_prefix}{i}", list(p)) for i, p in enumerate(prompts)}
     active = set(results)
     for i, (rid, res) in enumerate(results.items()):
         assert not core.handle(m.NewRequest(rid, res.prompt_ids, sampling[i], i + 1))

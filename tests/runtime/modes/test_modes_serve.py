@@ -36,8 +36,10 @@ EXTRA = {
 PROMPTS = [[5 + (7 * i + 3 * j) % 400 for j in range(18 + 3 * i)] for i in range(4)]  # > 1 cache block (16)
 
 
-def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, object]:
-    err = open(log_dir / f"{mode}.stderr", "w")  # noqa: SIM115 - closed in the fixture
+def _start(
+    plan: Path, mode: str, log_dir: Path, extra: tuple[str, ...] = (), name: str | None = None
+) -> tuple[subprocess.Popen, object]:
+    err = open(log_dir / f"{name or mode}.stderr", "w")  # noqa: SIM115 - closed in the fixture
     cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0"]
     proc = subprocess.Popen(
         [
@@ -45,6 +47,7 @@ def _start(plan: Path, mode: str, log_dir: Path) -> tuple[subprocess.Popen, obje
             "--device",
             "cpu",
             *(x if x != "--profile-dir" else f"--profile-dir={log_dir / mode}" for x in EXTRA.get(mode, [])),
+            *extra,
         ],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.PIPE,

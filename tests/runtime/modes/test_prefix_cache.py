@@ -21,8 +21,7 @@ def test_match_insert_and_duplicates():
     free = c.insert([1, 2, 7, 8], [20, 21, 22, 23], held=[])
     assert free == [20, 21] and c.tokens == 6
     # a request that matched both blocks and added [5, 6]: references dropped, only the new block taken
-    for b in blocks:
-        b.refs += 1
+    c.ref(blocks)
     free = c.insert([1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 30, 31], held=blocks)
     assert free == [] and all(b.refs == 0 for b in blocks) and c.tokens == 8
 
@@ -32,9 +31,9 @@ def test_evict_unreferenced_leaves_lru_first():
     c.insert([1, 2, 3], [10, 11, 12], held=[])  # chain 1 -> 2 -> 3
     assert c.insert([1, 5], [20, 15], held=[]) == [20]  # 1 -> 5; its own copy of [1] is given back
     (b1,) = c.match([1, 9], 1)
-    b1.refs += 1  # a request uses [1]
+    c.ref([b1])  # a request uses [1]
     assert c.evict(1) == [12]  # the least recently used leaf: [1, 2, 3]'s last block
     assert c.evict(2) == [11, 15]  # then [1, 2] (a leaf now), then [1, 5]
     assert c.evict(5) == []  # [1] is referenced: nothing else can go
-    b1.refs -= 1
+    c.unref([b1])
     assert c.evict(5) == [10] and c.tokens == 0 and c.evicted == 4

@@ -117,9 +117,13 @@ class SpyEngine(Engine):
 
 
 def all_free(engines) -> bool:
-    """Every engine's KV pool has all pages free and it holds no request."""
+    """Every engine holds no request, and each page of its KV pool is free or in its prefix cache (which gives
+    them back on demand)."""
     stats = [e.stats() for e in engines]
-    return all(s["pages_free"] == s["pages_total"] and s["requests"] == 0 for s in stats)
+    return all(
+        s["pages_free"] + s.get("prefix_cached_tokens", 0) == s["pages_total"] and s["requests"] == 0
+        for s in stats
+    )
 
 
 def compile_policy(tmp: Path, name: str, batch: dict[str, int] | None = None, **paths) -> dict:

@@ -28,11 +28,13 @@ class Choice:
     stop: list[str]
     models: list[str]
     want_trace: bool = False
+    want_ids: bool = False
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0
     per_model: Counter = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
     _emitted: int = 0
 
     @property
@@ -46,6 +48,8 @@ class Choice:
         }
         if self.want_trace:
             out["trace"] = list(self.trace)
+        if self.want_ids:
+            out["token_ids"] = list(self.token_ids)
         return out
 
     async def deltas(self) -> AsyncIterator[str]:
@@ -74,6 +78,8 @@ class Choice:
                     self.per_model[model] += 1
                     if self.want_trace:
                         self.trace.append(model)
+                    if self.want_ids:
+                        self.token_ids.append(tok)
                     if self._append(detok.step(tok), hold):
                         break
                 if self.finish_reason is None and st.done:

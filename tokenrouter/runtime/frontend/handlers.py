@@ -144,7 +144,14 @@ class GenerationHandler:
                 st = mgr.submit(ids, spec)
                 choices.append(
                     Choice(
-                        mgr, self.codec, st, i, req.stop_strings(), self.args.models, req.return_routing_trace
+                        mgr,
+                        self.codec,
+                        st,
+                        i,
+                        req.stop_strings(),
+                        self.args.models,
+                        req.return_routing_trace,
+                        req.return_token_ids,
                     )
                 )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)

@@ -125,22 +125,43 @@ class Metrics:
             ("kv_pages_total", "Pages of the subserver's KV pool.", "kv_pages_total"),
             ("kv_pages_free", "Free pages of the subserver's KV pool.", "kv_pages_free"),
             (
+                "prefix_cache_enabled",
+                "1 where the subserver's engine has a prefix cache (0: off).",
+                "prefix_cache",
+            ),
+            (
                 "prefix_matched_tokens",
-                "std-serving: tokens whose KV came from the prefix cache when requests arrived.",
+                "Tokens whose KV came from the prefix cache when requests arrived on the subserver.",
                 "prefix_matched_tokens",
             ),
             (
                 "prefix_computed_tokens",
-                "std-serving: tokens prefilled when requests arrived (not found in the prefix cache).",
+                "Tokens prefilled when requests arrived on the subserver (not found in the prefix cache).",
                 "prefix_computed_tokens",
             ),
+            (
+                "prefix_arrivals",
+                "Requests that arrived without KV on the subserver (prefix lookups).",
+                "prefix_arrivals",
+            ),
+            (
+                "prefix_cached_blocks",
+                "Blocks the subserver's prefix cache holds now.",
+                "prefix_cached_blocks",
+            ),
+            (
+                "prefix_cached_tokens",
+                "Tokens the subserver's prefix cache holds now.",
+                "prefix_cached_tokens",
+            ),
+            ("prefix_evicted_blocks", "Prefix-cache blocks evicted to make room.", "prefix_evicted_blocks"),
         ]
         for name, help_, attr in gauges:
             metric(
                 name,
                 "gauge",
                 help_,
-                [({"model": x}, getattr(s, attr)) for x, s in sorted(self.stats.items())],
+                [({"model": x}, float(getattr(s, attr))) for x, s in sorted(self.stats.items())],
             )
         metric(
             "batch_threshold",

@@ -72,6 +72,7 @@ class _SamplingFields(_Strict):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     return_routing_trace: bool = False  # extension: which model wrote each token
+    return_token_ids: bool = False  # extension: the generated token ids (a client that re-sends them exactly)
 
     def check_common(self) -> None:
         for name, (lo, hi) in INT_RANGES.items():

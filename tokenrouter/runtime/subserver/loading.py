@@ -50,8 +50,10 @@ def engine_kwargs(spec: dict, device: str) -> dict:
     return kw
 
 
-def load_model_engine(plan: dict, model: str, device: str, **overrides):
-    """The engine of one model of a plan on `device`; `overrides` go to load_engine."""
+def load_model_engine(plan: dict, model: str, device: str, *, prefix_cache: bool = True, **overrides):
+    """The engine of one model of a plan on `device`; `overrides` go to load_engine. `prefix_cache`: the embedded
+    engine shares KV across requests (`PrefixCachingEngine`, runtime/prefix_cache.py); the SGLang engine runs
+    without it either way (docs/sglang.md)."""
     from tokenrouter.runtime.engine.embedded import load_engine
 
     spec = plan["models"][model]
@@ -63,8 +65,14 @@ def load_model_engine(plan: dict, model: str, device: str, **overrides):
     if kind == "sglang":  # SGLang is optional: imported only here, its absence is an EngineError
         from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
 
+        logger.warning("model %s: the SGLang engine has no prefix cache; --no-prefix-cache changes nothing for it",
+                       model)  # fmt: skip
         kw = {**engine_kwargs(spec, device), **overrides}
         return load_sglang_engine(spec["path"], model=model, device=device, **kw)
+    if prefix_cache and overrides.get("engine_class") is None:
+        from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
+
+        overrides["engine_class"] = PrefixCachingEngine
     # graphs wide enough for a step of every request the plan serves at once
     rows = (
         {"graph_rows": int(plan["serve"]["concurrency"])} if plan.get("serve", {}).get("concurrency") else {}

@@ -54,7 +54,10 @@ TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages fo
 SLOW_STEP_FACTOR = 10.0
 SLOW_STEP_FLOOR_MS = 50.0
 SLOW_STEP_MIN_HISTORY = 20
-SLOW_STEP_LOG_FIRST = 20  # stalls logged one by one; after that every 100th
+SLOW_STEP_LOG_FIRST = 20
+# the engine's prefix-cache counters that `SubserverStats` carries (runtime/prefix_cache.py)
+PREFIX_STATS = ("prefix_matched_tokens", "prefix_computed_tokens", "prefix_arrivals", "prefix_cached_blocks",
+                "prefix_cached_tokens", "prefix_evicted_blocks")  # fmt: skip  # stalls logged one by one; after that every 100th
 
 
 def expected_step_ms(
@@ -679,4 +682,6 @@ class Scheduler:
             kv_deferred_rows=self.kv_deferred_rows,
             kv_evictions=int(es.get("evictions", 0)),
             kv_reprefills=int(es.get("reprefills", 0)),
+            prefix_cache=bool(es.get("prefix_cache", False)),
+            **{name: int(es.get(name, 0)) for name in PREFIX_STATS},
         )

@@ -1,0 +1,286 @@
+"""The prefix-cache benchmark of issue 59: one command serves each deployment in turn and prints, side by side:
+
+(a) a shared-prefix load (a 3,000-token prefix shared by every request + 24 tokens of its own, 32 requests,
+    128 output tokens, c = 8) for TokenRouter, std-serving, llm-only with its prefix cache, and llm-only
+    without (`--no-prefix-cache`);
+(b) multi-turn chat (16 conversations at once, 8 turns, a 1,000-token system prompt, 50-token user messages,
+    200-token answers) for TokenRouter and llm-only, both with the cache: decode throughput and TTFT p50 by
+    turn;
+(c) the paper's shape (64-token unique prompts, N = 4, 512 output tokens) for TokenRouter with the cache and
+    without (what a miss costs).
+
+The pair is the matrix's 0.6B + 8B Qwen3 shapes with dummy weights on one GPU (memory shares 0.15 / 0.7), the
+policy the stdlib's `bernoulli` with p = 0.1, q = 1 and thresholds B = (1, 2). Each deployment is a real
+`tokenrouter serve PLAN --mode M` (started once, and serving every load it appears in); each load goes after a
+warm-up round of other prompts, through the load generator of `tokenrouter bench`, whose report adds the prefix
+hit rate per model from /metrics.
+
+    python bench/prefix_bench.py --out /tmp/prefix            # the GPU run (about 15 minutes on an H100)
+    python bench/prefix_bench.py --quick --out /tmp/prefix    # tiny models on CPU, small sizes (a few minutes)
+
+Where one call may not take that long, split it with `--only` and `--keep` (the second call's tables show both):
+
+    python bench/prefix_bench.py --out DIR --only TokenRouter --only "TokenRouter, no cache" --only std-serving
+    python bench/prefix_bench.py --out DIR --keep --only llm-only --only "llm-only, no cache"
+
+Writes `prefix-bench.json` (every report) and `prefix-bench.md` (the tables, as printed) under --out, and the
+servers' stderr. Exit status 0 when every load completed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MAX_LEN = 4096
+
+
+@dataclass(frozen=True)
+class Sizes:
+    shared_prefix: int = 3000
+    own: int = 24
+    shared_requests: int = 32
+    shared_output: int = 128
+    shared_c: int = 8
+    turns: int = 8
+    system: int = 1000
+    user: int = 50
+    answer: int = 200
+    conversations: int = 16
+    paper_prompt: int = 64
+    paper_output: int = 512
+    paper_requests: int = 32
+    paper_c: int = 4
+
+
+QUICK = Sizes(shared_prefix=96, own=8, shared_requests=8, shared_output=16, shared_c=4, turns=3, system=48,
+              user=8, answer=12, conversations=4, paper_prompt=64, paper_output=16, paper_requests=8, paper_c=4)  # fmt: skip
+
+# deployment -> (serve --mode, extra serve flags, the loads it serves)
+DEPLOYMENTS = {
+    "TokenRouter": ("tokenrouter", (), ("shared", "chat", "paper")),
+    "TokenRouter, no cache": ("tokenrouter", ("--no-prefix-cache",), ("paper",)),
+    "std-serving": ("std-serving", (), ("shared",)),
+    "llm-only": ("llm-only", (), ("shared", "chat")),
+    "llm-only, no cache": ("llm-only", ("--no-prefix-cache",), ("shared",)),
+}
+
+
+def make_plan(out: Path, quick: bool, device: str) -> Path:
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.compiler.passes.check_feasibility import feasibility
+    from tokenrouter.compiler.plan import write_plan
+    from tokenrouter.runtime.engine.make_model import make_model, shape_for
+
+    if quick:
+        folders = [str(ROOT / "examples/models/tiny-small"), str(ROOT / "examples/models/tiny-large")]
+    else:
+        folders = []
+        for shape in ("qwen3-0.6b", "qwen3-8b"):
+            folder = out / "models" / shape
+            if not (folder / "config.json").is_file():
+                make_model(folder, shape_for(shape), seed=0, weights=False, force=True)
+            folders.append(str(folder))
+    res = compile_file(ROOT / "tokenrouter/stdlib/bernoulli.tr",
+                       {"slm_path": folders[0], "llm_path": folders[1], "p": "0.1", "q": "1.0"})  # fmt: skip
+    if res.plan is None:
+        raise SystemExit(f"bernoulli.tr did not compile: {[str(d) for d in res.diagnostics]}")
+    plan = res.plan
+    for (_, spec), batch, mem, folder in zip(
+        plan["models"].items(), (1, 2), (0.15, 0.7), folders, strict=True
+    ):
+        spec.update(gpus=[0], max_len=MAX_LEN, batch=batch)
+        if device != "cpu":
+            load = "auto" if Path(folder, "model.safetensors").exists() else "dummy"
+            spec.update(mem=mem, dtype="bfloat16", load=load)
+    plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
+    path = out / "prefix-bench.plan"
+    write_plan(plan, path)
+    return path
+
+
+class Server:
+    def __init__(self, plan: Path, mode: str, extra: tuple[str, ...], device: str, log: Path) -> None:
+        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
+        cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0",
+               "--device", device, *extra]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     start_new_session=True)  # fmt: skip
+        self.url = self._url(time.monotonic() + 900, log)
+
+    def _url(self, deadline: float, log: Path) -> str:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                line = self.proc.stdout.readline()
+                if found := re.search(r"http://\S+", line):
+                    return found.group(0)
+                if not line:
+                    break
+            elif self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"the server did not start; see {log}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc.stdout.close()
+        self.err.close()
+
+
+def load_spec(kind: str, url: str, z: Sizes):
+    from tokenrouter.runtime.loadgen import LoadSpec
+
+    # a seed per load: no load's synthetic tokens start like another's (the cache would match across loads)
+    common = dict(url=url, temperature=0.0, progress=False, seed={"shared": 1, "chat": 2, "paper": 3}[kind])
+    if kind == "shared":
+        return LoadSpec(concurrency=z.shared_c, num_prompts=z.shared_requests, warmup=z.shared_c,
+                        shared_prefix_len=z.shared_prefix, prompt_len=z.own, output_len=z.shared_output, **common)  # fmt: skip
+    if kind == "chat":
+        return LoadSpec(concurrency=z.conversations, num_prompts=z.conversations, warmup=z.conversations,
+                        turns=z.turns, system_len=z.system, prompt_len=z.user, output_len=z.answer, **common)  # fmt: skip
+    return LoadSpec(concurrency=z.paper_c, num_prompts=z.paper_requests, warmup=z.paper_c,
+                    prompt_len=z.paper_prompt, output_len=z.paper_output, **common)  # fmt: skip
+
+
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not b["decode_throughput_tok_s"]:
+        return "-"
+    return f"{a['decode_throughput_tok_s'] / b['decode_throughput_tok_s']:.2f}x"
+
+
+def hits(rep: dict) -> str:
+    pc = rep.get("prefix_cache") or {}
+    return (
+        ", ".join(f"{m} {100 * v['hit_rate']:.0f}%" if v["enabled"] else f"{m} off" for m, v in pc.items())
+        or "-"
+    )
+
+
+def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
+    tr = lambda kind: results.get(("TokenRouter", kind))  # noqa: E731
+    lines = [f"(a) shared prefix: {z.shared_prefix} shared + {z.own} own tokens, {z.shared_requests} requests, "
+             f"{z.shared_output} output tokens, c = {z.shared_c}", "",
+             "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for name in ("TokenRouter", "std-serving", "llm-only", "llm-only, no cache"):
+        if rep := results.get((name, "shared")):
+            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
+                         f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} |")  # fmt: skip
+    turns = range(1, z.turns + 1)
+    lines += ["", f"(b) multi-turn chat: {z.conversations} conversations at once, {z.turns} turns, system prompt "
+              f"{z.system}, user messages {z.user}, answers {z.answer}", "",
+              "| deployment | decode tok/s | TokenRouter vs it | " + " | ".join(f"TTFT p50 t{k}" for k in turns)
+              + f" | t{z.turns}/t1 | prefix hits |",
+              "| --- | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- |"]  # fmt: skip
+    for name in ("TokenRouter", "llm-only"):
+        if rep := results.get((name, "chat")):
+            by = rep.get("ttft_ms_by_turn") or {}
+            p50 = [by.get(str(k), {}).get("p50") for k in turns]
+            last = fmt(p50[-1] / p50[0], ".2f") if p50[0] and p50[-1] else "-"
+            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(tr('chat'), rep)} | "
+                         + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} |")  # fmt: skip
+    lines += ["", f"(c) the paper's shape: {z.paper_prompt}-token unique prompts, N = {z.paper_c}, "
+              f"{z.paper_output} output tokens", "",
+              "| deployment | decode tok/s | TTFT p50 (ms) | vs no cache | prefix hits |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
+    off = results.get(("TokenRouter, no cache", "paper"))
+    for name in ("TokenRouter", "TokenRouter, no cache"):
+        if rep := results.get((name, "paper")):
+            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
+                         f"{ratio(rep, off)} | {hits(rep)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out", required=True, help="Folder for the plan, the models' configs, the reports and logs."
+    )
+    ap.add_argument("--quick", action="store_true", help="The tiny example models on CPU, at small sizes.")
+    ap.add_argument("--device", choices=("cpu", "cuda"), help="Default: cuda, or cpu with --quick.")
+    ap.add_argument("--only", action="append", choices=sorted(DEPLOYMENTS),
+                    help="Serve only these deployments (repeatable); default all.")  # fmt: skip
+    ap.add_argument("--keep", action="store_true",
+                    help="Add to the reports already in --out (an earlier call's --only), so that the tables "
+                    "show every deployment measured there; a deployment measured again replaces its rows.")  # fmt: skip
+    args = ap.parse_args(argv)
+    device = args.device or ("cpu" if args.quick else "cuda")
+    z = QUICK if args.quick else Sizes()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(out, args.quick, device)
+    from tokenrouter.runtime.loadgen import run_load
+
+    results: dict[tuple[str, str], dict] = {}
+    saved = out / "prefix-bench.json"
+    if args.keep and saved.is_file():
+        for rec in json.loads(saved.read_text())["runs"]:
+            if not args.only or rec["deployment"] not in args.only:
+                results[(rec["deployment"], rec["load"])] = rec["report"]
+    failed = []
+    for name, (mode, extra, kinds) in DEPLOYMENTS.items():
+        if args.only and name not in args.only:
+            continue
+        slug = re.sub(r"\W+", "-", name.lower()).strip("-")
+        t0 = time.monotonic()
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
+        try:
+            server = Server(plan, mode, extra, device, out / f"{slug}.stderr")
+        except RuntimeError as e:
+            failed.append(f"{name}: {e}")
+            print(f"  {e}", flush=True)
+            continue
+        try:
+            print(f"  started in {time.monotonic() - t0:.0f} s", flush=True)
+            for kind in kinds:
+                t1 = time.monotonic()
+                rep = asyncio.run(run_load(load_spec(kind, server.url, z)))
+                results[(name, kind)] = rep
+                print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "
+                      f"TTFT p50 {rep['ttft_ms']['p50']:.1f} ms, prefix hits {hits(rep)} ({time.monotonic() - t1:.0f} s)",
+                      flush=True)  # fmt: skip
+                if rep["failed"]:
+                    failed.append(f"{name} {kind}: {rep['failed']} failed: {'; '.join(rep['errors'])}")
+        finally:
+            server.stop()
+    text = tables(results, z)
+    print("\n" + text)
+    (out / "prefix-bench.md").write_text(text + "\n")
+    from tokenrouter.outfile import finite_json
+
+    records = [{"deployment": n, "load": k, "report": r} for (n, k), r in results.items()]
+    saved.write_text(json.dumps(finite_json({"sizes": z.__dict__, "runs": records}), indent=2))
+    for f in failed:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""bench/prefix_bench.py without a server: the plan it serves (bernoulli p = 0.1, B = (1, 2)), the loads it sends,
+and its side-by-side tables with their ratios; `--keep` adds an earlier call's reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def pb(bench_script):
+    return bench_script("prefix_bench")
+
+
+def report(tok_s: float, ttft: float, by_turn=None, hits=None) -> dict:
+    rep = {
+        "decode_throughput_tok_s": tok_s,
+        "ttft_ms": {"p50": ttft, "p99": 2 * ttft},
+        "completed": 1,
+        "requests": 1,
+        "failed": 0,
+        "errors": [],
+    }
+    if by_turn:
+        rep["ttft_ms_by_turn"] = {str(k): {"p50": v} for k, v in by_turn.items()}
+    rep["prefix_cache"] = hits or {}
+    return rep
+
+
+def test_the_plan_and_the_loads(pb, tmp_path):
+    from tokenrouter.compiler.plan import read_plan
+
+    plan = read_plan(pb.make_plan(tmp_path, quick=True, device="cpu"))
+    assert {x: s["batch"] for x, s in plan["models"].items()} == {"slm": 1, "llm": 2}
+    assert plan["entry"] == "slm" and plan["checks"]["feasibility"]["ok"]
+    z = pb.Sizes()
+    shared = pb.load_spec("shared", "http://x", z)
+    assert (shared.shared_prefix_len, shared.prompt_len, shared.num_prompts, shared.output_len, shared.concurrency) == (
+        3000, 24, 32, 128, 8)  # fmt: skip
+    chat = pb.load_spec("chat", "http://x", z)
+    assert (chat.turns, chat.system_len, chat.output_len, chat.concurrency) == (8, 1000, 200, 16)
+    paper = pb.load_spec("paper", "http://x", z)
+    assert (paper.prompt_len, paper.concurrency, paper.shared_prefix_len, paper.turns) == (64, 4, 0, 0)
+
+
+def test_tables_put_the_deployments_side_by_side(pb):
+    z = pb.QUICK
+    on = {"slm": {"enabled": True, "hit_rate": 0.9}, "llm": {"enabled": True, "hit_rate": 0.5}}
+    results = {
+        ("TokenRouter", "shared"): report(300.0, 20.0, hits=on),
+        ("std-serving", "shared"): report(200.0, 25.0, hits=on),
+        ("llm-only", "shared"): report(100.0, 30.0),
+        ("TokenRouter", "chat"): report(150.0, 40.0, {1: 40.0, 2: 44.0, 3: 50.0}),
+        ("llm-only", "chat"): report(75.0, 80.0, {1: 80.0, 2: 90.0, 3: 100.0}),
+        ("TokenRouter", "paper"): report(99.0, 10.0),
+        ("TokenRouter, no cache", "paper"): report(
+            100.0, 10.0, hits={"slm": {"enabled": False, "hit_rate": 0}}
+        ),
+    }
+    text = pb.tables(results, z)
+    assert "| TokenRouter | 300.0 | 20.0 | 40.0 | 1.00x | slm 90%, llm 50% |" in text
+    assert (
+        "| std-serving | 200.0 | 25.0 | 50.0 | 1.50x |" in text
+        and "| llm-only | 100.0 | 30.0 | 60.0 | 3.00x | - |" in text
+    )
+    assert "| TokenRouter | 150.0 | 1.00x | 40.0 | 44.0 | 50.0 | 1.25 |" in text
+    assert "| llm-only | 75.0 | 2.00x | 80.0 | 90.0 | 100.0 | 1.25 |" in text
+    assert "| TokenRouter | 99.0 | 10.0 | 0.99x |" in text and "slm off" in text
+
+
+def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
+    earlier = [{"deployment": "llm-only", "load": "shared", "report": report(50.0, 9.0)},
+               {"deployment": "std-serving", "load": "shared", "report": report(70.0, 9.0)}]  # fmt: skip
+    (tmp_path / "prefix-bench.json").write_text(json.dumps({"sizes": {}, "runs": earlier}))
+    served = []
+
+    class FakeServer:
+        def __init__(self, plan, mode, extra, device, log):
+            served.append((mode, extra))
+            self.url = "http://fake"
+
+        def stop(self):
+            pass
+
+    async def fake_load(spec):
+        return report(80.0, 5.0)
+
+    monkeypatch.setattr(pb, "Server", FakeServer)
+    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
+    monkeypatch.setattr("tokenrouter.runtime.loadgen.run_load", fake_load)
+    assert pb.main(["--out", str(tmp_path), "--quick", "--keep", "--only", "std-serving"]) == 0
+    assert served == [("std-serving", ())]
+    runs = {
+        (r["deployment"], r["load"]): r["report"]
+        for r in json.loads((tmp_path / "prefix-bench.json").read_text())["runs"]
+    }
+    assert runs[("llm-only", "shared")]["decode_throughput_tok_s"] == 50.0  # kept
+    assert runs[("std-serving", "shared")]["decode_throughput_tok_s"] == 80.0  # measured again
+    assert "| llm-only | 50.0 |" in (tmp_path / "prefix-bench.md").read_text()
