@@ -61,7 +61,7 @@ def test_the_sampled_choice_agrees_with_the_exhaustive_chain(inputs, delta_ms):
     b = sampled.best.thresholds
     assert chain[b] >= 0.97 * exact.best.throughput
     assert sampled.best.throughput == pytest.approx(chain[b], rel=0.02)
-    assert sampled.best.stderr_tok_s < 0.01 * sampled.best.throughput
+    assert sampled.best.stderr_tok_s < 0.015 * sampled.best.throughput
 
 
 def test_a_sampled_path_reports_what_the_chain_does():

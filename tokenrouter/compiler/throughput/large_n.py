@@ -5,7 +5,7 @@ with two models, or N = 32 with three, a single candidate's chain has more than 
 feasible candidates number thousands. Here every candidate's chain is not enumerated but *run*: one sample path
 per candidate, all candidates at once in numpy arrays (one array row per candidate), epoch by epoch with the
 chain's own rules — the same ticks `ℓ_i(b)` (latencies alone included), the same simultaneous completions, the
-same start rule, each completed batch routed by a multinomial draw (conditional binomials). A path's long-run
+same start rule, each completed batch routed by a multinomial draw. A path's long-run
 averages are the chain's stationary ones (T(B) as the renewal-reward ratio, with the expected tokens of each
 completed batch as its reward, as the chain has it), so the only difference from the exact chain is the sampling
 error, which the path's length bounds and the result reports (a batch-means standard error).
@@ -65,15 +65,7 @@ class _Paths:
         self.has_alone = self.co.any(axis=0)[None, :]
         self.cols = np.arange(m)[None, :]
         self.tps = inputs.tokens_per_step()
-        # per source model: (target, probability given the targets before it were not drawn) to draw, and the last
-        self.route = []
-        for i in range(m):
-            support = [(j, float(inputs.p[i, j])) for j in range(m) if inputs.p[i, j] > 0]
-            draws, mass = [], 1.0
-            for j, pij in support[:-1]:
-                draws.append((j, min(1.0, pij / mass)))
-                mass -= pij
-            self.route.append((draws, support[-1][0]))
+        self.p = np.array(inputs.p, dtype=float)  # [M, M]: each completed batch routes by its model's row
         self.rng = np.random.default_rng(seed)
         c = len(self.b)
         self.kb = np.zeros((c, 2 * m), dtype=np.int64)  # queues | running batches (0: idle)
@@ -143,13 +135,8 @@ class _Paths:
                     tok, tk = np.zeros(c), np.zeros(c, dtype=np.int64)
             self.r = np.where(running & ~done, self.r - t[:, None], 0)
             self.kb[:, m:] = run - ended
-            for i, (draws, last) in enumerate(self.route):
-                left = ended[:, i]
-                for j, q in draws:
-                    x = self.rng.binomial(left, q)
-                    self.kb[:, j] += x
-                    left = left - x
-                self.kb[:, last] += left
+            if ended.any():  # every completed batch's multinomial at once: [C, from, to], summed over from
+                self.kb[:, :m] += self.rng.multinomial(ended, self.p).sum(axis=1)
             self._start()
 
     def estimate(self) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +196,8 @@ def race(inputs: SystemInputs, cands: list[tuple[int, ...]], delta_ms: float, se
         everyone = paths.results()
         dropped = sorted((everyone[x] for x in gone), key=lambda r: -r.throughput) + dropped
         paths.keep(rows)
-    if final_epochs:
+    if final_epochs:  # measured afresh: the rounds' epochs chose the finalists, and would flatter them
+        paths.reset()
         paths.advance(final_epochs)
     finalists = sorted(paths.results(), key=lambda r: -r.throughput)
     return finalists, dropped
