@@ -10,13 +10,15 @@ averages are the chain's stationary ones (T(B) as the renewal-reward ratio, with
 completed batch as its reward, as the chain has it), so the only difference from the exact chain is the sampling
 error, which the path's length bounds and the result reports (a batch-means standard error).
 
-The search races the candidates (successive halving): every one runs a short path, those clearly behind the best
-(by more than `Z` standard errors of both) are dropped, and the survivors run on, each round twice as long, until
-a few are left; those get a final long run, and B* is the best of them. Where the feasible candidates are more
-than `POOL_LIMIT`, the race runs over a ladder of thresholds per model (1, 2, 3, 4, 6, 8, 12, … up to N) and then
-zooms: the next race is over the box between the ladder neighbours of the winner, until the box is every integer.
-Co-location terms and prompt prefills, fixed points over the chain's result, are solved for the finalists only
-(`colocation.solve`, `prefill.solve` with one path per solve); the race before them prices steps without them.
+The search races the candidates (successive halving): every one runs a short path, and after each round of
+`ROUND_EPOCHS` more those behind the best by more than `Z` joint standard errors are dropped, and at most half go
+on, until `FINALISTS` are left. Where the feasible candidates are more than `POOL_LIMIT`, the race runs over a
+ladder of thresholds per model (1, 2, 3, 4, 6, 8, 12, … up to N) and then zooms: the next race is over the box
+between the ladder neighbours of the winner, until the box is every integer. The candidates of every level within
+reach of the best race once more, from fresh paths, and the finalists' T is measured over `FINAL_EPOCHS` of their
+own: B* is the best of them. Co-location terms and prompt prefills, fixed points over the chain's result, are
+solved for the finalists only (`colocation.solve`, `prefill.solve` with one path per solve); the race before them
+prices steps without them.
 """
 
 from __future__ import annotations
@@ -32,18 +34,16 @@ from tokenrouter.compiler.throughput.dtmc import ChainError, ChainResult, alone_
 from tokenrouter.compiler.throughput.inputs import SystemInputs
 
 METHOD = "sampled"
+EXACT_STATES = 50_000  # the exact chain where the probe's has at most this many states (`chain_fits`)
 POOL_LIMIT = 256  # feasible candidates raced at once; more: a ladder per model, then zoom
+LEVEL_POOL = 128  # candidates of a zoom level at most (the axis points per free model follow from it)
 WARMUP_EPOCHS = 200  # epochs run and not measured (a path starts with every request at the entry)
+ROUND_EPOCHS = 300  # measured epochs each round of the race adds to every candidate still in it
 FINAL_EPOCHS = 4_000  # measured epochs each finalist runs last
 FINAL_POOL = 32  # candidates of the last race at most (`_within_reach`)
 FINALISTS = 4  # the race stops when at most this many are left
 Z = 3.0  # a candidate is dropped when its T is behind the best's by more than Z of their joint standard error
 _CHUNK = 100  # epochs per batch of the batch-means standard error
-
-
-EXACT_STATES = 50_000  # the exact chain where the probe's has at most this many states (`chain_fits`)
-ROUND_EPOCHS = 300  # measured epochs each round of the race adds to every candidate still in it
-LEVEL_POOL = 128  # candidates of a zoom level at most (the axis points per free model follow from it)
 _BIG = np.iinfo(np.int64).max
 
 
@@ -325,7 +325,7 @@ def describe(result) -> str:
     """The line `tune` prints about a sampled search."""
     s, best = result.sampling, result.best
     return (
-        f"sampled chain (too many states to solve): {len(result.results)} candidates raced over {s['levels']} "
+        f"sampled chain (the exact chains are too many or too large): {len(result.results)} candidates raced over {s['levels']} "
         f"level{'s' if s['levels'] > 1 else ''}, the {s['final_race']} nearest the best again, the "
         f"{s['finalists']} finalists over {best.sampled_epochs} epochs each; B*'s T ± {best.stderr_tok_s:.2f} tok/s "
         '(one standard error; docs/throughput.md, "Large N")'
