@@ -122,7 +122,12 @@ def format_table(result: TuneResult, top: int) -> str:
     models = result.models
     head = ["rank", "B (" + ",".join(models) + ")", "T tok/s", "states"] + [f"util {m}" for m in models]
     rows = [
-        [str(k + 1), ",".join(map(str, r.thresholds)), f"{r.throughput:.2f}", str(r.n_states)]
+        [
+            str(k + 1),
+            ",".join(map(str, r.thresholds)),
+            f"{r.throughput:.2f}" + (f" ±{r.stderr_tok_s:.2f}" if r.sampled_epochs else ""),
+            str(r.n_states) if not r.sampled_epochs else "sampled",
+        ]
         + [f"{u:.2f}" for u in r.utilization]
         for k, r in enumerate(result.results[:top])
     ]
@@ -191,6 +196,10 @@ def run_tune(
         f"tune {plan['policy']['name']}: N = {result.concurrency}, δ = {result.delta_ms:g} ms, {result.method} "
         f"search: {len(result.results)} of {result.n_feasible} feasible candidates evaluated in {result.seconds:.2f} s"
     )
+    if result.sampling:
+        from tokenrouter.compiler.throughput.large_n import describe
+
+        lines.append(describe(result))
     lines += describe_inputs(system)
     if gaps is not None:
         lines.append(gap_line(system.inputs.models, gaps) + " (added to every step in the chain)")

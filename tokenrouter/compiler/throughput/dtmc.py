@@ -50,6 +50,8 @@ class ChainResult:
     steps_per_s: tuple[float, ...]  # batches completed per second
     step_shift_ms: tuple[float, ...] = ()  # co-location: ms added to each model's step at the fixed point
     prefill_ms: tuple[float, ...] = ()  # prompt prefills: ms added to each model's step at the fixed point
+    sampled_epochs: int = 0  # a sampled path's measured epochs (`large_n.py`); 0: the chain solved exactly
+    stderr_tok_s: float = 0.0  # a sampled path's standard error of the throughput
 
     def as_dict(self, models: tuple[str, ...]) -> dict:
         shift = {
@@ -69,6 +71,11 @@ class ChainResult:
             "mean_queue": dict(zip(models, self.mean_queue, strict=True)),
             "steps_per_s": dict(zip(models, self.steps_per_s, strict=True)),
             **shift,
+            **(
+                {"sampled_epochs": self.sampled_epochs, "stderr_tok_s": self.stderr_tok_s}
+                if self.sampled_epochs
+                else {}
+            ),
         }
 
 

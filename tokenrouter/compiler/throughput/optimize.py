@@ -1,12 +1,14 @@
 """The search for B* = argmax T(B) over B ∈ {1..N}^M with Σ(B_i − 1) < N, some B_i fixed.
 
-Every candidate is one chain (`dtmc.analyze`), cached by B. When the feasible set is small enough it is
-searched exhaustively; otherwise by coordinate ascent (each free coordinate in turn is set to its best
-value with the others held, until nothing improves), started from all ones — the result then says so.
+Up to `exhaustive_limit` feasible candidates whose largest chain is small enough (`large_n.chain_fits`), every one
+is one chain (`dtmc.analyze`), solved exactly. Otherwise (two models past N ≈ 19, three past N ≈ 10, or one
+candidate of a large N) the chains are too many or too large to solve, and the search samples them instead
+(`large_n.py`); the result's method says which.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Mapping
@@ -34,11 +36,12 @@ class TuneResult:
     concurrency: int
     delta_ms: float
     fixed: dict[str, int]
-    method: str  # "exhaustive" or "coordinate"
+    method: str  # "exhaustive" (every chain solved) or `large_n.METHOD` (sampled)
     n_feasible: int  # size of the feasible candidate set
     results: list[ChainResult] = field(default_factory=list)  # evaluated candidates, best first
     failed: dict[tuple[int, ...], str] = field(default_factory=dict)  # candidates whose chain failed
     seconds: float = 0.0
+    sampling: dict | None = None  # the sampled search's settings (`large_n.py`); None: every chain solved
 
     @property
     def best(self) -> ChainResult:
@@ -61,6 +64,7 @@ class TuneResult:
             "seconds": round(self.seconds, 3),
             "candidates": [r.as_dict(self.models) for r in shown],
             "failed": {",".join(map(str, b)): msg for b, msg in self.failed.items()},
+            **({"sampling": self.sampling} if self.sampling else {}),
         }
 
 
@@ -97,9 +101,15 @@ def tune(
     """Evaluate T(B) over the feasible thresholds and return them best first."""
     n, m = inputs.concurrency, inputs.n_models
     fixed_idx = fixed_indices(inputs, fixed)
+    n_feasible = count_feasible(m - len(fixed_idx), n - sum(v - 1 for v in fixed_idx.values()))
+    from tokenrouter.compiler.throughput.large_n import chain_fits, tune_sampled  # the one hook to `large_n`
+
+    t0 = time.perf_counter()
+    if n_feasible > exhaustive_limit or not chain_fits(inputs, fixed_idx, delta_ms):
+        sampled = tune_sampled(inputs, fixed_idx, delta_ms)  # too many chains, or too large: sample them
+        return dataclasses.replace(sampled, seconds=time.perf_counter() - t0)
     if error := too_many_states(inputs, max_states):
         raise TuneError(error)
-    t0 = time.perf_counter()
     cache: dict[tuple[int, ...], ChainResult | None] = {}
     failed: dict[tuple[int, ...], str] = {}
 
@@ -113,25 +123,8 @@ def tune(
         r = cache[b]
         return -1.0 if r is None else r.throughput
 
-    free = [i for i in range(m) if i not in fixed_idx]
-    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed_idx.values()))
-    if n_feasible <= exhaustive_limit:
-        method = "exhaustive"
-        for b in candidates(m, n, fixed_idx):
-            value(b)
-    else:
-        method = "coordinate"
-        cur = tuple(fixed_idx.get(i, 1) for i in range(m))
-        best = value(cur)
-        improved = True
-        while improved:
-            improved = False
-            for i in free:
-                slack = n - 1 - sum(x - 1 for j, x in enumerate(cur) if j != i)
-                for v in range(1, slack + 2):
-                    cand = cur[:i] + (v,) + cur[i + 1 :]
-                    if value(cand) > best + 1e-12:
-                        best, cur, improved = value(cand), cand, True
+    for b in candidates(m, n, fixed_idx):
+        value(b)
     results = sorted((r for r in cache.values() if r is not None), key=lambda r: -r.throughput)
     if not results:
         first = next(iter(failed.values()), "no feasible thresholds")
@@ -141,7 +134,7 @@ def tune(
         concurrency=n,
         delta_ms=delta_ms,
         fixed={inputs.models[i]: v for i, v in sorted(fixed_idx.items())},
-        method=method,
+        method="exhaustive",
         n_feasible=n_feasible,
         results=results,
         failed=failed,
