@@ -234,6 +234,9 @@ def init_router(
     hidden_size: int = typer.Option(
         None, "--hidden-size", help="Override the model's hidden_size (config.json)."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite the file if there is one (a trained router too)."
+    ),
 ) -> None:
     """Write an untrained router file of the right shape (layout: docs/routers.md)."""
     from pathlib import Path
@@ -260,6 +263,9 @@ def init_router(
         # before the weights are drawn: a folder at the path, or too many weights for memory
         if output is not None and (problem := output_problem(Path(output), what)):
             raise ValueError(problem)
+        if output is not None and Path(output).exists() and not force:
+            typer.echo(f"error: {output} exists (a trained router, perhaps); --force overwrites it", err=True)
+            raise typer.Exit(2)
         if problem := router_size_problem(plan, router, layers, hidden_size):
             typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2)
