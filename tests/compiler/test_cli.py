@@ -173,3 +173,14 @@ def test_help_names_parameters_without_python_types(command: list[str]) -> None:
     usage = next(line for line in r.output.splitlines() if "Usage:" in line)
     pieces = usage.split("[OPTIONS]", 1)[1].split()
     assert all(re.fullmatch(r"\[?[A-Z][A-Z_]*(\.\.\.)?\]?(\.\.\.)?", p) for p in pieces), usage
+
+
+def test_the_readme_policy_is_a_shipped_example_whose_files_are_there() -> None:
+    """The README's example policy is `examples/r2r_kd.tr` as shipped (it named a router file that no example
+    has), and `check` finds every file it names: no 'not found' warning."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## A policy", 1)[1].split("```\n", 2)[1]
+    shipped = (REPO / "examples/r2r_kd.tr").read_text()
+    assert shipped.endswith(block) and block.startswith("policy ")
+    r = run("check", str(REPO / "examples/r2r_kd.tr"))
+    assert r.exit_code == 0 and r.output.strip().endswith("r2r_kd.tr: ok"), r.output
