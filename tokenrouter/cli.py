@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import typer
 
+from tokenrouter.cli_help import App
 from tokenrouter.outfile import finite_json
 
-app = typer.Typer(
+app = App(
     name="tokenrouter",
     help="Token-level LLM routing: check, compile and serve .tr policies.",
     no_args_is_help=True,
@@ -20,8 +21,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tokenrouter import __version__
+
+        typer.echo(f"tokenrouter {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+) -> None:
     """Token-level LLM routing: check, compile and serve .tr policies."""
 
 
@@ -104,7 +117,8 @@ def compile_(
     if result.diagnostics:
         typer.echo(render_all(result.diagnostics), err=True)
     if result.plan is None:
-        typer.echo(f"{file}: not compiled ({len(result.errors)} errors)", err=True)
+        n = len(result.errors)
+        typer.echo(f"{file}: not compiled ({n} error{'s' * (n != 1)})", err=True)
         raise typer.Exit(1)
     out = Path(output) if output else Path(file).with_suffix(".plan")
     try:
@@ -220,6 +234,9 @@ def init_router(
     hidden_size: int = typer.Option(
         None, "--hidden-size", help="Override the model's hidden_size (config.json)."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite the file if there is one (a trained router too)."
+    ),
 ) -> None:
     """Write an untrained router file of the right shape (layout: docs/routers.md)."""
     from pathlib import Path
@@ -246,6 +263,9 @@ def init_router(
         # before the weights are drawn: a folder at the path, or too many weights for memory
         if output is not None and (problem := output_problem(Path(output), what)):
             raise ValueError(problem)
+        if output is not None and Path(output).exists() and not force:
+            typer.echo(f"error: {output} exists (a trained router, perhaps); --force overwrites it", err=True)
+            raise typer.Exit(2)
         if problem := router_size_problem(plan, router, layers, hidden_size):
             typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2)
@@ -270,6 +290,9 @@ def init_router(
 @app.command()
 def serve(
     plan: str = typer.Argument(..., help="A plan (.plan, JSON) or a policy (.tr, compiled on the fly)."),
+    define: list[str] = typer.Option(
+        None, "-D", "--define", help="With a .tr policy: override a param, as compile's -D: NAME=VALUE."
+    ),
     host: str = typer.Option("127.0.0.1", help="Address the HTTP server listens on."),
     port: int = typer.Option(8000, help="HTTP port (0: any free port; the printed URL has it)."),
     api_key: str = typer.Option(
@@ -378,6 +401,7 @@ def serve(
         name: int(b)
         for name, b in _name_values(batch, "--batch", "MODEL=B", lambda v: v.strip().isdigit()).items()
     }
+    defines = _defines(define)
     try:
         cfg = ServeConfig(plan=plan, host=host, port=port, api_key=api_key, tcp=tcp, device=device,
                           startup_timeout_s=startup_timeout, log_level=log_level, mode=mode, llm=llm,
@@ -385,7 +409,7 @@ def serve(
                           liveness_timeout_s=liveness_timeout,
                           mps=mps, mps_sm=sm_caps, mps_low=list(mps_low or []), batch=thresholds,
                           cpu_threads=cpu_threads, max_body_mib=max_body_mib, body_timeout_s=body_timeout,
-                          profile_dir=profile_dir, prefix_cache=prefix_cache)  # fmt: skip
+                          profile_dir=profile_dir, prefix_cache=prefix_cache, defines=defines)  # fmt: skip
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

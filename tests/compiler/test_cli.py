@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
@@ -115,6 +117,7 @@ def test_inspect_shows_what_tune_chose(tmp_path: Path) -> None:
 def test_compile_with_errors_writes_nothing(tmp_path: Path) -> None:
     r = run("compile", str(FIX / "deadlock.tr"), "-o", str(tmp_path / "x.plan"))
     assert r.exit_code == 1 and "delayed batching can deadlock" in r.output
+    assert "deadlock.tr: not compiled (1 error)\n" in r.output
     assert not (tmp_path / "x.plan").exists()
 
 
@@ -148,3 +151,36 @@ def test_console_script_prints_no_traceback(cmd: list[str]) -> None:
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("tests/fixtures/diagnostics/syntax_errors.tr:3:9: error: unexpected 'int'")
+
+
+def test_version() -> None:
+    from tokenrouter import __version__
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.output == f"tokenrouter {__version__}\n"
+
+
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+@pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS)])
+def test_help_names_parameters_without_python_types(command: list[str]) -> None:
+    """No `<bool>` / `<list[str]>` tags; the usage line names arguments in capitals, as `FILES...` or
+    `PLAN` (`[OUT]` when optional), never `{file}`."""
+    r = runner.invoke(app, [*command, "--help"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert not re.search(r"<(bool|str|int|float|list\[|path)", r.output), r.output
+    usage = next(line for line in r.output.splitlines() if "Usage:" in line)
+    pieces = usage.split("[OPTIONS]", 1)[1].split()
+    assert all(re.fullmatch(r"\[?[A-Z][A-Z_]*(\.\.\.)?\]?(\.\.\.)?", p) for p in pieces), usage
+
+
+def test_the_readme_policy_is_a_shipped_example_whose_files_are_there() -> None:
+    """The README's example policy is `examples/r2r_kd.tr` as shipped (it named a router file that no example
+    has), and `check` finds every file it names: no 'not found' warning."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## A policy", 1)[1].split("```\n", 2)[1]
+    shipped = (REPO / "examples/r2r_kd.tr").read_text()
+    assert shipped.endswith(block) and block.startswith("policy ")
+    r = run("check", str(REPO / "examples/r2r_kd.tr"))
+    assert r.exit_code == 0 and r.output.strip().endswith("r2r_kd.tr: ok"), r.output

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenrouter.dsl.formatter import format_expr, format_module
+from tokenrouter.dsl.formatter import LINE_LENGTH, format_expr, format_module
 from tokenrouter.dsl.parser import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,3 +74,29 @@ def test_layout_and_comment_placement() -> None:
         '# top\npolicy p  # why\n\nmodel a = "x" { gpu: 0, batch: auto }\nroute a {\n  # lead\n'
         "  when margin < 0.1 -> b drop for 2  # tail\n  -> b\n  # last\n}\n# end\n"
     )
+
+
+def test_a_long_declaration_is_broken_at_argument_boundaries() -> None:
+    """A two-line router declaration stays two lines within LINE_LENGTH (it was joined into one of 150
+    columns), broken as its source was; model and serve options that do not fit break the same way."""
+    src = (
+        "policy p\n"
+        'model slm = "s" { batch: auto, gpu: 0, mem: 0.5, dtype: "bfloat16", max_len: 4096, engine: "embedded",'
+        ' load: "dummy" }\n'
+        'router gate = mlp("routers/a_rather_long_router_file_name_for_the_gate.safetensors", hidden(slm),\n'
+        "                  topk_logprobs(slm, 100), embedding(slm, token))  # the gate\n"
+        "entry slm\n"
+    )
+    out = format_module(parsed(src))
+    assert out == (
+        "policy p\n"
+        'model slm = "s" { batch: auto, gpu: 0, mem: 0.5, dtype: "bfloat16", max_len: 4096,\n'
+        '                  engine: "embedded", load: "dummy" }\n'
+        'router gate = mlp("routers/a_rather_long_router_file_name_for_the_gate.safetensors", hidden(slm),\n'
+        "                  topk_logprobs(slm, 100), embedding(slm, token))  # the gate\n"
+        "entry slm\n"
+    )
+    assert all(len(line.split("  #")[0]) <= LINE_LENGTH for line in out.splitlines())
+    assert format_module(parsed(out)) == out and parsed(out) == parsed(src)
+    one_line = src.replace(",\n                  topk", ", topk")
+    assert format_module(parsed(one_line)) == out

@@ -2,7 +2,10 @@
 bundled ptxas builds the cubins without a GPU. Catches kernels that only run under the interpreter.
 
 The compile runs in a fresh interpreter process (a process that loaded Triton in interpreter mode, as
-this package's conftest does without CUDA, cannot also compile)."""
+this package's conftest does without CUDA, cannot also compile). On every machine each kernel compiles in
+each of its code paths (the constexpr switches: PDL, prefetch, fused merge, eager loads, norm, SiLU, trace)
+with one tile shape each, about 30 compiles; every tile shape the engine can pick (about 150, 100 s on two
+idle cores) compiles where CUDA is (`gpu`). Neither has a time limit: a loaded machine only makes them slower."""
 
 from __future__ import annotations
 
@@ -12,12 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
 
-def compile_all() -> list[str]:
-    """Compile each kernel in representative configurations; returns what was compiled."""
+def compile_all(full: bool = False) -> list[str]:
+    """Compile each kernel in each code path (`full`: in every tile configuration too); returns what was
+    compiled."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -53,7 +58,7 @@ def compile_all() -> list[str]:
     # and the decode one with the load order of runs A/B; with programmatic dependent launch and the
     # first tile read before the wait: decode and a 32-row extend
     # and the split merge fused in (decode and a 16-row extend, with PDL and prefetch, and a plain decode)
-    for group, block_m, splits, stages, eager, pdl, fused, *rest in (
+    attention = [
         (2, 16, tk.MAX_SPLITS, 1, True, False, False),
         (4, 32, 4, 3, True, False, False),
         (4, 64, 1, 2, True, False, False),
@@ -70,7 +75,10 @@ def compile_all() -> list[str]:
         (2, 16, 1, 2, True, True, False, 128),
         (2, 16, 32, 2, True, True, True, 32),
         (4, 32, 32, 2, True, True, True, 32),
-    ):
+    ]
+    if not full:  # split decode, prefill, plain loads, PDL with the fused merge, 32-row blocks of 128 tokens
+        attention = [attention[i] for i in (0, 2, 3, 6, 12)]
+    for group, block_m, splits, stages, eager, pdl, fused, *rest in attention:
         block_n = rest[0] if rest else 64
         merge_rows = tk.fused_merge_rows(block_m, splits, 128, 4, 1) if block_m == 16 and fused else 2
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=splits,
@@ -93,7 +101,9 @@ def compile_all() -> list[str]:
         )
     gemv_variants = [
         (cfg, variant)
-        for cfg in tk._GEMV_CONFIGS  # every tile shape, with SiLU*up, and with add & RMSNorm folded in
+        for cfg in tk._GEMV_CONFIGS[
+            : None if full else 1
+        ]  # every tile shape, with SiLU*up, and with add & RMSNorm
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
             dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
@@ -112,7 +122,8 @@ def compile_all() -> list[str]:
     variants = [
         (bm, cfg, variant)
         for bm, cfgs in tk._GEMV_FEW_CONFIGS.items()  # the few-row kernel: every row count and tile shape
-        for cfg in cfgs
+        if full or bm == 2  # (test_few_row_gemv_keeps_rows_in_registers_on_sm90 compiles each row count)
+        for cfg in cfgs[: None if full else 1]
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False),
             dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
@@ -132,7 +143,7 @@ def compile_all() -> list[str]:
         )
     dot_variants = [  # the tensor-core few-row kernel: every tile config with SiLU*up, with add & norm, and
         (cfg, variant)  # plain with PDL and the first weight tile read before the wait (the engine's default)
-        for cfg in tk._DOT_ROWS_CONFIGS
+        for cfg in tk._DOT_ROWS_CONFIGS[: None if full else 1]
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False),
             dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False, PREFETCH_W=False),
@@ -146,7 +157,7 @@ def compile_all() -> list[str]:
     dot_variants += [  # the one-tile configs that `dot_prefetch` tunes over, with SiLU*up (down_proj), for
         # steps of up to 16 and of 17-32 rows
         (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True, BLOCK_X=bx))
-        for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS
+        for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS[: None if full else 1]
         for bx in (16, 32)
     ]
     dot_variants.append(  # the timeline trace (`DotTrace`: the GPU's global timer and SM id)
@@ -208,27 +219,41 @@ def compile_all() -> list[str]:
     return done
 
 
-def test_few_row_gemv_keeps_rows_in_registers_on_sm90():
-    """No layout conversion or barrier in `_gemv_few_kernel`'s K loop (see `few_row_loop_conversions`)."""
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run(
-        [sys.executable, __file__, "few-row-loop"], env=env, capture_output=True, text=True, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 3 * 2 and all(line.endswith(": 0") for line in lines), proc.stdout
-
-
-def test_kernels_compile_for_sm90():
+def compiled(*args: str) -> list[str]:
+    """This file run as a script in a fresh process (no interpreter mode) with `args`: its lines. No time
+    limit (pytest's is off for the tests that call it): Triton's compiles only take longer on a busy machine."""
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = str(Path(__file__).resolve().parents[2])  # this checkout's package, installed or not
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.timeout(0)
+def test_few_row_gemv_keeps_rows_in_registers_on_sm90():
+    """No layout conversion or barrier in `_gemv_few_kernel`'s K loop (see `few_row_loop_conversions`)."""
+    lines = compiled("few-row-loop")
+    assert len(lines) == 3 * 2 and all(line.endswith(": 0") for line in lines), lines
+
+
+@pytest.mark.timeout(0)
+def test_kernels_compile_for_sm90():
+    """Each kernel in each code path, one tile shape each."""
+    lines = compiled()
+    # attention 5, merge 3, gemv 2 + PDL, few-row 2 + PDL, dot 3 + 2 with PDL + 2 one-tile + trace + 2
+    # unrolled, rmsnorm 3, silu and qk-norm 2 each, store 1
+    assert len(lines) == 5 + 3 + 3 + 3 + 10 + 3 + 4 + 1, "\n".join(lines)
+    kernels = {line.split()[0] for line in lines}
+    assert len(kernels) == 9, kernels  # every kernel of the GPU path
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(0)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CPU compiles each path once)")
+def test_every_tile_config_compiles_for_sm90():
+    lines = compiled("full")
     from tokenrouter.runtime.engine.attention import triton_kernels as tk
 
     gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
@@ -237,9 +262,7 @@ def test_kernels_compile_for_sm90():
     assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
     # + the traced one and the two with the merge unrolled
     dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1 + 2
-    assert proc.stdout.count("\n") == 16 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, (
-        proc.stdout
-    )  # every configuration above compiled
+    assert len(lines) == 16 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, "\n".join(lines)  # every one above
 
 
 def few_row_loop_conversions() -> list[str]:
@@ -285,5 +308,9 @@ def few_row_loop_conversions() -> list[str]:
 
 
 if __name__ == "__main__":
-    for line in few_row_loop_conversions() if sys.argv[1:] == ["few-row-loop"] else compile_all():
+    for line in (
+        few_row_loop_conversions()
+        if sys.argv[1:] == ["few-row-loop"]
+        else compile_all(sys.argv[1:] == ["full"])
+    ):
         print(line)

@@ -99,3 +99,24 @@ def test_calibrate_refuses_more_tokens_than_the_context_holds():
     assert res.exit_code == 2, res.output
     assert "--prompt-len 32 and --max-tokens 100000: sequences of 100032 tokens, but model" in res.stderr
     assert "takes 1024 at most" in res.stderr
+
+
+def test_init_router_keeps_a_file_that_is_there_unless_forced(tmp_path):
+    """Without -o it would write over the policy's own router (the shipped examples' trained ones)."""
+    out = tmp_path / "r.safetensors"
+    out.write_bytes(b"trained")
+    res = cli("init-router", KD, "divergence", "-o", out)
+    assert (
+        res.exit_code == 2 and f"error: {out} exists" in res.stderr and "--force overwrites it" in res.stderr
+    )
+    assert out.read_bytes() == b"trained"
+    res = cli("init-router", KD, "divergence", "-o", out, "--force")
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes() != b"trained" and f"wrote {out}: untrained mlp router" in res.stdout
+    (tmp_path / "routers").mkdir()  # the policy's own path, beside a copy of it
+    own = tmp_path / "routers/py_kd_r2r_divergence.safetensors"
+    trained = (REPO / "examples/routers" / own.name).read_bytes()
+    own.write_bytes(trained)
+    (tmp_path / "kd.tr").write_text(Path(KD).read_text())
+    res = cli("init-router", tmp_path / "kd.tr", "divergence", "--hidden-size", "8")
+    assert res.exit_code == 2 and f"error: {own} exists" in res.stderr and own.read_bytes() == trained

@@ -3,7 +3,9 @@
 One declaration per line, two-space indented rules, options as `{ key: value, … }`, minimal parentheses,
 comments kept (a comment on its own line stays above the next declaration or rule; a comment at the
 end of a line stays at the end of that line), at most one blank line between declarations where the
-source had one. Formatting is idempotent and preserves the parse.
+source had one. A router's arguments and a model's or `serve`'s options that do not fit in `LINE_LENGTH`
+columns are broken after commas, each further line aligned under the first argument. Formatting is
+idempotent and preserves the parse.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from tokenrouter.dsl import ast
 # binding strength: higher binds tighter
 PREC = {"or": 1, "and": 2, "not": 3, "cmp": 4, "in": 4, "+": 5, "-": 5, "*": 6, "/": 6, "neg": 7, "atom": 8}
 CMP = {"<", "<=", ">", ">=", "==", "!="}
+LINE_LENGTH = 100
 
 
 def _prec(e: ast.Expr) -> int:
@@ -71,10 +74,30 @@ def _wrap(e: ast.Expr, min_prec: int, right: bool = False) -> str:
     return text if p >= min_prec else f"({text})"
 
 
-def format_options(options: tuple[ast.Option, ...]) -> str:
+def fill(head: str, items: list[str], tail: str) -> str:
+    """`head` + the items joined by ", " + `tail`, on one line where it fits in LINE_LENGTH columns; else
+    broken after commas, as many items to a line as fit, each further line aligned under the first item (or
+    indented by four where `head` is too long for that)."""
+    one = head + ", ".join(items) + tail
+    if len(one) <= LINE_LENGTH or len(items) < 2:
+        return one
+    indent = " " * (len(head) if len(head) <= LINE_LENGTH // 2 else 4)
+    lines, line = [], head + items[0]
+    for i, item in enumerate(items[1:], start=2):
+        end = tail if i == len(items) else ","
+        if len(line) + 2 + len(item) + len(end) <= LINE_LENGTH:
+            line += ", " + item
+        else:
+            lines.append(line + ",")
+            line = indent + item
+    return "\n".join([*lines, line + tail])
+
+
+def format_options(options: tuple[ast.Option, ...], head: str = "") -> str:
+    """`{ key: value, … }` after `head` (which it returns with it), broken as `fill` breaks it."""
     if not options:
-        return "{ }"
-    return "{ " + ", ".join(f"{o.key.name}: {format_expr(o.value)}" for o in options) + " }"
+        return head + "{ }"
+    return fill(head + "{ ", [f"{o.key.name}: {format_expr(o.value)}" for o in options], " }")
 
 
 def format_rule(r: ast.Rule) -> str:
@@ -96,16 +119,15 @@ def format_decl_head(d: ast.Decl) -> str:
         case ast.ParamDecl(name=n, type=t, value=v):
             return f"param {n.name}: {t.name} = {format_expr(v)}"
         case ast.ModelDecl(name=n, path=p, options=opts):
-            return f"model {n.name} = {format_expr(p)}" + (
-                f" {format_options(opts)}" if opts is not None else ""
-            )
-        case ast.RouterDecl(name=n, call=c):
-            return f"router {n.name} = {format_expr(c)}"
+            head = f"model {n.name} = {format_expr(p)}"
+            return head if opts is None else format_options(opts, head + " ")
+        case ast.RouterDecl(name=n, call=ast.Call(func=f, args=args)):
+            return fill(f"router {n.name} = {f.dotted}(", [format_expr(a) for a in args], ")")
         case ast.FnDecl(name=n, args=args, body=b):
             sig = ", ".join(f"{a.name.name}: {a.type.name}" for a in args)
             return f"fn {n.name}({sig}) = {format_expr(b)}"
         case ast.ServeDecl(options=opts):
-            return f"serve {format_options(opts)}"
+            return format_options(opts, "serve ")
         case ast.EntryDecl(model=m):
             return f"entry {m.name}"
         case ast.ImportDecl(path=p, stdlib=s, alias=a):

@@ -74,6 +74,9 @@ class LaunchError(Exception):
 @dataclass(slots=True)
 class ServeConfig:
     plan: str  # a .plan (JSON) file, or a .tr source compiled on the fly
+    defines: dict[str, str] = field(
+        default_factory=dict
+    )  # -D NAME=VALUE: a .tr source's params, as compile's
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the printed URL has the one chosen)
     api_key: str | None = None
@@ -103,6 +106,13 @@ class ServeConfig:
         from tokenrouter.runtime.modes import MODES
         from tokenrouter.runtime.mps import MODES as MPS_MODES
 
+        if self.defines and Path(self.plan).suffix != ".tr":
+            raise ValueError("-D applies to a .tr policy; a plan's params are already bound")
+        if self.defines and self.remote:
+            raise ValueError(
+                "-D with --remote: compile the policy with -D first and serve that plan, so that the remote "
+                "subservers run the same one"
+            )
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"--cpu-threads {self.cpu_threads}: at least 1")
         if self.profile_dir is not None:
@@ -173,15 +183,16 @@ def writable_folder(path: str, flag: str) -> str:
     return str(folder)
 
 
-def load_plan(path: str, run_dir: Path) -> tuple[dict[str, Any], str]:
-    """(plan, path of a plan file the subservers can read). A .tr source is compiled into run_dir."""
+def load_plan(path: str, run_dir: Path, defines: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """(plan, path of a plan file the subservers can read). A .tr source is compiled into run_dir, its params
+    overridden by `defines` (`-D`)."""
     from tokenrouter.compiler.driver import load_plan as load
     from tokenrouter.compiler.plan import PlanError, write_plan
 
     if not Path(path).exists():
         raise LaunchError(f"{path}: no such file")
     try:
-        plan = load(path)
+        plan = load(path, defines)
     except PlanError as e:
         raise LaunchError(str(e)) from None
     if Path(path).suffix == ".tr":
@@ -342,7 +353,7 @@ class Launcher:
         cfg = self.cfg
         self.run_dir = Path(tempfile.mkdtemp(prefix="tokenrouter-", dir=cfg.run_dir))
         os.chmod(self.run_dir, 0o700)
-        plan, plan_path = load_plan(cfg.plan, self.run_dir)
+        plan, plan_path = load_plan(cfg.plan, self.run_dir, cfg.defines)
         check_models(plan)
         plan, plan_path = self._apply_mode(plan, plan_path)
         check_port(cfg.host, cfg.port)

@@ -768,9 +768,10 @@ def format_report(report: dict) -> str:
     warm = report.get("warmup") or {}
     if warm.get("requests"):
         rows.append(("warm-up requests (not counted)", f"{warm['requests']} ({warm['failed']} failed)"))
-    width = max(len(k) for k, _ in rows)
-    lines = [f"| {'metric'.ljust(width)} | value |", f"| {'-' * width} | ----- |"]
-    lines += [f"| {k.ljust(width)} | {v} |" for k, v in rows]
+    rows = [("metric", "value"), *((k, str(v)) for k, v in rows)]
+    width, value_width = (max(len(row[i]) for row in rows) for i in (0, 1))
+    lines = [f"| {k.ljust(width)} | {v.ljust(value_width)} |" for k, v in rows]
+    lines.insert(1, f"| {'-' * width} | {'-' * value_width} |")
     if report["errors"]:
         lines.append("errors: " + "; ".join(report["errors"]))
     if warm.get("errors"):

@@ -473,3 +473,53 @@ def test_a_profile_whose_subserver_fails_or_does_not_answer(tmp_path):
         await mgr.close()
 
     asyncio.run(go())
+
+
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    "template, jinja_files",
+    [
+        (TEMPLATE, True),  # chat_template.jinja, as transformers 5 saves it
+        (TEMPLATE, False),  # a string in tokenizer_config.json
+        (
+            {"default": TEMPLATE, "tool_use": "tools: {{ messages | length }}"},
+            True,
+        ),  # + additional_chat_templates/
+        ({"default": TEMPLATE, "tool_use": "tools: {{ messages | length }}"}, False),  # a list of named ones
+    ],
+)
+def test_chat_template_where_transformers_saves_it(tmp_path, template, jinja_files):
+    """The folder's chat template renders as `transformers.AutoTokenizer.apply_chat_template` renders it, in
+    each form `save_pretrained` writes."""
+    transformers = pytest.importorskip("transformers")
+    from tokenrouter.runtime.engine.generate import apply_chat_template
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(MODELS / "tiny-small"))
+    tok.chat_template = template
+    tok.save_pretrained(str(tmp_path), save_jinja_files=jinja_files)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert (tmp_path / "chat_template.jinja").is_file() == jinja_files
+    assert ("chat_template" in config) != jinja_files
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    want = transformers.AutoTokenizer.from_pretrained(str(tmp_path)).apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    assert want.startswith("[user] hi<|im_end|>\n")
+    assert TextCodec(tmp_path).apply_chat_template(messages) == want
+    assert apply_chat_template(tmp_path, messages) == want  # `generate --chat`
+
+
+def test_a_folder_without_a_chat_template_says_where_it_looked(tmp_path):
+    (tmp_path / "tokenizer.json").write_text((MODELS / "tiny-small" / "tokenizer.json").read_text())
+    with pytest.raises(
+        TemplateError, match="neither chat_template.jinja nor a chat_template in tokenizer_config"
+    ):
+        TextCodec(tmp_path).apply_chat_template([{"role": "user", "content": "x"}])
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}")
+    with pytest.raises(TemplateError, match="the chat template does not parse"):
+        TextCodec(tmp_path)

@@ -63,3 +63,29 @@ def test_serving_to_other_hosts_without_an_api_key_is_warned_about(host, key, wa
     assert (text is not None) == warned
     if warned:
         assert f"--host {host} without --api-key" in text
+
+
+def test_serve_takes_defines_as_compile_does(tmp_path):
+    """`serve FILE.tr -D NAME=VALUE` binds the param in the plan the subservers read, as `compile -D` does; a
+    value the param refuses fails as `compile`'s does (exit 1, the diagnostic), before any process starts."""
+    from tokenrouter.compiler.plan import read_plan
+    from tokenrouter.runtime.launcher import load_plan
+
+    plan, path = load_plan(BERNOULLI, tmp_path, {"p": "0.5"})
+    assert plan["params"]["p"]["value"] == 0.5 and read_plan(path)["params"]["p"]["value"] == 0.5
+    res = cli("serve", BERNOULLI, "-D", "p=lots")
+    assert res.exit_code == 1 and "-D p=lots: 'lots' is not a float" in res.stderr
+    res = cli("serve", BERNOULLI, "-D", "novalue")
+    assert res.exit_code == 2 and "expected NAME=VALUE" in res.stderr
+
+
+def test_serve_refuses_defines_where_they_cannot_apply(tmp_path):
+    plan = tmp_path / "b.plan"
+    plan.write_text("{}")
+    res = cli("serve", plan, "-D", "p=0.5")
+    assert (
+        res.exit_code == 2
+        and "error: -D applies to a .tr policy; a plan's params are already bound" in res.stderr
+    )
+    res = cli("serve", BERNOULLI, "-D", "p=0.5", "--tcp", "--remote", "llm=10.0.0.2:5601")
+    assert res.exit_code == 2 and "error: -D with --remote: compile the policy with -D first" in res.stderr

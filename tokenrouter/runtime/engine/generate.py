@@ -78,23 +78,17 @@ def load_tokenizer(folder: str | Path):
 
 
 def apply_chat_template(folder: str | Path, messages: list[dict]) -> str:
-    """Render the folder's chat template (tokenizer_config.json) in a sandbox, with the generation prompt."""
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """The folder's chat template rendered with the generation prompt, as the server renders it (`TextCodec`)."""
+    import json
 
-    from tokenrouter.runtime.engine.config import read_json
+    from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
 
-    path = Path(folder) / "tokenizer_config.json"
-    if not path.is_file():
-        raise ModelFolderError(f"{Path(folder)}: no tokenizer_config.json (needed for a chat template)")
-    template = read_json(path).get("chat_template")
-    if not isinstance(template, str):
-        raise ModelFolderError(f"{path}: no chat_template")
     try:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(template).render(messages=messages, add_generation_prompt=True)
-    except TemplateError as e:
-        raise ModelFolderError(f"{path}: chat_template does not render: {e}") from e
+        return TextCodec(folder).apply_chat_template(messages)
+    except FileNotFoundError as e:
+        raise ModelFolderError(str(e)) from e
+    except (TemplateError, json.JSONDecodeError) as e:
+        raise ModelFolderError(f"{Path(folder)}: {e}") from e
 
 
 def generate_from_folder(

@@ -1,7 +1,8 @@
 """Text ↔ token ids for the frontend: the entry model's tokenizer, its chat template, incremental detokenizing.
 
-Only `tokenizers` and jinja2 are used (no transformers): `tokenizer.json` for encode/decode, and
-`tokenizer_config.json` for the chat template and the special tokens the template may reference.
+Only `tokenizers` and jinja2 are used (no transformers): `tokenizer.json` for encode/decode,
+`tokenizer_config.json` for the special tokens the template may reference, and the chat template where
+transformers keeps it (`read_chat_template`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,24 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+NO_TEMPLATE = "no chat template (neither chat_template.jinja nor a chat_template in tokenizer_config.json)"
+
+
+def read_chat_template(model_dir: Path, config: dict) -> str | None:
+    """The folder's default chat template, read as transformers reads it: `chat_template.jinja` (what
+    `save_pretrained` writes since transformers 5) before tokenizer_config.json's `chat_template`, which is a
+    string or a list of named templates (`[{"name": "default", "template": ...}, ...]`) whose "default" is
+    used. None where there is none."""
+    path = model_dir / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
 class TextCodec:
     """Tokenizer, chat template and special tokens of one model folder."""
 
@@ -46,15 +65,15 @@ class TextCodec:
         self.eos_token = _token_text(cfg.get("eos_token"))
         eos_id = self.tokenizer.token_to_id(self.eos_token) if self.eos_token else None
         self.eos_token_ids: tuple[int, ...] = () if eos_id is None else (eos_id,)
-        template = cfg.get("chat_template")
-        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-            template = named.get("default")
+        template = read_chat_template(model_dir, cfg)
         self._template = None
         if isinstance(template, str):
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = _raise_exception
-            self._template = env.from_string(template)
+            try:
+                self._template = env.from_string(template)
+            except jinja2.TemplateSyntaxError as e:
+                raise TemplateError(f"the chat template does not parse: {e}") from e
 
     @property
     def vocab_size(self) -> int:
@@ -77,7 +96,7 @@ class TextCodec:
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         if self._template is None:
-            raise TemplateError("the model has no chat template (tokenizer_config.json: chat_template)")
+            raise TemplateError(f"the model has {NO_TEMPLATE}")
         try:
             return self._template.render(
                 messages=messages,
