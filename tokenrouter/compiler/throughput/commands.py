@@ -45,12 +45,13 @@ from tokenrouter.outfile import check_output, finite_json
 
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
-    """A plan from a `.plan` file, or compiled from a `.tr` source."""
+    """A plan from a `.plan` file, or compiled from a `.tr` source (the throughput model reads no weights: a
+    model folder or router file missing here is a warning of the compiler, not an error)."""
     from tokenrouter.compiler.driver import load_plan as load
     from tokenrouter.compiler.plan import PlanError
 
     try:
-        return load(path, defines)
+        return load(path, defines, weights_check=False)
     except PlanError as e:
         raise ThroughputInputError(str(e)) from None
 
