@@ -123,8 +123,10 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
     import numpy as np
 
     from tokenrouter.runtime import messages as msgs
+    from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.base import EngineError
 
+    threads.set_torch_threads(len(plan["models"]))  # measured with the threads `serve` gives each model
     try:
         ex, devices = _counting_executor(plan, cfg.device)
     except (EngineError, ValueError, OSError) as e:
