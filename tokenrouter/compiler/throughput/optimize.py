@@ -39,10 +39,13 @@ class TuneResult:
     results: list[ChainResult] = field(default_factory=list)  # evaluated candidates, best first
     failed: dict[tuple[int, ...], str] = field(default_factory=dict)  # candidates whose chain failed
     seconds: float = 0.0
+    chosen: int = (
+        0  # index in `results` of the candidate chosen (0, the chain's best, unless `tune` kept another)
+    )
 
     @property
     def best(self) -> ChainResult:
-        return self.results[0]
+        return self.results[self.chosen]
 
     def best_thresholds(self) -> dict[str, int]:
         return dict(zip(self.models, self.best.thresholds, strict=True))
