@@ -101,6 +101,24 @@ def test_tune_keeps_the_plans_setting_where_the_timeout_makes_b_star_serve_worse
     assert check["kept"] == "current" and check["current_tok_s"] > check["best_tok_s"] * 1.01
 
 
+def test_tune_refuses_where_the_better_plan_setting_is_beyond_the_chains_state_limit(tmp_path):
+    """At --max-states 100 the chain evaluates (1, 2..4) but not the plan's (1, 1) (715 states): that is said
+    next to the candidate, and where the simulation prefers (1, 1) nothing is written, with the reason."""
+    args = ["--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--max-states", "100"]
+    out = tmp_path / "out.plan"
+    res = runner.invoke(app, ["tune", write(tmp_path, R2R_LIKE), *args, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "not evaluated: B = 1,1 (the plan's setting): the chain has more than 100 states" in res.stdout
+    slow = write(tmp_path, R2R_LIKE.replace("concurrency: 4", "concurrency: 4, max_delay_ms: 10"), "slow.tr")
+    res = runner.invoke(app, ["tune", slow, *args, "-o", str(tmp_path / "slow.plan")])
+    assert res.exit_code == 1 and not (tmp_path / "slow.plan").exists()
+    assert (
+        "the plan's setting serves better, but the chain could not evaluate it (the chain has more than 100"
+        in (res.stderr)
+    )
+    assert "the plan was not written" in res.stderr and "Traceback" not in res.output
+
+
 def test_tune_plot_writes_png(tmp_path):
     src = write(tmp_path, R2R_LIKE)
     png = tmp_path / "t.png"
@@ -282,7 +300,7 @@ def test_tune_skips_candidates_over_the_state_cap(tmp_path):
     res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--max-states", "20",
                               "-o", str(tmp_path / "o.plan")])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "not evaluated: B = 1,1: the chain has more than 20 states" in res.output
+    assert "not evaluated: B = 1,1 (the plan's setting): the chain has more than 20 states" in res.output
     assert "B* = slm 1, llm 3" in res.output  # 14 states: still evaluated
 
 

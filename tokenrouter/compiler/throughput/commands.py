@@ -41,7 +41,7 @@ from tokenrouter.compiler.throughput.rate_tune import (
     tune_at_rate,
 )
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
-from tokenrouter.compiler.throughput.timeout_check import check_timeout
+from tokenrouter.compiler.throughput.timeout_check import check_timeout, current_thresholds
 from tokenrouter.outfile import check_output, finite_json
 
 
@@ -208,8 +208,10 @@ def run_tune(
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     lines.append(format_table(result, top))
+    current = current_thresholds(plan, system.inputs.models)
     for b, msg in result.failed.items():
-        lines.append(f"not evaluated: B = {','.join(map(str, b))}: {msg}")
+        mine = " (the plan's setting)" if b == current else ""
+        lines.append(f"not evaluated: B = {','.join(map(str, b))}{mine}: {msg}")
     lines.append(
         ("B* = " if result.chosen == 0 else "kept the plan's setting over the chain's B* (the timeout): ")
         + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
@@ -237,8 +239,8 @@ def _keep_current(result: TuneResult, check) -> None:
     if check.current not in thresholds:
         why = result.failed.get(check.current, "it was not among the candidates searched")
         raise ThroughputInputError(
-            f"{check.line()}, but the chain could not evaluate that setting ({why}), so there is no tuning to "
-            "write: the plan was not written"
+            f"{check.simulated()}: the plan's setting serves better, but the chain could not evaluate it "
+            f"({why}), so there is no tuning of it to record: the plan was not written"
         )
     result.chosen = thresholds.index(check.current)
 

@@ -31,19 +31,24 @@ class TimeoutCheck:
     def keep_current(self) -> bool:
         return self.current_tok_s > self.best_tok_s * (1.0 + TIE)
 
-    def line(self) -> str:
+    def simulated(self) -> str:
+        """What the simulation found, for a message."""
+
         def name(b: tuple[int, ...]) -> str:
             return "(" + ", ".join(f"{m} {x}" for m, x in zip(self.models, b, strict=True)) + ")"
 
-        sims = (
-            f"the chain has no timeout; simulated with max_delay_ms = {self.max_delay_ms:g}, its B* {name(self.best)} serves "
-            f"{self.best_tok_s:.1f} tok/s and the plan's setting {name(self.current)} {self.current_tok_s:.1f}"
+        return (
+            f"the chain has no timeout; simulated with max_delay_ms = {self.max_delay_ms:g}, its B* "
+            f"{name(self.best)} serves {self.best_tok_s:.1f} tok/s and the plan's setting {name(self.current)} "
+            f"{self.current_tok_s:.1f}"
         )
+
+    def line(self) -> str:
+        """What was found and which setting is kept."""
         if self.keep_current:
-            return f"{sims}: the plan's setting is kept"
-        return f"{sims}: B* is kept" + (
-            " (within 1 %, a tie)" if self.current_tok_s > self.best_tok_s else ""
-        )
+            return f"{self.simulated()}: the plan's setting is kept"
+        tie = " (within 1 %, a tie)" if self.current_tok_s > self.best_tok_s else ""
+        return f"{self.simulated()}: B* is kept{tie}"
 
     def as_dict(self) -> dict:
         return {
