@@ -169,9 +169,9 @@ def test_missing_or_unreadable_router_file(tmp_path):
         RouteKernel(plan, "slm", "torch", embed=lambda t: t)
     assert path in str(err.value)
     (tmp_path / "linear.safetensors").unlink()
-    with pytest.raises(RouterFileError, match="init-router") as err:
+    with pytest.raises(RouterFileError, match="weights not found") as err:
         RouteKernel(plan, "slm", "torch", embed=lambda t: t)
-    assert path in str(err.value)
+    assert path in str(err.value) and "train-router" in str(err.value) and "init-router" not in str(err.value)
 
 
 def test_kernel_input_errors(tmp_path):
