@@ -35,7 +35,7 @@ def test_set_torch_threads_splits_the_cores_and_keeps_omp_num_threads(monkeypatc
         threads.threads_per_model(0, cores=4)
 
 
-def test_the_in_process_commands_set_their_threads(monkeypatch):
+def test_the_in_process_commands_set_their_threads(monkeypatch, capsys):
     """generate (a model folder, a plan), train-router and eval (teacher forcing), profile: one helper."""
     from pathlib import Path
 
@@ -63,6 +63,17 @@ def test_the_in_process_commands_set_their_threads(monkeypatch):
         plan, ProfileConfig(batch_sizes=(1,), prompts=1, max_tokens=2, repeats=1, warmup=0, device="cpu")
     )
     assert asked == [1, 2, 2, 2]
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    run_profile(
+        plan, ProfileConfig(batch_sizes=(1,), prompts=1, max_tokens=2, repeats=1, warmup=0, device="cpu")
+    )
+    lines = [line.split(", ")[0] for line in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "profile: 0/2 models timed (timing slm)",
+        "profile: 1/2 models timed (timing llm)",
+        "profile: 2/2 models timed (1 sample requests)",
+        "profile: 2/2 models timed (done)",
+    ]
 
 
 def test_progress_prints_every_few_seconds_and_a_last_line_only_after_one():
