@@ -305,7 +305,8 @@ def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshol
         defines["router_path"] = str(raw / "r2r_router.safetensors")
     if threshold is not None:
         defines["threshold"] = threshold
-    res = compile_file(ROOT / "tokenrouter/stdlib" / f"{stdlib}.tr", defines)
+    # the untrained routers are written after it (`base_plan`)
+    res = compile_file(ROOT / "tokenrouter/stdlib" / f"{stdlib}.tr", defines, weights_check=False)
     if res.plan is None:
         raise RuntimeError(f"{stdlib}.tr did not compile: {[str(d) for d in res.diagnostics]}")
     plan = res.plan

@@ -73,6 +73,12 @@ def check(
     files: list[str] = typer.Argument(..., help="Policy files (.tr)."),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
     max_errors: int = typer.Option(50, min=1, help="Show at most this many diagnostics per file."),
+    no_weights_check: bool = typer.Option(
+        False,
+        "--no-weights-check",
+        help="For a machine without the weights: a model folder or router file that is not here is a warning, "
+        "not an error (`serve` needs them).",
+    ),
 ) -> None:
     """Check policies: report every error (and warning) in each file. Exit 1 when any has errors."""
     from tokenrouter.compiler.driver import compile_file
@@ -82,7 +88,7 @@ def check(
     _require_files(files)
     failed = False
     for path in files:
-        result = compile_file(path, defines)
+        result = compile_file(path, defines, weights_check=not no_weights_check)
         if result.diagnostics:
             typer.echo(render_all(result.diagnostics, limit=max_errors), err=True)
         n_err, n_warn = len(result.errors), len(result.diagnostics) - len(result.errors)
@@ -103,6 +109,12 @@ def compile_(
         None, "-o", "--output", help="Plan file to write (default: FILE.plan beside FILE)."
     ),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
+    no_weights_check: bool = typer.Option(
+        False,
+        "--no-weights-check",
+        help="For a machine without the weights: a model folder or router file that is not here is a warning, "
+        "not an error (`serve` needs them).",
+    ),
 ) -> None:
     """Compile a policy to a plan (JSON: the route IR and settings, no code)."""
     from pathlib import Path
@@ -113,7 +125,7 @@ def compile_(
 
     defines = _defines(define)
     _require_files([file])
-    result = compile_file(file, defines)
+    result = compile_file(file, defines, weights_check=not no_weights_check)
     if result.diagnostics:
         typer.echo(render_all(result.diagnostics), err=True)
     if result.plan is None:
@@ -170,7 +182,9 @@ def fmt(
 
 @app.command()
 def inspect(
-    plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan written by `tokenrouter compile`."),
+    plan_file: str = typer.Argument(
+        ..., metavar="PLAN", help="A plan written by `tokenrouter compile`, or a policy (.tr) compiled now."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the validated plan as JSON (paths absolute)."),
     kernels: bool = typer.Option(
         False, "--kernels", help="Print each model's route kernel as rendered from the IR."
@@ -185,12 +199,14 @@ def inspect(
     """Summarize a plan: models, entry, rules in source form, features per model, thresholds, feasibility."""
     import json
 
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import PlanError
     from tokenrouter.compiler.summary import render
 
     _require_files([plan_file])
     try:
-        plan = read_plan(plan_file)
+        # what the plan says, whether or not its weights are on this machine
+        plan = load_plan(plan_file, weights_check=False)
     except PlanError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -256,7 +272,7 @@ def init_router(
         typer.echo("error: --hidden-size must be >= 1", err=True)
         raise typer.Exit(2)
     try:
-        plan = load_plan(plan_file)
+        plan = load_plan(plan_file, weights_check=False)  # the router file is what it writes
         what = "-o" if output is not None else f"the path of router {router!r}"
         if output is None:
             output = (plan.get("routers") or {}).get(router, {}).get("path")
@@ -882,7 +898,7 @@ def train_router_cmd(
         typer.echo(f"error: bad training settings: {exc}", err=True)
         raise typer.Exit(2) from None
     try:  # train_router checks its settings and output path before the teacher forcing
-        plan = load_plan(plan_file, _defines(define))
+        plan = load_plan(plan_file, _defines(define), weights_check=False)  # the router is what it writes
         rep = train_router(plan, router, Path(data), Path(output) if output else None, teacher, cfg,
                            cache=Path(cache) if cache else None)  # fmt: skip
     except TrainSettingsError as exc:

@@ -31,9 +31,21 @@ def test_check_clean_files_exit_0() -> None:
 
 
 def test_check_warnings_do_not_fail() -> None:
-    r = run("check", str(FIX / "warnings_only.tr"))
+    r = run("check", "--no-weights-check", str(FIX / "warnings_only.tr"))
     assert r.exit_code == 0
     assert ": warning: router 'gate': weights not found" in r.output and "ok (3 warnings)" in r.output
+
+
+def test_missing_weights_fail_check_and_compile_unless_asked(tmp_path: Path) -> None:
+    r = run("check", str(FIX / "warnings_only.tr"))
+    assert r.exit_code == 1
+    assert ": error: router 'gate': weights not found" in r.output and "--no-weights-check" in r.output
+    assert "init-router" not in r.output
+    out = tmp_path / "w.plan"
+    r = run("compile", str(FIX / "warnings_only.tr"), "-o", str(out))
+    assert r.exit_code == 1 and not out.exists()
+    r = run("compile", "--no-weights-check", str(FIX / "warnings_only.tr"), "-o", str(out))
+    assert r.exit_code == 0 and out.exists(), r.output
 
 
 def test_check_reports_every_error_of_every_file() -> None:
@@ -82,7 +94,8 @@ def test_compile_writes_the_plan_beside_the_source_and_inspect_reads_it(tmp_path
     shutil.copytree(REPO / "examples", tmp_path / "ex", ignore=shutil.ignore_patterns("*.plan", "models"))
     (tmp_path / "ex" / "models").symlink_to(REPO / "examples" / "models")
     src = tmp_path / "ex" / "citer.tr"
-    r = run("compile", str(src), "-D", "threshold=0.25")
+    # citer's router is not shipped
+    r = run("compile", str(src), "-D", "threshold=0.25", "--no-weights-check")
     assert r.exit_code == 0, r.output
     plan = tmp_path / "ex" / "citer.plan"
     assert plan.exists() and f"wrote {plan}" in r.output
@@ -119,6 +132,15 @@ def test_compile_with_errors_writes_nothing(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "delayed batching can deadlock" in r.output
     assert "deadlock.tr: not compiled (1 error)\n" in r.output
     assert not (tmp_path / "x.plan").exists()
+
+
+def test_inspect_compiles_a_policy_as_serve_does() -> None:
+    r = run("inspect", str(REPO / "examples" / "r2r.tr"))
+    assert r.exit_code == 0, r.output
+    assert "not valid JSON" not in r.output and "(entry)" in r.output and "threshold: float = 0.5" in r.output
+    r = run("inspect", str(FIX / "deadlock.tr"))
+    assert r.exit_code == 1 and "not compiled" in r.output and "delayed batching can deadlock" in r.output
+    assert "not valid JSON" not in r.output and "Traceback" not in r.output
 
 
 def test_inspect_broken_plan_exits_1(tmp_path: Path) -> None:

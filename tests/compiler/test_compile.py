@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -13,10 +14,13 @@ from tokenrouter.compiler.plan import PlanError, validate_plan
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*REPO.glob("tokenrouter/stdlib/*.tr"), *REPO.glob("examples/*.tr")])
 FIXTURES = REPO / "tests" / "fixtures"
+UNSHIPPED_WEIGHTS = {"citer.tr"}  # examples whose router file is not in the repository
 
 
-def compile_ok(src: str, defines: dict[str, str] | None = None, file: str | None = None) -> dict:
-    result = compile_source(src, file or str(FIXTURES / "diagnostics" / "inline.tr"), defines)
+def compile_ok(
+    src: str, defines: dict[str, str] | None = None, file: str | None = None, weights_check: bool = True
+) -> dict:
+    result = compile_source(src, file or str(FIXTURES / "diagnostics" / "inline.tr"), defines, weights_check)
     assert result.plan is not None, "\n".join(d.render() for d in result.diagnostics)
     validate_plan(result.plan)
     return result.plan
@@ -36,7 +40,9 @@ def test_stdlib_has_the_six_policies() -> None:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
 def test_shipped_policies_compile(path: Path) -> None:
-    result = compile_file(path)
+    # the stdlib names hub models and routers a user trains; an example ships its weights (but citer's router)
+    weights_check = path.parent.name == "examples" and path.name not in UNSHIPPED_WEIGHTS
+    result = compile_file(path, weights_check=weights_check)
     assert result.plan is not None, "\n".join(d.render() for d in result.diagnostics)
     assert all(d.severity == "warning" for d in result.diagnostics)
     validate_plan(result.plan)
@@ -51,7 +57,7 @@ def test_shipped_policies_compile(path: Path) -> None:
 
 
 def test_citer_lowers_to_the_ir_md_example() -> None:
-    plan = compile_file(REPO / "examples" / "citer.tr").plan
+    plan = compile_file(REPO / "examples" / "citer.tr", weights_check=False).plan
     assert plan is not None
     slm = plan["routes"]["slm"]
     assert slm["nodes"] == [
@@ -170,7 +176,7 @@ def test_imported_router_is_named_alias__name_and_reads_the_importers_model() ->
         'policy t\nimport stdlib.citer as c\nmodel slm = "../models/h4"\nmodel llm = "../models/h4"\nentry slm\n'
         "route slm {\n  when c.trust < c.threshold -> llm drop\n}\nroute llm {\n  -> slm\n}\n"
     )
-    plan = compile_ok(src)
+    plan = compile_ok(src, weights_check=False)  # the stdlib's router file is one a user trains
     router = plan["routers"]["c__trust"]
     assert router["model"] == "slm" and router["path"] == str(
         REPO / "tokenrouter" / "stdlib" / "citer_router.safetensors"
@@ -247,27 +253,29 @@ def test_concurrency_and_for_k_have_upper_bounds() -> None:
     assert plan["serve"]["concurrency"] == 65536 and plan["routes"]["a"]["rules"][0]["for"] == 1000000
 
 
-def test_model_paths_that_are_no_model_folders_warn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("weights_check", [True, False])
+def test_model_paths_that_are_no_model_folders(tmp_path: Path, weights_check: bool) -> None:
     (tmp_path / "weights.bin").write_text("")
     (tmp_path / "empty").mkdir()
     src = (
         'policy t\nmodel a = "weights.bin"\nmodel b = "empty"\nmodel c = ""\n'
         'router r = linear("empty", hidden(a))\nentry a\nroute a { when r > 0 -> b }\nroute b { -> a }\n'
     )
-    result = compile_source(src, str(tmp_path / "t.tr"))
+    result = compile_source(src, str(tmp_path / "t.tr"), weights_check=weights_check)
     messages = [(d.severity, d.message) for d in result.diagnostics]
     assert ("error", "a model path is a non-empty str, got an empty str") in messages
     shown_dir = str(tmp_path)  # outside the working directory: shown absolute
+    severity = "error" if weights_check else "warning"
     assert (
-        "warning",
+        severity,
         f"model 'a': path {shown_dir}/weights.bin is a file; a model is a folder in Hugging Face format (config.json, weights)",
     ) in messages
     assert (
-        "warning",
+        severity,
         f"model 'b': path {shown_dir}/empty has no config.json; a model is a folder in Hugging Face format",
     ) in messages
     assert any(
-        s == "warning" and f"router 'r': {shown_dir}/empty is a directory, not a weights file" in m
+        s == severity and f"router 'r': {shown_dir}/empty is a directory, not a weights file" in m
         for s, m in messages
     )
 
@@ -296,3 +304,43 @@ def test_load_plan_puts_the_summary_first_and_each_diagnostic_once(tmp_path: Pat
     (tmp_path / "dir.tr").mkdir()
     with pytest.raises(PlanError, match="dir.tr: is a directory, not a file"):
         load_plan(tmp_path / "dir.tr")
+
+
+def _mixed(slm: Path | str, llm: Path | str) -> str:
+    return (
+        f'policy t\nmodel slm = "{slm}"\nmodel llm = "{llm}"\nentry slm\n'
+        "route slm {\n  when margin < 0.1 -> llm for 2\n}\n"
+    )
+
+
+def test_models_of_another_vocabulary_size_are_an_error_at_the_model() -> None:
+    models = REPO / "examples" / "models"
+    result = compile_source(_mixed(models / "tiny-small", models / "py-large"), str(FIXTURES / "t.tr"))
+    assert result.plan is None
+    [err] = result.errors
+    assert (err.line, err.col) == (3, 13)  # the path of llm: the entry is the reference
+    assert "models 'slm' (" in err.message and "tiny-small) and 'llm' (" in err.message
+    assert "vocab_size 512 and 4096" in err.message
+
+
+def test_models_of_another_tokenizer_are_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.chdir(REPO)
+    models = REPO / "examples" / "models"
+    other = tmp_path / "other-large"
+    shutil.copytree(models / "tiny-large", other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    tok["padding"] = {"strategy": "BatchLongest"}  # a setting: the same tokenizer
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    assert compile_source(_mixed(models / "tiny-small", other), str(FIXTURES / "t.tr")).ok
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two ids swapped
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    result = compile_source(_mixed(models / "tiny-small", other), str(FIXTURES / "t.tr"))
+    assert [e.message for e in result.errors] == [
+        f"models 'slm' (examples/models/tiny-small) and 'llm' ({other}) do not share a tokenizer: their "
+        "tokenizer.json differ in vocabulary, merges or added tokens; a token id would mean another text to "
+        "the other model"
+    ]

@@ -1,5 +1,6 @@
 """Golden diagnostics: each tests/fixtures/diagnostics/NAME.tr beside NAME.expected (the rendered
-diagnostics, file paths relative to the fixtures folder). A `# defines: a=1 b=2` line passes -D values.
+diagnostics, file paths relative to the fixtures folder). A `# defines: a=1 b=2` line passes -D values; a
+`# --no-weights-check` line compiles as that flag does.
 Regenerate after an intended change with TR_UPDATE_GOLDEN=1 and review the diff."""
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def render_case(name: str) -> str:
     m = re.search(r"^# defines: (.*)$", text, re.M)
     if m:
         defines = dict(item.split("=", 1) for item in m.group(1).split())
-    result = compile_file(PREFIX + f"{name}.tr", defines)
+    weights_check = re.search(r"^# --no-weights-check$", text, re.M) is None
+    result = compile_file(PREFIX + f"{name}.tr", defines, weights_check)
     out = render_all(result.diagnostics, limit=1000).replace(PREFIX, "")
     status = "ok" if result.plan is not None else "rejected"
     return f"{status}\n{out}\n"

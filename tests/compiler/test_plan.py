@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def citer_plan() -> dict[str, Any]:
-    plan = compile_file(REPO / "examples" / "citer.tr").plan
+    plan = compile_file(REPO / "examples" / "citer.tr", weights_check=False).plan  # its router is not shipped
     assert plan is not None
     return plan
 
@@ -42,7 +42,7 @@ def test_relative_paths_move_with_the_plan(tmp_path: Path) -> None:
 
 
 def test_hub_ids_stay_as_written(tmp_path: Path) -> None:
-    plan = compile_file(REPO / "tokenrouter" / "stdlib" / "citer.tr").plan
+    plan = compile_file(REPO / "tokenrouter" / "stdlib" / "citer.tr", weights_check=False).plan
     assert plan is not None
     write_plan(plan, tmp_path / "c.plan")
     back = read_plan(tmp_path / "c.plan")

@@ -188,7 +188,7 @@ def runnable_stdlib_plan(path, tmp) -> dict:
     from tokenrouter.compiler.driver import compile_file
     from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router
 
-    result = compile_file(path)
+    result = compile_file(path, weights_check=False)  # hub models; the router files are written below
     assert result.ok, [str(d) for d in result.errors]
     plan = result.plan
     for name, entry in plan["routers"].items():

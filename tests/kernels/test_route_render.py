@@ -94,7 +94,10 @@ def test_inspect_kernels_prints_both_renderers(tmp_path):
         "route a {\n  when entropy > 2.5 or uniform() < 0.1 -> b\n}\n"
     )
     runner = CliRunner()
-    assert runner.invoke(app, ["compile", str(policy), "-o", str(tmp_path / "p.plan")]).exit_code == 0
+    compiled = runner.invoke(
+        app, ["compile", str(policy), "-o", str(tmp_path / "p.plan"), "--no-weights-check"]
+    )
+    assert compiled.exit_code == 0, compiled.output
     res = runner.invoke(app, ["inspect", str(tmp_path / "p.plan"), "--kernels"])
     assert res.exit_code == 0, res.output
     for model in ("a", "b"):

@@ -64,10 +64,15 @@ def test_tune_warns_when_the_timeout_will_cut_the_chosen_batches(tmp_path):
     rate = best["steps_per_s"]["llm"] * best["mean_batch"]["llm"]
     fill = 2000.0 / rate  # the 2 requests after the first
     assert fill > 5.0
-    (line,) = tuning["warnings"]
+    line, checked = tuning["warnings"]
     assert line.startswith(
-        f"B_llm = 3: at the predicted {rate:.0f} requests/s, llm gathers 3 in about {fill:.0f} ms"
+        f"B_llm = 3: at the predicted {rate:.0f} tokens/s through llm, it gathers 3 rows in about {fill:.0f} ms"
     )
+    # B* and the plan's setting are simulated with the timeout; B* serves as well (within 1 %): kept
+    assert checked.startswith(
+        "the chain has no timeout; simulated with max_delay_ms = 5, its B* (slm 1, llm 3)"
+    )
+    assert checked.endswith(": B* is kept (within 1 %, a tie)") and tuning["timeout_check"]["kept"] == "best"
     assert "longer than max_delay_ms = 5" in line and f"warning: {line}" in res.stderr
     # it suggests a timeout of about twice the gathering time, rounded up to 5 ms
     suggested = 5 * math.ceil(2 * fill / 5)
@@ -78,6 +83,40 @@ def test_tune_warns_when_the_timeout_will_cut_the_chosen_batches(tmp_path):
     )
     res = runner.invoke(app, ["tune", write(tmp_path, slow, "slow.tr"), *args])
     assert res.exit_code == 0 and "warnings" not in json.loads(res.stdout)["tuning"] and not res.stderr
+
+
+def test_tune_keeps_the_plans_setting_where_the_timeout_makes_b_star_serve_worse(tmp_path):
+    """B* = (1, 3) gathers its llm batches for longer than a 10 ms timeout: simulated with it, B* serves
+    184 tok/s and the plan's (1, 1) 187, so tune writes (1, 1) and says why."""
+    src = write(tmp_path, R2R_LIKE.replace("concurrency: 4", "concurrency: 4, max_delay_ms: 10"))
+    out = tmp_path / "out.plan"
+    res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "the chain has no timeout; simulated with max_delay_ms = 10, its B* (slm 1, llm 3)" in res.stderr
+    assert "the plan's setting (slm 1, llm 1)" in res.stderr and "the plan's setting is kept" in res.stderr
+    assert "kept the plan's setting over the chain's B* (the timeout): slm 1, llm 1" in res.stdout
+    plan = read_plan(out)
+    assert plan["models"]["llm"]["batch"] == 1 and plan["tuning"]["result"]["best"] == {"slm": 1, "llm": 1}
+    check = plan["tuning"]["timeout_check"]
+    assert check["kept"] == "current" and check["current_tok_s"] > check["best_tok_s"] * 1.01
+
+
+def test_tune_refuses_where_the_better_plan_setting_is_beyond_the_chains_state_limit(tmp_path):
+    """At --max-states 100 the chain evaluates (1, 2..4) but not the plan's (1, 1) (715 states): that is said
+    next to the candidate, and where the simulation prefers (1, 1) nothing is written, with the reason."""
+    args = ["--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--max-states", "100"]
+    out = tmp_path / "out.plan"
+    res = runner.invoke(app, ["tune", write(tmp_path, R2R_LIKE), *args, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "not evaluated: B = 1,1 (the plan's setting): the chain has more than 100 states" in res.stdout
+    slow = write(tmp_path, R2R_LIKE.replace("concurrency: 4", "concurrency: 4, max_delay_ms: 10"), "slow.tr")
+    res = runner.invoke(app, ["tune", slow, *args, "-o", str(tmp_path / "slow.plan")])
+    assert res.exit_code == 1 and not (tmp_path / "slow.plan").exists()
+    assert (
+        "the plan's setting serves better, but the chain could not evaluate it (the chain has more than 100"
+        in (res.stderr)
+    )
+    assert "the plan was not written" in res.stderr and "Traceback" not in res.output
 
 
 def test_tune_plot_writes_png(tmp_path):
@@ -261,7 +300,7 @@ def test_tune_skips_candidates_over_the_state_cap(tmp_path):
     res = runner.invoke(app, ["tune", src, "--step-ms", "slm=6", "--step-ms", "llm=27.9", "--max-states", "20",
                               "-o", str(tmp_path / "o.plan")])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "not evaluated: B = 1,1: the chain has more than 20 states" in res.output
+    assert "not evaluated: B = 1,1 (the plan's setting): the chain has more than 20 states" in res.output
     assert "B* = slm 1, llm 3" in res.output  # 14 states: still evaluated
 
 

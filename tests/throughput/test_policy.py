@@ -12,7 +12,7 @@ from tokenrouter.compiler.throughput.policy import policy_routing
 
 
 def plan_of(text: str) -> dict:
-    result = compile_source(text, "/tmp/t.tr")
+    result = compile_source(text, "/tmp/t.tr", weights_check=False)  # the throughput model reads no weights
     assert result.plan is not None, [str(d) for d in result.diagnostics]
     return result.plan
 
@@ -90,3 +90,36 @@ def test_bad_command_line_values():
         system_from_plan(plan, 4, parse_step_ms(["a=1", "b=2", "c=1", "d=1"]))
     with pytest.raises(ThroughputInputError, match="never routes from a to c"):
         system_from_plan(plan, 4, parse_step_ms(["a=1", "b=2", "c=1"]), parse_p(["a:c=0.1"]))
+
+
+def test_for_k_hops_from_two_models_keep_their_tokens_and_say_why_the_row_is_needed():
+    plan = plan_of(
+        'policy t\nmodel slm = "x"\nmodel mid = "y"\nmodel llm = "z"\nentry slm\n'
+        "route slm {\n when uniform() < 0.1 -> llm for 1\n when uniform() < 0.3 -> mid\n}\n"
+        "route mid {\n when uniform() < 0.2 -> llm for 2\n when uniform() < 0.5 -> slm\n}\n"
+    )
+    r = policy_routing(plan)
+    assert r.keep["llm"] == {"llm": 1.0, "slm": 1.0, "mid": 1.0}
+    assert r.unknown["llm"] == (
+        "requests arrive by `for K` hops from mid (for 2) and slm (for 1): where one goes back depends on "
+        "where it came from"
+    )
+    with pytest.raises(ThroughputInputError, match=r"for llm \(requests arrive by `for K` hops from mid"):
+        system_from_plan(plan, 4, parse_step_ms(["slm=1", "mid=2", "llm=3"]))
+    system = system_from_plan(plan, 4, parse_step_ms(["slm=1", "mid=2", "llm=3"]), parse_p(["llm:slm=0.3"]))
+    llm, slm, mid = (system.inputs.models.index(m) for m in ("llm", "slm", "mid"))
+    assert system.inputs.c[llm, slm] == 1.0 and system.inputs.c[llm, llm] == 1.0
+    system = system_from_plan(plan, 4, parse_step_ms(["slm=1", "mid=2", "llm=3"]), parse_p(["llm:mid=0.3"]))
+    assert system.inputs.c[llm, mid] == 1.0
+
+
+def test_for_k_hops_into_a_model_with_rules_of_its_own():
+    plan = plan_of(
+        HEAD + "route a {\n when uniform() < 0.5 -> b for 3\n when uniform() < 0.2 -> b\n}\n"
+        "route b {\n when uniform() < 0.5 -> c\n}\nroute c { -> a }\n"
+    )
+    r = policy_routing(plan)
+    assert r.unknown["b"] == (
+        "requests arrive by `for K` hops from a (for 3), and by hops without `for`, and it has rules of its own"
+    )
+    assert r.keep["b"] == {"b": 1.0, "c": 1.0, "a": 1.0}

@@ -21,7 +21,9 @@ def stdlib_plan(name: str, tmp_path: Path, **defines) -> dict:
     defines = {"slm_path": str(SMALL), "llm_path": str(LARGE), **defines}
     if name == "r2r":
         defines["router_path"] = str(tmp_path / "router.safetensors")
-    res = compile_file(REPO / "tokenrouter/stdlib" / f"{name}.tr", {k: str(v) for k, v in defines.items()})
+    defines = {k: str(v) for k, v in defines.items()}
+    # the router files are written below
+    res = compile_file(REPO / "tokenrouter/stdlib" / f"{name}.tr", defines, weights_check=False)
     assert res.plan is not None, [str(d) for d in res.diagnostics]
     for router, entry in res.plan["routers"].items():
         if not Path(entry["path"]).exists():
@@ -127,3 +129,22 @@ def test_calibrate_command(tmp_path):
         app, ["calibrate", tr, "--share", "0.2", "-D", "slm_path=/nowhere", "-D", f"llm_path={LARGE}"]
     )
     assert res.exit_code == 1 and "/nowhere" in res.output and "Traceback" not in res.output
+
+
+def test_calibration_sets_the_threads_serve_gives_and_shows_progress(tmp_path, monkeypatch, capsys):
+    from tokenrouter import progress
+    from tokenrouter.runtime import threads
+
+    asked = []
+    monkeypatch.setattr(threads, "set_torch_threads", asked.append)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    plan = stdlib_plan("r_stitch", tmp_path)
+    got = calibrate_threshold(plan, "threshold", 0.25, PROMPTS, 6, "cpu", iterations=3)
+    assert asked == [2]  # two models in one process: the threads each of serve's two subservers gets
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("calibrate: 0 routed generations (the entry model alone: 24 positions), ")
+    assert err[1].startswith("calibrate: 1 routed generations (threshold ")
+    assert (
+        err[-1].startswith(f"calibrate: {len(err) - 2} routed generations (done), ")
+        and got["positions"] == 24
+    )

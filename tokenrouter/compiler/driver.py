@@ -16,6 +16,7 @@ from tokenrouter.compiler.passes.check_reachability import check_reachability
 from tokenrouter.compiler.passes.check_routers import check_routers
 from tokenrouter.compiler.passes.check_rules import check_rules
 from tokenrouter.compiler.passes.check_types import check_types
+from tokenrouter.compiler.passes.check_vocab import check_vocab
 from tokenrouter.compiler.passes.load_imports import load_imports
 from tokenrouter.compiler.passes.resolve_names import resolve_names
 from tokenrouter.compiler.paths import file_problem
@@ -31,6 +32,7 @@ PASSES = (
     resolve_names,
     bind_params,
     check_options,
+    check_vocab,
     check_types,
     check_rules,
     check_reachability,
@@ -54,14 +56,18 @@ class CompileResult:
         return self.plan is not None
 
 
-def compile_source(text: str, file: str, defines: dict[str, str] | None = None) -> CompileResult:
-    """Compile .tr source text; `file` names it in diagnostics and anchors its relative paths."""
+def compile_source(
+    text: str, file: str, defines: dict[str, str] | None = None, weights_check: bool = True
+) -> CompileResult:
+    """Compile .tr source text; `file` names it in diagnostics and anchors its relative paths.
+    `weights_check`: a model folder or router file missing on this machine is an error (False: a warning,
+    for compiling where the weights are not)."""
     parsed = parse(text, file)
     if parsed.module is None:
         return CompileResult(None, _tidy(parsed.diagnostics))
     root = Unit(file=file, dir=Path(file).resolve().parent, text=text, module=parsed.module,
                 src=SourceMap(file, text), prefix="")  # fmt: skip
-    program = Program(root=root, defines=dict(defines or {}))
+    program = Program(root=root, defines=dict(defines or {}), weights_check=weights_check)
     for compiler_pass in PASSES:
         program = compiler_pass(program)
     diagnostics = _tidy(list(program.diagnostics))
@@ -70,7 +76,9 @@ def compile_source(text: str, file: str, defines: dict[str, str] | None = None) 
     return CompileResult(_plan(program, text, file), diagnostics)
 
 
-def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> CompileResult:
+def compile_file(
+    path: str | Path, defines: dict[str, str] | None = None, weights_check: bool = True
+) -> CompileResult:
     """Compile a .tr file. A file that cannot be read is a diagnostic, not an exception."""
     p = Path(path)
     problem = file_problem(p)
@@ -80,7 +88,7 @@ def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> Com
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         return CompileResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
-    return compile_source(text, str(path), defines)
+    return compile_source(text, str(path), defines, weights_check)
 
 
 def _tidy(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -120,9 +128,11 @@ def _plan(program: Program, text: str, file: str) -> dict[str, Any]:
     }
 
 
-def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict[str, Any]:
-    """The plan behind a command-line argument: a `.tr` policy compiled now (with `-D` `defines`), or a plan
-    file written by `compile` (read and validated). Raises `PlanError` with a message for users: for a policy
+def load_plan(
+    path: str | Path, defines: dict[str, str] | None = None, weights_check: bool = True
+) -> dict[str, Any]:
+    """The plan behind a command-line argument: a `.tr` policy compiled now (with `-D` `defines`, and
+    `weights_check` as `compile_source` takes it), or a plan file written by `compile` (read and validated). Raises `PlanError` with a message for users: for a policy
     that does not compile, its rendered diagnostics."""
     from tokenrouter.compiler.plan import PlanError, read_plan
     from tokenrouter.dsl.diagnostics import render_all
@@ -132,7 +142,7 @@ def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict[s
         problem = file_problem(p)
         if problem is not None:
             raise PlanError(f"{p}: {problem}")
-        result = compile_file(p, defines or {})
+        result = compile_file(p, defines or {}, weights_check)
         if result.plan is None:
             # callers print "error: " before the message: the summary line first, then each diagnostic once
             n = len(result.errors)

@@ -17,12 +17,13 @@ def looks_like_hub_id(text: str) -> bool:
 
 def resolve_source_path(written: str, base: Path) -> tuple[str, bool]:
     """(path for the plan, exists). Existing or clearly local paths become absolute; an absent
-    `org/name` is kept as written (a hub id)."""
+    `org/name` is kept as written (a hub id) unless a folder `org` is there (then it is a local path with a
+    typo in it)."""
     p = Path(written).expanduser()
     full = p if p.is_absolute() else base / p
     if full.exists():
         return str(full.resolve()), True
-    if looks_like_hub_id(written):
+    if looks_like_hub_id(written) and not full.parent.is_dir():
         return written, False
     return str(full.resolve()), False
 
@@ -77,3 +78,23 @@ def files_problem(paths: Iterable[str | Path]) -> str | None:
         if problem is not None:
             return f"{path}: {problem}"
     return None
+
+
+def near_miss(path: str | Path) -> str:
+    """`" (did you mean 'PATH'?)"` for a missing `path` when its deepest existing folder holds a name close to
+    the first missing part of it (a typo in a folder or file name), else `""`."""
+    import difflib
+
+    p = Path(path)
+    missing = p
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    folder = missing.parent
+    try:
+        names = sorted(x.name for x in folder.iterdir())
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(missing.name, names, n=1, cutoff=0.8)
+    if not close:
+        return ""
+    return f" (did you mean '{shown(folder / close[0] / p.relative_to(missing))}'?)"

@@ -81,6 +81,7 @@ class Program:
     root: Unit | None
     defines: dict[str, str]
     diagnostics: tuple[Diagnostic, ...] = ()
+    weights_check: bool = True  # a missing model folder or router file is an error (False: a warning)
     units: tuple[Unit, ...] = ()  # every unit, root first (set by load_imports)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # qualified name -> {type, value}
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # plan "models" entries

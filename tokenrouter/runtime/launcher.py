@@ -213,6 +213,17 @@ def check_models(plan: dict[str, Any]) -> None:
         raise LaunchError(f"entry model {plan['entry']!r}: no tokenizer.json in {entry}")
 
 
+def check_vocab(plan: dict[str, Any]) -> None:
+    """The models served share one tokenizer (`compiler.vocab`): checked again here, for a plan compiled
+    elsewhere or whose model folders changed since."""
+    from tokenrouter.compiler.vocab import vocab_problems
+
+    names = sorted(plan["models"], key=lambda name: name != plan["entry"])
+    problems = vocab_problems({name: plan["models"][name]["path"] for name in names})
+    if problems:
+        raise LaunchError(problems[0][1])
+
+
 def check_port(host: str, port: int) -> None:
     """Fail before loading any model when the HTTP port is taken (the frontend still reports a later race)."""
     if port == 0:
@@ -356,6 +367,7 @@ class Launcher:
         plan, plan_path = load_plan(cfg.plan, self.run_dir, cfg.defines)
         check_models(plan)
         plan, plan_path = self._apply_mode(plan, plan_path)
+        check_vocab(plan)
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
         if warning := exposure_warning(cfg.host, cfg.api_key):

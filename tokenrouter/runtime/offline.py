@@ -194,8 +194,10 @@ def load_offline(
 ) -> OfflineExecutor:
     """An executor with every model of the plan loaded in this process (device: as `serve` would place
     each model, unless `device` is given)."""
+    from tokenrouter.runtime import threads
     from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 
+    threads.set_torch_threads(len(plan["models"]))
     engines, kernels = {}, {}
     for name, spec in plan["models"].items():
         engines[name], kernels[name] = load_model_runtime(

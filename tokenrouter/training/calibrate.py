@@ -135,6 +135,8 @@ def calibrate_threshold(
     threshold at which the entry model's rules fire on `share` of its solo positions, the served share at
     it, and its `resolution` (with a "warning" when that is under NARROW of the threshold). PolicyViewError (a
     message for users) when the param is not one side of one comparison or the share does not move."""
+    from tokenrouter.progress import Progress
+    from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.embedded import device_scope
     from tokenrouter.runtime.offline import OfflineExecutor
     from tokenrouter.runtime.route import RouteKernel
@@ -144,29 +146,39 @@ def calibrate_threshold(
         raise ValueError(f"share must be in (0, 1), got {share}")
     ir = plan["routes"][plan["entry"]]
     node = threshold_node(plan, ir, param)
+    threads.set_torch_threads(len(plan["models"]))
     devices = {name: pick_device(spec, device) for name, spec in plan["models"].items()}  # as `serve` does
     engines = {
         name: load_model_engine(plan, name, devices[name], cuda_graph=False) for name in plan["models"]
     }
     entry = plan["entry"]
+    progress = Progress("calibrate", None, "routed generations")
     with device_scope(devices[entry]):  # the last model loaded (maybe on another GPU) is the current device
         values, n = entry_values(plan, engines[entry], prompts, max_new)
+    progress.update(0, f"the entry model alone: {n} positions")
     if n == 0:
         raise PolicyViewError("no generated positions to calibrate on")
     bounds = compared_range(ir, values, n, node)
     solo, _, _ = threshold_for_share(ir, values, n, node, share, bounds)
     width = resolution(ir, values, n, node, share, bounds)
 
+    runs = 0
+
     def served(v: float) -> float:
+        nonlocal runs
         p = with_threshold(plan, param, v)
         kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in engines.items()}
-        return routed_share(OfflineExecutor(p, engines, kernels), p, prompts, max_new)
+        got = routed_share(OfflineExecutor(p, engines, kernels), p, prompts, max_new)
+        runs += 1
+        progress.update(runs, f"{param} {v:.4g}: share {got:.3f}")
+        return got
 
     stuck = f"the served share does not move with {param!r}"
     _, _, tried = bisect_share(served, *bounds, share, iterations, stuck)
     best = min(tried, key=lambda v: abs(tried[v] - share))
     out = {"threshold": best, "share": tried[best], "positions": n, "solo_threshold": solo,
            "solo_share": served(solo), "solo_width": width}  # fmt: skip
+    progress.finish(runs)
     warning = resolution_warning(param, share, best, width)
     if warning:
         out["warning"] = warning

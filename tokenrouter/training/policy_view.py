@@ -20,13 +20,14 @@ class PolicyViewError(ValueError):
     """A plan that train-router / eval cannot work with. The message is for users."""
 
 
-def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict:
-    """A plan from a ``.tr`` source (compiled now) or a plan file written by ``tokenrouter compile``."""
+def load_plan(path: str | Path, defines: dict[str, str] | None = None, weights_check: bool = True) -> dict:
+    """A plan from a ``.tr`` source (compiled now, `weights_check` as ``compile_source`` takes it) or a plan
+    file written by ``tokenrouter compile``."""
     from tokenrouter.compiler.driver import load_plan as load
     from tokenrouter.compiler.plan import PlanError
 
     try:
-        return load(path, defines)
+        return load(path, defines, weights_check)
     except PlanError as e:
         raise PolicyViewError(str(e)) from None
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from tokenrouter.progress import Progress
+
 from .corpus import read_text_dir
 from .policy_view import PolicyViewError
 
@@ -127,9 +129,11 @@ class TeacherData:
 
 
 def load_engines(plan: dict, models: list[str]) -> dict:
+    from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.embedded import load_engine
 
+    threads.set_torch_threads(len(plan["models"]))
     engines = {}
     for m in models:
         try:
@@ -186,7 +190,9 @@ def teacher_force(
 
     prompt_ent = []
     row = 0
+    progress = Progress("teacher forcing", len(windows), "windows")
     for wi, w in enumerate(windows):
+        progress.update(wi)
         x = torch.tensor(w.ids[:-1], dtype=torch.int64)
         y = torch.tensor(w.ids[1:], dtype=torch.int64)
         s = slice(cfg.prompt, len(x))
@@ -222,6 +228,7 @@ def teacher_force(
                 xs = router_input_values(spec, logits[s], hidden[s], f["token"][s], engines[m].embed)
                 add(f"router/{name}", row, xs)
         row += scored[wi]
+    progress.finish(len(windows))
     data = TeacherData(models=list(models), target=cat["target"], window=cat["window"],
                        window_file=[w.file for w in windows], prompt_entropy=torch.stack(prompt_ent))  # fmt: skip
     for k, v in cat.items():

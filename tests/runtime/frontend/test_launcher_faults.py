@@ -90,6 +90,20 @@ def test_broken_model_folder_fails_startup_naming_the_subserver(tmp_path):
     assert r.stderr.count("\n") == 1, r.stderr  # that line alone (the frontend logged one more before)
 
 
+def test_models_that_no_longer_share_a_vocabulary_fail_before_loading(tmp_path):
+    large = tmp_path / "large"
+    shutil.copytree(MODELS / "tiny-large", large)
+    result = compile_file(write_policy(tmp_path, large=large))
+    assert result.ok, result.diagnostics
+    write_plan(result.plan, tmp_path / "testmix.plan")
+    config = json.loads((large / "config.json").read_text())
+    (large / "config.json").write_text(json.dumps({**config, "vocab_size": 4096}))  # changed since compiled
+    r = _serve(str(tmp_path / "testmix.plan"), "--port", "0", timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stdout == "", r.stderr
+    assert "error: models 'slm' (" in r.stderr and f"'llm' ({large})" in r.stderr, r.stderr
+    assert "vocab_size 512 and 4096" in r.stderr and "failed to start" not in r.stderr, r.stderr
+
+
 def test_port_in_use_fails_before_loading_models(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
-from tokenrouter.compiler.paths import resolve_source_path, shown
+from tokenrouter.compiler.paths import looks_like_hub_id, near_miss, resolve_source_path, shown
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
@@ -43,7 +43,7 @@ def check_options(program: Program) -> Program:
     get = param_getter(program)
     models: dict[str, dict[str, Any]] = {}
     for name, decl in root.table(ast.ModelDecl).items():
-        models[name] = _model(root, decl, get, diags)
+        models[name] = _model(root, decl, get, diags, program.weights_check)
     serve = dict(SERVE_DEFAULTS)
     serves = root.decls(ast.ServeDecl)
     for extra in serves[1:]:
@@ -65,7 +65,9 @@ def _const(unit: Unit, expr: ast.Expr, get, diags: list[Diagnostic]) -> Any:
         return None
 
 
-def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dict[str, Any]:
+def _model(
+    root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic], weights_check: bool
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"path": None, **MODEL_DEFAULTS}
     path = _const(root, decl.path, get, diags)
     if path is not None:
@@ -74,7 +76,10 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
             spec["path"] = resolved
             what = _model_folder_problem(path, resolved, exists)
             if what:
-                diags.append(root.src.warning(decl.path.span, f"model '{decl.name.name}': path {what}"))
+                # a hub id is fetched where it is served; a local folder must be here unless asked otherwise
+                hub = not exists and resolved == path and looks_like_hub_id(path)
+                report = root.src.error if weights_check and not hub else root.src.warning
+                diags.append(report(decl.path.span, f"model '{decl.name.name}': path {what}"))
         else:
             got = "an empty str" if isinstance(path, str) else type_of(path)
             diags.append(root.src.error(decl.path.span, f"a model path is a non-empty str, got {got}"))
@@ -105,13 +110,14 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
 
 
 def _model_folder_problem(written: str, resolved: str, exists: bool) -> str | None:
-    """What is wrong with a model path as seen on this machine, for a warning (a plan may be compiled on
-    one machine and served on another); None for a folder with a config.json."""
+    """What is wrong with a model path as seen on this machine (an error, or a warning when compiling without
+    the weights check: a plan may be compiled on one machine and served on another); None for a folder with a
+    config.json."""
     if not exists:
         return (
             f"'{written}' is not a local folder; kept as a hub id"
-            if resolved == written
-            else f"not found: {shown(resolved)}"
+            if resolved == written and looks_like_hub_id(written)
+            else f"not found: {shown(resolved)}{near_miss(resolved)}"
         )
     folder = Path(resolved)
     if not folder.is_dir():

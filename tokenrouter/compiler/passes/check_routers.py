@@ -1,5 +1,6 @@
 """Router weights: when the safetensors file and the models' config.json are at hand, the tensors must
-fit the inputs (layout in docs/ir.md: D = Σ input widths). When they are not at hand: a warning.
+fit the inputs (layout in docs/ir.md: D = Σ input widths). A router file that is not there is an error (a
+warning when compiling without the weights check); a config.json that is not there: a warning.
 Fills `sha256` of every router file present."""
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.compiler.paths import shown
+from tokenrouter.compiler.paths import near_miss, shown
 from tokenrouter.compiler.program import Program
 from tokenrouter.compiler.safetensors_header import HeaderError, read_header
 from tokenrouter.dsl.diagnostics import Diagnostic
 
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
+WEIGHTS_HINT = "train it with `tokenrouter train-router`, or compile with --no-weights-check on a machine without the weights"
 
 
 def hidden_size(model_path: str | None) -> int | None:
@@ -86,14 +88,12 @@ def check_routers(program: Program) -> Program:
             what = (
                 f"{shown(path)} is a directory, not a weights file"
                 if path.is_dir()
-                else f"weights not found at {shown(path)}"
+                else f"weights not found at {shown(path)}{near_miss(path)}"
             )
-            diags.append(
-                unit.src.warning(
-                    span,
-                    f"router '{decl.name.name}': {what}; shapes not checked (write an untrained file with `tokenrouter init-router`)",
-                )
-            )
+            if program.weights_check:
+                diags.append(unit.src.error(span, f"router '{decl.name.name}': {what}; {WEIGHTS_HINT}"))
+            else:
+                diags.append(unit.src.warning(span, f"router '{decl.name.name}': {what}; shapes not checked"))
             routers[name] = r
             continue
         try:

@@ -41,16 +41,18 @@ from tokenrouter.compiler.throughput.rate_tune import (
     tune_at_rate,
 )
 from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.compiler.throughput.timeout_check import check_timeout, current_thresholds
 from tokenrouter.outfile import check_output, finite_json
 
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
-    """A plan from a `.plan` file, or compiled from a `.tr` source."""
+    """A plan from a `.plan` file, or compiled from a `.tr` source (the throughput model reads no weights: a
+    model folder or router file missing here is a warning of the compiler, not an error)."""
     from tokenrouter.compiler.driver import load_plan as load
     from tokenrouter.compiler.plan import PlanError
 
     try:
-        return load(path, defines)
+        return load(path, defines, weights_check=False)
     except PlanError as e:
         raise ThroughputInputError(str(e)) from None
 
@@ -174,11 +176,19 @@ def run_tune(
             "B* by; the plan was not written"
         )
     late = timeout_warnings(plan, system.inputs.models, result.best)
+    check = check_timeout(plan, chain_inputs, result.best.thresholds) if late else None
+    if check is not None:
+        late.append(check.line())
+        if check.keep_current:
+            _keep_current(result, check)
+            late = [*timeout_warnings(plan, system.inputs.models, result.best), check.line()]
     late += beyond_profile_warnings(system.inputs, result.best)
     late += concentration_warnings(system, result.best.thresholds)
     for line in late:
         print(f"warning: {line}", file=sys.stderr)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late, gap_ms=gaps)
+    if check is not None:
+        tuned["tuning"]["timeout_check"] = check.as_dict()
     out_path = _write_tuned(tuned, args, output, write)
     lines: list[str] = []
     if plot:
@@ -207,10 +217,12 @@ def run_tune(
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     lines.append(format_table(result, top))
+    current = current_thresholds(plan, system.inputs.models)
     for b, msg in result.failed.items():
-        lines.append(f"not evaluated: B = {','.join(map(str, b))}: {msg}")
+        mine = " (the plan's setting)" if b == current else ""
+        lines.append(f"not evaluated: B = {','.join(map(str, b))}{mine}: {msg}")
     lines.append(
-        "B* = "
+        ("B* = " if result.chosen == 0 else "kept the plan's setting over the chain's B* (the timeout): ")
         + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
         + f" (T = {best.throughput:.2f} tok/s)"
     )
@@ -228,6 +240,18 @@ def run_tune(
     if plot:
         lines.append(f"wrote {plot}")
     return "\n".join(lines), tuned
+
+
+def _keep_current(result: TuneResult, check) -> None:
+    """Choose the plan's setting over B* (`timeout_check`); refused where the chain did not evaluate it."""
+    thresholds = [r.thresholds for r in result.results]
+    if check.current not in thresholds:
+        why = result.failed.get(check.current, "it was not among the candidates searched")
+        raise ThroughputInputError(
+            f"{check.simulated()}: the plan's setting serves better, but the chain could not evaluate it "
+            f"({why}), so there is no tuning of it to record: the plan was not written"
+        )
+    result.chosen = thresholds.index(check.current)
 
 
 def _write_tuned(tuned: dict, args: SystemArgs, output: str | None, write: bool) -> Path:

@@ -445,7 +445,7 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
         b, rate = best.thresholds[i], best.steps_per_s[i] * best.mean_batch[i]  # requests per second
         if b > 1 and rate > 0 and (fill := 1000.0 * (b - 1) / rate) > delay:
             out.append(
-                f"B_{m} = {b}: at the predicted {rate:.0f} requests/s, {m} gathers {b} in about {fill:.0f} ms, "
+                f"B_{m} = {b}: at the predicted {rate:.0f} tokens/s through {m}, it gathers {b} rows in about {fill:.0f} ms, "
                 f"longer than max_delay_ms = {delay:g}, so the timeout will start most of its batches with fewer "
                 f"rows (the chain does not model the timeout; `tokenrouter simulate` does); `serve {{ max_delay_ms: "
                 f"{_round_up(2 * fill)} }}` would let them fill"

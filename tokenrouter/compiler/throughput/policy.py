@@ -11,7 +11,7 @@ Committed tokens: staying commits the token (c_ii = 1); a hop commits it unless 
 (c_ij = probability-weighted share of kept hops to j). `-> j for K` sends the request to j for K tokens and
 back: j's row is then implied as back with probability 1/K (a geometric run with the right mean, K tokens on
 average, each committed) — when every hop into j is such a `for K` hop from one model with one K and j has no
-rules of its own; otherwise j's row must be given.
+rules of its own; otherwise j's row must be given. Either way the return of a `for K` run commits its token.
 """
 
 from __future__ import annotations
@@ -184,11 +184,29 @@ def policy_routing(plan: dict) -> PolicyRouting:
             row[m] = _measure(remaining)
             rows[m] = {k: v for k, v in row.items() if v > 0}
     for j, hops in for_hops.items():
-        if plan["routes"][j]["rules"] or j in plain_into or len(set(hops)) != 1:
-            unknown.setdefault(j, f"requests arrive with `for K` hops ({sorted(set(hops))}) and otherwise")
+        for i, _ in hops:  # a `for K` run's tokens are committed, the last one too as it returns
+            keep[j].setdefault(i, 1.0)
+        why = _for_hops_unknown(sorted(set(hops)), bool(plan["routes"][j]["rules"]), j in plain_into)
+        if why:
+            unknown.setdefault(j, why)
             rows.pop(j, None)
             continue
         (i, k) = hops[0]
         rows[j] = {i: 1.0 / k} | ({j: 1.0 - 1.0 / k} if k > 1 else {})
-        keep[j] = {i: 1.0, j: 1.0}
     return PolicyRouting(models, rows, keep, unknown)
+
+
+def _for_hops_unknown(hops: list[tuple[str, int]], own_rules: bool, plain_hops: bool) -> str | None:
+    """Why the row of a model that `for K` hops (source, K) reach is not implied; None when it is."""
+    froms = " and ".join(f"{i} (for {k})" for i, k in hops)
+    if own_rules or plain_hops:
+        return (
+            f"requests arrive by `for K` hops from {froms}"
+            + (", and by hops without `for`" if plain_hops else "")
+            + (", and it has rules of its own" if own_rules else "")
+        )
+    if len(hops) > 1:
+        return (
+            f"requests arrive by `for K` hops from {froms}: where one goes back depends on where it came from"
+        )
+    return None

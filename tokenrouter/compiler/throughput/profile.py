@@ -122,9 +122,12 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
     """Measure L_i(b) for every model and p_ij on a sample workload (see the module docstring)."""
     import numpy as np
 
+    from tokenrouter.progress import Progress
     from tokenrouter.runtime import messages as msgs
+    from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.base import EngineError
 
+    threads.set_torch_threads(len(plan["models"]))  # measured with the threads `serve` gives each model
     try:
         ex, devices = _counting_executor(plan, cfg.device)
     except (EngineError, ValueError, OSError) as e:
@@ -132,7 +135,9 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
     from tokenrouter.runtime.engine.embedded import device_scope
 
     step: dict[str, StepLatency] = {}
-    for name, sched in ex.schedulers.items():
+    progress = Progress("profile", len(ex.schedulers), "models timed")
+    for k, (name, sched) in enumerate(ex.schedulers.items()):
+        progress.update(k, f"timing {name}")
         vocab = sched.engine.info.vocab_size
         try:  # with the model's GPU current: Triton and CUDA graphs run on the current device
             with device_scope(devices[name]):
@@ -162,8 +167,10 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
         )
         for k in range(len(prompts))
     ]
+    progress.update(len(ex.schedulers), f"{len(prompts)} sample requests")
     t0 = time.perf_counter()
     results = ex.generate(prompts, specs)
+    progress.finish(len(ex.schedulers))
     wall = time.perf_counter() - t0
     errors = [r.error for r in results if r.error]
     if errors:

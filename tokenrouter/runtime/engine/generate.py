@@ -110,6 +110,9 @@ def generate_from_folder(
         raise ValueError("give exactly one of a text prompt or prompt token ids")
     if chat and prompt is None:
         raise ValueError("a chat template applies to a text prompt, not to token ids")
+    from tokenrouter.runtime import threads
+
+    threads.set_torch_threads(1)
     engine = load_engine(folder, device=device, dtype=dtype, load=load, max_batch=1, max_reqs=1)
     tokenizer = load_tokenizer(folder) if prompt is not None else None
     if prompt is not None:

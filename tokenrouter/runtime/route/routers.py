@@ -212,8 +212,8 @@ def load_router(spec: RouterSpec, hidden_size: int | None, device: torch.device 
     path = Path(spec.path)
     if not path.is_file():
         raise RouterFileError(
-            f"{path}: router {spec.name!r} weights not found (write an untrained one with "
-            f"`tokenrouter init-router PLAN {spec.name} -o {path}`)"
+            f"{path}: router {spec.name!r} weights not found (train them with "
+            f"`tokenrouter train-router POLICY {spec.name}`)"
         )
     try:
         tensors = load_file(str(path), device="cpu")

@@ -53,6 +53,7 @@ from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, secure_context
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 from tokenrouter.runtime.subserver.profiling import LiveProfiler
 from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
+from tokenrouter.runtime.threads import threads_per_model, usable_cores
 
 logger = logging.getLogger(__name__)
 _encoder = msgspec.msgpack.Encoder()
@@ -92,25 +93,9 @@ class SubserverArgs:
             raise ValueError(f"scheduler must be 'tokenrouter' or 'std-serving', got {self.scheduler!r}")
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which taskset and cpusets narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def threads_per_subserver(models: int, cores: int | None = None) -> int:
-    """Torch intra-op threads for each of a plan's `models` subservers: the usable cores divided among
-    them, at least one. Torch's own default is one thread per core in every process; with two processes
-    that is twice the cores, and a parallel CPU op then waits on threads the OS has descheduled: on the
-    H200 machine (16 cores) one torch.cat of 400,000 ids took 0.05 ms in one process and 8.05 ms in each
-    of two at once (0.93 ms at 2 threads each); the KV pool's old free, one such cat per released
-    request, made two subservers' warm-up take 57 s, and 1.8-8.2 s with the same code at 8 threads each
-    (docs/matrix.md "Runs 136-146")."""
-    if models < 1:
-        raise ValueError(f"models must be >= 1, got {models}")
-    return max(1, (cores if cores is not None else usable_cores()) // models)
+    """Torch intra-op threads for each of a plan's `models` subservers (`runtime.threads`, which says why)."""
+    return threads_per_model(models, cores if cores is not None else usable_cores())
 
 
 class Subserver:
@@ -166,7 +151,9 @@ class Subserver:
         import torch
 
         threads = self.args.cpu_threads or threads_per_subserver(len(self.plan["models"]))
-        torch.set_num_threads(threads)
+        torch.set_num_threads(
+            threads
+        )  # not set_torch_threads: serve's count stands, whatever OMP_NUM_THREADS says
         logger.info("model %s: %d torch thread(s)", self.model, threads)
 
     def init_sockets(self) -> None:
