@@ -42,7 +42,9 @@ class TuneResult:
     failed: dict[tuple[int, ...], str] = field(default_factory=dict)  # candidates whose chain failed
     seconds: float = 0.0
     sampling: dict | None = None  # the sampled search's settings (`large_n.py`); None: every chain solved
-    chosen: int = 0  # index in `results` of the candidate chosen (0, the chain's best, unless `tune` kept another)
+    chosen: int = (
+        0  # index in `results` of the candidate chosen (0, the chain's best, unless `tune` kept another)
+    )
 
     @property
     def best(self) -> ChainResult:
