@@ -22,8 +22,7 @@ Each part writes under --out at most 5 files: `results-PART.tar.gz` (every raw f
 run with the loadgen report, the plan's thresholds, the prediction and /metrics; the profile, the tuning
 records, the plans and every server's stderr), `summary-PART.md`, `summary-PART.json`, `chart-PART.png`
 and `matrix-PART.log`. Exit status: 0 when every run completed, 1 when one failed (the others still run),
-2 for bad usage. The run plan for the device machine is in docs/benchmarks.md ("Baselines and the serving
-matrix").
+2 for bad usage. The commands behind each published figure are in docs/results.md.
 """
 
 from __future__ import annotations
