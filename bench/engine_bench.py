@@ -25,7 +25,7 @@ in passes over all points, and reports the pass with the median ratio (run S: pa
 
 The process's history matters: once a second set of graphs has been captured (the ablation's variants),
 the engine's own graphs run 0.5-2.4 % faster (bs 1 extends) or 2-6 % slower (other steps) for the rest of the
-process (run S, `bench/step_partner.py`). The decode and extend tables come first, in the state a serving
+process. The decode and extend tables come first, in the state a serving
 subserver runs in (it captures once); the ablation's ratios compare two sides in the later state.
 
     python bench/engine_bench.py --shapes qwen3-0.6b,qwen3-8b --out out/engine_bench

@@ -1,5 +1,5 @@
-"""Timing GPU work as a CUDA graph, shared by the kernel benchmarks (`decode_attention_sweep`,
-`route_kernel_bench`, `graph_launch_bench`): capture the work once (compiled and warmed up on a side stream
+"""Timing GPU work as a CUDA graph, shared by the kernel benchmarks
+(`route_kernel_bench`): capture the work once (compiled and warmed up on a side stream
 first, so that no compile or autotune lands in the graph), then time back-to-back replays with CUDA events,
 so that the figure is the GPU's time for the work and not Python's launch cost."""
 

@@ -22,8 +22,7 @@ Each part writes under --out at most 5 files: `results-PART.tar.gz` (every raw f
 run with the loadgen report, the plan's thresholds, the prediction and /metrics; the profile, the tuning
 records, the plans and every server's stderr), `summary-PART.md`, `summary-PART.json`, `chart-PART.png`
 and `matrix-PART.log`. Exit status: 0 when every run completed, 1 when one failed (the others still run),
-2 for bad usage. The run plan for the device machine is in docs/benchmarks.md ("Baselines and the serving
-matrix").
+2 for bad usage. The commands behind each published figure are in docs/results.md.
 """
 
 from __future__ import annotations
@@ -197,7 +196,7 @@ class Settings:
     # the measured rows (run 107's eager profile had the 8B at 11 rows or more in 19 steps: docs/matrix.md)
     profile_rounds: int | None = None
     # `profile --from-metrics --min-steps`: a batch size's latency (every step, alone, beside) from at least
-    # this many steps. 20, not the CLI's 5: re-tuned offline from runs 66-71's own scrapes (bench/retune.py),
+    # this many steps. 20, not the CLI's 5: re-tuned offline from runs 66-71's own scrapes,
     # 20 put the served rows at 0.83-1.00x of the chain (standard deviation 0.046) against 0.88-1.19x (0.071)
     # with 5, whose few-step latencies alone (run 70: the 0.6B alone at b = 7, 4.4 ms from 11 steps) misled
     # the choice; 15 and 25 chose as 20 did (docs/throughput.md, "Known limits")
@@ -1230,8 +1229,8 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-# `--report --keep-prefills` (and `bench/retune.py --keep-prefills`): the report's profiles leave the prompt prefills
-# in their batch sizes' latencies, as before the fortieth session, instead of pricing them apart
+# `--report --keep-prefills`: the report's profiles leave the prompt prefills
+# in their batch sizes' latencies, as an earlier version did, instead of pricing them apart
 KEEP_PREFILLS = False
 
 

@@ -351,7 +351,7 @@ def serve(
     ),
     mode: str = typer.Option(
         "tokenrouter",
-        help="tokenrouter, or a baseline: llm-only, lockstep, std-serving, eager, no-graphs (docs/benchmarks.md).",
+        help="tokenrouter, or a baseline: llm-only, lockstep, std-serving, eager, no-graphs (docs/architecture.md).",
     ),
     llm: str = typer.Option(
         None, help="--mode llm-only: the model to serve (default: the one with the most parameters)."
@@ -1314,7 +1314,7 @@ def profile(
         "latencies) `tune` uses for the steps a model sharing a GPU starts while the others are idle (the served "
         "ones apply while one runs), e.g. one served at (2, 5), whose small model ran alone at every batch size. "
         "Not `tokenrouter profile PLAN`'s timings of each model on its own: on the CPU they came out 2.4x below "
-        "the served steps (docs/throughput.md).",
+        "the served steps (docs/tuning.md).",
     ),
     merge: str = typer.Option(
         None,

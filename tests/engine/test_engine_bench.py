@@ -62,7 +62,7 @@ def test_profile_cases(bench):
 
 
 def test_parse_steps(bench):
-    """The bench scripts' one BSxQ parser (engine_bench, graph_tune, pdl_timeline, step_partner)."""
+    """The bench scripts' one BSxQ parser (engine_bench, graph_tune)."""
     assert bench.parse_steps("4x1, 1x8,4X8", "--steps") == [(4, 1), (1, 8), (4, 8)]
     assert bench.parse_steps("16x2", "--objective", min_q=2, max_tokens=32) == [(16, 2)]
     for bad, kw, message in (

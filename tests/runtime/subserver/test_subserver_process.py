@@ -293,7 +293,7 @@ def _hop(rid: str) -> m.PeerRequest:
 def test_a_steps_hops_to_one_peer_travel_as_one_message():
     """A step's hops to a peer go as one `PeerBatch` at the place of the first (a lone hop as itself), so the
     receiver's first read after waking holds them all; sent one by one, a waking receiver often reads part of
-    a burst and could start a step without the rest (`python3 bench/hop_burst.py` counts it)."""
+    a burst and could start a step without the rest."""
     from tokenrouter.runtime.subserver.scheduler import FRONTEND
 
     out = [("b", _hop("r0")), (FRONTEND, m.StepOutputs("a", [], [])), ("c", _hop("r1")), ("b", _hop("r2"))]

@@ -233,7 +233,7 @@ def run_tune(
             + ", ".join(f"{ms:.3g} ms into {m}" for m, ms in system.hop_ms.items())
             + f", which the chain takes as instant; with that transit B* serves about "
             f"{with_transit(chain_inputs, best, hops):.0f} tok/s (a delay per token beside the chain, the same "
-            "share off every candidate: docs/throughput.md)"
+            "share off every candidate)"
         )
     if write:
         lines.append(f"wrote {out_path} (batch for {', '.join(system.auto) or 'no auto model'})")

@@ -221,10 +221,9 @@ class EmbeddedEngine(HeldRequestsEngine):
         Each at an odd and an even batch size and token count: a step's integer inputs are slices of one
         buffer (`ForwardBatch._device_parts`) at offsets of whole batch sizes and token counts, and Triton
         specializes a pointer on its 16-byte alignment. On the H200 the first version, without these
-        variants, left the 0.6B's 18- and 36-row extends of 4 tokens building the attention kernel
-        (`bench/eager_warm_check.py`, docs/matrix.md "Runs 127-131"). Only steps the engine can run: rows
-        within `max_batch` and free request rows, prompts within `max_len`, tokens within the free KV and at
-        most WARM_MAX_TOKENS a step."""
+        variants, left the 0.6B's 18- and 36-row extends of 4 tokens building the attention kernel.
+        Only steps the engine can run: rows within `max_batch` and free request rows, prompts within
+        `max_len`, tokens within the free KV and at most WARM_MAX_TOKENS a step."""
         gr = self.graph_runner
         if gr is None:
             return []

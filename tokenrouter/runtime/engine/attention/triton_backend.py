@@ -63,7 +63,7 @@ ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
 
 # The attention's KV tile (BLOCK_N tokens per loop iteration; 64 until run U). Run U (docs/benchmarks.md) swept tile
 # x stages x warps for the kernel alone at the engine's launch options, bs 1-64, ctx 512 and 4096, both
-# geometries (bench/attn_probe.py --sweep): at 1-8 KV splits (bs >= 4 at 8 KV heads) 128-token tiles with 2
+# geometries: at 1-8 KV splits (bs >= 4 at 8 KV heads) 128-token tiles with 2
 # stages took 0.74-0.96x the kernel time of the 64-token tile (bs 16 x 8, ctx 4096: 94.5 -> 70.0 us, 3.8 TB/s of
 # KV), except where the grid has more than ATTN_WIDE_TILE_WAVES programs per SM (its two stages take 128 KB of
 # shared memory: one program per SM; bs 64 1.01-1.05x). In the engine's steps (call 4, side by side) the 0.6B's
@@ -439,7 +439,7 @@ class TritonAttnBackend(AttentionBackend):
         )
 
     def launch_options(self, md: TritonMetadata) -> dict:
-        """`tk.paged_attention`'s launch options for a step's metadata (bench/attn_probe.py launches the kernel
+        """`tk.paged_attention`'s launch options for a step's metadata (a benchmark can launch the kernel
         alone with these)."""
         return dict(
             num_splits=md.num_splits,

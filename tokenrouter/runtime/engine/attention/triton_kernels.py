@@ -1627,7 +1627,7 @@ def _dot_scratch(device: torch.device, n: int, rows: int) -> tuple[torch.Tensor,
 
 class DotTrace:
     """A timeline of `dot_rows` launches, to see where programmatic dependent launch overlaps kernels
-    (bench/pdl_timeline.py; Nsight Systems does not run on the GPU machine). While one is active (`with
+    (Nsight Systems does not run on the GPU machine). While one is active (`with
     DotTrace(device) as trace:`), every `dot_rows` launch on `device` reserves rows of `buf` and each of its
     programs writes there the GPU's global timer (ns) when it starts, when its PDL wait returns (at once
     without PDL) and when it ends, and its SM; a launch captured in a CUDA graph writes at every replay.
