@@ -10,7 +10,9 @@ The launcher is the parent of every process of a deployment. It
    torch state), prints (stderr) for each remote model the `tokenrouter subserver` command to run on its
    host, waits until each one sends `Ready` (forwarding the subservers' `Ready` to the frontend, whose
    /health turns 200 when all have arrived), writes `pids.json` into the run directory and prints one line
-   with the URL;
+   with the URL. Meanwhile it prints (stderr) a line per model per phase of its start-up as the subserver
+   reports it (`Progress`: torch imported, weights loaded, KV pool, CUDA graphs captured, kernels warmed) and
+   when it is ready;
 4. supervises: SIGINT/SIGTERM → clean shutdown (`Shutdown` to the subservers, SIGTERM to the frontend, join,
    kill stragglers, remove the run directory), exit status 0.
 
@@ -433,8 +435,10 @@ class Launcher:
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
         )
         self._start_mps(plan, [x for x in self.procs if x != "frontend"])
-        for p in self.procs.values():
+        for name, p in self.procs.items():
             p.start()
+            if name != "frontend":
+                print(f"tokenrouter: model {name}: starting (pid {p.pid})", file=sys.stderr, flush=True)
 
     def _child_env(self, model: str) -> dict[str, str]:
         env = {}
@@ -528,7 +532,14 @@ class Launcher:
                 return f"not ready after {self.cfg.startup_timeout_s:g} s: {', '.join(late)}"
         return None
 
-    def _on_ready(self, msg: m.Ready) -> None:
+    def _on_ready(self, msg: m.Ready | m.Progress) -> None:
+        """A Ready (forwarded to the frontend; a model's ready line printed), or a Progress before it (printed)."""
+        if isinstance(msg, m.Progress):
+            print(f"tokenrouter: model {msg.name}: {msg.detail}", file=sys.stderr, flush=True)
+            return
+        if msg.name != "frontend":
+            where = msg.info.get("device", "?")
+            print(f"tokenrouter: model {msg.name}: ready on {where}", file=sys.stderr, flush=True)
         info = dict(msg.info)
         info.setdefault("pid", self.procs[msg.name].pid if msg.name in self.procs else None)
         self.ready[msg.name] = info

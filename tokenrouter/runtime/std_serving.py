@@ -41,8 +41,11 @@ class StdServingScheduler(Scheduler):
         )
 
 
-def load_std_serving(plan: dict, model: str, device: str, extra: dict | None = None, *, max_batch: int = 256):
-    """(engine, scheduler) of one model for the std-serving mode: a prefix-caching embedded engine."""
+def load_std_serving(
+    plan: dict, model: str, device: str, extra: dict | None = None, *, max_batch: int = 256, progress=None
+):
+    """(engine, scheduler) of one model for the std-serving mode: a prefix-caching embedded engine. `progress`:
+    as `load_model_runtime`'s."""
     from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
     from tokenrouter.runtime.subserver.loading import load_model_runtime
 
@@ -50,6 +53,12 @@ def load_std_serving(plan: dict, model: str, device: str, extra: dict | None = N
     if kind != "embedded":
         raise ValueError(f"model {model!r}: the std-serving mode needs the embedded engine, not {kind!r}")
     engine, kernel = load_model_runtime(
-        plan, model, device, engine_class=PrefixCachingEngine, warm_rows=max_batch, **(extra or {})
+        plan,
+        model,
+        device,
+        engine_class=PrefixCachingEngine,
+        warm_rows=max_batch,
+        progress=progress,
+        **(extra or {}),
     )
     return engine, StdServingScheduler(model, plan, engine, kernel, max_batch=max_batch)
