@@ -3,7 +3,8 @@
 Start it with `multiprocessing` (spawn) or any process launcher, one per model of the plan. It
 
 1. loads the plan, the model's engine (device: `args.device`, else `cuda:<first of the model's gpus>` when
-   CUDA is available, else `cpu`) and its route kernel;
+   CUDA is available, else `cpu`) and its route kernel, sending the launcher a `Progress` as each phase is
+   done (torch imported, weights loaded, KV pool, CUDA graphs captured, kernels warmed);
 2. binds its PULL socket at `endpoints["subservers"][model]` and connects PUSH sockets to the frontend and
    to every peer subserver;
 3. sends `Ready(name=model, info={"model", "device", "pid", "vocab_size", "max_len", "eos_token_ids"})` to the
