@@ -10,9 +10,13 @@ The launcher is the parent of every process of a deployment. It
    torch state), prints (stderr) for each remote model the `tokenrouter subserver` command to run on its
    host, waits until each one sends `Ready` (forwarding the subservers' `Ready` to the frontend, whose
    /health turns 200 when all have arrived), writes `pids.json` into the run directory and prints one line
-   with the URL;
-4. supervises: SIGINT/SIGTERM → clean shutdown (`Shutdown` to the subservers, SIGTERM to the frontend, join,
-   kill stragglers, remove the run directory), exit status 0.
+   with the URL. Meanwhile it prints (stderr) a line per model per phase of its start-up as the subserver
+   reports it (`Progress`: torch imported, weights loaded, KV pool, CUDA graphs captured, kernels warmed) and
+   when it is ready;
+4. supervises: SIGINT/SIGTERM → clean shutdown (`Shutdown` to the subservers, SIGTERM to the frontend, wait,
+   kill stragglers and anything a child left in its process group, remove the run directory), exit status 0.
+   A child leaves without the interpreter's teardown once its work is done (`_child_main`), so that the
+   launcher exits within about a second of the signal, with every process it started gone.
 
 Failures. A subserver that sends `Fatal` or exits is **not restarted**: its in-flight requests hold KV and
 state that died with it, and the other subservers may hold requests pending on it. The launcher tells the
@@ -37,6 +41,7 @@ on shutdown the launcher sends `Shutdown` to the remote subservers too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -48,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,7 +322,22 @@ def _child_main(fn, args, env: dict[str, str] | None = None) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-    fn(args)
+    code = 0
+    try:
+        fn(args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    # Leave without the interpreter's teardown: by now `fn` has closed its sockets and written its files, and
+    # with torch loaded the teardown took 2-3 s of a loaded 2-core machine, which the launcher waited for.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _exit_text(code: int | None) -> str:
@@ -490,8 +511,10 @@ class Launcher:
             target=_child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
         )
         self._start_mps(plan, [x for x in self.procs if x != "frontend"])
-        for p in self.procs.values():
+        for name, p in self.procs.items():
             p.start()
+            if name != "frontend":
+                print(f"tokenrouter: model {name}: starting (pid {p.pid})", file=sys.stderr, flush=True)
 
     def _child_env(self, model: str) -> dict[str, str]:
         env = {}
@@ -587,7 +610,14 @@ class Launcher:
                 return f"not ready after {self.cfg.startup_timeout_s:g} s: {', '.join(late)}"
         return None
 
-    def _on_ready(self, msg: m.Ready) -> None:
+    def _on_ready(self, msg: m.Ready | m.Progress) -> None:
+        """A Ready (forwarded to the frontend; a model's ready line printed), or a Progress before it (printed)."""
+        if isinstance(msg, m.Progress):
+            print(f"tokenrouter: model {msg.name}: {msg.detail}", file=sys.stderr, flush=True)
+            return
+        if msg.name != "frontend":
+            where = msg.info.get("device", "?")
+            print(f"tokenrouter: model {msg.name}: ready on {where}", file=sys.stderr, flush=True)
         info = dict(msg.info)
         info.setdefault("pid", self.procs[msg.name].pid if msg.name in self.procs else None)
         self.ready[msg.name] = info
@@ -625,7 +655,8 @@ class Launcher:
         return None
 
     def _shutdown(self) -> None:
-        """Stop every child (gently, then by force), close sockets, remove the run directory. Idempotent."""
+        """Stop every child (gently, then by force) and whatever it left in its process group, close sockets,
+        remove the run directory. Idempotent."""
         if self.ctx is not None:
             for name, addr in self.endpoints.subservers.items():
                 local = self.procs.get(name) is not None and self.procs[name].is_alive()
@@ -644,15 +675,18 @@ class Launcher:
         for name, p in self.procs.items():  # the frontend, and any process still loading: SIGTERM
             if p.pid is not None and p.is_alive() and (name == "frontend" or name not in self.ready):
                 p.terminate()
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for p in self.procs.values():
-            if p.pid is not None:
-                p.join(max(0.0, deadline - time.monotonic()))
-        for name, p in self.procs.items():
-            if p.pid is not None and p.is_alive():
-                log.warning("%s did not stop in time; killing it", _what(name))
-                p.kill()
-                p.join(5.0)
+        started = {name: p for name, p in self.procs.items() if p.pid is not None}
+        for name in _wait_exits(started, JOIN_TIMEOUT_S):
+            log.warning("%s did not stop in time; killing it", _what(name))
+            started[name].kill()
+        for p in started.values():
+            # what a child started and left behind (its process group is its pid: `_child_main`); killed
+            # before `join` reaps the child, so that the group's number is still the child's
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.join(5.0)
+        if started and all(p.exitcode is not None for p in started.values()):
+            _stop_resource_tracker()
         self.procs.clear()
         if self.mps is not None:
             self.mps.stop()
@@ -666,6 +700,30 @@ class Launcher:
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir = None
+
+
+def _wait_exits(procs: dict[str, Any], timeout_s: float) -> list[str]:
+    """Wait until every process of `procs` (name → started multiprocessing.Process) has exited or `timeout_s`
+    has passed, without reaping any; the names of those still running."""
+    from multiprocessing.connection import wait
+
+    deadline = time.monotonic() + timeout_s
+    running = {p.sentinel: name for name, p in procs.items()}
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in wait(list(running), left):
+            del running[sentinel]
+    return list(running.values())
+
+
+def _stop_resource_tracker() -> None:
+    """Stop multiprocessing's resource tracker, a process in the launcher's group that starting the children
+    started: it exits only once every process holding its pipe has, which would be after the launcher."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)  # CPython 3.8 on
+    if stop is not None:
+        with contextlib.suppress(Exception):
+            stop()
 
 
 def _what(name: str) -> str:

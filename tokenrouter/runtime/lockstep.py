@@ -122,7 +122,12 @@ class LockstepServer(Subserver):
         engines, kernels = {}, {}
         for x in self.plan["models"]:
             engines[x], kernels[x] = load_model_runtime(
-                self.plan, x, self.devices[x], warm_rows=args.max_batch, **args.extra
+                self.plan,
+                x,
+                self.devices[x],
+                warm_rows=args.max_batch,
+                progress=self.progress(x),
+                **args.extra,
             )
         self.engines = engines
         self.engine = engines[self.model]

@@ -9,7 +9,7 @@ Who sends what (rid = request id, a str chosen by the frontend):
   string matched), `ActiveCount` (the number of active requests n changed), `Shutdown`.
 - subserver → subserver: `PeerRequest` (a hop: the request continues on the receiver).
 - subserver → frontend: `StepOutputs` (tokens committed and requests finished in one step), `SubserverStats`.
-- any process → launcher: `Ready`, `Fatal`.
+- any process → launcher: `Progress` (a phase of a model's start-up done), `Ready`, `Fatal`.
 - launcher → frontend: `Ready` (a subserver is ready), `Fatal` (a subserver failed or died).
 """
 
@@ -206,6 +206,16 @@ class ProfileDone(msgspec.Struct, tag=True):
     error: str | None = None
 
 
+class Progress(msgspec.Struct, tag=True):
+    """A phase of a model's start-up, done (sent as it happens, before the model's `Ready`): `phase` is one of
+    "torch" (imported), "weights" (loaded), "kv" (pool allocated), "graphs" (CUDA graphs captured), "kernels"
+    (warmed); `detail` says what, for the line the launcher prints."""
+
+    name: str  # the model
+    phase: str
+    detail: str
+
+
 class Ready(msgspec.Struct, tag=True):
     name: str
     info: dict = {}
@@ -220,7 +230,7 @@ ToSubserver = NewRequest | Release | Abort | ActiveCount | Shutdown | Profile | 
 ToFrontend = (
     StepOutputs | SubserverStats | ProfileDone | Ready | Fatal
 )  # Ready, Fatal: forwarded by the launcher
-ToLauncher = Ready | Fatal
+ToLauncher = Progress | Ready | Fatal
 
 
 def pack_hops(out: list[tuple[str, msgspec.Struct]]) -> list[tuple[str, msgspec.Struct]]:

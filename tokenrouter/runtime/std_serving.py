@@ -32,13 +32,17 @@ class StdServingScheduler(Scheduler):
         return dest, msg
 
 
-def load_std_serving(plan: dict, model: str, device: str, extra: dict | None = None, *, max_batch: int = 256):
+def load_std_serving(
+    plan: dict, model: str, device: str, extra: dict | None = None, *, max_batch: int = 256, progress=None
+):
     """(engine, scheduler) of one model for the std-serving mode: the embedded engine, with its prefix cache
-    unless `extra` turns it off (`prefix_cache=False`)."""
+    unless `extra` turns it off (`prefix_cache=False`). `progress`: as `load_model_runtime`'s."""
     from tokenrouter.runtime.subserver.loading import load_model_runtime
 
     kind = plan["models"][model].get("engine", "embedded")
     if kind != "embedded":
         raise ValueError(f"model {model!r}: the std-serving mode needs the embedded engine, not {kind!r}")
-    engine, kernel = load_model_runtime(plan, model, device, warm_rows=max_batch, **(extra or {}))
+    engine, kernel = load_model_runtime(
+        plan, model, device, warm_rows=max_batch, progress=progress, **(extra or {})
+    )
     return engine, StdServingScheduler(model, plan, engine, kernel, max_batch=max_batch)

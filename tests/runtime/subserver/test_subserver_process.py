@@ -53,7 +53,8 @@ class Harness:
         while len(got) < len(self.procs) and time.monotonic() < deadline:
             if self.launcher.poll(100):
                 for msg in self.launcher.drain():
-                    got[msg.name] = msg
+                    if not isinstance(msg, m.Progress):  # the start-up's phases, before Ready
+                        got[msg.name] = msg
         return got
 
     def broadcast(self, msg) -> None:
@@ -190,7 +191,7 @@ def test_two_subserver_processes_match_the_in_process_executor(plan_file):
     assert codes == [0, 0]
 
 
-def _fail_at_once(args, ctx):
+def _fail_at_once(args, ctx, report):
     raise RuntimeError("could not start")
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,11 @@ CPU = torch.device("cpu")
 # memory the KV pool leaves free, and the attention's variants that follow the batch size (its KV tile) only
 # arise at 32 query rows or fewer per KV head, at most 16 new tokens a row
 WARM_MAX_TOKENS = 4096
+Progress = Callable[[str, str], None]  # (phase, detail): a phase of the engine's start-up, done
+
+
+def _silent(phase: str, detail: str) -> None:
+    pass
 
 
 @dataclass(slots=True)
@@ -99,8 +104,16 @@ class Req:
 
 class EmbeddedEngine(HeldRequestsEngine):
     def __init__(
-        self, model: DecoderForCausalLM, config: ModelConfig, settings: EngineConfig, name: str
+        self,
+        model: DecoderForCausalLM,
+        config: ModelConfig,
+        settings: EngineConfig,
+        name: str,
+        progress: Progress | None = None,
     ) -> None:
+        """`progress(phase, detail)`, where given, hears of each phase of the construction as it is done: the
+        KV pool allocated ("kv"), the CUDA graphs captured ("graphs")."""
+        progress = progress or _silent
         self.model = model
         self.model_config = config
         self.settings = settings
@@ -108,6 +121,9 @@ class EmbeddedEngine(HeldRequestsEngine):
         self.dtype = next(model.parameters()).dtype
         self.max_batch = settings.max_batch
         self._init_pools()
+        pool = self.token_to_kv_pool
+        per = pool.bytes_per_token(pool.dtype, pool.head_num, pool.head_dim, pool.layer_num)
+        progress("kv", f"KV pool of {pool.size:,} tokens ({pool.size * per / (1 << 20):,.0f} MiB)")
         self._init_attention()
         self.info = ModelInfo(
             name=name,
@@ -122,6 +138,9 @@ class EmbeddedEngine(HeldRequestsEngine):
         self._init_requests()
         self.graph_runner = None
         self._init_graph_runner()
+        if self.graph_runner is not None:
+            runner = self.graph_runner
+            progress("graphs", f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s")
 
     # --- construction -----------------------------------------------------------------------------
     def _init_pools(self) -> None:
@@ -433,10 +452,13 @@ def load_engine(
     graph_rows: int | None = None,
     seed: int = 0,
     engine_class: type[EmbeddedEngine] | None = None,
+    progress: Progress | None = None,
 ) -> EmbeddedEngine:
     """Load a model folder into an `EmbeddedEngine`. Raises `ModelFolderError` (an EngineError) naming the
     path for a missing or malformed folder, ValueError for bad settings. `engine_class`: a subclass of
-    EmbeddedEngine to build instead (e.g. the std-serving baseline's prefix-caching engine)."""
+    EmbeddedEngine to build instead (e.g. the std-serving baseline's prefix-caching engine). `progress(phase,
+    detail)` hears of each phase as it is done: the weights loaded ("weights"), then the engine's own."""
+    start = time.perf_counter()
     settings = EngineConfig(
         device=device,
         dtype=dtype,
@@ -462,4 +484,10 @@ def load_engine(
         init_dummy_weights(model, seed)
     else:
         load_weights(model, folder)
-    return (engine_class or EmbeddedEngine)(model, config, settings, name=folder.resolve().name)
+    if progress is not None:
+        what = "random weights made" if load == "dummy" else "weights loaded"
+        dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
+        progress("weights", f"{what} in {time.perf_counter() - start:.1f} s ({dtype_name} on {dev})")
+    return (engine_class or EmbeddedEngine)(
+        model, config, settings, name=folder.resolve().name, progress=progress
+    )

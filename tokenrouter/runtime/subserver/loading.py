@@ -50,10 +50,13 @@ def engine_kwargs(spec: dict, device: str) -> dict:
     return kw
 
 
-def load_model_engine(plan: dict, model: str, device: str, *, prefix_cache: bool = True, **overrides):
+def load_model_engine(
+    plan: dict, model: str, device: str, progress=None, *, prefix_cache: bool = True, **overrides
+):
     """The engine of one model of a plan on `device`; `overrides` go to load_engine. `prefix_cache`: the embedded
     engine shares KV across requests (`PrefixCachingEngine`, runtime/prefix_cache.py); the SGLang engine runs
-    without it either way (docs/sglang.md)."""
+    without it either way (docs/sglang.md). `progress(phase, detail)`, where given, hears of each phase of the
+    start-up as it is done (`messages.Progress`)."""
     from tokenrouter.runtime.engine.embedded import load_engine
 
     spec = plan["models"][model]
@@ -68,7 +71,11 @@ def load_model_engine(plan: dict, model: str, device: str, *, prefix_cache: bool
         logger.warning("model %s: the SGLang engine has no prefix cache; --no-prefix-cache changes nothing for it",
                        model)  # fmt: skip
         kw = {**engine_kwargs(spec, device), **overrides}
-        return load_sglang_engine(spec["path"], model=model, device=device, **kw)
+        start = time.perf_counter()
+        engine = load_sglang_engine(spec["path"], model=model, device=device, **kw)
+        if progress is not None:
+            progress("weights", f"SGLang engine loaded in {time.perf_counter() - start:.1f} s")
+        return engine
     if prefix_cache and overrides.get("engine_class") is None:
         from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
@@ -77,40 +84,47 @@ def load_model_engine(plan: dict, model: str, device: str, *, prefix_cache: bool
     rows = (
         {"graph_rows": int(plan["serve"]["concurrency"])} if plan.get("serve", {}).get("concurrency") else {}
     )
-    return load_engine(spec["path"], device=device, **{**rows, **engine_kwargs(spec, device), **overrides})
+    kw = {**rows, **engine_kwargs(spec, device), **overrides}
+    return load_engine(spec["path"], device=device, progress=progress, **kw)
 
 
-def warmed(model: str, what: str, unit: str, warm) -> None:
+def warmed(model: str, what: str, unit: str, warm, progress=None) -> None:
     """Run `warm()` (it returns how many steps or launches it made) and, where it made any, log them with the
-    Triton kernels loaded meanwhile: a load is a build where the machine has none in Triton's disk cache (about
-    1 s each), else a read."""
+    Triton kernels loaded meanwhile (a load is a build where the machine has none in Triton's disk cache, about
+    1 s each, else a read) and tell `progress` (phase "kernels")."""
     from tokenrouter.runtime.engine import kernel_loads
 
     kernel_loads.install()
     before, start = kernel_loads.LOADS.snapshot(), time.perf_counter()
     if n := warm():
         loads, _, _ = kernel_loads.LOADS.since(before)
-        logger.info("model %s: %s: %d %s, %d Triton kernel load(s), %.2f s",
-                    model, what, n, unit, loads, time.perf_counter() - start)  # fmt: skip
+        detail = f"{what}: {n} {unit}, {loads} Triton kernel load(s), {time.perf_counter() - start:.1f} s"
+        logger.info("model %s: %s", model, detail)
+        if progress is not None:
+            progress("kernels", detail)
 
 
-def load_model_runtime(plan: dict, model: str, device: str, *, warm_rows: int | None = None, **overrides):
+def load_model_runtime(
+    plan: dict, model: str, device: str, *, warm_rows: int | None = None, progress=None, **overrides
+):
     """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The engine's
     steps that no CUDA graph holds are run once each (`EmbeddedEngine.warm_eager`; nothing without graphs), and
     the route kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
-    `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step."""
+    `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step. `progress(phase,
+    detail)` hears of each phase as it is done."""
     from tokenrouter.runtime.route import RouteKernel
     from tokenrouter.runtime.route.routers import check_router_digests
 
     check_router_digests(plan, model)
-    engine = load_model_engine(plan, model, device, **overrides)
+    engine = load_model_engine(plan, model, device, progress, **overrides)
     warm_eager = getattr(engine, "warm_eager", None)  # the embedded engine with CUDA graphs
     if warm_eager is not None:
-        warmed(model, "eager steps warmed (kinds no CUDA graph holds)", "steps", warm_eager)
+        warmed(model, "eager steps warmed (kinds no CUDA graph holds)", "steps", warm_eager, progress)
     # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
     backend = "auto" if str(device).startswith("cuda") else "torch"
     kernel = RouteKernel(plan, model, backend, device, engine.embed)
     rows = engine.max_batch if warm_rows is None else warm_rows
     warmed(model, f"route kernel warmed for steps of up to {rows} rows", "launches",
-           lambda: kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size))  # fmt: skip
+           lambda: kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size),
+           progress)  # fmt: skip
     return engine, kernel

@@ -3,7 +3,8 @@
 Start it with `multiprocessing` (spawn) or any process launcher, one per model of the plan. It
 
 1. loads the plan, the model's engine (device: `args.device`, else `cuda:<first of the model's gpus>` when
-   CUDA is available, else `cpu`) and its route kernel;
+   CUDA is available, else `cpu`) and its route kernel, sending the launcher a `Progress` as each phase is
+   done (torch imported, weights loaded, KV pool, CUDA graphs captured, kernels warmed);
 2. binds its PULL socket at `endpoints["subservers"][model]` and connects PUSH sockets to the frontend and
    to every peer subserver;
 3. sends `Ready(name=model, info={"model", "device", "pid", "vocab_size", "max_len", "eos_token_ids"})` to the
@@ -51,8 +52,8 @@ import zmq
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, secure_context
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
+from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import LiveProfiler
-from tokenrouter.runtime.subserver.scheduler import FRONTEND, Outbox, Scheduler
 from tokenrouter.runtime.threads import threads_per_model, usable_cores
 
 logger = logging.getLogger(__name__)
@@ -99,18 +100,21 @@ def threads_per_subserver(models: int, cores: int | None = None) -> int:
 
 
 class Subserver:
-    """One subserver process: its decode loop and the sockets the loop owns."""
+    """One subserver process: its decode loop and the sockets the loop owns. `report(model, phase, detail)`,
+    where given, hears of each phase of a model's start-up as it is done (`messages.Progress`)."""
 
-    def __init__(self, args: SubserverArgs, ctx: zmq.Context) -> None:
+    def __init__(self, args: SubserverArgs, ctx: zmq.Context, report=None) -> None:
         from tokenrouter.compiler.plan import read_plan
 
         self.args = args
         self.ctx = ctx
+        self.report = report
         self.model = args.model
         self.endpoints = Endpoints.from_dict(args.endpoints)
         self.plan = read_plan(args.plan_path)
         if self.model not in self.plan["models"]:
             raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
+        self.import_torch()
         self.device = pick_device(self.plan["models"][self.model], args.device)
         self.init_threads_per_process()
         self.init_scheduler()
@@ -125,14 +129,32 @@ class Subserver:
             from tokenrouter.runtime.std_serving import load_std_serving
 
             self.engine, self.scheduler = load_std_serving(
-                self.plan, self.model, self.device, args.extra, max_batch=args.max_batch
+                self.plan,
+                self.model,
+                self.device,
+                args.extra,
+                max_batch=args.max_batch,
+                progress=self.progress(self.model),
             )
         else:
+            from tokenrouter.runtime.subserver.scheduler import Scheduler
+
             self.engine, kernel = load_model_runtime(
-                self.plan, self.model, self.device, warm_rows=args.max_batch, **args.extra
+                self.plan,
+                self.model,
+                self.device,
+                warm_rows=args.max_batch,
+                progress=self.progress(self.model),
+                **args.extra,
             )
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
             self.scheduler.board = self.attach_board()
+
+    def progress(self, model: str):
+        """The `progress(phase, detail)` of one model's loading: `report` with the model's name, or None."""
+        if self.report is None:
+            return None
+        return lambda phase, detail: self.report(model, phase, detail)
 
     def attach_board(self):
         """This model's place on the launcher's busy board, where another model shares one of its GPUs."""
@@ -144,6 +166,15 @@ class Subserver:
             return None
         order = list(self.plan["models"])
         return BusyBoard(self.args.busy_board, order.index(self.model), tuple(order.index(x) for x in beside))
+
+    def import_torch(self) -> None:
+        """The process's first import of torch (seconds on a busy machine), reported as a phase of its own."""
+        start = time.perf_counter()
+        import torch
+
+        if self.report is not None:
+            took = time.perf_counter() - start
+            self.report(self.model, "torch", f"torch {torch.__version__} imported in {took:.1f} s")
 
     def init_threads_per_process(self) -> None:
         """Subservers share the host's cores, on CPU and on GPU alike: each gets `threads_per_subserver`
@@ -244,9 +275,11 @@ def run_subserver_process(args: SubserverArgs) -> None:
 
 
 def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> None:
-    """The life of a process that serves models: build `make_server(args, ctx)`, send one `Ready` per model
-    (`infos(server)`: model -> info), run its event loop until Shutdown or SIGTERM/SIGINT; on a crash, log the
-    traceback and send `Fatal` to the launcher and the frontend, and exit 1."""
+    """The life of a process that serves models: build `make_server(args, ctx, report)` (it calls
+    `report(model, phase, detail)` as each phase of a model's start-up is done: a `Progress` to the launcher),
+    send one `Ready` per model (`infos(server)`: model -> info), run its event loop until Shutdown or
+    SIGTERM/SIGINT; on a crash, log the traceback and send `Fatal` to the launcher and the frontend, and exit 1.
+    Progress, Ready and Fatal leave on one socket, so the launcher gets them in order."""
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {label} %(message)s")
     ctx = zmq.Context()
     auth = secure_context(ctx, args.endpoints.get("key"))
@@ -255,7 +288,9 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
     sub = None
     code = 0
     try:
-        sub = make_server(args, ctx)
+        sub = make_server(
+            args, ctx, lambda model, phase, detail: launcher.send(m.Progress(model, phase, detail))
+        )
 
         def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
             sub.stop.set()

@@ -37,13 +37,12 @@ from tokenrouter.runtime.route.kernel import RouteResult
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.busy_board import BusyBoard
+from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import region
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 
 logger = logging.getLogger(__name__)
 
-FRONTEND = "@frontend"  # destination of messages for the frontend (model names are identifiers)
-Outbox = list[tuple[str, msgspec.Struct]]
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
 # A step counts as a *stall* when it takes over SLOW_STEP_FLOOR_MS and over SLOW_STEP_FACTOR x what the earlier
 # steps make it expect: the mean step of its batch size (or of all steps, while its batch size has fewer than
