@@ -19,6 +19,7 @@ from tokenrouter.compiler.passes.check_types import check_types
 from tokenrouter.compiler.passes.load_imports import load_imports
 from tokenrouter.compiler.passes.resolve_names import resolve_names
 from tokenrouter.compiler.paths import file_problem
+from tokenrouter.compiler.plan import PlanError, validate_plan
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, sort_key
@@ -67,7 +68,13 @@ def compile_source(text: str, file: str, defines: dict[str, str] | None = None) 
     diagnostics = _tidy(list(program.diagnostics))
     if program.has_errors:
         return CompileResult(None, diagnostics)
-    return CompileResult(_plan(program, text, file), diagnostics)
+    plan = _plan(program, text, file)
+    try:  # the check that `compile` makes before it writes: `check` accepts exactly what `compile` writes
+        validate_plan(plan, file)
+    except PlanError as e:
+        bug = f"internal error (please report it): the compiled plan fails its check: {e}"
+        return CompileResult(None, [*diagnostics, Diagnostic("error", file, 0, 0, bug)])
+    return CompileResult(plan, diagnostics)
 
 
 def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> CompileResult:
@@ -124,7 +131,7 @@ def load_plan(path: str | Path, defines: dict[str, str] | None = None) -> dict[s
     """The plan behind a command-line argument: a `.tr` policy compiled now (with `-D` `defines`), or a plan
     file written by `compile` (read and validated). Raises `PlanError` with a message for users: for a policy
     that does not compile, its rendered diagnostics."""
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.plan import read_plan
     from tokenrouter.dsl.diagnostics import render_all
 
     p = Path(path)

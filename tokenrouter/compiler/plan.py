@@ -21,6 +21,7 @@ from tokenrouter.compiler.passes.check_options import MAX_CONCURRENCY
 from tokenrouter.compiler.passes.check_rules import MAX_FOR_K
 from tokenrouter.compiler.paths import absolute_from_plan, relative_to_plan
 from tokenrouter.compiler.program import FEATURES, TYPES
+from tokenrouter.dsl.limits import route_constant_problem, value_problem
 from tokenrouter.outfile import check_output, finite_json, write_replacing
 
 PLAN_FORMAT = "tokenrouter.plan/1"
@@ -128,7 +129,8 @@ def _one_of(v: Any, names: Any) -> bool:
 
 
 def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An int the runtime holds (int64)."""
+    return isinstance(v, int) and not isinstance(v, bool) and value_problem(v) is None
 
 
 def _num(v: Any) -> bool:
@@ -309,7 +311,9 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
             v.obj(n, w, ("op", "value", "type"))
             val = n["value"]
             good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
-            v.check(good, f"{w}.value", f"expected a {t}")
+            v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
+            problem = route_constant_problem(val)
+            v.check(problem is None, f"{w}.value", str(problem))
         elif op == "feature":
             v.obj(n, w, ("op", "name", "type"))
             v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{n['name']!r} is not a feature")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap
+from tokenrouter.dsl.limits import INT64_MAX
 from tokenrouter.dsl.syntax_messages import describe_unexpected_characters, describe_unexpected_token
 
 GRAMMAR_PATH = Path(__file__).with_name("tr.lark")
@@ -236,11 +238,19 @@ def _unquote(tok: Token) -> tuple[str, str | None]:
     return "".join(out), None
 
 
-def _number(tok: Token) -> int | float:
+def _number(tok: Token) -> tuple[int | float, str | None]:
+    """The literal's value, and an error message for one that no int64 or finite float holds."""
     text = str(tok)
     if re.fullmatch(r"\d+", text):
-        return int(text)
-    return float(text)
+        digits = text.lstrip("0")
+        if len(digits) > len(str(INT64_MAX)) or int(digits or "0") > INT64_MAX:
+            shown = text if len(text) <= 30 else f"{text[:12]}…{text[-6:]} ({len(text)} digits)"
+            return 0, f"int literal {shown} is beyond the 64-bit int range (at most {INT64_MAX})"
+        return int(text), None
+    value = float(text)
+    if not math.isfinite(value):
+        return 0.0, f"float literal {text[:30]}{'…' * (len(text) > 30)} is beyond the float range (±1.8e308)"
+    return value, None
 
 
 @v_args(meta=True)
@@ -358,7 +368,10 @@ class _Builder(Transformer):
         return ast.Unary("-", c[1], _span_of(meta))
 
     def number(self, meta, c):
-        return ast.Number(_number(c[0]), str(c[0]), _span_of(c[0]))
+        value, err = _number(c[0])
+        if err:
+            self.errors.append((_span_of(c[0]), err))
+        return ast.Number(value, str(c[0]), _span_of(c[0]))
 
     def string(self, meta, c):
         value, err = _unquote(c[0])

@@ -1,0 +1,113 @@
+"""Hostile policies and hand-edited plans (issue 57): what `check` accepts the server can hold, and every bad
+input is a located diagnostic or a `PlanError` naming the field, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+from tokenrouter.compiler.driver import compile_source
+from tokenrouter.compiler.plan import PlanError, validate_plan
+
+REPO = Path(__file__).resolve().parents[2]
+BERNOULLI = REPO / "examples" / "bernoulli.tr"
+runner = CliRunner()
+
+
+def errors(text: str, file: Path = BERNOULLI, defines: dict[str, str] | None = None) -> list[str]:
+    """`FILE:LINE:COL: error: MESSAGE` headers; none means the policy compiled (and its plan validates)."""
+    result = compile_source(text, str(file), defines)
+    if result.plan is not None:
+        validate_plan(result.plan)
+    return [d.header() for d in result.errors]
+
+
+def check(*args: str):
+    """`tokenrouter check ARGS` in-process: its exit code and output, and never an exception."""
+    r = runner.invoke(app, ["check", *args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r.exit_code, r.output
+
+
+def bernoulli(old: str, new: str) -> str:
+    text = BERNOULLI.read_text(encoding="utf-8")
+    assert old in text
+    return text.replace(old, new)
+
+
+# --- constants the route kernel cannot hold ----------------------------------------------------------------
+
+
+def test_a_float_constant_beyond_float32_is_an_error_at_the_literal() -> None:
+    assert errors(bernoulli("uniform() < p", "uniform() < 1e300")) == [
+        f"{BERNOULLI}:18:20: error: 1e+300 is beyond the route kernel's float32 range (±3.4e38)"
+    ]
+    assert errors(bernoulli("uniform() < p", "uniform() < 3e38")) == []
+
+
+def test_a_param_beyond_float32_is_an_error_where_a_rule_reads_it() -> None:
+    for source, defines in ((bernoulli("p: float = 0.2", "p: float = 1e300"), None), (None, {"p": "1e300"})):
+        text = source or BERNOULLI.read_text(encoding="utf-8")
+        assert errors(text, defines=defines) == [
+            f"{BERNOULLI}:18:20: error: param 'p': 1e+300 is beyond the route kernel's float32 range (±3.4e38)"
+        ]
+
+
+def test_infinite_literals_and_folded_overflows_are_located_errors() -> None:
+    # `1e309` was accepted by check (a plan constant of inf) and refused by compile when it wrote the plan
+    assert errors(bernoulli("uniform() < p", "uniform() < 1e309")) == [
+        f"{BERNOULLI}:18:20: error: float literal 1e309 is beyond the float range (±1.8e308)"
+    ]
+    assert errors(bernoulli("p: float = 0.2", "p: float = 1e308 * 10")) == [
+        f"{BERNOULLI}:5:18: error: out of range: inf is not a finite number"
+    ]
+    assert errors(bernoulli("slm_batch: int = 2", "slm_batch: int = 9223372036854775807 + 1")) == [
+        f"{BERNOULLI}:7:24: error: out of range: 9223372036854775808 is beyond the 64-bit int range [-2^63, 2^63 - 1]"
+    ]
+
+
+def test_int_literals_beyond_64_bits_are_errors_even_past_pythons_digit_limit() -> None:
+    assert errors(bernoulli("slm_batch: int = 2", "slm_batch: int = 18446744073709551616")) == [
+        f"{BERNOULLI}:7:24: error: int literal 18446744073709551616 is beyond the 64-bit int range "
+        "(at most 9223372036854775807)"
+    ]
+    for digits in (400, 5000):  # a float param, max_delay_ms; 5,000 is past `int`'s 4,300-digit limit
+        for old, new in (("p: float = 0.2", "p: float = "), ("max_delay_ms: 5", "max_delay_ms: ")):
+            (message,) = errors(bernoulli(old, new + "9" * digits))
+            assert (
+                f"int literal 999999999999…999999 ({digits} digits) is beyond the 64-bit int range" in message
+            )
+
+
+def test_defines_beyond_the_range_are_errors_naming_the_param() -> None:
+    assert errors(BERNOULLI.read_text(encoding="utf-8"), defines={"slm_batch": "9" * 5000}) == [
+        f"{BERNOULLI}: error: -D slm_batch=999999999999999999999999…99999999 (5000 characters): beyond the "
+        "64-bit int range (param 'slm_batch' is int)"
+    ]
+    assert errors(BERNOULLI.read_text(encoding="utf-8"), defines={"slm_batch": "-9223372036854775809"}) != []
+
+
+def test_check_and_compile_refuse_the_same_plans(tmp_path: Path) -> None:
+    policy = tmp_path / "b.tr"
+    policy.write_text(bernoulli("uniform() < p", "uniform() < 1e300"), encoding="utf-8")
+    assert check(str(policy))[0] == 1
+    r = runner.invoke(app, ["compile", str(policy), "-o", str(tmp_path / "b.plan")])
+    assert r.exit_code == 1 and not (tmp_path / "b.plan").exists()
+
+
+def test_a_hand_edited_plan_with_a_constant_beyond_the_kernel_is_refused() -> None:
+    plan = compile_source(BERNOULLI.read_text(encoding="utf-8"), str(BERNOULLI)).plan
+    assert plan is not None
+    node = next(n for n in plan["routes"]["slm"]["nodes"] if n["op"] == "const")
+    for value, message in (
+        (1e300, "beyond the route kernel's float32 range"),
+        (2**70, "expected a int (int64)"),
+    ):
+        node["value"], node["type"] = value, "float" if isinstance(value, float) else "int"
+        with pytest.raises(PlanError, match=r"field routes\.slm\.nodes\[\d+\]\.value: ") as e:
+            validate_plan(json.loads(json.dumps(plan)), "b.plan")
+        assert message in str(e.value)
