@@ -4,6 +4,7 @@ input is a located diagnostic or a `PlanError` naming the field, never a traceba
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,123 @@ def test_a_hand_edited_plan_with_a_constant_beyond_the_kernel_is_refused() -> No
         with pytest.raises(PlanError, match=r"field routes\.slm\.nodes\[\d+\]\.value: ") as e:
             validate_plan(json.loads(json.dumps(plan)), "b.plan")
         assert message in str(e.value)
+
+
+# --- paths, router files, encodings: a located diagnostic, not a traceback -----------------------------------
+
+
+def model_path_errors(path: str, tmp_path: Path) -> list[str]:
+    policy = tmp_path / "b.tr"
+    policy.write_text(bernoulli('"models/py-small"', f'"{path}"'), encoding="utf-8")
+    code, output = check(str(policy))
+    assert code == 1
+    return [line for line in output.splitlines() if ": error: " in line]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("a" * 5000, "model 'slm': path too long for this system (5000 characters)"),
+        ("a\0b", "model 'slm': a path cannot contain a NUL byte"),
+        ("~nosuchuser/m", "model 'slm': cannot expand '~nosuchuser': no such user"),
+    ],
+)
+def test_a_model_path_no_file_can_have_is_a_located_error(path: str, message: str, tmp_path: Path) -> None:
+    assert model_path_errors(path, tmp_path) == [f"{tmp_path / 'b.tr'}:10:13: error: {message}"]
+
+
+def test_an_import_path_with_a_nul_byte_is_a_located_error(tmp_path: Path) -> None:
+    policy = tmp_path / "b.tr"
+    policy.write_text(bernoulli("param p", 'import "x\\u0000y.tr" as z\nparam p').replace("\\u0000", "\0"))
+    code, output = check(str(policy))
+    assert code == 1 and f"{policy}:5:1: error: cannot import " in output
+    assert "a path cannot contain a NUL byte" in output
+
+
+def router_policy(tmp_path: Path, header: bytes) -> Path:
+    (tmp_path / "r.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    text = (REPO / "examples" / "r2r_kd.tr").read_text(encoding="utf-8")
+    text = text.replace('"routers/py_kd_r2r_divergence.safetensors"', '"r.safetensors"')
+    policy = tmp_path / "r.tr"
+    policy.write_text(text.replace('"models/', f'"{REPO}/examples/models/'), encoding="utf-8")
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("header", "why"),
+    [
+        (json.dumps({"weight": {"dtype": "F32", "shape": ["a", 2]}}).encode(), "bad entry for 'weight'"),
+        (json.dumps({"weight": {"dtype": "F32", "shape": [None]}}).encode(), "bad entry for 'weight'"),
+        (json.dumps({"weight": {"dtype": ["F32"], "shape": [1]}}).encode(), "bad entry for 'weight'"),
+        (b"[" * 50_000 + b"]" * 50_000, "bad header"),
+        (b'{"a": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "bad header"),
+        (json.dumps({"__metadata__": [1, 2]}).encode(), "__metadata__ is not an object of strings"),
+    ],
+)
+def test_a_hostile_router_header_is_a_located_error(header: bytes, why: str, tmp_path: Path) -> None:
+    policy = router_policy(tmp_path, header)
+    code, output = check(str(policy))
+    assert code == 1
+    assert (
+        f"{policy}:21:25: error: router 'divergence': " in output
+        and f"not a safetensors file ({why})" in output
+    )
+
+
+def test_invalid_utf8_is_reported_at_its_line_and_column(tmp_path: Path) -> None:
+    policy = tmp_path / "b.tr"
+    policy.write_bytes(BERNOULLI.read_bytes().replace(b"entry slm", b"entry s\xc3l\xffm"))
+    code, output = check(str(policy))
+    assert code == 1
+    assert f"{policy}:15:8: error: not UTF-8 text: byte 0xc3 (invalid continuation byte)" in output
+    lib = tmp_path / "lib.tr"  # an imported file: the same message, at its own place
+    lib.write_bytes(b"policy lib\nparam x: int = 1 # \xff\n")
+    policy.write_text(bernoulli("param p", 'import "lib.tr"\nparam p'), encoding="utf-8")
+    code, output = check(str(policy))
+    assert code == 1 and f"{lib}:2:20: error: not UTF-8 text: byte 0xff (invalid start byte)" in output
+
+
+# --- hand-edited plans through `inspect` -----------------------------------------------------------------------
+
+
+def inspect(tmp_path: Path, edit) -> str:
+    plan = compile_source(BERNOULLI.read_text(encoding="utf-8"), str(BERNOULLI)).plan
+    assert plan is not None
+    text = edit(plan)
+    (tmp_path / "x.plan").write_text(text if isinstance(text, str) else json.dumps(plan), encoding="utf-8")
+    r = runner.invoke(app, ["inspect", str(tmp_path / "x.plan")])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 1
+    return r.output.strip()
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("a" * 5000, "path too long for this system (5000 characters)"),
+        ("a\0b", "a path cannot contain a NUL byte"),
+        ("~nosuchuser/m", "cannot expand '~nosuchuser': no such user"),
+    ],
+)
+def test_inspect_names_a_bad_path_field(path: str, message: str, tmp_path: Path) -> None:
+    out = inspect(tmp_path, lambda plan: plan["models"]["llm"].__setitem__("path", path))
+    assert out == f"error: {tmp_path / 'x.plan'}: field models.llm.path: {message}"
+
+
+def test_inspect_refuses_json_nested_too_deep(tmp_path: Path) -> None:
+    out = inspect(tmp_path, lambda plan: "[" * 100_000 + "]" * 100_000)
+    assert out == f"error: {tmp_path / 'x.plan'}: not a plan: its JSON is nested too deep"
+
+
+@pytest.mark.parametrize(
+    ("tuning", "field", "message"),
+    [
+        ({"warnings": 5}, "tuning.warnings", "expected a list of strings"),
+        ({"warnings": "abc"}, "tuning.warnings", "expected a list of strings"),
+        ({"auto": 5}, "tuning.auto", "expected a list of the plan's models"),
+        ([], "tuning", "expected an object"),
+    ],
+)
+def test_inspect_names_a_bad_tuning_field(tuning, field: str, message: str, tmp_path: Path) -> None:
+    out = inspect(tmp_path, lambda plan: plan.__setitem__("tuning", tuning))
+    assert out == f"error: {tmp_path / 'x.plan'}: field {field}: {message}"

@@ -24,6 +24,7 @@ from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, sort_key
 from tokenrouter.dsl.parser import parse
+from tokenrouter.dsl.source import read_source
 
 PLAN_FORMAT = "tokenrouter.plan/1"
 
@@ -83,10 +84,10 @@ def compile_file(path: str | Path, defines: dict[str, str] | None = None) -> Com
     problem = file_problem(p)
     if problem is not None:
         return CompileResult(None, [Diagnostic("error", str(path), 0, 0, problem)])
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
+    text, problem_at = read_source(p, str(path))
+    if text is None:
+        assert problem_at is not None
+        return CompileResult(None, [problem_at])
     return compile_source(text, str(path), defines)
 
 

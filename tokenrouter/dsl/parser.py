@@ -21,6 +21,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap
 from tokenrouter.dsl.limits import INT64_MAX
+from tokenrouter.dsl.source import MAX_SOURCE_BYTES, read_source, too_large
 from tokenrouter.dsl.syntax_messages import describe_unexpected_characters, describe_unexpected_token
 
 GRAMMAR_PATH = Path(__file__).with_name("tr.lark")
@@ -58,6 +59,10 @@ class ParseResult:
 
 def parse(text: str, file: str = "<input>") -> ParseResult:
     """Parse `text`; never raises for any input text."""
+    if len(text) > MAX_SOURCE_BYTES:
+        problem = too_large(len(text.encode("utf-8", errors="surrogatepass")))
+        if problem is not None:
+            return ParseResult(None, [Diagnostic("error", file, 0, 0, problem)])
     src = SourceMap(file, text)
     diagnostics: list[Diagnostic] = []
     work = text
@@ -105,15 +110,10 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
 
 def parse_file(path: str | Path) -> ParseResult:
     """Parse a file; an unreadable file is a diagnostic, not an exception."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "no such file")])
-    except IsADirectoryError:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "is a directory, not a file")])
-    except (OSError, UnicodeDecodeError) as e:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
+    text, problem = read_source(path, str(path))
+    if text is None:
+        assert problem is not None
+        return ParseResult(None, [problem])
     return parse(text, str(path))
 
 

@@ -138,6 +138,8 @@ def _routers(
             except ConstError as e:
                 if e.message:
                     diags.append(unit.src.error(e.span, e.message))
+            except ValueError as e:  # a path no file can have
+                diags.append(unit.src.error(args[0].span, f"router '{name}': {e}"))
             if len(args) < 2:
                 diags.append(
                     unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")

@@ -10,6 +10,7 @@ from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, did_you_mean
 from tokenrouter.dsl.parser import parse
+from tokenrouter.dsl.source import read_source
 
 STDLIB_DIR = Path(__file__).resolve().parents[2] / "stdlib"
 MAX_DEPTH = 16
@@ -47,12 +48,13 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
         if len(stack) >= MAX_DEPTH:
             diags.append(unit.src.error(decl.span, f"imports nested deeper than {MAX_DEPTH} files"))
             continue
-        try:
-            text = target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            diags.append(unit.src.error(decl.span, f"cannot read imported file {shown(target)}: {e}"))
-            continue
         shown_as = shown(target)
+        text, problem = read_source(target, shown_as)
+        if text is None:
+            assert problem is not None
+            diags.append(problem)
+            diags.append(unit.src.error(decl.span, f"cannot read imported file {shown_as}"))
+            continue
         result = parse(text, shown_as)
         if result.module is None:
             diags.extend(result.diagnostics)
