@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from tokenrouter.compiler.driver import compile_source
+from tokenrouter.compiler.driver import compile_file, compile_source
 from tokenrouter.compiler.plan import PlanError, validate_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,3 +232,65 @@ def test_inspect_refuses_json_nested_too_deep(tmp_path: Path) -> None:
 def test_inspect_names_a_bad_tuning_field(tuning, field: str, message: str, tmp_path: Path) -> None:
     out = inspect(tmp_path, lambda plan: plan.__setitem__("tuning", tuning))
     assert out == f"error: {tmp_path / 'x.plan'}: field {field}: {message}"
+
+
+# --- slow paths --------------------------------------------------------------------------------------------
+
+
+def import_chain(tmp_path: Path, files: int, imports: int) -> Path:
+    """b0.tr imports b1.tr `imports` times under different names, b1 imports b2 the same way, and so on."""
+    for i in range(files):
+        lines = [f"policy p{i}"] + [f'import "b{i + 1}.tr" as a{j}' for j in range(imports) if i + 1 < files]
+        lines.append(f"param x: int = {i}")
+        if i == 0:
+            lines += ['model slm = "m/a"', 'model llm = "m/b"', "entry slm", "route slm {",
+                      "  when generated > a0.x + a3.x -> llm", "}"]  # fmt: skip
+        (tmp_path / f"b{i}.tr").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return tmp_path / "b0.tr"
+
+
+def test_an_import_bomb_loads_each_file_once(tmp_path: Path) -> None:
+    root = import_chain(tmp_path, files=9, imports=4)  # 4^8 = 65,536 units when each import was loaded anew
+    result = compile_file(root)
+    assert result.plan is not None, [d.render() for d in result.diagnostics]
+    assert sorted(result.plan["params"]) == sorted(["x", *("a0." * i + "x" for i in range(1, 9))])
+    assert [n["value"] for n in result.plan["routes"]["slm"]["nodes"] if n["op"] == "const"] == [1]
+
+
+def test_a_define_may_name_a_shared_file_through_any_of_its_imports(tmp_path: Path) -> None:
+    root = import_chain(tmp_path, files=3, imports=4)
+    for name in ("a0.a0.x", "a3.a2.x"):  # b2.tr's x, reached through other imports
+        result = compile_file(root, {name: "7"})
+        assert result.plan is not None and result.plan["params"]["a0.a0.x"]["value"] == 7
+    result = compile_file(root, {"a4.x": "7"})
+    assert [d.message for d in result.errors] == ["-D a4.x=7: no param named 'a4.x' (did you mean 'a0.x'?)"]
+
+
+def test_a_source_over_256_kib_is_refused_with_the_cap(tmp_path: Path) -> None:
+    big = tmp_path / "big.tr"
+    big.write_text("policy big\n" + "# padding\n" * 30_000, encoding="utf-8")
+    code, output = check(str(big))
+    assert code == 1 and "the file is 300,011 bytes; a policy source is at most 256 KiB" in output
+    assert [d.message for d in compile_source(big.read_text(encoding="utf-8"), "x.tr").errors] == [
+        "the file is 300,011 bytes; a policy source is at most 256 KiB"
+    ]
+    policy = tmp_path / "b.tr"  # an imported file too
+    policy.write_text(bernoulli("param p", 'import "big.tr"\nparam p'), encoding="utf-8")
+    code, output = check(str(policy))
+    assert code == 1 and f"{big}: error: the file is 300,011 bytes" in output
+
+
+def test_a_large_file_full_of_syntax_errors_is_not_parsed_again_for_each() -> None:
+    lines = [f"param x{i}: int = {'= ' if i % 50 == 0 else ''}{i}" for i in range(9_000)]
+    result = compile_source("policy big\n" + "\n".join(lines) + "\n", "big.tr")
+    reported = [d.line for d in result.errors]
+    assert reported[:3] == [2, 52, 102] and all((line - 2) % 50 == 0 for line in reported)
+    assert len(reported) < 32  # not the 64 recoveries of a small file: each one parses the file again
+
+
+def test_only_the_first_unknown_names_get_a_did_you_mean() -> None:
+    lines = [f"param x{i}: int = {i}\nparam y{i}: int = xx{i}" for i in range(2_000)]
+    result = compile_source("policy big\n" + "\n".join(lines) + "\n", "big.tr")
+    hinted = [d.message for d in result.errors if "did you mean" in d.message]
+    assert len(hinted) == 50 and hinted[0] == "unknown name 'xx0' (did you mean 'x0'?)"
+    assert "unknown name 'xx1999'" in [d.message for d in result.errors]

@@ -27,6 +27,7 @@ from tokenrouter.dsl.syntax_messages import describe_unexpected_characters, desc
 GRAMMAR_PATH = Path(__file__).with_name("tr.lark")
 DECL_KEYWORDS = ("policy", "param", "model", "router", "fn", "serve", "entry", "route", "import")
 MAX_RECOVERIES = 64
+RECOVERY_BUDGET = MAX_SOURCE_BYTES  # characters parsed again after errors: a large broken file stays fast
 MAX_DEPTH = 100  # nesting of the syntax tree; keeps every later (recursive) stage far from Python's limit
 
 _DECL_START = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|\b(' + "|".join(DECL_KEYWORDS) + r")\b")
@@ -67,6 +68,7 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
     diagnostics: list[Diagnostic] = []
     work = text
     tree = None
+    reparsed = 0  # characters parsed again after errors: each recovery parses the file up to its next error
     for _ in range(MAX_RECOVERIES):
         comments: list[Token] = []
         try:
@@ -74,8 +76,10 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
             break
         except UnexpectedInput as e:
             diagnostics.append(_syntax_diagnostic(src, e, work))
-            blanked = _blank_broken_decl(work, _offset_of(e, work))
-            if blanked is None:
+            offset = _offset_of(e, work)
+            reparsed += offset
+            blanked = _blank_broken_decl(work, offset)
+            if blanked is None or reparsed > RECOVERY_BUDGET:
                 break
             work = blanked
     if tree is None:

@@ -63,6 +63,16 @@ def coerce(type_name: str, value: Any) -> Any:
     raise ValueError(f"expected {type_name}, got {actual}")
 
 
+def _canonical(program: Program, name: str) -> str:
+    """A `-D` name as its param is keyed: a file imported more than once is one unit, named by its first import,
+    and `-D` may name its params through any of its imports (`-D other_alias.NAME`)."""
+    *aliases, last = name.split(".")
+    unit = program.root
+    for alias in aliases:
+        unit = unit.imports.get(alias) if unit is not None else None
+    return unit.prefix + last if unit is not None else name
+
+
 def bind_params(program: Program) -> Program:
     diags: list[Diagnostic] = []
     decls: dict[str, tuple[Unit, ast.ParamDecl]] = {}
@@ -71,11 +81,12 @@ def bind_params(program: Program) -> Program:
             decls[unit.prefix + name] = (unit, d)
     overrides: dict[str, Any] = {}
     file = program.root.file if program.root else "<input>"
-    for key, raw in program.defines.items():
+    for name, raw in program.defines.items():
+        key = _canonical(program, name)
         if key not in decls:
-            hint = did_you_mean(key, decls)
+            hint = did_you_mean(name, decls)
             diags.append(
-                Diagnostic("error", file, 0, 0, f"-D {key}={_short(raw)}: no param named '{key}'{hint}")
+                Diagnostic("error", file, 0, 0, f"-D {name}={_short(raw)}: no param named '{name}'{hint}")
             )
             continue
         unit, d = decls[key]
@@ -86,7 +97,7 @@ def bind_params(program: Program) -> Program:
         except ValueError as e:
             diags.append(
                 Diagnostic(
-                    "error", file, 0, 0, f"-D {key}={_short(raw)}: {e} (param '{key}' is {d.type.name})"
+                    "error", file, 0, 0, f"-D {name}={_short(raw)}: {e} (param '{name}' is {d.type.name})"
                 )
             )
 
