@@ -173,7 +173,7 @@ def hostile_plans(root: Path, n: int, rng: random.Random) -> list[Path]:
         for k in where[:-1]:
             node = node[k]
         if delete and isinstance(node, dict):
-            del node[where[-1]]
+            node.pop(where[-1], None)
         else:
             node[where[-1]] = value
         return json.dumps(copy)
