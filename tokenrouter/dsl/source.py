@@ -3,6 +3,7 @@ and column), never an exception."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tokenrouter.dsl.diagnostics import Diagnostic
@@ -23,7 +24,9 @@ def read_source(path: str | Path, shown: str) -> tuple[str | None, Diagnostic | 
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SOURCE_BYTES + 1)
-            size = len(data) if len(data) <= MAX_SOURCE_BYTES else len(data) + len(f.read())
+            size = (
+                len(data) if len(data) <= MAX_SOURCE_BYTES else max(os.fstat(f.fileno()).st_size, len(data))
+            )
     except FileNotFoundError:
         return None, Diagnostic("error", shown, 0, 0, "no such file")
     except IsADirectoryError:

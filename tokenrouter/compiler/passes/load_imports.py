@@ -37,9 +37,9 @@ def _key(unit: Unit) -> str:
 def _load(
     unit: Unit, stack: list[str], loaded: dict[str, Unit | str], units: list[Unit], diags: list[Diagnostic]
 ) -> None:
-    """Load `unit`'s imports, each file once: `loaded` maps a resolved path to its unit (or to why it could not be
-    loaded, its own errors reported then), so that a file imported again (under another name, by another file) is the same unit,
-    whose params, fns and routers keep the name of the first import that reached it."""
+    """Load `unit`'s imports, each file once: `loaded` maps a resolved path to its unit (or to why it could not
+    be loaded, its own errors reported then), so that a file imported again (under another name, by another
+    file) is the same unit, whose params, fns and routers keep the name of the first import that reached it."""
     imports: dict[str, Unit] = {}
     import_decls: dict[str, ast.ImportDecl] = {}
     for decl in unit.decls(ast.ImportDecl):
