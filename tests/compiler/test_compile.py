@@ -241,13 +241,13 @@ def test_long_chains_of_params_bind_and_a_long_cycle_is_an_error() -> None:
 
 def test_concurrency_and_for_k_have_upper_bounds() -> None:
     src = two_models(
-        "when margin < 0.1 -> b for 99999999999999999999999",
-        head="serve { concurrency: 100000000000000000000 }",
+        "when margin < 0.1 -> b for 999999999999999999",
+        head="serve { concurrency: 100000000000000000 }",
     )
     result = compile_source(src, str(FIXTURES / "diagnostics" / "x.tr"))
     assert [d.message for d in result.errors] == [
-        "concurrency is at most 65536 requests in flight, got 100000000000000000000",
-        "`for K` needs K ≤ 1000000 (longer than any context), got 99999999999999999999999",
+        "concurrency is at most 65536 requests in flight, got 100000000000000000",
+        "`for K` needs K ≤ 1000000 (longer than any context), got 999999999999999999",
     ]
     plan = compile_ok(two_models("when margin < 0.1 -> b for 1000000", head="serve { concurrency: 65536 }"))
     assert plan["serve"]["concurrency"] == 65536 and plan["routes"]["a"]["rules"][0]["for"] == 1000000

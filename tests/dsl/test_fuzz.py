@@ -3,7 +3,10 @@ never an exception — through the whole pipeline: parse, every pass, lowering, 
 
 from __future__ import annotations
 
+import importlib.util
+import random
 import re
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -81,3 +84,39 @@ def test_mutated_sources_only_yield_diagnostics(source: tuple[str, str], ops) ->
 @given(text=st.text(max_size=80))
 def test_arbitrary_text_only_yields_diagnostics(text: str) -> None:
     run_pipeline("fuzz.tr", text)
+
+
+def _fuzz_check():
+    """bench/fuzz_check.py (the larger campaign) as a module."""
+    spec = importlib.util.spec_from_file_location("fuzz_check", REPO / "bench" / "fuzz_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_seeded_campaign_through_check_and_inspect_has_no_traceback(tmp_path: Path) -> None:
+    """A few hundred mutated policies through `check`'s code path in-process (typer's runner), the hand-made
+    hostile policies of issue 57 (but the slow large files), hand-edited plans through `inspect`, and a sample
+    through the real command line: no traceback, and every exit code 0, 1 or 2."""
+    fuzz = _fuzz_check()
+    root = fuzz.workdir(tmp_path)
+    rng = random.Random(57)
+    texts = [p.read_text(encoding="utf-8") for p in fuzz.SEEDS]
+    mutated = []
+    for i in range(300):
+        mutated.append(root / f"m{i}.tr")
+        mutated[-1].write_bytes(fuzz.mutate(rng.choice(texts), rng))
+    hostile = [p for p in fuzz.hostile_policies(root) if not p.name.startswith("large_")]
+    plans = fuzz.hostile_plans(root, 40, rng)
+    results = {
+        "mutated": fuzz.run_all(mutated, fuzz.in_process("check"), fuzz.Tally()),
+        "hostile": fuzz.run_all(hostile, fuzz.in_process("check"), fuzz.Tally()),
+        "plans": fuzz.run_all(plans, fuzz.in_process("inspect"), fuzz.Tally()),
+        "cli": fuzz.cli("check", rng.sample(mutated, 10), fuzz.Tally()),
+    }
+    for name, tally in results.items():
+        assert not tally.tracebacks, f"{name}: {tally.tracebacks[0][0].name}\n{tally.tracebacks[0][1]}"
+        assert set(tally.codes) <= {0, 1, 2}, (name, tally.codes)
+    assert results["hostile"].codes == {0: 1, 1: len(hostile) - 1}  # all refused but the import bomb

@@ -9,6 +9,7 @@ from typing import Any
 from tokenrouter.compiler.program import Unit
 from tokenrouter.compiler.scope import lookup
 from tokenrouter.dsl import ast
+from tokenrouter.dsl.limits import value_problem
 
 
 class ConstError(Exception):
@@ -58,14 +59,14 @@ def evaluate(expr: ast.Expr, unit: Unit, param: ParamGetter) -> Any:
             v = evaluate(x, unit, param)
             if type_of(v) not in ("int", "float"):
                 raise ConstError(expr.span, f"'-' needs a number, not {type_of(v)}")
-            return -v
+            return _checked(expr, -v)
         case ast.Unary(op="not", operand=x):
             v = evaluate(x, unit, param)
             if type_of(v) != "bool":
                 raise ConstError(expr.span, f"'not' needs a bool, not {type_of(v)}")
             return not v
         case ast.Binary(op=op, left=lhs, right=rhs):
-            return _binary(expr, op, evaluate(lhs, unit, param), evaluate(rhs, unit, param))
+            return _checked(expr, _binary(expr, op, evaluate(lhs, unit, param), evaluate(rhs, unit, param)))
         case ast.In(left=lhs, items=items):
             v = evaluate(lhs, unit, param)
             return any(v == i for i in evaluate(items, unit, param))
@@ -73,9 +74,17 @@ def evaluate(expr: ast.Expr, unit: Unit, param: ParamGetter) -> Any:
             vals = [evaluate(a, unit, param) for a in args]
             if any(type_of(v) not in ("int", "float") for v in vals) or not vals:
                 raise ConstError(expr.span, f"'{f.dotted}' needs numbers")
-            return _call(expr, f.dotted, vals)
+            return _checked(expr, _call(expr, f.dotted, vals))
         case _:
             raise ConstError(expr.span, "expected a constant (a literal or a param)")
+
+
+def _checked(expr: ast.Expr, value: Any) -> Any:
+    """`value`, unless no plan can hold it (an int beyond int64, an infinite float): then a ConstError."""
+    problem = value_problem(value)
+    if problem is not None:
+        raise ConstError(expr.span, f"out of range: {problem}")
+    return value
 
 
 def _binary(expr: ast.Binary, op: str, a: Any, b: Any) -> Any:

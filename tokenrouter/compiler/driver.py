@@ -20,10 +20,12 @@ from tokenrouter.compiler.passes.check_vocab import check_vocab
 from tokenrouter.compiler.passes.load_imports import load_imports
 from tokenrouter.compiler.passes.resolve_names import resolve_names
 from tokenrouter.compiler.paths import file_problem
+from tokenrouter.compiler.plan import PlanError, validate_plan
 from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, sort_key
 from tokenrouter.dsl.parser import parse
+from tokenrouter.dsl.source import read_source
 
 PLAN_FORMAT = "tokenrouter.plan/1"
 
@@ -73,7 +75,13 @@ def compile_source(
     diagnostics = _tidy(list(program.diagnostics))
     if program.has_errors:
         return CompileResult(None, diagnostics)
-    return CompileResult(_plan(program, text, file), diagnostics)
+    plan = _plan(program, text, file)
+    try:  # the check that `compile` makes before it writes: `check` accepts exactly what `compile` writes
+        validate_plan(plan, file)
+    except PlanError as e:
+        bug = f"internal error (please report it): the compiled plan fails its check: {e}"
+        return CompileResult(None, [*diagnostics, Diagnostic("error", file, 0, 0, bug)])
+    return CompileResult(plan, diagnostics)
 
 
 def compile_file(
@@ -84,10 +92,10 @@ def compile_file(
     problem = file_problem(p)
     if problem is not None:
         return CompileResult(None, [Diagnostic("error", str(path), 0, 0, problem)])
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return CompileResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
+    text, problem_at = read_source(p, str(path))
+    if text is None:
+        assert problem_at is not None
+        return CompileResult(None, [problem_at])
     return compile_source(text, str(path), defines, weights_check)
 
 
@@ -134,7 +142,7 @@ def load_plan(
     """The plan behind a command-line argument: a `.tr` policy compiled now (with `-D` `defines`, and
     `weights_check` as `compile_source` takes it), or a plan file written by `compile` (read and validated). Raises `PlanError` with a message for users: for a policy
     that does not compile, its rendered diagnostics."""
-    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.compiler.plan import read_plan
     from tokenrouter.dsl.diagnostics import render_all
 
     p = Path(path)

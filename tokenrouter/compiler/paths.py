@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -15,13 +16,38 @@ def looks_like_hub_id(text: str) -> bool:
     return bool(_HUB_ID.match(text)) and not text.startswith(".") and not text.endswith(".safetensors")
 
 
+def local_path(written: str, base: Path) -> Path:
+    """`written` with `~` expanded, relative to `base` unless absolute. ValueError with a message for a path no
+    file can have: a NUL byte, `~NAME/` of an unknown user, a name longer than the system takes."""
+    if "\0" in written:
+        raise ValueError("a path cannot contain a NUL byte")
+    try:
+        p = Path(written).expanduser()
+    except RuntimeError:
+        raise ValueError(f"cannot expand '{written.split('/')[0]}': no such user") from None
+    full = p if p.is_absolute() else base / p
+    try:
+        full.stat()
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise ValueError(f"path too long for this system ({len(written)} characters)") from None
+    return full
+
+
+def _exists(p: Path) -> bool:
+    try:
+        p.stat()
+    except OSError:
+        return False
+    return True
+
+
 def resolve_source_path(written: str, base: Path) -> tuple[str, bool]:
     """(path for the plan, exists). Existing or clearly local paths become absolute; an absent
     `org/name` is kept as written (a hub id) unless a folder `org` is there (then it is a local path with a
-    typo in it)."""
-    p = Path(written).expanduser()
-    full = p if p.is_absolute() else base / p
-    if full.exists():
+    typo in it). ValueError for a path no file can have (`local_path`)."""
+    full = local_path(written, base)
+    if _exists(full):
         return str(full.resolve()), True
     if looks_like_hub_id(written) and not full.parent.is_dir():
         return written, False
@@ -36,12 +62,12 @@ def relative_to_plan(path: str, plan_dir: Path) -> str:
 
 
 def absolute_from_plan(path: str, plan_dir: Path) -> str:
-    """A plan's stored path as an absolute path (a hub id that is not a local folder stays as it is)."""
-    p = Path(path).expanduser()
-    if p.is_absolute():
-        return str(p)
-    full = plan_dir.resolve() / p
-    if full.exists() or not looks_like_hub_id(path):
+    """A plan's stored path as an absolute path (a hub id that is not a local folder stays as it is).
+    ValueError for a path no file can have (`local_path`)."""
+    full = local_path(path, plan_dir.resolve())
+    if os.path.isabs(os.path.expanduser(path)):
+        return str(full)
+    if _exists(full) or not looks_like_hub_id(path):
         return str(full.resolve())
     return path
 
@@ -64,6 +90,8 @@ def file_problem(path: str | Path) -> str | None:
         return "no such file"
     except OSError as e:
         return f"cannot read: {e.strerror or e}"
+    except ValueError:
+        return "a path cannot contain a NUL byte"
     if stat.S_ISDIR(mode):
         return "is a directory, not a file"
     if not stat.S_ISREG(mode):

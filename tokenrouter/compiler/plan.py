@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import reprlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tokenrouter.compiler.passes.check_options import MAX_CONCURRENCY
 from tokenrouter.compiler.passes.check_rules import MAX_FOR_K
 from tokenrouter.compiler.paths import absolute_from_plan, relative_to_plan
 from tokenrouter.compiler.program import FEATURES, TYPES
+from tokenrouter.dsl.limits import route_constant_problem, value_problem
 from tokenrouter.outfile import check_output, finite_json, write_replacing
 
 PLAN_FORMAT = "tokenrouter.plan/1"
@@ -85,12 +87,16 @@ def read_plan(path: str | Path) -> dict[str, Any]:
         plan = json.loads(text)
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise PlanError(f"{p}: not a plan: its JSON is nested too deep") from None
     validate_plan(plan, str(p))
     base = p.resolve().parent
-    for m in plan["models"].values():
-        m["path"] = absolute_from_plan(m["path"], base)
-    for r in plan["routers"].values():
-        r["path"] = absolute_from_plan(r["path"], base)
+    for section in ("models", "routers"):
+        for name, entry in plan[section].items():
+            try:
+                entry["path"] = absolute_from_plan(entry["path"], base)
+            except ValueError as e:
+                raise PlanError(f"{p}: field {section}.{name}.path: {e}") from None
     return plan
 
 
@@ -117,6 +123,11 @@ class _V:
             raise self.fail(where, message)
 
 
+def _r(v: Any) -> str:
+    """A value read from a plan, for a message: cut short however long or deep it is."""
+    return reprlib.repr(v)
+
+
 def _kind(v: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a bool", int: "an int",
             float: "a float", type(None): "null"}.get(type(v), type(v).__name__)  # fmt: skip
@@ -128,7 +139,8 @@ def _one_of(v: Any, names: Any) -> bool:
 
 
 def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An int the runtime holds (int64)."""
+    return isinstance(v, int) and not isinstance(v, bool) and value_problem(v) is None
 
 
 def _num(v: Any) -> bool:
@@ -147,9 +159,11 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
                 "format",
                 f"plan version '{fmt}' is not supported (this build reads {PLAN_FORMAT}); recompile the policy",
             )
-        raise v.fail("format", f'expected "{PLAN_FORMAT}", got {fmt!r}: not a tokenrouter plan')
+        raise v.fail("format", f'expected "{PLAN_FORMAT}", got {_r(fmt)}: not a tokenrouter plan')
     keys = ("format", "policy", "source", "params", "models", "entry", "serve", "routers", "routes", "checks")
     v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/throughput.md)
+    if "tuning" in plan:
+        _tuning(v, plan["tuning"], plan["models"])
     pol = v.obj(plan["policy"], "policy", ("name", "description"))
     v.check(isinstance(pol["name"], str) and bool(pol["name"]), "policy.name", "expected a non-empty string")
     v.check(
@@ -187,7 +201,7 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
     v.check(isinstance(models, dict) and bool(models), "models", "expected a non-empty object")
     for name, m in models.items():
         _model(v, f"models.{name}", m)
-    v.check(_one_of(plan["entry"], models), "entry", f"{plan['entry']!r} is not one of the models")
+    v.check(_one_of(plan["entry"], models), "entry", f"{_r(plan['entry'])} is not one of the models")
     serve = v.obj(plan["serve"], "serve", ("concurrency", "max_delay_ms"))
     v.check(
         _int(serve["concurrency"]) and 1 <= serve["concurrency"] <= MAX_CONCURRENCY,
@@ -233,6 +247,24 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
         )
 
 
+def _tuning(v: _V, t: Any, models: Any) -> None:
+    """The fields of tune's record that its readers (tune, inspect) take apart; the rest is shown as found."""
+    v.check(isinstance(t, dict), "tuning", "expected an object")
+    if "auto" in t:
+        auto = t["auto"]
+        ok = isinstance(auto, list) and isinstance(models, dict) and all(_one_of(m, models) for m in auto)
+        v.check(ok, "tuning.auto", "expected a list of the plan's models")
+    if "concurrency" in t:
+        v.check(_int(t["concurrency"]) and t["concurrency"] >= 1, "tuning.concurrency", "expected an int ≥ 1")
+    if "warnings" in t:
+        w = t["warnings"]
+        v.check(
+            isinstance(w, list) and all(isinstance(x, str) for x in w),
+            "tuning.warnings",
+            "expected a list of strings",
+        )
+
+
 def _model(v: _V, where: str, m: Any) -> None:
     v.obj(m, where, ("path", "gpus", "batch", "mem", "dtype", "max_len", "engine", "load"))
     v.check(isinstance(m["path"], str) and bool(m["path"]), f"{where}.path", "expected a non-empty string")
@@ -272,7 +304,7 @@ def _router(v: _V, where: str, r: Any, models: dict) -> None:
         f"{where}.sha256",
         "expected a hex digest or null",
     )
-    v.check(_one_of(r["model"], models), f"{where}.model", f"{r['model']!r} is not one of the models")
+    v.check(_one_of(r["model"], models), f"{where}.model", f"{_r(r['model'])} is not one of the models")
     v.check(
         isinstance(r["inputs"], list) and bool(r["inputs"]), f"{where}.inputs", "expected a non-empty list"
     )
@@ -302,24 +334,28 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
     for i, n in enumerate(nodes):
         w = f"{where}.nodes[{i}]"
         op = n.get("op") if isinstance(n, dict) else None
-        v.check(_one_of(op, OPS_ARITY) or _one_of(op, LEAVES), f"{w}.op", f"{op!r} is not an IR operation")
+        v.check(_one_of(op, OPS_ARITY) or _one_of(op, LEAVES), f"{w}.op", f"{_r(op)} is not an IR operation")
         t = n.get("type")
         v.check(_one_of(t, ("int", "float", "bool")), f"{w}.type", "expected int, float or bool")
         if op == "const":
             v.obj(n, w, ("op", "value", "type"))
             val = n["value"]
             good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
-            v.check(good, f"{w}.value", f"expected a {t}")
+            v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
+            problem = route_constant_problem(val)
+            v.check(problem is None, f"{w}.value", str(problem))
         elif op == "feature":
             v.obj(n, w, ("op", "name", "type"))
-            v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{n['name']!r} is not a feature")
+            v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{_r(n['name'])} is not a feature")
             v.check(t == FEATURES[n["name"]], f"{w}.type", f"feature {n['name']} is {FEATURES[n['name']]}")
             seen_features.add(n["name"])
         elif op == "router":
             v.obj(n, w, ("op", "name", "type"))
-            v.check(_one_of(n["name"], routers), f"{w}.name", f"{n['name']!r} is not a router of the plan")
+            v.check(_one_of(n["name"], routers), f"{w}.name", f"{_r(n['name'])} is not a router of the plan")
             v.check(
-                routers[n["name"]]["model"] == model, f"{w}.name", f"router {n['name']!r} reads another model"
+                routers[n["name"]]["model"] == model,
+                f"{w}.name",
+                f"router {_r(n['name'])} reads another model",
             )
             v.check(t == "float", f"{w}.type", "a router is float")
             seen_routers.add(n["name"])

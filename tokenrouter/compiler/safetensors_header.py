@@ -27,14 +27,25 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         raw = f.read(n)
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise HeaderError(f"{p}: not a safetensors file (bad header)") from None
     if not isinstance(header, dict):
         raise HeaderError(f"{p}: not a safetensors file (bad header)")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise HeaderError(f"{p}: not a safetensors file (__metadata__ is not an object of strings)")
     tensors: dict[str, dict[str, Any]] = {}
     for name, info in header.items():
-        if not isinstance(info, dict) or not isinstance(info.get("shape"), list):
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if (
+            not isinstance(shape, list)
+            or not all(_dim(x) for x in shape)
+            or not isinstance(info.get("dtype"), str)
+        ):
             raise HeaderError(f"{p}: not a safetensors file (bad entry for '{name}')")
-        tensors[name] = {"dtype": info.get("dtype"), "shape": [int(x) for x in info["shape"]]}
+        tensors[name] = {"dtype": info.get("dtype"), "shape": shape}
     return tensors, metadata
+
+
+def _dim(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0

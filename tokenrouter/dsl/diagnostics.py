@@ -14,6 +14,7 @@ from tokenrouter.dsl.ast import Span
 
 ERROR = "error"
 WARNING = "warning"
+MAX_CANDIDATES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +84,12 @@ class SourceMap:
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """`" (did you mean 'x'?)"` when a close match exists, else `""`."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    """`" (did you mean 'x'?)"` when a close match exists, else `""`. Among thousands of names, only those of
+    about the same length, at most MAX_CANDIDATES of them, are compared (each comparison is slow)."""
+    pool = sorted(set(candidates))
+    if len(pool) > MAX_CANDIDATES:
+        pool = [c for c in pool if abs(len(c) - len(name)) <= 2][:MAX_CANDIDATES]
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

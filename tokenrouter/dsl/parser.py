@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,14 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap
+from tokenrouter.dsl.limits import INT64_MAX
+from tokenrouter.dsl.source import MAX_SOURCE_BYTES, read_source, too_large
 from tokenrouter.dsl.syntax_messages import describe_unexpected_characters, describe_unexpected_token
 
 GRAMMAR_PATH = Path(__file__).with_name("tr.lark")
 DECL_KEYWORDS = ("policy", "param", "model", "router", "fn", "serve", "entry", "route", "import")
 MAX_RECOVERIES = 64
+RECOVERY_BUDGET = MAX_SOURCE_BYTES  # characters parsed again after errors: a large broken file stays fast
 MAX_DEPTH = 100  # nesting of the syntax tree; keeps every later (recursive) stage far from Python's limit
 
 _DECL_START = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|\b(' + "|".join(DECL_KEYWORDS) + r")\b")
@@ -56,10 +60,15 @@ class ParseResult:
 
 def parse(text: str, file: str = "<input>") -> ParseResult:
     """Parse `text`; never raises for any input text."""
+    if len(text) > MAX_SOURCE_BYTES:
+        problem = too_large(len(text.encode("utf-8", errors="surrogatepass")))
+        if problem is not None:
+            return ParseResult(None, [Diagnostic("error", file, 0, 0, problem)])
     src = SourceMap(file, text)
     diagnostics: list[Diagnostic] = []
     work = text
     tree = None
+    reparsed = 0  # characters parsed again after errors: each recovery parses the file up to its next error
     for _ in range(MAX_RECOVERIES):
         comments: list[Token] = []
         try:
@@ -67,8 +76,10 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
             break
         except UnexpectedInput as e:
             diagnostics.append(_syntax_diagnostic(src, e, work))
-            blanked = _blank_broken_decl(work, _offset_of(e, work))
-            if blanked is None:
+            offset = _offset_of(e, work)
+            reparsed += offset
+            blanked = _blank_broken_decl(work, offset)
+            if blanked is None or reparsed > RECOVERY_BUDGET:
                 break
             work = blanked
     if tree is None:
@@ -103,15 +114,10 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
 
 def parse_file(path: str | Path) -> ParseResult:
     """Parse a file; an unreadable file is a diagnostic, not an exception."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "no such file")])
-    except IsADirectoryError:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, "is a directory, not a file")])
-    except (OSError, UnicodeDecodeError) as e:
-        return ParseResult(None, [Diagnostic("error", str(path), 0, 0, f"cannot read file: {e}")])
+    text, problem = read_source(path, str(path))
+    if text is None:
+        assert problem is not None
+        return ParseResult(None, [problem])
     return parse(text, str(path))
 
 
@@ -236,11 +242,19 @@ def _unquote(tok: Token) -> tuple[str, str | None]:
     return "".join(out), None
 
 
-def _number(tok: Token) -> int | float:
+def _number(tok: Token) -> tuple[int | float, str | None]:
+    """The literal's value, and an error message for one that no int64 or finite float holds."""
     text = str(tok)
     if re.fullmatch(r"\d+", text):
-        return int(text)
-    return float(text)
+        digits = text.lstrip("0")
+        if len(digits) > len(str(INT64_MAX)) or int(digits or "0") > INT64_MAX:
+            shown = text if len(text) <= 30 else f"{text[:12]}…{text[-6:]} ({len(text)} digits)"
+            return 0, f"int literal {shown} is beyond the 64-bit int range (at most {INT64_MAX})"
+        return int(text), None
+    value = float(text)
+    if not math.isfinite(value):
+        return 0.0, f"float literal {text[:30]}{'…' * (len(text) > 30)} is beyond the float range (±1.8e308)"
+    return value, None
 
 
 @v_args(meta=True)
@@ -358,7 +372,10 @@ class _Builder(Transformer):
         return ast.Unary("-", c[1], _span_of(meta))
 
     def number(self, meta, c):
-        return ast.Number(_number(c[0]), str(c[0]), _span_of(c[0]))
+        value, err = _number(c[0])
+        if err:
+            self.errors.append((_span_of(c[0]), err))
+        return ast.Number(value, str(c[0]), _span_of(c[0]))
 
     def string(self, meta, c):
         value, err = _unquote(c[0])

@@ -3,6 +3,7 @@ other params), check each value against its declared type. Result: `program.para
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
@@ -10,6 +11,7 @@ from tokenrouter.compiler.program import TYPES, Program, Unit
 from tokenrouter.compiler.scope import dependencies_first, lookup, references
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
+from tokenrouter.dsl.limits import INT64_MAX, INT64_MIN
 
 _FAILED = object()
 MAX_CHAIN = 64  # params defined through one another, while one is being evaluated
@@ -19,27 +21,36 @@ def parse_define(type_name: str, raw: str) -> Any:
     """A `-D` value as the param's type; ValueError with a message when it does not parse."""
     text = raw.strip()
     if type_name == "int":
+        if re.fullmatch(r"[+-]?\d+", text) and len(text.lstrip("+-").lstrip("0")) > len(str(INT64_MAX)):
+            raise ValueError("beyond the 64-bit int range")
         try:
-            return int(text)
+            value = int(text)
         except ValueError:
-            raise ValueError(f"'{raw}' is not an int") from None
+            raise ValueError(f"'{_short(raw)}' is not an int") from None
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError("beyond the 64-bit int range")
+        return value
     if type_name == "float":
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"'{raw}' is not a float") from None
+            raise ValueError(f"'{_short(raw)}' is not a float") from None
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"'{raw}' is not a finite float")
+            raise ValueError(f"'{_short(raw)}' is not a finite float")
         return value
     if type_name == "bool":
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):
             return False
-        raise ValueError(f"'{raw}' is not a bool (true or false)")
+        raise ValueError(f"'{_short(raw)}' is not a bool (true or false)")
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1]
     return raw
+
+
+def _short(raw: str) -> str:
+    return raw if len(raw) <= 40 else f"{raw[:24]}…{raw[-8:]} ({len(raw)} characters)"
 
 
 def coerce(type_name: str, value: Any) -> Any:
@@ -52,6 +63,16 @@ def coerce(type_name: str, value: Any) -> Any:
     raise ValueError(f"expected {type_name}, got {actual}")
 
 
+def _canonical(program: Program, name: str) -> str:
+    """A `-D` name as its param is keyed: a file imported more than once is one unit, named by its first import,
+    and `-D` may name its params through any of its imports (`-D other_alias.NAME`)."""
+    *aliases, last = name.split(".")
+    unit = program.root
+    for alias in aliases:
+        unit = unit.imports.get(alias) if unit is not None else None
+    return unit.prefix + last if unit is not None else name
+
+
 def bind_params(program: Program) -> Program:
     diags: list[Diagnostic] = []
     decls: dict[str, tuple[Unit, ast.ParamDecl]] = {}
@@ -60,10 +81,13 @@ def bind_params(program: Program) -> Program:
             decls[unit.prefix + name] = (unit, d)
     overrides: dict[str, Any] = {}
     file = program.root.file if program.root else "<input>"
-    for key, raw in program.defines.items():
+    for name, raw in program.defines.items():
+        key = _canonical(program, name)
         if key not in decls:
-            hint = did_you_mean(key, decls)
-            diags.append(Diagnostic("error", file, 0, 0, f"-D {key}={raw}: no param named '{key}'{hint}"))
+            hint = did_you_mean(name, decls)
+            diags.append(
+                Diagnostic("error", file, 0, 0, f"-D {name}={_short(raw)}: no param named '{name}'{hint}")
+            )
             continue
         unit, d = decls[key]
         if d.type.name not in TYPES:
@@ -72,7 +96,9 @@ def bind_params(program: Program) -> Program:
             overrides[key] = parse_define(d.type.name, raw)
         except ValueError as e:
             diags.append(
-                Diagnostic("error", file, 0, 0, f"-D {key}={raw}: {e} (param '{key}' is {d.type.name})")
+                Diagnostic(
+                    "error", file, 0, 0, f"-D {name}={_short(raw)}: {e} (param '{name}' is {d.type.name})"
+                )
             )
 
     values: dict[str, Any] = {}

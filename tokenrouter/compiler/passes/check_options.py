@@ -72,7 +72,11 @@ def _model(
     path = _const(root, decl.path, get, diags)
     if path is not None:
         if isinstance(path, str) and path.strip():
-            resolved, exists = resolve_source_path(path, root.dir)
+            try:
+                resolved, exists = resolve_source_path(path, root.dir)
+            except ValueError as e:
+                diags.append(root.src.error(decl.path.span, f"model '{decl.name.name}': {e}"))
+                return spec
             spec["path"] = resolved
             what = _model_folder_problem(path, resolved, exists)
             if what:

@@ -29,8 +29,9 @@ def hidden_size(model_path: str | None) -> int | None:
         return None
     if not isinstance(data, dict):
         return None
-    value = data.get("hidden_size", (data.get("text_config") or {}).get("hidden_size"))
-    return value if isinstance(value, int) else None
+    text_config = data.get("text_config")
+    value = data.get("hidden_size", text_config.get("hidden_size") if isinstance(text_config, dict) else None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def input_width(inp: dict[str, Any], models: dict[str, dict[str, Any]]) -> int | None:

@@ -14,6 +14,7 @@ from tokenrouter.compiler.program import FEATURES, Program, TExpr, TypedRule, Un
 from tokenrouter.compiler.scope import BUILTINS, Ref, dependencies_first, lookup, plan_router_name, references
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
+from tokenrouter.dsl.limits import route_constant_problem
 
 MAX_DEPTH = 200  # nesting of an expression, each fn body counted where it is inlined; far from Python's limit
 MAX_OPS = 10_000  # operations of an expression once its fn calls are inlined (f(x) = g(x) + g(x) doubles)
@@ -137,6 +138,8 @@ def _routers(
             except ConstError as e:
                 if e.message:
                     diags.append(unit.src.error(e.span, e.message))
+            except ValueError as e:  # a path no file can have
+                diags.append(unit.src.error(args[0].span, f"router '{name}': {e}"))
             if len(args) < 2:
                 diags.append(
                     unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")
@@ -233,6 +236,13 @@ class _Elaborator:
         self.over = False
         return self.expr(e, unit, env, model, stack)
 
+    def const(self, unit: Unit, span: ast.Span, type_: str, value: Any, what: str) -> TExpr:
+        """A constant of a rule; one the route kernel cannot hold (int64, float32) is an error here."""
+        problem = route_constant_problem(value) if type_ in NUM else None
+        if problem is not None:
+            return self.err(unit, span, f"{what}{problem}")
+        return TExpr("const", type_, value=value)
+
     def too_big(self, unit: Unit, span: ast.Span, message: str) -> TExpr:
         self.over = True
         return self.err(unit, span, message)
@@ -263,7 +273,7 @@ class _Elaborator:
             case ast.Bool(value=v):
                 return TExpr("const", "bool", value=v)
             case ast.Number(value=v):
-                return TExpr("const", "int" if isinstance(v, int) else "float", value=v)
+                return self.const(unit, e.span, "int" if isinstance(v, int) else "float", v, "")
             case ast.String():
                 return TExpr("const", "str", value=e.value)
             case ast.Auto():
@@ -316,7 +326,7 @@ class _Elaborator:
             entry = self.program.params.get(ref.qualified)
             if entry is None:
                 return ERR
-            return TExpr("const", entry["type"], value=entry["value"])
+            return self.const(unit, e.span, entry["type"], entry["value"], f"param '{ref.qualified}': ")
         if ref.kind == "router":
             name = plan_router_name(ref)
             router = self.routers.get(name)

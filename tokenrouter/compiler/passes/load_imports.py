@@ -10,6 +10,7 @@ from tokenrouter.compiler.program import Program, Unit
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, SourceMap, did_you_mean
 from tokenrouter.dsl.parser import parse
+from tokenrouter.dsl.source import read_source
 
 STDLIB_DIR = Path(__file__).resolve().parents[2] / "stdlib"
 MAX_DEPTH = 16
@@ -24,7 +25,8 @@ def load_imports(program: Program) -> Program:
         return program
     diags: list[Diagnostic] = []
     units: list[Unit] = [program.root]
-    _load(program.root, [_key(program.root)], units, diags)
+    key = _key(program.root)
+    _load(program.root, [key], {key: program.root}, units, diags)
     return program.with_(diags, units=tuple(units))
 
 
@@ -32,7 +34,12 @@ def _key(unit: Unit) -> str:
     return str(Path(unit.file).resolve())
 
 
-def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnostic]) -> None:
+def _load(
+    unit: Unit, stack: list[str], loaded: dict[str, Unit | str], units: list[Unit], diags: list[Diagnostic]
+) -> None:
+    """Load `unit`'s imports, each file once: `loaded` maps a resolved path to its unit (or to why it could not
+    be loaded, its own errors reported then), so that a file imported again (under another name, by another
+    file) is the same unit, whose params, fns and routers keep the name of the first import that reached it."""
     imports: dict[str, Unit] = {}
     import_decls: dict[str, ast.ImportDecl] = {}
     for decl in unit.decls(ast.ImportDecl):
@@ -47,18 +54,14 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
         if len(stack) >= MAX_DEPTH:
             diags.append(unit.src.error(decl.span, f"imports nested deeper than {MAX_DEPTH} files"))
             continue
-        try:
-            text = target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            diags.append(unit.src.error(decl.span, f"cannot read imported file {shown(target)}: {e}"))
-            continue
         shown_as = shown(target)
-        result = parse(text, shown_as)
-        if result.module is None:
-            diags.extend(result.diagnostics)
-            diags.append(unit.src.error(decl.span, f"imported file {shown_as} has syntax errors"))
+        if key not in loaded:
+            loaded[key] = _read(target, shown_as, diags)
+        module = loaded[key]
+        if isinstance(module, str):
+            diags.append(unit.src.error(decl.span, module))
             continue
-        alias = decl.alias.name if decl.alias else _policy_name(result.module)
+        alias = decl.alias.name if decl.alias else _policy_name(module.module)
         if alias is None:
             diags.append(
                 unit.src.error(decl.span, f"{shown_as} has no `policy NAME` line; write `import ... as NAME`")
@@ -69,20 +72,29 @@ def _load(unit: Unit, stack: list[str], units: list[Unit], diags: list[Diagnosti
                 unit.src.error(decl.span, f"import name '{alias}' is already used by another import")
             )
             continue
-        child = Unit(
-            file=shown_as,
-            dir=target.resolve().parent,
-            text=text,
-            module=result.module,
-            src=SourceMap(shown_as, text),
-            prefix=f"{unit.prefix}{alias}.",
-        )
-        imports[alias] = child
+        if not module.prefix:  # its first import: it takes this import's name
+            module.prefix = f"{unit.prefix}{alias}."
+            units.append(module)
+            _load(module, stack + [key], loaded, units, diags)
+        imports[alias] = module
         import_decls[alias] = decl
-        units.append(child)
-        _load(child, stack + [key], units, diags)
     unit.imports = imports
     unit.import_decls = import_decls
+
+
+def _read(target: Path, shown_as: str, diags: list[Diagnostic]) -> Unit | str:
+    """The unit of an imported file, its prefix not yet set; or (its diagnostics reported) why it cannot load."""
+    text, problem = read_source(target, shown_as)
+    if text is None:
+        assert problem is not None
+        diags.append(problem)
+        return f"cannot read imported file {shown_as}"
+    result = parse(text, shown_as)
+    if result.module is None:
+        diags.extend(result.diagnostics)
+        return f"imported file {shown_as} has syntax errors"
+    return Unit(file=shown_as, dir=target.resolve().parent, text=text, module=result.module,
+                src=SourceMap(shown_as, text), prefix="")  # fmt: skip
 
 
 def _target(unit: Unit, decl: ast.ImportDecl, diags: list[Diagnostic]) -> Path | None:

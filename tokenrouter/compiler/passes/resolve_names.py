@@ -11,6 +11,10 @@ from tokenrouter.compiler.scope import BUILTINS, ROUTER_INPUTS, ROUTER_KINDS, lo
 from tokenrouter.dsl import ast
 from tokenrouter.dsl.diagnostics import Diagnostic, did_you_mean
 
+MAX_HINTED = (
+    50  # errors of a file that get a "did you mean" (each a search through every name); `check` shows 50
+)
+
 
 def resolve_names(program: Program) -> Program:
     diags: list[Diagnostic] = []
@@ -102,7 +106,7 @@ def _root_structure(root: Unit) -> list[Diagnostic]:
             )
         seen.setdefault(r.model.name, r)
         for rule in r.rules:
-            out += _model_ref(root, rule.target, models)
+            out += _model_ref(root, rule.target, models, hint=len(out) < MAX_HINTED)
     return out
 
 
@@ -111,17 +115,21 @@ def _end(unit: Unit) -> ast.Span:
     return ast.Span(n, 1, n, 2)
 
 
-def _model_ref(unit: Unit, ident: ast.Ident, models: dict) -> list[Diagnostic]:
+def _model_ref(unit: Unit, ident: ast.Ident, models: dict, hint: bool = True) -> list[Diagnostic]:
     if ident.name in models:
         return []
-    return [unit.src.error(ident.span, f"unknown model '{ident.name}'{did_you_mean(ident.name, models)}")]
+    return [
+        unit.src.error(
+            ident.span, f"unknown model '{ident.name}'{did_you_mean(ident.name, models if hint else ())}"
+        )
+    ]
 
 
 def _references(unit: Unit) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for expr, locals_ in _expressions(unit):
         for name, is_callee in _names(expr):
-            out += _check_name(unit, name, is_callee, locals_)
+            out += _check_name(unit, name, is_callee, locals_, hint=len(out) < MAX_HINTED)
     for r in unit.decls(ast.RouterDecl):
         kind = r.call.func.dotted
         if kind not in ROUTER_KINDS:
@@ -193,7 +201,10 @@ def _names(expr: ast.Expr) -> Iterator[tuple[ast.Name, bool]]:
                 yield from _names(i)
 
 
-def _check_name(unit: Unit, name: ast.Name, is_callee: bool, locals_: dict) -> list[Diagnostic]:
+def _check_name(
+    unit: Unit, name: ast.Name, is_callee: bool, locals_: dict, hint: bool = True
+) -> list[Diagnostic]:
+    """The errors of one name; `hint`: look for a "did you mean" (a search through every visible name)."""
     if is_callee:
         if len(name.parts) == 1 and name.parts[0] in BUILTINS:
             return []
@@ -206,7 +217,7 @@ def _check_name(unit: Unit, name: ast.Name, is_callee: bool, locals_: dict) -> l
             return []
         if ref is not None:
             return [unit.src.error(name.span, f"'{name.dotted}' is a {ref.kind}, not a function")]
-        fns = [n for n in visible(unit) if n in BUILTINS or _is_fn(unit, n)]
+        fns = [n for n in visible(unit) if n in BUILTINS or _is_fn(unit, n)] if hint else []
         return [
             unit.src.error(name.span, f"unknown function '{name.dotted}'{did_you_mean(name.dotted, fns)}")
         ]
@@ -216,7 +227,9 @@ def _check_name(unit: Unit, name: ast.Name, is_callee: bool, locals_: dict) -> l
             msg = f"unknown import '{name.parts[0]}' in '{name.dotted}'"
         else:
             msg = f"unknown name '{name.dotted}'"
-        return [unit.src.error(name.span, msg + did_you_mean(name.dotted, visible(unit, locals_)))]
+        return [
+            unit.src.error(name.span, msg + did_you_mean(name.dotted, visible(unit, locals_) if hint else []))
+        ]
     if ref.kind == "import":
         return [unit.src.error(name.span, f"'{name.dotted}' is an import; write '{name.dotted}.NAME'")]
     return []
