@@ -219,8 +219,12 @@ class GenerationHandler:
 
         def piece(c: Choice, text: str) -> dict:
             if chat:
-                return {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
-            return {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+                d = {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+            else:
+                d = {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+            if c.want_trace:
+                d["routing"] = c.chunk_routing()
+            return d
 
         def final(c: Choice) -> dict:
             d = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason, "routing": c.routing()}
