@@ -29,13 +29,14 @@ class Choice:
     models: list[str]
     want_trace: bool = False
     want_ids: bool = False
+    chunk_trace: bool = False  # streamed with want_trace: each text increment carries its tokens' routing
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0
     per_model: Counter = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
-    # with want_trace: per text increment that deltas() yielded, in order, (the models, the text) of each token
+    # with chunk_trace: per text increment that deltas() yielded, in order, (the models, the text) of each token
     # it took; the streaming response pops one per increment (`chunk_routing`)
     chunks: deque = field(default_factory=deque)
     _emitted: int = 0
@@ -89,6 +90,7 @@ class Choice:
                     text = detok.step(tok)
                     if self.want_trace:
                         self.trace.append(model)
+                    if self.chunk_trace:
                         models.append(model)
                         pieces.append(text)
                     if self.want_ids:
@@ -111,7 +113,7 @@ class Choice:
                     # a chunk per batch of new tokens, even when they add no text yet (held back by the
                     # detokenizer or a possible stop string), so streaming clients see every step
                     piece, self._emitted = self.text[self._emitted : end], max(end, self._emitted)
-                    if self.want_trace:
+                    if self.chunk_trace:
                         self.chunks.append((models, pieces))
                     yield piece
                 if self.finish_reason is not None:

@@ -152,6 +152,7 @@ class GenerationHandler:
                         self.args.models,
                         req.return_routing_trace,
                         req.return_token_ids,
+                        req.return_routing_trace and req.stream,
                     )
                 )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
@@ -222,7 +223,7 @@ class GenerationHandler:
                 d = {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
             else:
                 d = {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
-            if c.want_trace:
+            if c.chunk_trace:
                 d["routing"] = c.chunk_routing()
             return d
 
