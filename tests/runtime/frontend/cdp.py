@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import socket
 import struct
@@ -112,7 +111,7 @@ class Browser:
             [executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-dev-shm-usage", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
              f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         port = self._devtools_port()
         page = None
@@ -134,14 +133,18 @@ class Browser:
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
 
     def _devtools_port(self) -> int:
+        """The port chromium chose (`--remote-debugging-port=0`), from the file it writes in its profile."""
+        marker = os.path.join(self.profile, "DevToolsActivePort")
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            if found:
-                return int(found.group(1))
-            if not line and self.proc.poll() is not None:
-                break
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with open(marker) as f:
+                    first = f.readline().strip()
+                if first.isdigit():
+                    return int(first)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.1)
         self.close()
         raise RuntimeError("chromium did not start its DevTools server")
 
