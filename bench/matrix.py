@@ -1689,15 +1689,17 @@ def shape_table(recs: list[dict]) -> list[str]:
 
 
 def chart(records: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tokenrouter.plotting import figure
 
     records = [r for r in records if not r.get("fixed_thresholds")]  # the tuned runs: one bar per mode and N
     groups = sorted({(r["pair"], r["policy"]) for r in records})
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-    for ax, (pair, policy) in zip(axes[0], groups, strict=True):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with figure(path, (5 * len(groups), 4), dpi=120, ncols=len(groups), squeeze=False) as (_, axes):
+        _chart_groups(axes[0], records, groups)
+
+
+def _chart_groups(axes, records: list[dict], groups: list[tuple]) -> None:
+    for ax, (pair, policy) in zip(axes, groups, strict=True):
         recs = [r for r in records if (r["pair"], r["policy"]) == (pair, policy)]
         ns = sorted({r["n"] for r in recs})
         modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
@@ -1716,12 +1718,8 @@ def chart(records: list[dict], path: Path) -> None:
         ax.set_xticks([k + 0.4 - width / 2 for k in range(len(ns))], [f"N={n}" for n in ns])
         ax.set_title(f"{pair}, {policy}")
         ax.set_ylabel("decode tok/s")
-    for ax in axes[0]:
+    for ax in axes:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 PROFILE_SCRAPE = re.compile(r"profile-metrics-n(\d+)(?:-(.+))?-after\.txt")

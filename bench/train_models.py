@@ -324,12 +324,15 @@ def train_one(name: str, data: Path, out: Path, device: str, teacher_dir: Path |
 
 
 def plot(folder: Path) -> Path:
-    import matplotlib
+    from tokenrouter.plotting import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    out = folder / "loss_curves.png"
+    with figure(out, (7, 4.5), dpi=110) as (_, ax):
+        _draw_curves(ax, folder)
+    return out
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+
+def _draw_curves(ax, folder: Path) -> None:
     for path in sorted(folder.glob("py-*.curve.json")):
         d = json.loads(path.read_text())
         tokens = [p["tokens"] / 1e6 for p in d["curve"]]
@@ -343,10 +346,6 @@ def plot(folder: Path) -> Path:
     ax.set_title("Demo pair on Python stdlib source")
     ax.grid(alpha=0.3)
     ax.legend()
-    out = folder / "loss_curves.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -828,6 +828,31 @@ def _generate_plan(path: str, prompt: str | None, ids: list[int] | None, max_tok
         typer.echo(f"tokens: {per_model}; hops: {len(out['hops'])}; finish: {out['finish_reason']}")
 
 
+@app.command()
+def trace(
+    file: str = typer.Argument(
+        ...,
+        help="A response JSON (or its routing), `generate --json`/`--trace` output, or a `bench --json` report.",
+    ),
+    output: str = typer.Option(None, "-o", "--output", help="The standalone HTML file to write."),
+    png: str = typer.Option(None, "--png", help="Also draw it as this PNG (needs matplotlib)."),
+) -> None:
+    """A saved routing trace as a picture: tokens coloured by the model that wrote them, hops, shares."""
+    from tokenrouter.trace_view import TraceFormatError, TraceUsageError, command
+
+    try:
+        typer.echo("\n".join(command(file, output, png)))
+    except TraceUsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except TraceFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"error: cannot write: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 # --- training and quality commands ---
 
 

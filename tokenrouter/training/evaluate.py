@@ -394,12 +394,13 @@ def format_table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
+    from tokenrouter.plotting import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with figure(path, (7, 4.6), dpi=110) as (_, ax):
+        _draw(ax, result)
 
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+
+def _draw(ax, result: dict) -> None:
     styles = {
         "policy": "o-",
         "confidence": "s--",
@@ -429,6 +430,3 @@ def plot(result: dict, path: Path) -> None:
     ax.set_title(f"Teacher-forced routing quality, {result['tokens']} held-out positions")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

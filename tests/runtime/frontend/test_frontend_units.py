@@ -54,13 +54,15 @@ class _Aborts:
         self.aborted.append((rid, reason))
 
 
-def _run_choice(text: str, stop: list[str], chunk: int = 1) -> tuple[list[str], Choice, _Aborts]:
+def _run_choice(
+    text: str, stop: list[str], chunk: int = 1, chunk_trace: bool = False
+) -> tuple[list[str], Choice, _Aborts]:
     ids = CODEC.encode(text, add_special_tokens=False)
 
     async def go():
         st = ReqState(rid="r", prompt_len=1)
         mgr = _Aborts()
-        c = Choice(mgr, CODEC, st, 0, stop, ["slm", "llm"], want_trace=True)
+        c = Choice(mgr, CODEC, st, 0, stop, ["slm", "llm"], want_trace=True, chunk_trace=chunk_trace)
         for i in range(0, len(ids), chunk):
             st.add(
                 m.TokenOut(rid="r", index=i, token_ids=ids[i : i + chunk], model="slm" if i % 2 else "llm")
@@ -84,6 +86,18 @@ def test_no_stop_string_keeps_everything_and_unicode():
     deltas, c, mgr = _run_choice(text, stop=["never"], chunk=3)
     assert "".join(deltas) == c.text == text
     assert c.finish_reason == "length" and mgr.aborted == []
+
+
+def test_each_streamed_increment_has_the_models_and_text_of_its_tokens():
+    text = "x = 'wörld' # 😀 done"
+    deltas, c, _ = _run_choice(text, stop=[], chunk=3, chunk_trace=True)
+    chunks = [c.chunk_routing() for _ in deltas]
+    assert not c.chunks  # one per increment
+    assert deltas == ["".join(r["pieces"]) for r in chunks]
+    assert sum((r["trace"] for r in chunks), []) == c.trace and len(c.trace) == c.completion_tokens
+    assert all(len(r["trace"]) == len(r["pieces"]) for r in chunks)
+    _, c, _ = _run_choice(text, stop=[], chunk=3)  # not streamed: nothing kept per increment
+    assert not c.chunks and len(c.trace) == c.completion_tokens
 
 
 def test_stop_string_spanning_tokens_is_never_streamed():

@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenrouter.compiler.throughput.optimize import TuneResult
+from tokenrouter.plotting import figure
 
 
 def plot_tuning(result: TuneResult, path: str | Path, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     free = [i for i, m in enumerate(result.models) if m not in result.fixed]
     best = result.best.thresholds
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    with figure(path, (7, 4), dpi=110) as (_, ax):
+        _draw(ax, result, free, best, title)
+
+
+def _draw(ax, result: TuneResult, free: list[int], best: tuple, title: str) -> None:
     if len(free) == 1:
         i = free[0]
         pts = sorted((r.thresholds[i], r.throughput) for r in result.results)
@@ -32,6 +32,3 @@ def plot_tuning(result: TuneResult, path: str | Path, title: str = "") -> None:
         ax.set_xlabel("B = (" + ", ".join(result.models) + ")")
     ax.set_ylabel("T(B), committed tokens/s")
     ax.set_title(title or f"Delayed-batching thresholds, N = {result.concurrency} ({result.method} search)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

@@ -14,6 +14,7 @@ from tokenrouter.runtime.frontend.body import read_json_body
 from tokenrouter.runtime.frontend.codec import TextCodec
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.handlers import GenerationHandler
+from tokenrouter.runtime.frontend.playground import PAGE_PATH, add_playground
 from tokenrouter.runtime.frontend.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -24,7 +25,8 @@ from tokenrouter.runtime.frontend.request_manager import RequestManager
 
 log = logging.getLogger("tokenrouter.frontend")
 
-_OPEN_PATHS = ("/health", "/metrics")  # everything else needs the API key when one is set
+# everything else needs the API key when one is set (the playground page asks for it before any call)
+_OPEN_PATHS = ("/health", "/metrics", PAGE_PATH)
 
 
 # a subserver answers a start at once; a stop writes its trace first (seconds for a few seconds of steps; a
@@ -148,6 +150,8 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
             )
         return mgr
 
+    add_playground(app, args)
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         req = parse_body(
@@ -166,8 +170,8 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
 
 
 class _ApiKeyMiddleware:
-    """`Authorization: Bearer KEY` on every path but /health and /metrics. A plain ASGI middleware (Starlette's
-    BaseHTTPMiddleware would hide client disconnects from the handlers)."""
+    """`Authorization: Bearer KEY` on every path but /health, /metrics and the playground page. A plain ASGI
+    middleware (Starlette's BaseHTTPMiddleware would hide client disconnects from the handlers)."""
 
     def __init__(self, app, key: str) -> None:
         self.app = app

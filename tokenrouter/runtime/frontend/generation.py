@@ -8,7 +8,7 @@ the last `len(longest stop) - 1` characters are held back, since they may be the
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -29,12 +29,16 @@ class Choice:
     models: list[str]
     want_trace: bool = False
     want_ids: bool = False
+    chunk_trace: bool = False  # streamed with want_trace: each text increment carries its tokens' routing
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0
     per_model: Counter = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    # with chunk_trace: per text increment that deltas() yielded, in order, (the models, the text) of each token
+    # it took; the streaming response pops one per increment (`chunk_routing`)
+    chunks: deque = field(default_factory=deque)
     _emitted: int = 0
 
     @property
@@ -51,6 +55,12 @@ class Choice:
         if self.want_ids:
             out["token_ids"] = list(self.token_ids)
         return out
+
+    def chunk_routing(self) -> dict:
+        """The `routing` of the next streamed text increment: the model and the text of each of its tokens
+        (without stop strings the increment's text is exactly the pieces joined)."""
+        models, pieces = self.chunks.popleft()
+        return {"trace": models, "pieces": pieces}
 
     async def deltas(self) -> AsyncIterator[str]:
         """Text increments until the choice is finished; raises the request's APIError on failure. If the
@@ -73,18 +83,26 @@ class Choice:
                 if st.error is not None:
                     raise st.error
                 before = self.completion_tokens
+                models, pieces = [], []
                 for tok, model in st.take():
                     self.completion_tokens += 1
                     self.per_model[model] += 1
+                    text = detok.step(tok)
                     if self.want_trace:
                         self.trace.append(model)
+                    if self.chunk_trace:
+                        models.append(model)
+                        pieces.append(text)
                     if self.want_ids:
                         self.token_ids.append(tok)
-                    if self._append(detok.step(tok), hold):
+                    if self._append(text, hold):
                         break
                 if self.finish_reason is None and st.done:
                     # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
-                    if not self._append(detok.flush(), hold):
+                    rest = detok.flush()
+                    if pieces:
+                        pieces[-1] += rest
+                    if not self._append(rest, hold):
                         self.finish_reason = st.finish_reason or "stop"
                 end = (
                     len(self.text)
@@ -95,6 +113,8 @@ class Choice:
                     # a chunk per batch of new tokens, even when they add no text yet (held back by the
                     # detokenizer or a possible stop string), so streaming clients see every step
                     piece, self._emitted = self.text[self._emitted : end], max(end, self._emitted)
+                    if self.chunk_trace:
+                        self.chunks.append((models, pieces))
                     yield piece
                 if self.finish_reason is not None:
                     return

@@ -152,6 +152,7 @@ class GenerationHandler:
                         self.args.models,
                         req.return_routing_trace,
                         req.return_token_ids,
+                        req.return_routing_trace and req.stream,
                     )
                 )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
@@ -219,8 +220,12 @@ class GenerationHandler:
 
         def piece(c: Choice, text: str) -> dict:
             if chat:
-                return {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
-            return {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+                d = {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+            else:
+                d = {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+            if c.chunk_trace:
+                d["routing"] = c.chunk_routing()
+            return d
 
         def final(c: Choice) -> dict:
             d = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason, "routing": c.routing()}
