@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokenrouter import hub
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
 from tokenrouter.compiler.paths import resolve_source_path, shown
 from tokenrouter.compiler.program import Program, Unit
@@ -72,7 +73,9 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
         if isinstance(path, str) and path.strip():
             resolved, exists = resolve_source_path(path, root.dir)
             spec["path"] = resolved
-            what = _model_folder_problem(path, resolved, exists)
+            what = _model_folder_problem(
+                path, resolved, exists, root.file if root.file.endswith(".tr") else None
+            )
             if what:
                 diags.append(root.src.warning(decl.path.span, f"model '{decl.name.name}': path {what}"))
         else:
@@ -104,16 +107,18 @@ def _model(root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic]) -> dic
     return spec
 
 
-def _model_folder_problem(written: str, resolved: str, exists: bool) -> str | None:
+def _model_folder_problem(written: str, resolved: str, exists: bool, source: str | None) -> str | None:
     """What is wrong with a model path as seen on this machine, for a warning (a plan may be compiled on
-    one machine and served on another); None for a folder with a config.json."""
-    if not exists:
-        return (
-            f"'{written}' is not a local folder; kept as a hub id"
-            if resolved == written
-            else f"not found: {shown(resolved)}"
-        )
+    one machine and served on another); None for a folder with a config.json. A hub id (kept as written in
+    the plan) is looked up in the local hub cache."""
+    if not exists and resolved != written:
+        return f"not found: {shown(resolved)}"
     folder = Path(resolved)
+    if not exists:
+        cached = hub.cached(written)
+        if cached is None:
+            return hub.missing_message(written, source)
+        folder = cached
     if not folder.is_dir():
         return f"{shown(folder)} is a file; a model is a folder in Hugging Face format (config.json, weights)"
     if not (folder / "config.json").is_file():
