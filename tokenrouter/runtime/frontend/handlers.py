@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
+import msgspec
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -54,7 +55,7 @@ class GenerationHandler:
     def _prompts(self, req: Any, chat: bool, vocab_limit: int) -> list[list[int]]:
         if chat:
             try:
-                ids = self.codec.encode_chat(req.template_messages())
+                ids = self.codec.encode_chat(req.template_messages(), **(req.chat_template_kwargs or {}))
             except TemplateError as e:
                 raise APIError(400, str(e), param="messages") from None
             return [ids]
@@ -100,9 +101,7 @@ class GenerationHandler:
                 param=field,
                 code="context_length_exceeded",
             )
-        seed = secrets.randbits(63) if req.seed is None else req.seed & _MASK64
-        if seed >= 1 << 63:  # keep the 64-bit pattern, as a signed int64 (what the subservers' tensors hold)
-            seed -= 1 << 64
+        seed = _int64(secrets.randbits(63) if req.seed is None else req.seed)
         stop_ids = list(req.stop_token_ids or ())  # EOS is the model's own (config.json), unless ignore_eos
         return m.SamplingSpec(
             temperature=1.0 if req.temperature is None else float(req.temperature),
@@ -140,20 +139,22 @@ class GenerationHandler:
         specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
         choices: list[Choice] = []
         try:
+            # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
             for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
-                st = mgr.submit(ids, spec)
-                choices.append(
-                    Choice(
-                        mgr,
-                        self.codec,
-                        st,
-                        i,
-                        req.stop_strings(),
-                        self.args.models,
-                        req.return_routing_trace,
-                        req.return_token_ids,
+                for j in range(req.n):
+                    st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
+                    choices.append(
+                        Choice(
+                            mgr,
+                            self.codec,
+                            st,
+                            i * req.n + j,
+                            req.stop_strings(),
+                            self.args.models,
+                            req.return_routing_trace,
+                            req.return_token_ids,
+                        )
                     )
-                )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if req.stream:
                 return await self._stream(request, req, chat, rid, choices)
@@ -184,7 +185,7 @@ class GenerationHandler:
             "created": int(time.time()),
             "model": self.args.policy,
             "choices": out,
-            "usage": _usage(choices),
+            "usage": _usage(choices, req.n),
         }
 
     async def _stream(
@@ -247,7 +248,7 @@ class GenerationHandler:
                     yield chunk([final(c)] if text is None else [piece(c, text)])
                     ev = await anext(events, None)
                 if include_usage:
-                    yield chunk([], _usage(choices))
+                    yield chunk([], _usage(choices, req.n))
                 yield "data: [DONE]\n\n"
             except APIError as e:
                 yield f"data: {json.dumps(e.body())}\n\n"
@@ -260,8 +261,14 @@ class GenerationHandler:
         )
 
 
-def _usage(choices: list[Choice]) -> dict:
-    p = sum(c.prompt_tokens for c in choices)
+def _int64(seed: int) -> int:
+    """A seed's 64-bit pattern as a signed int64 (what the subservers' tensors hold)."""
+    seed &= _MASK64
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+def _usage(choices: list[Choice], n: int) -> dict:
+    p = sum(c.prompt_tokens for c in choices[::n])  # a prompt counts once, however many choices it has
     g = sum(c.completion_tokens for c in choices)
     return {"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g}
 
