@@ -205,7 +205,7 @@ def _chat(messages: list, **fields) -> str:
         ("/v1/completions", '{"prompt": [1, -4]}', 400, "prompt"),
         ("/v1/completions", '{"prompt": "x", "n": 0}', 400, "n"),
         ("/v1/completions", '{"prompt": "x", "max_tokens": 100000}', 400, "max_tokens"),
-        ("/v1/completions", '{"prompt": "x", "logprobs": 2}', 400, "logprobs"),
+        ("/v1/completions", '{"prompt": "x", "logprobs": 21}', 400, "logprobs"),
         ("/v1/chat/completions", '{"messages": []}', 400, "messages"),
         ("/v1/chat/completions", '{"messages": [{"content": "hi"}]}', 400, "messages[0].role"),
         ("/v1/chat/completions", '{"messages": "hi"}', 400, "messages"),

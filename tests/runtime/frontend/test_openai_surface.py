@@ -136,3 +136,69 @@ def test_response_format_and_tools_are_refused_for_now(client, field, value):
             model="testmix", messages=[{"role": "user", "content": "hi"}], extra_body={field: value}
         )
     assert e.value.body["param"] == field and "not supported by TokenRouter yet" in e.value.body["message"]
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    """The plan's models run in-process, sequence by sequence (no batching, no KV cache)."""
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.runtime.reference import ReferenceModel
+    from tokenrouter.runtime.subserver.loading import load_model_runtime
+
+    plan = compile_file(server.plan, {}).plan
+    return {x: ReferenceModel.from_engine(load_model_runtime(plan, x, "cpu")[0]) for x in plan["models"]}
+
+
+def _ref_logprobs(reference, prompt: list[int], ids: list[int], trace: list[str], k: int):
+    import torch
+
+    out = []
+    for i, (tok, model) in enumerate(zip(ids, trace, strict=True)):
+        logits, _ = reference[model].forward_full(torch.tensor(prompt + ids[:i], dtype=torch.int64))
+        lp = torch.log_softmax(logits[-1].float(), dim=-1)
+        top = lp.topk(k)
+        out.append((lp[tok].item(), top.indices.tolist(), top.values.tolist()))
+    return out
+
+
+def test_completion_logprobs_are_the_writing_models_log_softmax(client, reference, small):
+    codec = TextCodec(small)
+    prompt = codec.encode("def add(a, b):")
+    r = client.completions.create(
+        model="testmix", prompt=prompt, max_tokens=12, temperature=0.8, seed=11, logprobs=3, extra_body=EXTRA
+    ).choices[0]
+    routing = r.model_extra["routing"]
+    assert {"slm", "llm"} <= set(routing["trace"])  # both models wrote, so both models' values are checked
+    ref = _ref_logprobs(reference, prompt, routing["token_ids"], routing["trace"], 3)
+    lp = r.logprobs
+    assert len(lp.token_logprobs) == len(ref) == 12
+    for i, (want, top_ids, top_vals) in enumerate(ref):
+        assert lp.token_logprobs[i] == pytest.approx(want, abs=1e-4), i
+        text = [codec.tokenizer.decode([t], skip_special_tokens=False) for t in top_ids]
+        # as OpenAI's shape has it, a dict by token text (two ids of the same text keep the later one)
+        assert lp.top_logprobs[i] == pytest.approx(dict(zip(text, top_vals, strict=True)), abs=1e-4), i
+    assert lp.tokens == [codec.tokenizer.decode([t], skip_special_tokens=False) for t in routing["token_ids"]]
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+
+
+def test_chat_logprobs_streamed_and_whole_agree(client, reference, small):
+    messages = [{"role": "user", "content": "hello"}]
+    kw = dict(model="testmix", messages=messages, max_tokens=8, temperature=1.0, seed=4, logprobs=True)
+    whole = client.chat.completions.create(top_logprobs=2, extra_body=EXTRA, **kw).choices[0]
+    content = whole.logprobs.content
+    routing = whole.model_extra["routing"]
+    prompt = TextCodec(small).encode_chat(messages)
+    ref = _ref_logprobs(reference, prompt, routing["token_ids"], routing["trace"], 2)
+    assert [c.logprob for c in content] == pytest.approx([x[0] for x in ref], abs=1e-4)
+    assert all(len(c.top_logprobs) == 2 and bytes(c.bytes).decode() == c.token for c in content)
+    streamed = []
+    for chunk in client.chat.completions.create(top_logprobs=2, stream=True, extra_body=EXTRA, **kw):
+        for c in chunk.choices:
+            if c.logprobs is not None and c.logprobs.content:
+                streamed += c.logprobs.content
+    assert [(c.token, c.logprob) for c in streamed] == [(c.token, c.logprob) for c in content]
+    plain = client.chat.completions.create(**{**kw, "logprobs": False}).choices[0]
+    assert plain.logprobs is None and plain.message.content == whole.message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="testmix", messages=messages, top_logprobs=2)
+    assert e.value.body["param"] == "top_logprobs"

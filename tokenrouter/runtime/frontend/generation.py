@@ -35,6 +35,8 @@ class Choice:
     per_model: Counter = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    # per token with logprobs asked for: (token id, its log-probability, [(id, log-probability)] most likely)
+    logprobs: list[tuple[int, float, list]] = field(default_factory=list)
     _emitted: int = 0
 
     @property
@@ -74,6 +76,9 @@ class Choice:
                     raise st.error
                 before = self.completion_tokens
                 for tok, model in st.take():
+                    lp = st.logprobs.pop(self.completion_tokens, None)
+                    if lp is not None:
+                        self.logprobs.append((tok, lp[0], lp[1]))
                     self.completion_tokens += 1
                     self.per_model[model] += 1
                     if self.want_trace:

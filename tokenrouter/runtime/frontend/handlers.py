@@ -19,6 +19,7 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
+from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import RequestManager
 
@@ -111,6 +112,7 @@ class GenerationHandler:
             max_tokens=max_tokens,
             stop_token_ids=tuple(stop_ids),
             ignore_eos=req.ignore_eos,
+            logprobs=req.logprob_count(),
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -165,13 +167,21 @@ class GenerationHandler:
                 mgr.abort(c.state.rid)
             raise
 
+    def _logprobs(self, req: Any, chat: bool, c: Choice, start: int, offset: int = 0) -> dict | None:
+        """The choice's logprobs from its `start`-th token on, in the endpoint's shape; None unless asked."""
+        if req.logprob_count() < 0:
+            return None
+        if chat:
+            return chat_logprobs(self.codec, c.logprobs[start:])
+        return completion_logprobs(self.codec, c.logprobs[start:], offset)
+
     def _full_body(self, req: Any, chat: bool, rid: str, choices: list[Choice]) -> dict:
         out = []
         for c in choices:
             d: dict = {
                 "index": c.index,
                 "finish_reason": c.finish_reason,
-                "logprobs": None,
+                "logprobs": self._logprobs(req, chat, c, 0),
                 "routing": c.routing(),
             }
             if chat:
@@ -218,13 +228,29 @@ class GenerationHandler:
                 body["usage"] = usage
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+        sent = {c.index: (0, 0) for c in choices}  # per choice: logprob entries sent, their text's length
+
+        def new_logprobs(c: Choice) -> dict | None:
+            start, offset = sent[c.index]
+            lp = self._logprobs(req, chat, c, start, offset)
+            if lp is not None and not chat:
+                offset += sum(len(t) for t in lp["tokens"])
+            sent[c.index] = (len(c.logprobs), offset)
+            return lp
+
         def piece(c: Choice, text: str) -> dict:
+            lp = new_logprobs(c)
             if chat:
-                return {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
-            return {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+                return {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
+            return {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
 
         def final(c: Choice) -> dict:
-            d = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason, "routing": c.routing()}
+            d = {
+                "index": c.index,
+                "logprobs": new_logprobs(c),
+                "finish_reason": c.finish_reason,
+                "routing": c.routing(),
+            }
             d.update({"delta": {}} if chat else {"text": ""})
             return d
 

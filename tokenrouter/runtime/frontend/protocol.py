@@ -101,6 +101,10 @@ class _SamplingFields(_Strict):
         for i, t in enumerate(ids):
             _check_range(t, f"stop_token_ids[{i}]", 0, _INT32_MAX)
 
+    def logprob_count(self) -> int:
+        """-1: no logprobs; k ≥ 0: each token's log-probability and the k most likely tokens'."""
+        return -1
+
     def completion_limit(self) -> tuple[int | None, str]:
         """The completion length the client asked for (None: the endpoint's default) and the field it came from,
         for the errors that name it."""
@@ -127,12 +131,14 @@ class CompletionRequest(_SamplingFields):
         self.check_common()
         if self.echo:
             raise APIError(400, "echo is not supported by TokenRouter", param="echo")
-        if self.logprobs is not None:
-            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        _check_range(self.logprobs, "logprobs", 0, MAX_LOGPROBS)
         if self.best_of not in (None, 1):
             raise APIError(400, "best_of is not supported by TokenRouter", param="best_of")
         if self.suffix:
             raise APIError(400, "suffix is not supported by TokenRouter", param="suffix")
+
+    def logprob_count(self) -> int:
+        return -1 if self.logprobs is None else self.logprobs
 
 
 class TextPart(_Strict):
@@ -198,8 +204,9 @@ class ChatCompletionRequest(_SamplingFields):
             raise APIError(400, "messages must not be empty", param="messages")
         for i, msg in enumerate(self.messages):
             msg.check(f"messages[{i}]")
-        if self.logprobs or self.top_logprobs:
-            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        _check_range(self.top_logprobs, "top_logprobs", 0, MAX_LOGPROBS)
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
         if self.tools:
             raise APIError(400, "tools are not supported by TokenRouter yet", param="tools")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
@@ -215,6 +222,9 @@ class ChatCompletionRequest(_SamplingFields):
                 f"chat_template_kwargs: {reserved[0]!r} is set by the server, not by the request",
                 param="chat_template_kwargs",
             )
+
+    def logprob_count(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else -1
 
     def completion_limit(self) -> tuple[int | None, str]:
         # As OpenAI (max_tokens is deprecated there in favour of max_completion_tokens) and vLLM.
@@ -244,6 +254,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 }
 MAX_STOP_TOKEN_IDS = 1024  # each is compared with every generated token
 MAX_N = 128  # choices per prompt, as OpenAI allows
+MAX_LOGPROBS = 20  # most likely tokens per position (OpenAI's chat limit; vLLM's default)
 
 
 def _check_range(value: int | None, name: str, lo: int, hi: int) -> None:
