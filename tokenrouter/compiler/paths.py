@@ -7,7 +7,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenrouter.hub import is_hub_id as looks_like_hub_id  # noqa: F401 (re-exported)
+from tokenrouter.hub import is_hub_id as looks_like_hub_id
 
 
 def resolve_source_path(written: str, base: Path) -> tuple[str, bool]:
