@@ -238,6 +238,26 @@ def _print_kernels(plan: dict, sampler: str | None = None) -> None:
             typer.echo(source)
 
 
+@app.command()
+def download(
+    plan_file: str = typer.Argument(..., help="Plan file or policy (.tr)."),
+    define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
+) -> None:
+    """Fetch every model of a policy given as a hub id into the local hub cache, ahead of `serve`."""
+    from tokenrouter.compiler.driver import load_plan
+    from tokenrouter.compiler.plan import PlanError
+    from tokenrouter.hub import download_plan
+
+    _require_files([plan_file])
+    try:
+        plan = load_plan(plan_file, _defines(define))
+    except PlanError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if download_plan(plan, lambda line: typer.echo(line, err=line.startswith("error:"))):
+        raise typer.Exit(1)
+
+
 @app.command(name="init-router")
 def init_router(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="A plan (or a .tr policy, compiled first)."),

@@ -38,6 +38,8 @@ def render_case(name: str) -> str:
 @pytest.mark.parametrize("name", CASES)
 def test_golden(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
+    monkeypatch.setenv("HF_HUB_CACHE", "/hf-cache")  # a hub id's warning names the cache: the same everywhere
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     got = render_case(name)
     expected_path = FIXTURES / f"{name}.expected"
     if os.environ.get("TR_UPDATE_GOLDEN"):

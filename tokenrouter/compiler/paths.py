@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
-
-
-def looks_like_hub_id(text: str) -> bool:
-    return bool(_HUB_ID.match(text)) and not text.startswith(".") and not text.endswith(".safetensors")
+from tokenrouter.hub import is_hub_id as looks_like_hub_id
 
 
 def local_path(written: str, base: Path) -> Path:

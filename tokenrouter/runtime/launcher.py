@@ -191,17 +191,20 @@ def writable_folder(path: str, flag: str) -> str:
 
 def load_plan(path: str, run_dir: Path, defines: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
     """(plan, path of a plan file the subservers can read). A .tr source is compiled into run_dir, its params
-    overridden by `defines` (`-D`)."""
+    overridden by `defines` (`-D`); a model given as a hub id is fetched into the hub cache unless there (or
+    offline) and the plan written into run_dir names its local folder."""
     from tokenrouter.compiler.driver import load_plan as load
     from tokenrouter.compiler.plan import PlanError, write_plan
+    from tokenrouter.hub import HubError, resolve_models
 
     if not Path(path).exists():
         raise LaunchError(f"{path}: no such file")
     try:
         plan = load(path, defines)
-    except PlanError as e:
+        fetched = resolve_models(plan, fetch=True, source=path)
+    except (PlanError, HubError) as e:
         raise LaunchError(str(e)) from None
-    if Path(path).suffix == ".tr":
+    if Path(path).suffix == ".tr" or fetched:
         path = str(run_dir / "plan.json")
         write_plan(plan, path)
         plan = load(path)  # as the subservers will read it

@@ -26,6 +26,9 @@ class SamplingSpec(msgspec.Struct, frozen=True):
     max_tokens: int = 16
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    logprobs: int = (
+        -1
+    )  # ≥ 0: with each token its log-probability and this many most likely (TokenOut.logprobs)
 
 
 # ---- frontend → subservers ------------------------------------------------------------------------------
@@ -114,6 +117,9 @@ class TokenOut(msgspec.Struct):
     token_ids: list[int]
     model: str  # the model that wrote these tokens
     hop_to: str | None = None  # set when this step ended with a hop to another model
+    # per token, for a request with sampling.logprobs ≥ 0: [its log-probability, [[id, log-probability], ...]
+    # of the most likely tokens], from the log-softmax of the logits `model` sampled it from (temperature 1)
+    logprobs: list[list] | None = None
 
 
 class Finished(msgspec.Struct):

@@ -214,11 +214,14 @@ def plan_from_path(path: str, defines: dict[str, str] | None = None) -> dict:
     """A plan from a .plan file, or from a .tr policy compiled on the fly (with -D `defines`)."""
     from tokenrouter.compiler.driver import load_plan
     from tokenrouter.compiler.plan import PlanError
+    from tokenrouter.hub import HubError, resolve_models
 
     try:
-        return load_plan(path, defines)
-    except PlanError as e:
+        plan = load_plan(path, defines)
+        resolve_models(plan, fetch=True, source=str(path))
+    except (PlanError, HubError) as e:
         raise PlanInputError(str(e)) from None
+    return plan
 
 
 def generate_from_plan(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokenrouter import hub
 from tokenrouter.compiler.consteval import ConstError, evaluate, type_of
 from tokenrouter.compiler.paths import looks_like_hub_id, near_miss, resolve_source_path, shown
 from tokenrouter.compiler.program import Program, Unit
@@ -78,11 +79,13 @@ def _model(
                 diags.append(root.src.error(decl.path.span, f"model '{decl.name.name}': {e}"))
                 return spec
             spec["path"] = resolved
-            what = _model_folder_problem(path, resolved, exists)
+            what = _model_folder_problem(
+                path, resolved, exists, root.file if root.file.endswith(".tr") else None
+            )
             if what:
                 # a hub id is fetched where it is served; a local folder must be here unless asked otherwise
-                hub = not exists and resolved == path and looks_like_hub_id(path)
-                report = root.src.error if weights_check and not hub else root.src.warning
+                is_hub = not exists and resolved == path and looks_like_hub_id(path)
+                report = root.src.error if weights_check and not is_hub else root.src.warning
                 diags.append(report(decl.path.span, f"model '{decl.name.name}': path {what}"))
         else:
             got = "an empty str" if isinstance(path, str) else type_of(path)
@@ -113,17 +116,18 @@ def _model(
     return spec
 
 
-def _model_folder_problem(written: str, resolved: str, exists: bool) -> str | None:
+def _model_folder_problem(written: str, resolved: str, exists: bool, source: str | None) -> str | None:
     """What is wrong with a model path as seen on this machine (an error, or a warning when compiling without
     the weights check: a plan may be compiled on one machine and served on another); None for a folder with a
-    config.json."""
-    if not exists:
-        return (
-            f"'{written}' is not a local folder; kept as a hub id"
-            if resolved == written and looks_like_hub_id(written)
-            else f"not found: {shown(resolved)}{near_miss(resolved)}"
-        )
+    config.json. A hub id (kept as written in the plan) is looked up in the local hub cache."""
+    if not exists and not (resolved == written and looks_like_hub_id(written)):
+        return f"not found: {shown(resolved)}{near_miss(resolved)}"
     folder = Path(resolved)
+    if not exists:
+        cached = hub.cached(written)
+        if cached is None:
+            return hub.missing_message(written, source)
+        folder = cached
     if not folder.is_dir():
         return f"{shown(folder)} is a file; a model is a folder in Hugging Face format (config.json, weights)"
     if not (folder / "config.json").is_file():

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tokenrouter import hub
 from tokenrouter.compiler.paths import near_miss, shown
 from tokenrouter.compiler.program import Program
 from tokenrouter.compiler.safetensors_header import HeaderError, read_header
@@ -22,7 +23,8 @@ WEIGHTS_HINT = "train it with `tokenrouter train-router`, or compile with --no-w
 def hidden_size(model_path: str | None) -> int | None:
     if not model_path:
         return None
-    cfg = Path(model_path) / "config.json"
+    folder = hub.cached(model_path) if hub.is_hub_id(model_path) and not Path(model_path).exists() else None
+    cfg = Path(folder or model_path) / "config.json"
     try:
         data = json.loads(cfg.read_text(encoding="utf-8"))
     except (OSError, ValueError):

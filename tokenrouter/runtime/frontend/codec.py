@@ -94,11 +94,14 @@ class TextCodec:
         batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [e.ids for e in batch(texts, add_special_tokens=add_special_tokens)]
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
+        """The chat template rendered for `messages`; `extra` are further template variables (a request's
+        `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`)."""
         if self._template is None:
             raise TemplateError(f"the model has {NO_TEMPLATE}")
         try:
             return self._template.render(
+                **extra,
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
@@ -109,9 +112,9 @@ class TextCodec:
         except jinja2.TemplateError as e:
             raise TemplateError(f"the chat template failed: {e}") from e
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    def encode_chat(self, messages: list[dict], **extra) -> list[int]:
         # Like HF's apply_chat_template(tokenize=True): the template writes the special tokens itself.
-        return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
+        return self.encode(self.apply_chat_template(messages, **extra), add_special_tokens=False)
 
     def decoder(self) -> Detokenizer:
         return Detokenizer(self.tokenizer)

@@ -39,6 +39,8 @@ class Choice:
     # with chunk_trace: per text increment that deltas() yielded, in order, (the models, the text) of each token
     # it took; the streaming response pops one per increment (`chunk_routing`)
     chunks: deque = field(default_factory=deque)
+    # per token with logprobs asked for: (token id, its log-probability, [(id, log-probability)] most likely)
+    logprobs: list[tuple[int, float, list]] = field(default_factory=list)
     _emitted: int = 0
 
     @property
@@ -85,6 +87,9 @@ class Choice:
                 before = self.completion_tokens
                 models, pieces = [], []
                 for tok, model in st.take():
+                    lp = st.logprobs.pop(self.completion_tokens, None)
+                    if lp is not None:
+                        self.logprobs.append((tok, lp[0], lp[1]))
                     self.completion_tokens += 1
                     self.per_model[model] += 1
                     text = detok.step(tok)

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
+import msgspec
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -18,6 +19,7 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
+from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import RequestManager
 
@@ -54,7 +56,7 @@ class GenerationHandler:
     def _prompts(self, req: Any, chat: bool, vocab_limit: int) -> list[list[int]]:
         if chat:
             try:
-                ids = self.codec.encode_chat(req.template_messages())
+                ids = self.codec.encode_chat(req.template_messages(), **(req.chat_template_kwargs or {}))
             except TemplateError as e:
                 raise APIError(400, str(e), param="messages") from None
             return [ids]
@@ -100,9 +102,7 @@ class GenerationHandler:
                 param=field,
                 code="context_length_exceeded",
             )
-        seed = secrets.randbits(63) if req.seed is None else req.seed & _MASK64
-        if seed >= 1 << 63:  # keep the 64-bit pattern, as a signed int64 (what the subservers' tensors hold)
-            seed -= 1 << 64
+        seed = _int64(secrets.randbits(63) if req.seed is None else req.seed)
         stop_ids = list(req.stop_token_ids or ())  # EOS is the model's own (config.json), unless ignore_eos
         return m.SamplingSpec(
             temperature=1.0 if req.temperature is None else float(req.temperature),
@@ -112,6 +112,7 @@ class GenerationHandler:
             max_tokens=max_tokens,
             stop_token_ids=tuple(stop_ids),
             ignore_eos=req.ignore_eos,
+            logprobs=req.logprob_count(),
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -140,21 +141,23 @@ class GenerationHandler:
         specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
         choices: list[Choice] = []
         try:
+            # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
             for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
-                st = mgr.submit(ids, spec)
-                choices.append(
-                    Choice(
-                        mgr,
-                        self.codec,
-                        st,
-                        i,
-                        req.stop_strings(),
-                        self.args.models,
-                        req.return_routing_trace,
-                        req.return_token_ids,
-                        req.return_routing_trace and req.stream,
+                for j in range(req.n):
+                    st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
+                    choices.append(
+                        Choice(
+                            mgr,
+                            self.codec,
+                            st,
+                            i * req.n + j,
+                            req.stop_strings(),
+                            self.args.models,
+                            req.return_routing_trace,
+                            req.return_token_ids,
+                            req.return_routing_trace and req.stream,
+                        )
                     )
-                )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if req.stream:
                 return await self._stream(request, req, chat, rid, choices)
@@ -165,13 +168,21 @@ class GenerationHandler:
                 mgr.abort(c.state.rid)
             raise
 
+    def _logprobs(self, req: Any, chat: bool, c: Choice, start: int, offset: int = 0) -> dict | None:
+        """The choice's logprobs from its `start`-th token on, in the endpoint's shape; None unless asked."""
+        if req.logprob_count() < 0:
+            return None
+        if chat:
+            return chat_logprobs(self.codec, c.logprobs[start:])
+        return completion_logprobs(self.codec, c.logprobs[start:], offset)
+
     def _full_body(self, req: Any, chat: bool, rid: str, choices: list[Choice]) -> dict:
         out = []
         for c in choices:
             d: dict = {
                 "index": c.index,
                 "finish_reason": c.finish_reason,
-                "logprobs": None,
+                "logprobs": self._logprobs(req, chat, c, 0),
                 "routing": c.routing(),
             }
             if chat:
@@ -185,7 +196,7 @@ class GenerationHandler:
             "created": int(time.time()),
             "model": self.args.policy,
             "choices": out,
-            "usage": _usage(choices),
+            "usage": _usage(choices, req.n),
         }
 
     async def _stream(
@@ -218,17 +229,33 @@ class GenerationHandler:
                 body["usage"] = usage
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+        sent = {c.index: (0, 0) for c in choices}  # per choice: logprob entries sent, their text's length
+
+        def new_logprobs(c: Choice) -> dict | None:
+            start, offset = sent[c.index]
+            lp = self._logprobs(req, chat, c, start, offset)
+            if lp is not None and not chat:
+                offset += sum(len(t) for t in lp["tokens"])
+            sent[c.index] = (len(c.logprobs), offset)
+            return lp
+
         def piece(c: Choice, text: str) -> dict:
+            lp = new_logprobs(c)
             if chat:
-                d = {"index": c.index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+                d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
             else:
-                d = {"index": c.index, "text": text, "logprobs": None, "finish_reason": None}
+                d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
             if c.chunk_trace:
                 d["routing"] = c.chunk_routing()
             return d
 
         def final(c: Choice) -> dict:
-            d = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason, "routing": c.routing()}
+            d = {
+                "index": c.index,
+                "logprobs": new_logprobs(c),
+                "finish_reason": c.finish_reason,
+                "routing": c.routing(),
+            }
             d.update({"delta": {}} if chat else {"text": ""})
             return d
 
@@ -252,7 +279,7 @@ class GenerationHandler:
                     yield chunk([final(c)] if text is None else [piece(c, text)])
                     ev = await anext(events, None)
                 if include_usage:
-                    yield chunk([], _usage(choices))
+                    yield chunk([], _usage(choices, req.n))
                 yield "data: [DONE]\n\n"
             except APIError as e:
                 yield f"data: {json.dumps(e.body())}\n\n"
@@ -265,8 +292,14 @@ class GenerationHandler:
         )
 
 
-def _usage(choices: list[Choice]) -> dict:
-    p = sum(c.prompt_tokens for c in choices)
+def _int64(seed: int) -> int:
+    """A seed's 64-bit pattern as a signed int64 (what the subservers' tensors hold)."""
+    seed &= _MASK64
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+def _usage(choices: list[Choice], n: int) -> dict:
+    p = sum(c.prompt_tokens for c in choices[::n])  # a prompt counts once, however many choices it has
     g = sum(c.completion_tokens for c in choices)
     return {"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g}
 

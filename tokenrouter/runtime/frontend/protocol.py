@@ -83,8 +83,7 @@ class _SamplingFields(_Strict):
             )
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise APIError(400, f"top_p must be in (0, 1], got {self.top_p}", param="top_p")
-        if self.n != 1:
-            raise APIError(400, f"only n=1 is supported, got {self.n}", param="n")
+        _check_range(self.n, "n", 1, MAX_N)
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(self, name) not in (None, 0, 0.0):
                 raise APIError(400, f"{name} is not supported by TokenRouter", param=name)
@@ -101,6 +100,10 @@ class _SamplingFields(_Strict):
             raise APIError(400, msg, param="stop_token_ids")
         for i, t in enumerate(ids):
             _check_range(t, f"stop_token_ids[{i}]", 0, _INT32_MAX)
+
+    def logprob_count(self) -> int:
+        """-1: no logprobs; k ≥ 0: each token's log-probability and the k most likely tokens'."""
+        return -1
 
     def completion_limit(self) -> tuple[int | None, str]:
         """The completion length the client asked for (None: the endpoint's default) and the field it came from,
@@ -128,12 +131,14 @@ class CompletionRequest(_SamplingFields):
         self.check_common()
         if self.echo:
             raise APIError(400, "echo is not supported by TokenRouter", param="echo")
-        if self.logprobs is not None:
-            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        _check_range(self.logprobs, "logprobs", 0, MAX_LOGPROBS)
         if self.best_of not in (None, 1):
             raise APIError(400, "best_of is not supported by TokenRouter", param="best_of")
         if self.suffix:
             raise APIError(400, "suffix is not supported by TokenRouter", param="suffix")
+
+    def logprob_count(self) -> int:
+        return -1 if self.logprobs is None else self.logprobs
 
 
 class TextPart(_Strict):
@@ -144,6 +149,8 @@ class TextPart(_Strict):
 # The roles a chat message may have. `developer` is OpenAI's newer name for `system` and is rendered as one
 # (chat templates know `system`); `tool` and `function` answer tool calls, which TokenRouter does not support.
 CHAT_ROLES = ("system", "developer", "user", "assistant")
+# what the server itself passes to the chat template (codec.py); chat_template_kwargs adds to these
+TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token"})
 _TOOL_ROLES = ("tool", "function")
 
 
@@ -188,6 +195,7 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
     tools: list[Any] | None = None
     response_format: dict | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # extension (vLLM, SGLang): e.g. enable_thinking
 
     def check(self) -> None:
         self.check_common()
@@ -196,12 +204,27 @@ class ChatCompletionRequest(_SamplingFields):
             raise APIError(400, "messages must not be empty", param="messages")
         for i, msg in enumerate(self.messages):
             msg.check(f"messages[{i}]")
-        if self.logprobs or self.top_logprobs:
-            raise APIError(400, "logprobs are not supported by TokenRouter", param="logprobs")
+        _check_range(self.top_logprobs, "top_logprobs", 0, MAX_LOGPROBS)
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
         if self.tools:
-            raise APIError(400, "tools are not supported by TokenRouter", param="tools")
+            raise APIError(400, "tools are not supported by TokenRouter yet", param="tools")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
-            raise APIError(400, "response_format other than text is not supported", param="response_format")
+            raise APIError(
+                400,
+                "response_format other than text is not supported by TokenRouter yet",
+                param="response_format",
+            )
+        reserved = sorted(set(self.chat_template_kwargs or {}) & TEMPLATE_VARIABLES)
+        if reserved:
+            raise APIError(
+                400,
+                f"chat_template_kwargs: {reserved[0]!r} is set by the server, not by the request",
+                param="chat_template_kwargs",
+            )
+
+    def logprob_count(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else -1
 
     def completion_limit(self) -> tuple[int | None, str]:
         # As OpenAI (max_tokens is deprecated there in favour of max_completion_tokens) and vLLM.
@@ -230,6 +253,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "seed": (-(2**63), 2**64 - 1),  # int64 or uint64, kept as its 64-bit pattern
 }
 MAX_STOP_TOKEN_IDS = 1024  # each is compared with every generated token
+MAX_N = 128  # choices per prompt, as OpenAI allows
+MAX_LOGPROBS = 20  # most likely tokens per position (OpenAI's chat limit; vLLM's default)
 
 
 def _check_range(value: int | None, name: str, lo: int, hi: int) -> None:

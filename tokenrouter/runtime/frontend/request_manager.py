@@ -57,6 +57,7 @@ class ReqState:
     t_arrival: float = field(default_factory=time.monotonic)
     got_first: bool = False
     models: set[str] = field(default_factory=set)  # the models that wrote a token of it
+    logprobs: dict[int, list] = field(default_factory=dict)  # token index -> TokenOut.logprobs entry
 
     @property
     def done(self) -> bool:
@@ -67,6 +68,8 @@ class ReqState:
             idx = out.index + i
             if idx >= self.next_index:
                 self.buffer[idx] = (tok, out.model)
+                if out.logprobs is not None:
+                    self.logprobs[idx] = out.logprobs[i]
         while self.next_index in self.buffer:
             self.ready.append(self.buffer.pop(self.next_index))
             self.next_index += 1

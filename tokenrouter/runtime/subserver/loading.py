@@ -57,9 +57,11 @@ def load_model_engine(
     engine shares KV across requests (`PrefixCachingEngine`, runtime/prefix_cache.py); the SGLang engine runs
     without it either way (docs/sglang.md). `progress(phase, detail)`, where given, hears of each phase of the
     start-up as it is done (`messages.Progress`)."""
+    from tokenrouter.hub import model_folder
     from tokenrouter.runtime.engine.embedded import load_engine
 
     spec = plan["models"][model]
+    spec = {**spec, "path": model_folder(spec["path"], fetch=False)}  # a hub id: its cached snapshot
     kind = spec.get("engine", "embedded")
     if kind not in ("embedded", "sglang"):
         raise ValueError(f"model {model!r}: unknown engine {kind!r} (expected 'embedded' or 'sglang')")

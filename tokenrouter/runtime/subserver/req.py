@@ -34,6 +34,7 @@ class Req:
     return_to: str | None = None  # where a `for K` visit goes back to
     arrived_at: float = 0.0  # when it last arrived here
     ready_since: float = 0.0  # when it last became runnable (arrival or end of its last step)
+    logprobs: list | None = None  # this step's token's TokenOut.logprobs entry (sampling.logprobs ≥ 0)
 
     @property
     def generated(self) -> int:

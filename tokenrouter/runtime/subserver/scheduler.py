@@ -469,10 +469,13 @@ class Scheduler:
         for r in batch:
             r.fed = len(r.tokens)
         try:
-            return batch, self._route_rows(batch, step.logits, step.hidden), []
+            result = self._route_rows(batch, step.logits, step.hidden)
         except Exception as e:
             if len(batch) == 1:
                 return [], None, self._fail(batch[0], f"routing failed: {type(e).__name__}: {e}")
+        else:
+            _note_logprobs(batch, range(len(batch)), step.logits, result.token)
+            return batch, result, []
         rows, results, out = [], [], []
         for i, r in enumerate(batch):
             hidden = step.hidden[i : i + 1] if step.hidden is not None else None
@@ -487,6 +490,7 @@ class Scheduler:
         token, logprob, rule = (
             torch.cat([getattr(x, f) for x in results]) for f in ("token", "logprob", "rule")
         )
+        _note_logprobs(rows, [batch.index(r) for r in rows], step.logits, token)
         return rows, RouteResult(token, logprob, rule), out
 
     def _route_rows(self, rows: list[Req], logits: torch.Tensor, hidden: torch.Tensor | None):
@@ -545,7 +549,10 @@ class Scheduler:
                 if req.for_left == 0:
                     hop = Hop(req.return_to)
             hop_to = hop.target if hop is not None and reason is None else None
-            emitted.append(m.TokenOut(req.rid, req.generated - 1, [tok], self.model, hop_to=hop_to))
+            lp = None if req.logprobs is None else [req.logprobs]
+            emitted.append(
+                m.TokenOut(req.rid, req.generated - 1, [tok], self.model, hop_to=hop_to, logprobs=lp)
+            )
             if reason is not None:
                 finished.append(m.Finished(req.rid, reason, self.model))
                 self._drop(req)
@@ -684,3 +691,26 @@ class Scheduler:
             prefix_cache=bool(es.get("prefix_cache", False)),
             **{name: int(es.get(name, 0)) for name in PREFIX_STATS},
         )
+
+
+def _note_logprobs(rows: list[Req], at, logits: torch.Tensor, token: torch.Tensor) -> None:
+    """For each row that asks (sampling.logprobs = k ≥ 0), its token's log-probability and the k most likely
+    tokens' under log_softmax of its logits (row `at[i]` of `logits`), as OpenAI reports them: the model's
+    distribution, before temperature, top-k and top-p. Kept on the row until the token is emitted."""
+    want = [i for i, r in enumerate(rows) if r.sampling.logprobs >= 0]
+    for r in rows:
+        r.logprobs = None
+    if not want:
+        return
+    at = list(at)
+    idx = torch.tensor([at[i] for i in want], device=logits.device)
+    lp = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)
+    chosen = lp.gather(
+        1, token.index_select(0, torch.tensor(want, device=token.device)).to(lp.device)[:, None]
+    )
+    k = max(rows[i].sampling.logprobs for i in want)
+    top_v, top_i = lp.topk(k, dim=-1) if k else (lp[:, :0], lp[:, :0].long())
+    chosen, top_v, top_i = chosen[:, 0].tolist(), top_v.tolist(), top_i.tolist()
+    for j, i in enumerate(want):
+        n = rows[i].sampling.logprobs
+        rows[i].logprobs = [chosen[j], [[t, v] for t, v in zip(top_i[j][:n], top_v[j][:n], strict=True)]]

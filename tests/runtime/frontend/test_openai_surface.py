@@ -1,0 +1,204 @@
+"""The OpenAI surface beyond one plain choice, with the `openai` client against a real `tokenrouter serve`
+(tiny models, CPU): `n` choices, `chat_template_kwargs`, stop strings across a hop, and the fields still
+refused. The entry model is a copy of tiny-small whose chat template reads Qwen3's `enable_thinking`."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+
+import openai
+import pytest
+from frontend_helpers import MODELS, Server, write_policy
+
+from tokenrouter.runtime.frontend.codec import TextCodec
+
+THINKING_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
+)
+EXTRA = {"ignore_eos": True, "return_routing_trace": True, "return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models") / "thinking-small"
+    shutil.copytree(MODELS / "tiny-small", folder)
+    (folder / "chat_template.jinja").write_text(THINKING_TEMPLATE)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, small):
+    tmp = tmp_path_factory.mktemp("surface")
+    srv = Server(write_policy(tmp, small=small), log_dir=tmp)
+    yield srv
+    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def _same(a, b) -> None:
+    assert a.text == b.text
+    assert a.model_extra["routing"] == b.model_extra["routing"]
+
+
+def test_n_choices_equal_separate_requests_seeded_seed_plus_i(client):
+    kw = dict(model="testmix", max_tokens=8, temperature=1.0, extra_body=EXTRA)
+    many = client.completions.create(prompt=["def f(x):", "import os\n"], n=3, seed=41, **kw)
+    assert [c.index for c in many.choices] == list(range(6))
+    for c in many.choices:
+        prompt, i = ["def f(x):", "import os\n"][c.index // 3], c.index % 3
+        _same(c, client.completions.create(prompt=prompt, seed=41 + i, **kw).choices[0])
+    assert len({c.text for c in many.choices[:3]}) > 1  # the seeds differ, so do the samples
+    assert many.usage.completion_tokens == 6 * 8
+
+
+def test_n_counts_each_prompt_once_and_streams(client):
+    kw = dict(model="testmix", prompt="class A:", max_tokens=5, temperature=1.0, seed=3, extra_body=EXTRA)
+    one = client.completions.create(**kw)
+    three = client.completions.create(n=3, **kw)
+    assert three.usage.prompt_tokens == one.usage.prompt_tokens
+    texts = {0: "", 1: "", 2: ""}
+    for chunk in client.completions.create(n=3, stream=True, **kw):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    assert texts == {c.index: c.text for c in three.choices}
+
+
+def test_chat_n(client):
+    kw = dict(model="testmix", messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=1.0)
+    two = client.chat.completions.create(n=2, seed=9, extra_body=EXTRA, **kw)
+    for c in two.choices:
+        alone = client.chat.completions.create(seed=9 + c.index, extra_body=EXTRA, **kw).choices[0]
+        assert c.message.content == alone.message.content
+        assert c.model_extra["routing"] == alone.model_extra["routing"]
+
+
+def test_chat_template_kwargs_reach_the_template(client, small):
+    codec = TextCodec(small)
+    messages = [{"role": "user", "content": "hello"}]
+    for kwargs in (None, {"enable_thinking": False}, {"enable_thinking": True}):
+        r = client.chat.completions.create(
+            model="testmix",
+            messages=messages,
+            max_tokens=2,
+            temperature=0,
+            extra_body={"chat_template_kwargs": kwargs} if kwargs else {},
+        )
+        assert r.usage.prompt_tokens == len(codec.encode_chat(messages, **(kwargs or {})))
+    assert len(codec.encode_chat(messages, enable_thinking=False)) > len(codec.encode_chat(messages))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="testmix", messages=messages, extra_body={"chat_template_kwargs": {"messages": []}}
+        )
+    assert e.value.body["param"] == "chat_template_kwargs"
+
+
+def test_a_stop_string_spanning_a_hop(client, small):
+    codec = TextCodec(small)
+    kw = dict(model="testmix", prompt="for i in range(10):", max_tokens=24, temperature=0, extra_body=EXTRA)
+    for seed in range(20):
+        full = client.completions.create(seed=seed, **kw).choices[0]
+        trace, ids = full.model_extra["routing"]["trace"], full.model_extra["routing"]["token_ids"]
+        for k in range(1, len(ids)):
+            before = codec.tokenizer.decode(ids[:k], skip_special_tokens=True)
+            after = codec.tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
+            if trace[k] == trace[k - 1] or not before or len(after) <= len(before):
+                continue
+            stop = (
+                before[-1] + after[len(before)]
+            )  # last character of one model's token, first of the other's
+            if full.text.find(stop) != len(before) - 1:
+                continue
+            cut = client.completions.create(seed=seed, stop=[stop], **kw).choices[0]
+            assert cut.finish_reason == "stop"
+            assert cut.text == full.text[: len(before) - 1]
+            return
+    pytest.fail("no hop with a fresh two-character string found")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("response_format", {"type": "json_object"}),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+    ],
+)
+def test_response_format_and_tools_are_refused_for_now(client, field, value):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="testmix", messages=[{"role": "user", "content": "hi"}], extra_body={field: value}
+        )
+    assert e.value.body["param"] == field and "not supported by TokenRouter yet" in e.value.body["message"]
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    """The plan's models run in-process, sequence by sequence (no batching, no KV cache)."""
+    from tokenrouter.compiler.driver import compile_file
+    from tokenrouter.runtime.reference import ReferenceModel
+    from tokenrouter.runtime.subserver.loading import load_model_runtime
+
+    plan = compile_file(server.plan, {}).plan
+    return {x: ReferenceModel.from_engine(load_model_runtime(plan, x, "cpu")[0]) for x in plan["models"]}
+
+
+def _ref_logprobs(reference, prompt: list[int], ids: list[int], trace: list[str], k: int):
+    import torch
+
+    out = []
+    for i, (tok, model) in enumerate(zip(ids, trace, strict=True)):
+        logits, _ = reference[model].forward_full(torch.tensor(prompt + ids[:i], dtype=torch.int64))
+        lp = torch.log_softmax(logits[-1].float(), dim=-1)
+        top = lp.topk(k)
+        out.append((lp[tok].item(), top.indices.tolist(), top.values.tolist()))
+    return out
+
+
+def test_completion_logprobs_are_the_writing_models_log_softmax(client, reference, small):
+    codec = TextCodec(small)
+    prompt = codec.encode("def add(a, b):")
+    r = client.completions.create(
+        model="testmix", prompt=prompt, max_tokens=12, temperature=0.8, seed=11, logprobs=3, extra_body=EXTRA
+    ).choices[0]
+    routing = r.model_extra["routing"]
+    assert {"slm", "llm"} <= set(routing["trace"])  # both models wrote, so both models' values are checked
+    ref = _ref_logprobs(reference, prompt, routing["token_ids"], routing["trace"], 3)
+    lp = r.logprobs
+    assert len(lp.token_logprobs) == len(ref) == 12
+    for i, (want, top_ids, top_vals) in enumerate(ref):
+        assert lp.token_logprobs[i] == pytest.approx(want, abs=1e-4), i
+        text = [codec.tokenizer.decode([t], skip_special_tokens=False) for t in top_ids]
+        # as OpenAI's shape has it, a dict by token text (two ids of the same text keep the later one)
+        assert lp.top_logprobs[i] == pytest.approx(dict(zip(text, top_vals, strict=True)), abs=1e-4), i
+    assert lp.tokens == [codec.tokenizer.decode([t], skip_special_tokens=False) for t in routing["token_ids"]]
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+
+
+def test_chat_logprobs_streamed_and_whole_agree(client, reference, small):
+    messages = [{"role": "user", "content": "hello"}]
+    kw = dict(model="testmix", messages=messages, max_tokens=8, temperature=1.0, seed=4, logprobs=True)
+    whole = client.chat.completions.create(top_logprobs=2, extra_body=EXTRA, **kw).choices[0]
+    content = whole.logprobs.content
+    routing = whole.model_extra["routing"]
+    prompt = TextCodec(small).encode_chat(messages)
+    ref = _ref_logprobs(reference, prompt, routing["token_ids"], routing["trace"], 2)
+    assert [c.logprob for c in content] == pytest.approx([x[0] for x in ref], abs=1e-4)
+    assert all(len(c.top_logprobs) == 2 and bytes(c.bytes).decode() == c.token for c in content)
+    streamed = []
+    for chunk in client.chat.completions.create(top_logprobs=2, stream=True, extra_body=EXTRA, **kw):
+        for c in chunk.choices:
+            if c.logprobs is not None and c.logprobs.content:
+                streamed += c.logprobs.content
+    assert [(c.token, c.logprob) for c in streamed] == [(c.token, c.logprob) for c in content]
+    plain = client.chat.completions.create(**{**kw, "logprobs": False}).choices[0]
+    assert plain.logprobs is None and plain.message.content == whole.message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="testmix", messages=messages, top_logprobs=2)
+    assert e.value.body["param"] == "top_logprobs"

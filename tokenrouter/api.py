@@ -1,0 +1,267 @@
+"""The Python API: `tokenrouter.Engine(plan_or_policy, **overrides)` runs what `tokenrouter serve` runs (a
+launcher, the frontend, one subserver process per model) on a private port with a random API key, and
+talks to it over HTTP. `generate` takes a batch and returns texts, token ids and routing traces; `stream` is
+the async streaming form. The processes start on construction and stop on `close()`, at the end of a `with`
+block, or at interpreter exit."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import http.client
+import json
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+STOP_TIMEOUT_S = 30.0  # after SIGINT, the launcher's own shutdown; then its process group is killed
+_CHILD = (
+    "import json, sys\n"
+    "from tokenrouter.runtime.launcher import ServeConfig, serve\n"
+    "sys.exit(serve(ServeConfig(**json.loads(sys.argv[1]))))\n"
+)
+
+
+class EngineError(Exception):
+    """The engine did not start, or a request failed; the message says why (the server's own words)."""
+
+
+@dataclass(slots=True)
+class Sampling:
+    """Sampling settings of a `generate` or `stream` call, with the HTTP API's defaults and meaning
+    (docs/serving.md, "Request fields"): temperature 0 is greedy; `seed` None draws one per request."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def body(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {**out, "return_routing_trace": True, "return_token_ids": True}
+
+
+@dataclass(slots=True)
+class Generation:
+    """One prompt's completion: its text, token ids, the model that wrote each token (`trace`), and why it
+    stopped (`"stop"`: EOS, a stop string or token; `"length"`: max_tokens or the context)."""
+
+    text: str
+    token_ids: list[int]
+    trace: list[str]
+    finish_reason: str | None
+
+
+@dataclass(slots=True)
+class Delta:
+    """A piece of a streamed completion; the last one has `finish_reason` and the whole `token_ids` and
+    `trace`, with `text` empty."""
+
+    text: str
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+    trace: list[str] | None = None
+
+
+class Engine:
+    """`Engine("examples/bernoulli.tr", device="cpu")`: `overrides` are `tokenrouter serve`'s settings as
+    keyword arguments (`ServeConfig`: `device`, `defines`, `mode`, `batch`, `log_level`, ...; `port` and
+    `api_key` are the engine's own)."""
+
+    def __init__(self, plan_or_policy: str | os.PathLike, *, startup_timeout_s: float = 600.0, **overrides):
+        from tokenrouter.runtime.launcher import ServeConfig
+
+        for own in ("plan", "port", "api_key", "host"):
+            if own in overrides:
+                raise TypeError(f"Engine: {own!r} is set by the engine, not by an override")
+        known = {f.name for f in dataclasses.fields(ServeConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(
+                f"Engine: unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
+            )
+        self._key = secrets.token_hex(16)
+        settings = {"plan": str(plan_or_policy), "port": 0, "api_key": self._key, **overrides}
+        settings["startup_timeout_s"] = startup_timeout_s
+        ServeConfig(**settings)  # its checks, here, as errors of this call
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
+        self._proc: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, json.dumps(settings)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            start_new_session=True,  # its own process group: close() can stop every process it started
+        )
+        atexit.register(self.close)
+        try:
+            deadline = time.monotonic() + startup_timeout_s + 10
+            self.url = self._read_url(deadline)
+            parts = urlsplit(self.url)
+            self._host, self._port = parts.hostname, parts.port
+            self._wait_healthy(deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- life cycle ------------------------------------------------------------------------------------
+    def _read_url(self, deadline: float) -> str:
+        """The one line `serve` prints on stdout once every process is ready: `... at http://HOST:PORT`."""
+        proc = self._proc
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()
+                if line and " at http" in line:
+                    return line.rsplit(" at ", 1)[1].strip()
+                if not line and proc.poll() is not None:
+                    break
+            elif proc.poll() is not None:
+                break
+        raise EngineError(f"the engine did not start: {self._stderr_tail() or 'no message'}")
+
+    def _wait_healthy(self, deadline: float) -> None:
+        """Until GET /health answers 200: the frontend has every model's Ready (it may lag the printed line)."""
+        while time.monotonic() < deadline:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=5)
+            try:
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise EngineError(f"the engine did not become healthy: {self._stderr_tail() or 'no message'}")
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [x for x in self._stderr.read().splitlines() if x.strip()]
+        errors = [x for x in lines if x.startswith("error:")]
+        return "\n".join(errors or lines[-5:])
+
+    def close(self) -> None:
+        """Stop every process of the engine (SIGINT to the launcher, as Ctrl-C; killed if it lingers)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.close)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.stdout.close()
+        self._stderr.close()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- requests --------------------------------------------------------------------------------------
+    def _request(self, body: dict) -> http.client.HTTPResponse:
+        if self._proc is None:
+            raise EngineError("the engine is closed")
+        conn = http.client.HTTPConnection(self._host, self._port)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._key}"}
+        conn.request("POST", "/v1/completions", json.dumps(body), headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise EngineError(_error_text(resp.read()))
+        return resp
+
+    def generate(
+        self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]], sampling: Sampling | None = None
+    ) -> list[Generation]:
+        """One Generation per prompt, in order. A prompt is text (the entry model's tokenizer) or token ids;
+        the batch runs concurrently, as concurrent requests to `serve` do."""
+        batch = _batch(prompts)
+        body = {**(sampling or Sampling()).body(), "prompt": batch}
+        data = json.loads(self._request(body).read())
+        choices = sorted(data["choices"], key=lambda c: c["index"])
+        return [
+            Generation(c["text"], c["routing"]["token_ids"], c["routing"]["trace"], c["finish_reason"])
+            for c in choices
+        ]
+
+    async def stream(
+        self, prompt: str | Sequence[int], sampling: Sampling | None = None
+    ) -> AsyncIterator[Delta]:
+        """The completion of one prompt as it is written: Deltas of text, then a last Delta with
+        `finish_reason`, the token ids and the routing trace."""
+        body = {**(sampling or Sampling()).body(), "prompt": _batch(prompt)[0], "stream": True}
+        resp = await asyncio.to_thread(self._request, body)
+        try:
+            while True:
+                line = await asyncio.to_thread(resp.readline)
+                if not line:
+                    raise EngineError("the stream ended before [DONE]")
+                line = line.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                payload = line[len("data: ") :]
+                if payload == "[DONE]":
+                    return
+                event = json.loads(payload)
+                if "error" in event:
+                    raise EngineError(event["error"].get("message", "the request failed"))
+                for c in event.get("choices", ()):
+                    if c.get("finish_reason") is None:
+                        if c["text"]:
+                            yield Delta(c["text"])
+                    else:
+                        r = c["routing"]
+                        yield Delta(c["text"], c["finish_reason"], r["token_ids"], r["trace"])
+        finally:
+            resp.close()
+
+
+def _batch(prompts: Any) -> list:
+    """The HTTP API's `prompt` for a batch: all texts, or all token-id lists."""
+    if isinstance(prompts, str) or (
+        isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)
+    ):
+        prompts = [prompts]
+    prompts = [p if isinstance(p, str) else list(p) for p in prompts]
+    if not prompts:
+        raise ValueError("generate: no prompts")
+    if not (all(isinstance(p, str) for p in prompts) or all(isinstance(p, list) for p in prompts)):
+        raise ValueError("generate: give every prompt as text, or every prompt as token ids")
+    return prompts
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        return json.loads(raw)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return raw.decode(errors="replace")[:500]
+
+
+__all__ = ["Delta", "Engine", "EngineError", "Generation", "Sampling"]
