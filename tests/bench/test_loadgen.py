@@ -295,7 +295,7 @@ def test_bench_cli_open_loop_and_its_usage_errors(tmp_path):
     from typer.testing import CliRunner
 
     from tokenrouter.cli import app
-    from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests
+    from tokenrouter.throughput.workload import WorkloadError, read_requests
 
     runner = CliRunner()
     with _Served(_scripted_app(4, 0.0)) as served:

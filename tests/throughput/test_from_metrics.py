@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenrouter.compiler.throughput.from_metrics import (
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.throughput.from_metrics import (
     MetricsProfileError,
     non_decreasing,
     parse_metrics,
     profile_from_metrics,
 )
-from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.frontend.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EMPTY_ROUTE = {"nodes": [], "rules": []}
@@ -310,8 +310,8 @@ def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
 
 
 def test_concentration_warnings_only_for_batched_models_off_the_entry():
-    from tokenrouter.compiler.throughput.plan_inputs import concentration_warnings, system_from_plan
-    from tokenrouter.compiler.throughput.policy import policy_routing
+    from tokenrouter.throughput.plan_inputs import concentration_warnings, system_from_plan
+    from tokenrouter.throughput.policy import policy_routing
 
     prof = profile_from_metrics(PLAN, requests_scrape({"slm": 16, "llm": 2}, 16, 30), min_steps=5)
     plan = {**PLAN, "entry": "slm", "serve": {"concurrency": 4}}
@@ -328,7 +328,7 @@ def test_concentration_warnings_only_for_batched_models_off_the_entry():
     system.requests = {}  # a profile without the counts (older servers) or routing given by hand
     assert warn((1, 2)) == []
     # a hand-edited profile with malformed counts: a clear error, not a traceback
-    from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError
+    from tokenrouter.throughput.plan_inputs import ThroughputInputError
 
     for bad in ({"ended": "16", "visited": {"llm": 2}}, {"ended": 16, "visited": ["llm"]}, [16]):
         prof.workload["requests"] = bad

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenrouter.compiler.throughput.dtmc import analyze
-from tokenrouter.compiler.throughput.from_metrics import profile_from_metrics
-from tokenrouter.compiler.throughput.inputs import PrefillCost, StepLatency, SystemInputs, make_inputs
-from tokenrouter.compiler.throughput.plan_inputs import with_prefill
-from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile, write_profile
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
-from tokenrouter.compiler.throughput.workload import with_visit_costs
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.from_metrics import profile_from_metrics
+from tokenrouter.throughput.inputs import PrefillCost, StepLatency, SystemInputs, make_inputs
+from tokenrouter.throughput.plan_inputs import with_prefill
+from tokenrouter.throughput.profile_format import ProfileError, read_profile, write_profile
+from tokenrouter.throughput.simulate import SimConfig, simulate
+from tokenrouter.throughput.workload import with_visit_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": {"sha256": "abc"},

@@ -441,7 +441,7 @@ class Launcher:
     def _start(self, plan: dict, plan_path: str) -> None:
         import multiprocessing as mp
 
-        from tokenrouter.compiler.throughput.colocation import co_runners
+        from tokenrouter.compiler.plan import co_runners
         from tokenrouter.runtime.frontend.config import FrontendArgs
         from tokenrouter.runtime.frontend.process import run_frontend_process
         from tokenrouter.runtime.subserver.busy_board import create_board

@@ -25,9 +25,10 @@ import dataclasses
 from collections.abc import Callable
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility_error
-from tokenrouter.compiler.throughput.dtmc import ChainError, analyze, step_ticks
-from tokenrouter.compiler.throughput.inputs import ColocationTerm, SystemInputs
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.compiler.plan import co_runners
+from tokenrouter.throughput.inputs import ColocationTerm, SystemInputs
+from tokenrouter.throughput.profile_format import Profile
+from tokenrouter.throughput.ticks import ChainError, step_ticks
 
 MIN_SHARE_GAP = 0.05  # the co-runners' busy share must differ this much between the two profiles
 _ROUNDS = 50
@@ -36,12 +37,6 @@ _TOLERANCE = 1e-3  # utilization
 
 class ColocationError(ValueError):
     """Two profiles that cannot give a co-location term (the message says why and what to do)."""
-
-
-def co_runners(plan: dict) -> dict[str, list[str]]:
-    """For each model, the other models placed on one of its GPUs, in plan order."""
-    gpus = {m: set(spec.get("gpus", [0])) for m, spec in plan["models"].items()}
-    return {m: [o for o in gpus if o != m and gpus[o] & g] for m, g in gpus.items()}
 
 
 def _busy(profile: Profile, which: str) -> dict[str, float]:
@@ -133,7 +128,7 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
 
 
 def calibrate(
-    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile
+    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile, analyze: Callable
 ) -> tuple[SystemInputs, dict[str, str], list[str]]:
     """The inputs with the profile's terms in the chain's units, where each model's term came from, and a
     line for each term left out. Where the fit recorded both profiles' thresholds, the reference `at_share`

@@ -29,14 +29,11 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
 
-from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.ticks import ChainError, alone_ticks, step_ticks
 
 DEFAULT_DELTA_MS = 0.1
 DEFAULT_MAX_STATES = 250_000
-
-
-class ChainError(ValueError):
-    """The chain cannot be built or solved for these inputs (the message says why)."""
 
 
 @dataclass(slots=True)
@@ -77,13 +74,6 @@ class ChainResult:
                 else {}
             ),
         }
-
-
-def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
-    """`ℓ_i(b)` in ticks for b = 0..N (index 0 unused)."""
-    if not (isinstance(delta_ms, (int, float)) and math.isfinite(delta_ms) and delta_ms > 0):
-        raise ValueError(f"δ must be a finite number of ms > 0, got {delta_ms!r}")
-    return [_ticks(s, inputs.concurrency, delta_ms) for s in inputs.step]
 
 
 def delta_error(inputs: SystemInputs, delta_ms: float) -> str | None:
@@ -133,17 +123,6 @@ def too_many_states(inputs: SystemInputs, max_states: int) -> str | None:
         f"at N = {n} the chain has at least {lower:.3g} states (the ways {inputs.models[inputs.entry]}'s first "
         f"batch of {n} requests can route), more than {max_states} (lower -n, or raise --max-states)"
     )
-
-
-def alone_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int] | None]:
-    """Each model's step in ticks while none of its co-runners runs (`AloneLatency`), None where it has none."""
-    lone = inputs.alone or (None,) * inputs.n_models
-    return [None if a is None else _ticks(a.step, inputs.concurrency, delta_ms) for a in lone]
-
-
-def _ticks(step: StepLatency, n: int, delta_ms: float) -> list[int]:
-    """`ℓ(b) = max(1, round(L(b) / δ))` for b = 0..n (index 0 unused)."""
-    return [0] + [max(1, round(step.at(b) / delta_ms)) for b in range(1, n + 1)]
 
 
 def _compositions(b: int, weights: tuple[float, ...]) -> list[tuple[tuple[int, ...], float]]:
@@ -213,7 +192,7 @@ def build_chain(
     tps = inputs.tokens_per_step()
     outcomes = _Outcomes(inputs.p)
     if not reference:
-        from tokenrouter.compiler.throughput.chain_fast import build_chain_fast
+        from tokenrouter.throughput.chain_fast import build_chain_fast
 
         fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError, lone)
         if fast is not None:
@@ -354,7 +333,7 @@ def analyze(
     """Long-run throughput and per-model statistics of delayed batching with thresholds B (at the fixed point
     of the inputs' co-location terms where they have any: `colocation.py`; and of their prefill costs:
     `prefill.py`)."""
-    from tokenrouter.compiler.throughput.prefill import has_prefill, solve
+    from tokenrouter.throughput.prefill import has_prefill, solve
 
     if has_prefill(inputs):
         return solve(inputs, tuple(thresholds), _analyze_shared, delta_ms, max_states)
@@ -382,7 +361,7 @@ def _analyze_shared(
 ) -> ChainResult:
     """The chain at the fixed point of the co-location terms, or the plain chain where there are none."""
     if any(t is not None for t in inputs.colocation):
-        from tokenrouter.compiler.throughput.colocation import solve
+        from tokenrouter.throughput.colocation import solve
 
         return solve(inputs, tuple(thresholds), _analyze_plain, delta_ms, max_states)
     return _analyze_plain(inputs, thresholds, delta_ms, max_states)

@@ -54,9 +54,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from tokenrouter.compiler.throughput.inputs import StepLatency
-from tokenrouter.compiler.throughput.policy import policy_routing
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.throughput.inputs import StepLatency
+from tokenrouter.throughput.policy import policy_routing
+from tokenrouter.throughput.profile_format import Profile
 
 # new tokens in a step's longest row above which it is a prefill (the largest graphed extend)
 PREFILL_ABOVE = 64

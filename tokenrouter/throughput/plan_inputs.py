@@ -18,17 +18,19 @@ from typing import Any
 import numpy as np
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility
-from tokenrouter.compiler.throughput.colocation import calibrate, co_runners
-from tokenrouter.compiler.throughput.inputs import (
+from tokenrouter.compiler.plan import co_runners
+from tokenrouter.throughput.colocation import calibrate
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.inputs import (
     AloneLatency,
     ColocationTerm,
     PrefillCost,
     StepLatency,
     SystemInputs,
 )
-from tokenrouter.compiler.throughput.optimize import TuneResult
-from tokenrouter.compiler.throughput.policy import policy_routing
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.throughput.optimize import TuneResult
+from tokenrouter.throughput.policy import policy_routing
+from tokenrouter.throughput.profile_format import Profile
 
 
 class ThroughputInputError(ValueError):
@@ -199,7 +201,7 @@ def system_from_plan(
         inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
         terms = _colocation_terms(models, profile, sources["step_ms"])
         if terms:
-            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile)
+            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile, analyze)
             warnings.extend(dropped)
         if profile is not None and profile.alone_ms:
             inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))

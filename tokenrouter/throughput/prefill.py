@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs, with_step_ms
+from tokenrouter.throughput.inputs import SystemInputs, with_step_ms
+from tokenrouter.throughput.ticks import alone_ticks, step_ticks
 
 _ROUNDS = 8
 # a change in the added ms per step below this (or below 1 % of it) ends the iteration
@@ -41,8 +42,6 @@ def solve(
 ):
     """The chain (`chain(inputs, thresholds, delta_ms, max_states)` solves one) with each model's prefill cost
     spread over its steps at the fixed point; the result carries the ms it added per step (`prefill_ms`)."""
-    from tokenrouter.compiler.throughput.dtmc import alone_ticks, step_ticks
-
     kappa = [c.ms_per_token if c is not None else 0.0 for c in inputs.prefill]
     cache: dict = {}
 

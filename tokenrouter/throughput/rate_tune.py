@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
-from tokenrouter.compiler.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
+from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
 
 # the objective's name -> (the latency, the statistic) of `SimResult.latency`
 OBJECTIVES = {

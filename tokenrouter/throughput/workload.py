@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import PrefillCost, SystemInputs
+from tokenrouter.throughput.inputs import PrefillCost, SystemInputs
 
 
 class WorkloadError(ValueError):

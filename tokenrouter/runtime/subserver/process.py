@@ -158,7 +158,7 @@ class Subserver:
 
     def attach_board(self):
         """This model's place on the launcher's busy board, where another model shares one of its GPUs."""
-        from tokenrouter.compiler.throughput.colocation import co_runners
+        from tokenrouter.compiler.plan import co_runners
         from tokenrouter.runtime.subserver.busy_board import BusyBoard
 
         beside = co_runners(self.plan).get(self.model)
