@@ -1074,7 +1074,7 @@ def latency_table(recs: list[dict], once=lambda model, rec: model(rec)) -> list[
         """Queued + E2E per request (reports before the forty-second session's last ones: from per_request)."""
         if "from_arrival_s" in rep:
             return spread(rep, "from_arrival_s", ".2f")
-        from tokenrouter.runtime.loadgen import _spread
+        from tokenrouter.loadgen.bench import _spread
 
         waited = [r["queued_s"] + r["e2e_s"] for r in rep.get("per_request", []) if r["ok"]]
         return spread({"x": _spread(waited)}, "x", ".2f")

@@ -585,8 +585,7 @@ def bench(
     import asyncio
     import math
 
-    from tokenrouter.outfile import check_output
-    from tokenrouter.runtime.loadgen import (
+    from tokenrouter.loadgen.bench import (
         LoadRefused,
         LoadSpec,
         format_report,
@@ -594,6 +593,7 @@ def bench(
         run_load,
         write_report,
     )
+    from tokenrouter.outfile import check_output
 
     try:
         spec = LoadSpec(
@@ -1034,9 +1034,9 @@ def calibrate(
     entry one write --share of the tokens (docs/serving.md, "Calibrating a threshold")."""
     import json
 
+    from tokenrouter.loadgen.bench import LoadSpec, make_prompts
     from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.generate import load_tokenizer
-    from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
     from tokenrouter.training.calibrate import calibrate_threshold
     from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
 

@@ -481,7 +481,7 @@ class Launcher:
             )
             target = run_subserver_process
             if self.setup.lockstep:
-                from tokenrouter.runtime.lockstep import run_lockstep_process as target
+                from tokenrouter.runtime.baselines.lockstep import run_lockstep_process as target
             self.procs[name] = spawn.Process(
                 target=_child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
             )

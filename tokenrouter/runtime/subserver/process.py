@@ -123,10 +123,10 @@ class Subserver:
         self.init_sockets()
 
     def init_scheduler(self) -> None:
-        """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/lockstep.py)."""
+        """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/baselines/lockstep.py)."""
         args = self.args
-        if args.scheduler == "std-serving":  # the baseline of runtime/std_serving.py
-            from tokenrouter.runtime.std_serving import load_std_serving
+        if args.scheduler == "std-serving":  # the baseline of runtime/baselines/std_serving.py
+            from tokenrouter.runtime.baselines.std_serving import load_std_serving
 
             self.engine, self.scheduler = load_std_serving(
                 self.plan,
