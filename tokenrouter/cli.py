@@ -1327,8 +1327,8 @@ def profile(
     keep_prefills: bool = typer.Option(
         False,
         "--keep-prefills",
-        help="With --from-metrics: leave the prefill steps (those that ran a request's first tokens; on servers "
-        "before the fortieth session, those whose longest row ran more than 64 new tokens) in their batch sizes' "
+        help="With --from-metrics: leave the prefill steps (those that ran a request's first tokens; in metrics of "
+        "layout 1 without those counters, those whose longest row ran more than 64 new tokens) in their batch sizes' "
         "latencies instead of pricing them apart per request.",
     ),
 ) -> None:

@@ -155,7 +155,7 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
             )
         raise v.fail("format", f'expected "{PLAN_FORMAT}", got {fmt!r}: not a tokenrouter plan')
     keys = ("format", "policy", "source", "params", "models", "entry", "serve", "routers", "routes", "checks")
-    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/throughput.md)
+    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/tuning.md)
     pol = v.obj(plan["policy"], "policy", ("name", "description"))
     v.check(isinstance(pol["name"], str) and bool(pol["name"]), "policy.name", "expected a non-empty string")
     v.check(

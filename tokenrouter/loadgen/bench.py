@@ -683,7 +683,7 @@ def share_spread(ok: list[RequestResult], per_model: dict[str, int]) -> dict[str
     """Per model (when more than one wrote tokens): how its share of a request's tokens is spread over the
     requests: how many requests it wrote any token of, and the p50 / p99 / max of its share. Routing that
     fires on a few requests only (a heavy tail the throughput model, which assumes alike requests, cannot
-    see: docs/matrix.md, run 31) shows here as a low p50 and a high max."""
+    see) shows here as a low p50 and a high max."""
     if len(per_model) < 2:
         return {}
     out = {}

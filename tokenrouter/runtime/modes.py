@@ -1,6 +1,6 @@
 """Serving modes: TokenRouter and the baselines it is measured against, on the same engine.
 
-`tokenrouter serve PLAN --mode MODE` (docs/benchmarks.md, "Baselines and the serving matrix"):
+`tokenrouter serve PLAN --mode MODE` (docs/architecture.md, "Baselines"; docs/results.md):
 
 | mode | what runs |
 | --- | --- |
@@ -12,7 +12,7 @@
 | `std-serving` | every hop is a new request to a prefix-caching server (`baselines/std_serving.py`, `prefix_cache.py`); B = 1. |
 
 `serve --batch MODEL=B` replaces thresholds of the plan (modes `tokenrouter` and `no-graphs`), e.g. to
-profile it at a second threshold for the throughput model's co-location term (docs/throughput.md).
+profile it at a second threshold for the throughput model's co-location term (docs/tuning.md).
 `prepare(plan, mode, llm, batch)` turns the plan into what the launcher starts: a `ModeSetup` with the (possibly
 rewritten) plan, engine overrides, and which process layout and scheduler to use.
 """

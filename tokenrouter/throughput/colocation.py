@@ -2,7 +2,7 @@
 
 The DTMC takes each model's step latency as a function of its own batch size. On one GPU that is not the
 whole story: on the H200 the 0.6B's step beside an 8B shortened from 2.36 to 1.88 ms as delayed batching
-made the 8B busy 56 % of the time instead of 87 % (`docs/matrix.md`, runs 42-44), so thresholds that take
+made the 8B busy 56 % of the time instead of 87 %, so thresholds that take
 the large model fewer, fuller steps gained 7-10 % over eager while the plain chain ranked them at or below
 B = 1. The term: model i's step takes
 
@@ -12,9 +12,9 @@ where C_i are the models placed on one of i's GPUs (`models.*.gpus`), U_j their 
 in steps), A_i the co-runners' summed busy share while L_i(b) was measured, and S_i (ms per unit of busy
 share) is fitted from two served profiles at different thresholds (`fit`): the change of i's step at the
 batch sizes both saw, over the change of its co-runners' busy share. The tuner re-expresses the term in the
-chain's own utilization (`calibrate`): a server's measured busy share runs well below the chain's (run 45: the
-8B busy 0.68 of the time at B = (1, 1), 0.93 in the chain), and a slope fitted on one scale and applied on the
-other over-predicted run 45's B_llm = 8 by 1.46×. Since U_j depends on the latencies, the chain is solved for
+chain's own utilization (`calibrate`): a server's measured busy share runs well below the chain's (on the H200
+the 8B was busy 0.68 of the time at B = (1, 1), 0.93 in the chain), and a slope fitted on one scale and applied
+on the other over-predicted that server's B_llm = 8 by 1.46×. Since U_j depends on the latencies, the chain is solved for
 a fixed point (`solve`): latencies from the utilizations, the chain from the latencies, damped, until the
 utilizations settle.
 """

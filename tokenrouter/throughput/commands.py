@@ -860,8 +860,8 @@ def _with_alone(plan_path: str, served, path: str):
 def lend_alone(plan: dict, served, lone, source: str):
     """`served` with latencies alone from the profile `lone` (read from `source`), for the models that share a
     GPU with another model of the plan: `lone`'s own latencies alone where it has them (a profile served at
-    other thresholds, whose busy board saw the model alone at more batch sizes than an eager one does:
-    docs/matrix.md, "Runs 72-78"), else its step latencies (a profile that timed each model alone). The served
+    other thresholds, whose busy board saw the model alone at more batch sizes than an eager one does),
+    else its step latencies (a profile that timed each model alone). The served
     profile keeps its latencies beside the others."""
     import dataclasses
 
@@ -898,9 +898,9 @@ def merge_served(base, other, source: str):
     `other` measured them, and `base`'s at the rest; `base`'s routing. `other` is the plan served at the
     thresholds delayed batching would use (say (2, 5)): there the models run at the batch sizes and beside each
     other as the tuned plan will, which eager does not show (its small model runs alone only at 1-3 rows, its
-    large one beside the small one at nearly every step). Re-tuned offline from runs 68-84, this chose (2, 6),
-    the best threshold served, in 11 of 16 runs, where the latencies alone lent by `lend_alone` chose the edge
-    (3, 6) in 13 (docs/matrix.md, "Runs 80-84")."""
+    large one beside the small one at nearly every step). Re-tuned offline from 16 served H200 runs, this chose
+    (2, 6), the best threshold served, in 11, where the latencies alone lent by `lend_alone` chose the edge
+    (3, 6) in 13."""
     import dataclasses
 
     from tokenrouter.throughput.inputs import StepLatency

@@ -15,7 +15,7 @@ at the entry model.
 Throughput is a renewal-reward ratio over the stationary distribution π:
 `T(B) = Σ_s π(s) Σ_{i completes at s} b_i Σ_j p_ij c_ij / Σ_s π(s) τ(s)`. The sum over i runs over the
 models whose batch *ends* at the next epoch (counting every running model at every epoch counts a long
-batch many times, and does not reproduce the paper's validation). See docs/throughput.md.
+batch many times, and does not reproduce the paper's validation). See docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -344,9 +344,8 @@ def with_transit(inputs: SystemInputs, result: ChainResult, hop_ms) -> float:
     """The chain's throughput with each hop into model j taking `hop_ms[j]` ms in transit, estimated as a delay
     station beside the models: X' = N / (N / X + Z), Z the transit time per committed token (the hops into each
     model per second, from the chain's steps and batch sizes, times its delay, over X). It holds the models'
-    response time fixed while a request is away; on the served rows of runs 68-165 it came within sd 0.021 (0.949 to
-    1.047) of the simulator's closed loop with the measured delays over the one with instant hops (docs/throughput.md,
-    "Known limits"). Hops per token do not depend on B, so it scales every candidate alike."""
+    response time fixed while a request is away; on served H200 rows it came within sd 0.021 (0.949 to 1.047) of the
+    simulator's closed loop with the measured delays over the one with instant hops. Hops per token do not depend on B, so it scales every candidate alike."""
     x, n, m = result.throughput, inputs.concurrency, inputs.n_models
     if not x > 0:
         return x

@@ -327,5 +327,5 @@ def describe(result) -> str:
         f"sampled chain (the exact chains are too many or too large): {len(result.results)} candidates raced over {s['levels']} "
         f"level{'s' if s['levels'] > 1 else ''}, the {s['final_race']} nearest the best again, the "
         f"{s['finalists']} finalists over {best.sampled_epochs} epochs each; B*'s T ± {best.stderr_tok_s:.2f} tok/s "
-        '(one standard error; docs/throughput.md, "Large N")'
+        '(one standard error; docs/tuning.md, "Large N")'
     )

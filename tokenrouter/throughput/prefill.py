@@ -2,7 +2,7 @@
 
 A request's first step at a model runs its whole context (the prompt at the entry model; at another model,
 everything written before its first hop there). With long prompts those steps are several times a decode
-step: in run 152 (3,072-token prompts, docs/matrix.md "Runs 147-153") the 8B's four prefills at 4 rows took
+step: with 3,072-token prompts on the H200 the 8B's four prefills at 4 rows took
 83 ms each against 6.6 for its other steps there. Left in the step latency of whatever batch size they fell
 at, they make that batch size look slow and leave the others cheap; `from_metrics` takes them out and prices
 them apart (`PrefillCost.ms_per_token`: ms per token the whole system committed).

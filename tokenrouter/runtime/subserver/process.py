@@ -29,10 +29,9 @@ One loop, in the main thread, owns every socket: it waits on the PULL socket (fr
 whenever delayed batching allows (schedule → forward → route kernel → commit/hop/finish), and sends the step's
 outputs and hops straight from its PUSH sockets (a step's hops to one peer as one `PeerBatch`: `messages.pack_hops`). Those
 have no high-water mark, so a slow or absent peer (or frontend) never blocks a step: ZeroMQ's own I/O thread
-queues and delivers. (Until the twenty-eighth session
-an IO thread received and another sent, with queues between them and the decode loop; on the H200 a hop took
-0.7-1.3 ms from the sender's step end to the receiver's scheduler, which the throughput model does not see:
-docs/runtime.md.)
+queues and delivers. (An IO thread that receives and another that sends, with queues between them and the
+decode loop, made a hop take 0.7-1.3 ms on the H200 from the sender's step end to the receiver's scheduler,
+which the throughput model does not see: docs/runtime.md.)
 """
 
 from __future__ import annotations
