@@ -830,7 +830,7 @@ def plan_committed(plan_path: Path) -> dict[str, dict[str, float]]:
     """The share of each transition's hops that keep their token (0: `drop`), from the plan's rules: what
     the DTMC on a run's own step times needs besides the metrics (records before run 14 lack it: all their
     policies kept every token)."""
-    from tokenrouter.compiler.throughput.policy import policy_routing
+    from tokenrouter.throughput.policy import policy_routing
 
     return policy_routing(json.loads(plan_path.read_text())).keep
 
@@ -1074,7 +1074,7 @@ def latency_table(recs: list[dict], once=lambda model, rec: model(rec)) -> list[
         """Queued + E2E per request (reports before the forty-second session's last ones: from per_request)."""
         if "from_arrival_s" in rep:
             return spread(rep, "from_arrival_s", ".2f")
-        from tokenrouter.runtime.loadgen import _spread
+        from tokenrouter.loadgen.bench import _spread
 
         waited = [r["queued_s"] + r["e2e_s"] for r in rep.get("per_request", []) if r["ok"]]
         return spread({"x": _spread(waited)}, "x", ".2f")
@@ -1236,7 +1236,7 @@ KEEP_PREFILLS = False
 
 def prefill_above() -> int | None:
     """`profile_from_metrics`'s `prefill_above` for the report's profiles: its default, or None (`KEEP_PREFILLS`)."""
-    from tokenrouter.compiler.throughput.from_metrics import PREFILL_ABOVE
+    from tokenrouter.throughput.from_metrics import PREFILL_ABOVE
 
     return None if KEEP_PREFILLS else PREFILL_ABOVE
 
@@ -1249,7 +1249,7 @@ def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     the thresholds that `profile --colocation` needs of its second profile. `fit_alone`: its latencies alone
     fitted non-decreasing as `profile` fits them; by default the row's own means, as measured. Its prompt
     prefills are priced apart as `profile` prices them (unless `KEEP_PREFILLS`)."""
-    from tokenrouter.compiler.throughput.from_metrics import MetricsProfileError, profile_from_metrics
+    from tokenrouter.throughput.from_metrics import MetricsProfileError, profile_from_metrics
 
     if rec["mode"] not in ("tokenrouter", "eager", "no-graphs"):
         return None
@@ -1277,7 +1277,7 @@ def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
 
 def write_record_profile(record: Path, out: Path) -> int:
     """`--record-profile`: the record's profile to `out`; 2 with a message where there is none."""
-    from tokenrouter.compiler.throughput.profile_format import write_profile
+    from tokenrouter.throughput.profile_format import write_profile
 
     try:
         rec = json.loads(record.read_text())
@@ -1301,8 +1301,8 @@ def write_record_profile(record: Path, out: Path) -> int:
 def run_system(rec: dict, min_steps: int = 5):
     """The throughput model's inputs from what this run measured (`record_profile`), or None, as
     (SystemInputs, the run's thresholds B)."""
-    from tokenrouter.compiler.throughput.inputs import make_inputs
-    from tokenrouter.compiler.throughput.plan_inputs import by_state, with_prefill
+    from tokenrouter.throughput.inputs import make_inputs
+    from tokenrouter.throughput.plan_inputs import by_state, with_prefill
 
     prof = record_profile(rec, min_steps)
     if prof is None:
@@ -1331,7 +1331,7 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
     """The DTMC's throughput for this run's thresholds (eager: all 1) on `run_system`'s inputs. This checks
     the queueing model on the latencies the models really had next to each other (the tuning's prediction
     may use latencies profiled one model at a time)."""
-    from tokenrouter.compiler.throughput.dtmc import analyze
+    from tokenrouter.throughput.dtmc import analyze
 
     system = run_system(rec, min_steps)
     return None if system is None else analyze(*system).throughput
@@ -1340,8 +1340,8 @@ def run_prediction(rec: dict, min_steps: int = 5) -> float | None:
 def run_gap_prediction(rec: dict, min_steps: int = 5) -> float | None:
     """`run_prediction` with each model's steps lengthened by the host gap the run measured between its
     back-to-back steps (`run_gap_ms`), as `tune --gap-ms` gives the chain; None for records before the counters."""
-    from tokenrouter.compiler.throughput.dtmc import analyze
-    from tokenrouter.compiler.throughput.inputs import with_step_ms
+    from tokenrouter.throughput.dtmc import analyze
+    from tokenrouter.throughput.inputs import with_step_ms
 
     system = run_system(rec, min_steps)
     gaps = None if system is None else run_gap_ms(rec, system[0].models)
@@ -1368,8 +1368,8 @@ def run_simulation(
     `held_away_ms`, `held_expect`: the held rule's what-if refinements (`SimConfig`; None for a run whose
     servers had no held rule). `gaps`: each step also takes its model's measured host gap (`run_gap_ms`; None for
     records without it)."""
-    from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
-    from tokenrouter.compiler.throughput.workload import WorkloadError, request_routing, with_visit_costs
+    from tokenrouter.throughput.simulate import SimConfig, simulate
+    from tokenrouter.throughput.workload import WorkloadError, request_routing, with_visit_costs
 
     system = run_system(rec, min_steps)
     per_request = (rec.get("report") or {}).get("per_request")
@@ -1453,7 +1453,7 @@ def one_model_system(rec: dict, min_steps: int = 5):
     """An llm-only run's one model as the simulator's system (`run_system` has none for it): its step latency by
     batch size from the run's own scrapes (each batch size seen `min_steps` times or more), routing nowhere
     else; None where no batch size was."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+    from tokenrouter.throughput.inputs import StepLatency, make_inputs
 
     before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
     cells: dict[str, dict[int, dict[str, float]]] = {}  # model -> batch size -> counter -> the run's delta
@@ -1479,8 +1479,8 @@ def open_loop_simulation(rec: dict, rate: float | None = None, seeds: int = 3, h
     cap at the end; None without the inputs. `own_arrivals`: on the row's own arrival times instead, every
     request measured, to the last one's end (`workload.report_arrivals`; the seeds then vary the routing only).
     `gaps`: each step also takes its model's measured host gap (`run_gap_ms`, `SimConfig.gap_ms`)."""
-    from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
-    from tokenrouter.compiler.throughput.workload import report_arrivals
+    from tokenrouter.throughput.simulate import SimConfig, simulate
+    from tokenrouter.throughput.workload import report_arrivals
 
     system = one_model_system(rec) if rec["mode"] == "llm-only" else run_system(rec)
     if system is None:

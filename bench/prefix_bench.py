@@ -150,7 +150,7 @@ class Server:
 
 
 def load_spec(kind: str, url: str, z: Sizes):
-    from tokenrouter.runtime.loadgen import LoadSpec
+    from tokenrouter.loadgen.bench import LoadSpec
 
     # a seed per load: no load's synthetic tokens start like another's (the cache would match across loads)
     common = dict(url=url, temperature=0.0, progress=False, seed={"shared": 1, "chat": 2, "paper": 3}[kind])
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(out, args.quick, device)
-    from tokenrouter.runtime.loadgen import run_load
+    from tokenrouter.loadgen.bench import run_load
 
     results: dict[tuple[str, str], dict] = {}
     saved = out / "prefix-bench.json"

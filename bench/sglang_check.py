@@ -16,7 +16,7 @@ is left before --deadline-s:
             pages checked free again through /metrics.
   perf      Qwen3-0.6B + Qwen3-8B shapes (dummy weights), bernoulli p = 0.1, N = 4 and 8 (2N requests of
             --output-len tokens, after a warm-up): TokenRouter on the embedded engine, TokenRouter on SGLang,
-            and SGLang's own server on the 8B alone (bench/sglang_only.py); the same load (runtime/loadgen.py).
+            and SGLang's own server on the 8B alone (bench/sglang_only.py); the same load (loadgen/bench.py).
   decode    decode step at bs 1, ctx 512, of both shapes: the embedded engine and SGLangEngine, same harness.
   contract  pytest tests/engine_sglang on the GPU (the contract suite's `sglang` and `embedded-cuda`
             parameters, the source-level API test).
@@ -434,7 +434,7 @@ def stage_api(st: Stage) -> None:
 def _load_report(url: str, n: int, num: int, length: int) -> dict:
     import asyncio
 
-    from tokenrouter.runtime.loadgen import LoadSpec, run_load
+    from tokenrouter.loadgen.bench import LoadSpec, run_load
 
     spec = LoadSpec(url=url, concurrency=n, num_prompts=num, output_len=length, progress=False)
     return asyncio.run(run_load(spec))

@@ -2,7 +2,7 @@
 
 Starts `python -m sglang.launch_server` (SGLang's HTTP server: its scheduler, continuous batching, radix cache,
 CUDA graphs) on one model folder, waits until it answers, runs the same closed-loop load as `tokenrouter bench`
-(`tokenrouter.runtime.loadgen`: synthetic token-id prompts, streamed /v1/completions, ignore_eos, fixed output
+(`tokenrouter.loadgen.bench`: synthetic token-id prompts, streamed /v1/completions, ignore_eos, fixed output
 length) at each concurrency, prints the report, and stops the server it started.
 
     python bench/sglang_only.py --model-path models/qwen3-8b --load-format dummy -c 4 -c 8 --json out/sglang_only.json
@@ -30,7 +30,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tokenrouter.runtime.loadgen import LoadSpec, format_report, run_load  # noqa: E402
+from tokenrouter.loadgen.bench import LoadSpec, format_report, run_load  # noqa: E402
 
 SGLANG_VERSION = "0.5.17"
 EXIT_NO_SGLANG = 3

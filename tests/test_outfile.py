@@ -93,7 +93,7 @@ def test_commands_refuse_such_outputs_before_their_work(tmp_path, monkeypatch):
     def measured(*_a, **_k):  # the measurement must not start
         raise AssertionError("profile measured before checking its output path")
 
-    monkeypatch.setattr("tokenrouter.compiler.throughput.profile.run_profile", measured)
+    monkeypatch.setattr("tokenrouter.throughput.profile.run_profile", measured)
     for out, message in [
         (tmp_path, "is a folder"),
         (plan, "is this command's input"),

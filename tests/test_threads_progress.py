@@ -40,10 +40,10 @@ def test_the_in_process_commands_set_their_threads(monkeypatch, capsys):
     from pathlib import Path
 
     from tokenrouter.compiler.driver import compile_file
-    from tokenrouter.compiler.throughput.profile import ProfileConfig, run_profile
     from tokenrouter.runtime.engine.generate import generate_from_folder
     from tokenrouter.runtime.offline import load_offline
     from tokenrouter.runtime.sampling import SamplingParams
+    from tokenrouter.throughput.profile import ProfileConfig, run_profile
     from tokenrouter.training.teacher import load_engines
 
     models = Path(__file__).resolve().parents[1] / "examples" / "models"

@@ -280,7 +280,8 @@ def init_router(
     from tokenrouter.compiler.driver import load_plan
     from tokenrouter.compiler.plan import PlanError
     from tokenrouter.runtime.route.routers import init_router_file, parse_hidden_layers
-    from tokenrouter.training.router_train import output_problem, router_size_problem
+    from tokenrouter.training.router_train import router_size_problem
+    from tokenrouter.training.settings import output_problem
 
     _require_files([plan_file])
     try:
@@ -604,8 +605,7 @@ def bench(
     import asyncio
     import math
 
-    from tokenrouter.outfile import check_output
-    from tokenrouter.runtime.loadgen import (
+    from tokenrouter.loadgen.bench import (
         LoadRefused,
         LoadSpec,
         format_report,
@@ -613,6 +613,7 @@ def bench(
         run_load,
         write_report,
     )
+    from tokenrouter.outfile import check_output
 
     try:
         spec = LoadSpec(
@@ -997,7 +998,7 @@ def eval_cmd(
     from tokenrouter.training.evaluate import plot as plot_curves
     from tokenrouter.training.gencheck import context_problem
     from tokenrouter.training.policy_view import PolicyViewError, load_plan
-    from tokenrouter.training.router_train import TrainSettingsError
+    from tokenrouter.training.settings import TrainSettingsError
 
     teacher = _teacher_settings(max_tokens, seq_len, prompt)
     try:
@@ -1078,9 +1079,9 @@ def calibrate(
     entry one write --share of the tokens (docs/serving.md, "Calibrating a threshold")."""
     import json
 
+    from tokenrouter.loadgen.bench import LoadSpec, make_prompts
     from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.generate import load_tokenizer
-    from tokenrouter.runtime.loadgen import LoadSpec, make_prompts
     from tokenrouter.training.calibrate import calibrate_threshold
     from tokenrouter.training.policy_view import PolicyViewError, context_error, load_plan
 
@@ -1124,7 +1125,7 @@ def calibrate(
 
 def _throughput_call(fn, *args, **kwargs):
     """Run a throughput command body; the user's mistakes become a message and exit 1 (input) or 2 (usage)."""
-    from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError, ThroughputUsageError
+    from tokenrouter.throughput.plan_inputs import ThroughputInputError, ThroughputUsageError
 
     try:
         return fn(*args, **kwargs)
@@ -1207,7 +1208,7 @@ def tune(
 ) -> None:
     """Choose delayed-batching thresholds B* with the DTMC throughput model (or, with --request-rate, for the
     lowest latency at that load in the simulator); write them into the plan."""
-    from tokenrouter.compiler.throughput.commands import SystemArgs, run_rate_tune, run_tune
+    from tokenrouter.throughput.commands import SystemArgs, run_rate_tune, run_tune
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     rate_only = {"--objective": objective, "--max-delay-ms": max_delay_ms, "--hop-ms": hop_ms,
@@ -1300,7 +1301,7 @@ def simulate(
 ) -> None:
     """Discrete-event simulation of the plan's system (a closed loop of N requests, or an open loop with
     --request-rate): throughput, utilization, queueing, and an open loop's latencies."""
-    from tokenrouter.compiler.throughput.commands import SystemArgs, run_simulate
+    from tokenrouter.throughput.commands import SystemArgs, run_simulate
 
     args = SystemArgs(plan, concurrency, step_ms, p, profile, request_tokens)
     cfg = {"horizon_ms": horizon_ms, "warmup_ms": warmup_ms, "seed": seed, "request_tokens": request_tokens,
@@ -1371,13 +1372,13 @@ def profile(
     keep_prefills: bool = typer.Option(
         False,
         "--keep-prefills",
-        help="With --from-metrics: leave the prefill steps (those that ran a request's first tokens; on servers "
-        "before the fortieth session, those whose longest row ran more than 64 new tokens) in their batch sizes' "
+        help="With --from-metrics: leave the prefill steps (those that ran a request's first tokens; in metrics of "
+        "layout 1 without those counters, those whose longest row ran more than 64 new tokens) in their batch sizes' "
         "latencies instead of pricing them apart per request.",
     ),
 ) -> None:
     """Measure the plan's step latencies L_i(b) and routing probabilities p_ij into a profile for `tune`."""
-    from tokenrouter.compiler.throughput.commands import run_profile_command
+    from tokenrouter.throughput.commands import run_profile_command
 
     args = (
         plan,

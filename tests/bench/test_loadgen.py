@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from tokenrouter.runtime.loadgen import LoadSpec, _percentile, format_report, make_prompts, run_load
+from tokenrouter.loadgen.bench import LoadSpec, _percentile, format_report, make_prompts, run_load
 
 
 def test_percentile_interpolates():
@@ -132,7 +132,7 @@ def test_a_load_that_does_not_fit_the_models_context_is_refused_before_anything_
     from typer.testing import CliRunner
 
     from tokenrouter.cli import app
-    from tokenrouter.runtime.loadgen import ContextTooLong
+    from tokenrouter.loadgen.bench import ContextTooLong
 
     served = _Served(_scripted_app(4, 0.0, max_len=12))
     with served:
@@ -163,7 +163,7 @@ def test_a_load_that_does_not_fit_the_models_context_is_refused_before_anything_
 
 def test_share_per_request_shows_routing_that_fires_on_few_requests():
     """Run 31's shape: most requests never reach the large model, one is written almost wholly by it."""
-    from tokenrouter.runtime.loadgen import RequestResult, summarize
+    from tokenrouter.loadgen.bench import RequestResult, summarize
 
     results = [RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 10}) for _ in range(8)]
     results.append(RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 1, "large": 9}))
@@ -191,7 +191,7 @@ def test_open_loop_arrivals_are_seeded_gamma_gaps_of_the_asked_rate():
     none to wait for."""
     import math
 
-    from tokenrouter.runtime.loadgen import arrival_times
+    from tokenrouter.loadgen.bench import arrival_times
 
     n = 20000
     for burst in (1.0, 0.25, 4.0):
@@ -232,7 +232,7 @@ def test_an_open_loop_sends_on_its_own_clock_and_holds_the_cap():
     160 ms a request, the arrivals come every 5 ms or so: many overlap); with a cap of 2 no more than 2 are in
     flight, and the ones that arrived at the cap wait, reported as `queued_ms` and not in their latency. (The
     server's 20 ms a token leave room for a busy machine's hiccups: a full parallel run once failed at 5 ms.)"""
-    from tokenrouter.runtime.loadgen import arrival_times
+    from tokenrouter.loadgen.bench import arrival_times
 
     with _Served(_scripted_app(8, 0.02)) as served:
         spec = LoadSpec(url=served.url, request_rate=200.0, concurrency=None, num_prompts=12, output_len=8,
@@ -295,7 +295,7 @@ def test_bench_cli_open_loop_and_its_usage_errors(tmp_path):
     from typer.testing import CliRunner
 
     from tokenrouter.cli import app
-    from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests
+    from tokenrouter.throughput.workload import WorkloadError, read_requests
 
     runner = CliRunner()
     with _Served(_scripted_app(4, 0.0)) as served:
@@ -328,7 +328,7 @@ def test_a_jsonl_prompts_file_gives_each_request_its_prompt_and_length(tmp_path)
     from typer.testing import CliRunner
 
     from tokenrouter.cli import app
-    from tokenrouter.runtime.loadgen import ContextTooLong, Request, make_requests
+    from tokenrouter.loadgen.bench import ContextTooLong, Request, make_requests
 
     good = tmp_path / "load.jsonl"
     good.write_text(
@@ -390,7 +390,7 @@ def test_a_jsonl_prompts_file_gives_each_request_its_prompt_and_length(tmp_path)
 def test_goodput_counts_the_requests_within_both_objectives():
     """With SLOs a request counts when its TTFT and its TPOT are both within them; a failed one is sent and not
     met; a one-token request has no TPOT to miss. Without SLOs the report has no goodput."""
-    from tokenrouter.runtime.loadgen import RequestResult, summarize
+    from tokenrouter.loadgen.bench import RequestResult, summarize
 
     def req(ttft_s, tpot_s, tokens=10):
         return RequestResult(
@@ -444,7 +444,7 @@ def test_bench_refuses_what_it_cannot_do_before_sending_and_writes_valid_json(tm
         assert got.exit_code == 0 and served.server.config.app.state.completions == 2, got.output
     assert json.loads((tmp_path / "ok.json").read_text())["url"] == served.url
     # a run whose every request failed: percentiles of nothing are null in the file, not NaN
-    from tokenrouter.runtime.loadgen import RequestResult, summarize, write_report
+    from tokenrouter.loadgen.bench import RequestResult, summarize, write_report
 
     report = summarize(
         LoadSpec(url="http://x", progress=False), "m", [RequestResult(ok=False, error="x")], 1.0
@@ -464,8 +464,8 @@ def test_shared_prefix_prompts_share_their_groups_prefix():
 
 
 def test_conversations_from_flags_and_from_a_file(tmp_path):
-    from tokenrouter.runtime.loadgen import make_conversations
-    from tokenrouter.runtime.workloads import next_prompt
+    from tokenrouter.loadgen.bench import make_conversations
+    from tokenrouter.loadgen.workloads import next_prompt
 
     spec = LoadSpec(num_prompts=3, turns=4, system_len=10, prompt_len=2, output_len=5)
     convs = make_conversations(spec)
@@ -508,7 +508,7 @@ def test_bad_prefix_workloads_are_refused(kw, message):
 def test_the_report_table_is_aligned():
     """Every row of `bench`'s table, the longest ones (the SLO, each model's share of a request, warm-up) with
     the shortest, has its column bars in the same places."""
-    from tokenrouter.runtime.loadgen import RequestResult, summarize
+    from tokenrouter.loadgen.bench import RequestResult, summarize
 
     results = [
         RequestResult(ok=True, output_tokens=10, tokens_per_model={"slm": 8, "llm": 2}) for _ in range(7)

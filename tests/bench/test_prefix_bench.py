@@ -88,7 +88,7 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pb, "Server", FakeServer)
     monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
-    monkeypatch.setattr("tokenrouter.runtime.loadgen.run_load", fake_load)
+    monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
     assert pb.main(["--out", str(tmp_path), "--quick", "--keep", "--only", "std-serving"]) == 0
     assert served == [("std-serving", ())]
     runs = {

@@ -220,8 +220,8 @@ def test_a_step_gap_is_a_longer_step_in_the_chain(tmp_path):
     """`tune --gap-ms MODEL=MS` adds the host gap to every step of MODEL in the chain: the same choice and T as the
     latencies given that much longer, recorded apart (`tuning.gap_ms`) beside the latencies as measured; the
     simulator's chain line takes the same gap. `--gap-ms profile`: the profile's `workload.gap_ms`."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+    from tokenrouter.throughput.inputs import StepLatency
+    from tokenrouter.throughput.profile_format import Profile, write_profile
 
     src = write(tmp_path, R2R_LIKE)
     tune = ["tune", src, "--json", "--top", "20"]

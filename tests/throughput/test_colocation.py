@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from tokenrouter.compiler.driver import compile_source
-from tokenrouter.compiler.throughput.colocation import ColocationError, co_runners, fit
-from tokenrouter.compiler.throughput.dtmc import analyze
-from tokenrouter.compiler.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
-from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError, system_from_plan
-from tokenrouter.compiler.throughput.profile_format import (
+from tokenrouter.compiler.plan import co_runners
+from tokenrouter.throughput.colocation import ColocationError, fit
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.inputs import ColocationTerm, StepLatency, SystemInputs
+from tokenrouter.throughput.plan_inputs import ThroughputInputError, system_from_plan
+from tokenrouter.throughput.profile_format import (
     Profile,
     ProfileError,
     read_profile,

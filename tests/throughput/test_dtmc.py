@@ -1,10 +1,10 @@
 import pytest
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility_error
-from tokenrouter.compiler.throughput.dtmc import ChainError, analyze
-from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
-from tokenrouter.compiler.throughput.optimize import TuneError, candidates, tune
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+from tokenrouter.throughput.dtmc import ChainError, analyze
+from tokenrouter.throughput.inputs import StepLatency, make_inputs
+from tokenrouter.throughput.optimize import TuneError, candidates, tune
+from tokenrouter.throughput.simulate import SimConfig, simulate
 
 
 def r2r(n: int, p: float = 0.35):
@@ -110,7 +110,7 @@ def assert_same_chain(inp, thresholds, delta_ms) -> None:
     """The vectorized builder's chain is the reference loop's, up to the order of the states."""
     import numpy as np
 
-    from tokenrouter.compiler.throughput.dtmc import build_chain
+    from tokenrouter.throughput.dtmc import build_chain
 
     ref = build_chain(inp, thresholds, delta_ms, reference=True)
     fast = build_chain(inp, thresholds, delta_ms)
@@ -124,7 +124,7 @@ def assert_same_chain(inp, thresholds, delta_ms) -> None:
 def test_power_iteration_matches_direct_solve():
     import numpy as np
 
-    from tokenrouter.compiler.throughput.dtmc import _stationary_irreducible, build_chain
+    from tokenrouter.throughput.dtmc import _stationary_irreducible, build_chain
 
     _, mat, *_ = build_chain(r2r(6), (1, 2), 0.1)
     direct = _stationary_irreducible(mat, direct_limit=10**9)
@@ -136,7 +136,7 @@ def test_stationary_weights_several_closed_classes_by_absorption():
     import numpy as np
     import scipy.sparse as sp
 
-    from tokenrouter.compiler.throughput.dtmc import stationary
+    from tokenrouter.throughput.dtmc import stationary
 
     # 0 -> {1 (absorbing), 2}; 2 <-> 3 a periodic class
     mat = sp.csr_matrix(np.array([[0, 0.25, 0.75, 0], [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0]], dtype=float))
@@ -156,7 +156,7 @@ def test_iterative_solve_gives_the_direct_throughput(lat, p, n, b, delta):
     # the Gauss-Seidel path (used above 4,000 states) against sparse LU: same T(B) within 1e-9 relative
     import numpy as np
 
-    from tokenrouter.compiler.throughput.dtmc import _stationary_irreducible, build_chain
+    from tokenrouter.throughput.dtmc import _stationary_irreducible, build_chain
 
     m = len(lat)
     _, mat, reward, tau, _ = build_chain(make_inputs(list(lat), lat, p, np.ones((m, m)), n), b, delta)

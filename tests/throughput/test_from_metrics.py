@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenrouter.compiler.throughput.from_metrics import (
+from tokenrouter.runtime import messages as m
+from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.throughput.from_metrics import (
     MetricsProfileError,
     non_decreasing,
     parse_metrics,
     profile_from_metrics,
 )
-from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.frontend.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EMPTY_ROUTE = {"nodes": [], "rules": []}
@@ -310,8 +310,8 @@ def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
 
 
 def test_concentration_warnings_only_for_batched_models_off_the_entry():
-    from tokenrouter.compiler.throughput.plan_inputs import concentration_warnings, system_from_plan
-    from tokenrouter.compiler.throughput.policy import policy_routing
+    from tokenrouter.throughput.plan_inputs import concentration_warnings, system_from_plan
+    from tokenrouter.throughput.policy import policy_routing
 
     prof = profile_from_metrics(PLAN, requests_scrape({"slm": 16, "llm": 2}, 16, 30), min_steps=5)
     plan = {**PLAN, "entry": "slm", "serve": {"concurrency": 4}}
@@ -328,7 +328,7 @@ def test_concentration_warnings_only_for_batched_models_off_the_entry():
     system.requests = {}  # a profile without the counts (older servers) or routing given by hand
     assert warn((1, 2)) == []
     # a hand-edited profile with malformed counts: a clear error, not a traceback
-    from tokenrouter.compiler.throughput.plan_inputs import ThroughputInputError
+    from tokenrouter.throughput.plan_inputs import ThroughputInputError
 
     for bad in ({"ended": "16", "visited": {"llm": 2}}, {"ended": 16, "visited": ["llm"]}, [16]):
         prof.workload["requests"] = bad
@@ -461,3 +461,34 @@ def test_sparse_alone_steps_scale_the_latencies_beside(tmp_path):
     }
     r = profile_cli(tmp_path, after, before)
     assert f"slm: alone = beside × {ratio:.3f}, the ratio of its 7 steps alone" in r.stdout
+
+
+def test_the_metrics_layout_version_picks_how_prefills_are_read():
+    """The frontend exports the layout version the reader knows; a version 2 export is read by its first-run
+    counters even where no step ran a request's first tokens (no prefills: the long steps stay in their batch
+    size's latency), an export without the gauge as version 1 (by shape), and a newer one is refused."""
+    from tokenrouter.runtime.frontend import metrics as frontend
+    from tokenrouter.throughput import from_metrics
+
+    assert frontend.METRICS_SCHEMA == from_metrics.METRICS_SCHEMA
+    metrics = Metrics(models=["slm", "llm"])
+    for model in ("slm", "llm"):
+        metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
+                                          last_step_ms=1.0, steps=20, kv_pages_total=1, kv_pages_free=1,
+                                          step_ms_by_bs={1: (20, 200.0)}, busy_ms=200.0, uptime_ms=0.0,
+                                          step_ms_by_shape={"1/1/untracked": (10, 20.0, 10),
+                                                            "1/128/untracked": (10, 180.0, 1280)}))  # fmt: skip
+    metrics.tokens.update({"slm": 18, "llm": 18})
+    metrics.hops.update({("slm", "llm"): 1, ("llm", "slm"): 1})
+    text = metrics.render(active=0)
+    assert f"tokenrouter_metrics_schema {from_metrics.METRICS_SCHEMA}" in text.splitlines()
+    v2 = profile_from_metrics(PLAN, text, min_steps=5)
+    assert v2.workload["prefill_steps"] == "first runs" and v2.prefill == {}
+    assert dict(v2.step_ms["llm"].points) == pytest.approx({1: 10.0})
+    old = "\n".join(line for line in text.splitlines() if "metrics_schema" not in line)
+    v1 = profile_from_metrics(PLAN, old, min_steps=5)
+    assert v1.workload["prefill_steps"] == "longest row > 64" and v1.prefill["llm"]["steps"] == 10
+    assert dict(v1.step_ms["llm"].points) == pytest.approx({1: 2.0})
+    newer = text.replace("tokenrouter_metrics_schema 2", "tokenrouter_metrics_schema 3")
+    with pytest.raises(MetricsProfileError, match=r"layout version 3 .*versions 1 to 2"):
+        profile_from_metrics(PLAN, newer, min_steps=5)

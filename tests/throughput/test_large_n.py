@@ -9,17 +9,17 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from tokenrouter.compiler.plan import read_plan
-from tokenrouter.compiler.throughput import large_n
-from tokenrouter.compiler.throughput.dtmc import analyze
-from tokenrouter.compiler.throughput.inputs import (
+from tokenrouter.throughput import large_n
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.inputs import (
     AloneLatency,
     PrefillCost,
     StepLatency,
     SystemInputs,
     make_inputs,
 )
-from tokenrouter.compiler.throughput.large_n import ladder, sampled_analyze, tune_sampled
-from tokenrouter.compiler.throughput.optimize import tune
+from tokenrouter.throughput.large_n import ladder, sampled_analyze, tune_sampled
+from tokenrouter.throughput.optimize import tune
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from tokenrouter.compiler.throughput.inputs import make_inputs
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+from tokenrouter.throughput.inputs import make_inputs
+from tokenrouter.throughput.simulate import SimConfig, simulate
 
 
 def one_model(n: int, step_ms: float = 1.0):

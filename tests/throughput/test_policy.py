@@ -1,14 +1,14 @@
 import pytest
 
 from tokenrouter.compiler.driver import compile_source
-from tokenrouter.compiler.throughput.plan_inputs import (
+from tokenrouter.throughput.plan_inputs import (
     ThroughputInputError,
     ThroughputUsageError,
     parse_p,
     parse_step_ms,
     system_from_plan,
 )
-from tokenrouter.compiler.throughput.policy import policy_routing
+from tokenrouter.throughput.policy import policy_routing
 
 
 def plan_of(text: str) -> dict:

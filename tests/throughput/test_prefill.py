@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenrouter.compiler.throughput.dtmc import analyze
-from tokenrouter.compiler.throughput.from_metrics import profile_from_metrics
-from tokenrouter.compiler.throughput.inputs import PrefillCost, StepLatency, SystemInputs, make_inputs
-from tokenrouter.compiler.throughput.plan_inputs import with_prefill
-from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile, write_profile
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
-from tokenrouter.compiler.throughput.workload import with_visit_costs
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.from_metrics import profile_from_metrics
+from tokenrouter.throughput.inputs import PrefillCost, StepLatency, SystemInputs, make_inputs
+from tokenrouter.throughput.plan_inputs import with_prefill
+from tokenrouter.throughput.profile_format import ProfileError, read_profile, write_profile
+from tokenrouter.throughput.simulate import SimConfig, simulate
+from tokenrouter.throughput.workload import with_visit_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"models": {"slm": {}, "llm": {}}, "policy": {"name": "bern"}, "source": {"sha256": "abc"},
@@ -31,7 +31,7 @@ def scrape(scale: int) -> str:
     """A server's /metrics after `scale` rounds of 10 requests of 100 tokens: per round the slm ran 200 decode
     steps of 2 ms at 2 rows (100 of them alone) and 10 prompt prefills of 20 ms (alone, 4,096-token rows); the
     llm 100 steps of 6 ms at 1 row, 5 first visits at 1 row taking 86 ms and one stall; 5 requests reached llm.
-    A server before the fortieth session: it does not count the steps that ran a request's first tokens."""
+    A server of metrics layout 1 that does not count the steps that ran a request's first tokens."""
     k = scale
     shapes = {
         "slm": {"2/1/overlapped": (100 * k, 200.0 * k, 200 * k), "2/1/alone": (100 * k, 200.0 * k, 200 * k),
@@ -42,7 +42,8 @@ def scrape(scale: int) -> str:
     by_bs = {"slm": {2: (210 * k, 600.0 * k)}, "llm": {1: (106 * k, 1930.0 * k)}}
     alone = {"slm": {2: (110 * k, 400.0 * k)}, "llm": {}}
     slow = {"slm": {}, "llm": {1: (k, 900.0 * k)}}
-    return render(k, shapes, {}, by_bs, alone, slow, {"slm": 10 * k, "llm": 5 * k})
+    text = render(k, shapes, {}, by_bs, alone, slow, {"slm": 10 * k, "llm": 5 * k})
+    return "\n".join(line for line in text.splitlines() if "tokenrouter_metrics_schema" not in line)
 
 
 def render(k: int, shapes: dict, firsts: dict, by_bs: dict, alone: dict, slow: dict, visits: dict) -> str:
@@ -79,7 +80,7 @@ def test_prefill_steps_leave_the_latencies_and_are_priced_per_request_and_per_to
     assert prof.prefill["llm"] == pytest.approx({"steps": 10, "ms": 860.0 - 10 * 6.0, "ms_per_token": 800.0 / committed,
                                                  "ms_per_request": 800.0 / 20, "ms_per_visit": 800.0 / 10})  # fmt: skip
     assert prof.workload["prefill_steps"] == "longest row > 64"
-    # left in, as profiles before the fortieth session had them
+    # left in: priced with the other steps of their batch size
     kept = profile_from_metrics(PLAN, after, before, min_steps=5, fit_alone=False, prefill_above=None)
     assert kept.prefill == {} and "prefill_steps" not in kept.workload
     assert dict(kept.step_ms["llm"].points) == pytest.approx({1: (1200.0 + 860.0) / 210})
@@ -173,7 +174,7 @@ def test_a_cost_per_request_is_spread_over_the_tokens_of_the_load_tuned_for():
 
 
 def test_servers_that_count_first_runs_price_those_steps_and_not_long_returns():
-    """Since the fortieth session the subservers count the steps that ran some request's first tokens: those
+    """From metrics layout 2 the subservers count the steps that ran some request's first tokens: those
     are the prefills, whatever their length (a 32-token prompt here), and a return after 128 tokens away stays
     in its batch size's latency; the cost per visit is over the first runs counted."""
     k = 1

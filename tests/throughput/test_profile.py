@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
+from tokenrouter.throughput.profile_format import ProfileError, read_profile
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -39,7 +39,7 @@ def test_profile_times_each_model_with_its_device_current(monkeypatch):
     from fake_devices import fake_devices
 
     from tokenrouter.compiler.driver import compile_file
-    from tokenrouter.compiler.throughput.profile import ProfileConfig, run_profile
+    from tokenrouter.throughput.profile import ProfileConfig, run_profile
 
     tiny = EXAMPLES / "models"
     stdlib = EXAMPLES.parent / "tokenrouter" / "stdlib"

@@ -10,16 +10,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
-from tokenrouter.compiler.throughput.optimize import TuneError, candidates
-from tokenrouter.compiler.throughput.rate_tune import (
+from tokenrouter.throughput.inputs import StepLatency, make_inputs
+from tokenrouter.throughput.optimize import TuneError, candidates
+from tokenrouter.throughput.rate_tune import (
     BEYOND_SHARE,
     RateSettings,
     arrivals,
     measured_sizes,
     tune_at_rate,
 )
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate
+from tokenrouter.throughput.simulate import SimConfig, simulate
 
 P = [[0.9, 0.1], [1.0, 0.0]]
 C = [[1.0, 1.0], [1.0, 1.0]]
@@ -75,7 +75,7 @@ def test_simulate_replays_a_reports_arrivals(tmp_path):
     (tmp_path / "closed.json").write_text(
         json.dumps({"spec": spec | {"request_rate": None}, "per_request": per})
     )
-    from tokenrouter.compiler.throughput.workload import read_arrivals
+    from tokenrouter.throughput.workload import read_arrivals
 
     assert read_arrivals(tmp_path / "open.json") == ((0.0, 500.0, 1000.0, 1500.0, 2000.0, 2500.0), 16, 2)
     base = [
@@ -309,7 +309,7 @@ def test_simulate_warns_of_steps_priced_beyond_the_measured_sizes(tmp_path):
 def test_hop_ms_profile_takes_the_profiles_measured_delays(tmp_path):
     """`--hop-ms profile` (simulate, and tune --request-rate): each model's hop delay from the profile's
     `workload.hop_ms` (0 for a model it lacks); refused without them, or beside another --hop-ms."""
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+    from tokenrouter.throughput.profile_format import Profile, write_profile
 
     plan = source(tmp_path)
     step = {"slm": StepLatency(((1, 1.0), (4, 1.2))), "llm": StepLatency(((1, 5.0), (4, 5.5)))}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tokenrouter.compiler.throughput.simulate as sim
-from tokenrouter.compiler.throughput.inputs import StepLatency, make_inputs
+import tokenrouter.throughput.simulate as sim
+from tokenrouter.throughput.inputs import StepLatency, make_inputs
 
 
 def two(n: int):

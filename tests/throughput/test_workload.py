@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tokenrouter.compiler.throughput.inputs import make_inputs
-from tokenrouter.compiler.throughput.workload import WorkloadError, read_requests, request_routing
+from tokenrouter.throughput.inputs import make_inputs
+from tokenrouter.throughput.workload import WorkloadError, read_requests, request_routing
 
 
 def pair(keep: int):
@@ -48,7 +48,7 @@ def test_read_requests_takes_a_report_or_a_matrix_record(tmp_path):
 
 
 def test_request_lengths_follow_the_completed_requests_or_are_none():
-    from tokenrouter.compiler.throughput.workload import request_lengths
+    from tokenrouter.throughput.workload import request_lengths
 
     per = [
         {"ok": True, "output_tokens": 7},

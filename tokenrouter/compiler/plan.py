@@ -73,6 +73,12 @@ def routing_digest(plan: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+def co_runners(plan: dict) -> dict[str, list[str]]:
+    """For each model, the other models placed on one of its GPUs, in plan order."""
+    gpus = {m: set(spec.get("gpus", [0])) for m, spec in plan["models"].items()}
+    return {m: [o for o in gpus if o != m and gpus[o] & g] for m, g in gpus.items()}
+
+
 def read_plan(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -161,7 +167,7 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
             )
         raise v.fail("format", f'expected "{PLAN_FORMAT}", got {_r(fmt)}: not a tokenrouter plan')
     keys = ("format", "policy", "source", "params", "models", "entry", "serve", "routers", "routes", "checks")
-    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/throughput.md)
+    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/tuning.md)
     if "tuning" in plan:
         _tuning(v, plan["tuning"], plan["models"])
     pol = v.obj(plan["policy"], "policy", ("name", "description"))

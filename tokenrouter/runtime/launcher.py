@@ -444,7 +444,7 @@ class Launcher:
     def _start(self, plan: dict, plan_path: str) -> None:
         import multiprocessing as mp
 
-        from tokenrouter.compiler.throughput.colocation import co_runners
+        from tokenrouter.compiler.plan import co_runners
         from tokenrouter.runtime.frontend.config import FrontendArgs
         from tokenrouter.runtime.frontend.process import run_frontend_process
         from tokenrouter.runtime.subserver.busy_board import create_board
@@ -484,7 +484,7 @@ class Launcher:
             )
             target = run_subserver_process
             if self.setup.lockstep:
-                from tokenrouter.runtime.lockstep import run_lockstep_process as target
+                from tokenrouter.runtime.baselines.lockstep import run_lockstep_process as target
             self.procs[name] = spawn.Process(
                 target=_child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
             )

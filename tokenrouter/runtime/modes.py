@@ -1,6 +1,6 @@
 """Serving modes: TokenRouter and the baselines it is measured against, on the same engine.
 
-`tokenrouter serve PLAN --mode MODE` (docs/benchmarks.md, "Baselines and the serving matrix"):
+`tokenrouter serve PLAN --mode MODE` (docs/architecture.md, "Baselines"; docs/results.md):
 
 | mode | what runs |
 | --- | --- |
@@ -8,11 +8,11 @@
 | `llm-only` | the large model alone (`--llm MODEL`, default the model with the most parameters): a one-model plan with no rules and B = 1; every request starts and stays there. |
 | `eager` | TokenRouter with every threshold B_i = 1 (asynchronous loops, no delayed batching). |
 | `no-graphs` | TokenRouter with CUDA graphs off in every engine (on CPU the same as `tokenrouter`). |
-| `lockstep` | one process drives every model synchronously (`lockstep.py`): each step the entry model runs its whole batch, then the other models the rows routed to them. |
-| `std-serving` | every hop is a new request to a prefix-caching server (`std_serving.py`, `prefix_cache.py`); B = 1. |
+| `lockstep` | one process drives every model synchronously (`baselines/lockstep.py`): each step the entry model runs its whole batch, then the other models the rows routed to them. |
+| `std-serving` | every hop is a new request to a prefix-caching server (`baselines/std_serving.py`, `prefix_cache.py`); B = 1. |
 
 `serve --batch MODEL=B` replaces thresholds of the plan (modes `tokenrouter` and `no-graphs`), e.g. to
-profile it at a second threshold for the throughput model's co-location term (docs/throughput.md).
+profile it at a second threshold for the throughput model's co-location term (docs/tuning.md).
 `prepare(plan, mode, llm, batch)` turns the plan into what the launcher starts: a `ModeSetup` with the (possibly
 rewritten) plan, engine overrides, and which process layout and scheduler to use.
 """
@@ -35,7 +35,7 @@ class ModeSetup:
     mode: str
     plan: dict
     engine_overrides: dict = field(default_factory=dict)  # passed to every model's load_engine
-    lockstep: bool = False  # one process drives every model (lockstep.py) instead of one per model
+    lockstep: bool = False  # one process drives every model (baselines/lockstep.py) instead of one per model
     scheduler: str = "tokenrouter"  # the subservers' scheduler: "tokenrouter" or "std-serving"
 
 

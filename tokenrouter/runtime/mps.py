@@ -2,7 +2,7 @@
 
 Two processes on one GPU without MPS do not run kernels at the same time: the GPU time-slices between their
 contexts, so while the large model's subserver runs a step the small model's waits, and the whole point of
-asynchronous subservers is lost. Measured on the H200 (`docs/benchmarks.md`, matrix "where the time goes"):
+asynchronous subservers is lost. Measured on the H200:
 the 0.6B subserver's step took 4.5 ms next to a busy 8B subserver against 2.4 ms when the two ran in turn.
 
 NVIDIA's Multi-Process Service lets kernels of several processes share the GPU's SMs. `serve` starts a

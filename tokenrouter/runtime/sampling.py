@@ -9,7 +9,7 @@ renderers and every engine produce the same token for the same request whatever 
   same seed; DEFAULT_SAMPLER, "strided", is the one every path uses unless told otherwise (route kernels of
   both renderers, their top-k / top-p path, `sample`, the engines' offline generation, the scheduler), so a
   seed gives the same tokens everywhere. "strided" is the default because it measured faster in the fused
-  Triton kernel (H200, batch 64, docs/benchmarks.md run E); "cdf" stays selectable wherever a sampler is.
+  Triton kernel (H200, batch 64); "cdf" stays selectable wherever a sampler is.
   "strided" (the default):
   1. chunk j (0 <= j < SAMPLE_CHUNK / SAMPLE_GROUP = 256) holds the ids v with
      (v mod SAMPLE_CHUNK) // SAMPLE_GROUP == j: SAMPLE_GROUP = 8 consecutive ids in every span of

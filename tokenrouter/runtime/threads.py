@@ -2,8 +2,8 @@
 
 Torch's default is one intra-op thread per core it sees, in every process. Where the cores are shared (the
 subservers of one plan, or a machine whose other work takes the cores), a parallel op waits on threads the
-OS has descheduled: two subservers' warm-up took 57 s at 16 threads each and 1.8-8.2 s at 8 (docs/matrix.md
-"Runs 136-146"), and `calibrate` on two models in one process took minutes where one thread per model took
+OS has descheduled: two subservers' warm-up took 57 s at 16 threads each and 1.8-8.2 s at 8 (on the H200
+machine), and `calibrate` on two models in one process took minutes where one thread per model took
 seconds. So each model gets the usable cores divided by the plan's models, as each subserver of `serve` does,
 and an in-process command (`generate`, `calibrate`, `eval`, `train-router`, `profile`), whose models run one
 after the other, gets the same count. `OMP_NUM_THREADS`, when set, is the user's choice and is kept.

@@ -3,7 +3,7 @@
 A policy whose rule compares a feature or an untrained router against a threshold param (``r2r.tr``'s
 ``sigmoid(divergence) >= threshold``, ``r_stitch.tr``'s ``norm_entropy > threshold``) hands off at a rate
 that depends on the models' weights: on the random-weight Qwen3 shapes of the serving matrix, r2r at its
-default 0.5 sent 56 % of the tokens to the large model (docs/matrix.md, run 14).
+default 0.5 sent 56 % of the tokens to the large model.
 
 ``calibrate_threshold`` loads the plan's models as the subservers would (same weights, same seed; eager, no
 graphs), runs the in-process executor (the runtime's schedulers and hops; route kernels from the torch
@@ -64,7 +64,7 @@ def entry_values(plan: dict, engine, prompts: Sequence[Sequence[int]], max_new: 
 # A threshold whose solo share moves from half the wanted share to 1.5 times it within this fraction of its
 # own size is called too narrow to hold once served. On the random-weight Qwen3 shapes r_stitch's normalized
 # entropies all lie near 0.98290 and the 10 % threshold moved by 5e-6 between the solo and the in-process
-# estimate; served on the H200 it handed off 15-27 % instead of 10 % (docs/matrix.md, run 16).
+# estimate; served on the H200 it handed off 15-27 % instead of 10 %.
 NARROW = 1e-4
 
 

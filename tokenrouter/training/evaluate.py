@@ -267,7 +267,7 @@ def evaluate(
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
     node = threshold_node(plan, ir, cfg.param)
-    from .router_train import TrainSettingsError, folder_problem
+    from .settings import TrainSettingsError, folder_problem
 
     # before the teacher forcing, which would fail on them only after minutes of it
     problem = (folder_problem(cache, "--cache") if cache is not None else None) or context_error(

@@ -319,7 +319,7 @@ def test_concurrent_requests_match_sequential(client):
 def test_load_generator_open_loop_against_the_server(server):
     """`tokenrouter bench`'s open loop on the real server: a warm-up that is not counted, then Poisson arrivals
     at most 3 in flight; every token is counted once, by the model that wrote it."""
-    from tokenrouter.runtime.loadgen import LoadSpec, run_load
+    from tokenrouter.loadgen.bench import LoadSpec, run_load
 
     spec = LoadSpec(url=server.url, api_key=KEY, request_rate=20.0, concurrency=3, warmup=2, num_prompts=6,
                     output_len=8, prompt_len=5, vocab_high=100, progress=False)  # fmt: skip

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.lockstep import LockstepCore
+from tokenrouter.runtime.baselines.lockstep import LockstepCore
+from tokenrouter.runtime.baselines.std_serving import StdServingScheduler, load_std_serving
 from tokenrouter.runtime.modes import prepare
 from tokenrouter.runtime.offline import OfflineExecutor, RequestResult
-from tokenrouter.runtime.std_serving import StdServingScheduler, load_std_serving
 from tokenrouter.runtime.subserver.loading import load_model_runtime
 
 

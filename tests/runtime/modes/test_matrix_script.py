@@ -464,8 +464,8 @@ def test_n1_without_a_profile_is_served_at_b1_and_other_ns_fail(tmp_path, monkey
 def test_a_profile_with_latencies_alone_is_tuned_by_state_and_the_plain_choice_logged(tmp_path, monkeypatch):
     """An eager profile from a server with a busy board holds the latencies alone: `tune` takes them, and the
     script logs what the plain chain (the same profile without them) would have chosen."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+    from tokenrouter.throughput.inputs import StepLatency
+    from tokenrouter.throughput.profile_format import Profile, write_profile
 
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
     raw = tmp_path / "raw"
@@ -493,8 +493,8 @@ def test_a_profile_with_latencies_alone_is_tuned_by_state_and_the_plain_choice_l
 def narrow_eager_profile(s, tmp_path, monkeypatch) -> tuple[Path, Path]:
     """(the tiny bern0.35 plan, its raw folder), with `profile_served` giving an eager profile that measured the
     large model at 1-2 rows only."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+    from tokenrouter.throughput.inputs import StepLatency
+    from tokenrouter.throughput.profile_format import Profile, write_profile
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -683,8 +683,8 @@ def test_colocation_profiles_are_fitted_and_tuned_on(tmp_path, monkeypatch):
     """`--colocation llm=3`: the served profile of eager and of `serve --batch llm=3`, fitted into one by
     `profile --colocation`, with the plain tuner's choice logged beside it; where the fit fails, the eager
     profile alone (and the log says why)."""
-    from tokenrouter.compiler.throughput.inputs import StepLatency
-    from tokenrouter.compiler.throughput.profile_format import Profile, write_profile
+    from tokenrouter.throughput.inputs import StepLatency
+    from tokenrouter.throughput.profile_format import Profile, write_profile
 
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
                         colocation={"llm": 3})  # fmt: skip
@@ -734,9 +734,9 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
     the uptime and threshold gauges: the profile is written with a warning. With them, the fit against the
     run's eager profile puts the 0.6B's slope on the chain's scale at 1.20 ms per unit of the 8B's
     utilization, where the run's own second profile at B_llm = 3 gave 0.84."""
-    from tokenrouter.compiler.throughput.colocation import fit
-    from tokenrouter.compiler.throughput.plan_inputs import system_from_plan
-    from tokenrouter.compiler.throughput.profile_format import read_profile
+    from tokenrouter.throughput.colocation import fit
+    from tokenrouter.throughput.plan_inputs import system_from_plan
+    from tokenrouter.throughput.profile_format import read_profile
 
     tarball = RUNS / "run55.tar.gz"
     with tarfile.open(tarball) as tar:
@@ -778,7 +778,7 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
 def _second_profile_setup(tmp_path, monkeypatch):
     """Run 76's eager scrapes (H200) in `raw`, with run 75's served (2, 5) row as the second
     served profile that `served_profiles` (faked) returns: (raw, plan, donor profile, the fake's calls)."""
-    from tokenrouter.compiler.throughput.profile_format import write_profile
+    from tokenrouter.throughput.profile_format import write_profile
 
     def archive(run: str) -> dict[str, bytes]:
         with tarfile.open(RUNS / f"{run}.tar.gz") as tar:
@@ -820,7 +820,7 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
     the second served profile: the eager profile is built again with the second one's latencies alone (the
     0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
     what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
-    from tokenrouter.compiler.throughput.profile_format import read_profile
+    from tokenrouter.throughput.profile_format import read_profile
 
     s, raw, plan, donor, got = _served_second(tmp_path, monkeypatch, "alone", alone_from={"slm": 2, "llm": 5})
     lent, eager = read_profile(got[8]), read_profile(raw / "profile-n8.json")
@@ -840,7 +840,7 @@ def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
 def test_latencies_of_a_second_served_profile_merged_into_the_eager_one(tmp_path, monkeypatch):
     """`--served-from slm=2,llm=5` on the same scrapes: the eager profile is built again with every latency the
     second profile measured (`profile --merge`), alone and beside, at its batch sizes, and tuned on."""
-    from tokenrouter.compiler.throughput.profile_format import read_profile
+    from tokenrouter.throughput.profile_format import read_profile
 
     s, raw, plan, donor, got = _served_second(
         tmp_path, monkeypatch, "merged", served_from={"slm": 2, "llm": 5}

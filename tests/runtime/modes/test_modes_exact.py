@@ -98,7 +98,7 @@ def test_lockstep_makes_each_models_device_current(tmp_path, monkeypatch):
     the current one, so every forward and release of a model runs with that model's device current."""
     from fake_devices import record_scopes
 
-    import tokenrouter.runtime.lockstep as lockstep
+    import tokenrouter.runtime.baselines.lockstep as lockstep
 
     current = record_scopes(monkeypatch, lockstep)
     core = load_lockstep(compile_policy(tmp_path, "drop"))

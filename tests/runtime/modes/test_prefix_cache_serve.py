@@ -17,7 +17,7 @@ import httpx
 import pytest
 from test_modes_serve import POLICY, ROOT, _start, _url
 
-from tokenrouter.runtime.loadgen import LoadSpec, format_report, run_load
+from tokenrouter.loadgen.bench import LoadSpec, format_report, run_load
 
 SYSTEM = [5 + (11 * j) % 300 for j in range(40)]  # two and a half blocks of 16
 PROMPTS = [SYSTEM + [7 + (5 * i + 3 * j) % 300 for j in range(3 + i)] for i in range(4)]

@@ -13,6 +13,10 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.subserver.batching import START_REASONS
 
 PREFIX = "tokenrouter_"
+# The version of the metrics' layout, exported as `tokenrouter_metrics_schema`; `profile --from-metrics` reads
+# them by it. 2: the subservers count the steps that ran some request's first tokens (`first_steps_by_shape_total`
+# and its siblings), which are the prefills. Exports without the gauge are version 1.
+METRICS_SCHEMA = 2
 
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -71,6 +75,12 @@ class Metrics:
                     f"{PREFIX}{name}{{{lab}}} {_num(value)}" if lab else f"{PREFIX}{name} {_num(value)}"
                 )
 
+        metric(
+            "metrics_schema",
+            "gauge",
+            "The version of these metrics' layout (`profile --from-metrics` reads them by it).",
+            [({}, METRICS_SCHEMA)],
+        )
         if self.plan_info:
             metric(
                 "plan_info",

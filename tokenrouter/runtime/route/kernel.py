@@ -336,7 +336,7 @@ class RouteKernel:
         `dtype` logits can take (`TritonRoute.variants`): greedy, sampling, and sampling with top-k (the
         forced tokens of the separate sampler). Triton builds each variant the first time a process launches
         it, about half a second where the machine has not built it before (then from its disk cache); warmed
-        at start, no serving step waits for one (docs/matrix.md, "Runs 102-109"). Returns the launches, 0 on
+        at start, no serving step waits for one. Returns the launches, 0 on
         the torch backend. The results are dropped; the workspace is left grown to `max_rows`."""
         tr = self._triton
         if tr is None or max_rows < 1:

@@ -24,16 +24,15 @@ with all of them runnable no row it knows of can join the batch, and waiting wou
 Where routing is spread over the requests (every request visits every model within a few tokens) this fires
 only around a request's start; where it concentrates in a few requests (an untrained router that fires on
 some prompts) it keeps a model that one or two requests visit from holding each of their hops for
-`max_delay_ms`: on the H200 the r2r policy at B_llm = 2 served 0.82x eager when every such hop waited
-(docs/matrix.md, "Runs 124-126"). It only lowers the bar for a step, so the argument below still holds.
+`max_delay_ms`: on the H200 the r2r policy at B_llm = 2 served 0.82x eager when every such hop waited.
+It only lowers the bar for a step, so the argument below still holds.
 
 **Which n.** The frontend numbers every change of n (`count_seq`), and a subserver keeps the count with the
 highest number it has seen, from an `ActiveCount`, a `NewRequest` or a hop (which carries its sender's count):
-a hop can bring a newer count than the subserver's own, but never an older one. (Until the twenty-fifth
-session a hop's count was taken whenever it was lower. A hop carrying its sender's count from before the
-latest arrivals then lowered the large model's threshold to 1 for as long as n did not change again: on the
-H200 half of the 8B's steps at B_llm = 4-5 ran below the threshold, and on the CPU 219 of 333 steps were
-started by a lowered threshold with 8 requests active.)
+a hop can bring a newer count than the subserver's own, but never an older one. (Taking a hop's count
+whenever it is lower is wrong: a hop carrying its sender's count from before the latest arrivals would lower
+the large model's threshold to 1 for as long as n did not change again; on the H200 half of the 8B's steps at
+B_llm = 4-5 ran below the threshold that way, and on the CPU 219 of 333 steps with 8 requests active.)
 """
 
 from __future__ import annotations

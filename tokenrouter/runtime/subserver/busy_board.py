@@ -9,7 +9,7 @@ that starts one a moment later on a hop this step's predecessor sent, makes the 
 
 The scheduler counts the alone steps apart (`/metrics`: `tokenrouter_alone_steps_by_batch_total`), and
 `tokenrouter profile --from-metrics` turns them into the profile's `alone_ms`, which the throughput model uses
-for the steps a model starts while the others wait (docs/throughput.md, "Contention by state"). The counters
+for the steps a model starts while the others wait (docs/tuning.md). The counters
 are advisory (no lock): they feed the profile, never scheduling.
 """
 

@@ -29,10 +29,9 @@ One loop, in the main thread, owns every socket: it waits on the PULL socket (fr
 whenever delayed batching allows (schedule → forward → route kernel → commit/hop/finish), and sends the step's
 outputs and hops straight from its PUSH sockets (a step's hops to one peer as one `PeerBatch`: `messages.pack_hops`). Those
 have no high-water mark, so a slow or absent peer (or frontend) never blocks a step: ZeroMQ's own I/O thread
-queues and delivers. (Until the twenty-eighth session
-an IO thread received and another sent, with queues between them and the decode loop; on the H200 a hop took
-0.7-1.3 ms from the sender's step end to the receiver's scheduler, which the throughput model does not see:
-docs/runtime.md.)
+queues and delivers. (An IO thread that receives and another that sends, with queues between them and the
+decode loop, made a hop take 0.7-1.3 ms on the H200 from the sender's step end to the receiver's scheduler,
+which the throughput model does not see: docs/runtime.md.)
 """
 
 from __future__ import annotations
@@ -123,10 +122,10 @@ class Subserver:
         self.init_sockets()
 
     def init_scheduler(self) -> None:
-        """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/lockstep.py)."""
+        """`self.engine` and `self.scheduler` (the lockstep baseline overrides this: runtime/baselines/lockstep.py)."""
         args = self.args
-        if args.scheduler == "std-serving":  # the baseline of runtime/std_serving.py
-            from tokenrouter.runtime.std_serving import load_std_serving
+        if args.scheduler == "std-serving":  # the baseline of runtime/baselines/std_serving.py
+            from tokenrouter.runtime.baselines.std_serving import load_std_serving
 
             self.engine, self.scheduler = load_std_serving(
                 self.plan,
@@ -158,7 +157,7 @@ class Subserver:
 
     def attach_board(self):
         """This model's place on the launcher's busy board, where another model shares one of its GPUs."""
-        from tokenrouter.compiler.throughput.colocation import co_runners
+        from tokenrouter.compiler.plan import co_runners
         from tokenrouter.runtime.subserver.busy_board import BusyBoard
 
         beside = co_runners(self.plan).get(self.model)

@@ -49,7 +49,7 @@ TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages fo
 # SLOW_STEP_MIN_HISTORY), scaled up by its new tokens over that mean's (a long prefill is work, not a stall).
 # Stalls are counted apart (`/metrics`: tokenrouter_slow_steps_by_batch_total) and logged with their shape: one
 # 1.1 s stall of every request in flight cost a benchmark run 10 % on the H200, and one inside a profile window
-# made a batch size's mean step 50 % longer (docs/matrix.md, runs 43-44).
+# made a batch size's mean step 50 % longer.
 SLOW_STEP_FACTOR = 10.0
 SLOW_STEP_FLOOR_MS = 50.0
 SLOW_STEP_MIN_HISTORY = 20

@@ -92,7 +92,7 @@ class LoadSpec:
             what = "is a folder" if Path(self.prompts_file).is_dir() else "not found"
             raise ValueError(f"prompts file {what}: {self.prompts_file}")
         if self.prompts_file is not None:
-            from tokenrouter.runtime.workloads import is_conversation_file
+            from tokenrouter.loadgen.workloads import is_conversation_file
 
             self.conversation_file = is_conversation_file(self.prompts_file)
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
@@ -225,11 +225,11 @@ def make_requests(spec: LoadSpec) -> list[Request]:
     """The measured requests: the prompts file's in turn, or synthetic token ids drawn with the seed (a
     conversation load's: each conversation's first turn)."""
     if spec.conversations:
-        from tokenrouter.runtime.workloads import first_prompt
+        from tokenrouter.loadgen.workloads import first_prompt
 
         return [Request(first_prompt(c), c.output_len) for c in make_conversations(spec)]
     if spec.shared_prefix_len:
-        from tokenrouter.runtime.workloads import shared_prefix_prompts
+        from tokenrouter.loadgen.workloads import shared_prefix_prompts
 
         prompts = shared_prefix_prompts(spec, spec.num_prompts, spec.seed)
         return [Request(p, spec.output_len) for p in prompts]
@@ -241,7 +241,7 @@ def make_requests(spec: LoadSpec) -> list[Request]:
 
 def make_conversations(spec: LoadSpec) -> list:
     """A conversation load's conversations: the file's, in turn, or synthetic ones drawn with the seed."""
-    from tokenrouter.runtime.workloads import read_conversations, synthetic_conversations
+    from tokenrouter.loadgen.workloads import read_conversations, synthetic_conversations
 
     if spec.prompts_file:
         pool = read_conversations(spec.prompts_file, spec.output_len)
@@ -448,7 +448,7 @@ async def run_load(spec: LoadSpec) -> dict:
         if spec.warmup:
             warm = await _closed_loop(client, spec, model, warm_requests, spec.concurrency or spec.warmup,
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
-        from tokenrouter.runtime.workloads import (
+        from tokenrouter.loadgen.workloads import (
             hit_rates,
             prefix_counters,
             run_conversations,
@@ -683,7 +683,7 @@ def share_spread(ok: list[RequestResult], per_model: dict[str, int]) -> dict[str
     """Per model (when more than one wrote tokens): how its share of a request's tokens is spread over the
     requests: how many requests it wrote any token of, and the p50 / p99 / max of its share. Routing that
     fires on a few requests only (a heavy tail the throughput model, which assumes alike requests, cannot
-    see: docs/matrix.md, run 31) shows here as a low p50 and a high max."""
+    see) shows here as a low p50 and a high max."""
     if len(per_model) < 2:
         return {}
     out = {}

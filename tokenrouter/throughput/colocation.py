@@ -2,7 +2,7 @@
 
 The DTMC takes each model's step latency as a function of its own batch size. On one GPU that is not the
 whole story: on the H200 the 0.6B's step beside an 8B shortened from 2.36 to 1.88 ms as delayed batching
-made the 8B busy 56 % of the time instead of 87 % (`docs/matrix.md`, runs 42-44), so thresholds that take
+made the 8B busy 56 % of the time instead of 87 %, so thresholds that take
 the large model fewer, fuller steps gained 7-10 % over eager while the plain chain ranked them at or below
 B = 1. The term: model i's step takes
 
@@ -12,9 +12,9 @@ where C_i are the models placed on one of i's GPUs (`models.*.gpus`), U_j their 
 in steps), A_i the co-runners' summed busy share while L_i(b) was measured, and S_i (ms per unit of busy
 share) is fitted from two served profiles at different thresholds (`fit`): the change of i's step at the
 batch sizes both saw, over the change of its co-runners' busy share. The tuner re-expresses the term in the
-chain's own utilization (`calibrate`): a server's measured busy share runs well below the chain's (run 45: the
-8B busy 0.68 of the time at B = (1, 1), 0.93 in the chain), and a slope fitted on one scale and applied on the
-other over-predicted run 45's B_llm = 8 by 1.46×. Since U_j depends on the latencies, the chain is solved for
+chain's own utilization (`calibrate`): a server's measured busy share runs well below the chain's (on the H200
+the 8B was busy 0.68 of the time at B = (1, 1), 0.93 in the chain), and a slope fitted on one scale and applied
+on the other over-predicted that server's B_llm = 8 by 1.46×. Since U_j depends on the latencies, the chain is solved for
 a fixed point (`solve`): latencies from the utilizations, the chain from the latencies, damped, until the
 utilizations settle.
 """
@@ -25,9 +25,10 @@ import dataclasses
 from collections.abc import Callable
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility_error
-from tokenrouter.compiler.throughput.dtmc import ChainError, analyze, step_ticks
-from tokenrouter.compiler.throughput.inputs import ColocationTerm, SystemInputs
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.compiler.plan import co_runners
+from tokenrouter.throughput.inputs import ColocationTerm, SystemInputs
+from tokenrouter.throughput.profile_format import Profile
+from tokenrouter.throughput.ticks import ChainError, step_ticks
 
 MIN_SHARE_GAP = 0.05  # the co-runners' busy share must differ this much between the two profiles
 _ROUNDS = 50
@@ -36,12 +37,6 @@ _TOLERANCE = 1e-3  # utilization
 
 class ColocationError(ValueError):
     """Two profiles that cannot give a co-location term (the message says why and what to do)."""
-
-
-def co_runners(plan: dict) -> dict[str, list[str]]:
-    """For each model, the other models placed on one of its GPUs, in plan order."""
-    gpus = {m: set(spec.get("gpus", [0])) for m, spec in plan["models"].items()}
-    return {m: [o for o in gpus if o != m and gpus[o] & g] for m, g in gpus.items()}
 
 
 def _busy(profile: Profile, which: str) -> dict[str, float]:
@@ -133,7 +128,7 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
 
 
 def calibrate(
-    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile
+    inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile, analyze: Callable
 ) -> tuple[SystemInputs, dict[str, str], list[str]]:
     """The inputs with the profile's terms in the chain's units, where each model's term came from, and a
     line for each term left out. Where the fit recorded both profiles' thresholds, the reference `at_share`

@@ -9,7 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenrouter.compiler.throughput.dtmc import (
+from tokenrouter.outfile import check_output, finite_json
+from tokenrouter.throughput.dtmc import (
     DEFAULT_DELTA_MS,
     DEFAULT_MAX_STATES,
     ChainError,
@@ -17,9 +18,9 @@ from tokenrouter.compiler.throughput.dtmc import (
     delta_error,
     with_transit,
 )
-from tokenrouter.compiler.throughput.inputs import with_step_ms
-from tokenrouter.compiler.throughput.optimize import TuneError, TuneResult, tune
-from tokenrouter.compiler.throughput.plan_inputs import (
+from tokenrouter.throughput.inputs import with_step_ms
+from tokenrouter.throughput.optimize import TuneError, TuneResult, tune
+from tokenrouter.throughput.plan_inputs import (
     PlanSystem,
     ThroughputInputError,
     ThroughputUsageError,
@@ -31,8 +32,8 @@ from tokenrouter.compiler.throughput.plan_inputs import (
     system_from_plan,
     timeout_warnings,
 )
-from tokenrouter.compiler.throughput.profile_format import ProfileError, read_profile
-from tokenrouter.compiler.throughput.rate_tune import (
+from tokenrouter.throughput.profile_format import ProfileError, read_profile
+from tokenrouter.throughput.rate_tune import (
     BEYOND_SHARE,
     RateSettings,
     beyond_shares,
@@ -40,9 +41,8 @@ from tokenrouter.compiler.throughput.rate_tune import (
     measured_sizes,
     tune_at_rate,
 )
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
-from tokenrouter.compiler.throughput.timeout_check import check_timeout, current_thresholds
-from tokenrouter.outfile import check_output, finite_json
+from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.timeout_check import check_timeout, current_thresholds
 
 
 def load_plan(path: str, defines: dict[str, str] | None = None) -> dict:
@@ -192,7 +192,7 @@ def run_tune(
     out_path = _write_tuned(tuned, args, output, write)
     lines: list[str] = []
     if plot:
-        from tokenrouter.compiler.throughput.plot import plot_tuning
+        from tokenrouter.throughput.plot import plot_tuning
 
         try:
             plot_tuning(result, plot, title=f"{plan['policy']['name']}: T(B) at N = {result.concurrency}")
@@ -207,7 +207,7 @@ def run_tune(
         f"search: {len(result.results)} of {result.n_feasible} feasible candidates evaluated in {result.seconds:.2f} s"
     )
     if result.sampling:
-        from tokenrouter.compiler.throughput.large_n import describe
+        from tokenrouter.throughput.large_n import describe
 
         lines.append(describe(result))
     lines += describe_inputs(system)
@@ -531,7 +531,7 @@ def _replayed_arrivals(path: str, args: SystemArgs, cfg_kw: dict, requests: str 
     are as long as `--request-tokens` (default: the report's output length), at most `-n` in flight (default: the
     report's cap); every one is measured (no warm-up), and the run ends with the last one, or `--horizon-ms`
     after the last arrival. `args` takes those defaults."""
-    from tokenrouter.compiler.throughput.workload import WorkloadError, read_arrivals
+    from tokenrouter.throughput.workload import WorkloadError, read_arrivals
 
     if requests is not None or cfg_kw.get("arrival_rate_per_s") is not None:
         raise ThroughputUsageError(
@@ -580,7 +580,7 @@ def run_simulate(
     ):
         raise ThroughputUsageError("--request-rate (an open loop) needs --request-tokens, and no --requests")
     if requests is not None:
-        from tokenrouter.compiler.throughput.workload import (
+        from tokenrouter.throughput.workload import (
             WorkloadError,
             read_requests,
             request_lengths,
@@ -747,7 +747,7 @@ def run_profile_command(
     merge: str | None = None,
     keep_prefills: bool = False,
 ) -> str:
-    from tokenrouter.compiler.throughput.profile import ProfileConfig, ProfileRunError, run_profile
+    from tokenrouter.throughput.profile import ProfileConfig, ProfileRunError, run_profile
 
     if alone and not from_metrics:
         raise ThroughputUsageError("--alone goes with --from-metrics (the latencies beside the other models)")
@@ -829,7 +829,7 @@ def _read_metrics(where: str) -> str:
 
 
 def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_steps: int, keep_prefills: bool):
-    from tokenrouter.compiler.throughput.from_metrics import (
+    from tokenrouter.throughput.from_metrics import (
         PREFILL_ABOVE,
         MetricsProfileError,
         profile_from_metrics,
@@ -860,12 +860,12 @@ def _with_alone(plan_path: str, served, path: str):
 def lend_alone(plan: dict, served, lone, source: str):
     """`served` with latencies alone from the profile `lone` (read from `source`), for the models that share a
     GPU with another model of the plan: `lone`'s own latencies alone where it has them (a profile served at
-    other thresholds, whose busy board saw the model alone at more batch sizes than an eager one does:
-    docs/matrix.md, "Runs 72-78"), else its step latencies (a profile that timed each model alone). The served
+    other thresholds, whose busy board saw the model alone at more batch sizes than an eager one does),
+    else its step latencies (a profile that timed each model alone). The served
     profile keeps its latencies beside the others."""
     import dataclasses
 
-    from tokenrouter.compiler.throughput.colocation import co_runners
+    from tokenrouter.compiler.plan import co_runners
 
     groups = co_runners(plan)
     shared = [m for m in served.step_ms if groups.get(m)]
@@ -898,12 +898,12 @@ def merge_served(base, other, source: str):
     `other` measured them, and `base`'s at the rest; `base`'s routing. `other` is the plan served at the
     thresholds delayed batching would use (say (2, 5)): there the models run at the batch sizes and beside each
     other as the tuned plan will, which eager does not show (its small model runs alone only at 1-3 rows, its
-    large one beside the small one at nearly every step). Re-tuned offline from runs 68-84, this chose (2, 6),
-    the best threshold served, in 11 of 16 runs, where the latencies alone lent by `lend_alone` chose the edge
-    (3, 6) in 13 (docs/matrix.md, "Runs 80-84")."""
+    large one beside the small one at nearly every step). Re-tuned offline from 16 served H200 runs, this chose
+    (2, 6), the best threshold served, in 11, where the latencies alone lent by `lend_alone` chose the edge
+    (3, 6) in 13."""
     import dataclasses
 
-    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.throughput.inputs import StepLatency
 
     models = [m for m in base.step_ms if m in other.step_ms]
     if not models:
@@ -943,8 +943,8 @@ def _refit_alone(alone_ms: dict, base, other) -> tuple[dict, dict[str, list[list
     weighted by the steps behind it in the profile it came from (`workload.steps_by_state.MODEL.alone`; 1 where
     a profile has no count): each profile was fitted on its own, and where one profile's batch sizes meet the
     other's the joined curve can fall. Returns the latencies and, per model, the batch sizes pooled."""
-    from tokenrouter.compiler.throughput.from_metrics import non_decreasing
-    from tokenrouter.compiler.throughput.inputs import StepLatency
+    from tokenrouter.throughput.from_metrics import non_decreasing
+    from tokenrouter.throughput.inputs import StepLatency
 
     def steps(profile, model: str) -> dict[int, float]:
         alone = ((profile.workload.get("steps_by_state") or {}).get(model) or {}).get("alone") or {}
@@ -961,7 +961,7 @@ def _refit_alone(alone_ms: dict, base, other) -> tuple[dict, dict[str, list[list
 
 
 def _fit_colocation(plan_path: str, paths: list[str]):
-    from tokenrouter.compiler.throughput.colocation import ColocationError, fit
+    from tokenrouter.throughput.colocation import ColocationError, fit
 
     if len(paths) != 2:
         raise ThroughputUsageError(
@@ -982,7 +982,7 @@ def _profile_output(plan_path: str, output: str | None) -> Path:
 
 
 def _write_and_describe(profile, plan_path: str, output: str | None) -> str:
-    from tokenrouter.compiler.throughput.profile_format import write_profile
+    from tokenrouter.throughput.profile_format import write_profile
 
     out = _profile_output(plan_path, output)
     try:

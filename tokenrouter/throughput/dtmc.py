@@ -15,7 +15,7 @@ at the entry model.
 Throughput is a renewal-reward ratio over the stationary distribution π:
 `T(B) = Σ_s π(s) Σ_{i completes at s} b_i Σ_j p_ij c_ij / Σ_s π(s) τ(s)`. The sum over i runs over the
 models whose batch *ends* at the next epoch (counting every running model at every epoch counts a long
-batch many times, and does not reproduce the paper's validation). See docs/throughput.md.
+batch many times, and does not reproduce the paper's validation). See docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -29,14 +29,11 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
 
-from tokenrouter.compiler.throughput.inputs import StepLatency, SystemInputs
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.ticks import ChainError, alone_ticks, step_ticks
 
 DEFAULT_DELTA_MS = 0.1
 DEFAULT_MAX_STATES = 250_000
-
-
-class ChainError(ValueError):
-    """The chain cannot be built or solved for these inputs (the message says why)."""
 
 
 @dataclass(slots=True)
@@ -77,13 +74,6 @@ class ChainResult:
                 else {}
             ),
         }
-
-
-def step_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int]]:
-    """`ℓ_i(b)` in ticks for b = 0..N (index 0 unused)."""
-    if not (isinstance(delta_ms, (int, float)) and math.isfinite(delta_ms) and delta_ms > 0):
-        raise ValueError(f"δ must be a finite number of ms > 0, got {delta_ms!r}")
-    return [_ticks(s, inputs.concurrency, delta_ms) for s in inputs.step]
 
 
 def delta_error(inputs: SystemInputs, delta_ms: float) -> str | None:
@@ -133,17 +123,6 @@ def too_many_states(inputs: SystemInputs, max_states: int) -> str | None:
         f"at N = {n} the chain has at least {lower:.3g} states (the ways {inputs.models[inputs.entry]}'s first "
         f"batch of {n} requests can route), more than {max_states} (lower -n, or raise --max-states)"
     )
-
-
-def alone_ticks(inputs: SystemInputs, delta_ms: float) -> list[list[int] | None]:
-    """Each model's step in ticks while none of its co-runners runs (`AloneLatency`), None where it has none."""
-    lone = inputs.alone or (None,) * inputs.n_models
-    return [None if a is None else _ticks(a.step, inputs.concurrency, delta_ms) for a in lone]
-
-
-def _ticks(step: StepLatency, n: int, delta_ms: float) -> list[int]:
-    """`ℓ(b) = max(1, round(L(b) / δ))` for b = 0..n (index 0 unused)."""
-    return [0] + [max(1, round(step.at(b) / delta_ms)) for b in range(1, n + 1)]
 
 
 def _compositions(b: int, weights: tuple[float, ...]) -> list[tuple[tuple[int, ...], float]]:
@@ -213,7 +192,7 @@ def build_chain(
     tps = inputs.tokens_per_step()
     outcomes = _Outcomes(inputs.p)
     if not reference:
-        from tokenrouter.compiler.throughput.chain_fast import build_chain_fast
+        from tokenrouter.throughput.chain_fast import build_chain_fast
 
         fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError, lone)
         if fast is not None:
@@ -354,7 +333,7 @@ def analyze(
     """Long-run throughput and per-model statistics of delayed batching with thresholds B (at the fixed point
     of the inputs' co-location terms where they have any: `colocation.py`; and of their prefill costs:
     `prefill.py`)."""
-    from tokenrouter.compiler.throughput.prefill import has_prefill, solve
+    from tokenrouter.throughput.prefill import has_prefill, solve
 
     if has_prefill(inputs):
         return solve(inputs, tuple(thresholds), _analyze_shared, delta_ms, max_states)
@@ -365,9 +344,8 @@ def with_transit(inputs: SystemInputs, result: ChainResult, hop_ms) -> float:
     """The chain's throughput with each hop into model j taking `hop_ms[j]` ms in transit, estimated as a delay
     station beside the models: X' = N / (N / X + Z), Z the transit time per committed token (the hops into each
     model per second, from the chain's steps and batch sizes, times its delay, over X). It holds the models'
-    response time fixed while a request is away; on the served rows of runs 68-165 it came within sd 0.021 (0.949 to
-    1.047) of the simulator's closed loop with the measured delays over the one with instant hops (docs/throughput.md,
-    "Known limits"). Hops per token do not depend on B, so it scales every candidate alike."""
+    response time fixed while a request is away; on served H200 rows it came within sd 0.021 (0.949 to 1.047) of the
+    simulator's closed loop with the measured delays over the one with instant hops. Hops per token do not depend on B, so it scales every candidate alike."""
     x, n, m = result.throughput, inputs.concurrency, inputs.n_models
     if not x > 0:
         return x
@@ -382,7 +360,7 @@ def _analyze_shared(
 ) -> ChainResult:
     """The chain at the fixed point of the co-location terms, or the plain chain where there are none."""
     if any(t is not None for t in inputs.colocation):
-        from tokenrouter.compiler.throughput.colocation import solve
+        from tokenrouter.throughput.colocation import solve
 
         return solve(inputs, tuple(thresholds), _analyze_plain, delta_ms, max_states)
     return _analyze_plain(inputs, thresholds, delta_ms, max_states)

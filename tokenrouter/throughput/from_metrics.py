@@ -2,7 +2,7 @@
 other, and the hop rates they really took.
 
 `tokenrouter profile` times each model alone. Models that share a GPU slow each other down (on the H200 the
-0.6B step went from 2.0 to 3.4 ms beside a busy 8B, `docs/matrix.md`), so a DTMC fed with the isolated
+0.6B step went from 2.0 to 3.4 ms beside a busy 8B), so a DTMC fed with the isolated
 latencies over-predicts and can prefer thresholds that lose. Here the subservers' exact counters are read
 instead: `tokenrouter_steps_by_batch_total` / `tokenrouter_step_seconds_by_batch_total` give L_i(b) for every
 batch size that ran at least `min_steps` times, leaving out the steps the subserver counted as stalls
@@ -17,7 +17,7 @@ With a `before` scrape, only what happened in between counts (a warm-up, say, is
 `workload.busy_share` records each model's share of the window spent in steps
 (`tokenrouter_step_seconds_total` over `tokenrouter_uptime_seconds_total`, both from the subserver's own
 reports): how busy each model was at the latencies recorded, which matters where models share a GPU and slow
-each other down (`docs/matrix.md`, runs 42-44: the 0.6B's step shortens as the 8B beside it is busy less);
+each other down (on the H200 the 0.6B's step shortens as the 8B beside it is busy less);
 `workload.thresholds` the B_i the subservers ran with (`tokenrouter_batch_threshold`) and `workload.steps` the
 steps behind each latency. Two such profiles at different thresholds give the co-location term
 (`tokenrouter profile --colocation A B`, `colocation.py`). Where models share a GPU, the subservers also count
@@ -26,22 +26,22 @@ the steps that no step of the others overlapped (`tokenrouter_alone_steps_by_bat
 others' as `beside_ms` (both where `min_steps` ran, or `beside_ms` scaled where the alone steps are too few;
 `step_ms` keeps every step; `alone_ms` is fitted non-decreasing in the batch size, `non_decreasing`), and the
 throughput model
-takes a step's latency by whether a co-runner is running when it starts (docs/throughput.md, "Contention by
-state"). `workload.requests` holds the requests that ended in the window and, per model, how many of them it
+takes a step's latency by whether a co-runner is running when it starts. `workload.requests` holds the requests that ended in the window and, per model, how many of them it
 wrote a token of (`tokenrouter_requests_visiting_total`): `tune` holds that against the hops into the model,
 and warns where routing concentrates in a few requests (`plan_inputs.concentration_warnings`).
 
-Prompt prefills are priced apart. Servers from the fortieth session on count the steps that ran some request's
-first tokens on a model (`tokenrouter_first_steps_by_shape_total`, and the rows that were such first runs):
-those are the prefills. On servers from the thirty-fifth session on, which count steps by shape only
-(`tokenrouter_steps_by_shape_total`), a step whose longest row ran more than `prefill_above` new tokens is taken
-for one (64 by default: the largest extend the engine's CUDA graphs capture; that also takes a return after more
+Prompt prefills are priced apart. The metrics say their layout's version (`tokenrouter_metrics_schema`; an
+export without it is version 1). From version 2 the servers count the steps that ran some request's first tokens
+on a model (`tokenrouter_first_steps_by_shape_total`, and the rows that were such first runs): those are the
+prefills. A version 1 export is read by what it has: the first-run counters where it has them; else, where it
+counts steps by shape only (`tokenrouter_steps_by_shape_total`), a step whose longest row ran more than
+`prefill_above` new tokens is taken for one (64 by default: the largest extend the engine's CUDA graphs capture; that also takes a return after more
 than 64 tokens away). A prefill step leaves its batch size's latency, alone or beside. What it took beyond a step
 of its batch size becomes the profile's `prefill`: per model, those ms per token the system committed (the chain
 spreads them over the model's steps), per request that ended (`tune --request-tokens` spreads them over a load's
 requests) and per first run of a request there (the simulator adds them to a request's first step there;
 `prefill.py`). With 3,072-token prompts four prefills made the 8B's latency at 4 rows 15.9 ms against 6.6 for its
-other steps there (docs/throughput.md, "Prompt prefill").
+other steps there.
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
 --from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
@@ -54,9 +54,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from tokenrouter.compiler.throughput.inputs import StepLatency
-from tokenrouter.compiler.throughput.policy import policy_routing
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.throughput.inputs import StepLatency
+from tokenrouter.throughput.policy import policy_routing
+from tokenrouter.throughput.profile_format import Profile
 
 # new tokens in a step's longest row above which it is a prefill (the largest graphed extend)
 PREFILL_ABOVE = 64
@@ -80,8 +80,24 @@ _MEANS = {
 }
 
 
+# the newest layout of the metrics this reader knows (`tokenrouter_metrics_schema`); 1: exports without the gauge
+METRICS_SCHEMA = 2
+
+
 class MetricsProfileError(ValueError):
     """The metrics cannot make a profile; the message says what is missing."""
+
+
+def metrics_schema(metrics: dict) -> int:
+    """The layout version of a parsed export (`tokenrouter_metrics_schema`, 1 where it has none), refused where
+    it is newer than this reader knows."""
+    version = metrics.get(("tokenrouter_metrics_schema", ()), 1.0)
+    if version != int(version) or not 1 <= version <= METRICS_SCHEMA:
+        raise MetricsProfileError(
+            f"the metrics are of layout version {version:g} (tokenrouter_metrics_schema), which this tokenrouter "
+            f"does not read (versions 1 to {METRICS_SCHEMA}): read them with the tokenrouter of that server"
+        )
+    return int(version)
 
 
 def _check_models(models: list[str], metrics: dict) -> None:
@@ -108,7 +124,7 @@ def _check_models(models: list[str], metrics: dict) -> None:
 
 
 def _check_routing(plan: dict, *metrics: dict) -> None:
-    """Metrics of a server that publishes its plan (`tokenrouter_plan_info`, the forty-second session on) must
+    """Metrics of a server that publishes its plan (`tokenrouter_plan_info`) must
     be of a plan that routes as this one does (`routing_digest`): the same model names served by another policy
     (bernoulli at another `p`, r2r at another threshold) would make a profile of another routing's hops."""
     from tokenrouter.compiler.plan import routing_digest
@@ -175,10 +191,12 @@ def profile_from_metrics(
     thresholds: dict[str, int] = {}
     visits: dict[str, int] = {}  # model -> ended requests it wrote a token of
     # model -> (batch size, overlap) -> [steps, seconds, first runs] of the prefill steps: those that ran a request's
-    # first tokens (`first`, servers from the fortieth session on), or whose longest row ran > prefill_above (`long`)
+    # first tokens (`first`, where the server counts them), or whose longest row ran > prefill_above (`long`)
     first: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
     long: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
-    counts_first = any(name == "tokenrouter_first_steps_by_shape_total" for name, _ in a)
+    counts_first = metrics_schema(a) >= 2 or any(
+        name == "tokenrouter_first_steps_by_shape_total" for name, _ in a
+    )
     ended = 0.0
     # workload key -> model -> [events, seconds]: back-to-back steps and the host time between them; hops received
     # and their delay
@@ -262,7 +280,7 @@ def profile_from_metrics(
         ended,
         None if counts_first else visits,
     )
-    # the board counted steps alone, but too few for any model's latencies alone: `tune` warns (run 141: the
+    # the board counted steps alone, but too few for any model's latencies alone: `tune` warns (on the H200 the
     # 0.6B alone in 16 steps of a 4-round eager profile, and the plain chain chose a threshold 12 % slower)
     too_few: dict[str, int] = {}
     if not alone_ms:
@@ -287,10 +305,10 @@ def profile_from_metrics(
             )
         counts[x] = row
         routing[x] = {y: n / decisions for y, n in row.items()}
-    # servers before the twenty-second session report no uptime: no busy share then
+    # a server that reports no uptime gives no busy share
     busy_share = {x: busy[x][0] / busy[x][1] for x in models if x in busy and busy[x][1] > 0}
-    # host ms between back-to-back steps (servers from the twenty-seventh session on), and ms of delay per hop
-    # received (the twenty-eighth on); neither is in the chain yet
+    # host ms between back-to-back steps, and ms of delay per hop received, where the server counts them; neither
+    # is in the chain yet
     mean_ms = {
         what: {x: 1000.0 * by[x][1] / by[x][0] for x in models if x in by and by[x][0] >= min_steps}
         for what, by in means.items()
@@ -315,7 +333,7 @@ def profile_from_metrics(
             **({"steps_by_state": by_state} if by_state else {}),
             **({"alone_fit": "non-decreasing"} if by_state and fit_alone else {}),
             **({"alone_too_few": too_few} if too_few else {}),
-            # servers from the thirty-fifth session on: the ended requests, and how many each model wrote in
+            # where the server counts them: the ended requests, and how many each model wrote in
             **({"requests": {"ended": int(round(ended)), "visited": visits}} if visits and ended > 0 else {}),
             **(
                 {"prefill_steps": "first runs" if counts_first else f"longest row > {prefill_above}"}
@@ -407,9 +425,9 @@ def non_decreasing(points: list[tuple[int, float, float]]) -> tuple[list[tuple[i
     """The weighted least-squares non-decreasing fit (pool adjacent violators) of (batch size, ms, steps) points,
     and the runs of batch sizes it pooled into one mean. A step that no other step overlapped costs the model
     alone, and with more rows it costs no less; where a batch size's mean says otherwise, its steps are a
-    different mix: in run 86 the second profile's 0.6B took 1.74 ms at 3 rows alone (56 steps) against 1.24 at 4
-    (430), a state it rarely ran in there; the fixed (2, 6) row beside it ran it 1,028 times at 1.31 ms
-    (docs/throughput.md, "Contention by state"). Pooling weighs each mean by its steps."""
+    different mix: in one served H200 profile the 0.6B took 1.74 ms at 3 rows alone (56 steps) against 1.24 at 4
+    (430), a state it rarely ran in there; the fixed (2, 6) row beside it ran it 1,028 times at 1.31 ms.
+    Pooling weighs each mean by its steps."""
     blocks: list[list] = []  # [sum of ms x steps, steps, batch sizes]
     for bs, ms, n in points:
         blocks.append([ms * n, n, [bs]])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.throughput.inputs import SystemInputs
 
 _INT64_LIMIT = 2**62
 

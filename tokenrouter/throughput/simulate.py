@@ -9,8 +9,8 @@ discretization, sampled routing), so it checks the chain; and it covers what the
   at the entry model after a think time with mean `think_ms` (exponential, or hyperexponential with
   squared coefficient of variation `burstiness` > 1 for bursty arrivals). While fewer than N requests are
   active the thresholds are lowered by the runtime's rule (`effective_thresholds`, restated here because
-  the compiler does not import the runtime), and `max_delay_ms` starts a waiting queue anyway.
-- `held_rule` (the runtime's since the thirty-sixth session): a model also steps when every request it holds
+  the simulator does not import the runtime), and `max_delay_ms` starts a waiting queue anyway.
+- `held_rule` (the runtime's rule): a model also steps when every request it holds
   (it ran them, and they have not ended) is queued there, as no other row can join. With alike requests that
   never end, as the chain has them, it changes nothing after the first visits; with requests that end, or
   that route unlike each other, a model that few requests visit stops waiting for rows that would not come.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.throughput.inputs import SystemInputs
 
 _EPS = 1e-9  # ms: events closer than this are simultaneous
 # a step's rows this many or more are routed with numpy at once (fewer: one by one, which is faster for them)

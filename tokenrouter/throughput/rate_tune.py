@@ -2,7 +2,7 @@
 
 The chain (`optimize.tune`) chooses B for a closed loop's throughput: N requests always in flight. Below
 saturation that need not be the B with the lowest latency; on the H200 the chain's (2, 5) served TPOT p50
-8-16 % and the time from arrival p99 15-20 % above (1, 2) at 4 requests/s (docs/matrix.md, "Runs 161-166").
+8-16 % and the time from arrival p99 15-20 % above (1, 2) at 4 requests/s.
 Here each candidate is an open loop in the simulator (`SimConfig.arrivals_ms`: requests arrive at R per
 second, at most N in flight, each commits `request_tokens`, with the plan's batching timeout) and is ranked by
 one latency of its requests (`OBJECTIVES`).
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
-from tokenrouter.compiler.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
+from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
 
 # the objective's name -> (the latency, the statistic) of `SimResult.latency`
 OBJECTIVES = {
@@ -203,11 +203,11 @@ def measured_sizes(inputs: SystemInputs, measured: Collection[str] = ()) -> tupl
     """Per model, the largest batch size its step latency was measured at; infinite for a latency given as one
     constant, unless the model is one of `measured` (a profile's: one point is then a measurement at that size).
     Where a model is priced by state, the larger of its two latencies' (beside its co-runners and alone): a size
-    counts where either state measured it, as each state is common for one model and rare for the other (in run
-    163 the 0.6B's steps beside the 8B were measured at 1 row only, alone up to 11; the 8B's beside up to 4, alone
+    counts where either state measured it, as each state is common for one model and rare for the other (on one
+    H200 profile the 0.6B's steps beside the 8B were measured at 1 row only, alone up to 11; the 8B's beside up to 4, alone
     up to 10). A step of more rows is priced as that size's (`StepLatency`), which makes a larger threshold look
     cheaper than it is: on the H200 the chain chose B_llm = 5 over a profile measured up to 4 rows, priced at
-    7.34 ms, and the served 5-row steps took 9.55 ms (docs/matrix.md, "Runs 161-166")."""
+    7.34 ms, and the served 5-row steps took 9.55 ms."""
     out: list[int | float] = []
     for i, name in enumerate(inputs.models):
         curves = [inputs.step[i]] + ([a.step] if inputs.alone and (a := inputs.alone[i]) is not None else [])

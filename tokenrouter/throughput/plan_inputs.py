@@ -18,17 +18,19 @@ from typing import Any
 import numpy as np
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility
-from tokenrouter.compiler.throughput.colocation import calibrate, co_runners
-from tokenrouter.compiler.throughput.inputs import (
+from tokenrouter.compiler.plan import co_runners
+from tokenrouter.throughput.colocation import calibrate
+from tokenrouter.throughput.dtmc import analyze
+from tokenrouter.throughput.inputs import (
     AloneLatency,
     ColocationTerm,
     PrefillCost,
     StepLatency,
     SystemInputs,
 )
-from tokenrouter.compiler.throughput.optimize import TuneResult
-from tokenrouter.compiler.throughput.policy import policy_routing
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.throughput.optimize import TuneResult
+from tokenrouter.throughput.policy import policy_routing
+from tokenrouter.throughput.profile_format import Profile
 
 
 class ThroughputInputError(ValueError):
@@ -199,7 +201,7 @@ def system_from_plan(
         inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
         terms = _colocation_terms(models, profile, sources["step_ms"])
         if terms:
-            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile)
+            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile, analyze)
             warnings.extend(dropped)
         if profile is not None and profile.alone_ms:
             inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))
@@ -285,11 +287,10 @@ def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> lis
     far fewer requests than alike requests would: with h hops into model i per request, about n·exp(−h) of n
     requests alike would never reach it (hops spread at random over requests), and the chain assumes alike
     requests. Where routing concentrates
-    in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing in run 125), the
+    in a few (an untrained router on random weights: 13 of 16 requests sent the 8B nothing), the
     profile's share is a noisy sample, and a hop into i waits for rows that seldom come, up to max_delay_ms: on
-    the H200 the tuned (1, 2) served 0.82x eager there (docs/matrix.md, "Runs 124-126"); since a subserver steps
-    at once when every request it holds is runnable, a hop waits only for requests that visited i before and
-    are away (0.90-0.91x in run 128, "Runs 127-131"). Warned when at least 3
+    the H200 the tuned (1, 2) served 0.82x eager there; since a subserver steps at once when every request it
+    holds is runnable, a hop waits only for requests that visited i before and are away (0.90-0.91x). Warned when at least 3
     requests, and more than twice the alike figure plus 2, never reached i."""
     req = system.requests
     if not req:
@@ -457,7 +458,7 @@ def beyond_profile_warnings(inputs: SystemInputs, best) -> list[str]:
     """The chosen thresholds whose steps the step latencies do not reach: a latency is held at its largest
     batch size's beyond it (`StepLatency`), so where model i's threshold, or the chain's mean batch of its steps,
     is above that size, the chain prices those steps as if they had no more rows, and the prediction is the less
-    reliable. On the H200 (docs/matrix.md, "Runs 102-109") the eager profile at N = 16 had the 8B up to 10 rows;
+    reliable. On the H200 the eager profile at N = 16 had the 8B up to 10 rows;
     B_llm = 12 was priced at the 10-row 8.43 ms, served at 8.9-10.6 ms, and served 0.76x its prediction.
     A latency given as one constant is left alone."""
     out = []

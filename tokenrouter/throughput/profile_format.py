@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.compiler.throughput.inputs import StepLatency, check_prefill_ms
 from tokenrouter.outfile import finite_json, write_replacing
+from tokenrouter.throughput.inputs import StepLatency, check_prefill_ms
 
 PROFILE_FORMAT = "tokenrouter.profile/1"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs
-from tokenrouter.compiler.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
 
 HORIZON_MS = 20_000.0
 TIE = 0.01  # a relative difference of simulated throughput taken as noise

@@ -2,7 +2,7 @@
 
 A request's first step at a model runs its whole context (the prompt at the entry model; at another model,
 everything written before its first hop there). With long prompts those steps are several times a decode
-step: in run 152 (3,072-token prompts, docs/matrix.md "Runs 147-153") the 8B's four prefills at 4 rows took
+step: with 3,072-token prompts on the H200 the 8B's four prefills at 4 rows took
 83 ms each against 6.6 for its other steps there. Left in the step latency of whatever batch size they fell
 at, they make that batch size look slow and leave the others cheap; `from_metrics` takes them out and prices
 them apart (`PrefillCost.ms_per_token`: ms per token the whole system committed).
@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tokenrouter.compiler.throughput.inputs import SystemInputs, with_step_ms
+from tokenrouter.throughput.inputs import SystemInputs, with_step_ms
+from tokenrouter.throughput.ticks import alone_ticks, step_ticks
 
 _ROUNDS = 8
 # a change in the added ms per step below this (or below 1 % of it) ends the iteration
@@ -41,8 +42,6 @@ def solve(
 ):
     """The chain (`chain(inputs, thresholds, delta_ms, max_states)` solves one) with each model's prefill cost
     spread over its steps at the fixed point; the result carries the ms it added per step (`prefill_ms`)."""
-    from tokenrouter.compiler.throughput.dtmc import alone_ticks, step_ticks
-
     kappa = [c.ms_per_token if c is not None else 0.0 for c in inputs.prefill]
     cache: dict = {}
 

@@ -30,8 +30,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.dtmc import ChainError, ChainResult, alone_ticks, build_chain, step_ticks
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.throughput.dtmc import ChainError, ChainResult, alone_ticks, build_chain, step_ticks
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.tune_result import TuneResult, count_feasible, feasible
 
 METHOD = "sampled"
 EXACT_STATES = 50_000  # the exact chain where the probe's has at most this many states (`chain_fits`)
@@ -251,9 +252,9 @@ def sampled_analyze(
 ) -> ChainResult:
     """One candidate's sampled path (warm-up, a round, the final run), at the fixed point of the inputs' co-location
     terms and prefill costs as `dtmc.analyze` solves them (each solve one path, from the same seed)."""
-    from tokenrouter.compiler.throughput.colocation import solve as colocated
-    from tokenrouter.compiler.throughput.prefill import has_prefill
-    from tokenrouter.compiler.throughput.prefill import solve as prefilled
+    from tokenrouter.throughput.colocation import solve as colocated
+    from tokenrouter.throughput.prefill import has_prefill
+    from tokenrouter.throughput.prefill import solve as prefilled
 
     def plain(inp: SystemInputs, b: tuple[int, ...], d: float, _max_states: int) -> ChainResult:
         return race(inp, [tuple(b)], d, seed)[0][0]
@@ -273,8 +274,6 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
     """B* by racing sampled paths of the chain (module docstring); a `TuneResult` whose method is `METHOD`, its
     results in the last race's order (the finalists best first, from their final runs; then the others, the
     last dropped first), then the candidates that did not reach it, by their T."""
-    from tokenrouter.compiler.throughput.optimize import TuneResult, count_feasible, feasible
-
     t0 = time.perf_counter()
     n, m = inputs.concurrency, inputs.n_models
     free = [i for i in range(m) if i not in fixed]
@@ -328,5 +327,5 @@ def describe(result) -> str:
         f"sampled chain (the exact chains are too many or too large): {len(result.results)} candidates raced over {s['levels']} "
         f"level{'s' if s['levels'] > 1 else ''}, the {s['final_race']} nearest the best again, the "
         f"{s['finalists']} finalists over {best.sampled_epochs} epochs each; B*'s T ± {best.stderr_tok_s:.2f} tok/s "
-        '(one standard error; docs/throughput.md, "Large N")'
+        '(one standard error; docs/tuning.md, "Large N")'
     )

@@ -12,10 +12,9 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from tokenrouter.compiler.passes.check_feasibility import feasibility_error
-from tokenrouter.compiler.throughput.dtmc import (
+from tokenrouter.throughput.dtmc import (
     DEFAULT_DELTA_MS,
     DEFAULT_MAX_STATES,
     ChainError,
@@ -23,56 +22,12 @@ from tokenrouter.compiler.throughput.dtmc import (
     analyze,
     too_many_states,
 )
-from tokenrouter.compiler.throughput.inputs import SystemInputs
+from tokenrouter.throughput.inputs import SystemInputs
+from tokenrouter.throughput.tune_result import TuneResult, count_feasible, feasible
 
 
 class TuneError(ValueError):
     """Thresholds cannot be tuned for these inputs (the message says why)."""
-
-
-@dataclass(slots=True)
-class TuneResult:
-    models: tuple[str, ...]
-    concurrency: int
-    delta_ms: float
-    fixed: dict[str, int]
-    method: str  # "exhaustive" (every chain solved) or `large_n.METHOD` (sampled)
-    n_feasible: int  # size of the feasible candidate set
-    results: list[ChainResult] = field(default_factory=list)  # evaluated candidates, best first
-    failed: dict[tuple[int, ...], str] = field(default_factory=dict)  # candidates whose chain failed
-    seconds: float = 0.0
-    sampling: dict | None = None  # the sampled search's settings (`large_n.py`); None: every chain solved
-    chosen: int = (
-        0  # index in `results` of the candidate chosen (0, the chain's best, unless `tune` kept another)
-    )
-
-    @property
-    def best(self) -> ChainResult:
-        return self.results[self.chosen]
-
-    def best_thresholds(self) -> dict[str, int]:
-        return dict(zip(self.models, self.best.thresholds, strict=True))
-
-    def as_dict(self, top: int | None = None) -> dict:
-        shown = self.results if top is None else self.results[:top]
-        return {
-            "concurrency": self.concurrency,
-            "delta_ms": self.delta_ms,
-            "fixed": dict(self.fixed),
-            "method": self.method,
-            "feasible_candidates": self.n_feasible,
-            "evaluated": len(self.results) + len(self.failed),
-            "best": self.best_thresholds(),
-            "throughput_tok_s": self.best.throughput,
-            "seconds": round(self.seconds, 3),
-            "candidates": [r.as_dict(self.models) for r in shown],
-            "failed": {",".join(map(str, b)): msg for b, msg in self.failed.items()},
-            **({"sampling": self.sampling} if self.sampling else {}),
-        }
-
-
-def feasible(b: tuple[int, ...], n: int) -> bool:
-    return sum(x - 1 for x in b) < n
 
 
 def candidates(m: int, n: int, fixed: Mapping[int, int]) -> list[tuple[int, ...]]:
@@ -105,7 +60,7 @@ def tune(
     n, m = inputs.concurrency, inputs.n_models
     fixed_idx = fixed_indices(inputs, fixed)
     n_feasible = count_feasible(m - len(fixed_idx), n - sum(v - 1 for v in fixed_idx.values()))
-    from tokenrouter.compiler.throughput.large_n import chain_fits, tune_sampled  # the one hook to `large_n`
+    from tokenrouter.throughput.large_n import chain_fits, tune_sampled  # the one hook to `large_n`
 
     t0 = time.perf_counter()
     if n_feasible > exhaustive_limit or not chain_fits(inputs, fixed_idx, delta_ms):
@@ -143,12 +98,3 @@ def tune(
         failed=failed,
         seconds=time.perf_counter() - t0,
     )
-
-
-def count_feasible(k: int, budget: int) -> int:
-    """Number of (x_1..x_k) ≥ 0 with Σ x < budget, each x ≤ N − 1 (implied): C(budget − 1 + k, k)."""
-    if budget <= 0:
-        return 0
-    from math import comb
-
-    return comb(budget - 1 + k, k)

@@ -92,7 +92,7 @@ class AloneLatency:
     (counting the steps that start at the same moment) takes `step`; one it starts while any of them is takes
     the model's own latency, which is then the latency measured beside them (a served eager profile). With
     delayed batching the two alternate by state: at N = 8 and B_llm = 5, the 0.6B's steps of 4-8 rows find
-    the 8B waiting to gather its batch (docs/throughput.md, "Contention by state"). With two models a step
+    the 8B waiting to gather its batch. With two models a step
     started alone stays alone (the other starts only on hops that steps send when they end); the busy board
     measures `step` from the steps that no co-runner step overlapped."""
 
@@ -108,7 +108,7 @@ class AloneLatency:
 class PrefillCost:
     """Model i's prompt prefills, priced apart from its step latency `L_i(b)` (which then holds the steps
     without them): the steps whose longest row ran more new tokens than the engine's CUDA graphs hold took
-    this much longer than a step of their batch size (`from_metrics`, docs/throughput.md "Prompt prefill").
+    this much longer than a step of their batch size (`from_metrics`).
     `ms_per_token`: those ms per token the whole system committed; the chain adds `ms_per_token` × (tokens the
     system commits per step of i) to every step of i, at its own fixed point (`prefill.py`). `ms_per_visit`:
     the same ms per request that reached model i, which the simulator adds to each step for every request

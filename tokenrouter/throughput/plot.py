@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenrouter.compiler.throughput.optimize import TuneResult
 from tokenrouter.plotting import figure
+from tokenrouter.throughput.optimize import TuneResult
 
 
 def plot_tuning(result: TuneResult, path: str | Path, title: str = "") -> None:

@@ -6,7 +6,7 @@ For a two-model plan that is enough to give each request its own entry-model row
 model made one hop more out than back), and the entry model's decisions = its stays + those hops, where a
 kept hop (c = 1) commits one of the entry model's tokens and a dropped one (c = 0) commits none. Requests
 that are not alike (a router that fires on some prompts only) then run as they did, which the chain, with
-N alike requests in flight forever, cannot describe (docs/throughput.md).
+N alike requests in flight forever, cannot describe.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenrouter.compiler.throughput.inputs import PrefillCost, SystemInputs
+from tokenrouter.throughput.inputs import PrefillCost, SystemInputs
 
 
 class WorkloadError(ValueError):

@@ -9,7 +9,8 @@
   (`TokenOut.hop_to`: a hop to j, or none = the request stayed; a request's final step, which ends it, is
   not a decision and is not counted). `p_ij = count_ij / Σ_j count_ij`.
 
-The runtime is imported only inside these functions (the compiler does not otherwise depend on it).
+The runtime is imported only inside these functions (the rest of the throughput model does not depend on it,
+and the runtime never imports the throughput model).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from tokenrouter.compiler.throughput.inputs import StepLatency
-from tokenrouter.compiler.throughput.profile_format import Profile
+from tokenrouter.throughput.inputs import StepLatency
+from tokenrouter.throughput.profile_format import Profile
 
 
 class ProfileRunError(ValueError):
