@@ -669,7 +669,7 @@ def _extend_verdict(target: str, ext: list[dict], replaced: dict) -> dict:
 
 def attention_sweep(args, results: dict) -> None:
     """The paged-attention kernel alone, bs 16 x ctx 4096, over its launch options."""
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     bs, ctx, dim = 16, 4096, 128
     print(f"\nPaged attention kernel alone, bs {bs}, ctx {ctx}, head_dim {dim}, bf16 (us per call):\n")
@@ -784,7 +784,7 @@ def kernel_resources() -> list[dict]:
     on this GPU's Triton is a lead on where time goes; ptxas may spill differently across versions)."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     out = []
     for fn in vars(tk).values():
@@ -929,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda")
     bandwidth = measure_copy_bandwidth(device)
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:],

@@ -43,10 +43,10 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import Contexts, build_engine, graph_step, parse_steps, time_pair  # noqa: E402
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
 from tokenrouter.runtime.engine.attention import tuned_tiles  # noqa: E402
 from tokenrouter.runtime.engine.attention.triton_backend import DOT_ROWS_ENV, ENGINE_OFF_ENV  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
+from tokenrouter.runtime.engine.kernels import attention as tk  # noqa: E402
 
 
 def _desc(c: triton.Config) -> dict:

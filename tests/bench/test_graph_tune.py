@@ -25,7 +25,7 @@ def graph_tune(bench_script):
 def test_candidates_cover_k_in_one_tile(graph_tune, k):
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     cands = graph_tune.dot_rows_candidates(k)
     assert len(cands) >= 10
@@ -76,7 +76,7 @@ def test_register_caps_reach_the_table(graph_tune):
     the kernel's check accepts; `table_config` reads it back."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     base = triton.Config({"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 8}, num_warps=4, num_stages=1)
     cap = graph_tune.capped(base, 128)
@@ -116,7 +116,7 @@ def test_gemv_rows_results_reach_the_table(graph_tune):
     the GEMV's with BLOCK_M 2, in a form the kernel's check accepts (one candidate of its own list)."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     best = tk._GEMV_FEW_CONFIGS[2][3]
     assert isinstance(best, triton.Config)

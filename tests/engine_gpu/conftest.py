@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-KERNELS = "tokenrouter.runtime.engine.attention.triton_kernels"
+KERNELS = "tokenrouter.runtime.engine.kernels.attention"
 
 if not torch.cuda.is_available():
     if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":

@@ -27,7 +27,7 @@ def compile_all(full: bool = False) -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     target = GPUTarget("cuda", 90, 32)
     done = []
@@ -254,7 +254,7 @@ def test_kernels_compile_for_sm90():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CPU compiles each path once)")
 def test_every_tile_config_compiles_for_sm90():
     lines = compiled("full")
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
     assert gemvs == 2 * 14 + 1
@@ -275,7 +275,7 @@ def few_row_loop_conversions() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as tk
 
     fn = tk._gemv_few_kernel
     ptrs = dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16")

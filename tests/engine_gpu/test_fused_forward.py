@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
     ATTN_SPLIT_ROWS,
     ATTN_SPLIT_ROWS_ENV,
@@ -30,6 +29,7 @@ from tokenrouter.runtime.engine.attention.triton_backend import (
 )
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import attention as tk
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
 
@@ -647,7 +647,7 @@ def test_autotune_cache_from_the_environment(monkeypatch):
     import sys
 
     probe = (
-        "import tokenrouter.runtime.engine.attention.triton_kernels as tk;"
+        "import tokenrouter.runtime.engine.kernels.attention as tk;"
         "print([a.cache_results for a in (tk._gemv, tk._gemv_base, tk._dot_rows, *tk._gemv_few.values())])"
     )
     for value, want in ((None, True), ("0", False), ("off", False), ("1", True)):

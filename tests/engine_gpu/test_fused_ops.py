@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import attention as tk
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

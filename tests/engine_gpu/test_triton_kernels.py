@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.kernels import attention as tk
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_fused_ops import linear_case
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionConfig
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
+from tokenrouter.runtime.engine.kernels import attention as tk
 
 H200_QKV = dict(
     N=4096, K=1024, SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True, BLOCK_X=16

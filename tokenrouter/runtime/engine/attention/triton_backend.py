@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import attention as tk
 
 GEMV_ROWS_MAX = 2  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. Run J
 # (docs/benchmarks.md): with `dot_prefetch`, `dot_rows` took the 0.6B's 3-4 token steps in 0.93-0.96x the time
