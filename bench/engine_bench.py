@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import platform
 import statistics
 import sys
@@ -50,12 +49,10 @@ import torch
 
 from tokenrouter.runtime.engine.attention.triton_backend import (
     DOT_ROWS_NARROW_MAX,
-    ENGINE_OFF_ENV,
     FAST_PATH_OPTIONS,
     GEMV_ROWS_MAX,
-    OPT_IN_OPTIONS,
 )
-from tokenrouter.runtime.engine.config import ModelConfig
+from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
 from tokenrouter.runtime.engine.embedded import EmbeddedEngine, EngineConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
@@ -146,7 +143,12 @@ def median_pass(runs: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def build_engine(
-    name: str, max_tokens: int, max_batch: int, graphs: bool, graph_config: CudaGraphConfig | None = None
+    name: str,
+    max_tokens: int,
+    max_batch: int,
+    graphs: bool,
+    graph_config: CudaGraphConfig | None = None,
+    tuning: EngineTuning | None = None,
 ) -> EmbeddedEngine:
     """The engine on random weights; with `graph_config`, graphs for those shapes only."""
     config = ModelConfig.from_dict(config_dict(shape_for(name)), name)
@@ -160,6 +162,7 @@ def build_engine(
         max_batch=max_batch,
         max_reqs=max_batch,
         cuda_graph=graphs and graph_config is None,
+        tuning=tuning or EngineTuning(),
     )
     engine = EmbeddedEngine(model, config, settings, name=name)
     if graphs and graph_config is not None:
@@ -232,15 +235,12 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
     try:
         engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
     except Exception as e:  # noqa: BLE001 — one retry without the launch mode this GPU stack may lack
-        off = os.environ.get(ENGINE_OFF_ENV, "")
-        if "pdl" in off.split(","):
-            raise
-        print(f"\n**{name}: building with graphs failed ({type(e).__name__}: {e}); retrying with pdl and "
-              f"attn_prefetch off**", flush=True)  # fmt: skip
+        print(f"\n**{name}: building with graphs failed ({type(e).__name__}: {e}); retrying with pdl "
+              f"off**", flush=True)  # fmt: skip
         results.setdefault("fallbacks", []).append(dict(shape=name, error=f"{type(e).__name__}: {e}"))
-        os.environ[ENGINE_OFF_ENV] = ",".join(filter(None, [off, "pdl", "attn_prefetch"]))
         torch.cuda.empty_cache()
-        engine = build_engine(name, rows * ctx_max + 64, rows, graphs=True, graph_config=graph_config)
+        no_pdl = EngineTuning(pdl=False)
+        engine = build_engine(name, rows * ctx_max + 64, rows, True, graph_config, no_pdl)
     runner = engine.graph_runner
     setup_s = time.perf_counter() - t0
     wbytes = weight_bytes(engine)
@@ -250,7 +250,7 @@ def bench_shape(name: str, args, bandwidth: float, results: dict) -> None:
         "floor_ms": floor_ms,
         "setup_s": setup_s,
         "capture_s": runner.capture_seconds,
-        "options": engine.attn_backend.options(),
+        "options": switch_states(engine.attn_backend),
         "gemv_rows_max": engine.attn_backend.gemv_rows_max,
         "gemv_rows_batch_max": engine.attn_backend.gemv_rows_batch_max,
     }
@@ -347,17 +347,19 @@ def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: 
 NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skipped
     "pdl",
     "gemv_norm",
-    "wide_splits",
     "attn_prefetch",
-    "gemv_tiles",
-    "one_copy_inputs",
-    "attn_eager_loads",
-    "decode_no_gather",
 )
 
+# What an ablation row may turn off: the fast path's parts and the on/off fields of `EngineTuning` (the
+# backend keeps them as attributes of the same names)
+SWITCHES = (*FAST_PATH_OPTIONS, "tuned_tiles", "pdl")
 
-# Engine parts that are off by default (`OPT_IN_OPTIONS`): an ablation row naming one turns it on.
-OPT_IN = OPT_IN_OPTIONS.keys()
+
+def switch_states(backend) -> dict[str, bool]:
+    """The state of each of SWITCHES (for the results' record)."""
+    return {name: getattr(backend, name) for name in SWITCHES}
+
+
 # Backend sizes an ablation row may set ("gemv_rows_max=2"): the steps each kernel takes
 SETTINGS = {
     "gemv_rows_max",
@@ -377,7 +379,7 @@ SETTINGS = {
 
 # The parts added for the two targets still missed after the gemv_rows run (0.6B bs 1 decode at ctx 4096,
 # 0.6B bs 1 extends): timed first, each where it acts (see `ablation_plan`).
-NEW_AFTER_GEMV_ROWS = ("fused_merge", "last_norm_rows")
+NEW_AFTER_GEMV_ROWS = ("fused_merge",)
 
 
 def ablation_plan(
@@ -400,10 +402,10 @@ def ablation_plan(
     blocks), the attention's KV tiles there and at the bs 1 extends. With `dot_rows_max` (0: the model is
     too large for it, or it is off; decodes up to `dot_rows_decode_max` rows, None: the same), the tensor-core
     few-row kernel's 17-32 token steps on cuBLAS (`dot_rows_max=16`, where it takes them: by default with
-    tuned 32-row tiles, or TOKENROUTER_DOT_ROWS=32)
+    tuned 32-row tiles, or `EngineTuning.dot_rows_max` 32)
     first, then its tiles tuned in the graph (`tuned_tiles`) and the kernel itself (`dot_rows`), at every
     measured step of 2 to `dot_rows_max` tokens that `gemv_rows` does not take, then its weight prefetch off
-    (`dot_prefetch`) and its folded add & RMSNorm on at every such step (`dot_rows_norm`, opt-in), then off at
+    (`dot_prefetch`), then its folded add & RMSNorm off at
     the steps of up to `dot_rows_norm_max` tokens, where the tuned tables fold it (`dot_rows_norm_max=0`);
     then the 3-4 token steps on the few-row GEMV (`gemv_rows_max=4`; on dot_rows with
     `gemv_rows_max=2` when the GEMV takes them) and the GEMV's 2-token steps on dot_rows (`gemv_rows_max=1`)."""
@@ -440,7 +442,6 @@ def ablation_plan(
         plan.append(("no tuned_tiles (the autotuner's dot_rows and GEMV tiles)", ("tuned_tiles",), tuned))
         plan.append(("no dot_rows", ("dot_rows",), dot_rows))
         plan.append(("no dot_prefetch", ("dot_prefetch",), dot_rows))
-        plan.append(("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), dot_rows))
         folded = [p for p in dot_rows if p[1] * p[2] <= dot_rows_norm_max]  # the tables' folded row blocks
         if folded:
             plan.append(("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",), folded))
@@ -457,8 +458,6 @@ def ablation_plan(
     plan.append(
         ("no fused_merge", ("fused_merge",), decode + [p for p in bs1_extends if p[2] == min(extend_q)])
     )
-    if bs1_extends:
-        plan.append(("no last_norm_rows", ("last_norm_rows",), bs1_extends))
     before = (*NEW_AFTER_GEMV_ROWS, *NEW_SINCE_AB, "gemv_rows")
     plan.append(("before (" + ", ".join(before) + " off)", before, decode))
     if few_rows:
@@ -478,9 +477,9 @@ def ablation_plan(
 
 
 def unknown_names(names) -> set[str]:
-    """The entries of an ablation row's names that are neither a fast-path part, an opt-in part nor a size
-    setting with an integer value (SIZE=N)."""
-    unknown = {n for n in names if "=" not in n} - FAST_PATH_OPTIONS.keys() - OPT_IN
+    """The entries of an ablation row's names that are neither one of SWITCHES nor a size setting with an
+    integer value (SIZE=N)."""
+    unknown = {n for n in names if "=" not in n} - set(SWITCHES)
     for name in (n for n in names if "=" in n):
         size, _, value = name.partition("=")
         if size not in SETTINGS or not value.isdigit():
@@ -489,7 +488,7 @@ def unknown_names(names) -> set[str]:
 
 
 def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tuple[str, tuple, list]]:
-    """--ablate "a,b=2,c+d=3": one row per entry (a part off, an opt-in part on, or a size set; "+" joins
+    """--ablate "a,b=2,c+d=3": one row per entry (a part off or a size set; "+" joins
     changes made together in one row), each at every measured step (the decodes of --decode-bs, then the
     extends), instead of `ablation_plan`'s rows."""
     points = [(ctx, bs, 1) for ctx in ctxs for bs in decode_bs]
@@ -498,9 +497,9 @@ def named_ablation(names: str, ctxs, extend_bs, extend_q, decode_bs) -> list[tup
     for entry in filter(None, (n.strip() for n in names.split(","))):
         row = tuple(n.strip() for n in entry.split("+"))
         if bad := unknown_names(row) | ({""} & set(row)):
-            raise SystemExit(f"--ablate: {', '.join(map(repr, sorted(bad)))} in {entry!r}: not a fast-path part, "
-                             f"an opt-in part or SIZE=N ({', '.join(sorted(SETTINGS))})")  # fmt: skip
-        label = " + ".join(f"{n} on" if n in OPT_IN else (n if "=" in n else f"no {n}") for n in row)
+            raise SystemExit(f"--ablate: {', '.join(map(repr, sorted(bad)))} in {entry!r}: not a fast-path part "
+                             f"or SIZE=N ({', '.join(sorted(SETTINGS))})")  # fmt: skip
+        label = " + ".join(n if "=" in n else f"no {n}" for n in row)
         plan.append((label, row, points))
     return plan
 
@@ -511,16 +510,14 @@ def settings(names) -> dict[str, int]:
 
 
 def parts(names) -> dict:
-    """An ablation row's record of what it changed: parts_off (and parts_on, the opt-in parts it turned on;
-    settings, the backend sizes it set)."""
-    on = [n for n in names if n in OPT_IN]
-    off = [n for n in names if n not in OPT_IN and "=" not in n]
-    extra = ({"parts_on": on} if on else {}) | ({"settings": settings(names)} if settings(names) else {})
+    """An ablation row's record of what it changed: parts_off (and settings, the backend sizes it set)."""
+    off = [n for n in names if "=" not in n]
+    extra = {"settings": settings(names)} if settings(names) else {}
     return dict(parts_off=off, **extra)
 
 
 def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: str) -> None:
-    """Each planned variant: the options off (opt-in ones on), graphs captured again for its points' shapes
+    """Each planned variant: the options off, graphs captured again for its points' shapes
     only, each point timed in alternation with the default (the main runner)."""
     backend = engine.attn_backend
 
@@ -537,8 +534,8 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
 
         return run
 
-    print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off, or an "
-          f"opt-in part on), ms:\n")  # fmt: skip
+    print(f"\nAblation, {name} (CUDA graphs; each row: the default vs the same step with parts off or "
+          f"sizes set), ms:\n")  # fmt: skip
     print("| parts off | ctx | bs | q | default | parts off | off / default | max logit diff / max logit |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     started = time.perf_counter()
@@ -561,12 +558,12 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
         if time.perf_counter() - started > args.ablation_budget_s:
             print(f"| {label} | skipped: past --ablation-budget-s {args.ablation_budget_s:g} | | | | | | |")
             continue
-        saved = backend.options() | {k: getattr(backend, k) for k in SETTINGS}
+        saved = switch_states(backend) | {k: getattr(backend, k) for k in SETTINGS}
         sizes = settings(off)
         switches = [o for o in off if "=" not in o]
         default_state = {o: saved[o] for o in (*switches, *sizes)}
-        # a fast-path part off, an opt-in part on, a size set
-        variant_state = {o: o in OPT_IN for o in switches} | sizes
+        # a switch off, a size set
+        variant_state = dict.fromkeys(switches, False) | sizes
         set_options(variant_state)
         try:
             shapes = sorted({(bs, q) for _, bs, q in points})
@@ -581,8 +578,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
             timed, diffs = {}, {}
             for pt in points:
                 fb = ctxs.batch(pt[1], pt[0], pt[2])
-                # default and variant in alternation (`time_pair`); a replay reads `one_copy_inputs`, so each
-                # side runs with its own option state
+                # default and variant in alternation (`time_pair`), each side with its own option state
                 timed[pt] = time_pair(
                     in_state(default_state, graph_step(engine.graph_runner, fb)),
                     in_state(variant_state, graph_step(runner, fb)),
@@ -669,7 +665,7 @@ def _extend_verdict(target: str, ext: list[dict], replaced: dict) -> dict:
 
 def attention_sweep(args, results: dict) -> None:
     """The paged-attention kernel alone, bs 16 x ctx 4096, over its launch options."""
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as ka
 
     bs, ctx, dim = 16, 4096, 128
     print(f"\nPaged attention kernel alone, bs {bs}, ctx {ctx}, head_dim {dim}, bf16 (us per call):\n")
@@ -694,7 +690,7 @@ def attention_sweep(args, results: dict) -> None:
             for warps in (4, 8):
                 for stages in (1, 2, 3):
                     call = functools.partial(
-                        tk.paged_attention, q, k_buf, v_buf, out, table, req, seq, starts, ext, q_len,
+                        ka.paged_attention, q, k_buf, v_buf, out, table, req, seq, starts, ext, q_len,
                         dim**-0.5, block_m=block_m, num_warps=warps, num_stages=stages,
                     )  # fmt: skip
                     us = time_step(call, target_s=0.05) * 1e6
@@ -784,10 +780,11 @@ def kernel_resources() -> list[dict]:
     on this GPU's Triton is a lead on where time goes; ptxas may spill differently across versions)."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention, dot_rows, elementwise, linear
 
     out = []
-    for fn in vars(tk).values():
+    jitted = [fn for module in (attention, elementwise, linear, dot_rows) for fn in vars(module).values()]
+    for fn in jitted:
         if not isinstance(fn, triton.runtime.JITFunction):
             continue
         for cache in getattr(fn, "device_caches", {}).values():
@@ -901,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--ablate",
         default="",
-        help="--targets: instead of the planned ablation, these parts off (opt-in parts on, SIZE=N set), "
+        help="--targets: instead of the planned ablation, these parts off (or SIZE=N set), "
         "comma-separated, each at every measured step (e.g. pdl,dot_prefetch,attn_prefetch)",
     )
     p.add_argument(
@@ -929,11 +926,11 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda")
     bandwidth = measure_copy_bandwidth(device)
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import common as kc
 
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(), copy_bandwidth_Bps=bandwidth, argv=sys.argv[1:],
-               pdl_supported=tk.PDL_SUPPORTED)  # fmt: skip
+               pdl_supported=kc.PDL_SUPPORTED)  # fmt: skip
     results: dict = {
         "env": env,
         "shapes": {},
@@ -945,7 +942,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"## Engine step latency on {env['gpu']} (torch {env['torch']}, triton {env['triton']})\n")
     print(
-        f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s; Triton PDL supported: {tk.PDL_SUPPORTED}"
+        f"Copy bandwidth (read + write): {bandwidth / 1e12:.2f} TB/s; Triton PDL supported: {kc.PDL_SUPPORTED}"
     )
     if args.attention_sweep:
         attention_sweep(args, results)

@@ -10,7 +10,7 @@ coordinate descent over candidate configs, each captured into fresh graphs (the 
 overridden; nothing is written to disk) and timed in alternation with the best so far on the steps that run
 that kernel. Kernels: `dot_rows` (steps of 3-32 tokens; objective: `--objective`, by default the bs-1 extends
 of 4 and 8 tokens, which run the 16-row block; `--objective 4x8` tunes the 32-row block's keys, with
-TOKENROUTER_DOT_ROWS=32 set for this process) and `gemv` (one-token steps; objective: the bs-1 decode).
+`EngineTuning(dot_rows_max=32)` for this process's engine) and `gemv` (one-token steps; objective: the bs-1 decode).
 `--maxnreg 128,168` also times each `dot_rows` candidate under those register caps (a cap lets more programs
 share an SM, so that under PDL the next kernel's programs find room to start early; it may spill), and
 `--start table` starts from the shipped table's configs instead of the autotuner's; `--keys` and `--tiles`
@@ -19,7 +19,7 @@ narrow the search to some layers and some tiles.
     python3 bench/graph_tune.py --shape qwen3-0.6b --kernels dot_rows --out out/graph_tune --table tiles.json
 
 `--table` writes the tuned `dot_rows` configs as a table that the engine reads with
-TOKENROUTER_TUNED_TILES=tiles.json (the shipped one, tuned_tiles.json, came from this script on the H200).
+`EngineTuning(tuned_tiles_files=("tiles.json",))` (the shipped one, tuned_tiles.json, came from this script on the H200).
 The table holds the tuned `gemv` configs as well (the one-token GEMV is autotuned the same way, and its
 picks differed between machines: run R, docs/benchmarks.md), and `gemv_rows`' (the few-row GEMV of the
 2-token steps; objective `--objective 1x2`).
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -43,10 +42,11 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import Contexts, build_engine, graph_step, parse_steps, time_pair  # noqa: E402
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk  # noqa: E402
 from tokenrouter.runtime.engine.attention import tuned_tiles  # noqa: E402
-from tokenrouter.runtime.engine.attention.triton_backend import DOT_ROWS_ENV, ENGINE_OFF_ENV  # noqa: E402
+from tokenrouter.runtime.engine.config import EngineTuning  # noqa: E402
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner  # noqa: E402
+from tokenrouter.runtime.engine.kernels import dot_rows as kd  # noqa: E402
+from tokenrouter.runtime.engine.kernels import linear as kl
 
 
 def _desc(c: triton.Config) -> dict:
@@ -79,7 +79,7 @@ GEMV_ROWS_BLOCK = 2
 def key_fields(key: tuple, kernel: str = "dot_rows") -> tuple[dict, str]:
     """An autotuner key of `dot_rows` (or `gemv`, `gemv_rows`) as the tuned tables' key fields, and the dtype's
     name."""
-    names = tk.DOT_ROWS_KEY if kernel == "dot_rows" else tk.GEMV_KEY
+    names = kd.DOT_ROWS_KEY if kernel == "dot_rows" else kl.GEMV_KEY
     if kernel == "dot_rows" and isinstance(key[len(names) - 1], str):  # before BLOCK_X was in the key
         key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])  # (run O): 16 rows
     fields = dict(zip(names, key[: len(names)], strict=True))
@@ -92,13 +92,13 @@ def dot_rows_candidates(k: int) -> list[triton.Config]:
     """The product's one-tile configs for this K, and one-tile configs of every (BLOCK_W, BLOCK_K) with the
     fewest splits that cover K (at most the scratch's split count), 4 warps (and 8 for 256-1024 wide tiles)."""
     out = [
-        c for c in tk._DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
+        c for c in kd._DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
     ]
     seen = {(c.kwargs["BLOCK_W"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps) for c in out}
     for bw in (16, 32, 64, 128):
         for bk in (128, 256, 512, 1024):
             split = triton.cdiv(k, bk)
-            if split > tk._DOT_ROWS_MAX_SPLIT or bw * bk > 64 * 512:  # registers / shared memory
+            if split > kd._DOT_ROWS_MAX_SPLIT or bw * bk > 64 * 512:  # registers / shared memory
                 continue
             for warps in (4, 8) if bk >= 256 else (4,):
                 if (bw, bk, split, warps) in seen:
@@ -120,16 +120,16 @@ def explicit_tiles(text: str) -> list[triton.Config]:
         if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
             raise ValueError(f"{item!r} is not BLOCK_W,BLOCK_K,SPLIT_K,warps")
         bw, bk, sk, warps = (int(p) for p in parts)
-        tk.check_tile_config(
+        kd.check_tile_config(
             "dot_rows", dict(BLOCK_W=bw, BLOCK_K=bk, SPLIT_K=sk, num_warps=warps, num_stages=1)
         )
         out.append((bw, bk, sk, warps, 1))
-    return tk._dot_configs(out)
+    return kd._dot_configs(out)
 
 
 def objective_steps(text: str) -> list[tuple[int, int]]:
     """--objective "1x4,1x8": (requests, new tokens each) per extend; at most 32 tokens, q >= 2."""
-    steps = parse_steps(text, "--objective", min_q=2, max_tokens=tk.DOT_ROWS_LIMIT)
+    steps = parse_steps(text, "--objective", min_q=2, max_tokens=kd.DOT_ROWS_LIMIT)
     if len({bs * q <= 16 for bs, q in steps}) > 1:
         raise SystemExit("--objective: one or more extends, all of at most 16 tokens or all of 17-32")
     return steps
@@ -254,7 +254,7 @@ def main() -> None:
         "--table",
         default=None,
         help="write the tuned dot_rows configs here, in the format that "
-        "TOKENROUTER_TUNED_TILES reads (tokenrouter/runtime/engine/attention/tuned_tiles.py)",
+        "EngineTuning.tuned_tiles_files reads (tokenrouter/runtime/engine/attention/tuned_tiles.py)",
     )
     ap.add_argument(
         "--objective",
@@ -295,14 +295,11 @@ def main() -> None:
     try:
         maxnreg = tuple(int(r) for r in filter(None, args.maxnreg.split(",")))
         for r in maxnreg:
-            tk.check_tile_config(
+            kd.check_tile_config(
                 "dot_rows", dict(BLOCK_W=16, BLOCK_K=16, SPLIT_K=1, num_warps=4, num_stages=1, maxnreg=r)
             )
     except ValueError as e:
         raise SystemExit(f"--maxnreg {args.maxnreg!r}: {e}") from None
-    # the autotuner's choices are the starting point: the engine's shipped table must not replace them
-    off = os.environ.get(ENGINE_OFF_ENV, "")
-    os.environ[ENGINE_OFF_ENV] = ",".join(filter(None, [off, "tuned_tiles"]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
@@ -320,11 +317,11 @@ def main() -> None:
     )
     # dot_rows' keys of the objective's row block (16 or 32 rows)
     block_x = 16 if max(bs * q for bs, q in steps) <= 16 else 32
-    # with tuned_tiles off (above) the engine's default reach is 16 tokens
-    if block_x == 32 and not os.environ.get(DOT_ROWS_ENV):
-        os.environ[DOT_ROWS_ENV] = str(tk.DOT_ROWS_LIMIT)
+    # the autotuner's choices are the starting point: the engine's shipped table must not replace them; with
+    # tuned_tiles off the engine's default reach is 16 tokens
+    tuning = EngineTuning(tuned_tiles=False, dot_rows_max=kd.DOT_ROWS_LIMIT if block_x == 32 else None)
     # autotunes every key
-    engine = build_engine(args.shape, 4096 * max(sizes) + 64, max(sizes), graphs=True, graph_config=graph_cfg)
+    engine = build_engine(args.shape, 4096 * max(sizes) + 64, max(sizes), True, graph_cfg, tuning)
     ctxs = Contexts(engine, max(sizes), 4096)
     shapes = [(f"decode bs {bs}", bs, 1) for bs in sizes] + [
         (f"extend bs {bs} x {q}", bs, q) for bs, q in steps
@@ -335,29 +332,29 @@ def main() -> None:
     )
     kernels = {
         "dot_rows": (
-            tk._dot_rows,
+            kd._dot_rows,
             lambda n, k: list(tiles) if tiles else dot_rows_candidates(k),
             [f"extend bs {bs} x {q}" for bs, q in steps],
-            lambda key: key[tk.DOT_ROWS_KEY.index("BLOCK_X")] == block_x,
+            lambda key: key[kd.DOT_ROWS_KEY.index("BLOCK_X")] == block_x,
         ),
-        "gemv": (tk._gemv, lambda n, k: list(tk._GEMV_CONFIGS), ["decode bs 1"], lambda key: True),
+        "gemv": (kl._gemv, lambda n, k: list(kl._GEMV_CONFIGS), ["decode bs 1"], lambda key: True),
         "gemv_rows": (
-            tk._gemv_few[GEMV_ROWS_BLOCK],
-            lambda n, k: list(tk._GEMV_FEW_CONFIGS[GEMV_ROWS_BLOCK]),
+            kl._gemv_few[GEMV_ROWS_BLOCK],
+            lambda n, k: list(kl._GEMV_FEW_CONFIGS[GEMV_ROWS_BLOCK]),
             [f"extend bs {bs} x {q}" for bs, q in steps if bs * q == GEMV_ROWS_BLOCK],
             lambda key: True,
         ),
     }
     if args.start == "table":
         started = 0
-        for key in list(tk._dot_rows.cache):
+        for key in list(kd._dot_rows.cache):
             fields, dtype = key_fields(key)
             config = tuned_tiles.lookup("dot_rows", engine.device, getattr(torch, dtype), **fields)
             if config is not None:
-                tk._dot_rows.cache[key] = table_config(config)
+                kd._dot_rows.cache[key] = table_config(config)
                 started += 1
         print(
-            f"dot_rows: {started} of {len(tk._dot_rows.cache)} keys start from the shipped table", flush=True
+            f"dot_rows: {started} of {len(kd._dot_rows.cache)} keys start from the shipped table", flush=True
         )
     todo = [kernels[name] for name in names]
     chosen = [dict(t.cache) for t, *_ in todo]

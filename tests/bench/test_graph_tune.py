@@ -25,7 +25,7 @@ def graph_tune(bench_script):
 def test_candidates_cover_k_in_one_tile(graph_tune, k):
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import dot_rows as kd
 
     cands = graph_tune.dot_rows_candidates(k)
     assert len(cands) >= 10
@@ -33,7 +33,7 @@ def test_candidates_cover_k_in_one_tile(graph_tune, k):
     for c in cands:
         kw = c.kwargs
         assert triton.cdiv(k, kw["SPLIT_K"]) <= kw["BLOCK_K"]
-        tk.check_tile_config("dot_rows", dict(kw, num_warps=c.num_warps, num_stages=c.num_stages))
+        kd.check_tile_config("dot_rows", dict(kw, num_warps=c.num_warps, num_stages=c.num_stages))
 
 
 def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
@@ -76,7 +76,7 @@ def test_register_caps_reach_the_table(graph_tune):
     the kernel's check accepts; `table_config` reads it back."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import dot_rows as kd
 
     base = triton.Config({"BLOCK_W": 32, "BLOCK_K": 256, "SPLIT_K": 8}, num_warps=4, num_stages=1)
     cap = graph_tune.capped(base, 128)
@@ -86,7 +86,7 @@ def test_register_caps_reach_the_table(graph_tune):
     (entry,) = graph_tune.table_entries(results)
     assert entry["config"] == dict(BLOCK_W=32, BLOCK_K=256, SPLIT_K=8, num_warps=4, num_stages=1, maxnreg=128)
     assert entry["key"]["BLOCK_X"] == 32 and entry["dtype"] == "bfloat16"
-    tk.check_tile_config("dot_rows", entry["config"])
+    kd.check_tile_config("dot_rows", entry["config"])
     back = graph_tune.table_config(entry["config"])
     assert back.kwargs == cap.kwargs and back.maxnreg == 128
     (plain,) = graph_tune.table_entries(
@@ -116,9 +116,10 @@ def test_gemv_rows_results_reach_the_table(graph_tune):
     the GEMV's with BLOCK_M 2, in a form the kernel's check accepts (one candidate of its own list)."""
     import triton
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import dot_rows as kd
+    from tokenrouter.runtime.engine.kernels import linear as kl
 
-    best = tk._GEMV_FEW_CONFIGS[2][3]
+    best = kl._GEMV_FEW_CONFIGS[2][3]
     assert isinstance(best, triton.Config)
     key = (1024, 3072, True, False, False, True, "torch.bfloat16", "torch.bfloat16")
     (entry,) = graph_tune.table_entries(
@@ -129,8 +130,8 @@ def test_gemv_rows_results_reach_the_table(graph_tune):
         N=1024, K=3072, SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, BLOCK_M=2
     )
     assert entry["config"] == dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
-    for config in tk._GEMV_FEW_CONFIGS[2]:  # every candidate passes the check the engine applies to tables
-        tk.check_tile_config("gemv_rows", dict(config.kwargs, num_warps=config.num_warps, num_stages=1))
+    for config in kl._GEMV_FEW_CONFIGS[2]:  # every candidate passes the check the engine applies to tables
+        kd.check_tile_config("gemv_rows", dict(config.kwargs, num_warps=config.num_warps, num_stages=1))
 
 
 @pytest.mark.parametrize(
@@ -142,6 +143,5 @@ def test_gemv_rows_results_reach_the_table(graph_tune):
 )
 def test_bad_kernel_choices_are_named_before_any_gpu_work(graph_tune, monkeypatch, tmp_path, argv, message):
     monkeypatch.setattr(sys, "argv", ["graph_tune.py", *argv, "--out", str(tmp_path / "out")])
-    monkeypatch.setenv("TOKENROUTER_ENGINE_OFF", "")
     with pytest.raises(SystemExit, match=message):
         graph_tune.main()

@@ -19,29 +19,25 @@ def bench():
 
 
 def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
-    # imported here, not at collection: the Triton kernels module must first be imported after
-    # tests/engine_gpu/conftest.py chose the interpreter (CPU)
-    from tokenrouter.runtime.engine.attention.triton_backend import FAST_PATH_OPTIONS
-
     plan = bench.ablation_plan([512, 4096], [1, 4, 16], [2, 4, 8], [1, 4, 8, 16, 32, 64], 8, 8)
     singles = {off[0] for _, off, _ in plan if len(off) == 1}
     new = {*bench.NEW_AFTER_GEMV_ROWS}
     assert singles == {*new, *bench.NEW_SINCE_AB, "attn_stages", "attn_tiles", "gemv_rows"}
-    assert singles <= FAST_PATH_OPTIONS.keys()
+    assert singles <= set(bench.SWITCHES)
     before = [p for p in plan if len(p[1]) > 1]
     assert len(before) == 1 and set(before[0][1]) == {*new, *bench.NEW_SINCE_AB, "gemv_rows"}
-    assert [p[1][0] for p in plan[:2]] == list(bench.NEW_AFTER_GEMV_ROWS)  # the newest first (the budget)
+    assert [p[1][0] for p in plan[:1]] == list(bench.NEW_AFTER_GEMV_ROWS)  # the newest first (the budget)
     by_name = {off[0]: points for _, off, points in plan if len(off) == 1}
     assert by_name["fused_merge"] == [(512, 1, 1), (4096, 1, 1), (512, 1, 2), (4096, 1, 2)]
-    assert by_name["last_norm_rows"] == [(ctx, 1, q) for ctx in (512, 4096) for q in (2, 4, 8)]
+    bs1_extends = [(ctx, 1, q) for ctx in (512, 4096) for q in (2, 4, 8)]
     assert by_name["gemv_norm"] == [(512, 1, 1), (4096, 1, 1)]  # one-token steps: decode bs 1
     assert by_name["attn_stages"] == [(512, 16, 8), (4096, 16, 8)]  # 32-row blocks: the largest extend
     # the KV tiles: the wide one at the largest extend, the narrow one at the one-request extends
-    assert by_name["attn_tiles"] == [(512, 16, 8), (4096, 16, 8)] + by_name["last_norm_rows"]
+    assert by_name["attn_tiles"] == [(512, 16, 8), (4096, 16, 8)] + bs1_extends
     # the few-row GEMV: every step of 2-8 tokens (bs 1 extends, decodes of bs 4 and 8, bs 4 x q 2)
     rows = [(1, 2), (1, 4), (1, 8), (4, 1), (4, 2), (8, 1)]
     assert by_name["gemv_rows"] == [(ctx, bs, q) for ctx in (512, 4096) for bs, q in rows]
-    assert plan[3][0] == "no gemv_rows"  # right after "before"
+    assert plan[2][0] == "no gemv_rows"  # right after "before"
     small = bench.ablation_plan([512], [1], [2, 4], [1], 2)  # gemv_rows_max 2: the 2-token extend only
     assert {off[0]: pts for _, off, pts in small if len(off) == 1}["gemv_rows"] == [(512, 1, 2)]
     one = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 4, 8], 8, 1)  # gemv_rows_batch_max 1
@@ -51,7 +47,6 @@ def test_ablation_plan_covers_every_new_part_where_it_acts(bench):
     assert all(p[1] for p in bench.ablation_plan([512], [], []))  # no extend asked: decode points only
     labels = [p[0] for p in bench.ablation_plan([512], [], [])]
     assert "no gemv_rows" not in labels  # no step of 2-8 tokens
-    assert "no last_norm_rows" not in labels
 
 
 def test_profile_cases(bench):
@@ -132,13 +127,11 @@ def test_extend_verdict_with_gemv_rows_off(bench):
     results["ablation"][1]["off_ms"] = 1.0  # 1.0 / 0.83 and 1.2 / 1.1: both within 1.3
     off = bench.target_verdicts(results)[1]
     assert off["met"] and off["value"] == pytest.approx(1.0 / 0.83) and off["points_over"] == 0
-    # another part's ablation rows at the same points (here the final norm's) replace no time: the same
+    # another part's ablation rows at the same points (here the fused merge's) replace no time: the same
     # three verdicts
     verdicts = bench.target_verdicts(results)
     results["ablation"].append(
-        dict(
-            shape="qwen3-0.6b", parts_off=["last_norm_rows"], ctx=512, bs=1, q=2, default_ms=0.95, off_ms=2.0
-        )
+        dict(shape="qwen3-0.6b", parts_off=["fused_merge"], ctx=512, bs=1, q=2, default_ms=0.95, off_ms=2.0)
     )
     assert bench.target_verdicts(results) == verdicts
 
@@ -160,36 +153,33 @@ def test_ablation_plan_times_dot_rows_first_where_it_acts(bench):
                        [(512, 4, 8), (512, 32, 1)])  # fmt: skip
     assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1), (512, 32, 1)]
     assert bench.parts(wide[0][1]) == {"parts_off": [], "settings": {"dot_rows_max": 16}}
-    # the folded norm where the tuned tables fold it (the 16-row block): off at those steps, after its opt-in row
+    # the folded norm where the tuned tables fold it (the 16-row block): off at those steps
     folded = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32, 16, 16)
-    assert folded[5] == ("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",),
+    assert folded[4] == ("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",),
                          [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 8, 1)])  # fmt: skip
-    assert folded[4][0] == "dot_rows_norm on (dot_rows steps)"
-    assert bench.parts(folded[5][1]) == {"parts_off": [], "settings": {"dot_rows_norm_max": 0}}
+    assert bench.parts(folded[4][1]) == {"parts_off": [], "settings": {"dot_rows_norm_max": 0}}
     # decodes have their own reach (the engine's default 16 rows): decode bs 32 is not a dot_rows step
     wide = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8, 32], 4, 4, 32, 16)
     assert wide[0][2] == [(512, 4, 8)]
     assert wide[2][2] == [(512, 1, 8), (512, 4, 2), (512, 4, 4), (512, 4, 8), (512, 8, 1)]
-    # its weight prefetch off, its folded norm on (opt-in), same steps
+    # its weight prefetch off, same steps
     assert plan[1] == ("no dot_prefetch", ("dot_prefetch",), plan[0][2])
-    assert plan[2] == ("dot_rows_norm on (dot_rows steps)", ("dot_rows_norm",), plan[0][2])
-    assert bench.parts(plan[2][1]) == {"parts_off": [], "parts_on": ["dot_rows_norm"]}
     assert bench.parts(plan[1][1]) == {"parts_off": ["dot_prefetch"]}
     # the few-row GEMV's 3-4 token steps (bs 1 x 4, decode bs 4) moved to dot_rows by a size setting
-    assert plan[3] == (
+    assert plan[2] == (
         "gemv_rows_max=2 (3-4 token steps on dot_rows)",
         ("gemv_rows_max=2",),
         [(512, 1, 4), (512, 4, 1)],
     )
-    assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
+    assert bench.parts(plan[2][1]) == {"parts_off": [], "settings": {"gemv_rows_max": 2}}
     # with the default reach (2 tokens) dot_rows takes them: the row moves them back to the GEMV
     plan = bench.ablation_plan([512], [1, 4], [2, 4, 8], [1, 2, 4, 8], 2, 2, 16)[1:]
     assert plan[0][2] == [(512, 1, 4), (512, 1, 8), (512, 4, 1), (512, 4, 2), (512, 4, 4), (512, 8, 1)]
-    label, names, points = plan[3]
+    label, names, points = plan[2]
     assert (label, points) == ("gemv_rows_max=4 (3-4 token steps on gemv_rows)", [(512, 1, 4), (512, 4, 1)])
     assert bench.parts(names) == {"parts_off": [], "settings": {"gemv_rows_max": 4, "gemv_rows_batch_max": 4}}
     # and the GEMV's own 2-token steps (bs 1 x 2, decode bs 2) on dot_rows
-    assert plan[4] == (
+    assert plan[3] == (
         "gemv_rows_max=1 (2-token steps on dot_rows)",
         ("gemv_rows_max=1",),
         [(512, 1, 2), (512, 2, 1)],
@@ -221,25 +211,29 @@ def test_time_pair_alternates_the_two_steps(bench):
 
 
 def test_named_ablation_times_each_part_at_every_step(bench):
-    """--ablate: one row per named part (off; an opt-in part on; a size set), at every measured step."""
-    plan = bench.named_ablation("pdl, dot_prefetch,dot_rows_norm,dot_rows_max=32", [512], [2, 4], [8], [4])
+    """--ablate: one row per named part (off, or a size set), at every measured step."""
+    plan = bench.named_ablation("pdl, dot_prefetch,tuned_tiles,dot_rows_max=32", [512], [2, 4], [8], [4])
     steps = [(512, 4, 1), (512, 2, 8), (512, 4, 8)]
     assert plan == [
         ("no pdl", ("pdl",), steps),
         ("no dot_prefetch", ("dot_prefetch",), steps),
-        ("dot_rows_norm on", ("dot_rows_norm",), steps),
+        ("no tuned_tiles", ("tuned_tiles",), steps),
         ("dot_rows_max=32", ("dot_rows_max=32",), steps),
     ]
     assert bench.parts(plan[3][1]) == {"parts_off": [], "settings": {"dot_rows_max": 32}}
-    (combined,) = bench.named_ablation("pdl + dot_rows_max=16+dot_rows_norm", [512], [2, 4], [8], [4])
-    assert combined == ("no pdl + dot_rows_max=16 + dot_rows_norm on", ("pdl", "dot_rows_max=16", "dot_rows_norm"),
+    (combined,) = bench.named_ablation("pdl + dot_rows_max=16+gemv_norm", [512], [2, 4], [8], [4])
+    assert combined == ("no pdl + dot_rows_max=16 + no gemv_norm", ("pdl", "dot_rows_max=16", "gemv_norm"),
                         steps)  # fmt: skip
-    assert bench.parts(combined[1]) == {
-        "parts_off": ["pdl"],
-        "parts_on": ["dot_rows_norm"],
-        "settings": {"dot_rows_max": 16},
-    }
-    for bad in ("warp_drive", "dot_rows_max=many", "depth=3", "pdl+warp_drive", "pdl+"):
+    assert bench.parts(combined[1]) == {"parts_off": ["pdl", "gemv_norm"], "settings": {"dot_rows_max": 16}}
+    for bad in (
+        "dot_rows_norm",
+        "wide_splits",
+        "warp_drive",
+        "dot_rows_max=many",
+        "depth=3",
+        "pdl+warp_drive",
+        "pdl+",
+    ):
         with pytest.raises(SystemExit, match="--ablate"):
             bench.named_ablation(bad, [512], [1], [8], [1])
 

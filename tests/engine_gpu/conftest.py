@@ -1,8 +1,8 @@
 """Without CUDA, load the Triton kernels under Triton's interpreter (CPU tensors), made faster by
 tests/triton_interp.py.
 
-The interpreter is chosen when a kernel is decorated, so the variable must be set while the kernels module
-is (re)loaded, and Triton reads it again at launch, so it stays set for the rest of the session."""
+The interpreter is chosen when a kernel is decorated, so the variable must be set while the kernel modules
+are (re)loaded, and Triton reads it again at launch, so it stays set for the rest of the session."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from pathlib import Path
 
 import torch
 
-KERNELS = "tokenrouter.runtime.engine.attention.triton_kernels"
+# the kernel modules, each after those it imports from
+KERNELS = tuple(
+    f"tokenrouter.runtime.engine.kernels.{name}"
+    for name in ("common", "attention_shapes", "attention", "elementwise", "linear", "dot_rows")
+)
 
 if not torch.cuda.is_available():
     if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
@@ -24,8 +28,9 @@ if not torch.cuda.is_available():
             "collected earlier imports it at module level; import it inside the tests instead"
         )
     os.environ["TRITON_INTERPRET"] = "1"  # read at decoration and again at launch: it stays set
-    if KERNELS in sys.modules:
-        importlib.reload(sys.modules[KERNELS])
+    for name in KERNELS:
+        if name in sys.modules:
+            importlib.reload(sys.modules[name])
     sys.path.insert(0, str(Path(__file__).parents[1]))
     import triton_interp  # noqa: E402
 

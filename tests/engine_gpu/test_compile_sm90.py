@@ -27,7 +27,11 @@ def compile_all(full: bool = False) -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import attention as ka
+    from tokenrouter.runtime.engine.kernels import attention_shapes as ks
+    from tokenrouter.runtime.engine.kernels import dot_rows as kd
+    from tokenrouter.runtime.engine.kernels import elementwise as ke
+    from tokenrouter.runtime.engine.kernels import linear as kl
 
     target = GPUTarget("cuda", 90, 32)
     done = []
@@ -59,15 +63,15 @@ def compile_all(full: bool = False) -> list[str]:
     # first tile read before the wait: decode and a 32-row extend
     # and the split merge fused in (decode and a 16-row extend, with PDL and prefetch, and a plain decode)
     attention = [
-        (2, 16, tk.MAX_SPLITS, 1, True, False, False),
+        (2, 16, ks.MAX_SPLITS, 1, True, False, False),
         (4, 32, 4, 3, True, False, False),
         (4, 64, 1, 2, True, False, False),
-        (2, 16, tk.MAX_SPLITS, 1, False, False, False),
-        (2, 16, tk.MAX_SPLITS, 1, True, True, False),
+        (2, 16, ks.MAX_SPLITS, 1, False, False, False),
+        (2, 16, ks.MAX_SPLITS, 1, True, True, False),
         (4, 32, 4, 3, True, True, False),
-        (2, 16, tk.MAX_SPLITS, 1, True, True, True),
-        (2, 16, tk.MAX_SPLITS, 2, True, True, True),
-        (2, 16, tk.MAX_SPLITS, 1, True, False, True),
+        (2, 16, ks.MAX_SPLITS, 1, True, True, True),
+        (2, 16, ks.MAX_SPLITS, 2, True, True, True),
+        (2, 16, ks.MAX_SPLITS, 1, True, False, True),
         (2, 16, 8, 2, True, True, True),  # the one-pass merges of 16-row blocks (fused_merge_rows 8, 16)
         (2, 16, 2, 2, True, True, True),
         (2, 16, 8, 2, True, True, True, 128),  # run U's KV tiles: 128 tokens at few splits, 32 at many
@@ -80,28 +84,28 @@ def compile_all(full: bool = False) -> list[str]:
         attention = [attention[i] for i in (0, 2, 3, 6, 12)]
     for group, block_m, splits, stages, eager, pdl, fused, *rest in attention:
         block_n = rest[0] if rest else 64
-        merge_rows = tk.fused_merge_rows(block_m, splits, 128, 4, 1) if block_m == 16 and fused else 2
+        merge_rows = ks.fused_merge_rows(block_m, splits, 128, 4, 1) if block_m == 16 and fused else 2
         consts = dict(GROUP=group, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=block_m, BLOCK_N=block_n, NUM_SPLITS=splits,
                       IEEE=False, EAGER_LOADS=eager, USE_PDL=pdl, PREFETCH=pdl, FUSED_MERGE=fused,
                       BLOCK_S=splits if fused else 2, MERGE_ROWS=merge_rows)  # fmt: skip
-        build(tk._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
+        build(ka._paged_attn_kernel, ptrs, scalars, consts, num_stages=stages)
     for eager, pdl in ((True, False), (False, False), (True, True)):
         build(
-            tk._merge_splits_kernel,
+            ka._merge_splits_kernel,
             dict(Mid_O="*fp32", Mid_LSE="*fp32", Out="*bf16"),
             {f"stride_{n}": "i32" for n in ("mt", "mh", "ms", "lt", "lh", "ot", "oh")},
             dict(
                 HEAD_DIM=128,
                 BLOCK_D=128,
-                NUM_SPLITS=tk.MAX_SPLITS,
-                BLOCK_S=tk.MAX_SPLITS,
+                NUM_SPLITS=ks.MAX_SPLITS,
+                BLOCK_S=ks.MAX_SPLITS,
                 EAGER_LOADS=eager,
                 USE_PDL=pdl,
             ),  # fmt: skip
         )
     gemv_variants = [
         (cfg, variant)
-        for cfg in tk._GEMV_CONFIGS[
+        for cfg in kl._GEMV_CONFIGS[
             : None if full else 1
         ]  # every tile shape, with SiLU*up, and with add & RMSNorm
         for variant in (
@@ -109,10 +113,10 @@ def compile_all(full: bool = False) -> list[str]:
             dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False),
         )
     ]
-    gemv_variants.append((tk._GEMV_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)))
+    gemv_variants.append((kl._GEMV_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)))
     for cfg, variant in gemv_variants:
         build(
-            tk._gemv_kernel,
+            kl._gemv_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
             dict(N="i32", K="i32", stride_wn="i32", eps="fp32"),
             dict(HAS_BIAS=True, **variant, **cfg.kwargs),
@@ -121,7 +125,7 @@ def compile_all(full: bool = False) -> list[str]:
         )
     variants = [
         (bm, cfg, variant)
-        for bm, cfgs in tk._GEMV_FEW_CONFIGS.items()  # the few-row kernel: every row count and tile shape
+        for bm, cfgs in kl._GEMV_FEW_CONFIGS.items()  # the few-row kernel: every row count and tile shape
         if full or bm == 2  # (test_few_row_gemv_keeps_rows_in_registers_on_sm90 compiles each row count)
         for cfg in cfgs[: None if full else 1]
         for variant in (
@@ -130,11 +134,11 @@ def compile_all(full: bool = False) -> list[str]:
         )
     ]
     variants.append(
-        (8, tk._GEMV_FEW_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
+        (8, kl._GEMV_FEW_CONFIGS[8][0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True))
     )
     for bm, cfg, variant in variants:
         build(
-            tk._gemv_few_kernel,
+            kl._gemv_few_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16"),
             dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32"),
             dict(HAS_BIAS=True, BLOCK_M=bm, **variant, **cfg.kwargs),
@@ -143,7 +147,7 @@ def compile_all(full: bool = False) -> list[str]:
         )
     dot_variants = [  # the tensor-core few-row kernel: every tile config with SiLU*up, with add & norm, and
         (cfg, variant)  # plain with PDL and the first weight tile read before the wait (the engine's default)
-        for cfg in tk._DOT_ROWS_CONFIGS[: None if full else 1]
+        for cfg in kd._DOT_ROWS_CONFIGS[: None if full else 1]
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=False, PREFETCH_W=False),
             dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=False, PREFETCH_W=False),
@@ -151,28 +155,28 @@ def compile_all(full: bool = False) -> list[str]:
         )
     ]
     dot_variants += [
-        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True, PREFETCH_W=p))
+        (kd._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True, PREFETCH_W=p))
         for p in (False, True)
     ]
     dot_variants += [  # the one-tile configs that `dot_prefetch` tunes over, with SiLU*up (down_proj), for
         # steps of up to 16 and of 17-32 rows
         (cfg, dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True, BLOCK_X=bx))
-        for cfg in tk._DOT_ROWS_ONE_TILE_CONFIGS[: None if full else 1]
+        for cfg in kd._DOT_ROWS_ONE_TILE_CONFIGS[: None if full else 1]
         for bx in (16, 32)
     ]
     dot_variants.append(  # the timeline trace (`DotTrace`: the GPU's global timer and SM id)
-        (tk._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True,
+        (kd._DOT_ROWS_CONFIGS[0], dict(SILU_MUL=False, NORM=False, HAS_RES=False, USE_PDL=True, PREFETCH_W=True,
                                        TRACE=True))
     )  # fmt: skip
-    dot_variants += [  # the split merge unrolled (`dot_merge_unroll`): 12 splits with SiLU*up, 8 with the norm
-        (tk._DOT_ROWS_ONE_TILE_CONFIGS[6], dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True,
+    dot_variants += [  # the split merge unrolled (`unroll_merge`, what the engine runs): 12 splits with SiLU*up, 8 with the norm
+        (kd._DOT_ROWS_ONE_TILE_CONFIGS[6], dict(SILU_MUL=True, NORM=False, HAS_RES=False, USE_PDL=True,
                                                 PREFETCH_W=True, UNROLL_MERGE=True)),
-        (tk._DOT_ROWS_ONE_TILE_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True,
+        (kd._DOT_ROWS_ONE_TILE_CONFIGS[0], dict(SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True,
                                                 PREFETCH_W=True, UNROLL_MERGE=True)),
     ]  # fmt: skip
     for cfg, variant in dot_variants:
         build(
-            tk._dot_rows_kernel,
+            kd._dot_rows_kernel,
             dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", Part="*fp32", SS="*fp32", Tickets="*i32",
                  R="*bf16", R_out="*bf16", NW="*bf16", Trace="*i64"),
             dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32", trace_at="i32"),
@@ -183,16 +187,16 @@ def compile_all(full: bool = False) -> list[str]:
         )  # fmt: skip
     for pdl, gather in ((False, False), (True, False), (True, True)):
         build(
-            tk._rmsnorm_kernel,
+            ke._rmsnorm_kernel,
             dict(X="*bf16", Residual="*bf16", W="*bf16", Out="*bf16", Rows="*i64"),
             dict(stride_x="i32", stride_r="i32", stride_o="i32", n_cols="i32", eps="fp32"),
             dict(HAS_RESIDUAL=True, BLOCK=1024, USE_PDL=pdl, GATHER=gather),
         )
     for pdl in (False, True):
-        build(tk._silu_and_mul_kernel, dict(X="*bf16", Out="*bf16"),
+        build(ke._silu_and_mul_kernel, dict(X="*bf16", Out="*bf16"),
               dict(stride_x="i32", stride_o="i32", n_cols="i32"), dict(BLOCK=4096, USE_PDL=pdl))  # fmt: skip
         build(
-            tk._qk_norm_rope_store_kernel,
+            ke._qk_norm_rope_store_kernel,
             dict(
                 QKV="*bf16",
                 Q_out="*bf16",
@@ -211,7 +215,7 @@ def compile_all(full: bool = False) -> list[str]:
             dict(NUM_Q_HEADS=32, NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_H=32, HAS_NORM=True, USE_PDL=pdl),
         )
     build(
-        tk._store_kv_kernel,
+        ke._store_kv_kernel,
         dict(K="*bf16", V="*bf16", K_buf="*bf16", V_buf="*bf16", loc_ptr="*i64"),
         dict(stride_k="i32", stride_v="i32", stride_kb="i32", stride_vb="i32"),
         dict(ROW=1024, BLOCK=1024),
@@ -254,14 +258,15 @@ def test_kernels_compile_for_sm90():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CPU compiles each path once)")
 def test_every_tile_config_compiles_for_sm90():
     lines = compiled("full")
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import dot_rows as kd
+    from tokenrouter.runtime.engine.kernels import linear as kl
 
-    gemvs = 2 * len(tk._GEMV_CONFIGS) + 1
+    gemvs = 2 * len(kl._GEMV_CONFIGS) + 1
     assert gemvs == 2 * 14 + 1
-    few = 2 * sum(len(c) for c in tk._GEMV_FEW_CONFIGS.values()) + 1
-    assert sorted(tk._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
+    few = 2 * sum(len(c) for c in kl._GEMV_FEW_CONFIGS.values()) + 1
+    assert sorted(kl._GEMV_FEW_CONFIGS) == [2, 4, 8] and few == 2 * 18 + 1
     # + the traced one and the two with the merge unrolled
-    dots = 3 * len(tk._DOT_ROWS_CONFIGS) + 2 + 2 * len(tk._DOT_ROWS_ONE_TILE_CONFIGS) + 1 + 2
+    dots = 3 * len(kd._DOT_ROWS_CONFIGS) + 2 + 2 * len(kd._DOT_ROWS_ONE_TILE_CONFIGS) + 1 + 2
     assert len(lines) == 16 + 3 + gemvs + few + dots + 3 + 2 * 2 + 1, "\n".join(lines)  # every one above
 
 
@@ -275,15 +280,15 @@ def few_row_loop_conversions() -> list[str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from tokenrouter.runtime.engine.attention import triton_kernels as tk
+    from tokenrouter.runtime.engine.kernels import linear as kl
 
-    fn = tk._gemv_few_kernel
+    fn = kl._gemv_few_kernel
     ptrs = dict(X="*bf16", W="*bf16", Bias="*bf16", Y="*bf16", R="*bf16", R_out="*bf16", NW="*bf16")
     scalars = dict(M="i32", N="i32", K="i32", stride_x="i32", stride_wn="i32", eps="fp32")
     divisible = [*ptrs, "N", "K", "stride_x", "stride_wn"]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     out = []
-    for bm, cfgs in tk._GEMV_FEW_CONFIGS.items():
+    for bm, cfgs in kl._GEMV_FEW_CONFIGS.items():
         cfg = cfgs[0]
         for variant in (
             dict(SILU_MUL=True, NORM=False, HAS_RES=False),

@@ -10,26 +10,23 @@ import pytest
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import (
     ATTN_SPLIT_ROWS,
-    ATTN_SPLIT_ROWS_ENV,
     DOT_ROWS_DECODE_MAX,
-    DOT_ROWS_ENV,
     DOT_ROWS_NARROW_MAX,
-    ENGINE_OFF_ENV,
-    ENGINE_ON_ENV,
     FAST_PATH_OPTIONS,
-    FUSED_MERGE_ROWS_ENV,
     GEMV_ROWS_BATCH_MAX,
-    GEMV_ROWS_ENV,
     GEMV_ROWS_MAX,
-    OPT_IN_OPTIONS,
     TritonAttnBackend,
     fused_decoder_forward,
 )
-from tokenrouter.runtime.engine.config import ModelConfig
+from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import attention as ka
+from tokenrouter.runtime.engine.kernels import attention_shapes as ks
+from tokenrouter.runtime.engine.kernels import dot_rows as kd
+from tokenrouter.runtime.engine.kernels import elementwise as ke
+from tokenrouter.runtime.engine.kernels import linear as kl
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
 
@@ -62,7 +59,8 @@ def tiny_model(family: str, seed: int = 0) -> DecoderForCausalLM:
     return model
 
 
-def attn_config(cfg: ModelConfig) -> AttentionConfig:
+def attn_config(cfg: ModelConfig, **tuning) -> AttentionConfig:
+    """The tiny model's attention config, with `EngineTuning(**tuning)`."""
     return AttentionConfig(
         cfg.num_attention_heads,
         cfg.num_key_value_heads,
@@ -71,6 +69,7 @@ def attn_config(cfg: ModelConfig) -> AttentionConfig:
         cfg.num_hidden_layers,
         torch.float32,
         DEVICE,
+        tuning=EngineTuning(**tuning),
     )
 
 
@@ -127,13 +126,18 @@ STEPS = [
 KERNELS = ("gemv", "gemv_rows", "dot_rows", "rmsnorm")
 
 
+def kernel_module(name: str):
+    """The kernels module that defines one of KERNELS."""
+    return ke if name == "rmsnorm" else kd if name == "dot_rows" else kl
+
+
 def counted_fused_forward(model, monkeypatch):
     """(calls, forward): `fused_decoder_forward` for `model` that appends, per step, a dict of how many
     times each of KERNELS was launched."""
     calls: list[dict[str, int]] = []  # per step: launches of each kernel
 
     def counted(name):
-        real = getattr(tk, name)
+        real = getattr(kernel_module(name), name)
 
         def wrapper(*a, **k):
             calls[-1][name] += 1
@@ -142,7 +146,7 @@ def counted_fused_forward(model, monkeypatch):
         return wrapper
 
     for name in KERNELS:
-        monkeypatch.setattr(tk, name, counted(name))
+        monkeypatch.setattr(kernel_module(name), name, counted(name))
 
     def forward(fb):
         calls.append(dict.fromkeys(KERNELS, 0))
@@ -167,13 +171,14 @@ def test_fused_forward_matches_model_forward(family, fold, rows, monkeypatch):
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     backend = TritonAttnBackend(cfg)
-    backend.gemv_norm = backend.dot_rows_norm = fold  # dot_rows' fold too (off by default: see below)
+    backend.gemv_norm = fold
+    backend.dot_rows_norm_max = kd.DOT_ROWS_LIMIT if fold else 0  # dot_rows' fold too (by default: see below)
     # the defaults: steps of 2 tokens, models of hidden size <= 2048 (the tiny one's is 64)
     assert (backend.gemv_rows_max, backend.gemv_rows_batch_max, backend.small_hidden_max) == (2, 2, 2048)
     backend.gemv_rows = rows > 0
     backend.gemv_rows_max = 8  # every few-row step of STEPS (the kernel's limit)
     backend.gemv_rows_batch_max = rows  # requests per step (8: no further limit)
-    backend.dot_rows_max = tk.DOT_ROWS_LIMIT  # 32: the 18-token step on the 32-row block (no tuned tiles: 16)
+    backend.dot_rows_max = kd.DOT_ROWS_LIMIT  # 32: the 18-token step on the 32-row block (no tuned tiles: 16)
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, STEPS)
     layers = model.config.num_hidden_layers
@@ -214,28 +219,11 @@ def test_large_models_run_unfolded_on_cublas(monkeypatch):
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
 
 
-@pytest.mark.parametrize("off", [("last_norm_rows",), ("decode_no_gather", "last_norm_rows")], ids="+".join)
-def test_fused_forward_with_parts_off(off):
-    """The parts that change which kernels a step runs, each off, compute the same steps (the final norm of
-    every token, then a gather)."""
-    model = tiny_model("qwen3")
-    cfg = attn_config(model.config)
-    want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
-    backend = TritonAttnBackend(cfg)
-    backend.gemv_rows_batch_max = 8  # the few-row GEMV on every step of 2-8 tokens
-    for name in off:
-        setattr(backend, name, False)
-    got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
-    for (wl, wh), (gl, gh) in zip(want, got, strict=True):
-        torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
-        torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-
-
 @pytest.mark.parametrize("fused_merge", [True, False], ids=["fused_merge", "merge_kernel"])
 def test_fused_forward_with_split_kv(fused_merge, monkeypatch):
     """Split-KV attention in every layer (as on a 132-SM GPU), its partials merged in the attention kernel
     (by ticket) or by the merge kernel: the same steps."""
-    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
+    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -280,7 +268,7 @@ def test_dot_rows_decodes_have_their_own_reach(monkeypatch):
     steps = [decode, [(0, list(range(30, 47))), (1, [6])], [(row, [row + 2]) for row in range(12)]]
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps, reqs=18)
     backend = TritonAttnBackend(cfg)
-    backend.dot_rows_max, backend.dot_rows_decode_max = tk.DOT_ROWS_LIMIT, DOT_ROWS_DECODE_MAX
+    backend.dot_rows_max, backend.dot_rows_decode_max = kd.DOT_ROWS_LIMIT, DOT_ROWS_DECODE_MAX
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, steps, reqs=18)
     layers = model.config.num_hidden_layers
@@ -293,14 +281,14 @@ def test_dot_rows_decodes_have_their_own_reach(monkeypatch):
 
 def test_dot_rows_fold_their_norm_up_to_dot_rows_norm_max(monkeypatch):
     """`dot_rows_norm_max` (the row blocks whose folded tiles the tuned tables hold; none on the CPU): dot_rows
-    steps of up to that many tokens fold add & RMSNorm without the opt-in switch, longer ones launch it."""
+    steps of up to that many tokens fold add & RMSNorm, longer ones launch it."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     steps = [STEPS[4], STEPS[5]]  # 13 tokens (16-row block), 18 (32-row block)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, steps)
     backend = TritonAttnBackend(cfg)
-    assert backend.dot_rows_norm_max == 0 and not backend.dot_rows_norm
-    backend.dot_rows_max, backend.dot_rows_norm_max = tk.DOT_ROWS_LIMIT, 16
+    assert backend.dot_rows_norm_max == 0
+    backend.dot_rows_max, backend.dot_rows_norm_max = kd.DOT_ROWS_LIMIT, 16
     calls, forward = counted_fused_forward(model, monkeypatch)
     got = run_steps(model, backend, forward, steps)
     layers = model.config.num_hidden_layers
@@ -312,23 +300,18 @@ def test_dot_rows_fold_their_norm_up_to_dot_rows_norm_max(monkeypatch):
 
 
 def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
-    """`dot_rows_norm` is opt-in (the H200 measured the fold no faster): a dot_rows step launches the input
-    norm and two add & norms per layer, a one-token step folds them; TOKENROUTER_ENGINE_ON=dot_rows_norm folds
-    the dot_rows steps' too, and with dot_prefetch (on by default) off as well the logits stay the same."""
+    """By default (no tuned folded tiles, as on the CPU) a dot_rows step launches the input norm and two add &
+    norms per layer, a one-token step folds them; with `dot_rows_norm_max` raised the dot_rows steps fold
+    too, and with dot_prefetch (on by default) off as well the logits stay the same."""
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[2:5])
     layers = model.config.num_hidden_layers
-    cases = (("", "", 1 + 2 * layers), ("dot_rows_norm", "", 1), (" dot_rows_norm ", "dot_prefetch", 1))
-    cases += (("", "dot_merge_unroll", 1 + 2 * layers),)  # the split merge rolled: same launches, logits
-    for env, off, dot_norms in cases:
-        monkeypatch.setenv(ENGINE_ON_ENV, env)
-        monkeypatch.setenv(ENGINE_OFF_ENV, off)
+    cases = ((0, True, 1 + 2 * layers), (kd.DOT_ROWS_LIMIT, True, 1), (kd.DOT_ROWS_LIMIT, False, 1))
+    for norm_max, prefetch, dot_norms in cases:
         backend = TritonAttnBackend(cfg)
-        on = {n for n in OPT_IN_OPTIONS if n in env}
-        assert {n for n in OPT_IN_OPTIONS if backend.options()[n]} == on and backend.gemv_norm
-        assert backend.dot_prefetch == ("dot_prefetch" not in off)
-        assert backend.dot_merge_unroll == ("dot_merge_unroll" not in off)
+        assert backend.gemv_norm and backend.dot_prefetch and backend.dot_rows_norm_max == 0
+        backend.dot_rows_norm_max, backend.dot_prefetch = norm_max, prefetch
         calls, forward = counted_fused_forward(model, monkeypatch)
         got = run_steps(model, backend, forward, STEPS[2:5])  # 1 token, 2 (gemv_rows), 13 (dot_rows)
         assert [c["rmsnorm"] for c in calls] == [1, 1, dot_norms]
@@ -336,35 +319,27 @@ def test_dot_rows_steps_launch_their_norms_by_default(monkeypatch):
         for (wl, wh), (gl, gh) in zip(want, got, strict=True):
             torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
             torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    monkeypatch.setenv(ENGINE_ON_ENV, "dot_rows_norm,pdl")  # a fast-path part is not opt-in
-    with pytest.raises(ValueError, match=f"{ENGINE_ON_ENV}: unknown option\\(s\\) pdl"):
-        TritonAttnBackend(cfg)
 
 
-def test_dot_rows_reach_from_the_environment(monkeypatch):
-    cfg = attn_config(tiny_model("qwen3").config)
-    monkeypatch.setenv(DOT_ROWS_ENV, "8")
-    backend = TritonAttnBackend(cfg)
+def test_dot_rows_reach_from_the_tuning():
+    model_cfg = tiny_model("qwen3").config
+    backend = TritonAttnBackend(attn_config(model_cfg))  # no tuned 32-row tiles here: 16
+    assert (backend.dot_rows_max, backend.dot_rows_decode_max) == (DOT_ROWS_NARROW_MAX, DOT_ROWS_DECODE_MAX)
+    backend = TritonAttnBackend(attn_config(model_cfg, dot_rows_max=8, dot_rows_decode_max=8))
     assert (backend.dot_rows_max, backend.dot_rows_decode_max) == (8, 8)
-    monkeypatch.setenv(DOT_ROWS_ENV, "32:12")
-    backend = TritonAttnBackend(cfg)
+    backend = TritonAttnBackend(attn_config(model_cfg, dot_rows_max=32, dot_rows_decode_max=12))
     assert (backend.dot_rows_max, backend.dot_rows_decode_max) == (32, 12)
-    for bad in ("1", "33", "x", "32:", "32:1", "32:x", ":16"):
-        monkeypatch.setenv(DOT_ROWS_ENV, bad)
-        with pytest.raises(ValueError, match=f"{DOT_ROWS_ENV}={bad!r}: expected"):
-            TritonAttnBackend(cfg)
 
 
-def test_fused_merge_rows_from_the_environment(monkeypatch):
-    """TOKENROUTER_FUSED_MERGE_ROWS=16: the extends' 16-row blocks merge their splits in the attention kernel
-    too; the same steps, the tickets left at zero; bad values are named."""
-    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
+def test_fused_merge_rows_from_the_tuning(monkeypatch):
+    """`fused_merge_rows` 16: the extends' 16-row blocks merge their splits in the attention kernel
+    too; the same steps, the tickets left at zero."""
+    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS[:-1])  # the last splits no KV
-    assert TritonAttnBackend(cfg).fused_merge_rows == tk.FUSED_MERGE_MAX_ROWS == 4
-    monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "16")
-    backend = TritonAttnBackend(cfg)
+    assert TritonAttnBackend(cfg).fused_merge_rows == ks.FUSED_MERGE_MAX_ROWS == 4
+    backend = TritonAttnBackend(attn_config(model.config, fused_merge_rows=16))
     assert backend.fused_merge_rows == 16
     merges = []  # the second kernel's launches: (step, grid)
 
@@ -373,8 +348,8 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
             merges.append((len(got), grid))
             return real[grid]
 
-    real, got = tk._merge_splits_kernel, []
-    monkeypatch.setattr(tk, "_merge_splits_kernel", Counted())
+    real, got = ka._merge_splits_kernel, []
+    monkeypatch.setattr(ka, "_merge_splits_kernel", Counted())
 
     def forward(fb):
         got.append(None)
@@ -390,11 +365,10 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
     assert not backend.metadata_for(1, 8).tickets.any()
     assert (backend.fused_merge_rows, backend.fused_merge_passes) == (16, 1)
-    monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, "4:2")
-    backend = TritonAttnBackend(cfg)
+    backend = TritonAttnBackend(attn_config(model.config, fused_merge_rows=4, fused_merge_passes=2))
     assert (backend.fused_merge_rows, backend.fused_merge_passes) == (4, 2)
-    # "4:2": blocks merged in at most two passes fold too; at this model's 64 splits and head_dim 16 a pass
-    # takes 8 rows, so the blocks of up to 16 rows fold (as with "16") and those of 26 and 36 rows do not
+    # 4 rows, 2 passes: blocks merged in at most two passes fold too; at this model's 64 splits and head_dim 16 a pass
+    # takes 8 rows, so the blocks of up to 16 rows fold (as with 16 rows) and those of 26 and 36 rows do not
     merges.clear()
     got = []
     got = run_steps(model, backend, forward, STEPS[:-1])
@@ -402,48 +376,37 @@ def test_fused_merge_rows_from_the_environment(monkeypatch):
     for (wl, wh), (gl, gh) in zip(want, got, strict=True):
         torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
         torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    for bad in ("0", "65", "many", "4:", "4:x", "4:17", ":2"):
-        monkeypatch.setenv(FUSED_MERGE_ROWS_ENV, bad)
-        with pytest.raises(ValueError, match=f"{FUSED_MERGE_ROWS_ENV}={bad!r}: expected"):
-            TritonAttnBackend(cfg)
 
 
-def test_attn_split_rows_from_the_environment(monkeypatch):
+def test_attn_split_rows_from_the_tuning(monkeypatch):
     """By default (256 rows, since run 168) the 34-token extend (68 rows at GQA 2) may split its KV range;
-    TOKENROUTER_ATTN_SPLIT_ROWS=64, the rule before, runs it unsplit; the logits are the reference's both ways; bad
-    values are named."""
-    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
+    `attn_split_rows` 64, the rule before, runs it unsplit; the logits are the reference's both ways."""
+    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     asked = []  # (query rows, KV splits) per attention launch
-    real = tk.paged_attention
+    real = ka.paged_attention
 
     def recorded(*args, **kwargs):
         asked.append((kwargs["max_extend_len"] * group, kwargs["num_splits"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tk, "paged_attention", recorded)
-    for env, limit in ((None, ATTN_SPLIT_ROWS), ("64", 64)):
-        if env is not None:
-            monkeypatch.setenv(ATTN_SPLIT_ROWS_ENV, env)
-        backend = TritonAttnBackend(cfg)
+    monkeypatch.setattr(ka, "paged_attention", recorded)
+    for limit in (ATTN_SPLIT_ROWS, 64):
+        backend = TritonAttnBackend(attn_config(model.config, attn_split_rows=limit))
         backend.fused_ops = False  # the model's own forward: the attention is the Triton kernel that matters
         assert backend.attn_split_rows == limit
         asked.clear()
         got = run_steps(model, backend, model.forward, STEPS)
         wide = {splits for rows, splits in asked if rows > 64}
-        assert 34 * group > 64 and wide == ({1} if env == "64" else {s for s in wide if s > 1}) and wide, (
+        assert 34 * group > 64 and wide == ({1} if limit == 64 else {s for s in wide if s > 1}) and wide, (
             asked
         )
         for (wl, wh), (gl, gh) in zip(want, got, strict=True):
             torch.testing.assert_close(gh, wh, atol=2e-4, rtol=2e-4)
             torch.testing.assert_close(gl, wl, atol=2e-4, rtol=2e-4)
-    for bad in ("63", "0", "x", "65537", "-1"):
-        monkeypatch.setenv(ATTN_SPLIT_ROWS_ENV, bad)
-        with pytest.raises(ValueError, match=f"{ATTN_SPLIT_ROWS_ENV}={bad!r}: expected"):
-            TritonAttnBackend(cfg)
 
 
 def test_attention_prefetch_is_for_decodes_only(monkeypatch):
@@ -456,13 +419,13 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
     asked = []  # (largest new tokens per row, prefetch) per attention launch
-    real = tk.paged_attention
+    real = ka.paged_attention
 
     def recorded(*args, **kwargs):
         asked.append((kwargs["max_extend_len"], kwargs["prefetch"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tk, "paged_attention", recorded)
+    monkeypatch.setattr(ka, "paged_attention", recorded)
     backend = TritonAttnBackend(cfg)
     got = run_steps(model, backend, lambda fb: fused_decoder_forward(model, fb), STEPS)
     assert {q for q, _ in asked} >= {1, 5, 17} and all(p == (q == 1) for q, p in asked), asked
@@ -486,7 +449,7 @@ def test_attention_prefetch_is_for_decodes_only(monkeypatch):
 def record_attention(monkeypatch, model, backend, keys: tuple[str, ...]):
     """launches(fused=False): run three decodes (bs 1, 3, 2) and STEPS on `backend`, check every step's logits
     against the reference's (SDPA), and return the set of (batch size, max_extend_len, *the launch options
-    `keys`) that `tk.paged_attention` was called with; from now on it records every call.
+    `keys`) that `ka.paged_attention` was called with; from now on it records every call.
 
     With `fused` the steps run `fused_decoder_forward`, every Triton kernel interpreted (about 17 s on the
     CPU); else the model's own forward (`fused_ops` off), whose only Triton kernels are the K/V store and the
@@ -495,7 +458,7 @@ def record_attention(monkeypatch, model, backend, keys: tuple[str, ...]):
     from a tensor's values; so the same steps record the same launches on either forward (checked where the
     tests run both), and the interpreted kernel computes the logits with those options on either."""
     asked = []
-    real = tk.paged_attention
+    real = ka.paged_attention
 
     def recorded(*args, **kwargs):
         bs = args[6].shape[0]  # seq_lens
@@ -505,7 +468,7 @@ def record_attention(monkeypatch, model, backend, keys: tuple[str, ...]):
     decodes = [[(0, [1])], [(0, [2]), (1, [3]), (2, [4])], [(0, [5]), (1, [6])]]  # bs 1, 3, 2
     steps = decodes + STEPS
     want = run_steps(model, SdpaAttnBackend(attn_config(model.config)), model.forward, steps)
-    monkeypatch.setattr(tk, "paged_attention", recorded)
+    monkeypatch.setattr(ka, "paged_attention", recorded)
 
     def launches(fused: bool = False) -> set[tuple]:
         asked.clear()
@@ -569,7 +532,7 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads
-    monkeypatch.setattr(tk, "num_sms", lambda device: 8)
+    monkeypatch.setattr(ks, "num_sms", lambda device: 8)
     backend = TritonAttnBackend(cfg)
     # (batch size, largest new tokens per row, splits, KV tile, stages, early reads) per attention launch
     launches = record_attention(
@@ -606,63 +569,33 @@ def test_attention_kv_tiles_by_split_count(monkeypatch):
     assert {t for _, _, _, t, _, _ in launches()} == {None}
 
 
-def test_options_off_from_the_environment(monkeypatch):
-    cfg = attn_config(tiny_model("qwen3").config)
-    default = TritonAttnBackend(cfg).options()  # every fast-path part on, every opt-in part off
-    assert default == {**dict.fromkeys(FAST_PATH_OPTIONS, True), **dict.fromkeys(OPT_IN_OPTIONS, False)}
-    monkeypatch.setenv(ENGINE_OFF_ENV, "gemv_norm, wide_splits")
-    backend = TritonAttnBackend(cfg)
-    assert {n for n, on in backend.options().items() if not on} == {
-        "gemv_norm",
-        "wide_splits",
-        *OPT_IN_OPTIONS,
-    }
-    monkeypatch.setenv(ENGINE_OFF_ENV, "gemv,no_such_thing")
-    with pytest.raises(ValueError, match="no_such_thing"):
-        TritonAttnBackend(cfg)
+def test_every_fast_path_part_is_on_by_default():
+    backend = TritonAttnBackend(attn_config(tiny_model("qwen3").config))
+    assert backend.options() == dict.fromkeys(FAST_PATH_OPTIONS, True)
+    assert backend.tuned_tiles and backend.pdl  # EngineTuning's defaults
 
 
-def test_gemv_rows_reach_from_the_environment(monkeypatch):
-    cfg = attn_config(tiny_model("qwen3").config)
-    backend = TritonAttnBackend(cfg)
+def test_gemv_rows_reach_from_the_tuning():
+    model_cfg = tiny_model("qwen3").config
+    backend = TritonAttnBackend(attn_config(model_cfg))
     assert (backend.gemv_rows_batch_max, backend.gemv_rows_max) == (GEMV_ROWS_BATCH_MAX, GEMV_ROWS_MAX)
-    monkeypatch.setenv(GEMV_ROWS_ENV, "1:4")
-    backend = TritonAttnBackend(cfg)
+    backend = TritonAttnBackend(attn_config(model_cfg, gemv_rows_batch_max=1, gemv_rows_max=4))
     assert (backend.gemv_rows_batch_max, backend.gemv_rows_max) == (1, 4)
-    monkeypatch.setenv(GEMV_ROWS_ENV, "2:8")  # Q up to the kernel's limit, 8 rows
-    backend = TritonAttnBackend(cfg)
+    backend = TritonAttnBackend(attn_config(model_cfg, gemv_rows_max=8))  # up to the kernel's limit, 8 rows
     assert (backend.gemv_rows_batch_max, backend.gemv_rows_max) == (2, 8)
-    for bad in ("4", "1:1", "1:9", "1:16", "a:4", "1:x"):
-        monkeypatch.setenv(GEMV_ROWS_ENV, bad)
-        with pytest.raises(ValueError, match=rf"{GEMV_ROWS_ENV}=.*2 <= Q <= 8 tokens"):
-            TritonAttnBackend(cfg)
 
 
-def test_autotune_cache_from_the_environment(monkeypatch):
-    """TOKENROUTER_AUTOTUNE_CACHE: the linear kernels' autotuners keep their results on disk by default and not
-    with 0 (read when the kernels module is imported: checked in fresh interpreters without TRITON_INTERPRET,
-    where the autotuners exist); a bad value is named when a backend is built."""
+def test_autotuners_keep_their_results_on_disk():
+    """The linear kernels' autotuners keep their results on disk (checked in a fresh interpreter without
+    TRITON_INTERPRET, where the autotuners exist)."""
     import os
     import subprocess
     import sys
 
     probe = (
-        "import tokenrouter.runtime.engine.attention.triton_kernels as tk;"
-        "print([a.cache_results for a in (tk._gemv, tk._gemv_base, tk._dot_rows, *tk._gemv_few.values())])"
+        "from tokenrouter.runtime.engine.kernels import dot_rows as kd, linear as kl;"
+        "print([a.cache_results for a in (kl._gemv, kl._gemv_base, kd._dot_rows, *kl._gemv_few.values())])"
     )
-    for value, want in ((None, True), ("0", False), ("off", False), ("1", True)):
-        env = {
-            k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_AUTOTUNING")
-        }
-        if value is not None:
-            env[tk.AUTOTUNE_CACHE_ENV] = value
-        out = subprocess.run(
-            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-        )
-        assert out.stdout.strip() == repr([want] * 6), (value, out.stdout, out.stderr)
-    cfg = attn_config(tiny_model("qwen3").config)
-    monkeypatch.setenv(tk.AUTOTUNE_CACHE_ENV, "0")
-    TritonAttnBackend(cfg)
-    monkeypatch.setenv(tk.AUTOTUNE_CACHE_ENV, "sometimes")
-    with pytest.raises(ValueError, match=rf"{tk.AUTOTUNE_CACHE_ENV}='sometimes'"):
-        TritonAttnBackend(cfg)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_AUTOTUNING")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == repr([True] * 6), (out.stdout, out.stderr)

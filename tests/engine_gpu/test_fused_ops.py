@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, SdpaAttnBackend
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import dot_rows as kd
+from tokenrouter.runtime.engine.kernels import elementwise as ke
+from tokenrouter.runtime.engine.kernels import linear as kl
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -25,10 +27,10 @@ def test_rmsnorm_and_add_rmsnorm():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, 48, generator=g).to(DEVICE)
     w = torch.randn(48, generator=g).to(DEVICE)
-    torch.testing.assert_close(tk.rmsnorm(x, w, 1e-6), _ref_rmsnorm(x, w, 1e-6), **TOL)
+    torch.testing.assert_close(ke.rmsnorm(x, w, 1e-6), _ref_rmsnorm(x, w, 1e-6), **TOL)
     res = torch.randn(5, 48, generator=g).to(DEVICE)
     want_res = res + x
-    got = tk.rmsnorm(x, w, 1e-6, residual=res)
+    got = ke.rmsnorm(x, w, 1e-6, residual=res)
     torch.testing.assert_close(res, want_res, **TOL)  # residual updated in place
     torch.testing.assert_close(got, _ref_rmsnorm(want_res, w, 1e-6), **TOL)
 
@@ -38,20 +40,20 @@ def test_rmsnorm_of_some_rows_by_index():
     x = torch.randn(7, 48, generator=g).to(DEVICE)
     w = torch.randn(48, generator=g).to(DEVICE)
     rows = torch.tensor([1, 4, 6], device=DEVICE)
-    torch.testing.assert_close(tk.rmsnorm(x, w, 1e-6, rows=rows), _ref_rmsnorm(x[rows], w, 1e-6), **TOL)
+    torch.testing.assert_close(ke.rmsnorm(x, w, 1e-6, rows=rows), _ref_rmsnorm(x[rows], w, 1e-6), **TOL)
     res = torch.randn(7, 48, generator=g).to(DEVICE)
     before = res.clone()
-    got = tk.rmsnorm(x, w, 1e-6, residual=res, rows=rows)
+    got = ke.rmsnorm(x, w, 1e-6, residual=res, rows=rows)
     torch.testing.assert_close(got, _ref_rmsnorm((before + x)[rows], w, 1e-6), **TOL)
     torch.testing.assert_close(res[rows], (before + x)[rows], **TOL)  # those rows of the stream updated
     with pytest.raises(ValueError, match="rows"):
-        tk.rmsnorm(x, w, 1e-6, rows=torch.tensor([[0]], device=DEVICE))
+        ke.rmsnorm(x, w, 1e-6, rows=torch.tensor([[0]], device=DEVICE))
 
 
 def test_silu_and_mul():
     x = torch.randn(3, 2 * 40, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     gate, up = x[:, :40], x[:, 40:]
-    torch.testing.assert_close(tk.silu_and_mul(x), torch.nn.functional.silu(gate) * up, **TOL)
+    torch.testing.assert_close(ke.silu_and_mul(x), torch.nn.functional.silu(gate) * up, **TOL)
 
 
 def _rotate(x, pos, theta=10000.0):
@@ -81,7 +83,7 @@ def test_qk_norm_rope_store(with_norm):
     want_q, cos_sin = _rotate(q, pos)
     want_k, _ = _rotate(k, pos)
     table = _rotate(torch.zeros(16, 1, d, device=DEVICE), torch.arange(16, device=DEVICE))[1]
-    got_q = tk.qk_norm_rope_store(qkv, pos, table, k_buf, v_buf, loc, hq, hkv, d, qw, kw, 1e-6)
+    got_q = ke.qk_norm_rope_store(qkv, pos, table, k_buf, v_buf, loc, hq, hkv, d, qw, kw, 1e-6)
     torch.testing.assert_close(got_q, want_q, **TOL)
     torch.testing.assert_close(k_buf[loc], want_k, **TOL)
     torch.testing.assert_close(v_buf[loc], v, **TOL)
@@ -148,9 +150,9 @@ def test_gemv(bias, silu_mul):
     b = torch.randn(n, generator=g).to(DEVICE) if bias else None
     inp = torch.nn.functional.silu(x[:, :k]) * x[:, k:] if silu_mul else x
     want = torch.nn.functional.linear(inp, w, b)
-    torch.testing.assert_close(tk.gemv(x, w, b, silu_mul=silu_mul), want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(kl.gemv(x, w, b, silu_mul=silu_mul), want, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError):
-        tk.gemv(torch.zeros(2, k, device=DEVICE), w)
+        kl.gemv(torch.zeros(2, k, device=DEVICE), w)
 
 
 @pytest.mark.parametrize("with_residual", [False, True])
@@ -165,17 +167,17 @@ def test_gemv_with_folded_rmsnorm(with_residual):
         res = torch.randn(1, k, generator=g).to(DEVICE)
         res_before = res.clone()
         res_out = torch.full_like(res, float("nan"))
-        got = tk.gemv(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
+        got = kl.gemv(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
         torch.testing.assert_close(res, res_before)  # the old stream is left as it was
         torch.testing.assert_close(res_out, res_before + x, **TOL)
         want = torch.nn.functional.linear(_ref_rmsnorm(res_before + x, nw, 1e-6), w, b)
     else:
-        got = tk.gemv(x, w, b, norm_weight=nw, eps=1e-6)
+        got = kl.gemv(x, w, b, norm_weight=nw, eps=1e-6)
         want = torch.nn.functional.linear(_ref_rmsnorm(x, nw, 1e-6), w, b)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # the same as the two launches it replaces
     r = res_before.clone() if with_residual else None
-    two = tk.gemv(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b)
+    two = kl.gemv(ke.rmsnorm(x, nw, 1e-6, residual=r), w, b)
     torch.testing.assert_close(got, two, atol=1e-5, rtol=1e-5)
 
 
@@ -184,11 +186,11 @@ def test_gemv_folded_norm_argument_errors():
     w = torch.zeros(4, 8, device=DEVICE)
     nw = torch.ones(8, device=DEVICE)
     with pytest.raises(ValueError, match="residual_out must not be residual"):
-        tk.gemv(x, w, norm_weight=nw, residual=x, residual_out=x)
+        kl.gemv(x, w, norm_weight=nw, residual=x, residual_out=x)
     with pytest.raises(ValueError, match="residual needs"):
-        tk.gemv(x, w, residual=x.clone(), residual_out=x.clone())
+        kl.gemv(x, w, residual=x.clone(), residual_out=x.clone())
     with pytest.raises(ValueError, match="do not combine"):
-        tk.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
+        kl.gemv(torch.zeros(1, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
 
 
 def linear_case(seed: int, m: int, variant: str):
@@ -209,17 +211,17 @@ def linear_case(seed: int, m: int, variant: str):
 @pytest.mark.parametrize("variant", ["plain", "bias", "silu_mul"])
 def test_gemv_rows(m, variant):
     x, w, b, silu_mul, want = linear_case(m * 3 + len(variant), m, variant)
-    got = tk.gemv_rows(x, w, b, silu_mul=silu_mul)
+    got = kl.gemv_rows(x, w, b, silu_mul=silu_mul)
     assert got.shape == (m, w.shape[0])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # row by row it is the one-row GEMV
-    one = torch.cat([tk.gemv(x[i : i + 1], w, b, silu_mul=silu_mul) for i in range(m)])
+    one = torch.cat([kl.gemv(x[i : i + 1], w, b, silu_mul=silu_mul) for i in range(m)])
     torch.testing.assert_close(got, one, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kernel", ["gemv_rows", "dot_rows"])
 def test_few_row_kernels_take_strided_rows_and_bf16(kernel):
-    linear = getattr(tk, kernel)
+    linear = kl.gemv_rows if kernel == "gemv_rows" else kd.dot_rows
     g = torch.Generator().manual_seed(11)
     n, k = 33, 100
     wide = torch.randn(5, 160, generator=g).to(DEVICE)
@@ -242,7 +244,7 @@ def test_gemv_rows_bf16_within_rounding_of_linear(m, variant):
     x = torch.randn(m, 2 * k if variant == "silu_mul" else k, generator=g).to(DEVICE, torch.bfloat16)
     w = (torch.randn(n, k, generator=g) / k**0.5).to(DEVICE, torch.bfloat16)
     if variant == "silu_mul":
-        got = tk.gemv_rows(x, w, silu_mul=True)
+        got = kl.gemv_rows(x, w, silu_mul=True)
         inp = (torch.nn.functional.silu(x[:, :k].float()) * x[:, k:].float()).to(torch.bfloat16)
     else:
         nw = (1 + 0.1 * torch.randn(k, generator=g)).to(DEVICE, torch.bfloat16)
@@ -250,12 +252,12 @@ def test_gemv_rows_bf16_within_rounding_of_linear(m, variant):
         if variant == "norm_residual":
             res = torch.randn(m, k, generator=g).to(DEVICE, torch.bfloat16)
             res_out = torch.empty_like(res)
-            got = tk.gemv_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
+            got = kl.gemv_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
             h = (x.float() + res.float()).to(torch.bfloat16)
             # one bf16 step at most (Triton's interpreter casts float32 to bf16 by truncation)
             torch.testing.assert_close(res_out.float(), h.float(), atol=0.0, rtol=2**-7)
         else:
-            got = tk.gemv_rows(x, w, norm_weight=nw, eps=1e-6)
+            got = kl.gemv_rows(x, w, norm_weight=nw, eps=1e-6)
         inp = _ref_rmsnorm(h, nw, 1e-6).to(torch.bfloat16)
     want = torch.nn.functional.linear(inp.float(), w.float())
     # one bf16 rounding of the output, plus the input rounding the kernel skips (the folded norm)
@@ -275,37 +277,37 @@ def test_gemv_rows_with_folded_rmsnorm(m, with_residual):
         res = torch.randn(m, k, generator=g).to(DEVICE) * torch.arange(1, m + 1, device=DEVICE)[:, None]
         res_before = res.clone()
         res_out = torch.full_like(res, float("nan"))
-        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
+        got = kl.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6, residual=res, residual_out=res_out)
         torch.testing.assert_close(res, res_before)  # the old stream is left as it was
         torch.testing.assert_close(res_out, res_before + x, **TOL)
         want = torch.nn.functional.linear(_ref_rmsnorm(res_before + x, nw, 1e-6), w, b)
     else:
-        got = tk.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6)
+        got = kl.gemv_rows(x, w, b, norm_weight=nw, eps=1e-6)
         want = torch.nn.functional.linear(_ref_rmsnorm(x, nw, 1e-6), w, b)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     r = res_before.clone() if with_residual else None  # the same as the two launches it replaces
     torch.testing.assert_close(
-        got, tk.gemv_rows(tk.rmsnorm(x, nw, 1e-6, residual=r), w, b), atol=1e-5, rtol=1e-5
+        got, kl.gemv_rows(ke.rmsnorm(x, nw, 1e-6, residual=r), w, b), atol=1e-5, rtol=1e-5
     )
 
 
 def test_gemv_rows_argument_errors():
     w = torch.zeros(4, 8, device=DEVICE)
     nw = torch.ones(8, device=DEVICE)
-    for rows in (1, tk.GEMV_ROWS_LIMIT + 1):
+    for rows in (1, kl.GEMV_ROWS_LIMIT + 1):
         with pytest.raises(ValueError, match="rows"):
-            tk.gemv_rows(torch.zeros(rows, 8, device=DEVICE), w)
+            kl.gemv_rows(torch.zeros(rows, 8, device=DEVICE), w)
     x = torch.zeros(3, 8, device=DEVICE)
     with pytest.raises(ValueError, match="does not match"):
-        tk.gemv_rows(torch.zeros(3, 9, device=DEVICE), w)
+        kl.gemv_rows(torch.zeros(3, 9, device=DEVICE), w)
     with pytest.raises(ValueError, match="residual_out must not be residual"):
-        tk.gemv_rows(x, w, norm_weight=nw, residual=x, residual_out=x)
+        kl.gemv_rows(x, w, norm_weight=nw, residual=x, residual_out=x)
     with pytest.raises(ValueError, match="residual needs"):
-        tk.gemv_rows(x, w, residual=x.clone(), residual_out=x.clone())
+        kl.gemv_rows(x, w, residual=x.clone(), residual_out=x.clone())
     with pytest.raises(ValueError, match="contiguous"):
-        tk.gemv_rows(x, w, norm_weight=nw, residual=torch.zeros(2, 8, device=DEVICE), residual_out=x.clone())
+        kl.gemv_rows(x, w, norm_weight=nw, residual=torch.zeros(2, 8, device=DEVICE), residual_out=x.clone())
     with pytest.raises(ValueError, match="do not combine"):
-        tk.gemv_rows(torch.zeros(3, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
+        kl.gemv_rows(torch.zeros(3, 16, device=DEVICE), w, silu_mul=True, norm_weight=nw)
 
 
 # the tensor-core few-row linear: the interpreter's fixed config (BLOCK_W 16, BLOCK_K 32, SPLIT_K 2) and
@@ -327,11 +329,11 @@ DOT_IDS = ["default", "split1", "split4", "split8", "tile1", "split12"]
 @pytest.mark.parametrize("config", DOT_CONFIGS, ids=DOT_IDS)
 def test_dot_rows(m, variant, config):
     x, w, b, silu_mul, want = linear_case(m * 5 + len(variant), m, variant)
-    got = tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config)
+    got = kd.dot_rows(x, w, b, silu_mul=silu_mul, config=config)
     assert got.shape == (m, w.shape[0])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     # a second launch on the same tickets (each launch leaves them zero) gives the same, bit for bit
-    torch.testing.assert_close(tk.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)
+    torch.testing.assert_close(kd.dot_rows(x, w, b, silu_mul=silu_mul, config=config), got, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("m", [1, 3, 16, 27])
@@ -350,25 +352,25 @@ def test_dot_rows_with_folded_rmsnorm(m, with_residual, config):
     h = x + res if with_residual else x
     want = torch.nn.functional.linear(_ref_rmsnorm(h, nw, 1e-6), w)
     kept = res.clone() if with_residual else None
-    got = tk.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
+    got = kd.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     if with_residual:
         torch.testing.assert_close(out, h, **TOL)
         torch.testing.assert_close(res, kept, atol=0, rtol=0)
-    again = tk.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
+    again = kd.dot_rows(x, w, norm_weight=nw, eps=1e-6, residual=res, residual_out=out, config=config)
     torch.testing.assert_close(again, got, atol=0, rtol=0)
 
 
 def test_dot_rows_prefetch_tunes_over_one_tile_configs():
     """With PREFETCH_W the autotuner's candidates read a program's whole weight slice in one K tile at the
     small models' K (1024, 2048, 3072); without it, the run-H tile list."""
-    assert tk._dot_rows_prune(None, {"K": 1024}) == tk._DOT_ROWS_CONFIGS
-    assert tk._dot_rows_prune(None, {"K": 1024}, PREFETCH_W=False) == tk._DOT_ROWS_CONFIGS
+    assert kd._dot_rows_prune(None, {"K": 1024}) == kd._DOT_ROWS_CONFIGS
+    assert kd._dot_rows_prune(None, {"K": 1024}, PREFETCH_W=False) == kd._DOT_ROWS_CONFIGS
     for k in (1024, 2048, 3072):
-        one = tk._dot_rows_prune(None, {"K": k}, PREFETCH_W=True)
+        one = kd._dot_rows_prune(None, {"K": k}, PREFETCH_W=True)
         assert one and all(-(-k // c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"] for c in one), k
-        assert all(c.kwargs["SPLIT_K"] <= tk._DOT_ROWS_MAX_SPLIT for c in one)
-    assert tk._dot_rows_prune(None, {"K": 8192}, PREFETCH_W=True) == tk._DOT_ROWS_ONE_TILE_CONFIGS
+        assert all(c.kwargs["SPLIT_K"] <= kd._DOT_ROWS_MAX_SPLIT for c in one)
+    assert kd._dot_rows_prune(None, {"K": 8192}, PREFETCH_W=True) == kd._DOT_ROWS_ONE_TILE_CONFIGS
 
 
 def test_dot_rows_argument_errors():
@@ -376,27 +378,27 @@ def test_dot_rows_argument_errors():
     x = torch.zeros(5, k, device=DEVICE)
     w = torch.zeros(n, k, device=DEVICE)
     with pytest.raises(ValueError, match="1-32 rows"):
-        tk.dot_rows(torch.zeros(33, k, device=DEVICE), w)
+        kd.dot_rows(torch.zeros(33, k, device=DEVICE), w)
     with pytest.raises(ValueError, match="does not match the weight"):
-        tk.dot_rows(torch.zeros(2, k, device=DEVICE), w, silu_mul=True)
+        kd.dot_rows(torch.zeros(2, k, device=DEVICE), w, silu_mul=True)
     with pytest.raises(ValueError, match="do not combine"):
-        tk.dot_rows(
+        kd.dot_rows(
             torch.zeros(2, 2 * k, device=DEVICE), w, silu_mul=True, norm_weight=torch.ones(k, device=DEVICE)
         )
     with pytest.raises(ValueError, match="SPLIT_K at most"):
-        tk.dot_rows(x, w, config={"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 64})
+        kd.dot_rows(x, w, config={"BLOCK_W": 16, "BLOCK_K": 16, "SPLIT_K": 64})
 
 
 def test_dot_rows_scratch_grows_for_the_32_row_block(monkeypatch):
     """The split partials' scratch is sized for the row block that runs: 16 rows until a step of 17-32 rows
     (the 32-row block, off by default in the engine) first needs more; then that buffer serves every step."""
-    monkeypatch.setattr(tk, "_dot_rows_scratch", {})
+    monkeypatch.setattr(kd, "_dot_rows_scratch", {})
     n, k = 4200, 16  # 2 * split * 32 * N is past the 16-row buffer's least size (N = 8192)
     w = torch.randn(n, k, device=DEVICE)
     config = {"BLOCK_W": 128, "BLOCK_K": 16, "SPLIT_K": 1}
-    split = tk._DOT_ROWS_MAX_SPLIT
+    split = kd._DOT_ROWS_MAX_SPLIT
     for m, size in ((8, 16 * 8192), (16, 16 * 8192), (20, 32 * 8192), (3, 32 * 8192)):
         x = torch.randn(m, k, device=DEVICE)
-        torch.testing.assert_close(tk.dot_rows(x, w, config=config), x @ w.T, atol=1e-4, rtol=1e-4)
-        assert tk._dot_rows_scratch[DEVICE][-1][0].numel() == 2 * split * size, m
-    assert len(tk._dot_rows_scratch[DEVICE]) == 2
+        torch.testing.assert_close(kd.dot_rows(x, w, config=config), x @ w.T, atol=1e-4, rtol=1e-4)
+        assert kd._dot_rows_scratch[DEVICE][-1][0].numel() == 2 * split * size, m
+    assert len(kd._dot_rows_scratch[DEVICE]) == 2

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
+from tokenrouter.runtime.engine.kernels import attention as ka
+from tokenrouter.runtime.engine.kernels import attention_shapes as ks
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -81,7 +82,7 @@ def test_paged_attention_matches_reference(case, prefetch):
     q, k_buf, v_buf, t = _make_batch(seq_lens, ext_lens, kv_heads, head_dim, group, dtype, DEVICE, gen)
     out = torch.full_like(q, float("nan"))
     scale = head_dim**-0.5
-    tk.paged_attention(
+    ka.paged_attention(
         q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=scale, num_splits=splits,
         prefetch=prefetch,
     )  # fmt: skip
@@ -100,7 +101,7 @@ def test_split_count_does_not_change_the_result():
     variants += [(64, False, False), (1, True, True), (8, True, True), (64, True, True)]  # + prefetch
     for splits, eager, prefetch in variants:
         out = torch.empty_like(q)
-        tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=3, sm_scale=0.25, num_splits=splits,
+        ka.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=3, sm_scale=0.25, num_splits=splits,
                            eager_loads=eager, prefetch=prefetch)  # fmt: skip
         outs.append(out.float())
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
@@ -120,18 +121,18 @@ def test_fused_split_merge_matches_reference(case, prefetch, max_rows, monkeypat
     same result as the reference, the tickets back at zero, and the same buffer reused by the next launch
     (a graph replay, the next layer) with other sequence lengths."""
     if max_rows is not None:  # the in-kernel merge for every row block (by default: up to 4 rows)
-        monkeypatch.setattr(tk, "FUSED_MERGE_MAX_ROWS", max_rows)
+        monkeypatch.setattr(ka, "FUSED_MERGE_MAX_ROWS", max_rows)
     seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
     gen = torch.Generator().manual_seed(sum(seq_lens) + head_dim + 1)
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
-    need = tk.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group)
+    need = ks.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group)
     tickets = torch.zeros(need + 3, dtype=torch.int32, device=DEVICE)
     for trial in range(2):
         lens = [n + 5 * trial for n in seq_lens]  # longer sequences in the second launch
         q, k_buf, v_buf, t = _make_batch(lens, ext_lens, kv_heads, head_dim, group, dtype, DEVICE, gen)
         out = torch.full_like(q, float("nan"))
-        tk.paged_attention(
+        ka.paged_attention(
             q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=head_dim**-0.5,
             num_splits=splits or 4, prefetch=prefetch, tickets=tickets,
         )  # fmt: skip
@@ -157,21 +158,21 @@ def test_merge_passes_fold_wider_blocks(case, monkeypatch):
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     q, k_buf, v_buf, t = _make_batch(seq_lens, ext_lens, kv_heads, head_dim, group, dtype, DEVICE, gen)
-    tickets = torch.zeros(tk.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group), dtype=torch.int32,
+    tickets = torch.zeros(ks.attention_tickets(len(seq_lens), kv_heads, max(ext_lens), group), dtype=torch.int32,
                           device=DEVICE)  # fmt: skip
     launches = []
-    real = tk._merge_splits_kernel
+    real = ka._merge_splits_kernel
 
     class Counted:
         def __getitem__(self, grid):
             launches.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(tk, "_merge_splits_kernel", Counted())
+    monkeypatch.setattr(ka, "_merge_splits_kernel", Counted())
     want = _reference(q, k_buf, v_buf, t, head_dim**-0.5)
     for passes in (0, 1):
         out = torch.full_like(q, float("nan"))
-        tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=head_dim**-0.5,
+        ka.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=max(ext_lens), sm_scale=head_dim**-0.5,
                            num_splits=splits, tickets=tickets, merge_passes=passes)  # fmt: skip
         torch.testing.assert_close(out.float(), want, atol=tol, rtol=tol)
         assert not tickets.any()
@@ -181,13 +182,13 @@ def test_merge_passes_fold_wider_blocks(case, monkeypatch):
 def test_fused_merge_rows_per_pass():
     """Rows per merge pass: 2 without passes; with them, as many as the tile budget holds for the splits
     (powers of two, at most the block's rows rounded up, at least 2)."""
-    assert tk.fused_merge_rows(16, 8, 128, 4, 0) == 2
-    assert tk.fused_merge_rows(16, 8, 128, 4, 2) == 8  # bs 4 x 8 on the 0.6B: two passes
-    assert tk.fused_merge_rows(16, 2, 128, 4, 1) == 16  # bs 16: one
-    assert tk.fused_merge_rows(16, 32, 128, 4, 2) == 2  # bs 1: eight (so it keeps the merge launch)
-    assert tk.fused_merge_rows(6, 4, 128, 4, 1) == 8
-    assert tk.fused_merge_rows(16, 64, 128, 4, 1) == 2
-    assert tk.fused_merge_rows(16, 8, 128, 8, 1) == 16  # twice the threads, twice the rows
+    assert ks.fused_merge_rows(16, 8, 128, 4, 0) == 2
+    assert ks.fused_merge_rows(16, 8, 128, 4, 2) == 8  # bs 4 x 8 on the 0.6B: two passes
+    assert ks.fused_merge_rows(16, 2, 128, 4, 1) == 16  # bs 16: one
+    assert ks.fused_merge_rows(16, 32, 128, 4, 2) == 2  # bs 1: eight (so it keeps the merge launch)
+    assert ks.fused_merge_rows(6, 4, 128, 4, 1) == 8
+    assert ks.fused_merge_rows(16, 64, 128, 4, 1) == 2
+    assert ks.fused_merge_rows(16, 8, 128, 8, 1) == 16  # twice the threads, twice the rows
 
 
 def test_fused_split_merge_argument_errors():
@@ -198,20 +199,20 @@ def test_fused_split_merge_argument_errors():
         torch.zeros(1, dtype=torch.int32, device=DEVICE),
     ):
         with pytest.raises(ValueError, match="tickets"):
-            tk.paged_attention(q, k_buf, v_buf, torch.empty_like(q), **t, max_extend_len=1, sm_scale=0.25,
+            ka.paged_attention(q, k_buf, v_buf, torch.empty_like(q), **t, max_extend_len=1, sm_scale=0.25,
                                num_splits=4, tickets=bad)  # fmt: skip
 
 
 def test_decode_split_count_on_an_h200(monkeypatch):
     """bs 1 decode with 8 KV heads on 132 SMs: 32 splits (about one program per SM; the sweep's best at ctx
     4096), 16 under the old cap; larger batches split less; the count depends only on the launch shape."""
-    monkeypatch.setattr(tk, "num_sms", lambda device: 132)
+    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
     cpu = torch.device("cpu")
-    assert tk.choose_num_splits(1, 8, 1, cpu) == 32
-    assert tk.choose_num_splits(1, 8, 1, cpu, tk.MAX_SPLITS_OLD) == 16
-    assert tk.choose_num_splits(2, 8, 1, cpu) == 16
-    assert tk.choose_num_splits(8, 8, 1, cpu) == 4
-    assert tk.choose_num_splits(64, 8, 1, cpu) == 1
+    assert ks.choose_num_splits(1, 8, 1, cpu) == 32
+    assert ks.choose_num_splits(1, 8, 1, cpu, 16) == 16  # a cap of 16
+    assert ks.choose_num_splits(2, 8, 1, cpu) == 16
+    assert ks.choose_num_splits(8, 8, 1, cpu) == 4
+    assert ks.choose_num_splits(64, 8, 1, cpu) == 1
 
 
 @pytest.mark.gpu
@@ -224,6 +225,6 @@ def test_paged_attention_realistic_shapes_gpu(ctx, kind):
     ext = {"decode": 1, "extend": 5, "prefill": ctx}[kind]
     q, k_buf, v_buf, t = _make_batch([ctx] * bs, [ext] * bs, 8, 128, 4, torch.bfloat16, "cuda", gen)
     out = torch.empty_like(q)
-    tk.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=ext, sm_scale=128**-0.5)
+    ka.paged_attention(q, k_buf, v_buf, out, **t, max_extend_len=ext, sm_scale=128**-0.5)
     want = _reference(q, k_buf, v_buf, t, 128**-0.5)
     torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)

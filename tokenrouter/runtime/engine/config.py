@@ -223,3 +223,63 @@ def load_model_config(path: str | Path) -> ModelConfig:
     if config.rope_scaling is not None and not math.isfinite(config.rope_scaling.factor):
         raise ModelFolderError(f"{folder}: rope scaling factor must be finite")
     return config
+
+
+@dataclass(slots=True)
+class EngineTuning:
+    """The GPU fast path's tuning (the Triton attention backend reads it; other backends ignore it). Every
+    default is what the product runs; a field names the step sizes a kernel takes, which are per GPU and model.
+
+    - `gemv_rows_batch_max`, `gemv_rows_max`: steps of 2 to `gemv_rows_max` tokens of at most
+      `gemv_rows_batch_max` requests run the few-row GEMV (`gemv_rows`, at most 8 rows).
+    - `dot_rows_max`, `dot_rows_decode_max`: the other steps of up to `dot_rows_max` tokens (decodes: up to
+      `dot_rows_decode_max` rows) run the tensor-core few-row kernel `dot_rows` (at most 32 rows); None: 32
+      where the tuned tile tables hold 32-row tiles for the GPU, else 16.
+    - `fused_merge_rows`, `fused_merge_passes`: attention row blocks of up to `fused_merge_rows` rows merge
+      their KV splits in the attention kernel, and so do larger blocks whose partials it loads in at most
+      `fused_merge_passes` passes (0: none); the others merge in a second kernel.
+    - `attn_split_rows`: attention launches of up to this many query rows (the longest extend's tokens x
+      the GQA group) may split their KV range over programs.
+    - `tuned_tiles`: `dot_rows` and the GEMVs take the tile configs measured fastest inside the CUDA graph
+      step where a table holds one for the GPU model (the shipped `tuned_tiles.json`, then
+      `tuned_tiles_files`, a later file's entries over an earlier one's); off: the autotuner's choice (`bench/graph_tune.py` tunes so).
+    - `pdl`: programmatic dependent launch between the Triton kernels on sm_90+ (off: plain launches, for a
+      GPU stack whose graph capture fails with it).
+    """
+
+    gemv_rows_batch_max: int = 2
+    gemv_rows_max: int = 2
+    dot_rows_max: int | None = None
+    dot_rows_decode_max: int = 16
+    fused_merge_rows: int = 4
+    fused_merge_passes: int = 1
+    attn_split_rows: int = 256
+    tuned_tiles: bool = True
+    tuned_tiles_files: tuple[str, ...] = ()
+    pdl: bool = True
+
+    # field -> (least, most) of the integer fields
+    LIMITS = {
+        "gemv_rows_batch_max": (0, 1 << 16),
+        "gemv_rows_max": (2, 8),
+        "dot_rows_max": (2, 32),
+        "dot_rows_decode_max": (2, 32),
+        "fused_merge_rows": (1, 64),
+        "fused_merge_passes": (0, 16),
+        "attn_split_rows": (64, 65536),
+    }
+
+    def __post_init__(self) -> None:
+        for name, (least, most) in self.LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name == "dot_rows_max":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise ValueError(f"tuning.{name} must be an int from {least} to {most}, got {value!r}")
+        for name in ("tuned_tiles", "pdl"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"tuning.{name} must be true or false, got {getattr(self, name)!r}")
+        files = self.tuned_tiles_files
+        if isinstance(files, str) or not all(isinstance(f, str) and f.strip() for f in files):
+            raise ValueError(f"tuning.tuned_tiles_files must be a list of file paths, got {files!r}")
+        self.tuned_tiles_files = tuple(files)

@@ -277,13 +277,12 @@ class CudaGraphRunner:
         return self.outputs[shape]
 
     def load_batch(self, fb: ForwardBatch, shape: tuple[int, int]) -> None:
-        """Copy `fb` into the static buffers of `shape`, padded (see the module doc). With the backend's
-        `one_copy_inputs` (on unless turned off) and a batch that carries its host ints (`ForwardBatch.build`
-        does), the whole step is staged on the host and loaded in one host-to-device copy; else the token
+        """Copy `fb` into the static buffers of `shape`, padded (see the module doc). With a batch that
+        carries its host ints (`ForwardBatch.build` does), the whole step is staged on the host and loaded in one host-to-device copy; else the token
         tensors are copied from the batch's device tensors and the rows from the host."""
         cap_bs, cap_q = shape
         bs, t, cap_t, b, big_t = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs, self.max_tokens
-        one_copy = fb.host_ints is not None and getattr(self.attn_backend, "one_copy_inputs", True)
+        one_copy = fb.host_ints is not None
         slot = self._ring
         self._ring = (slot + 1) % len(self._host)
         if self._host_events[slot] is not None:

@@ -30,7 +30,7 @@ import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
-from tokenrouter.runtime.engine.config import ModelConfig, check_model_folder, load_model_config
+from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig, check_model_folder, load_model_config
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, write_req_to_token
 from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
@@ -71,6 +71,7 @@ class EngineConfig:
     cuda_graph: bool | None = None  # None: on CUDA when the graph runner is available
     graph_rows: int | None = None  # the widest step the CUDA graphs should hold (default: the runner's)
     seed: int = 0  # for dummy weights
+    tuning: EngineTuning = field(default_factory=EngineTuning)  # the GPU fast path's (validated itself)
 
     def __post_init__(self) -> None:
         try:
@@ -89,6 +90,8 @@ class EngineConfig:
             raise ValueError(f"load must be 'auto' or 'dummy', got {self.load!r}")
         if self.max_tokens is not None and self.mem_bytes is not None:
             raise ValueError("give max_tokens or mem_bytes, not both")
+        if not isinstance(self.tuning, EngineTuning):
+            raise ValueError(f"tuning must be an EngineTuning, got {type(self.tuning).__name__}")
 
 
 @dataclass(slots=True)
@@ -187,6 +190,7 @@ class EmbeddedEngine(HeldRequestsEngine):
             dtype=self.dtype,
             device=self.device,
             hidden_size=c.hidden_size,
+            tuning=self.settings.tuning,
         )
         try:
             self.attn_backend = create_attention_backend(self.settings.attention, attn_cfg)
@@ -451,6 +455,7 @@ def load_engine(
     cuda_graph: bool | None = None,
     graph_rows: int | None = None,
     seed: int = 0,
+    tuning: EngineTuning | None = None,
     engine_class: type[EmbeddedEngine] | None = None,
     progress: Progress | None = None,
 ) -> EmbeddedEngine:
@@ -472,6 +477,7 @@ def load_engine(
         cuda_graph=cuda_graph,
         graph_rows=graph_rows,
         seed=seed,
+        tuning=tuning or EngineTuning(),
     )
     config = load_model_config(path)  # the folder and its config.json first, then the weights
     folder = check_model_folder(path, need_weights=load != "dummy")

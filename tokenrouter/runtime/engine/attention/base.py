@@ -26,10 +26,11 @@ Backends: `sdpa.py` (gather + torch SDPA; correct on any device; the reference),
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from tokenrouter.runtime.engine.config import EngineTuning
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 
 
@@ -45,6 +46,7 @@ class AttentionConfig:
     dtype: torch.dtype
     device: torch.device
     hidden_size: int | None = None  # the model's (for backends whose kernels are tuned per layer shape)
+    tuning: EngineTuning = field(default_factory=EngineTuning)  # the Triton backend's (others ignore it)
 
     def __post_init__(self) -> None:
         if self.num_heads < 1 or self.num_kv_heads < 1 or self.head_dim < 1:

@@ -8,17 +8,24 @@ replays correctly for any sequence lengths: the graph runner only refills those 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from tokenrouter.runtime.engine.attention import triton_kernels as tk
 from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
+from tokenrouter.runtime.engine.config import EngineTuning
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
+from tokenrouter.runtime.engine.kernels import attention as ka
+from tokenrouter.runtime.engine.kernels import attention_shapes as ks
+from tokenrouter.runtime.engine.kernels import dot_rows as kd
+from tokenrouter.runtime.engine.kernels import elementwise as ke
+from tokenrouter.runtime.engine.kernels import linear as kl
 
-GEMV_ROWS_MAX = 2  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. Run J
+DEFAULT_TUNING = EngineTuning()
+GEMV_ROWS_MAX = (
+    DEFAULT_TUNING.gemv_rows_max
+)  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. Run J
 # (docs/benchmarks.md): with `dot_prefetch`, `dot_rows` took the 0.6B's 3-4 token steps in 0.93-0.96x the time
 # of `gemv_rows` (bs 1 x 4 extends and bs 4 decodes, ctx 512 and 4096), so those run on `dot_rows` (2-token
 # steps were not timed against it and stay here)
@@ -26,7 +33,7 @@ GEMV_ROWS_MAX = 2  # the default `gemv_rows_max`: the most tokens a step may hav
 # the kernel's cost depends on the rows, not on which request they belong to, so a decode of 2 rows gains
 # what the 2-token extends gained; timed end to end as engine_bench's "no gemv_rows" ablation rows at decode
 # bs 2-4 (docs/benchmarks.md, run G).
-GEMV_ROWS_BATCH_MAX = 2
+GEMV_ROWS_BATCH_MAX = DEFAULT_TUNING.gemv_rows_batch_max
 # the default `small_hidden_max`: `gemv_rows` and `gemv_norm` act on models of at most this hidden size only.
 # On the H200 (docs/benchmarks.md, "Run F"): at the 0.6B (hidden 1024) the few-row GEMV makes a bs-1 extend
 # of 2 tokens 0.89 ms against 1.37 with cuBLAS and of 4 tokens 1.19 against 1.37 (8 tokens: slower than
@@ -35,7 +42,7 @@ GEMV_ROWS_BATCH_MAX = 2
 # program recomputes the 4096-wide norm), so large models run both unfolded and on cuBLAS.
 SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
-# their linear layers as `dot_rows` (tensor cores; tk.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
+# their linear layers as `dot_rows` (tensor cores; kd.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
 # "Run H") every 0.6B step of up to 16 tokens was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens:
 # 1.150 vs 1.286 ms). Steps of 17-32 tokens run a 32-row block (BLOCK_X 32), which beats cuBLAS only with tiles
 # tuned in the graph: with the autotuner's 1.12-1.21x slower (run O), with run Q's tuned tiles the extends of
@@ -45,11 +52,11 @@ DOT_ROWS_MAX = 32
 DOT_ROWS_NARROW_MAX = 16  # the 16-row block's reach
 # the default `dot_rows_decode_max`: decodes (one new token per row) of more rows than this run on cuBLAS. Run Q
 # measured the 32-row block at decode bs 32 slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
-DOT_ROWS_DECODE_MAX = 16
+DOT_ROWS_DECODE_MAX = DEFAULT_TUNING.dot_rows_decode_max
 
 # Which attention launches run their KV loop unpipelined (`attn_stages`: 1 stage; the others take 2, or 3 in
 # 32-row blocks) and read their first tile before the PDL wait (`attn_prefetch`). Until run T every block of up
-# to tk.SINGLE_STAGE_ROWS (8) query rows ran unpipelined (run B's sweep at bs 16, ctx 4096, before PDL) and every
+# to ks.SINGLE_STAGE_ROWS (8) query rows ran unpipelined (run B's sweep at bs 16, ctx 4096, before PDL) and every
 # decode read early (run P). Run T (docs/benchmarks.md), 0.6B on the H200, side by side: extends with 8-row
 # blocks pipelined take 0.70x the time at bs 16 x 2 and x 4, ctx 4096, 0.90x at 512 (bs 1 and 4: 0.87-0.99x,
 # but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
@@ -80,9 +87,8 @@ ATTN_WIDE_TILE_SPLITS = 4
 ATTN_WIDE_TILE_WAVES = 2
 ATTN_NARROW_TILE_SPLITS = 32
 
-# The fast path's switchable parts (backend attributes of these names, all on by default). Each can be
-# turned off for side-by-side timing: TOKENROUTER_ENGINE_OFF="name,name" (read when a backend is built),
-# or set the attribute and capture the graphs again (bench/engine_bench.py's ablation does this).
+# The fast path's switchable parts (backend attributes of these names, all on by default): for side-by-side
+# timing a benchmark sets the attribute and captures the graphs again (bench/engine_bench.py's ablation).
 FAST_PATH_OPTIONS = {
     "fused_ops": "the decoder runs `fused_decoder_forward` (off: the model's plain forward)",
     "gemv": "one-token steps run their linear layers as the Triton GEMV (off: cuBLAS)",
@@ -102,20 +108,8 @@ FAST_PATH_OPTIONS = {
     "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV does; "
     "run J: 0.82-0.96x the step time of every 0.6B dot_rows step (off: every read after the wait, the tiles "
     "of run H)",
-    "dot_merge_unroll": "`dot_rows`' split-K merge (the last program of a column block sums the partials) issues "
-    "every partial's load at once; the same sum bit for bit. Run S: 0.989-0.996x the 0.6B's extends of up to "
-    "8 tokens at ctx 512 on the H200, 1.000 +- 0.002 elsewhere (off: a loop of one L2 round trip per split "
-    "where Triton 3.6 keeps it rolled: the down projection at 12 splits, the 32-row block's o and gate/up)",
-    "last_norm_rows": "steps with more tokens than rows (extends) run the final add & RMSNorm on the last "
-    "token of each row only, reading them by index (off: the norm of every token, then a gather)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
     "by an atomic ticket) (off: a second kernel, `_merge_splits_kernel`, per attention)",
-    "tuned_tiles": "`dot_rows` and the GEMVs (`gemv`, `gemv_rows`) take the tile configs measured fastest inside "
-    "the CUDA graph step where `tuned_tiles.json` (or a TOKENROUTER_TUNED_TILES file) has one for this GPU model and "
-    "layer (written by bench/graph_tune.py; run O: the 0.6B's bs-1 extends 0.82x at ctx 512 on the H200) "
-    "(off: the autotuner's choice, each config timed alone)",
-    "gemv_tiles": "the GEMV autotunes over extra tile shapes (off: the 8 shapes of runs A/B)",
-    "wide_splits": f"decode attention splits KV over up to {tk.MAX_SPLITS} programs (off: {tk.MAX_SPLITS_OLD})",
     "attn_tiles": f"attention KV tiles of 128 tokens for launches of at most `attn_wide_tile_splits` KV splits "
     f"(default {ATTN_WIDE_TILE_SPLITS}) and {ATTN_WIDE_TILE_WAVES} programs per SM, of 32 tokens for launches of at "
     f"least `attn_narrow_tile_splits` (default {ATTN_NARROW_TILE_SPLITS}) that do not read early, 2 stages for "
@@ -123,143 +117,34 @@ FAST_PATH_OPTIONS = {
     "attn_stages": "attention pipeline stages: 1 for decodes of up to `attn_decode_single_stage_bs` requests "
     f"(default {ATTN_DECODE_SINGLE_STAGE_BS}) and for extends of up to `attn_extend_single_stage_rows` query rows "
     f"per block (default {ATTN_EXTEND_SINGLE_STAGE_ROWS}: none), else 2 (3 for 32-row blocks) (off: 2 for all)",
-    "decode_no_gather": "decode steps take the final hidden rows as they are (off: a gather of last tokens)",
-    "one_copy_inputs": "graph replay loads a step's inputs in one host-to-device copy (off: 5 copies)",
-    "attn_eager_loads": "attention issues a row's scalar loads, and the split merge its partials, without "
-    "waiting on other loads first (off: the load order of runs A/B)",
-    "pdl": "the fused forward's Triton kernels use programmatic dependent launch on sm_90+ (each may start "
-    "while the one before it ends; the GEMV reads its first weight tile before waiting) (off: plain launches)",
     "attn_prefetch": "a decode of up to `attn_decode_single_stage_bs` requests (and an extend of up to "
     "`attn_prefetch_max` new tokens per request, default 1: none) reads its attention's first tile's page-table "
     "entries and older tokens' K/V before waiting on the previous kernel (with pdl; off: every read after the "
     "wait). Run P measured extends of 8 tokens 1.3-3.7 % faster without it at ctx 512, run T decodes of 4-64 "
     "requests 2-47 % faster without it, pipelined (docs/benchmarks.md)",
 }
-ENGINE_OFF_ENV = "TOKENROUTER_ENGINE_OFF"
-
-# Parts that the H200 measured no faster, off by default and kept switchable so that a later run can time
-# them again: TOKENROUTER_ENGINE_ON="name,name" turns them on (engine_bench's ablation times each one on).
-# Run I (docs/benchmarks.md): at the 0.6B's dot_rows steps the fold was 4-10 % slower than the rmsnorm launch
-# in one call and -7 % to +8 % in the next, with the autotuner's tiles; run Q measured it with tiles tuned in
-# the graph for its keys 0.96-1.00x at every 16-row step (ctx 512 and 4096), so by default the steps of a row
-# block that the tuned tables cover fold (`dot_rows_norm_max`); this option folds every dot_rows step.
-OPT_IN_OPTIONS = {
-    "dot_rows_norm": "with gemv_norm, every dot_rows step folds add & RMSNorm into the kernel's prologue as the "
-    "GEMV steps do (off: only steps of up to `dot_rows_norm_max` tokens, the row blocks whose folded tiles are "
-    "tuned for the GPU; the others launch an rmsnorm before the linear)",
-}
-ENGINE_ON_ENV = "TOKENROUTER_ENGINE_ON"
-# the few-row GEMV's reach for a process: TOKENROUTER_GEMV_ROWS="B:Q" lets steps of 2 to Q tokens of at most B
-# requests use `gemv_rows` (e.g. "1:4": one-request extends of 2-4 tokens); default: GEMV_ROWS_BATCH_MAX:MAX
-GEMV_ROWS_ENV = "TOKENROUTER_GEMV_ROWS"
-# the tensor-core few-row kernel's reach: TOKENROUTER_DOT_ROWS="Q" (steps of up to Q tokens, decodes too) or
-# "Q:D" (decodes of up to D rows); default DOT_ROWS_MAX (see there) and DOT_ROWS_DECODE_MAX
-DOT_ROWS_ENV = "TOKENROUTER_DOT_ROWS"
-
-
-def gemv_rows_from_env() -> tuple[int, int]:
-    """(gemv_rows_batch_max, gemv_rows_max) from TOKENROUTER_GEMV_ROWS="B:Q" (ValueError naming a bad value)."""
-    raw = os.environ.get(GEMV_ROWS_ENV, "").strip()
-    if not raw:
-        return GEMV_ROWS_BATCH_MAX, GEMV_ROWS_MAX
-    b, sep, q = raw.partition(":")
-    if not (sep and b.strip().isdigit() and q.strip().isdigit()) or not 2 <= int(q) <= tk.GEMV_ROWS_LIMIT:
-        raise ValueError(
-            f"{GEMV_ROWS_ENV}={raw!r}: expected B:Q, at most B requests and 2 <= Q <= {tk.GEMV_ROWS_LIMIT} tokens "
-            "per step (e.g. 1:4)"
-        )
-    return int(b), int(q)
-
 
 # A launch of more query rows than this (the longest extend's tokens x the GQA group) runs its KV range unsplit:
 # its row blocks are taken to fill the GPU. Run 161 (docs/matrix.md, "Runs 161-166") found that not so at long
 # contexts: the 8B's steps whose longest extend was 17-64 tokens (68-256 rows at GQA 4) took twice as long as
 # those of at most 16 at about 3,000 tokens of context (15-16.7 against 6.6-8.1 ms), a launch of 1-3 row blocks
 # per KV head over 132 SMs. `choose_num_splits` decides up to ATTN_SPLIT_ROWS rows (it returns 1 where the row
-# blocks fill the GPU anyway). 256 since run 168 (forty-fifth session, docs/matrix.md "Runs 167-172"): timed side by
+# blocks fill the GPU anyway). 256 since run 168 (docs/matrix.md "Runs 167-172"): timed side by
 # side in the engine's steps, the 8B's 17-64-token extends at ctx 3,200 took 0.50-0.78x the time of the 64-row
 # rule (0.89-0.99x at ctx 512), no measured step lost, and run 161's load served 1.07x faster in std-serving and
-# 1.06x in TokenRouter. TOKENROUTER_ATTN_SPLIT_ROWS="R" (64 to 65536; 64 was the rule before) sets it.
-ATTN_SPLIT_ROWS = 256
-ATTN_SPLIT_ROWS_MIN = 64
-ATTN_SPLIT_ROWS_ENV = "TOKENROUTER_ATTN_SPLIT_ROWS"
-
-
-def attn_split_rows_from_env() -> int:
-    """The most query rows a launch splits its KV range at, from TOKENROUTER_ATTN_SPLIT_ROWS (ValueError naming a
-    bad value)."""
-    raw = os.environ.get(ATTN_SPLIT_ROWS_ENV, "").strip()
-    if not raw:
-        return ATTN_SPLIT_ROWS
-    if not raw.isdigit() or not ATTN_SPLIT_ROWS_MIN <= int(raw) <= 65536:
-        raise ValueError(
-            f"{ATTN_SPLIT_ROWS_ENV}={raw!r}: expected R, the most query rows (extend tokens x GQA group) a launch "
-            f"splits its KV range at ({ATTN_SPLIT_ROWS_MIN} to 65536)"
-        )
-    return int(raw)
+# 1.06x in TokenRouter. `EngineTuning.attn_split_rows`
+# (64 to 65536; 64 was the rule before) sets it.
+ATTN_SPLIT_ROWS = DEFAULT_TUNING.attn_split_rows
 
 
 # the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
-# merge in a second kernel. TOKENROUTER_FUSED_MERGE_ROWS="R" (1-64; default tk.FUSED_MERGE_MAX_ROWS, 4): run
+# merge in a second kernel. `EngineTuning.fused_merge_rows` (1-64; default 4): run
 # H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
 # was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P),
-# with the tail merging 2 rows per pass. "R:P" also merges in the kernel every larger block whose partials it
-# loads in at most P passes of as many rows as fit (`tk.fused_merge_rows`: a 16-row block with 8 splits in 2,
-# with 2 splits in 1). Default P, FUSED_MERGE_PASSES: 1 (run R: 0.94-0.98x the step time of the merge launch
+# with the tail merging 2 rows per pass. `fused_merge_passes` P also merges in the kernel every larger block whose partials it
+# loads in at most P passes of as many rows as fit (`ks.fused_merge_rows`: a 16-row block with 8 splits in 2,
+# with 2 splits in 1). Default P: 1 (run R: 0.94-0.98x the step time of the merge launch
 # where a block takes one pass, 1.03-1.07x where it takes two); 0 merges every larger block in the launch
-FUSED_MERGE_ROWS_ENV = "TOKENROUTER_FUSED_MERGE_ROWS"
-FUSED_MERGE_PASSES = 1
-
-
-def fused_merge_rows_from_env() -> tuple[int, int]:
-    """(rows, passes) of the fused merge from TOKENROUTER_FUSED_MERGE_ROWS="R" or "R:P" (ValueError naming a
-    bad value)."""
-    raw = os.environ.get(FUSED_MERGE_ROWS_ENV, "").strip()
-    if not raw:
-        return tk.FUSED_MERGE_MAX_ROWS, FUSED_MERGE_PASSES
-    rows, sep, passes = (part.strip() for part in raw.partition(":"))
-    ok = rows.isdigit() and 1 <= int(rows) <= 64 and (not sep or passes.isdigit() and int(passes) <= 16)
-    if not ok:
-        raise ValueError(
-            f"{FUSED_MERGE_ROWS_ENV}={raw!r}: expected R or R:P, the rows per block to merge in the kernel "
-            "(1 to 64) and the most merge passes of a larger block that still merges there (0 to 16)"
-        )
-    return int(rows), int(passes) if sep else FUSED_MERGE_PASSES
-
-
-def dot_rows_from_env(wide_tiles: bool) -> tuple[int, int]:
-    """(`dot_rows_max`, `dot_rows_decode_max`) from TOKENROUTER_DOT_ROWS="Q" or "Q:D" (ValueError naming a bad
-    value); unset: DOT_ROWS_MAX where `wide_tiles` (the tuned tables have 32-row tiles for this GPU), else
-    DOT_ROWS_NARROW_MAX, and DOT_ROWS_DECODE_MAX."""
-    raw = os.environ.get(DOT_ROWS_ENV, "").strip()
-    if not raw:
-        return (DOT_ROWS_MAX if wide_tiles else DOT_ROWS_NARROW_MAX), DOT_ROWS_DECODE_MAX
-    q, sep, d = raw.partition(":")
-    ok = q.isdigit() and (d.isdigit() if sep else True)
-    if not ok or not all(2 <= int(v) <= tk.DOT_ROWS_LIMIT for v in (q, d if sep else q)):
-        raise ValueError(
-            f"{DOT_ROWS_ENV}={raw!r}: expected the most tokens per step, 2 to {tk.DOT_ROWS_LIMIT}, optionally "
-            "with the most rows of a decode step after a colon (e.g. 32:16)"
-        )
-    return int(q), int(d) if sep else int(q)
-
-
-def options_off_from_env() -> set[str]:
-    """The option names TOKENROUTER_ENGINE_OFF turns off (ValueError naming an unknown one)."""
-    return _names_from_env(ENGINE_OFF_ENV, FAST_PATH_OPTIONS)
-
-
-def options_on_from_env() -> set[str]:
-    """The opt-in option names TOKENROUTER_ENGINE_ON turns on (ValueError naming an unknown one)."""
-    return _names_from_env(ENGINE_ON_ENV, OPT_IN_OPTIONS)
-
-
-def _names_from_env(var: str, known: dict) -> set[str]:
-    names = {n.strip() for n in os.environ.get(var, "").split(",") if n.strip()}
-    unknown = names - known.keys()
-    if unknown:
-        raise ValueError(f"{var}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
-    return names
 
 
 @dataclass(slots=True)
@@ -280,21 +165,18 @@ class TritonAttnBackend(AttentionBackend):
         super().__init__(config)
         if config.head_dim < 16:
             raise ValueError(f"the triton attention backend needs head_dim >= 16, got {config.head_dim}")
+        tuning = config.tuning
         for name in FAST_PATH_OPTIONS:  # see FAST_PATH_OPTIONS
             setattr(self, name, True)
-        for name in options_off_from_env():
-            setattr(self, name, False)
-        on = options_on_from_env()
-        for name in OPT_IN_OPTIONS:  # see OPT_IN_OPTIONS
-            setattr(self, name, name in on)
-        # with gemv_rows: steps of 2..gemv_rows_max tokens (at most tk.GEMV_ROWS_LIMIT) and at most
+        self.tuned_tiles, self.pdl = tuning.tuned_tiles, tuning.pdl  # see EngineTuning
+        # with gemv_rows: steps of 2..gemv_rows_max tokens (at most kl.GEMV_ROWS_LIMIT) and at most
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
-        self.gemv_rows_batch_max, self.gemv_rows_max = gemv_rows_from_env()
+        self.gemv_rows_batch_max, self.gemv_rows_max = tuning.gemv_rows_batch_max, tuning.gemv_rows_max
         # with fused_merge: its rows per block, and the passes of a larger block that still merges in the kernel
-        self.fused_merge_rows, self.fused_merge_passes = fused_merge_rows_from_env()
+        self.fused_merge_rows, self.fused_merge_passes = tuning.fused_merge_rows, tuning.fused_merge_passes
         # launches of more query rows than this run their KV range unsplit (see ATTN_SPLIT_ROWS)
-        self.attn_split_rows = attn_split_rows_from_env()
+        self.attn_split_rows = tuning.attn_split_rows
         # decodes of at most this many requests read their first KV tile early (attn_prefetch) and run the
         # attention's KV loop unpipelined (attn_stages), larger ones pipelined without early reads; extends
         # whose row blocks hold at most this many query rows run it unpipelined (see ATTN_DECODE_SINGLE_STAGE_BS)
@@ -305,14 +187,16 @@ class TritonAttnBackend(AttentionBackend):
         # with attn_tiles: the split counts that take 128-token KV tiles (at most) and 32-token ones (at least)
         self.attn_wide_tile_splits = ATTN_WIDE_TILE_SPLITS
         self.attn_narrow_tile_splits = ATTN_NARROW_TILE_SPLITS
-        tk.autotune_cache_enabled()  # a bad TOKENROUTER_AUTOTUNE_CACHE is named here, not ignored
-        tuned_tiles.check_env(tk.check_tile_config)  # and a TOKENROUTER_TUNED_TILES file that does not fit
+        tuned_tiles.use_files(tuning.tuned_tiles_files, kd.check_tile_config)  # a bad file is named here
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
-        self.dot_rows_max, self.dot_rows_decode_max = dot_rows_from_env(self._tuned_for(BLOCK_X=32))
-        # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (see OPT_IN_OPTIONS):
+        wide = DOT_ROWS_MAX if self._tuned_for(BLOCK_X=32) else DOT_ROWS_NARROW_MAX
+        self.dot_rows_max = wide if tuning.dot_rows_max is None else tuning.dot_rows_max
+        self.dot_rows_decode_max = tuning.dot_rows_decode_max
+        # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (run Q: the fold as fast as
+        # the rmsnorm launch only with tiles tuned in the graph for its keys):
         # each row block whose folded tiles the tuned tables hold for this GPU and model, from the 16-row one up
         self.dot_rows_norm_max = 0
-        for block in (DOT_ROWS_NARROW_MAX, tk.DOT_ROWS_LIMIT):
+        for block in (DOT_ROWS_NARROW_MAX, kd.DOT_ROWS_LIMIT):
             if not self._tuned_for(NORM=True, BLOCK_X=block):
                 break
             self.dot_rows_norm_max = block
@@ -334,8 +218,8 @@ class TritonAttnBackend(AttentionBackend):
         return tuned_tiles.covers("dot_rows", c.device, c.dtype, N=qkv, K=c.hidden_size, **fields)
 
     def options(self) -> dict[str, bool]:
-        """The state of every switchable part, opt-in parts included (for benchmark records)."""
-        return {name: getattr(self, name) for name in (*FAST_PATH_OPTIONS, *OPT_IN_OPTIONS)}
+        """The state of every switchable part (for benchmark records)."""
+        return {name: getattr(self, name) for name in FAST_PATH_OPTIONS}
 
     def fused_forward(self, model, forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder's forward with fused element-wise ops (see `fused_decoder_forward`)."""
@@ -354,25 +238,24 @@ class TritonAttnBackend(AttentionBackend):
         """The metadata for a launch shape; a graph runner calls this once per captured shape."""
         cfg = self.config
         rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
-        block_m = tk.row_block_size(rows)
+        block_m = ks.row_block_size(rows)
         if rows > self.attn_split_rows:  # long extends / prefills: taken to fill the GPU without splitting
             splits = 1
         else:
-            cap = tk.MAX_SPLITS if self.wide_splits else tk.MAX_SPLITS_OLD
-            splits = tk.choose_num_splits(batch_size, cfg.num_kv_heads, -(-rows // block_m), cfg.device, cap)
+            splits = ks.choose_num_splits(batch_size, cfg.num_kv_heads, -(-rows // block_m), cfg.device)
         if max_extend_len == 1:  # a decode: early reads and one stage up to a batch size (shape only)
             early = batch_size <= self.attn_decode_single_stage_bs
-            single = tk.SINGLE_STAGE_ROWS if early else 0
+            single = ks.SINGLE_STAGE_ROWS if early else 0
         else:
             early = max_extend_len <= self.attn_prefetch_max
             single = self.attn_extend_single_stage_rows
         prefetch = self.attn_prefetch and early
-        stages = tk.attention_stages(rows, block_m, single) if self.attn_stages else 2
+        stages = ks.attention_stages(rows, block_m, single) if self.attn_stages else 2
         block_n = None  # the kernel's own (64 tokens at head_dim <= 128)
         # the launches run U swept: row blocks of up to 32 query rows, head_dim up to 128, no early reads
         if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
             programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
-            fits = programs <= ATTN_WIDE_TILE_WAVES * tk.num_sms(cfg.device)
+            fits = programs <= ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)
             if splits <= self.attn_wide_tile_splits and fits:
                 block_n, stages = 128, 2
             elif splits >= self.attn_narrow_tile_splits:
@@ -390,7 +273,7 @@ class TritonAttnBackend(AttentionBackend):
         """The fused merge's zeroed ticket buffer, large enough for a launch shape's row blocks."""
         cfg = self.config
         group = cfg.num_heads // cfg.num_kv_heads
-        return self._tickets_for(tk.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group))
+        return self._tickets_for(ks.attention_tickets(batch_size, cfg.num_kv_heads, max_extend_len, group))
 
     def _tickets_for(self, n: int) -> torch.Tensor:
         """A zeroed int32 buffer of at least n tickets (allocated outside graph capture: the graph runner
@@ -410,7 +293,7 @@ class TritonAttnBackend(AttentionBackend):
     ) -> torch.Tensor:
         fb = forward_batch
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer_id)
-        tk.store_kv(k, v, fb.out_cache_loc, k_buf, v_buf)
+        ke.store_kv(k, v, fb.out_cache_loc, k_buf, v_buf)
         return self.attend(q, layer_id, fb)
 
     def attend(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
@@ -422,7 +305,7 @@ class TritonAttnBackend(AttentionBackend):
         if q.stride(2) != 1:
             q = q.contiguous()
         out = torch.empty_like(q)
-        return tk.paged_attention(
+        return ka.paged_attention(
             q,
             k_buf,
             v_buf,
@@ -439,13 +322,12 @@ class TritonAttnBackend(AttentionBackend):
         )
 
     def launch_options(self, md: TritonMetadata) -> dict:
-        """`tk.paged_attention`'s launch options for a step's metadata (a benchmark can launch the kernel
+        """`ka.paged_attention`'s launch options for a step's metadata (a benchmark can launch the kernel
         alone with these)."""
         return dict(
             num_splits=md.num_splits,
             num_stages=md.num_stages,
             block_n=md.block_n,
-            eager_loads=self.attn_eager_loads,
             prefetch=md.prefetch,
             tickets=md.tickets if self.fused_merge else None,
             fused_rows=self.fused_merge_rows,
@@ -461,7 +343,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     projection's input load and (`gemv_norm`) each add+RMSNorm in the prologue of the GEMV after it: 4
     GEMVs, 1 fused op and attention per layer. (`dot_rows`) A step of up to `dot_rows_max` tokens (a decode:
     `dot_rows_decode_max`) that neither GEMV takes runs its GEMMs on tensor cores as `dot_rows`, with SiLU*up
-    folded, and add+RMSNorm too in steps of up to `dot_rows_norm_max` tokens (every step with `dot_rows_norm`).
+    folded, and add+RMSNorm too in steps of up to `dot_rows_norm_max` tokens.
     Returns (last-position logits [B, V], hidden [B, H])."""
     backend: TritonAttnBackend = model.attn_backend
     m = model.model
@@ -476,34 +358,31 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     few_rows = (
         backend.gemv_rows
         and small_model
-        and 2 <= tokens <= min(backend.gemv_rows_max, tk.GEMV_ROWS_LIMIT)
+        and 2 <= tokens <= min(backend.gemv_rows_max, kl.GEMV_ROWS_LIMIT)
         and fb.batch_size <= backend.gemv_rows_batch_max
     )
     small = one_row or few_rows  # the linear layers run as a Triton GEMV, else as dot_rows, else cuBLAS
     reach = backend.dot_rows_decode_max if decode else backend.dot_rows_max
-    dot = backend.dot_rows and small_model and not small and 2 <= tokens <= min(reach, tk.DOT_ROWS_LIMIT)
+    dot = backend.dot_rows and small_model and not small and 2 <= tokens <= min(reach, kd.DOT_ROWS_LIMIT)
     # a Triton kernel for the linear layers, with SiLU*up and (if `fold`) add & RMSNorm in it
     fast = small or dot
-    fold_dot = dot and (backend.dot_rows_norm or tokens <= backend.dot_rows_norm_max)
+    fold_dot = dot and tokens <= backend.dot_rows_norm_max
     fold = small_model and backend.gemv_norm and (small or fold_dot)
-    tiles = backend.gemv_tiles
     pdl = backend.pdl  # programmatic dependent launch between the Triton kernels below
 
     def gemv(x: torch.Tensor, layer: torch.nn.Linear, **variant) -> torch.Tensor:
         if one_row:
-            return tk.gemv(
-                x, layer.weight, layer.bias, extra_tiles=tiles, pdl=pdl, tuned=backend.tuned_tiles, **variant
-            )
+            return kl.gemv(x, layer.weight, layer.bias, pdl=pdl, tuned=backend.tuned_tiles, **variant)
         if few_rows:
-            return tk.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, tuned=backend.tuned_tiles, **variant)
-        return tk.dot_rows(
+            return kl.gemv_rows(x, layer.weight, layer.bias, pdl=pdl, tuned=backend.tuned_tiles, **variant)
+        return kd.dot_rows(
             x,
             layer.weight,
             layer.bias,
             pdl=pdl,
             prefetch=backend.dot_prefetch,
             tuned=backend.tuned_tiles,
-            unroll_merge=backend.dot_merge_unroll,
+            unroll_merge=True,
             **variant,
         )
 
@@ -517,8 +396,8 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         nonlocal residual
         if not fold:
             if delta is None:
-                return linear(tk.rmsnorm(residual, norm.weight, eps, pdl=pdl), layer)
-            return linear(tk.rmsnorm(delta, norm.weight, eps, residual=residual, pdl=pdl), layer)
+                return linear(ke.rmsnorm(residual, norm.weight, eps, pdl=pdl), layer)
+            return linear(ke.rmsnorm(delta, norm.weight, eps, residual=residual, pdl=pdl), layer)
         if delta is None:
             return gemv(residual, layer, norm_weight=norm.weight, eps=eps)
         new = torch.empty_like(residual)  # the GEMV's other programs still read the old stream
@@ -530,7 +409,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
     for layer in m.layers:
         attn = layer.self_attn
         k_buf, v_buf = pool.get_kv_buffer(attn.layer_id)
-        q = tk.qk_norm_rope_store(
+        q = ke.qk_norm_rope_store(
             normed_linear(d, layer.input_layernorm, attn.qkv_proj),
             fb.positions,
             cos_sin,
@@ -551,12 +430,10 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         if fast:  # SiLU(gate) * up fused into the kernel's input load
             d = gemv(gate_up, down, silu_mul=True)
         else:
-            d = down(tk.silu_and_mul(gate_up, pdl=pdl))
-    if fb.num_tokens == fb.batch_size and backend.decode_no_gather:
+            d = down(ke.silu_and_mul(gate_up, pdl=pdl))
+    if fb.num_tokens == fb.batch_size:
         # one token per row (decode): the last token of row b is token b
-        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
-    elif fb.num_tokens != fb.batch_size and backend.last_norm_rows:  # the last tokens only, by index
-        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl, rows=fb.last_indices)
-    else:
-        last = tk.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)[fb.last_indices]
+        last = ke.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl)
+    else:  # the last tokens only, by index
+        last = ke.rmsnorm(d, m.norm.weight, eps, residual=residual, pdl=pdl, rows=fb.last_indices)
     return model.logits(last), last

@@ -7,11 +7,11 @@ layers that make its one-request extends 0.82x (ctx 512) and 0.90x (ctx 4096) as
 autotuner's picks (docs/benchmarks.md, run O), and for its one-token GEMV configs that make the decode bs 1
 0.90x / 0.92x as long as one process's autotuner picks (whose picks, and the step, varied by machine: run R).
 `dot_rows`, `gemv` and `gemv_rows` read the tables. This module holds such configs: `tuned_tiles.json` beside it
-(shipped, measured on the GPUs it names) and, where `TOKENROUTER_TUNED_TILES=FILE[:FILE...]` names them,
+(shipped, measured on the GPUs it names) and, where the engine's tuning names them (`EngineTuning.
+tuned_tiles_files`, applied by `use_files` when a Triton backend is built: the tables are the process's),
 tables that `bench/graph_tune.py --table FILE` wrote on another GPU (their entries take precedence, a later
-file's over an earlier one's). A kernel launch with
-no entry for its GPU model, dtype and tuning key keeps the autotuner's choice. The engine's `tuned_tiles`
-part (on by default; `TOKENROUTER_ENGINE_OFF=tuned_tiles`) decides whether the tables are read at all.
+file's over an earlier one's). A kernel launch with no entry for its GPU model, dtype and tuning key keeps
+the autotuner's choice. `EngineTuning.tuned_tiles` (on by default) decides whether the tables are read.
 
 An entry: {"gpu": torch.cuda.get_device_name(), "kernel": "dot_rows", "dtype": "bfloat16", "key": {the
 autotuner's key: N, K and the kernel's variant flags}, "config": {the kernel's tile meta-parameters,
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 import torch
 
-TUNED_TILES_ENV = "TOKENROUTER_TUNED_TILES"
 SHIPPED = Path(__file__).with_name("tuned_tiles.json")
 _CONFIG_FIELDS = {"num_warps", "num_stages"}
 
@@ -68,15 +66,14 @@ def read_table(path: Path) -> dict[tuple, dict]:
 
 
 @functools.lru_cache(maxsize=4)
-def _files(extra: str) -> tuple[tuple[Path, dict[tuple, dict]], ...]:
-    """(path, entries) of the shipped table and, where given, of the TOKENROUTER_TUNED_TILES files (several
-    separated by os.pathsep, e.g. "dot.json:gemv.json")."""
-    paths = [SHIPPED, *(Path(part) for part in extra.split(os.pathsep) if part.strip())]
+def _files(extra: tuple[str, ...]) -> tuple[tuple[Path, dict[tuple, dict]], ...]:
+    """(path, entries) of the shipped table and of the `extra` files."""
+    paths = [SHIPPED, *(Path(part) for part in extra)]
     return tuple((path, read_table(path)) for path in paths)
 
 
 @functools.lru_cache(maxsize=4)
-def _tables(extra: str) -> dict[tuple, dict]:
+def _tables(extra: tuple[str, ...]) -> dict[tuple, dict]:
     """Every entry, a later file's over an earlier one's and the files' over the shipped ones."""
     table: dict[tuple, dict] = {}
     for _, entries in _files(extra):
@@ -84,21 +81,22 @@ def _tables(extra: str) -> dict[tuple, dict]:
     return table
 
 
-def _extra() -> str:
-    """The TOKENROUTER_TUNED_TILES value (the files' paths, os.pathsep between them), or ""."""
-    return os.environ.get(TUNED_TILES_ENV, "").strip()
+_extra: tuple[str, ...] = ()  # the files `use_files` set, read after the shipped table
 
 
-def check_env(check_config) -> None:
-    """Read the tables now and pass every entry to `check_config(kernel, config)` (ValueError naming a bad
-    TOKENROUTER_TUNED_TILES file, or the file and entry that `check_config` rejects): the Triton attention
-    backend calls this when it is built, with the kernels' own check."""
-    for path, entries in _files(_extra()):
+def use_files(files: tuple[str, ...], check_config) -> None:
+    """Read the shipped table and `files` now, pass every entry to `check_config(kernel, config)` (ValueError
+    naming a bad file, or the file and entry that `check_config` rejects), then look configs up in them: the
+    Triton attention backend calls this when it is built, with its tuning's files and the kernels' check."""
+    global _extra
+    files = tuple(files)
+    for path, entries in _files(files):
         for (gpu, kernel, dtype, key), config in entries.items():
             try:
                 check_config(kernel, config)
             except ValueError as e:
                 raise ValueError(f"{path}: the entry for {kernel} on {gpu}, {dtype}, {dict(key)}: {e}") from e
+    _extra = files
 
 
 @functools.lru_cache(maxsize=16)
@@ -111,7 +109,7 @@ def lookup(kernel: str, device: torch.device, dtype: torch.dtype, **key) -> dict
     and tuning key, or None (then the autotuner chooses)."""
     if device.type != "cuda":
         return None
-    cfg = _tables(_extra()).get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
+    cfg = _tables(_extra).get(_key(gpu_name(device), kernel, str(dtype).removeprefix("torch."), key))
     return dict(cfg) if cfg is not None else None
 
 
@@ -123,5 +121,5 @@ def covers(kernel: str, device: torch.device, dtype: torch.dtype, **fields) -> b
     gpu, want = gpu_name(device), str(dtype).removeprefix("torch.")
     return any(
         g == gpu and k == kernel and d == want and all(dict(key).get(f) == v for f, v in fields.items())
-        for g, k, d, key in _tables(_extra())
+        for g, k, d, key in _tables(_extra)
     )

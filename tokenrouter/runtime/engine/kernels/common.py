@@ -1,0 +1,55 @@
+"""What the Triton kernels share: programmatic dependent launch (`_pdl`) and the autotuner (`_autotune`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+# Programmatic dependent launch (PDL, sm_90+): a kernel launched with it may start while the kernel before
+# it in the stream is still running. Each kernel here that takes USE_PDL waits (`gdc_wait`) for the kernel
+# before it to finish, and for its writes to be visible, before it reads anything a kernel wrote or writes
+# anything, and then lets the next kernel start (`gdc_launch_dependents`); the GEMV issues its first weight
+# tile before waiting (weights are never written), so that read overlaps the previous kernel's tail. Every
+# program of a PDL kernel waits before it ends, so a kernel's end still implies the end of all before it.
+# In a CUDA graph the launches become programmatic edges. Not under the interpreter (CPU).
+def _pdl_supported() -> bool:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+
+        return "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait")
+    except Exception:  # another backend, or a Triton without it
+        return False
+
+
+PDL_SUPPORTED = _pdl_supported()
+
+
+# Autotuning results on disk. Each autotuned kernel (the linear layers) times every candidate tile config per
+# (N, K, variant) the first time a process runs it: on the H200 that is most of an engine's start once
+# Triton's compiled kernels are cached (docs/benchmarks.md, run O, "Engine start": 0.6B 26.8 s -> 9.4 s). With
+# the results cached, Triton keeps each choice in its cache directory (TRITON_CACHE_DIR, default
+# ~/.triton/cache), keyed by the Triton version, the GPU architecture, the kernel's source, the tuning key and
+# the candidate configs, so a later process on the same kind of GPU reuses it instead of timing the candidates
+# again (and every process picks the same tiles); delete that directory to tune again. `dot_rows` may skip its
+# autotuner for configs timed in the graph step (`tuned_tiles`).
+def _autotune(configs: list, key: list[str], **kwargs):
+    """`triton.autotune` with its results cached on disk."""
+    return triton.autotune(configs=configs, key=key, cache_results=True, **kwargs)
+
+
+@functools.lru_cache(maxsize=16)
+def _sm90_or_later(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _pdl(want: bool, device: torch.device) -> dict:
+    """Launch options and the USE_PDL flag for one launch: PDL only where it is wanted and supported."""
+    on = bool(want) and PDL_SUPPORTED and _sm90_or_later(device)
+    return {"USE_PDL": True, "launch_pdl": True} if on else {"USE_PDL": False}
