@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import select
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from served import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {  # (small, large, mem shares); a shape name builds a config-only folder (dummy weights)
@@ -73,37 +71,6 @@ def make_plan(args, work: Path) -> Path:
     plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
     plan_path.write_text(json.dumps(plan, indent=1))
     return plan_path
-
-
-class Server:
-    def __init__(self, plan: Path, extra: list[str], log: Path, timeout: float) -> None:
-        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = cli("serve", str(plan), "--port", "0", "--startup-timeout", str(timeout), *extra)
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     start_new_session=True)  # fmt: skip
-        self.url = None
-        while time.monotonic() < t0 + timeout + 30 and self.proc.poll() is None:
-            if select.select([self.proc.stdout], [], [], 0.5)[0]:
-                line = self.proc.stdout.readline()
-                if m := re.search(r"http://\S+", line):
-                    self.url = m.group(0)
-                    break
-        if self.url is None:
-            self.stop()
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError("the server did not start: " + " | ".join(tail))
-        self.startup_s = time.monotonic() - t0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.err.close()
 
 
 LINE = re.compile(r"^tokenrouter_(\w+)(?:\{([^}]*)\})? (\S+)$")

@@ -33,15 +33,13 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import re
-import select
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from served import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -112,41 +110,6 @@ def make_plan(out: Path, quick: bool, device: str) -> Path:
     path = out / "prefix-bench.plan"
     write_plan(plan, path)
     return path
-
-
-class Server:
-    def __init__(self, plan: Path, mode: str, extra: tuple[str, ...], device: str, log: Path) -> None:
-        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--mode", mode, "--port", "0",
-               "--device", device, *extra]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     start_new_session=True)  # fmt: skip
-        self.url = self._url(time.monotonic() + 900, log)
-
-    def _url(self, deadline: float, log: Path) -> str:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                line = self.proc.stdout.readline()
-                if found := re.search(r"http://\S+", line):
-                    return found.group(0)
-                if not line:
-                    break
-            elif self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError(f"the server did not start; see {log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc.stdout.close()
-        self.err.close()
 
 
 def load_spec(kind: str, url: str, z: Sizes):
@@ -252,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
         try:
-            server = Server(plan, mode, extra, device, out / f"{slug}.stderr")
+            server = Server(plan, ["--mode", mode, "--device", device, *extra], out / f"{slug}.stderr")
         except RuntimeError as e:
             failed.append(f"{name}: {e}")
             print(f"  {e}", flush=True)

@@ -76,8 +76,9 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
     served = []
 
     class FakeServer:
-        def __init__(self, plan, mode, extra, device, log):
-            served.append((mode, extra))
+        def __init__(self, plan, args, log):
+            assert args[0] == "--mode" and args[2] == "--device"
+            served.append((args[1], tuple(args[4:])))
             self.url = "http://fake"
 
         def stop(self):
