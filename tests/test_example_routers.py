@@ -23,10 +23,8 @@ def test_the_shipped_routers_are_covered():
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.stem)
 def test_each_examples_routers_load_with_their_models_shapes(policy):
-    plan = load_plan(policy)
-    shipped = {
-        n: e for n, e in plan["routers"].items() if Path(e["path"]).is_file()
-    }  # citer's is made by init-router
+    plan = load_plan(policy, weights_check=False)  # citer's router is not shipped: it is trained by the user
+    shipped = {n: e for n, e in plan["routers"].items() if Path(e["path"]).is_file()}
     for name, entry in shipped.items():
         spec = RouterSpec.from_plan(name, entry)
         hidden = model_hidden_size(plan["models"][spec.inputs[0].model]["path"])

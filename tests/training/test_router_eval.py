@@ -243,7 +243,7 @@ def test_citer_polarity_and_rule_matches_the_route_kernel(tmp_path, tiny_pair, t
     from tokenrouter.training.teacher import TeacherConfig, make_windows, teacher_force
 
     policy = write(tmp_path, CITER, "citer", tiny_pair)
-    plan = load_plan(policy)
+    plan = load_plan(policy, weights_check=False)  # the router is trained below
     teacher = TeacherConfig(seq_len=64, prompt=8, max_tokens=500)
     rep = train_router(plan, "trust", tiny_corpus / "router", None, teacher, RouterTrainConfig(epochs=2))
     assert rep.polarity == -1 and 0 <= rep.precision <= 1 and 0 <= rep.recall <= 1
