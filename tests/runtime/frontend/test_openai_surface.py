@@ -196,7 +196,9 @@ def test_chat_logprobs_streamed_and_whole_agree(client, reference, small):
         for c in chunk.choices:
             if c.logprobs is not None and c.logprobs.content:
                 streamed += c.logprobs.content
-    assert [(c.token, c.logprob) for c in streamed] == [(c.token, c.logprob) for c in content]
+    # the same tokens; the values to float noise (the two requests run in steps of other compositions)
+    assert [c.token for c in streamed] == [c.token for c in content]
+    assert [c.logprob for c in streamed] == pytest.approx([c.logprob for c in content], abs=1e-4)
     plain = client.chat.completions.create(**{**kw, "logprobs": False}).choices[0]
     assert plain.logprobs is None and plain.message.content == whole.message.content
     with pytest.raises(openai.BadRequestError) as e:
