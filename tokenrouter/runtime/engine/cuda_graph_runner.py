@@ -69,7 +69,7 @@ class CudaGraphConfig:
         many rows, and extends (every mixed step of returns among decodes is one) of that many rows at the
         extend lengths that fit `max_extend_tokens`. At high concurrency a model's steps are wide mixed
         batches of a few returns among many decode rows; past the default widths they would run eagerly."""
-        if rows is None or rows <= DEFAULT_DECODE_BS[-1] and rows <= DEFAULT_EXTEND_BS[-1]:
+        if rows is None:
             return cls()
 
         def upto(base: tuple[int, ...]) -> tuple[int, ...]:
