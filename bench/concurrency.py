@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from served import Server
@@ -142,6 +143,41 @@ def run_config(label: str, extra: list[str], plan: Path, args, work: Path) -> li
     return rows
 
 
+def run_auto(plan: Path, args, work: Path) -> list[dict]:
+    """`batch: auto` by the user's flow, per N: serve the plan eager (every B = 1) and profile a load of N in
+    flight from its metrics (`profile --from-metrics --since`), `tune -n N` on that profile, then serve the
+    tuned plan and measure it."""
+    import httpx
+
+    print("== profile: serve --mode eager", flush=True)
+    srv = Server(plan, ["--mode", "eager", *args.serve_arg], work / "serve-eager.log", args.startup_timeout)
+    tuned = {}
+    try:
+        for n in args.n:
+            bench(srv.url, n, n, argparse.Namespace(**{**vars(args), "output_len": 16}), None)  # warm-up
+            since = work / f"metrics-before-n{n}.txt"
+            since.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
+            bench(srv.url, n, 2 * args.rounds * n, args, None)
+            prof = work / f"profile-n{n}.json"
+            subprocess.run(cli("profile", str(plan), "--from-metrics", f"{srv.url}/metrics", "--since", str(since),
+                               "--min-steps", str(args.min_steps), "-o", str(prof)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+            tuned[n] = work / f"tuned-n{n}.plan"
+            t0 = time.monotonic()
+            subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned[n])),
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+            bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
+            print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
+    finally:
+        srv.stop()
+    rows = []
+    for n in args.n:
+        bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
+        label = "tokenrouter auto " + ",".join(f"{m}={b}" for m, b in bs.items())
+        one = argparse.Namespace(**{**vars(args), "n": [n]})
+        rows += run_config(label, list(args.serve_arg), tuned[n], one, work)
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     base = {r["n"]: r["tok_s"] for r in rows if r["config"] == "llm-only"}
     out = ["| config | N | tok/s | / llm-only | TTFT p50 ms | per model: steps, rows/step, ms/step, timeout %, wide % |",
@@ -166,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", action="append", default=[], metavar="MODEL=B[,MODEL=B]",
                     help="a TokenRouter configuration to serve (repeatable; none: the plan's thresholds)")  # fmt: skip
     ap.add_argument("--no-llm-only", action="store_true")
+    ap.add_argument("--auto", action="store_true",
+                    help="also TokenRouter with batch: auto tuned per N by profile -> tune -> serve")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="requests per N = ROUNDS x N")
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--max-delay-ms", type=float, default=5.0)
+    ap.add_argument("--min-steps", type=int, default=5, help="--auto: profile's --min-steps")
     ap.add_argument("--serve-arg", action="append", default=[], help="an extra argument for every serve")
     ap.add_argument("--startup-timeout", type=float, default=900.0)
     ap.add_argument("--work", default=None, help="models, plans, logs (default: a temporary folder)")
@@ -178,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.pair, args.n, args.output_len, args.prompt_len, args.rounds = "tiny", "2,4", 16, 16, 1
+        args.min_steps = 1
         args.serve_arg = [*args.serve_arg, "--device", "cpu"]
     args.n = [int(v) for v in str(args.n).split(",")]
     import tempfile
@@ -186,12 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     plan = make_plan(args, work)
     configs = [] if args.no_llm_only else [("llm-only", ["--mode", "llm-only"])]
-    for b in args.batch or [""]:
+    for b in args.batch or ([] if args.auto else [""]):
         flags = [f for kv in b.split(",") if kv for f in ("--batch", kv)]
         configs.append((f"tokenrouter {b}".strip(), flags))
     rows = []
     for label, flags in configs:
         rows += run_config(label, [*flags, *args.serve_arg], plan, args, work)
+    if args.auto:
+        rows += run_auto(plan, args, work)
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -10,7 +10,7 @@
     without (what a miss costs).
 
 The pair is the matrix's 0.6B + 8B Qwen3 shapes with dummy weights on one GPU (memory shares 0.15 / 0.7), the
-policy the stdlib's `bernoulli` with p = 0.1, q = 1 and thresholds B = (1, 2). Each deployment is a real
+policy the stdlib's `bernoulli` with p = 0.1, q = 1 and thresholds B = (1, 2) ("TokenRouter, B llm 8": (1, 8)). Each deployment is a real
 `tokenrouter serve PLAN --mode M` (started once, and serving every load it appears in); each load goes after a
 warm-up round of other prompts, through the load generator of `tokenrouter bench`, whose report adds the prefix
 hit rate per model from /metrics.
@@ -73,6 +73,7 @@ QUICK = Sizes(shared_prefix=96, own=8, shared_requests=8, shared_output=16, shar
 DEPLOYMENTS = {
     "TokenRouter": ("tokenrouter", (), ("shared", "chat", "paper")),
     "TokenRouter, no cache": ("tokenrouter", ("--no-prefix-cache",), ("paper",)),
+    "TokenRouter, B llm 8": ("tokenrouter", ("--batch", "llm=8"), ("shared", "chat")),
     "std-serving": ("std-serving", (), ("shared",)),
     "llm-only": ("llm-only", (), ("shared", "chat")),
     "llm-only, no cache": ("llm-only", ("--no-prefix-cache",), ("shared",)),
@@ -151,22 +152,22 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
              f"{z.shared_output} output tokens, c = {z.shared_c}", "",
              "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "std-serving", "llm-only", "llm-only, no cache"):
+    for name in ("TokenRouter", "TokenRouter, B llm 8", "std-serving", "llm-only", "llm-only, no cache"):
         if rep := results.get((name, "shared")):
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} |")  # fmt: skip
     turns = range(1, z.turns + 1)
     lines += ["", f"(b) multi-turn chat: {z.conversations} conversations at once, {z.turns} turns, system prompt "
               f"{z.system}, user messages {z.user}, answers {z.answer}", "",
-              "| deployment | decode tok/s | TokenRouter vs it | " + " | ".join(f"TTFT p50 t{k}" for k in turns)
+              "| deployment | decode tok/s | vs llm-only | " + " | ".join(f"TTFT p50 t{k}" for k in turns)
               + f" | t{z.turns}/t1 | prefix hits |",
               "| --- | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "llm-only"):
+    for name in ("TokenRouter", "TokenRouter, B llm 8", "llm-only"):
         if rep := results.get((name, "chat")):
             by = rep.get("ttft_ms_by_turn") or {}
             p50 = [by.get(str(k), {}).get("p50") for k in turns]
             last = fmt(p50[-1] / p50[0], ".2f") if p50[0] and p50[-1] else "-"
-            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(tr('chat'), rep)} | "
+            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(rep, results.get(('llm-only', 'chat')))} | "
                          + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} |")  # fmt: skip
     lines += ["", f"(c) the paper's shape: {z.paper_prompt}-token unique prompts, N = {z.paper_c}, "
               f"{z.paper_output} output tokens", "",
