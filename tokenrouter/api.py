@@ -43,7 +43,8 @@ class Sampling:
     (docs/serving.md, "Request fields"): temperature 0 is greedy; `seed` None draws one per request. `n`
     completions per prompt, the j-th seeded `seed + j` (each equals a call of its own with that seed).
     `logprobs`: each token's log-probability from the model that wrote it, with the `top_logprobs` most likely
-    tokens' (0 to 20)."""
+    tokens' (0 to 20). `route_inputs`: each token's route decisions with what they read (`routing.inputs`,
+    docs/serving.md)."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -56,6 +57,7 @@ class Sampling:
     n: int = 1
     logprobs: bool = False
     top_logprobs: int = 0
+    route_inputs: bool = False
 
     def __post_init__(self) -> None:
         if self.top_logprobs and not self.logprobs:
@@ -63,7 +65,9 @@ class Sampling:
 
     def body(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        del out["logprobs"], out["top_logprobs"]
+        del out["logprobs"], out["top_logprobs"], out["route_inputs"]
+        if self.route_inputs:
+            out["return_route_inputs"] = True
         if self.logprobs:  # the completions API's `logprobs: K`, tokens named by id
             out.update(logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
         return {**out, "return_routing_trace": True, "return_token_ids": True}
@@ -83,13 +87,15 @@ class TokenLogprob:
 class Generation:
     """One completion: its text, token ids, the model that wrote each token (`trace`), and why it stopped
     (`"stop"`: EOS, a stop string or token; `"length"`: max_tokens or the context); `logprobs` per token
-    with `Sampling(logprobs=True)`, else None."""
+    with `Sampling(logprobs=True)`, else None; `route_inputs` per token with `Sampling(route_inputs=True)`: the
+    route decisions that led to it, `{"model", "values", "to"?, "dropped"?}` (docs/serving.md)."""
 
     text: str
     token_ids: list[int]
     trace: list[str]
     finish_reason: str | None
     logprobs: list[TokenLogprob] | None = None
+    route_inputs: list[list[dict]] | None = None
 
 
 @dataclass(slots=True)
@@ -237,7 +243,9 @@ class Engine:
         for c in sorted(data["choices"], key=lambda c: c["index"]):
             r = c["routing"]
             lp = _logprobs(c.get("logprobs"))
-            out.append(Generation(c["text"], r["token_ids"], r["trace"], c["finish_reason"], lp))
+            out.append(
+                Generation(c["text"], r["token_ids"], r["trace"], c["finish_reason"], lp, r.get("inputs"))
+            )
         return out
 
     async def stream(

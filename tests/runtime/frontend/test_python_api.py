@@ -118,6 +118,13 @@ def test_generate_logprobs_and_n_match_the_server(engine, client):
     assert got[2].token_ids != got[3].token_ids  # the seeds differ, so do the samples
     plain = engine.generate(PROMPTS[1], dataclasses.replace(sampling, n=1, logprobs=False, top_logprobs=0))
     assert plain[0].logprobs is None and plain[0].token_ids == got[2].token_ids
+    assert plain[0].route_inputs is None
+    why = engine.generate(PROMPTS[1], dataclasses.replace(sampling, n=1, route_inputs=True))[0]
+    assert why.token_ids == got[2].token_ids and len(why.route_inputs) == len(why.token_ids)
+    assert all(
+        d[-1]["model"] == m and "uniform" in d[-1]["values"]
+        for d, m in zip(why.route_inputs, why.trace, strict=True)
+    )
 
 
 def test_stream_logprobs_and_n(engine):

@@ -113,6 +113,7 @@ class GenerationHandler:
             stop_token_ids=tuple(stop_ids),
             ignore_eos=req.ignore_eos,
             logprobs=req.logprob_count(),
+            route_inputs=req.return_route_inputs,
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -156,6 +157,7 @@ class GenerationHandler:
                             req.return_routing_trace,
                             req.return_token_ids,
                             req.return_routing_trace and req.stream,
+                            req.return_route_inputs,
                         )
                     )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
