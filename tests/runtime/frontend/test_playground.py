@@ -157,8 +157,11 @@ def test_the_page_in_a_browser(server):
         assert lines[0].endswith(f"by {trace[3]}") and len(lines) == 1 + len(asked["inputs"][3])
         for line, d in zip(lines[1:], asked["inputs"][3], strict=True):
             value = float(re.search(r"uniform = ([-+.e0-9]+)", line).group(1))
-            assert line.startswith(f"{d['model']}: ") and value == pytest.approx(
-                d["values"]["uniform"], rel=1e-3
+            assert line.startswith(f"{d['model']}: ")
+            assert value == pytest.approx(d["values"]["uniform"], rel=1e-3)
+            # the model's rules beside, the threshold as its value (testmix: slm < 0.3 -> llm, llm < 0.7 -> slm)
+            assert line.endswith(
+                {"slm": "[when uniform() < 0.3 -> llm]", "llm": "[when uniform() < 0.7 -> slm]"}[d["model"]]
             )
         assert "to " in why or "stay" in why
         b.evaluate("document.getElementById('route_inputs').click()")  # off: the panel goes

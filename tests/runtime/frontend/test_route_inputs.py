@@ -11,8 +11,10 @@ import httpx
 import pytest
 from frontend_helpers import MODELS, ROOT, Server
 
+from tokenrouter.compiler.driver import compile_file
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.route_inputs import merge_late, token_decisions
+from tokenrouter.runtime.subserver.route_inputs import rule_texts
 
 THRESHOLD = (
     0.71  # on the tiny models the small one's normalised entropy is about 0.70-0.73: both models write
@@ -66,6 +68,17 @@ def test_each_token_has_the_decisions_that_led_to_it(url):
     assert dropped == routing["hops"] - sum(
         1 for d in sum(inputs, []) if d.get("to") and not d.get("dropped")
     )
+
+
+def test_rules_as_text_with_their_constants(url):
+    info = httpx.get(f"{url}/server_info", timeout=10).json()["subservers"]
+    assert info["slm"]["route_rules"] == [f"when norm_entropy > {THRESHOLD:g} -> llm drop"]
+    assert info["llm"]["route_rules"] == [f"when norm_entropy <= {THRESHOLD:g} -> slm"]
+    plan = compile_file(ROOT / "examples/r2r_kd.tr", {}).plan
+    assert rule_texts(plan["routes"]["slm"]) == ["when divergence >= 0.83 -> llm drop for 1"]
+    assert rule_texts(plan["routes"]["llm"]) == []
+    plan = compile_file(ROOT / "tokenrouter/stdlib/multi_expert.tr", {}).plan
+    assert rule_texts(plan["routes"]["a"])[0] == "when (uniform() * ((0.6 + 0.3) + 0.1)) < 0.3 -> b"
 
 
 def test_absent_unless_asked_and_the_same_tokens(url):
