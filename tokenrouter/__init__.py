@@ -1,7 +1,7 @@
 """TokenRouter: a serving system for token-level LLM routing."""
 
 __version__ = "0.1.0"
-_API = ("Delta", "Engine", "EngineError", "Generation", "Sampling")
+_API = ("Delta", "Engine", "EngineError", "Generation", "Sampling", "TokenLogprob")
 
 
 def __getattr__(name: str):

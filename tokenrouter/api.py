@@ -40,7 +40,11 @@ class EngineError(Exception):
 @dataclass(slots=True)
 class Sampling:
     """Sampling settings of a `generate` or `stream` call, with the HTTP API's defaults and meaning
-    (docs/serving.md, "Request fields"): temperature 0 is greedy; `seed` None draws one per request."""
+    (docs/serving.md, "Request fields"): temperature 0 is greedy; `seed` None draws one per request. `n`
+    completions per prompt, the j-th seeded `seed + j` (each equals a call of its own with that seed).
+    `logprobs`: each token's log-probability from the model that wrote it, with the `top_logprobs` most likely
+    tokens' (0 to 20). `route_inputs`: each token's route decisions with what they read (`routing.inputs`,
+    docs/serving.md)."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -50,32 +54,62 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    n: int = 1
+    logprobs: bool = False
+    top_logprobs: int = 0
+    route_inputs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("Sampling: top_logprobs needs logprobs=True")
 
     def body(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        del out["logprobs"], out["top_logprobs"], out["route_inputs"]
+        if self.route_inputs:
+            out["return_route_inputs"] = True
+        if self.logprobs:  # the completions API's `logprobs: K`, tokens named by id
+            out.update(logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
         return {**out, "return_routing_trace": True, "return_token_ids": True}
 
 
 @dataclass(slots=True)
+class TokenLogprob:
+    """One token's log-probability under the model that wrote it (the log-softmax of the logits it was
+    sampled from, before temperature, top-k and top-p), and the most likely tokens' there, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+@dataclass(slots=True)
 class Generation:
-    """One prompt's completion: its text, token ids, the model that wrote each token (`trace`), and why it
-    stopped (`"stop"`: EOS, a stop string or token; `"length"`: max_tokens or the context)."""
+    """One completion: its text, token ids, the model that wrote each token (`trace`), and why it stopped
+    (`"stop"`: EOS, a stop string or token; `"length"`: max_tokens or the context); `logprobs` per token
+    with `Sampling(logprobs=True)`, else None; `route_inputs` per token with `Sampling(route_inputs=True)`: the
+    route decisions that led to it, `{"model", "values", "to"?, "dropped"?}` (docs/serving.md)."""
 
     text: str
     token_ids: list[int]
     trace: list[str]
     finish_reason: str | None
+    logprobs: list[TokenLogprob] | None = None
+    route_inputs: list[list[dict]] | None = None
 
 
 @dataclass(slots=True)
 class Delta:
-    """A piece of a streamed completion; the last one has `finish_reason` and the whole `token_ids` and
-    `trace`, with `text` empty."""
+    """A piece of a streamed completion (`index`: which of the `n`): its text, and with `Sampling(logprobs=
+    True)` its tokens' logprobs. The last one of each completion has `finish_reason` and the whole
+    `token_ids`, `trace` and `logprobs`, with `text` empty."""
 
     text: str
     finish_reason: str | None = None
     token_ids: list[int] | None = None
     trace: list[str] | None = None
+    index: int = 0
+    logprobs: list[TokenLogprob] | None = None
 
 
 class Engine:
@@ -200,24 +234,29 @@ class Engine:
     def generate(
         self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]], sampling: Sampling | None = None
     ) -> list[Generation]:
-        """One Generation per prompt, in order. A prompt is text (the entry model's tokenizer) or token ids;
-        the batch runs concurrently, as concurrent requests to `serve` do."""
+        """`n` Generations per prompt, in order: prompt i's j-th at `i * n + j`. A prompt is text (the entry
+        model's tokenizer) or token ids; the batch runs concurrently, as concurrent requests to `serve` do."""
         batch = _batch(prompts)
         body = {**(sampling or Sampling()).body(), "prompt": batch}
         data = json.loads(self._request(body).read())
-        choices = sorted(data["choices"], key=lambda c: c["index"])
-        return [
-            Generation(c["text"], c["routing"]["token_ids"], c["routing"]["trace"], c["finish_reason"])
-            for c in choices
-        ]
+        out = []
+        for c in sorted(data["choices"], key=lambda c: c["index"]):
+            r = c["routing"]
+            lp = _logprobs(c.get("logprobs"))
+            out.append(
+                Generation(c["text"], r["token_ids"], r["trace"], c["finish_reason"], lp, r.get("inputs"))
+            )
+        return out
 
     async def stream(
         self, prompt: str | Sequence[int], sampling: Sampling | None = None
     ) -> AsyncIterator[Delta]:
-        """The completion of one prompt as it is written: Deltas of text, then a last Delta with
-        `finish_reason`, the token ids and the routing trace."""
+        """The completions of one prompt as they are written: Deltas of text, then for each of the `n` a last
+        Delta with `finish_reason`, the token ids, the routing trace and the logprobs. With `n` > 1 the
+        completions' Deltas interleave; `index` tells them apart."""
         body = {**(sampling or Sampling()).body(), "prompt": _batch(prompt)[0], "stream": True}
         resp = await asyncio.to_thread(self._request, body)
+        logprobs: dict[int, list[TokenLogprob]] = {}  # per completion, its logprobs so far
         try:
             while True:
                 line = await asyncio.to_thread(resp.readline)
@@ -233,12 +272,16 @@ class Engine:
                 if "error" in event:
                     raise EngineError(event["error"].get("message", "the request failed"))
                 for c in event.get("choices", ()):
+                    i, lp = c["index"], _logprobs(c.get("logprobs"))
+                    if lp is not None:
+                        logprobs.setdefault(i, []).extend(lp)
                     if c.get("finish_reason") is None:
-                        if c["text"]:
-                            yield Delta(c["text"])
+                        if c["text"] or lp:
+                            yield Delta(c["text"], index=i, logprobs=lp)
                     else:
                         r = c["routing"]
-                        yield Delta(c["text"], c["finish_reason"], r["token_ids"], r["trace"])
+                        whole = logprobs.get(i, []) if lp is not None else None
+                        yield Delta(c["text"], c["finish_reason"], r["token_ids"], r["trace"], i, whole)
         finally:
             resp.close()
 
@@ -257,6 +300,20 @@ def _batch(prompts: Any) -> list:
     return prompts
 
 
+def _logprobs(lp: dict | None) -> list[TokenLogprob] | None:
+    """A choice's completions-shaped `logprobs` with tokens named `token_id:N` (`return_tokens_as_token_ids`)."""
+    if lp is None:
+        return None
+
+    def tid(name: str) -> int:
+        return int(name.removeprefix("token_id:"))
+
+    return [
+        TokenLogprob(tid(t), v, [(tid(k), x) for k, x in top.items()])
+        for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
+    ]
+
+
 def _error_text(raw: bytes) -> str:
     try:
         return json.loads(raw)["error"]["message"]
@@ -264,4 +321,4 @@ def _error_text(raw: bytes) -> str:
         return raw.decode(errors="replace")[:500]
 
 
-__all__ = ["Delta", "Engine", "EngineError", "Generation", "Sampling"]
+__all__ = ["Delta", "Engine", "EngineError", "Generation", "Sampling", "TokenLogprob"]

@@ -392,6 +392,14 @@ class Launcher:
         check_models(plan)
         plan, plan_path = self._apply_mode(plan, plan_path)
         check_vocab(plan)
+        if cfg.device != "cpu":  # each local model's share of its GPU where the plan has no `mem`
+            from tokenrouter.runtime.memory_share import MemoryFitError, serve_sizing
+
+            local = [x for x in plan["models"] if x not in cfg.remote]
+            try:
+                plan, plan_path = serve_sizing(plan, plan_path, self.run_dir, local)
+            except MemoryFitError as e:
+                raise LaunchError(str(e)) from None
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
         if warning := exposure_warning(cfg.host, cfg.api_key):

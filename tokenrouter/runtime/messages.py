@@ -29,6 +29,7 @@ class SamplingSpec(msgspec.Struct, frozen=True):
     logprobs: int = (
         -1
     )  # ≥ 0: with each token its log-probability and this many most likely (TokenOut.logprobs)
+    route_inputs: bool = False  # with each routed token, what its route decision read (TokenOut.route_inputs)
 
 
 # ---- frontend → subservers ------------------------------------------------------------------------------
@@ -120,6 +121,10 @@ class TokenOut(msgspec.Struct):
     # per token, for a request with sampling.logprobs ≥ 0: [its log-probability, [[id, log-probability], ...]
     # of the most likely tokens], from the log-softmax of the logits `model` sampled it from (temperature 1)
     logprobs: list[list] | None = None
+    # per route decision of this message, for a request with sampling.route_inputs (and a model whose route block
+    # reads anything): {input: value} of what the decision read (features, uniform, router scores); one per
+    # token, or one for the dropped token of a `drop` hop (empty token_ids)
+    route_inputs: list[dict[str, float]] | None = None
 
 
 class Finished(msgspec.Struct):

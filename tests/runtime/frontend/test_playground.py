@@ -4,6 +4,7 @@ API key), and the page itself in a headless Chromium (skipped where none is inst
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -133,6 +134,38 @@ def test_the_page_in_a_browser(server):
         counts = b.evaluate("document.getElementById('counts').innerText")
         for model, n in expected["choices"][0]["routing"]["tokens_per_model"].items():
             assert f"{model}\t{n}\t" in counts
+
+        # the switch: the same answer again, each token with its route decisions' inputs (testmix reads
+        # uniform() on both models), shown in the panel when pointed at
+        asked = httpx.post(f"{server.url}/v1/chat/completions", headers=AUTH, timeout=60,
+                           json={"messages": CHAT, "return_routing_trace": True, "return_route_inputs": True,
+                                 **SETTINGS}).json()["choices"][0]["routing"]  # fmt: skip
+        assert asked["trace"] == trace and all(
+            d["values"].keys() == {"uniform"} for x in asked["inputs"] for d in x
+        )
+        assert b.evaluate("[...document.querySelectorAll('.tok')].every(s => s.dataset.inputs === undefined)")
+        b.evaluate("document.getElementById('clear').click(); document.getElementById('route_inputs').click();"
+                   "document.getElementById('send').click()")  # fmt: skip
+        b.wait_for("document.body.dataset.done === '2'", timeout=60)
+        shown = b.evaluate("[...document.querySelectorAll('.answer .tok')].map(s => [s.dataset.model,"
+                           " JSON.parse(s.dataset.inputs)])")  # fmt: skip
+        assert [x[0] for x in shown] == trace and [x[1] for x in shown] == asked["inputs"]
+        assert b.evaluate("document.getElementById('why').classList.contains('hidden')")
+        b.evaluate("document.querySelectorAll('.answer .tok')[3].dispatchEvent(new MouseEvent('mouseenter'))")
+        why = b.evaluate("document.getElementById('why').innerText")
+        lines = why.splitlines()
+        assert lines[0].endswith(f"by {trace[3]}") and len(lines) == 1 + len(asked["inputs"][3])
+        for line, d in zip(lines[1:], asked["inputs"][3], strict=True):
+            value = float(re.search(r"uniform = ([-+.e0-9]+)", line).group(1))
+            assert line.startswith(f"{d['model']}: ")
+            assert value == pytest.approx(d["values"]["uniform"], rel=1e-3)
+            # the model's rules beside, the threshold as its value (testmix: slm < 0.3 -> llm, llm < 0.7 -> slm)
+            assert line.endswith(
+                {"slm": "[when uniform() < 0.3 -> llm]", "llm": "[when uniform() < 0.7 -> slm]"}[d["model"]]
+            )
+        assert "to " in why or "stay" in why
+        b.evaluate("document.getElementById('route_inputs').click()")  # off: the panel goes
+        assert b.evaluate("document.getElementById('why').classList.contains('hidden')")
 
         # the live charts draw from /v1/stats every second
         b.evaluate("document.getElementById('tab-stats').click()")

@@ -4,6 +4,7 @@ the same routing traces, batched and streamed; its processes stop on close; its 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -13,12 +14,13 @@ import time
 import httpx
 import openai
 import pytest
-from frontend_helpers import Server, write_policy
+from frontend_helpers import MODELS, Server, write_policy
 
 import tokenrouter
 
 PROMPTS = ["def add(a, b):", "import os\n", "class Stack:"]
 SEED = 5
+EXTRA = {"ignore_eos": True, "return_routing_trace": True, "return_token_ids": True}
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +36,19 @@ def engine(policy):
 
 
 @pytest.fixture(scope="module")
-def served(policy, tmp_path_factory):
+def client(policy, tmp_path_factory):
     srv = Server(policy, log_dir=tmp_path_factory.mktemp("api-serve"))
-    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
-    yield [
-        client.completions.create(
-            model="testmix", prompt=p, max_tokens=10, temperature=0, seed=SEED,
-            extra_body={"ignore_eos": True, "return_routing_trace": True, "return_token_ids": True},
-        ).choices[0]
+    yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
+    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
+
+
+@pytest.fixture(scope="module")
+def served(client):
+    return [
+        client.completions.create(model="testmix", prompt=p, max_tokens=10, temperature=0, seed=SEED,
+                                  extra_body=EXTRA).choices[0]
         for p in PROMPTS
     ]  # fmt: skip
-    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
 
 
 def test_generate_matches_the_server(engine, served):
@@ -76,11 +80,81 @@ def test_stream_matches_generate(engine, served):
     assert all(d.finish_reason is None for d in deltas[:-1])
 
 
+def _same_logprobs(got: list[tokenrouter.TokenLogprob], ref, codec) -> None:
+    """`got` (the engine's, by token id) against the HTTP API's completions logprobs (by token text)."""
+    assert len(got) == len(ref.token_logprobs)
+    for g, text, lp, top in zip(got, ref.tokens, ref.token_logprobs, ref.top_logprobs, strict=True):
+        assert codec.tokenizer.decode([g.token_id], skip_special_tokens=False) == text
+        assert g.logprob == pytest.approx(lp, abs=1e-4)
+        named = {codec.tokenizer.decode([t], skip_special_tokens=False): v for t, v in g.top}
+        assert named == pytest.approx(top, abs=1e-4)
+
+
+def test_generate_logprobs_and_n_match_the_server(engine, client):
+    from tokenrouter.runtime.frontend.codec import TextCodec
+
+    codec = TextCodec(MODELS / "tiny-small")
+    kw = dict(model="testmix", prompt=PROMPTS[:2], max_tokens=8, temperature=1.0, seed=23, logprobs=3, n=2)
+    ref = sorted(client.completions.create(**kw, extra_body=EXTRA).choices, key=lambda c: c.index)
+    sampling = tokenrouter.Sampling(max_tokens=8, temperature=1.0, seed=23, ignore_eos=True, n=2,
+                                    logprobs=True, top_logprobs=3)  # fmt: skip
+    got = engine.generate(PROMPTS[:2], sampling)
+    assert len(got) == len(ref) == 4
+    for g, r in zip(got, ref, strict=True):
+        assert (
+            g.token_ids == r.model_extra["routing"]["token_ids"]
+            and g.trace == r.model_extra["routing"]["trace"]
+        )
+        assert [x.token_id for x in g.logprobs] == g.token_ids
+        assert all(len(x.top) == 3 for x in g.logprobs)
+        _same_logprobs(g.logprobs, r.logprobs, codec)
+    assert {m for g in got for m in g.trace} == {"slm", "llm"}  # both models' logprobs are compared
+    # choice j of n is the request seeded seed + j, alone
+    alone = engine.generate(PROMPTS[1], dataclasses.replace(sampling, n=1, seed=24))[0]
+    assert alone.token_ids == got[3].token_ids and alone.trace == got[3].trace
+    assert [x.logprob for x in alone.logprobs] == pytest.approx(
+        [x.logprob for x in got[3].logprobs], abs=1e-4
+    )
+    assert got[2].token_ids != got[3].token_ids  # the seeds differ, so do the samples
+    plain = engine.generate(PROMPTS[1], dataclasses.replace(sampling, n=1, logprobs=False, top_logprobs=0))
+    assert plain[0].logprobs is None and plain[0].token_ids == got[2].token_ids
+    assert plain[0].route_inputs is None
+    why = engine.generate(PROMPTS[1], dataclasses.replace(sampling, n=1, route_inputs=True))[0]
+    assert why.token_ids == got[2].token_ids and len(why.route_inputs) == len(why.token_ids)
+    assert all(
+        d[-1]["model"] == m and "uniform" in d[-1]["values"]
+        for d, m in zip(why.route_inputs, why.trace, strict=True)
+    )
+
+
+def test_stream_logprobs_and_n(engine):
+    sampling = tokenrouter.Sampling(max_tokens=8, temperature=1.0, seed=23, ignore_eos=True, n=2,
+                                    logprobs=True, top_logprobs=2)  # fmt: skip
+    whole = engine.generate(PROMPTS[1], sampling)
+
+    async def collect():
+        return [d async for d in engine.stream(PROMPTS[1], sampling)]
+
+    deltas = asyncio.run(collect())
+    for i, g in enumerate(whole):
+        mine = [d for d in deltas if d.index == i]
+        last = mine[-1]
+        assert last.finish_reason == "length" and last.token_ids == g.token_ids and last.trace == g.trace
+        pieces = [x for d in mine[:-1] for x in d.logprobs]
+        assert [x.token_id for x in pieces] == [x.token_id for x in last.logprobs] == g.token_ids
+        assert [x.logprob for x in last.logprobs] == pytest.approx([x.logprob for x in g.logprobs], abs=1e-4)
+        assert "".join(d.text for d in mine) == g.text
+
+
 def test_request_errors_are_engine_errors(engine):
     with pytest.raises(tokenrouter.EngineError, match="max_tokens"):
         engine.generate(["x"], tokenrouter.Sampling(max_tokens=0))
     with pytest.raises(ValueError, match="every prompt as text"):
         engine.generate(["x", [1, 2]])
+    with pytest.raises(ValueError, match="top_logprobs needs logprobs=True"):
+        tokenrouter.Sampling(top_logprobs=2)
+    with pytest.raises(tokenrouter.EngineError, match="n must be in"):
+        engine.generate(["x"], tokenrouter.Sampling(n=0))
 
 
 def test_close_stops_every_process(policy):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tokenrouter.runtime.frontend.codec import TextCodec
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
+from tokenrouter.runtime.frontend.route_inputs import merge_late
 
 GAP_TIMEOUT_S = 10.0  # after Finished, how long a missing earlier token may take to arrive
 
@@ -30,6 +31,7 @@ class Choice:
     want_trace: bool = False
     want_ids: bool = False
     chunk_trace: bool = False  # streamed with want_trace: each text increment carries its tokens' routing
+    want_inputs: bool = False  # return_route_inputs: each token's route decisions (route_inputs.py)
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0
@@ -41,6 +43,7 @@ class Choice:
     chunks: deque = field(default_factory=deque)
     # per token with logprobs asked for: (token id, its log-probability, [(id, log-probability)] most likely)
     logprobs: list[tuple[int, float, list]] = field(default_factory=list)
+    inputs: list[list[dict]] = field(default_factory=list)  # with want_inputs: per token, its decisions
     _emitted: int = 0
 
     @property
@@ -56,13 +59,19 @@ class Choice:
             out["trace"] = list(self.trace)
         if self.want_ids:
             out["token_ids"] = list(self.token_ids)
+        if self.want_inputs:
+            merge_late(self.inputs, self.state.decisions)
+            out["inputs"] = list(self.inputs)
         return out
 
     def chunk_routing(self) -> dict:
         """The `routing` of the next streamed text increment: the model and the text of each of its tokens
         (without stop strings the increment's text is exactly the pieces joined)."""
-        models, pieces = self.chunks.popleft()
-        return {"trace": models, "pieces": pieces}
+        models, pieces, inputs = self.chunks.popleft()
+        out = {"trace": models, "pieces": pieces}
+        if self.want_inputs:
+            out["inputs"] = inputs
+        return out
 
     async def deltas(self) -> AsyncIterator[str]:
         """Text increments until the choice is finished; raises the request's APIError on failure. If the
@@ -85,11 +94,14 @@ class Choice:
                 if st.error is not None:
                     raise st.error
                 before = self.completion_tokens
-                models, pieces = [], []
+                models, pieces, inputs = [], [], []
                 for tok, model in st.take():
                     lp = st.logprobs.pop(self.completion_tokens, None)
                     if lp is not None:
                         self.logprobs.append((tok, lp[0], lp[1]))
+                    if self.want_inputs:
+                        self.inputs.append(st.decisions.pop(self.completion_tokens, []))
+                        inputs.append(self.inputs[-1])
                     self.completion_tokens += 1
                     self.per_model[model] += 1
                     text = detok.step(tok)
@@ -119,7 +131,7 @@ class Choice:
                     # detokenizer or a possible stop string), so streaming clients see every step
                     piece, self._emitted = self.text[self._emitted : end], max(end, self._emitted)
                     if self.chunk_trace:
-                        self.chunks.append((models, pieces))
+                        self.chunks.append((models, pieces, inputs))
                     yield piece
                 if self.finish_reason is not None:
                     return

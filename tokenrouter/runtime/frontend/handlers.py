@@ -19,7 +19,7 @@ from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.codec import TemplateError, TextCodec
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
-from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs
+from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs, token_text
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import RequestManager
 
@@ -113,6 +113,7 @@ class GenerationHandler:
             stop_token_ids=tuple(stop_ids),
             ignore_eos=req.ignore_eos,
             logprobs=req.logprob_count(),
+            route_inputs=req.return_route_inputs,
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -156,6 +157,7 @@ class GenerationHandler:
                             req.return_routing_trace,
                             req.return_token_ids,
                             req.return_routing_trace and req.stream,
+                            req.return_route_inputs,
                         )
                     )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
@@ -172,9 +174,10 @@ class GenerationHandler:
         """The choice's logprobs from its `start`-th token on, in the endpoint's shape; None unless asked."""
         if req.logprob_count() < 0:
             return None
+        as_ids = req.return_tokens_as_token_ids
         if chat:
-            return chat_logprobs(self.codec, c.logprobs[start:])
-        return completion_logprobs(self.codec, c.logprobs[start:], offset)
+            return chat_logprobs(self.codec, c.logprobs[start:], as_ids)
+        return completion_logprobs(self.codec, c.logprobs[start:], offset, as_ids)
 
     def _full_body(self, req: Any, chat: bool, rid: str, choices: list[Choice]) -> dict:
         out = []
@@ -234,8 +237,10 @@ class GenerationHandler:
         def new_logprobs(c: Choice) -> dict | None:
             start, offset = sent[c.index]
             lp = self._logprobs(req, chat, c, start, offset)
-            if lp is not None and not chat:
-                offset += sum(len(t) for t in lp["tokens"])
+            if (
+                lp is not None and not chat and lp["tokens"]
+            ):  # the next token's offset: after the last one's text
+                offset = lp["text_offset"][-1] + len(token_text(self.codec, c.logprobs[-1][0]))
             sent[c.index] = (len(c.logprobs), offset)
             return lp
 

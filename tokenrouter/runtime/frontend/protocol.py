@@ -73,6 +73,8 @@ class _SamplingFields(_Strict):
     user: str | None = None
     return_routing_trace: bool = False  # extension: which model wrote each token
     return_token_ids: bool = False  # extension: the generated token ids (a client that re-sends them exactly)
+    return_tokens_as_token_ids: bool = False  # extension (vLLM): logprobs name tokens `token_id:N`
+    return_route_inputs: bool = False  # extension: what each route decision read (routing.inputs)
 
     def check_common(self) -> None:
         for name, (lo, hi) in INT_RANGES.items():

@@ -32,6 +32,7 @@ import zmq.asyncio
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
 from tokenrouter.runtime.frontend.protocol import APIError
+from tokenrouter.runtime.frontend.route_inputs import token_decisions
 from tokenrouter.runtime.ipc import bind, secure_context
 
 log = logging.getLogger("tokenrouter.frontend")
@@ -58,12 +59,18 @@ class ReqState:
     got_first: bool = False
     models: set[str] = field(default_factory=set)  # the models that wrote a token of it
     logprobs: dict[int, list] = field(default_factory=dict)  # token index -> TokenOut.logprobs entry
+    decisions: dict[int, list] = field(
+        default_factory=dict
+    )  # token index -> its route decisions (route_inputs.py)
 
     @property
     def done(self) -> bool:
         return self.error is not None or (self.finish_reason is not None and not self.buffer)
 
     def add(self, out: m.TokenOut) -> None:
+        for idx, d in token_decisions(out):  # asked for (route_inputs.py); a duplicate token's are dropped
+            if d.get("dropped") or idx >= self.next_index:
+                self.decisions.setdefault(idx, []).append(d)
         for i, tok in enumerate(out.token_ids):
             idx = out.index + i
             if idx >= self.next_index:

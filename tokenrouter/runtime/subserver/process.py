@@ -53,6 +53,7 @@ from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, secure_context
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import LiveProfiler
+from tokenrouter.runtime.subserver.route_inputs import rule_texts
 from tokenrouter.runtime.threads import threads_per_model, usable_cores
 
 logger = logging.getLogger(__name__)
@@ -208,6 +209,7 @@ class Subserver:
             "vocab_size": i.vocab_size,
             "max_len": i.max_len,
             "eos_token_ids": list(i.eos_token_ids),
+            "route_rules": rule_texts(self.plan["routes"].get(self.model) or {}),  # for the playground
         }
 
     # ---- the decode loop ---------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class Req:
     arrived_at: float = 0.0  # when it last arrived here
     ready_since: float = 0.0  # when it last became runnable (arrival or end of its last step)
     logprobs: list | None = None  # this step's token's TokenOut.logprobs entry (sampling.logprobs ≥ 0)
+    route_inputs: dict | None = None  # this step's decision's inputs (sampling.route_inputs; route_inputs.py)
 
     @property
     def generated(self) -> int:

@@ -40,6 +40,7 @@ from tokenrouter.runtime.subserver.busy_board import BusyBoard
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import region
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
+from tokenrouter.runtime.subserver.route_inputs import note_route_inputs, token_inputs, wanted
 
 logger = logging.getLogger(__name__)
 
@@ -495,7 +496,12 @@ class Scheduler:
 
     def _route_rows(self, rows: list[Req], logits: torch.Tensor, hidden: torch.Tensor | None):
         with region("route"):
-            return self.kernel(logits, hidden, self._route_state(rows, logits.device))
+            state = self._route_state(rows, logits.device)
+            if not wanted(rows):
+                return self.kernel(logits, hidden, state)
+            result = self.kernel(logits, hidden, state, with_features=True)
+        note_route_inputs(rows, result.features)  # asked for: the decision's inputs kept on the rows
+        return result
 
     def _forward(self, rows: list[Req]) -> StepOutput:
         self._ran_first += sum(1 for r in rows if not r.fed)  # before the route kernel moves `fed`
@@ -540,7 +546,8 @@ class Scheduler:
         for req, tok, rule in zip(batch, *self._tokens_and_rules(result), strict=True):
             hop = self.rules[rule] if (req.for_left == 0 and rule >= 0) else None
             if hop is not None and hop.drop:
-                emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop.target))
+                emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop.target,
+                                          route_inputs=token_inputs(req)))  # fmt: skip
                 out.append(self._hop(req, hop))
                 continue
             reason = self._commit(req, tok)
@@ -549,9 +556,17 @@ class Scheduler:
                 if req.for_left == 0:
                     hop = Hop(req.return_to)
             hop_to = hop.target if hop is not None and reason is None else None
-            lp = None if req.logprobs is None else [req.logprobs]
+            lp, why = (None if req.logprobs is None else [req.logprobs]), token_inputs(req)
             emitted.append(
-                m.TokenOut(req.rid, req.generated - 1, [tok], self.model, hop_to=hop_to, logprobs=lp)
+                m.TokenOut(
+                    req.rid,
+                    req.generated - 1,
+                    [tok],
+                    self.model,
+                    hop_to=hop_to,
+                    logprobs=lp,
+                    route_inputs=why,
+                )
             )
             if reason is not None:
                 finished.append(m.Finished(req.rid, reason, self.model))
