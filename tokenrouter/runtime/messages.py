@@ -29,6 +29,9 @@ class SamplingSpec(msgspec.Struct, frozen=True):
     logprobs: int = (
         -1
     )  # ≥ 0: with each token its log-probability and this many most likely (TokenOut.logprobs)
+    # an llguidance grammar (JSON form) the completion must follow, on whichever model writes each token
+    # (runtime/grammar.py); "": unconstrained
+    grammar: str = ""
 
 
 # ---- frontend → subservers ------------------------------------------------------------------------------

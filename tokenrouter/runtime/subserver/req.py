@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from tokenrouter.runtime.grammar import GrammarState
 from tokenrouter.runtime.messages import SamplingSpec
 
 
@@ -35,6 +36,7 @@ class Req:
     arrived_at: float = 0.0  # when it last arrived here
     ready_since: float = 0.0  # when it last became runnable (arrival or end of its last step)
     logprobs: list | None = None  # this step's token's TokenOut.logprobs entry (sampling.logprobs ≥ 0)
+    grammar: GrammarState | None = None  # with sampling.grammar: its matcher here (runtime/grammar.py)
 
     @property
     def generated(self) -> int:
