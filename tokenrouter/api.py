@@ -50,6 +50,9 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # structured output, as the HTTP API's (docs/serving.md, "Structured output and tools"): e.g.
+    # {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}
+    response_format: dict | None = None
 
     def body(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}

@@ -4,6 +4,7 @@ the same routing traces, batched and streamed; its processes stop on close; its 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from frontend_helpers import Server, write_policy
@@ -74,6 +76,15 @@ def test_stream_matches_generate(engine, served):
     assert last.finish_reason == "length" and last.trace == served[1].model_extra["routing"]["trace"]
     assert last.token_ids == served[1].model_extra["routing"]["token_ids"]
     assert all(d.finish_reason is None for d in deltas[:-1])
+
+
+def test_json_schema_output(engine):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+              "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": False}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for g in engine.generate(PROMPTS, tokenrouter.Sampling(max_tokens=40, seed=SEED, response_format=fmt)):
+        assert g.finish_reason == "stop"
+        jsonschema.validate(json.loads(g.text), schema)
 
 
 def test_request_errors_are_engine_errors(engine):

@@ -151,9 +151,11 @@ class GenerationHandler:
         size = request.headers.get("content-length", "")
         if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
             prompts = self._prompts(req, chat, self.vocab_limit(mgr), tools)
-            grammar = self.constraints.grammar(req, tools)
         else:
             prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr), tools)
+        grammar = ""
+        if tools is not None or getattr(req, "response_format", None) is not None:
+            # compiling a schema (and, the first time, loading the tokenizer) can take a second: off the loop
             grammar = await run_in_threadpool(self.constraints.grammar, req, tools)
         specs = [self._sampling(req, len(ids), chat, max_len, grammar) for ids in prompts]
         choices: list[Choice] = []
