@@ -157,19 +157,18 @@ class Grammars:
             st = self.sync(rows[i])
             if st.matcher.is_stopped():
                 raise GrammarError("the grammar is complete, yet the request goes on")
-            row = bitmask[
-                j
-            ]  # (llguidance.torch's helper does this, but its import takes seconds: torch.compile)
+            # what llguidance.torch's helper does (importing it takes seconds: it sets up a torch.compile)
+            row = bitmask[j]
             st.matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
         allowed = unpack_mask(bitmask.to(logits.device), logits.shape[1])
         dev = logits.device
         at = torch.tensor(idx, dtype=torch.int64, device=dev)
         masked = logits.index_select(0, at).float().masked_fill(~allowed, float("-inf"))
-        hot = [rows[i].sampling.temperature > 0 for i in idx]
+        hot = [rows[i].sampling for i in idx if rows[i].sampling.temperature > 0]
         tok = sample(masked, state.temperature.index_select(0, at), state.top_k.index_select(0, at),
                      state.top_p.index_select(0, at), state.seed.index_select(0, at),
-                     state.position.index_select(0, at), all_greedy=not any(hot),
-                     sampler=sampler)  # fmt: skip
+                     state.position.index_select(0, at), all_greedy=not hot,
+                     restrict=any(s.top_k > 0 or s.top_p < 1.0 for s in hot), sampler=sampler)  # fmt: skip
         return torch.full((len(rows),), -1, dtype=torch.int64, device=dev).index_copy_(0, at, tok)
 
 
