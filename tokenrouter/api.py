@@ -58,6 +58,9 @@ class Sampling:
     logprobs: bool = False
     top_logprobs: int = 0
     route_inputs: bool = False
+    # structured output, as the HTTP API's (docs/serving.md, "Structured output and tools"): e.g.
+    # {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}
+    response_format: dict | None = None
 
     def __post_init__(self) -> None:
         if self.top_logprobs and not self.logprobs:

@@ -427,6 +427,11 @@ class Launcher:
             return 0
         self._write_pids()
         url = self.ready["frontend"].get("url")
+        failure = self._wait_healthy(url)
+        if failure is not None:
+            raise LaunchError(failure)
+        if self.stop_signal is not None:
+            return 0
         print(f"tokenrouter: serving {plan['policy']['name']!r} ({', '.join(models)}) at {url}", flush=True)
         failure = self._supervise()
         if failure is None:
@@ -619,6 +624,28 @@ class Launcher:
                     if x not in self.ready
                 ]
                 return f"not ready after {self.cfg.startup_timeout_s:g} s: {', '.join(late)}"
+        return None
+
+    def _wait_healthy(self, url: str) -> str | None:
+        """The Ready messages reach the frontend through a socket of their own: the URL line waits until its
+        /health says 200, so that a request sent as soon as the line appears is served, not refused as early."""
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        local = url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:")
+        while self.stop_signal is None:
+            try:
+                with urllib.request.urlopen(f"{local}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return None
+            except (urllib.error.URLError, OSError):
+                pass
+            if not self.procs["frontend"].is_alive():
+                return f"the frontend {_exit_text(self.procs['frontend'].exitcode)} during startup"
+            if time.monotonic() > deadline:
+                return f"the frontend's /health was not 200 after {self.cfg.startup_timeout_s:g} s"
+            time.sleep(0.02)
         return None
 
     def _on_ready(self, msg: m.Ready | m.Progress) -> None:

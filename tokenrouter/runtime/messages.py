@@ -30,6 +30,9 @@ class SamplingSpec(msgspec.Struct, frozen=True):
         -1
     )  # ≥ 0: with each token its log-probability and this many most likely (TokenOut.logprobs)
     route_inputs: bool = False  # with each routed token, what its route decision read (TokenOut.route_inputs)
+    # an llguidance grammar (JSON form) the completion must follow, on whichever model writes each token
+    # (runtime/grammar.py); "": unconstrained
+    grammar: str = ""
 
 
 # ---- frontend → subservers ------------------------------------------------------------------------------

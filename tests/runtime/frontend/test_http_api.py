@@ -212,7 +212,7 @@ def _chat(messages: list, **fields) -> str:
         (_CHAT, _chat([{"role": "wizard", "content": "hi"}], max_tokens=4), 400, "messages[0].role"),
         (_CHAT, _chat([{"role": "user"}], max_tokens=4), 400, "messages[0].content"),
         (_CHAT, _chat([{"role": "user", "content": None}]), 400, "messages[0].content"),
-        (_CHAT, _chat([_HI, {"role": "tool", "content": "1"}]), 400, "messages[1].role"),
+        (_CHAT, _chat([_HI, {"role": "tool", "content": "1"}]), 400, "tools"),  # the template renders none
         (_CHAT, _chat([_HI, {"role": "assistant", "content": None}]), 400, "messages[1].content"),
         (
             _CHAT,

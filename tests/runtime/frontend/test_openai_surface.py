@@ -1,6 +1,6 @@
 """The OpenAI surface beyond one plain choice, with the `openai` client against a real `tokenrouter serve`
-(tiny models, CPU): `n` choices, `chat_template_kwargs`, stop strings across a hop, and the fields still
-refused. The entry model is a copy of tiny-small whose chat template reads Qwen3's `enable_thinking`."""
+(tiny models, CPU): `n` choices, `chat_template_kwargs`, stop strings across a hop, and tools refused where
+the chat template does not render them. The entry model is a copy of tiny-small whose chat template reads Qwen3's `enable_thinking`."""
 
 from __future__ import annotations
 
@@ -123,19 +123,16 @@ def test_a_stop_string_spanning_a_hop(client, small):
     pytest.fail("no hop with a fresh two-character string found")
 
 
-@pytest.mark.parametrize(
-    "field, value",
-    [
-        ("response_format", {"type": "json_object"}),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-    ],
-)
-def test_response_format_and_tools_are_refused_for_now(client, field, value):
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(
-            model="testmix", messages=[{"role": "user", "content": "hi"}], extra_body={field: value}
-        )
-    assert e.value.body["param"] == field and "not supported by TokenRouter yet" in e.value.body["message"]
+def test_tools_need_a_template_that_renders_them(client):
+    """The entry model's template here reads no `tools` (test_structured_output.py serves one that does)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    answered = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]  # fmt: skip
+    for extra in ({"tools": [tool]}, {"messages": [{"role": "user", "content": "hi"}, *answered]}):
+        body = {"messages": [{"role": "user", "content": "hi"}], **extra}
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="testmix", max_tokens=2, **body)
+        assert e.value.body["param"] == "tools" and "does not render tools" in e.value.body["message"]
 
 
 @pytest.fixture(scope="module")

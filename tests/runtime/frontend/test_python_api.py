@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from frontend_helpers import MODELS, Server, write_policy
@@ -144,6 +146,15 @@ def test_stream_logprobs_and_n(engine):
         assert [x.token_id for x in pieces] == [x.token_id for x in last.logprobs] == g.token_ids
         assert [x.logprob for x in last.logprobs] == pytest.approx([x.logprob for x in g.logprobs], abs=1e-4)
         assert "".join(d.text for d in mine) == g.text
+
+
+def test_json_schema_output(engine):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+              "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": False}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for g in engine.generate(PROMPTS, tokenrouter.Sampling(max_tokens=40, seed=SEED, response_format=fmt)):
+        assert g.finish_reason == "stop"
+        jsonschema.validate(json.loads(g.text), schema)
 
 
 def test_request_errors_are_engine_errors(engine):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2 import meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
@@ -23,6 +24,14 @@ class TemplateError(ValueError):
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None,
+            sort_keys: bool = False) -> str:  # fmt: skip
+    # transformers' `tojson` (chat templates are written for it): plain JSON, not jinja's HTML-escaped one
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _token_text(value: Any) -> str | None:
@@ -67,11 +76,14 @@ class TextCodec:
         self.eos_token_ids: tuple[int, ...] = () if eos_id is None else (eos_id,)
         template = read_chat_template(model_dir, cfg)
         self._template = None
+        self.template_variables: frozenset[str] = frozenset()  # the variables the template reads
         if isinstance(template, str):
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = _raise_exception
+            env.filters["tojson"] = _tojson
             try:
                 self._template = env.from_string(template)
+                self.template_variables = frozenset(meta.find_undeclared_variables(env.parse(template)))
             except jinja2.TemplateSyntaxError as e:
                 raise TemplateError(f"the chat template does not parse: {e}") from e
 
@@ -82,6 +94,11 @@ class TextCodec:
     @property
     def has_chat_template(self) -> bool:
         return self._template is not None
+
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders tools (it reads a `tools` variable, as Qwen's and Hermes' do)."""
+        return "tools" in self.template_variables
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.encode_many([text], add_special_tokens)[0]

@@ -22,6 +22,8 @@ from tokenrouter.runtime.frontend.generation import Choice
 from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs, token_text
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import RequestManager
+from tokenrouter.runtime.frontend.structured import Constraints
+from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, call_deltas, plan_tools, tool_message
 
 _MASK64 = (1 << 64) - 1
 _DISCONNECT_POLL_S = 0.25
@@ -40,6 +42,7 @@ class GenerationHandler:
         self.args = args
         self.codec = codec
         self.created = int(time.time())
+        self.constraints = Constraints(args.model_dir)
 
     def max_len(self, mgr: RequestManager) -> int | None:
         """The longest prompt + completion every model accepts (from their Ready info), capped by the plan."""
@@ -53,10 +56,18 @@ class GenerationHandler:
         return max(self.codec.vocab_size, int(info.get("vocab_size") or 0))
 
     # ---- turning a body into prompts and sampling settings --------------------------------------------------
-    def _prompts(self, req: Any, chat: bool, vocab_limit: int) -> list[list[int]]:
+    def _prompts(
+        self, req: Any, chat: bool, vocab_limit: int, tools: ToolPlan | None = None
+    ) -> list[list[int]]:
         if chat:
+            if req.uses_tools() and not self.codec.supports_tools:
+                raise APIError(400, "tools: the model's chat template does not render tools (it reads no "
+                                    "`tools` variable); use a model whose template supports them", param="tools")  # fmt: skip
+            extra = {"tools": tools.template_tools()} if tools is not None else {}
             try:
-                ids = self.codec.encode_chat(req.template_messages(), **(req.chat_template_kwargs or {}))
+                ids = self.codec.encode_chat(
+                    req.template_messages(), **(req.chat_template_kwargs or {}), **extra
+                )
             except TemplateError as e:
                 raise APIError(400, str(e), param="messages") from None
             return [ids]
@@ -83,7 +94,9 @@ class GenerationHandler:
                 )
         return prompts
 
-    def _sampling(self, req: Any, prompt_len: int, chat: bool, max_len: int) -> m.SamplingSpec:
+    def _sampling(
+        self, req: Any, prompt_len: int, chat: bool, max_len: int, grammar: str = ""
+    ) -> m.SamplingSpec:
         if prompt_len >= max_len:
             raise APIError(
                 400,
@@ -114,6 +127,7 @@ class GenerationHandler:
             ignore_eos=req.ignore_eos,
             logprobs=req.logprob_count(),
             route_inputs=req.return_route_inputs,
+            grammar=grammar,
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -134,12 +148,17 @@ class GenerationHandler:
         # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
         # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
         # body (INLINE_BODY_BYTES) is tokenized in place.
+        tools = plan_tools(req) if chat else None
         size = request.headers.get("content-length", "")
         if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
-            prompts = self._prompts(req, chat, self.vocab_limit(mgr))
+            prompts = self._prompts(req, chat, self.vocab_limit(mgr), tools)
         else:
-            prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
-        specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
+            prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr), tools)
+        grammar = ""
+        if tools is not None or getattr(req, "response_format", None) is not None:
+            # compiling a schema (and, the first time, loading the tokenizer) can take a second: off the loop
+            grammar = await run_in_threadpool(self.constraints.grammar, req, tools)
+        specs = [self._sampling(req, len(ids), chat, max_len, grammar) for ids in prompts]
         choices: list[Choice] = []
         try:
             # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
@@ -162,9 +181,9 @@ class GenerationHandler:
                     )
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if req.stream:
-                return await self._stream(request, req, chat, rid, choices)
+                return await self._stream(request, req, chat, rid, choices, tools)
             await _unless_disconnected(request, _run_all(choices))
-            return JSONResponse(self._full_body(req, chat, rid, choices))
+            return JSONResponse(self._full_body(req, chat, rid, choices, tools))
         except BaseException:  # every error path releases the requests already sent
             for c in choices:
                 mgr.abort(c.state.rid)
@@ -179,7 +198,9 @@ class GenerationHandler:
             return chat_logprobs(self.codec, c.logprobs[start:], as_ids)
         return completion_logprobs(self.codec, c.logprobs[start:], offset, as_ids)
 
-    def _full_body(self, req: Any, chat: bool, rid: str, choices: list[Choice]) -> dict:
+    def _full_body(
+        self, req: Any, chat: bool, rid: str, choices: list[Choice], tools: ToolPlan | None = None
+    ) -> dict:
         out = []
         for c in choices:
             d: dict = {
@@ -188,7 +209,9 @@ class GenerationHandler:
                 "logprobs": self._logprobs(req, chat, c, 0),
                 "routing": c.routing(),
             }
-            if chat:
+            if chat and tools is not None and tools.parses:
+                d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason)
+            elif chat:
                 d["message"] = {"role": "assistant", "content": c.text}
             else:
                 d["text"] = c.text
@@ -203,7 +226,13 @@ class GenerationHandler:
         }
 
     async def _stream(
-        self, request: Request, req: Any, chat: bool, rid: str, choices: list[Choice]
+        self,
+        request: Request,
+        req: Any,
+        chat: bool,
+        rid: str,
+        choices: list[Choice],
+        tools: ToolPlan | None = None,
     ) -> Response:
         events = _merge(choices)
         # Wait for the first event before sending headers, so that a request that fails before its first token
@@ -233,6 +262,10 @@ class GenerationHandler:
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
         sent = {c.index: (0, 0) for c in choices}  # per choice: logprob entries sent, their text's length
+        # per choice, with tools parsed: its text split into content and calls (tools.py)
+        split = (
+            {c.index: ToolStream() for c in choices} if chat and tools is not None and tools.parses else {}
+        )
 
         def new_logprobs(c: Choice) -> dict | None:
             start, offset = sent[c.index]
@@ -247,6 +280,7 @@ class GenerationHandler:
         def piece(c: Choice, text: str) -> dict:
             lp = new_logprobs(c)
             if chat:
+                text = split[c.index].feed(text) if split else text
                 d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
             else:
                 d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
@@ -262,6 +296,12 @@ class GenerationHandler:
                 "routing": c.routing(),
             }
             d.update({"delta": {}} if chat else {"text": ""})
+            if split:
+                rest, calls = split[c.index].finish()
+                d["delta"] = {"content": rest} if rest else {}
+                if calls:
+                    d["delta"]["tool_calls"] = call_deltas(calls)
+                    d["finish_reason"] = "tool_calls" if c.finish_reason == "stop" else c.finish_reason
             return d
 
         async def body() -> AsyncIterator[str]:

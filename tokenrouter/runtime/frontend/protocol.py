@@ -7,6 +7,8 @@ An error's `param` is the field's path written as OpenAI writes it: `messages[0]
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -126,6 +128,7 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     logprobs: int | None = None
+    response_format: dict | None = None  # as chat's (structured.py), an extension here as in vLLM and SGLang
     best_of: int | None = None
     suffix: str | None = None
 
@@ -149,36 +152,77 @@ class TextPart(_Strict):
 
 
 # The roles a chat message may have. `developer` is OpenAI's newer name for `system` and is rendered as one
-# (chat templates know `system`); `tool` and `function` answer tool calls, which TokenRouter does not support.
-CHAT_ROLES = ("system", "developer", "user", "assistant")
+# (chat templates know `system`); `tool` answers a tool call (OpenAI's older `function` role is not supported).
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 # what the server itself passes to the chat template (codec.py); chat_template_kwargs adds to these
-TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token"})
-_TOOL_ROLES = ("tool", "function")
+TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"})
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class FunctionDef(_Strict):
+    name: str
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema of the arguments (an object)
+    strict: bool | None = None
+
+
+class ToolDef(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class _FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: _FunctionName
+
+
+class _CallFunction(_Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Strict):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: _CallFunction
+
+    def template(self) -> dict:
+        """The call as chat templates read it: arguments as an object where the JSON text is one
+        (transformers' convention, which Qwen's templates follow)."""
+        try:
+            args = json.loads(self.function.arguments)
+        except ValueError:
+            args = self.function.arguments
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.function.name, "arguments": args},
+        }
 
 
 class ChatMessage(_Strict):
     role: str
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[Any] | None = None  # rejected: tools are not supported
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls (tools.py)
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
     def check(self, where: str) -> None:
         """Raise a 400 naming `where` (e.g. `messages[0]`) for a message the chat template cannot render."""
-        if self.role in _TOOL_ROLES:
-            msg = (
-                f"{where}.role: {self.role!r} messages answer tool calls; TokenRouter does not support tools"
-            )
-            raise APIError(400, msg, param=f"{where}.role")
         if self.role not in CHAT_ROLES:
             roles = ", ".join(repr(r) for r in CHAT_ROLES)
             raise APIError(
                 400, f"{where}.role must be one of {roles}, got {self.role!r}", param=f"{where}.role"
             )
-        if self.tool_calls:
-            msg = f"{where}.tool_calls: tools are not supported by TokenRouter"
+        if self.tool_calls and self.role != "assistant":
+            msg = f"{where}.tool_calls: only an assistant message has tool calls"
             raise APIError(400, msg, param=f"{where}.tool_calls")
-        if self.content is None:
-            # OpenAI allows an assistant message without content only when it has tool_calls (unsupported)
+        if self.content is None and not self.tool_calls:
+            # OpenAI allows an assistant message without content only when it has tool_calls
             msg = f"{where}.content is required (a string or a list of text parts)"
             raise APIError(400, msg, param=f"{where}.content")
         if isinstance(self.content, list) and not self.content:
@@ -195,7 +239,9 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens; wins when both are given
     logprobs: bool = False
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     response_format: dict | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension (vLLM, SGLang): e.g. enable_thinking
 
@@ -209,14 +255,15 @@ class ChatCompletionRequest(_SamplingFields):
         _check_range(self.top_logprobs, "top_logprobs", 0, MAX_LOGPROBS)
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
-        if self.tools:
-            raise APIError(400, "tools are not supported by TokenRouter yet", param="tools")
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            raise APIError(
-                400,
-                "response_format other than text is not supported by TokenRouter yet",
-                param="response_format",
-            )
+        seen: set[str] = set()
+        for i, t in enumerate(self.tools or ()):
+            name, where = t.function.name, f"tools[{i}].function"
+            if not _TOOL_NAME.fullmatch(name):
+                msg = f"{where}.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}"
+                raise APIError(400, msg, param=f"{where}.name")
+            if name in seen:
+                raise APIError(400, f"{where}.name: two tools are named {name!r}", param=f"{where}.name")
+            seen.add(name)
         reserved = sorted(set(self.chat_template_kwargs or {}) & TEMPLATE_VARIABLES)
         if reserved:
             raise APIError(
@@ -240,9 +287,15 @@ class ChatCompletionRequest(_SamplingFields):
                 "role": "system" if m.role == "developer" else m.role,
                 "content": m.text(),
                 **({"name": m.name} if m.name else {}),
+                **({"tool_calls": [c.template() for c in m.tool_calls]} if m.tool_calls else {}),
+                **({"tool_call_id": m.tool_call_id} if m.tool_call_id else {}),
             }
             for m in self.messages
         ]
+
+    def uses_tools(self) -> bool:
+        """The request gives tools, or its conversation has tool calls or tool results."""
+        return bool(self.tools) or any(m.tool_calls or m.role == "tool" for m in self.messages)
 
 
 # What a subserver holds for each integer field (the route kernel's columns: top_k int32, the seed's 64-bit

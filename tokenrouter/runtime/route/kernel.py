@@ -310,7 +310,11 @@ class RouteKernel:
         state: RouteBatchState,
         *,
         with_features: bool = False,
+        forced: torch.Tensor | None = None,
     ) -> RouteResult:
+        """`forced` [B] int64: per row, a token to take instead of the kernel's own draw (-1: draw), e.g. one
+        drawn under a grammar's mask (runtime/grammar.py); the features, routers and rules read the logits as
+        given, with the forced token as the row's token (its log-probability under them)."""
         self._check_inputs(logits, hidden, state)
         if logits.shape[0] == 0:
             empty = torch.empty(0, dtype=torch.int64, device=logits.device)
@@ -322,13 +326,14 @@ class RouteKernel:
         if restricted is None:
             restricted = sampling and bool(((state.top_k > 0) | (state.top_p < 1)).any())
         if self.backend == "torch":
-            return self._run_torch(logits, hidden, state, sampling, restricted, with_features)
-        forced = None
+            return self._run_torch(logits, hidden, state, sampling, restricted, with_features, forced)
         if restricted:  # the separate top-k / top-p path: the one sampler, for the rows that restrict
             rows = (state.temperature > 0) & ((state.top_k > 0) | (state.top_p < 1))
+            if forced is not None:
+                rows &= forced < 0
             tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position,
                          sampler=self.sampler)  # fmt: skip
-            forced = torch.where(rows, tok, torch.full_like(tok, -1))
+            forced = torch.where(rows, tok, torch.full_like(tok, -1) if forced is None else forced)
         return self._run_triton(logits, hidden, state, forced, sampling, with_features)
 
     def warm(self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None = None) -> int:
@@ -426,7 +431,9 @@ class RouteKernel:
             cols.append(router(x))
         return torch.stack(cols, dim=1)
 
-    def _run_torch(self, logits, hidden, state, sampling, restricted, with_features) -> RouteResult:
+    def _run_torch(
+        self, logits, hidden, state, sampling, restricted, with_features, forced=None
+    ) -> RouteResult:
         mod = self.module
         f = mod.route_stats(
             logits,
@@ -438,6 +445,11 @@ class RouteKernel:
             sampling,
             restricted,
         )
+        if forced is not None:
+            x = logits.float()
+            token = torch.where(forced >= 0, forced, f["token"])
+            logprob = x.gather(1, token[:, None])[:, 0] - torch.logsumexp(x, dim=-1)
+            f["token"], f["logprob"] = token, torch.where(forced >= 0, logprob, f["logprob"])
         router_out = self._router_out(logits, hidden, f["token"])
         f = self._features_for_rules(f, state)
         rule = mod.route_rules(f, router_out, state.seed, state.position)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from tokenrouter.runtime.grammar import GrammarState
 from tokenrouter.runtime.messages import SamplingSpec
 
 
@@ -36,6 +37,7 @@ class Req:
     ready_since: float = 0.0  # when it last became runnable (arrival or end of its last step)
     logprobs: list | None = None  # this step's token's TokenOut.logprobs entry (sampling.logprobs ≥ 0)
     route_inputs: dict | None = None  # this step's decision's inputs (sampling.route_inputs; route_inputs.py)
+    grammar: GrammarState | None = None  # with sampling.grammar: its matcher here (runtime/grammar.py)
 
     @property
     def generated(self) -> int:

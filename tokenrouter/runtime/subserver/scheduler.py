@@ -32,9 +32,11 @@ import torch
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine import kernel_loads
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
+from tokenrouter.runtime.grammar import Grammars
 from tokenrouter.runtime.route import RouteBatchState
 from tokenrouter.runtime.route.kernel import RouteResult
 from tokenrouter.runtime.route.state import RouteStatePacker
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
 from tokenrouter.runtime.subserver.busy_board import BusyBoard
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
@@ -153,6 +155,8 @@ class Scheduler:
         self.want_hidden = bool(getattr(self.kernel, "needs_hidden", True))
         self.eos = frozenset(self.engine.info.eos_token_ids)
         self.max_len = self.engine.info.max_len
+        info, spec = self.engine.info, plan["models"][self.model]
+        self.grammars = Grammars(spec.get("path"), info.vocab_size, tuple(info.eos_token_ids))
 
     def init_queues(self) -> None:
         self.reqs: dict[str, Req] = {}
@@ -497,9 +501,14 @@ class Scheduler:
     def _route_rows(self, rows: list[Req], logits: torch.Tensor, hidden: torch.Tensor | None):
         with region("route"):
             state = self._route_state(rows, logits.device)
+            # rows with a grammar: their tokens, drawn under its mask (runtime/grammar.py)
+            forced = self.grammars.forced_tokens(
+                rows, logits, state, getattr(self.kernel, "sampler", DEFAULT_SAMPLER)
+            )
+            extra = {} if forced is None else {"forced": forced}
             if not wanted(rows):
-                return self.kernel(logits, hidden, state)
-            result = self.kernel(logits, hidden, state, with_features=True)
+                return self.kernel(logits, hidden, state, **extra)
+            result = self.kernel(logits, hidden, state, with_features=True, **extra)
         note_route_inputs(rows, result.features)  # asked for: the decision's inputs kept on the rows
         return result
 
@@ -602,6 +611,8 @@ class Scheduler:
         s = req.sampling
         if tok in s.stop_token_ids or (not s.ignore_eos and tok in self.eos):
             return "stop"
+        if s.grammar and self.grammars.accept(req, tok):
+            return "stop"  # the grammar is complete
         if req.generated >= s.max_tokens or len(req.tokens) >= self.max_len:
             return "length"
         return None
