@@ -181,7 +181,7 @@ def gemv(
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]. Autotuned per (N, K, variant) on first
     use (so run it once before a CUDA graph capture); `extra_tiles=False` autotunes over the tile shapes
-    of the kernel's first measured version only (for side-by-side timing); `pdl`: programmatic dependent launch where
+    of its first measured version only (for side-by-side timing); `pdl`: programmatic dependent launch where
     supported (see `_pdl`; the first weight tile is read before waiting on the previous kernel). With
     `tuned` (and `extra_tiles`), a config measured fastest inside the CUDA graph step for this GPU model,
     dtype and tuning key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one.
