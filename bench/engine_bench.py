@@ -13,15 +13,15 @@ For each model shape (random bf16 weights filled on the GPU, the engine's dummy 
 - with --targets, only the issue's target points (decode bs 1/8/32/64, extend bs 1/4/16 x q 2/4/8, ctx
   512 and 4096, 0.6B and 8B; graphs for those shapes only; no HF, no eager) and an ablation of every
   switchable part of the fast path (`FAST_PATH_OPTIONS` in attention/triton_backend.py) side by side:
-  each one off alone, and all parts added after runs A/B off together ("before"), at the points they
-  act on (the few-row GEMV `gemv_rows` at every step of 2-8 tokens: extends of bs 1, decodes of bs 4
+  each one off alone, and all parts added after the first measured engine off together ("before"), at the
+  points they act on (the few-row GEMV `gemv_rows` at every step of 2-8 tokens: extends of bs 1, decodes of bs 4
   and 8, bs 4 x q 2); then the target verdicts. About 3-4 minutes on an H200.
 
 A "step" is the model forward the engine runs per scheduler step: for graphs `CudaGraphRunner.replay`
 (host-side input copies included), eagerly `init_forward_metadata` + `model(fb)`. Timing: `iters`
 back-to-back steps, synchronised at the end, wall clock per step; the median of 3 such runs. An extend and
 the decode it is divided by are timed in alternation (`time_pair`); `--passes P` times every point P times,
-in passes over all points, and reports the pass with the median ratio (run S: passes agree within 0.3 %).
+in passes over all points, and reports the pass with the median ratio (on the H200 passes agreed within 0.3 %).
 
 The process's history matters: once a second set of graphs has been captured (the ablation's variants),
 the engine's own graphs run 0.5-2.4 % faster (bs 1 extends) or 2-6 % slower (other steps) for the rest of the
@@ -121,7 +121,7 @@ def time_step(fn, target_s: float = 0.15, reps: int = 3) -> float:
 def time_pair(fn_a, fn_b, target_s: float = 0.1, rounds: int = 4, sync=None) -> tuple[float, float]:
     """Seconds per call of `fn_a` and of `fn_b`, timed in alternation (A B B A A B B A ...: a slow drift of
     the GPU's clocks over the measurement falls on both alike); the median of `rounds` runs each. Ratios of
-    two steps (extend / decode, an ablation's variant / default) come from here: in run I, times of one
+    two steps (extend / decode, an ablation's variant / default) come from here: on the H200, times of one
     step taken minutes apart in one process differed by up to 7 %. `sync`: torch.cuda.synchronize."""
     sync = sync or torch.cuda.synchronize
     for _ in range(3):
@@ -342,7 +342,7 @@ def ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict, name: 
         print(f"| {bs} | {d:.3f} | {g:.3f} | {u:.3f} |", flush=True)
 
 
-# The one-token parts added after the measured runs A/B (docs/benchmarks.md), timed at decode bs 1;
+# The one-token parts added after the first measured engine, timed at decode bs 1;
 # "before" turns all of them and `gemv_rows` (timed where it acts, see `ablation_plan`) off.
 NEW_SINCE_AB = (  # most telling first: rows past --ablation-budget-s are skipped
     "pdl",
@@ -436,7 +436,7 @@ def ablation_plan(
                 wide_dot,
             )
             plan.append(row)
-        # the decode bs 1 too: its one-token GEMV's tiles are tuned as well (run R)
+        # the decode bs 1 too: its one-token GEMV's tiles are tuned as well
         one = [(ctx, 1, 1) for ctx in ctxs if 1 in decode_bs]
         tuned = one + dot_rows
         plan.append(("no tuned_tiles (the autotuner's dot_rows and GEMV tiles)", ("tuned_tiles",), tuned))
@@ -445,7 +445,7 @@ def ablation_plan(
         folded = [p for p in dot_rows if p[1] * p[2] <= dot_rows_norm_max]  # the tables' folded row blocks
         if folded:
             plan.append(("dot_rows_norm_max=0 (no folded norm)", ("dot_rows_norm_max=0",), folded))
-        # the 3-4 token steps (run G's reach of the few-row GEMV) on the kernel that does not take them now
+        # the 3-4 token steps (the few-row GEMV's earlier reach) on the kernel that does not take them now
         wider = [(ctx, bs, q) for ctx in ctxs for bs, q in sorted(steps) if 3 <= bs * q <= 4 and bs <= 4]
         if wider and gemv_rows_max >= 4:
             plan.append(("gemv_rows_max=2 (3-4 token steps on dot_rows)", ("gemv_rows_max=2",), wider))
@@ -466,7 +466,7 @@ def ablation_plan(
         plan.append(
             ("no attn_stages", ("attn_stages",), [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs])
         )
-        # the KV tiles (run U): wide at the largest extend, narrow at the one-request extends
+        # the KV tiles: wide at the largest extend, narrow at the one-request extends
         tiles = [(ctx, max(extend_bs), max(extend_q)) for ctx in ctxs] + bs1_extends
         plan.append(("no attn_tiles", ("attn_tiles",), tiles))
     plan += [(f"no {o}", (o,), decode) for o in NEW_SINCE_AB]
@@ -586,7 +586,7 @@ def target_ablation(engine: EmbeddedEngine, ctxs: Contexts, args, results: dict,
                 # a check that the variants compute the same step: the default and the variant back to back,
                 # so both read the same KV. A step writes the K/V of its own q new positions only; the ones
                 # before them hold what the last step that had them as new tokens wrote (a larger q, another
-                # bs: other token ids), so logits taken minutes apart differ for that alone (run D's 0.3-1.4
+                # bs: other token ids), so logits taken minutes apart differ for that alone (measured: 0.3-1.4
                 # x the largest logit at q 2 and 4, rounding at q 8, the largest q).
                 with torch.inference_mode():
                     set_options(default_state)

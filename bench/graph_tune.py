@@ -2,7 +2,7 @@
 
 Triton's autotuner times each candidate config of a kernel alone (`do_bench`: the kernel back to back, L2
 flushed), so it never sees what a step in a CUDA graph does to it: under programmatic dependent launch a
-kernel's first weight reads overlap the kernel before (run J, docs/benchmarks.md: restricting `dot_rows` to
+kernel's first weight reads overlap the kernel before (on the H200, restricting `dot_rows` to
 configs that read their whole weight slice early made the 0.6B's extends 4-18 % faster, although the
 autotuner had ranked those configs below others). This script asks whether the autotuner's choice is the
 best one inside the step: for each tuning key of a kernel (one per layer type: q/k/v, o, gate/up, down),
@@ -21,7 +21,7 @@ narrow the search to some layers and some tiles.
 `--table` writes the tuned `dot_rows` configs as a table that the engine reads with
 `EngineTuning(tuned_tiles_files=("tiles.json",))` (the shipped one, tuned_tiles.json, came from this script on the H200).
 The table holds the tuned `gemv` configs as well (the one-token GEMV is autotuned the same way, and its
-picks differed between machines: run R, docs/benchmarks.md), and `gemv_rows`' (the few-row GEMV of the
+picks differed between machines), and `gemv_rows`' (the few-row GEMV of the
 2-token steps; objective `--objective 1x2`).
 
 Prints markdown tables; writes graph_tune.json under --out (after every key).
@@ -81,7 +81,7 @@ def key_fields(key: tuple, kernel: str = "dot_rows") -> tuple[dict, str]:
     name."""
     names = kd.DOT_ROWS_KEY if kernel == "dot_rows" else kl.GEMV_KEY
     if kernel == "dot_rows" and isinstance(key[len(names) - 1], str):  # before BLOCK_X was in the key
-        key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])  # (run O): 16 rows
+        key = (*key[: len(names) - 1], 16, *key[len(names) - 1 :])  # (the 16-row block's tables): 16 rows
     fields = dict(zip(names, key[: len(names)], strict=True))
     if kernel == "gemv_rows":
         fields["BLOCK_M"] = GEMV_ROWS_BLOCK

@@ -83,7 +83,7 @@ class Part:
     runs: dict[str, tuple[int, ...]]  # mode -> concurrencies
     note: str = ""
     minutes: float = 0.0  # rough device time
-    timed: str = ""  # the run that timed `minutes` (docs/matrix.md); "": an unmeasured guess
+    timed: str = ""  # how `minutes` was timed (the GPU and the part's arguments); "": an unmeasured guess
     output_len: int | None = None  # None: --output-len (512)
     rounds: int | None = None  # None: --rounds
 
@@ -101,7 +101,7 @@ def _parts() -> dict[str, Part]:
             TARGET_RUNS,
             "the target ratios side by side: TR vs llm-only and lockstep at N=4, vs eager at N=8",
             6.2,
-            "run 12, bern0.1, --rounds 6",
+            "H200, bern0.1, --rounds 6",
         )
         parts[f"8b-{pol}-rest"] = Part(
             "0.6b+8b",
@@ -116,7 +116,7 @@ def _parts() -> dict[str, Part]:
             },
             "the rest of the 0.6B+8B matrix",
             7.5,
-            "run 13, bern0.1, --rounds 3, tuned on the isolated profile",
+            "H200, bern0.1, --rounds 3, tuned on the isolated profile",
         )
         parts[f"32b-{pol}"] = Part(
             "0.6b+32b",
@@ -124,7 +124,7 @@ def _parts() -> dict[str, Part]:
             {"tokenrouter": (4,), "llm-only": (4,), "lockstep": (4,)},
             "0.6B+32B, N=4",
             4.6,
-            "run 10, bern0.1, --rounds 2, tuned on the isolated profile",
+            "H200, bern0.1, --rounds 2, tuned on the isolated profile",
         )
     parts["8b-check"] = Part(
         "0.6b+8b",
@@ -182,42 +182,41 @@ class Settings:
     # the tokens (`tokenrouter.training.calibrate`); None: the stdlib's default
     route_share: float | None = 0.1
     calibrate_prompts: int = 8  # x calibrate_len tokens per routed generation; the bisection runs ~11
-    calibrate_len: int = 128  # (eager engines: ~18 ms per 0.6B step on the H200, run 13's no-graphs)
+    calibrate_len: int = 128  # (eager engines: ~18 ms per 0.6B step on the H200, served without graphs)
     serve_args: list[str] = field(default_factory=list)  # extra `serve` arguments (e.g. --mps-sm llm=70)
     # "eager" (default): step latencies from the plan served at B = 1 (`profile --from-metrics`), whose
-    # predictions came within 0.88-1.09x of the measured tok/s (runs 5-12, docs/matrix.md); "profile": each
-    # model timed alone, which misses the co-running slowdown (0.37-0.58x: runs 3, 10, 13). Where the models
-    # share a GPU, an eager profile from a server of the twenty-sixth session on also holds each model's
-    # latencies alone and beside the other (the busy board), which `tune` then uses (docs/throughput.md)
+    # predictions came within 0.88-1.09x of the measured tok/s on the H200; "profile": each model timed
+    # alone, which misses the co-running slowdown (0.37-0.58x there). Where the models share a GPU, an eager
+    # profile from a server with the busy board also holds each model's latencies alone and beside the other,
+    # which `tune` then uses
     tune_from: str = "eager"
     profile_len: int = 256  # output tokens per request of the served profile's load
     # requests per N of the served profile's load = profile_rounds x N; None: `rounds`. A thicker profile alone
     # (`--profile-rounds 8`) reaches `profile_min_steps` at the large batch sizes of N = 16 without lengthening
-    # the measured rows (run 107's eager profile had the 8B at 11 rows or more in 19 steps: docs/matrix.md)
+    # the measured rows (a 4-round eager profile at N = 16 had the 8B at 11 rows or more in 19 steps)
     profile_rounds: int | None = None
     # `profile --from-metrics --min-steps`: a batch size's latency (every step, alone, beside) from at least
-    # this many steps. 20, not the CLI's 5: re-tuned offline from runs 66-71's own scrapes,
+    # this many steps. 20, not the CLI's 5: re-tuned offline from six served runs' own scrapes (H200),
     # 20 put the served rows at 0.83-1.00x of the chain (standard deviation 0.046) against 0.88-1.19x (0.071)
-    # with 5, whose few-step latencies alone (run 70: the 0.6B alone at b = 7, 4.4 ms from 11 steps) misled
-    # the choice; 15 and 25 chose as 20 did (docs/throughput.md, "Known limits")
+    # with 5, whose few-step latencies alone (one profile had the 0.6B alone at b = 7 at 4.4 ms from 11 steps)
+    # misled the choice; 15 and 25 chose as 20 did
     profile_min_steps: int = 20
     # TokenRouter served again at these fixed thresholds beside the tuned ones, each with the DTMC's
     # prediction from the same profile (`--thresholds`): does the model rank the candidates as serving does?
     thresholds: list[dict[str, int]] = field(default_factory=list)
     # the served profile a second time at these thresholds (`serve --batch`), and tune on the two with the
-    # co-location term (`profile --colocation`, docs/throughput.md); None: the eager profile alone
+    # co-location term (`profile --colocation`); None: the eager profile alone
     colocation: dict[str, int] | None = None
     # the served profile a second time at these thresholds, whose latencies alone (the busy board's) replace the
     # eager profile's (`profile --from-metrics ... --alone`): an eager profile sees the small model alone only at
-    # the few batch sizes it runs while the large one holds no request (docs/matrix.md, "Runs 72-78")
+    # the few batch sizes it runs while the large one holds no request
     alone_from: dict[str, int] | None = None
     # the served profile a second time at these thresholds, whose latencies at every batch size it measured
     # (every step's, alone and beside) replace the eager profile's (`profile --from-metrics ... --merge`): there
-    # the models run at the batch sizes and beside each other as a delayed-batching plan does (docs/matrix.md,
-    # "Runs 80-84")
+    # the models run at the batch sizes and beside each other as a delayed-batching plan does
     served_from: dict[str, int] | str | None = None  # or "tuned": at the eager profile's choice, per N
     # `serve { max_delay_ms }` of the compiled plans: how long a request waits for its model's batch to reach
-    # B_i (the DTMC has no such timeout: docs/throughput.md)
+    # B_i (the DTMC has no such timeout)
     max_delay_ms: float = STDLIB_MAX_DELAY_MS
     # the measured rows as an open loop (`bench --request-rate`): requests arrive at this rate (Poisson, seeded)
     # with at most N in flight, a wait at that cap reported apart; None: a closed loop of N workers, as the
@@ -567,7 +566,7 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
             before = raw / f"profile-metrics-n{n}{suffix}-before.txt"
             before.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
             # tuning at a rate: the profile's load at that rate too (an eager closed loop seldom leaves the large
-            # model a step alone, so its latencies alone go unmeasured: docs/throughput.md)
+            # model a step alone, so its latencies alone go unmeasured)
             rate = s.request_rate if s.tune_at_rate else None
             bench(
                 s,
@@ -596,8 +595,8 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
 
 def out_of_time(deadline_s: float | None, elapsed_s: float, row_s: float, rows: int) -> str | None:
     """Why a server for `rows` rows must not start `elapsed_s` into a part with `--deadline-s`, where the longest row
-    so far took `row_s` (None: it may start). Run 87's last row started 8 s inside the deadline and ran past
-    the part's `timeout`."""
+    so far took `row_s` (None: it may start). A part's last row once started 8 s inside the deadline and ran
+    past the part's `timeout`."""
     if deadline_s is None:
         return None
     if elapsed_s > deadline_s:
@@ -741,7 +740,8 @@ def scrape(url: str) -> dict[str, float]:
     import httpx
 
     # uptime and the thresholds too: `--record-profile` makes a co-location profile of a served run; the requests
-    # that ended and those each model reached price its prompt prefills per request (since the fortieth session)
+    # that ended and those each model reached price its prompt prefills per request (older servers lack those
+    # counters)
     keep = ("step_", "steps_", "generation_tokens_total", "hops_total", "hops_in_total", "hop_delay_", "prefix_",
             "uptime_seconds_total", "batch_threshold", "kernel_load", "requests_visiting_total",
             "e2e_request_latency_seconds_count")  # fmt: skip
@@ -821,14 +821,14 @@ def profiled_load(s: Settings, url: str, n: int, log: Path, keep: Path | None = 
 
 
 def _num(x: float | None, spec: str) -> str:
-    """A report's figure, or "-" where it has none (null in the loadgen's JSON since the forty-first session: a
-    percentile of no completed request)."""
+    """A report's figure, or "-" where it has none (null or NaN in the loadgen's JSON: a percentile
+    of no completed request)."""
     return "-" if x is None or x != x else format(x, spec)
 
 
 def plan_committed(plan_path: Path) -> dict[str, dict[str, float]]:
     """The share of each transition's hops that keep their token (0: `drop`), from the plan's rules: what
-    the DTMC on a run's own step times needs besides the metrics (records before run 14 lack it: all their
+    the DTMC on a run's own step times needs besides the metrics (the oldest records lack it: all their
     policies kept every token)."""
     from tokenrouter.throughput.policy import policy_routing
 
@@ -963,7 +963,7 @@ def tables(records: list[dict]) -> str:
         return seen[key]
 
     groups: dict[tuple[str, str, float], list[dict]] = {}
-    for r in records:  # records before the forty-second session: closed loops (rate inf)
+    for r in records:  # records without a request rate: closed loops (rate inf)
         groups.setdefault((r["pair"], r["policy"], r.get("request_rate") or math.inf), []).append(r)
     for (pair, policy, rate), every in sorted(groups.items()):
         recs = [r for r in every if not r.get("fixed_thresholds")]  # one record per (mode, N)
@@ -1046,7 +1046,7 @@ def tables(records: list[dict]) -> str:
         out.append("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
         for r in sorted(recs, key=lambda r: (MODES.index(r["mode"]), r["n"])):
             rep = r["report"]
-            # reports from before the eighth session have no drain
+            # the oldest reports have no drain
             drain = f"{rep['drain_s']:.2f}" if "drain_s" in rep else "-"
             out.append(
                 f"| {r['mode']} | {r['n']} | {_num(rep['ttft_ms']['p50'], '.1f')} | "
@@ -1071,7 +1071,7 @@ def latency_table(recs: list[dict], once=lambda model, rec: model(rec)) -> list[
         return f"{_num(rep[key]['p50'], spec)} / {_num(rep[key]['p99'], spec)}"
 
     def from_arrival(rep: dict) -> str:
-        """Queued + E2E per request (reports before the forty-second session's last ones: from per_request)."""
+        """Queued + E2E per request (reports without from_arrival_s: from per_request)."""
         if "from_arrival_s" in rep:
             return spread(rep, "from_arrival_s", ".2f")
         from tokenrouter.loadgen.bench import _spread
@@ -1215,13 +1215,13 @@ def step_deltas(rec: dict) -> dict[str, dict[str, float]]:
             name, model = found.groups()
             out.setdefault(model, {})[name] = value - before.get(key, 0.0)
         stall = re.fullmatch(r'tokenrouter_slow_steps_by_batch_total\{model="([^"]+)",bs="\d+"\}', key)
-        if stall:  # steps the subserver counted as stalls (servers from the twenty-second session on)
+        if stall:  # steps the subserver counted as stalls (servers with the counter)
             d = out.setdefault(stall.group(1), {})
             d["stalls"] = d.get("stalls", 0.0) + value - before.get(key, 0.0)
         start = re.fullmatch(r'tokenrouter_step_starts_total\{model="([^"]+)",reason="(\w+)"\}', key)
-        if start:  # why the steps started (servers from the twenty-fifth session on)
+        if start:  # why the steps started (servers with the counter)
             out.setdefault(start.group(1), {})[f"starts_{start.group(2)}"] = value - before.get(key, 0.0)
-        # steps no co-runner step overlapped (the busy board's counters: the twenty-seventh session on)
+        # steps no co-runner step overlapped (servers with the busy board's counters)
         lone = re.fullmatch(r'tokenrouter_alone_steps_by_batch_total\{model="([^"]+)",bs="\d+"\}', key)
         if lone:
             d = out.setdefault(lone.group(1), {})
@@ -1244,8 +1244,8 @@ def prefill_above() -> int | None:
 def record_profile(rec: dict, min_steps: int = 5, fit_alone: bool = False):
     """The profile `tokenrouter profile --from-metrics` would build from a TokenRouter / eager run's two
     scrapes (each model's mean step time by batch size, p_ij = hops i→j / decisions of i, with the plan's
-    dropping hops among the decisions), or None (another mode, one model, too few steps). Records from the
-    twenty-sixth session on keep the uptime and threshold gauges, so the profile carries the busy share and
+    dropping hops among the decisions), or None (another mode, one model, too few steps). Records of servers
+    with the uptime and threshold gauges keep them, so the profile carries the busy share and
     the thresholds that `profile --colocation` needs of its second profile. `fit_alone`: its latencies alone
     fitted non-decreasing as `profile` fits them; by default the row's own means, as measured. Its prompt
     prefills are priced apart as `profile` prices them (unless `KEEP_PREFILLS`)."""
@@ -1291,8 +1291,8 @@ def write_record_profile(record: Path, out: Path) -> int:
         return 2
     missing = [k for k in ("busy_share", "thresholds") if k not in prof.workload]
     if missing:
-        print(f"warning: {record}: the record has no {' or '.join(missing)} (servers or records older than the "
-              "twenty-sixth session): `profile --colocation` needs both of its second profile", file=sys.stderr)  # fmt: skip
+        print(f"warning: {record}: the record has no {' or '.join(missing)} (servers or records older than "
+              "these gauges): `profile --colocation` needs both of its second profile", file=sys.stderr)  # fmt: skip
     write_profile(prof, out)
     print(f"wrote {out}")
     return 0
@@ -1322,8 +1322,8 @@ def run_system(rec: dict, min_steps: int = 5):
 
 
 def held_rule_served(rec: dict) -> bool:
-    """Whether the run's servers had the rule that a model steps when every request it holds is queued (the
-    thirty-sixth session on: they count the steps it started)."""
+    """Whether the run's servers had the rule that a model steps when every request it holds is queued (such servers
+    count the steps it started)."""
     return any("starts_held" in d for d in step_deltas(rec).values())
 
 
@@ -1361,7 +1361,8 @@ def run_simulation(
     """The simulator on `run_system`'s inputs, but as the run was: its 2N (rounds × N) requests in order, N
     at a time, each with its own routing (`throughput.workload.request_routing`), `output_len` tokens
     each, the stdlib's 5 ms max delay, until the last one ends (tail included); the mean over `seeds`
-    seeds. Where requests are not alike (run 31: one request of 48 had 506 of its 512 tokens on the 8B)
+    seeds. Where requests are not alike (a served r2r run at N = 16: one request of 48 had 506 of its 512 tokens
+    on the 8B)
     this is what the DTMC, which assumes N alike requests in flight forever, cannot see. `hops`: each hop also
     takes the mean delay the run measured into its target (`run_hop_ms`; None for records without it), which
     the DTMC takes as instant. `at`: the same run at these thresholds (models left out: 1) instead of its own.
@@ -1373,7 +1374,7 @@ def run_simulation(
 
     system = run_system(rec, min_steps)
     per_request = (rec.get("report") or {}).get("per_request")
-    if system is None or not per_request:  # records before the eighth session have no per_request
+    if system is None or not per_request:  # the oldest records have no per_request
         return None
     inputs, b = system
     if at is not None:
@@ -1386,7 +1387,7 @@ def run_simulation(
         routing = request_routing(inputs, per_request)
     except WorkloadError:
         return None
-    # the records before the fortieth session keep no count of the requests a model reached
+    # older records keep no count of the requests a model reached
     inputs = with_visit_costs(inputs, per_request)
     # horizon: a cap far past any run here (the run's last request ends the simulation); the rule that a model
     # steps when every request it holds is queued only where the run's servers had it (they count its starts)
@@ -1409,8 +1410,8 @@ def whatif_table(
     """`--report --simulate-at B ... --simulate-held-away MS ...`: each TokenRouter and eager row simulated as it
     was (its step times, its requests each with its own routing, its hops' measured delay, the batching rules its
     servers had) at its own thresholds and at each of `candidates`: what the thresholds change on one row's
-    routing, where two rows of an untrained router differ in routing too (run 128, docs/matrix.md "Runs
-    127-131"); and at its own thresholds with each `away` (ms) as `SimConfig.held_away_ms` and each `expect` as
+    routing, where two rows of an untrained router differ in routing too (as two r2r rows at N = 4 on the
+    H200 did); and at its own thresholds with each `away` (ms) as `SimConfig.held_away_ms` and each `expect` as
     `SimConfig.held_expect`, where its servers had the held rule."""
     names = [f"at {threshold_label(c)}" for c in candidates] + [f"held away < {a:g} ms" for a in away]
     names += [f"held expect < {e:g}" for e in expect]
@@ -1554,14 +1555,14 @@ def time_table(recs: list[dict]) -> list[str]:
             if not steps or "step_seconds_total" not in d or not wall:
                 continue
             busy = d["step_seconds_total"]
-            stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter before the 22nd session
-            starts = (  # no counter before the 25th session
+            stalls = f"{d['stalls']:.0f}" if "stalls" in d else "-"  # no counter in older servers
+            starts = (  # no counter in older servers
                 " / ".join(f"{d[f'starts_{x}']:.0f}" if f"starts_{x}" in d else "-" for x in START_REASONS)
                 if any(k.startswith("starts_") for k in d)
                 else "-"
             )
             alone = f"{d['alone']:.0f}" if "alone" in d else "-"  # no busy board, or a server before it
-            # gaps since the twenty-seventh session, hop delays since the twenty-eighth
+            # gaps and hop delays: "-" from older servers
             gap, hop = (mean_ms(d, "step_gaps_total", "step_gap_seconds_total"),
                         mean_ms(d, "hops_in_total", "hop_delay_seconds_total"))  # fmt: skip
             gap, hop = (f"{x:.2f}" if x is not None else "-" for x in (gap, hop))
@@ -1579,7 +1580,7 @@ def time_table(recs: list[dict]) -> list[str]:
         "subserver counted as stalls (over 50 ms and 10x their batch size's mean step per new token; included in",
         "the rest), and why",
         "the steps started: their threshold B_i reached / B_i lowered while few requests were active / every",
-        "request the model holds runnable (- before the 36th session) / the max_delay_ms timeout",
+        "request the model holds runnable (- from older servers) / the max_delay_ms timeout",
         "(`tokenrouter_step_starts_total`); the steps that no step of a model sharing the GPU overlapped",
         "(`tokenrouter_alone_steps_by_batch_total`), and the host ms between back-to-back steps",
         "(from a step's end, with the next one ready, to that one's start: `tokenrouter_step_gap_seconds_total`),",
@@ -1620,8 +1621,8 @@ def batch_table(recs: list[dict]) -> list[str]:
     """`--report --by-batch`: per TokenRouter / eager row, model and batch size, the steps, ms and tokens per
     step, all and alone (no step of a model sharing the GPU overlapped), from the `*_by_batch_total` counters.
     The profile's latency L_i(b) is the mean of steps that may carry different tokens: a prefill or a returning
-    hop's extend makes a step of b rows longer. Tokens by batch size are counted since the thirty-first
-    session ('-' before)."""
+    hop's extend makes a step of b rows longer. Tokens by batch size: '-' from servers that did not count
+    them."""
     rows = []
     for r, found in counter_deltas(recs, BY_BATCH):
         cells: dict[tuple[str, int], dict[str, float]] = {}
@@ -1644,7 +1645,7 @@ def batch_table(recs: list[dict]) -> list[str]:
         return []
     return [
         "By batch size: steps, ms and tokens per step, and the same for the steps no step of a model sharing the",
-        "GPU overlapped (`tokenrouter_*_by_batch_total`; tokens from the thirty-first session on); the served",
+        "GPU overlapped (`tokenrouter_*_by_batch_total`; tokens '-' from older servers); the served",
         "profiles first (`profile eager`, and a second one served at fixed thresholds), then the measured rows.\n",
         "| mode | N | model | bs | steps | ms / step | tokens / step | alone | alone ms / step | alone tokens / step |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -1660,7 +1661,7 @@ BY_SHAPE = re.compile(r'tokenrouter_(steps|step_seconds|step_tokens)_by_shape_to
 def shape_table(recs: list[dict]) -> list[str]:
     """`--report --by-shape`: per TokenRouter / eager row and model, the steps of each shape (batch size, the
     longest row's new tokens rounded up to a power of two, and how they overlapped a step of a model sharing the
-    GPU), with ms and tokens per step, from the `*_by_shape_total` counters (from the thirty-fifth session on).
+    GPU), with ms and tokens per step, from the `*_by_shape_total` counters (servers that have them).
     A batch size's mean step (`--by-batch`) mixes these: a CUDA graph of (bs, q) pads every row to q tokens."""
     rows = []
     for r, found in counter_deltas(recs, BY_SHAPE):
@@ -1864,7 +1865,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(a what-if of the held rule, not the runtime's); repeatable")  # fmt: skip
     ap.add_argument("--keep-prefills", action="store_true",
                     help="with --report: the checks on each run's own step times leave its prompt prefills in the "
-                    "latencies of the batch sizes they ran at (as reports did before the fortieth session) instead "
+                    "latencies of the batch sizes they ran at (as older reports did) instead "
                     "of pricing them apart")  # fmt: skip
     ap.add_argument("--out", default="out/matrix")
     ap.add_argument("--work", default="/tmp/tr-matrix", help="models, plans, raw files (keep it outside OUT)")
@@ -2057,8 +2058,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def exit_on_sigterm(signum, frame) -> None:
     """SIGTERM (as `timeout` sends) unwinds like an exception, through each `Server.stop()` in a `finally` and
-    `stop_live`. Without it a killed matrix left its servers, each in its own session, holding the GPU (run 87 held 111 GiB,
-    and the next part's 8B could not start: docs/raw/run-a4/calls.meta)."""
+    `stop_live`. Without it a killed matrix left its servers, each in its own session, holding the GPU (111 GiB
+    once, and the next part's 8B could not start)."""
     raise SystemExit(128 + signum)
 
 

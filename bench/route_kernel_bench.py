@@ -256,8 +256,8 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in DTYPES.items()}[dtype]
 
 
-# sweep at the largest batch: (block, warps, split, prefetch, stages); bf16 first (run C's budget ran out
-# before its cells). At bs 64 split 4 is 256 programs (2 per SM fit: 8192-value tiles) and split 8 is 512
+# sweep at the largest batch: (block, warps, split, prefetch, stages); bf16 first (an earlier sweep's time ran
+# out before its cells). At bs 64 split 4 is 256 programs (2 per SM fit: 8192-value tiles) and split 8 is 512
 # (4 per SM fit: the 2048-value tiles, or 4096 at 4 warps with stages), so every cell runs in one wave (sm_90
 # registers by route_compile_check-style builds). bf16 needs warps * 32 * 8 <= 2048.
 SWEEP = {
@@ -314,7 +314,7 @@ class Report:
 
 # --tail-split rows: (label, temperature, sampler, debug_tail, sampling kernel for greedy rows, launch):
 # launch None = the default, "greedy" = the greedy rows' tile, (split, block, warps) = that launch (bf16 only:
-# run D's best bf16 sampled cell)
+# the best bf16 sampled cell of the sweep on the H200)
 TAIL_CELLS = [
     ("greedy", 0.0, "cdf", "full", False, None),
     ("greedy rows, sampling kernel", 0.0, "cdf", "full", True, None),

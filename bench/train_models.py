@@ -63,7 +63,7 @@ class TrainConfig:
 
 RECIPES = {
     "small": TrainConfig(steps=3000, batch=64, seq_len=512, lr=3e-3, warmup=150),
-    # run 1 (2500 steps, no dropout) overfit after ~1000 steps (5 epochs): best held-out 2.195 at step 1000
+    # 2500 steps without dropout overfit after ~1000 steps (5 epochs): best held-out 2.195 at step 1000
     "large": TrainConfig(steps=1600, batch=64, seq_len=512, lr=1.5e-3, warmup=100, dropout=0.1),
     "tiny-small": TrainConfig(
         steps=12, batch=4, seq_len=64, lr=3e-3, warmup=2, eval_every=6, eval_tokens=2000

@@ -37,18 +37,18 @@ def test_candidates_cover_k_in_one_tile(graph_tune, k):
 
 
 def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
-    entries = []  # run O's 16-row block (its keys recorded before BLOCK_X), then run Q's 32-row block
+    entries = []  # the 16-row block's tuning (its keys recorded before BLOCK_X), then the 32-row block's
     for raw in ("run-o/call2-graph_tune.json", "run-q/call1-graph_tune32cap.json"):
         entries += graph_tune.table_entries(json.loads((RAW / raw.replace("/", "-")).read_text()))
-    # run Q's call 3 tuned the 32-row down projection again, over wider tiles
+    # the 32-row down projection, tuned again over wider tiles
     (down,) = graph_tune.table_entries(json.loads((RAW / "run-q-call3-graph_tune_down32.json").read_text()))
     assert down["key"]["BLOCK_X"] == 32 and down["key"]["K"] == 3072
     entries = [down if e["key"] == down["key"] else e for e in entries]
-    # and call 4 the folded norm's keys of the 16-row block (q/k/v of the first layer, of the others, gate/up)
+    # and the folded norm's keys of the 16-row block (q/k/v of the first layer, of the others, gate/up)
     entries += graph_tune.table_entries(json.loads((RAW / "run-q-call4-graph_tune_norm16.json").read_text()))
-    # and run R's call 6 the one-token GEMV's five keys
+    # and the one-token GEMV's five keys
     gemv = graph_tune.table_entries(json.loads((RAW / "run-r-call6-graph_tune_gemv.json").read_text()))
-    # and run S's call 1 the 2-row GEMV's five keys
+    # and the 2-row GEMV's five keys
     rows = graph_tune.table_entries(json.loads((RAW / "run-s-call1-graph_tune_rows.json").read_text()))
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
     assert entries + gemv + rows == shipped

@@ -125,7 +125,7 @@ def test_run_load_against_scripted_server():
 
 
 def test_a_load_that_does_not_fit_the_models_context_is_refused_before_anything_is_sent():
-    """Run 151 (docs/matrix.md "Runs 147-153") sent 4,096-token prompts to a 4,096-token model and got an HTTP 400
+    """A served benchmark on the H200 once sent 4,096-token prompts to a 4,096-token model and got an HTTP 400
     for every request. The server lists its context (`max_model_len` at /v1/models): a synthetic load that cannot
     fit it is refused first, and `tokenrouter bench` exits 2 with the numbers. A prompts file's token counts are
     the server's to know; a server that does not list models is still benchmarked when the model is named."""
@@ -162,7 +162,8 @@ def test_a_load_that_does_not_fit_the_models_context_is_refused_before_anything_
 
 
 def test_share_per_request_shows_routing_that_fires_on_few_requests():
-    """Run 31's shape: most requests never reach the large model, one is written almost wholly by it."""
+    """A served r2r run's shape (H200, N = 16): most requests never reach the large model, one is written
+    almost wholly by it."""
     from tokenrouter.loadgen.bench import RequestResult, summarize
 
     results = [RequestResult(ok=True, output_tokens=10, tokens_per_model={"small": 10}) for _ in range(8)]

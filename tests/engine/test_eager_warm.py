@@ -1,8 +1,8 @@
 """`EmbeddedEngine.warm_eager`: at start, one step of each kind that no captured CUDA graph holds, on throwaway
-requests, so that the Triton kernels such a step needs are built then rather than in a served step (run 130:
-1227 ms for the 32B's first 93-token extend). On CPU there are no graphs; the tests give the engine the real
-runner's bucket lookup (`CudaGraphRunner.bucket`) over the default configuration, and every step runs
-eagerly."""
+requests, so that the Triton kernels such a step needs are built then rather than in a served step (on a fresh
+H200: 1227 ms for the 32B's first 93-token extend, about 64 once built). On CPU there are no graphs; the tests
+give the engine the real runner's bucket lookup (`CudaGraphRunner.bucket`) over the default configuration, and
+every step runs eagerly."""
 
 from pathlib import Path
 
@@ -101,7 +101,7 @@ def test_a_warm_up_is_logged_with_the_kernels_it_loaded(caplog):
 
 def test_at_debug_level_each_warm_up_step_is_logged(caplog):
     """At debug level (`serve --log-level debug`) each step of the warm-up logs its shape and time, with the
-    device allocator's work in it (zeros on CPU): how run 132's 54-67 s starts were taken apart."""
+    device allocator's work in it (zeros on CPU): how 54-67 s starts of a 0.6B + 32B server were taken apart."""
     import logging
 
     engine = load_engine(TINY_SMALL)

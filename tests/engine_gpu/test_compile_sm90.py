@@ -59,7 +59,7 @@ def compile_all(full: bool = False) -> list[str]:
         scalars[f"stride_{name}"] = "i32"
     scalars["num_row_blocks"] = "i32"
     # decode rows (1 stage, the widest split), 32-row extend blocks (3 stages), a prefill (no split)
-    # and the decode one with the load order of runs A/B; with programmatic dependent launch and the
+    # and the decode one with the kernel's first load order; with programmatic dependent launch and the
     # first tile read before the wait: decode and a 32-row extend
     # and the split merge fused in (decode and a 16-row extend, with PDL and prefetch, and a plain decode)
     attention = [
@@ -74,7 +74,7 @@ def compile_all(full: bool = False) -> list[str]:
         (2, 16, ks.MAX_SPLITS, 1, True, False, True),
         (2, 16, 8, 2, True, True, True),  # the one-pass merges of 16-row blocks (fused_merge_rows 8, 16)
         (2, 16, 2, 2, True, True, True),
-        (2, 16, 8, 2, True, True, True, 128),  # run U's KV tiles: 128 tokens at few splits, 32 at many
+        (2, 16, 8, 2, True, True, True, 128),  # the backend's KV tiles: 128 tokens at few splits, 32 at many
         (4, 32, 2, 2, True, True, True, 128),
         (2, 16, 1, 2, True, True, False, 128),
         (2, 16, 32, 2, True, True, True, 32),

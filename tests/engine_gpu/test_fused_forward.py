@@ -379,7 +379,7 @@ def test_fused_merge_rows_from_the_tuning(monkeypatch):
 
 
 def test_attn_split_rows_from_the_tuning(monkeypatch):
-    """By default (256 rows, since run 168) the 34-token extend (68 rows at GQA 2) may split its KV range;
+    """By default (256 rows) the 34-token extend (68 rows at GQA 2) may split its KV range;
     `attn_split_rows` 64, the rule before, runs it unsplit; the logits are the reference's both ways."""
     monkeypatch.setattr(ks, "num_sms", lambda device: 132)
     model = tiny_model("qwen3")
@@ -411,7 +411,7 @@ def test_attn_split_rows_from_the_tuning(monkeypatch):
 
 def test_attention_prefetch_is_for_decodes_only(monkeypatch):
     """`attn_prefetch` asks the attention kernel for its early reads at one-token launches (of up to
-    `attn_decode_single_stage_bs` requests: this test's decodes have one) and not at extends (run P: they were
+    `attn_decode_single_stage_bs` requests: this test's decodes have one) and not at extends (on the H200 they were
     faster without them), unless `attn_prefetch_max` is raised; off, at none. The logits stay the reference's:
     on the fused forward at the defaults, on the model's own forward at the other settings (`fused_ops` off:
     its only Triton kernels are the K/V store and the attention, options picked by the backend either way)."""
@@ -484,7 +484,7 @@ def record_attention(monkeypatch, model, backend, keys: tuple[str, ...]):
 
 def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     """Decodes of up to `attn_decode_single_stage_bs` requests (default 1) read their first KV tile early and run
-    the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (run T), as do extends
+    the KV loop unpipelined (1 stage); larger decodes run it pipelined without early reads (faster), as do extends
     (unpipelined only for row blocks of up to `attn_extend_single_stage_rows` query rows: by default none).
     Pipelined means 2 stages, 3 for 32-row blocks; with `attn_stages` off, 2 everywhere. Logits unchanged:
     on the fused forward at the defaults, on the model's own forward (the same launches) at every setting.
@@ -507,13 +507,13 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
     assert shapes >= {(1, 1), (2, 1), (3, 1), (2, 5), (2, 17)}, got
     assert got == {(b, q, 1, True) if q == 1 and b <= 1 else (b, q, pipelined(q), False) for b, q in shapes}
     assert launches() == got  # the model's own forward launches the attention as the fused one does
-    backend.attn_decode_single_stage_bs = 2  # run T's rule: bs 2 reads early too
+    backend.attn_decode_single_stage_bs = 2  # bs 2 reads early too
     assert launches() == {
         (b, q, 1, True) if q == 1 and b <= 2 else (b, q, pipelined(q), False) for b, q in shapes
     }
     backend.attn_decode_single_stage_bs = 16  # bs 3 reads early too
     assert launches() == {(b, q, 1, True) if q == 1 else (b, q, pipelined(q), False) for b, q in shapes}
-    backend.attn_extend_single_stage_rows = 8  # the extends' rule before run T: row blocks of up to 8 rows
+    backend.attn_extend_single_stage_rows = 8  # the extends' earlier rule: row blocks of up to 8 rows
     assert launches() == {
         (b, q, 1, True) if q == 1 else (b, q, 1 if q * group <= 8 else pipelined(q), False) for b, q in shapes
     }
@@ -524,7 +524,7 @@ def test_attention_stages_and_early_reads_by_step_kind(monkeypatch):
 def test_attention_kv_tiles_by_split_count(monkeypatch):
     """Launches of at most `attn_wide_tile_splits` KV splits (default 4) whose grid fits two programs per SM run
     128-token KV tiles, launches of at least `attn_narrow_tile_splits` (default 32) 32-token ones, both with 2
-    stages (run U); decodes that read early, row blocks of more than 32 query rows and `attn_tiles` off keep the
+    stages; decodes that read early, row blocks of more than 32 query rows and `attn_tiles` off keep the
     kernel's tile (None). The logits stay the reference's with every tile: on the fused forward at the
     defaults, on the model's own forward (the same launches: see the previous test) at the other settings. The
     GPU's SM count is set to 8 here, so that this tiny model's few requests reach split counts of 1-4 (and,

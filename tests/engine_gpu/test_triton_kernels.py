@@ -66,9 +66,9 @@ CASES = [
     ([12, 30, 7], [3, 8, 7], 2, 2, 16, None),  # extend (7 = prefill of 7)
     ([70, 20], [1, 20], 1, 2, 16, 2),  # mixed decode + prefill, split
     ([33], [33], 2, 1, 24, 1),  # prefill, MHA, head_dim not a power of two, several row blocks
-    # extends of 40 and 24 tokens at GQA 4 (160 query rows), split: the backend splits only steps of at most
-    # 64 rows (`metadata_for`); the kernel gives the same result above (docs/matrix.md, "Runs 161-166": such
-    # steps take twice as long unsplit at a 3,000-token context)
+    # extends of 40 and 24 tokens at GQA 4 (160 query rows), split, as the backend splits launches of up to
+    # `attn_split_rows` rows (`metadata_for`; 256 by default, once 64): the kernel gives the same result past 64
+    # rows (unsplit, such steps took twice as long on the H200 at a 3,000-token context)
     ([300, 90], [40, 24], 2, 4, 32, 8),
 ]
 

@@ -36,7 +36,7 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     for (_, kernel, _, _), config in table.items():
         kd.check_tile_config(kernel, config)
     gemv = {(dict(key)["N"], dict(key)["K"]) for _, kernel, _, key in table if kernel == "gemv"}
-    assert gemv == {(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)}  # run R: the one-token GEMV's
+    assert gemv == {(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)}  # the one-token GEMV's
     rows = {
         (dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_M"])
         for _, kernel, _, key in table
@@ -47,14 +47,14 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
         (1024, 2048, 2),
         (6144, 1024, 2),
         (1024, 3072, 2),
-    }  # run S: the 2-row GEMV's
+    }  # the 2-row GEMV's
     table = {key: config for key, config in table.items() if key[1] == "dot_rows"}
     keys = {(g, k, d, dict(key)["N"], dict(key)["K"], dict(key)["BLOCK_X"]) for g, k, d, key in table}
-    assert keys == {  # the four layers, for the 16-row block (run O) and the 32-row one (run Q)
+    assert keys == {  # the four layers, for the 16-row block and the 32-row one
         ("NVIDIA H200", "dot_rows", "bfloat16", n, k, bx)
         for n, k in ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
         for bx in (16, 32)
-    }  # and the folded norm's (run Q) for q/k/v and gate/up, 16-row block only
+    }  # and the folded norm's for q/k/v and gate/up, 16-row block only
     assert {(dict(key)["N"], dict(key)["BLOCK_X"]) for _, _, _, key in table if dict(key)["NORM"]} == {
         (4096, 16),
         (6144, 16),
@@ -62,13 +62,13 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     cfg = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **H200_QKV)
     assert set(cfg) == {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
     gate_up = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | dict(N=6144, BLOCK_X=32)))
-    assert gate_up["maxnreg"] == 128  # run Q: the 32-row gate/up tile under a register cap
+    assert gate_up["maxnreg"] == 128  # the 32-row gate/up tile, tuned under a register cap
     assert cfg["SPLIT_K"] <= kd._DOT_ROWS_MAX_SPLIT
     # every part of the key counts: dtype, a flag, the GPU model, the device type
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.float16, **H200_QKV) is None
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"PREFETCH_W": False})) is None
     wide = tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 32}))
-    assert wide is not None and wide != cfg  # run Q tuned the 32-row block's q/k/v tile on its own
+    assert wide is not None and wide != cfg  # the 32-row block's q/k/v tile is tuned on its own
     assert tuned_tiles.lookup("dot_rows", CUDA, torch.bfloat16, **(H200_QKV | {"BLOCK_X": 64})) is None
     assert tuned_tiles.lookup("gemv", CUDA, torch.bfloat16, **H200_QKV) is None
     gemv_qkv = dict(N=4096, K=1024, SILU_MUL=False, NORM=True, HAS_RES=True, USE_PDL=True)
@@ -226,7 +226,7 @@ def test_dot_rows_launches_with_the_tuned_config(monkeypatch):
 
 
 def test_the_32_row_block_is_the_default_where_its_tiles_are_tuned(h200, monkeypatch):
-    """Steps of 17-32 tokens beat cuBLAS only with tuned 32-row tiles (docs/benchmarks.md, runs O and Q): a
+    """Steps of 17-32 tokens beat cuBLAS only with tuned 32-row tiles (measured on the H200): a
     backend reaches 32 tokens by default for a GPU model and dtype that the tables cover, 16 otherwise or with
     the tables off; decodes 16 rows either way. Likewise the folded add & RMSNorm, for the row blocks whose
     folded tiles the tables hold (`dot_rows_norm_max`). Tiles are tuned per layer shape, so the model's

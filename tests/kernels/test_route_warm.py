@@ -1,6 +1,6 @@
 """Warming the Triton route kernel at start (`RouteKernel.warm`): one launch per launch variant, so that no
-serving step waits for Triton to build one. On the H200, steps that first met a variant stalled 290-570 ms
-(runs 100 and 106, docs/matrix.md)."""
+serving step waits for Triton to build one. On the H200, served steps that first met a variant stalled
+290-570 ms (at N = 16)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 
 def test_the_route_kernels_leave_the_row_count_unspecialized():
     # Triton builds a variant for an int argument of 1 and another for multiples of 16: a batch of 16 rows
-    # would be a build of its own (the stalls of run 100 were at 16 rows)
+    # would be a build of its own (the served stalls on the H200 were at 16 rows)
     # compiled, not interpreted, whatever this worker's environment says (tests/engine_gpu/conftest.py sets
     # TRITON_INTERPRET for its whole process, and Triton reads it when a kernel is decorated)
     with mock.patch.dict(os.environ):

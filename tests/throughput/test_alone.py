@@ -145,10 +145,10 @@ def test_inputs_are_checked():
 
 
 RUN55 = RUNS / "run55.tar.gz"
-# the 0.6B's latencies in run 56's served (1, 5) at 4-8 rows, when the 8B, holding 4 or fewer, waits to gather
-# five (docs/matrix.md, "Runs 52-58"); below 4 rows the 4-row figure (not observed alone there)
+# the 0.6B's latencies in a served (1, 5) at run55.tar.gz's load (H200) at 4-8 rows, when the 8B, holding 4 or
+# fewer, waits to gather five; below 4 rows the 4-row figure (not observed alone there)
 ALONE_SLM = {1: 1.52, 4: 1.52, 5: 1.58, 6: 1.59, 7: 1.64, 8: 1.62}
-# served beside eager in runs 55-58 at 20 ms, mean tok/s
+# served beside eager at that load in four runs at 20 ms, mean tok/s
 SERVED = {1: 1423.6, 3: 1535.5, 4: 1626.6, 5: 1691.9, 6: 1705.0, 8: 1388.1}
 
 
@@ -161,7 +161,7 @@ def run55(tmp_path_factory):
 
 
 def test_the_h200_runs_rank_as_served(run55, tmp_path):
-    """On run 55's eager profile, the plain chain puts B_llm = 3 first and (1, 5) below (1, 1)'s neighbours,
+    """On run55.tar.gz's eager profile, the plain chain puts B_llm = 3 first and (1, 5) below (1, 1)'s neighbours,
     where (1, 5)-(1, 6) served best; with the 0.6B's latencies alone it ranks B_llm = 1-6 as served, at
     0.85-0.90x of each (B_llm = 8, where all the requests wait at the 8B, is over-predicted: 0.82x)."""
     plan = read_plan(run55 / "0.6b+8b-bern0.35.plan")
@@ -259,7 +259,7 @@ def test_profile_merge_cli_takes_the_other_profiles_latencies_where_it_has_them(
     assert got.routing == base.routing and got.step_ms["llm"] == base.step_ms["llm"]
     want = {**dict(base.step_ms["slm"].points), 5: 1.4, 9: 1.9}
     assert dict(got.step_ms["slm"].points) == want
-    assert not base.alone_ms and not base.beside_ms  # run 55's servers had no busy board: OTHER's alone
+    assert not base.alone_ms and not base.beside_ms  # run55.tar.gz's servers had no busy board: OTHER's alone
     assert dict(got.alone_ms["slm"].points) == {5: 1.3, 9: 1.8} and dict(got.beside_ms["slm"].points) == {
         9: 2.9
     }
@@ -320,16 +320,15 @@ def test_the_latency_beside_comes_from_beside_ms_where_measured(run55):
 
 
 RUN61 = RUNS / "run61.tar.gz"
-# the 0.6B's latencies in run 63's served (2, 5) at 4-8 rows, where the 8B, holding 4 or fewer, waits: the steps
-# the busy board's counters count alone (no 8B step overlapping them); flat below 4 rows (docs/matrix.md,
-# "Runs 59-65")
+# the 0.6B's latencies in a served (2, 5) at run61.tar.gz's load (H200) at 4-8 rows, where the 8B, holding 4 or
+# fewer, waits: the steps the busy board's counters count alone (no 8B step overlapping them); flat below 4 rows
 ALONE_SLM_COUNTERS = {4: 1.47, 5: 1.57, 6: 1.58, 7: 1.62, 8: 1.58}
-# served in run 61 beside its eager row, tok/s
+# served in run61.tar.gz beside its eager row, tok/s
 SERVED_61 = {(1, 1): 1484.3, (2, 3): 1661.8, (2, 4): 1754.2, (2, 5): 1764.3, (2, 6): 1759.1}
 
 
 def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp_path):
-    """Run 61's eager profile carries the first busy board's latencies alone (a step alone when no 8B step was
+    """run61.tar.gz's eager profile carries the first busy board's latencies alone (a step alone when no 8B step was
     running at its start): those steps took as long as the others, and `tune` chose (2, 3), served at 1.12x
     eager. With the 0.6B's latencies alone as the step counters count them (no 8B step overlapping), it
     chooses B_slm = 2 with B_llm = 4-6, which served 1.18-1.19x eager, and predicts every row served at
@@ -352,7 +351,7 @@ def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp
 
 def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp_path):
     """Each profile's latencies alone are fitted non-decreasing on their own; merged, one profile's batch sizes
-    can meet the other's lower. Run 91's eager profile (H200) has the 0.6B alone at 4 rows at
+    can meet the other's lower. run91.tar.gz's eager profile (H200) has the 0.6B alone at 4 rows at
     1.433 ms from 20 steps; a second profile with 3 rows at 1.6 ms from 200 steps pools the two, each weighted
     by its steps, and the profile records the pooled sizes. Profiles made before the fit are merged as before."""
     from tokenrouter.throughput.commands import merge_served
@@ -395,9 +394,10 @@ RUN135 = RUNS / "run135.tar.gz"
 
 @pytest.mark.parametrize(("run", "too_few"), [(RUN141, {"slm": 16, "llm": 1}), (RUN135, None)])
 def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(run, too_few, tmp_path):
-    """Run 141's 4-round eager profile had the 0.6B alone in 16 steps, under the 20 that a latency alone needs,
-    so `tune` fell back to the plain chain without a word and chose (1, 3), 12 % below the (2, 6) beside it;
-    now the profile records the counts and `tune` says so. Run 135's 8-round profile tuned by state: no warning."""
+    """run141.tar.gz's 4-round eager profile had the 0.6B alone in 16 steps, under the 20 that a latency alone
+    needs, so `tune` fell back to the plain chain without a word and chose (1, 3), 12 % below the (2, 6) beside
+    it; now the profile records the counts and `tune` says so. run135.tar.gz's 8-round profile tuned by state:
+    no warning."""
     with tarfile.open(run) as tar:
         tar.extractall(tmp_path, filter="data")
     raw = next(tmp_path.glob("raw-*"))
@@ -422,14 +422,14 @@ def test_tune_warns_where_the_steps_alone_are_too_few_for_contention_by_state(ru
             "leave the small model stepping alone; profile a longer load (more requests)"
         ]
         assert "steps alone are too few" in res.stderr and not tuning.get("alone")
-        assert tuning["result"]["best"] == {"slm": 1, "llm": 3}  # what run 141 served, 1.079x eager
+        assert tuning["result"]["best"] == {"slm": 1, "llm": 3}  # what run141.tar.gz served, 1.079x eager
     else:
         assert not warned and tuning["alone"]
 
 
 def test_a_merge_that_brings_latencies_alone_drops_the_too_few_note(tmp_path):
-    """Run 141's thin profile merged with run 135's (which has latencies alone): the merged profile tunes by
-    state, so neither it nor `tune` speaks of too few steps alone."""
+    """run141.tar.gz's thin profile merged with run135.tar.gz's (which has latencies alone): the merged profile
+    tunes by state, so neither it nor `tune` speaks of too few steps alone."""
     raws = {}
     for name, run in (("r141", RUN141), ("r135", RUN135)):
         with tarfile.open(run) as tar:

@@ -359,7 +359,7 @@ def test_simulate_replays_each_request_at_the_length_it_ran(tmp_path):
 def test_tune_warns_when_the_chosen_steps_are_beyond_the_measured_latencies(tmp_path):
     """A step latency is held at its largest batch size's beyond it: where the chosen threshold (or the chain's
     mean batch) is above the largest measured batch size, tune says so; measured further, the warning goes and
-    the choice moves down (runs 106-107 on the H200: B_llm = 12 chosen on latencies measured up to 10 rows)."""
+    the choice moves down (seen on the H200: B_llm = 12 chosen on latencies measured up to 10 rows)."""
     src = write(
         tmp_path, R2R_LIKE.replace("batch: 1", "batch: auto").replace("concurrency: 4", "concurrency: 8")
     )

@@ -57,7 +57,8 @@ def profile(slm: dict[int, float], llm: dict[int, float], busy: dict[str, float]
     )
 
 
-# run 45's shape: the 8B busy 0.69 of the time at B = (1, 1), 0.45 at (1, 3); the 0.6B's steps 0.35 ms shorter
+# a served 0.6B + 8B's shape (H200): the 8B busy 0.69 of the time at B = (1, 1), 0.45 at (1, 3); the 0.6B's
+# steps 0.35 ms shorter
 EAGER = profile({1: 2.3, 2: 2.5}, {1: 6.5}, {"slm": 0.40, "llm": 0.69}, thresholds={"slm": 1, "llm": 1},
                 steps={"slm": {"1": 1000, "2": 100}, "llm": {"1": 300}})  # fmt: skip
 B3 = profile({1: 1.95, 2: 2.15, 3: 2.3}, {1: 6.4, 2: 6.6, 3: 6.9}, {"slm": 0.42, "llm": 0.45},

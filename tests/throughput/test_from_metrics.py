@@ -261,10 +261,10 @@ def test_the_requests_each_model_reached_are_recorded():
 
 
 def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
-    """Run 125 on the H200: 13 of 16 requests sent the 8B nothing, and the tuned B_llm = 2 served 0.82x eager,
-    each hop waiting for the timeout. Where many requests never reached a model whose chosen B_i > 1, while
-    its hops per request would have reached nearly all of alike requests, `tune` warns; where the requests
-    reached it as alike ones would, it does not."""
+    """A served r2r run at N = 4 on the H200 (run125.tar.gz): 13 of 16 requests sent the 8B nothing, and the
+    tuned B_llm = 2 served 0.82x eager, each hop waiting for the timeout. Where many requests never reached a
+    model whose chosen B_i > 1, while its hops per request would have reached nearly all of alike requests,
+    `tune` warns; where the requests reached it as alike ones would, it does not."""
     cli = [sys.executable, "-m", "tokenrouter.cli"]
     stdlib = "tokenrouter/stdlib/bernoulli.tr"  # both thresholds `auto`, max_delay_ms 5
     # a timeout the batches fill within, so that tune keeps the chain's B* (`timeout_check`)
@@ -284,7 +284,7 @@ def test_tune_warns_where_routing_concentrates_in_a_few_requests(tmp_path):
         return json.loads(r.stdout)["tuning"] | {"stderr": r.stderr}
 
     # with the stdlib's 5 ms the chain's B_llm > 1 would start most batches on the timeout: simulated with
-    # it, the plan's setting serves better and is kept, as run 125's eager B_llm = 1 served better
+    # it, the plan's setting serves better and is kept, as that run's eager B_llm = 1 served better
     kept = tune(3, policy=stdlib)
     assert kept["timeout_check"]["kept"] == "current" and kept["result"]["best"]["llm"] == 1
     tuning = tune(3)
@@ -405,7 +405,7 @@ def test_steps_alone_and_beside_from_the_busy_board_counters():
 
 def test_latencies_alone_are_fitted_non_decreasing_in_the_batch_size(tmp_path):
     """A batch size whose steps alone took longer on their mean than a larger one's is pooled with it, each
-    mean weighted by its steps (run 86's second profile: the 0.6B at 2-4 rows alone, 100, 56 and 430 steps
+    mean weighted by its steps (a second profile on the H200: the 0.6B at 2-4 rows alone, 100, 56 and 430 steps
     at 1.59, 1.74 and 1.24 ms); `fit_alone=False` keeps the means as measured."""
     assert non_decreasing([(1, 1.0, 10), (2, 2.0, 10)]) == ([(1, 1.0), (2, 2.0)], [])
     fitted, pooled = non_decreasing(

@@ -13,7 +13,7 @@ def pair(keep: int):
 
 
 def test_each_request_gets_its_own_entry_row():
-    per = [{"ok": True, "hops": 1011, "tokens_per_model": {"slm": 6, "llm": 506}},  # run 31's outlier
+    per = [{"ok": True, "hops": 1011, "tokens_per_model": {"slm": 6, "llm": 506}},  # run31.tar.gz's outlier
            {"ok": True, "hops": 0, "tokens_per_model": {"slm": 512}},
            {"ok": False, "hops": 0, "tokens_per_model": {}}]  # fmt: skip
     drop = pair(0)

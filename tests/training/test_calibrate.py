@@ -67,7 +67,7 @@ def test_calibration_steps_the_entry_model_with_its_device_current(tmp_path, mon
 
 def test_a_threshold_too_narrow_to_hold_is_flagged(tmp_path):
     """`resolution`: how far r_stitch's threshold moves between firing on 5 % and 15 % of the positions. The
-    random-weight 0.6B gave entropies within ~1e-5 of each other (docs/matrix.md, run 16): such a threshold
+    random-weight 0.6B gave entropies within ~1e-5 of each other (on the H200): such a threshold
     gets a warning; the tiny pair's spread does not."""
     import torch
 

@@ -1,5 +1,6 @@
 """bench/matrix.py without serving anything: usage errors, run specs, the parts' shape, and the tables it
-builds from raw records (the --cpu-smoke run exercises the serving side; see docs/benchmarks.md)."""
+builds from raw records (the --cpu-smoke run exercises the serving side).
+The archives under tests/fixtures/runs are served matrix runs (H200), cut to the files these tests read."""
 
 from __future__ import annotations
 
@@ -44,9 +45,9 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_a_prompt_and_output_over_the_plans_context_is_refused_before_anything_starts(capsys, monkeypatch):
-    """Run 151 started a server and failed at its profile: 4,096-token prompts against the plans' 4,096-token
-    context, every request refused with HTTP 400. The arguments are checked first now, per part, with the
-    part's own output length (the tiny CPU pair's 32 where --output-len is left at 512)."""
+    """A matrix once started a server and failed at its profile: 4,096-token prompts against the plans'
+    4,096-token context, every request refused with HTTP 400. The arguments are checked first now, per part,
+    with the part's own output length (the tiny CPU pair's 32 where --output-len is left at 512)."""
     monkeypatch.setattr(matrix, "run_part", lambda *a: pytest.fail("a part ran"))
     run = ["--pair", "0.6b+8b", "--policy", "bern0.35", "--run", "tokenrouter:4"]
     assert matrix.main([*run, "--prompt-len", "4096"]) == 2
@@ -301,7 +302,7 @@ def test_by_batch_table_gives_ms_and_tokens_per_step_all_and_alone():
 
 
 def test_by_batch_report_gives_the_served_profiles_first(capsys):
-    """`--report ARCHIVE --by-batch` on run 93 (H200): the eager profile and the second one,
+    """`--report ARCHIVE --by-batch` on run93.tar.gz (H200): the eager profile and the second one,
     served at (2, 5), from their own scrapes, before the measured rows. The second profile ran the 0.6B alone at
     3 rows 61 times at 2.00 ms with 4.20 tokens a step, against 1.32 ms with 4.28 at 4 rows: not more tokens."""
     run93 = RUNS / "run93.tar.gz"
@@ -442,7 +443,7 @@ def test_r2r_plans_are_calibrated_to_the_route_share_unless_a_threshold_is_given
 
 
 def test_n1_without_a_profile_is_served_at_b1_and_other_ns_fail(tmp_path, monkeypatch):
-    """A low-share policy at N = 1 can leave the large model too few steps to profile (run 30): N = 1 has
+    """A low-share policy at N = 1 can leave the large model too few steps to profile (seen on the H200): N = 1 has
     only B = 1 to choose, so its plan is the base plan at B = 1, valid, with no prediction; any other N
     without a profile stops the part."""
     from tokenrouter.compiler.plan import read_plan
@@ -510,7 +511,7 @@ def narrow_eager_profile(s, tmp_path, monkeypatch) -> tuple[Path, Path]:
 
 def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
     """A profile that measured the large model at 1-2 rows only: `tune` chooses B_llm beyond them and warns,
-    and the script says so on its console (the warning was only in tune.log before, run 113)."""
+    and the script says so on its console, not only in tune.log."""
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16)
     plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
     got = matrix.profile_and_tune(s, plan, [8], raw)[8]
@@ -524,7 +525,7 @@ def test_tunes_warnings_reach_the_console(tmp_path, monkeypatch):
 
 
 def test_simulation_as_the_run_was_explains_run_31():
-    """Run 31 (r2r, N = 16, docs/matrix.md): one request of 48 had 506 of its 512 tokens on the 8B. The
+    """run31.tar.gz (r2r, N = 16): one request of 48 had 506 of its 512 tokens on the 8B. The
     DTMC on the run's own step times (N alike requests) overshoots; the simulator given each request's own
     routing and the run's 48 requests comes within 0.9 of the measurement. Old records (no per_request)
     and non-routed modes give None."""
@@ -546,7 +547,7 @@ def test_simulation_as_the_run_was_explains_run_31():
 
 
 def test_the_simulation_as_the_run_was_waits_as_the_runs_servers_did():
-    """Run 125 (r2r, N = 4, B = (1, 2); docs/matrix.md "Runs 124-126"): 13 of 16 requests sent the 8B nothing,
+    """run125.tar.gz (r2r, N = 4, B = (1, 2)): 13 of 16 requests sent the 8B nothing,
     and its servers waited for a partner at the 8B up to the timeout. The simulation of the run takes the
     runtime's rule that a model steps when every request it holds is queued only for records whose servers
     counted such starts: on this record, with the counter added, it serves more."""
@@ -554,14 +555,14 @@ def test_the_simulation_as_the_run_was_waits_as_the_runs_servers_did():
     rec = next(r for r in matrix.load_records([str(tarball)]) if r["mode"] == "tokenrouter")
     measured = rec["report"]["decode_throughput_tok_s"]
     as_served = matrix.run_simulation(rec)
-    assert 0.93 < measured / as_served < 1.0  # 0.96x in docs/matrix.md
+    assert 0.93 < measured / as_served < 1.0  # 0.96x when the simulator was written
     held = json.loads(json.dumps(rec))
     held["metrics_after"]['tokenrouter_step_starts_total{model="llm",reason="held"}'] = 0.0
     assert matrix.run_simulation(held) > 1.02 * as_served
 
 
 def test_the_hops_measured_delay_explains_most_of_the_gap_to_the_simulation():
-    """Run 68 (docs/matrix.md, "Runs 66-71"; the subservers' IO threads): a hop took 0.72-1.30 ms from the
+    """run68.tar.gz (servers with IO threads per subserver): a hop took 0.72-1.30 ms from the
     sender's step end to the receiver's scheduler. The simulation of the run as it was, with hops instant,
     overshoots the served B = (2, 5) row by 1.19x; with each hop taking the mean delay measured into its
     target it comes within 0.95-1.0. Records without the hop counters have no such simulation."""
@@ -590,7 +591,7 @@ def test_the_hops_measured_delay_explains_most_of_the_gap_to_the_simulation():
 
 
 def test_each_threshold_served_is_simulated_with_its_hops():
-    """Run 78 (docs/matrix.md, "Runs 72-78"): (2, 7), at the edge Σ(B_i − 1) = N − 1, served at 0.86x of the
+    """run78.tar.gz: (2, 7), at the edge Σ(B_i − 1) = N − 1, served at 0.86x of the
     DTMC on its own step times; its hops took 0.61-0.69 ms against 0.39-0.43 ms at (2, 5) and (2, 6). The
     simulation of each row as it was, with its hops' measured delay, comes within 0.94-1.0 of all three and
     orders them as they served; the threshold table gives it per row."""
@@ -729,9 +730,9 @@ def test_colocation_profiles_are_fitted_and_tuned_on(tmp_path, monkeypatch):
 
 
 def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
-    """`--record-profile`: the profile of a served run's record, here run 55's B = (1, 5) (docs/matrix.md, runs
-    52-58), is a second profile for `profile --colocation`. Records from before the twenty-sixth session lack
-    the uptime and threshold gauges: the profile is written with a warning. With them, the fit against the
+    """`--record-profile`: the profile of a served run's record, here run55.tar.gz's B = (1, 5), is a second
+    profile for `profile --colocation`. Records of servers older than the uptime and threshold gauges lack
+    them (as this one does): the profile is written with a warning. With them, the fit against the
     run's eager profile puts the 0.6B's slope on the chain's scale at 1.20 ms per unit of the 8B's
     utilization, where the run's own second profile at B_llm = 3 gave 0.84."""
     from tokenrouter.throughput.colocation import fit
@@ -749,7 +750,7 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
     old.write_text(json.dumps(rec))
     assert matrix.main(["--record-profile", str(old), str(tmp_path / "old-profile.json")]) == 0
     assert "no busy_share or thresholds" in capsys.readouterr().err
-    for m, b in rec["thresholds"].items():  # what a record of this session's matrix.py keeps
+    for m, b in rec["thresholds"].items():  # what a record of today's matrix.py keeps
         rec["metrics_before"][f'tokenrouter_uptime_seconds_total{{model="{m}"}}'] = 0.0
         rec["metrics_after"][f'tokenrouter_uptime_seconds_total{{model="{m}"}}'] = rec["report"]["wall_s"]
         rec["metrics_after"][f'tokenrouter_batch_threshold{{model="{m}"}}'] = float(b)
@@ -776,7 +777,7 @@ def test_a_served_run_is_a_second_colocation_profile(tmp_path, capsys):
 
 
 def _second_profile_setup(tmp_path, monkeypatch):
-    """Run 76's eager scrapes (H200) in `raw`, with run 75's served (2, 5) row as the second
+    """run76.tar.gz's eager scrapes (H200) in `raw`, with run75.tar.gz's served (2, 5) row as the second
     served profile that `served_profiles` (faked) returns: (raw, plan, donor profile, the fake's calls)."""
     from tokenrouter.throughput.profile_format import write_profile
 
@@ -816,10 +817,10 @@ def _served_second(tmp_path, monkeypatch, suffix: str, **lend):
 
 
 def test_latencies_alone_lent_by_a_second_served_profile(tmp_path, monkeypatch):
-    """`--alone-from slm=2,llm=5`, on run 76's eager scrapes (H200) with run 75's (2, 5) row as
+    """`--alone-from slm=2,llm=5`, on run76.tar.gz's eager scrapes (H200) with run75.tar.gz's (2, 5) row as
     the second served profile: the eager profile is built again with the second one's latencies alone (the
     0.6B's at 2-8 rows, where the eager profile had them at 1, 2, 3 and 5 only), tuned on, and the log says
-    what the eager profile's own latencies alone chose ((1, 4), as run 76's tuning did on the H200)."""
+    what the eager profile's own latencies alone chose ((1, 4), as the tuning in that archive did)."""
     from tokenrouter.throughput.profile_format import read_profile
 
     s, raw, plan, donor, got = _served_second(tmp_path, monkeypatch, "alone", alone_from={"slm": 2, "llm": 5})
@@ -883,7 +884,7 @@ def test_tuning_in_two_passes_serves_the_second_profile_at_the_eager_choice(tmp_
 
 
 def test_simulate_at_other_thresholds_keeps_each_rows_routing():
-    """`--report --simulate-at`: each row simulated as it was, at its own thresholds and at others. On run 125
+    """`--report --simulate-at`: each row simulated as it was, at its own thresholds and at others. On run125.tar.gz
     (r2r, N = 4) eager at its own B = (1, 1) is the same simulation as at (1, 1), and at (1, 2) it serves less:
     the hop waits for a partner that seldom comes (those servers had no "held" rule)."""
     tarball = RUNS / "run125.tar.gz"
@@ -906,9 +907,10 @@ def test_a_malformed_simulate_at_fails_before_the_report_prints(capsys):
 
 def test_simulate_held_away_is_a_what_if_of_the_held_rule(capsys):
     """`--report --simulate-held-away MS`: each row simulated as it was, with a request away from a model for
-    longer than MS no longer held there (`SimConfig.held_away_ms`). On run 128 (r2r, N = 4, servers with the
-    held rule) the tuned row's 8B waited for requests that had left for good: not waiting for any request away
-    serves more; eager (B = 1) never waits, so it is unchanged. Run 125's servers had no held rule: no cell."""
+    longer than MS no longer held there (`SimConfig.held_away_ms`). On run128.tar.gz (r2r, N = 4, servers with
+    the held rule) the tuned row's 8B waited for requests that had left for good: not waiting for any request
+    away serves more; eager (B = 1) never waits, so it is unchanged. run125.tar.gz's servers had no held rule:
+    no cell."""
     run128 = RUNS / "run128.tar.gz"
     recs = [
         r for r in matrix.load_records([str(run128)]) if r["mode"] == "eager" or not r.get("fixed_thresholds")

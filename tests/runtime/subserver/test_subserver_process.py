@@ -204,8 +204,8 @@ def _crash_at_start(endpoints: dict) -> None:
 def test_a_crash_at_start_always_reports_fatal():
     """A server process that fails right after creating its sockets, before they have connected, still
     delivers its Fatal to the launcher and the frontend, every time: the sockets close with the linger the
-    crash path gives them. (Closed with linger 0, as until run S's session, 2 in 100 such messages arrived in
-    a stand-alone test, and CI once lost a missing plan file's Fatal.)"""
+    crash path gives them. (Closed with linger 0, as they once were, 2 in 100 such messages arrived in a
+    stand-alone test, and CI once lost a missing plan file's Fatal.)"""
     run_dir = tempfile.mkdtemp(prefix="tr-test-")
     ctx = zmq.Context()
     try:

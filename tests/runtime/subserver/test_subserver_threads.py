@@ -1,6 +1,7 @@
 """Each subserver's torch threads: the usable cores divided among the plan's models, on CPU and on GPU
 (torch's default, one thread per core in every process, oversubscribes the cores as soon as two subservers
-share a host: docs/matrix.md "Runs 136-146"); `cpu_threads` overrides."""
+share a host: on a 16-core GPU machine, a parallel `torch.cat` that took 0.05 ms in one process took 8 ms in
+each of two 16-thread processes at once); `cpu_threads` overrides."""
 
 from __future__ import annotations
 

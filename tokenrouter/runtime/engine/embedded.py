@@ -281,8 +281,8 @@ class EmbeddedEngine(HeldRequestsEngine):
         """Run each of `eager_warm_shapes` once on throwaway requests (released after; the engine's step count
         is left as it was), so that the Triton kernels a step outside the captured graphs needs are built, or
         read from Triton's disk cache, at start rather than in a served step: on a fresh H200 the 32B's first
-        extend of 93 tokens at batch size 3 took 1227 ms instead of about 64, three of its kernels built in it
-        (docs/matrix.md, "Runs 127-131"). Returns the steps run."""
+        extend of 93 tokens at batch size 3 took 1227 ms instead of about 64, three of its kernels built in it.
+        Returns the steps run."""
         shapes = self.eager_warm_shapes()
         vocab = self.info.vocab_size
         steps = self.steps

@@ -2,11 +2,11 @@
 
 Triton builds a kernel the first time a process launches it with a new specialization (its constexprs, the
 arguments' alignment): from its on-disk cache where an earlier process of the machine compiled it, else by
-compiling it, which takes about half a second. On the H200 (docs/matrix.md, "Runs 102-109") the one-off stalls
+compiling it, which takes about half a second. On the H200 the one-off stalls
 of 290-570 ms at N = 16 were builds of the route kernel at a row count it had not met, which `RouteKernel.warm`
 now launches at start; the model's own kernels met one in a step outside the captured graphs (a long extend, a
-prefill: 1.1-1.6 s on a fresh machine; 1.2 s in the 32B's served row of run 130), which
-`EmbeddedEngine.warm_eager` now runs at start, one step of each kind (docs/matrix.md, "Runs 127-131").
+prefill: 1.1-1.6 s on a fresh machine; 1.2 s in a served benchmark of the 32B), which
+`EmbeddedEngine.warm_eager` now runs at start, one step of each kind.
 
 `install()` hooks Triton's JIT (`triton.knobs.runtime.jit_cache_hook`, called before a build, and
 `jit_post_compile_hook`, after it), keeping any hooks already set, and counts the builds and their time. A

@@ -13,7 +13,7 @@ attention backend writes K/V through `set_kv_buffer` and reads both. Allocation 
 the freed ids wait in a list, and are appended to the free tensor (one `torch.cat`) only when an allocation
 needs more than the tensor holds, so slots are handed out in exactly the order of freeing all along. (With one
 `torch.cat` of the whole free tensor per request freed, a warm-up step took about 9 ms a row where two
-subservers warmed up at once on the H200 machine, 0.6 ms with one: docs/matrix.md, "Runs 132-135".)
+subservers warmed up at once on the H200 machine, 0.6 ms with one.)
 """
 
 from __future__ import annotations

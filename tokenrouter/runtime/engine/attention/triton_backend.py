@@ -25,64 +25,64 @@ from tokenrouter.runtime.engine.kernels import linear as kl
 DEFAULT_TUNING = EngineTuning()
 GEMV_ROWS_MAX = (
     DEFAULT_TUNING.gemv_rows_max
-)  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. Run J
-# (docs/benchmarks.md): with `dot_prefetch`, `dot_rows` took the 0.6B's 3-4 token steps in 0.93-0.96x the time
+)  # the default `gemv_rows_max`: the most tokens a step may have to use `gemv_rows`. On
+# the H200, with `dot_prefetch`, `dot_rows` took the 0.6B's 3-4 token steps in 0.93-0.96x the time
 # of `gemv_rows` (bs 1 x 4 extends and bs 4 decodes, ctx 512 and 4096), so those run on `dot_rows` (2-token
 # steps were not timed against it and stay here)
 # the default `gemv_rows_batch_max`: the most requests such a step may hold. 2, i.e. any step of 2 tokens:
 # the kernel's cost depends on the rows, not on which request they belong to, so a decode of 2 rows gains
-# what the 2-token extends gained; timed end to end as engine_bench's "no gemv_rows" ablation rows at decode
-# bs 2-4 (docs/benchmarks.md, run G).
+# what the 2-token extends gained; timed end to end on the 0.6B as engine_bench's "no gemv_rows" ablation
+# rows at decode bs 2-4.
 GEMV_ROWS_BATCH_MAX = DEFAULT_TUNING.gemv_rows_batch_max
 # the default `small_hidden_max`: `gemv_rows` and `gemv_norm` act on models of at most this hidden size only.
-# On the H200 (docs/benchmarks.md, "Run F"): at the 0.6B (hidden 1024) the few-row GEMV makes a bs-1 extend
+# On the H200: at the 0.6B (hidden 1024) the few-row GEMV makes a bs-1 extend
 # of 2 tokens 0.89 ms against 1.37 with cuBLAS and of 4 tokens 1.19 against 1.37 (8 tokens: slower than
-# cuBLAS, run E), and the folded add & RMSNorm saves 1 %; at the 8B (hidden 4096) the few-row GEMV makes a
+# cuBLAS), and the folded add & RMSNorm saves 1 %; at the 8B (hidden 4096) the few-row GEMV makes a
 # 4-token extend 41 % slower than cuBLAS and the folded norm costs 5-6 % of a decode step (each GEMV
 # program recomputes the 4096-wide norm), so large models run both unfolded and on cuBLAS.
 SMALL_HIDDEN_MAX = 2048
 # the default `dot_rows_max`: steps of up to this many tokens on a small model that neither GEMV takes run
-# their linear layers as `dot_rows` (tensor cores; kd.DOT_ROWS_LIMIT at most). On the H200 (docs/benchmarks.md,
-# "Run H") every 0.6B step of up to 16 tokens was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens:
+# their linear layers as `dot_rows` (tensor cores; kd.DOT_ROWS_LIMIT at most). On the H200
+# every 0.6B step of up to 16 tokens was 1.7-11.8 % faster than with cuBLAS (bs-1 extend of 8 tokens:
 # 1.150 vs 1.286 ms). Steps of 17-32 tokens run a 32-row block (BLOCK_X 32), which beats cuBLAS only with tiles
-# tuned in the graph: with the autotuner's 1.12-1.21x slower (run O), with run Q's tuned tiles the extends of
+# tuned in the graph: with the autotuner's picks 1.12-1.21x slower, with tiles tuned in the graph the extends of
 # 4 x 8 and 16 x 2 tokens 0.92x / 0.98x as long as on cuBLAS (ctx 512 and 4096). So the default reach is
 # DOT_ROWS_MAX where the tuned tables have 32-row tiles for the GPU model and dtype, else 16 (`DOT_ROWS_NARROW_MAX`).
 DOT_ROWS_MAX = 32
 DOT_ROWS_NARROW_MAX = 16  # the 16-row block's reach
-# the default `dot_rows_decode_max`: decodes (one new token per row) of more rows than this run on cuBLAS. Run Q
-# measured the 32-row block at decode bs 32 slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
+# the default `dot_rows_decode_max`: decodes (one new token per row) of more rows than this run on cuBLAS. On the
+# H200 the 32-row block at decode bs 32 was slower than cuBLAS (1.08x at ctx 512, 1.16x at 4096).
 DOT_ROWS_DECODE_MAX = DEFAULT_TUNING.dot_rows_decode_max
 
-# Which attention launches run their KV loop unpipelined (`attn_stages`: 1 stage; the others take 2, or 3 in
-# 32-row blocks) and read their first tile before the PDL wait (`attn_prefetch`). Until run T every block of up
-# to ks.SINGLE_STAGE_ROWS (8) query rows ran unpipelined (run B's sweep at bs 16, ctx 4096, before PDL) and every
-# decode read early (run P). Run T (docs/benchmarks.md), 0.6B on the H200, side by side: extends with 8-row
-# blocks pipelined take 0.70x the time at bs 16 x 2 and x 4, ctx 4096, 0.90x at 512 (bs 1 and 4: 0.87-0.99x,
-# but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x at bs 8-64,
-# ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512), where
-# pipelined with the early reads they had gained 1-4 % at bs 32-64 only. The 8B's decodes (4 query rows per block
-# instead of 2, the same grid) gained as much in run U: 0.93x / 0.73x at bs 32, ctx 512 / 4096, against the old rule.
-# Run U's call 1 also timed bs 2 pipelined without early reads: 0.908x at ctx 4096, 1.003x at 512; so only bs 1 keeps
-# them (there they pay: the step's one busy tile per program is read during the kernel before).
+# Which attention launches run their KV loop unpipelined (`attn_stages`: 1 stage; the others take 2, or 3 in 32-row
+# blocks) and read their first tile before the PDL wait (`attn_prefetch`): decodes of one request only. The earlier
+# rule (every block of up to ks.SINGLE_STAGE_ROWS (8) query rows unpipelined, from a sweep at bs 16, ctx 4096 before
+# PDL; every decode reading early) lost to it. 0.6B on the H200, side by side in the engine's steps, against that
+# rule: extends with 8-row blocks pipelined take 0.70x the time at bs 16 x 2 and x 4, ctx 4096, 0.90x at 512 (bs 1
+# and 4: 0.87-0.99x, but bs 4 x 2 / x 4 at 512 1.006 / 1.011x); decodes pipelined without the early reads 0.53-0.79x
+# at bs 8-64, ctx 4096, 0.71-0.98x at 512, 0.89x / 1.02x at bs 4, and 1.008x / 1.032x at bs 1 (ctx 4096 / 512),
+# where pipelined with the early reads they had gained 1-4 % at bs 32-64 only. The 8B's decodes (4 query rows per
+# block instead of 2, the same grid) gained as much: 0.93x / 0.73x at bs 32, ctx 512 / 4096, against the old rule.
+# Decodes of bs 2 pipelined without early reads took 0.908x at ctx 4096, 1.003x at 512; so only bs 1 keeps them
+# (there they pay: the step's one busy tile per program is read during the kernel before).
 ATTN_DECODE_SINGLE_STAGE_BS = 1
 ATTN_EXTEND_SINGLE_STAGE_ROWS = 0
 
-# The attention's KV tile (BLOCK_N tokens per loop iteration; 64 until run U). Run U (docs/benchmarks.md) swept tile
-# x stages x warps for the kernel alone at the engine's launch options, bs 1-64, ctx 512 and 4096, both
-# geometries: at 1-8 KV splits (bs >= 4 at 8 KV heads) 128-token tiles with 2
-# stages took 0.74-0.96x the kernel time of the 64-token tile (bs 16 x 8, ctx 4096: 94.5 -> 70.0 us, 3.8 TB/s of
-# KV), except where the grid has more than ATTN_WIDE_TILE_WAVES programs per SM (its two stages take 128 KB of
-# shared memory: one program per SM; bs 64 1.01-1.05x). In the engine's steps (call 4, side by side) the 0.6B's
-# bs 8-32 steps gained up to 1.30x at ctx 4096 (bs 16 x 8: 4.06 -> 3.13 ms) and 1.00-1.08x at 512 (decode bs 8:
-# 0.990x), the 8B's up to 1.20x; but at bs 4 (8 splits), ctx 512, the steps lost (decode 0.989x, extend 4 x 8
-# 0.914x: 1.28 -> 1.40 ms) while gaining 1.04-1.10x at 4096. A graph is captured per batch shape, for any context,
-# so one tile serves both: bs 4 keeps the 64-token tile (ATTN_WIDE_TILE_SPLITS 4; its 8B steps gained 1.5-3.8 %
-# at 4096 only). Launches of at least ATTN_NARROW_TILE_SPLITS splits (one request) that do not read early run
-# 32-token tiles, 2 stages: at ctx 512 a split's range is 16 tokens, and 32-token chunks keep twice the programs
-# busy (bs 1 extends 1.02-1.04x faster at 512, 1.00-1.03x at 4096, call 4). Decodes that read early keep the
-# kernel's tile (64 tokens), as does what was not swept: head dims over 128, row blocks of more than 32 query
-# rows (extends of more than 16 tokens at GQA 2, 8 at GQA 4; prefills).
+# The attention's KV tile (BLOCK_N tokens per loop iteration; the kernel's own is 64). On the H200 a sweep of tile x
+# stages x warps for the kernel alone at the engine's launch options, bs 1-64, ctx 512 and 4096, both geometries: at
+# 1-8 KV splits (bs >= 4 at 8 KV heads) 128-token tiles with 2 stages took 0.74-0.96x the kernel time of the
+# 64-token tile (bs 16 x 8, ctx 4096: 94.5 -> 70.0 us, 3.8 TB/s of KV), except where the grid has more than
+# ATTN_WIDE_TILE_WAVES programs per SM (its two stages take 128 KB of shared memory: one program per SM; bs 64
+# 1.01-1.05x). In the engine's steps (side by side) the 0.6B's bs 8-32 steps gained up to 1.30x at ctx 4096 (bs 16 x
+# 8: 4.06 -> 3.13 ms) and 1.00-1.08x at 512 (decode bs 8: 0.990x), the 8B's up to 1.20x; but at bs 4 (8 splits), ctx
+# 512, the steps lost (decode 0.989x, extend 4 x 8 0.914x: 1.28 -> 1.40 ms) while gaining 1.04-1.10x at 4096. A
+# graph is captured per batch shape, for any context, so one tile serves both: bs 4 keeps the 64-token tile
+# (ATTN_WIDE_TILE_SPLITS 4; its 8B steps gained 1.5-3.8 % at 4096 only). Launches of at least
+# ATTN_NARROW_TILE_SPLITS splits (one request) that do not read early run 32-token tiles, 2 stages: at ctx 512 a
+# split's range is 16 tokens, and 32-token chunks keep twice the programs busy (bs 1 extends 1.02-1.04x faster at
+# 512, 1.00-1.03x at 4096, in the engine's steps). Decodes that read early keep the kernel's tile (64 tokens), as
+# does what was not swept: head dims over 128, row blocks of more than 32 query rows (extends of more than 16 tokens
+# at GQA 2, 8 at GQA 4; prefills).
 ATTN_WIDE_TILE_SPLITS = 4
 ATTN_WIDE_TILE_WAVES = 2
 ATTN_NARROW_TILE_SPLITS = 32
@@ -106,8 +106,8 @@ FAST_PATH_OPTIONS = {
     "(off: cuBLAS)",
     "dot_prefetch": "with pdl, `dot_rows` reads its first weight tile before waiting on the previous kernel "
     "and tunes over tiles that hold a program's whole weight slice (one K tile per program), as the GEMV does; "
-    "run J: 0.82-0.96x the step time of every 0.6B dot_rows step (off: every read after the wait, the tiles "
-    "of run H)",
+    "measured at 0.82-0.96x the step time of every 0.6B dot_rows step on the H200 (off: every read after the "
+    "wait, over the general tile list)",
     "fused_merge": "split-KV attention merges its partials in the kernel (the last program of each row block, "
     "by an atomic ticket) (off: a second kernel, `_merge_splits_kernel`, per attention)",
     "attn_tiles": f"attention KV tiles of 128 tokens for launches of at most `attn_wide_tile_splits` KV splits "
@@ -120,31 +120,30 @@ FAST_PATH_OPTIONS = {
     "attn_prefetch": "a decode of up to `attn_decode_single_stage_bs` requests (and an extend of up to "
     "`attn_prefetch_max` new tokens per request, default 1: none) reads its attention's first tile's page-table "
     "entries and older tokens' K/V before waiting on the previous kernel (with pdl; off: every read after the "
-    "wait). Run P measured extends of 8 tokens 1.3-3.7 % faster without it at ctx 512, run T decodes of 4-64 "
-    "requests 2-47 % faster without it, pipelined (docs/benchmarks.md)",
+    "wait). On the H200, extends of 8 tokens were 1.3-3.7 % faster without it at ctx 512, and decodes of 4-64 "
+    "requests 2-47 % faster without it, pipelined",
 }
 
-# A launch of more query rows than this (the longest extend's tokens x the GQA group) runs its KV range unsplit:
-# its row blocks are taken to fill the GPU. Run 161 (docs/matrix.md, "Runs 161-166") found that not so at long
-# contexts: the 8B's steps whose longest extend was 17-64 tokens (68-256 rows at GQA 4) took twice as long as
-# those of at most 16 at about 3,000 tokens of context (15-16.7 against 6.6-8.1 ms), a launch of 1-3 row blocks
-# per KV head over 132 SMs. `choose_num_splits` decides up to ATTN_SPLIT_ROWS rows (it returns 1 where the row
-# blocks fill the GPU anyway). 256 since run 168 (docs/matrix.md "Runs 167-172"): timed side by
-# side in the engine's steps, the 8B's 17-64-token extends at ctx 3,200 took 0.50-0.78x the time of the 64-row
-# rule (0.89-0.99x at ctx 512), no measured step lost, and run 161's load served 1.07x faster in std-serving and
-# 1.06x in TokenRouter. `EngineTuning.attn_split_rows`
-# (64 to 65536; 64 was the rule before) sets it.
+# A launch of more query rows than this (the longest extend's tokens x the GQA group) runs its KV range unsplit: its
+# row blocks are taken to fill the GPU. That is not so at long contexts: on the H200, the 8B's steps whose longest
+# extend was 17-64 tokens (68-256 rows at GQA 4) took twice as long as those of at most 16 at about 3,000 tokens of
+# context (15-16.7 against 6.6-8.1 ms), a launch of 1-3 row blocks per KV head over 132 SMs. `choose_num_splits`
+# decides up to ATTN_SPLIT_ROWS rows (it returns 1 where the row blocks fill the GPU anyway). 256: timed side by
+# side in the engine's steps, the 8B's 17-64-token extends at ctx 3,200 took 0.50-0.78x the time of a 64-row rule
+# (0.89-0.99x at ctx 512), no measured step lost, and a served load of such steps (closed N = 4, 3,072-token
+# prompts) ran 1.07x faster in std-serving and 1.06x in TokenRouter. `EngineTuning.attn_split_rows` (64 to 65536)
+# sets it.
 ATTN_SPLIT_ROWS = DEFAULT_TUNING.attn_split_rows
 
 
-# the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows
-# merge in a second kernel. `EngineTuning.fused_merge_rows` (1-64; default 4): run
-# H's profile counted 28 merge launches per bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and
-# was measured slower than the launch: 1.06-1.15x at bs 1 (run K, run P), 1.01-1.06x at bs 4 and 16 (run P),
-# with the tail merging 2 rows per pass. `fused_merge_passes` P also merges in the kernel every larger block whose partials it
-# loads in at most P passes of as many rows as fit (`ks.fused_merge_rows`: a 16-row block with 8 splits in 2,
-# with 2 splits in 1). Default P: 1 (run R: 0.94-0.98x the step time of the merge launch
-# where a block takes one pass, 1.03-1.07x where it takes two); 0 merges every larger block in the launch
+# the rows per attention block whose split-KV partials the kernel merges itself (the fused merge); more rows merge
+# in a second kernel. `EngineTuning.fused_merge_rows` (1-64; default 4): a profile counted 28 merge launches per
+# bs-1 extend of 8 tokens (16 rows at GQA 2); 16 folds them, and was measured slower than the launch on the H200:
+# 1.06-1.15x at bs 1, 1.01-1.06x at bs 4 and 16, with the tail merging 2 rows per pass. `fused_merge_passes` P also
+# merges in the kernel every larger block whose partials it loads in at most P passes of as many rows as fit
+# (`ks.fused_merge_rows`: a 16-row block with 8 splits in 2, with 2 splits in 1). Default P: 1 (on the H200,
+# 0.94-0.98x the step time of the merge launch where a block takes one pass, 1.03-1.07x where it takes two); 0
+# merges every larger block in the launch
 
 
 @dataclass(slots=True)
@@ -192,8 +191,8 @@ class TritonAttnBackend(AttentionBackend):
         wide = DOT_ROWS_MAX if self._tuned_for(BLOCK_X=32) else DOT_ROWS_NARROW_MAX
         self.dot_rows_max = wide if tuning.dot_rows_max is None else tuning.dot_rows_max
         self.dot_rows_decode_max = tuning.dot_rows_decode_max
-        # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (run Q: the fold as fast as
-        # the rmsnorm launch only with tiles tuned in the graph for its keys):
+        # with gemv_norm: dot_rows steps of up to this many tokens fold add & RMSNorm (measured: the fold as fast
+        # as the rmsnorm launch only with tiles tuned in the graph for its keys):
         # each row block whose folded tiles the tuned tables hold for this GPU and model, from the 16-row one up
         self.dot_rows_norm_max = 0
         for block in (DOT_ROWS_NARROW_MAX, kd.DOT_ROWS_LIMIT):
@@ -252,7 +251,7 @@ class TritonAttnBackend(AttentionBackend):
         prefetch = self.attn_prefetch and early
         stages = ks.attention_stages(rows, block_m, single) if self.attn_stages else 2
         block_n = None  # the kernel's own (64 tokens at head_dim <= 128)
-        # the launches run U swept: row blocks of up to 32 query rows, head_dim up to 128, no early reads
+        # the launches the KV-tile sweep covered: row blocks of up to 32 query rows, head_dim <= 128, no early reads
         if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
             programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
             fits = programs <= ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)

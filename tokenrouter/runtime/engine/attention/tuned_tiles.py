@@ -4,8 +4,8 @@ Triton's autotuner times each candidate config of a kernel alone, back to back. 
 kernels run under programmatic dependent launch, each overlapping the one before, and there the fastest
 config can be another one: on the H200, `bench/graph_tune.py` found configs for the Qwen3-0.6B's `dot_rows`
 layers that make its one-request extends 0.82x (ctx 512) and 0.90x (ctx 4096) as long as with the
-autotuner's picks (docs/benchmarks.md, run O), and for its one-token GEMV configs that make the decode bs 1
-0.90x / 0.92x as long as one process's autotuner picks (whose picks, and the step, varied by machine: run R).
+autotuner's picks, and for its one-token GEMV configs that make the decode bs 1 0.90x / 0.92x as long
+as one process's autotuner picks (whose picks, and the step, varied by machine).
 `dot_rows`, `gemv` and `gemv_rows` read the tables. This module holds such configs: `tuned_tiles.json` beside it
 (shipped, measured on the GPUs it names) and, where the engine's tuning names them (`EngineTuning.
 tuned_tiles_files`, applied by `use_files` when a Triton backend is built: the tables are the process's),

@@ -74,7 +74,7 @@ def _paged_attn_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     IEEE: tl.constexpr,  # float32 inputs: exact dots, not TF32
-    EAGER_LOADS: tl.constexpr = True,  # independent loads issued together (False: the order of runs A/B)
+    EAGER_LOADS: tl.constexpr = True,  # independent loads issued together (False: the first version's order)
     USE_PDL: tl.constexpr = False,
     # read the first tile's page-table entries and the K/V of tokens before this step before waiting on
     # the previous kernel (PDL; they were written before this forward); this step's K/V and q after
@@ -347,7 +347,7 @@ def paged_attention(
     `num_splits` None picks a split count from the launch shape (see `choose_num_splits`); `block_m`
     (rows per program), `block_n` (KV tokens per tile, a power of two >= 16), `num_warps`, `num_stages`
     override the kernel's launch options (for tuning);
-    `eager_loads=False` issues the kernels' independent loads in the order of the measured runs A/B;
+    `eager_loads=False` issues the kernels' independent loads in the order of their first measured version;
     `pdl` launches both kernels with programmatic dependent launch where supported (see `_pdl`);
     `prefetch` reads the first KV tile of older tokens before waiting on the previous kernel (for PDL;
     the caller guarantees the page table and the older tokens' K/V were written before that kernel).

@@ -14,7 +14,7 @@ FUSED_MERGE_MAX_ROWS = 4  # `paged_attention(tickets=...)` merges in the kernel 
 # ... and (`merge_passes` P > 0) every larger row block whose merge takes at most P passes, one pass loading
 # the partials of as many rows at once as FUSED_MERGE_TILE floats hold (64 registers per thread at 4 warps):
 # a row block with few splits (many programs: bs 4 and more) merges its 8-16 rows in one pass, where the tail
-# of the small blocks merges 2 rows per pass. Run R (docs/benchmarks.md), 0.6B on the H200: one pass is
+# of the small blocks merges 2 rows per pass. 0.6B on the H200, side by side: one pass is
 # 0.94-0.98x the step time of the merge launch (bs 4 x 4, 16 x 4, 16 x 8); two passes (bs 4 x 8: 16 rows at
 # 8 splits) 1.03-1.07x, and one pass of twice this tile there 1.04-1.15x
 FUSED_MERGE_TILE = 8192
@@ -49,9 +49,9 @@ def row_block_size(rows: int) -> int:
 
 
 # `paged_attention`'s default (num_stages None): row blocks of at most this many query rows run the KV loop
-# unpipelined. From run B's sweep (docs/benchmarks.md; bs 16, ctx 4096, before PDL): decode rows fastest with
-# 1 stage, 16-row blocks with 2, 32-row blocks with 3. The engine's backend picks per step kind instead
-# (triton_backend.ATTN_DECODE_SINGLE_STAGE_BS: run T measured extends pipelined faster at every such block).
+# unpipelined. From a sweep on the H200 (bs 16, ctx 4096, before PDL): decode rows fastest with 1 stage,
+# 16-row blocks with 2, 32-row blocks with 3. The engine's backend picks per step kind instead
+# (triton_backend.ATTN_DECODE_SINGLE_STAGE_BS: extends measured faster pipelined at every such block).
 SINGLE_STAGE_ROWS = 8
 
 
@@ -63,7 +63,7 @@ def attention_stages(rows: int, block_m: int, single_stage_rows: int = SINGLE_ST
 # Split cap for decode-sized row blocks. A split's KV range is ceil(kv_len / splits) rounded up to the
 # kernel's 64-token tile, so the splits that do work grow with the context (ctx 512: 8 busy programs per
 # KV head, ctx 4096: 64) while the grid stays fixed for a captured graph; empty splits return at once.
-# 16 (the cap measured in runs A and B) left bs-1 steps at ctx 4096 with 4 serial tiles per program.
+# 16 (the first cap, measured with the first kernel) left bs-1 steps at ctx 4096 with 4 serial tiles per program.
 MAX_SPLITS = 64
 
 
@@ -76,11 +76,11 @@ def choose_num_splits(
 ) -> int:
     """How many programs share one row block's KV range: about one program per SM (rounded up to a power
     of two). Two waves (the rule before) gave bs 1 with 8 KV heads 64 splits; the decode attention sweep on
-    the H200 (docs/benchmarks.md, "Decode attention at bs 1") measured 32 faster at ctx 4096 (0.6B 13.4 ->
+    the H200 (decode attention at bs 1, the kernel alone) measured 32 faster at ctx 4096 (0.6B 13.4 ->
     11.1 us per layer, 8B 15.9 -> 12.7) and at ctx 512 (5.8 -> 4.9, 7.5 -> 5.8): fewer partials to write and
     merge, and the merging program's serial tail reads half as many. Rounding down for extends instead, so
     that fewer, longer programs still cover 90 % of the SMs and a 16-row block's merge fits one pass in the
-    kernel, was 1.04-1.76x slower at every bs 4 and 16 extend (run T, call 1): the split programs are latency
+    kernel, was 1.04-1.76x slower at every bs 4 and 16 extend (0.6B on the H200): the split programs are latency
     bound, and two per SM hide each other's loads.
 
     Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""

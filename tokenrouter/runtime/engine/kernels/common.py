@@ -33,7 +33,7 @@ PDL_SUPPORTED = _pdl_supported()
 
 # Autotuning results on disk. Each autotuned kernel (the linear layers) times every candidate tile config per
 # (N, K, variant) the first time a process runs it: on the H200 that is most of an engine's start once
-# Triton's compiled kernels are cached (docs/benchmarks.md, run O, "Engine start": 0.6B 26.8 s -> 9.4 s). With
+# Triton's compiled kernels are cached (the 0.6B's start: 26.8 s tuning again, 9.4 s with the results cached). With
 # the results cached, Triton keeps each choice in its cache directory (TRITON_CACHE_DIR, default
 # ~/.triton/cache), keyed by the Triton version, the GPU architecture, the kernel's source, the tuning key and
 # the candidate configs, so a later process on the same kind of GPU reuses it instead of timing the candidates

@@ -15,7 +15,7 @@ from tokenrouter.runtime.engine.kernels.linear import _linear_variant, _tuned_co
 # ---------------------------------------------------------------------------------------------------------
 # Few-row linear layers on tensor cores (M = 1..32 rows), "swap AB". `gemv_rows` above spends M float32
 # FMAs per weight element, which past ~4 rows makes a step compute-bound (the 0.6B's one-request extends of
-# 8 tokens: 1.6x a decode, docs/benchmarks.md, run F), and the earlier `tl.dot` kernel (run B, removed) put
+# 8 tokens: 1.6x a decode on the H200), and an earlier `tl.dot` kernel (removed) put
 # the few rows on the MMA's M side with 4-32 weight rows per program, below the tensor cores' tile shapes.
 # Here the weight is the MMA's M side: a program multiplies BLOCK_W weight rows (output columns) by the
 # activations transposed, [BLOCK_W, BLOCK_K] x [BLOCK_K, BLOCK_X] -> [BLOCK_W, BLOCK_X] with BLOCK_X 16 (up to
@@ -33,7 +33,7 @@ from tokenrouter.runtime.engine.kernels.linear import _linear_variant, _tuned_co
 # the autotuner's key (and a tuned tile table's, `tuned_tiles`): the layer's shape, the variant, the rows' block
 DOT_ROWS_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL", "PREFETCH_W", "BLOCK_X"]
 DOT_ROWS_LIMIT = 32  # the most rows `dot_rows` takes (the MMA's N side: BLOCK_X 16 up to 16 rows, else 32)
-_DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed alone in run H (docs/raw/run-h)
+_DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed alone on the H200
     (32, 128, 1, 4, 4),
     (64, 128, 1, 4, 4),
     (64, 64, 1, 4, 6),
@@ -48,8 +48,8 @@ _DOT_ROWS_TILES = [  # (BLOCK_W, BLOCK_K, SPLIT_K, warps, stages); each timed al
 ]
 # With PREFETCH_W (the engine's `dot_prefetch`, on by default) the autotuner tries these instead: one K tile
 # per program (cdiv(K, SPLIT_K) <= BLOCK_K, for the small models' K of 1024, 2048 and 3072), so that a program
-# reads its whole weight slice before the PDL wait, as the one-token GEMV does with its 1024-wide tiles. Run J
-# (docs/benchmarks.md): 0.82-0.96x the step time of the tiles above, at every 0.6B dot_rows step.
+# reads its whole weight slice before the PDL wait, as the one-token GEMV does with its 1024-wide tiles. On the
+# H200: 0.82-0.96x the step time of the tiles above, at every 0.6B dot_rows step.
 _DOT_ROWS_ONE_TILE = [
     (32, 128, 8, 4, 1),
     (16, 256, 4, 4, 1),
@@ -59,7 +59,8 @@ _DOT_ROWS_ONE_TILE = [
     (16, 256, 12, 4, 1),
     (32, 256, 12, 4, 1),
     # K 1024 (q/k/v and gate/up of the 0.6B) in one or two splits: no split-K ticket and reload, or one
-    # partner; 64 KB / 32-48 KB of shared memory per program (sm_90 build). Added after run J, unmeasured.
+    # partner; 64 KB / 32-48 KB of shared memory per program (sm_90 build). Added after that measurement,
+    # not timed against the rest.
     (16, 1024, 1, 8, 1),
     (16, 512, 2, 4, 1),
     (32, 512, 2, 8, 1),

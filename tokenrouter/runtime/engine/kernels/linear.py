@@ -18,10 +18,10 @@ from tokenrouter.runtime.engine.kernels.common import _autotune, _pdl
 # 12.6 MB gate_up, about 1 TB/s). This kernel spreads the output columns over many programs, reads each
 # weight tile once with wide contiguous loads, and can fuse SiLU(gate) * up into its input load
 # (down_proj). Only for one row (`gemv_rows` below takes 2-8 rows, `dot_rows` at the end 1-16 on tensor
-# cores; run B's tensor-core variant with the rows on the MMA's M side measured slower than cuBLAS).
+# cores; a tensor-core variant with the rows on the MMA's M side measured slower than cuBLAS).
 # ---------------------------------------------------------------------------------------------------------
 
-_GEMV_TILES_BASE = [  # the tile shapes of runs A/B (docs/benchmarks.md)
+_GEMV_TILES_BASE = [  # the tile shapes of the kernel's first measured version
     (4, 1024, 4, 1),
     (8, 512, 4, 2),
     (8, 1024, 4, 1),
@@ -181,7 +181,7 @@ def gemv(
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for one row x [1, K] -> [1, N]. Autotuned per (N, K, variant) on first
     use (so run it once before a CUDA graph capture); `extra_tiles=False` autotunes over the tile shapes
-    of the measured runs A/B only (for side-by-side timing); `pdl`: programmatic dependent launch where
+    of its first measured version only (for side-by-side timing); `pdl`: programmatic dependent launch where
     supported (see `_pdl`; the first weight tile is read before waiting on the previous kernel). With
     `tuned` (and `extra_tiles`), a config measured fastest inside the CUDA graph step for this GPU model,
     dtype and tuning key (`tuned_tiles.lookup`) replaces the autotuner's choice where the tables have one.
@@ -228,7 +228,7 @@ def gemv(
 # ---------------------------------------------------------------------------------------------------------
 # Few-row linear layers (GEMV over M = 2..8 rows). A step of 2-8 tokens (a bs-1 extend of 2-8 new tokens,
 # a decode of 2-8 rows) under cuBLAS reads its small weights at about 1 TB/s (too few CTAs for a few rows);
-# a `tl.dot` GEMM for these rows lost to cuBLAS (run B). This kernel is the one-row GEMV with every
+# a `tl.dot` GEMM for these rows lost to cuBLAS. This kernel is the one-row GEMV with every
 # program keeping all M rows: it reads each weight tile once and accumulates M dot products from it with
 # float32 FMAs (no tensor cores), so the step stays bound by one read of the weights, and it loads the
 # activations once per K tile for all rows. Every tensor is a K tile viewed as [.., BLOCK_K // 8, 8] (one
@@ -243,8 +243,7 @@ def gemv(
 # registers, no spills, for every config and variant below; a K tile at 8 rows is ~400 instructions (before
 # the 2-D loads below, Triton 3.6 made it ~4200, see there).
 # A first kernel that loaded the activations per output column ([BLOCK_M, BLOCK_N, BLOCK_K]) was removed:
-# on the H200 it was slower in 38 of 40 kernel cases (up to 4x) and every model step (docs/benchmarks.md,
-# "Run E").
+# on the H200 it was slower in 38 of 40 kernel cases (up to 4x) and every model step.
 # ---------------------------------------------------------------------------------------------------------
 
 GEMV_ROWS_LIMIT = 8  # the most rows `gemv_rows` takes (BLOCK_M 2, 4, 8)
