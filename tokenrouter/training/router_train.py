@@ -506,14 +506,13 @@ def format_report(rep: RouterReport) -> str:
         lines.append(
             f"  gap recovered: accuracy {100 * rep.acc_gap_recovered:.1f} %, NLL {100 * rep.nll_gap_recovered:.1f} %"
         )
-    for p in rep.sweep:
-        acc, nll = p["acc_gap_recovered"], p["nll_gap_recovered"]
-        gaps = (
-            f"accuracy {100 * acc:.1f} %, NLL {100 * nll:.1f} %"
-            if acc is not None and nll is not None
-            else "-"
-        )
-        lines.append(
-            f"held-out share {p['share']:.3f} at threshold {p['threshold']:.6g}: gap recovered {gaps}"
-        )
+    lines.extend(_sweep_line(p) for p in rep.sweep)
     return "\n".join(lines)
+
+
+def _sweep_line(p: dict) -> str:
+    acc, nll = p["acc_gap_recovered"], p["nll_gap_recovered"]
+    gaps = (
+        f"accuracy {100 * acc:.1f} %, NLL {100 * nll:.1f} %" if acc is not None and nll is not None else "-"
+    )
+    return f"held-out share {p['share']:.3f} at threshold {p['threshold']:.6g}: gap recovered {gaps}"
