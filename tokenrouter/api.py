@@ -115,27 +115,32 @@ class Delta:
     logprobs: list[TokenLogprob] | None = None
 
 
+def _settings(plan_or_policy: str | os.PathLike, key: str, startup_timeout_s: float, overrides: dict) -> dict:
+    """`serve`'s settings for an Engine (as ServeConfig's keyword arguments), checked by ServeConfig here, as
+    errors of the Engine's call: TypeError for a setting that is the engine's own or unknown."""
+    from tokenrouter.runtime.launcher import ServeConfig
+
+    for own in ("plan", "port", "api_key", "host"):
+        if own in overrides:
+            raise TypeError(f"Engine: {own!r} is set by the engine, not by an override")
+    known = {f.name for f in dataclasses.fields(ServeConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"Engine: unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}")
+    settings = {"plan": str(plan_or_policy), "port": 0, "api_key": key, **overrides}
+    settings["startup_timeout_s"] = startup_timeout_s
+    ServeConfig(**settings)  # its checks, here, as errors of this call
+    return settings
+
+
 class Engine:
     """`Engine("examples/bernoulli.tr", device="cpu")`: `overrides` are `tokenrouter serve`'s settings as
     keyword arguments (`ServeConfig`: `device`, `defines`, `mode`, `batch`, `log_level`, ...; `port` and
     `api_key` are the engine's own)."""
 
     def __init__(self, plan_or_policy: str | os.PathLike, *, startup_timeout_s: float = 600.0, **overrides):
-        from tokenrouter.runtime.launcher import ServeConfig
-
-        for own in ("plan", "port", "api_key", "host"):
-            if own in overrides:
-                raise TypeError(f"Engine: {own!r} is set by the engine, not by an override")
-        known = {f.name for f in dataclasses.fields(ServeConfig)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise TypeError(
-                f"Engine: unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
-            )
         self._key = secrets.token_hex(16)
-        settings = {"plan": str(plan_or_policy), "port": 0, "api_key": self._key, **overrides}
-        settings["startup_timeout_s"] = startup_timeout_s
-        ServeConfig(**settings)  # its checks, here, as errors of this call
+        settings = _settings(plan_or_policy, self._key, startup_timeout_s, overrides)
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
         self._proc: subprocess.Popen | None = subprocess.Popen(
             [sys.executable, "-c", _CHILD, json.dumps(settings)],
@@ -271,22 +276,30 @@ class Engine:
                 payload = line[len("data: ") :]
                 if payload == "[DONE]":
                     return
-                event = json.loads(payload)
-                if "error" in event:
-                    raise EngineError(event["error"].get("message", "the request failed"))
-                for c in event.get("choices", ()):
-                    i, lp = c["index"], _logprobs(c.get("logprobs"))
-                    if lp is not None:
-                        logprobs.setdefault(i, []).extend(lp)
-                    if c.get("finish_reason") is None:
-                        if c["text"] or lp:
-                            yield Delta(c["text"], index=i, logprobs=lp)
-                    else:
-                        r = c["routing"]
-                        whole = logprobs.get(i, []) if lp is not None else None
-                        yield Delta(c["text"], c["finish_reason"], r["token_ids"], r["trace"], i, whole)
+                for delta in _deltas(json.loads(payload), logprobs):
+                    yield delta
         finally:
             resp.close()
+
+
+def _deltas(event: dict, logprobs: dict[int, list[TokenLogprob]]) -> list[Delta]:
+    """The Deltas of one server-sent event: each choice's text (with its tokens' logprobs, also gathered per
+    completion in `logprobs`), or its last Delta (an error raises)."""
+    if "error" in event:
+        raise EngineError(event["error"].get("message", "the request failed"))
+    out = []
+    for c in event.get("choices", ()):
+        i, lp = c["index"], _logprobs(c.get("logprobs"))
+        if lp is not None:
+            logprobs.setdefault(i, []).extend(lp)
+        if c.get("finish_reason") is None:
+            if c["text"] or lp:
+                out.append(Delta(c["text"], index=i, logprobs=lp))
+        else:
+            r = c["routing"]
+            whole = logprobs.get(i, []) if lp is not None else None
+            out.append(Delta(c["text"], c["finish_reason"], r["token_ids"], r["trace"], i, whole))
+    return out
 
 
 def _batch(prompts: Any) -> list:

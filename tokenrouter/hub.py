@@ -142,27 +142,27 @@ def resolve_models(plan: dict, *, fetch: bool, source: str | None = None) -> boo
 def download_plan(plan: dict, echo) -> int:
     """Fetch every hub-id model of `plan` into the cache (`tokenrouter download`), a line per model through
     `echo`; returns how many were not to be had (each said through `echo` as an error)."""
-    failed = 0
-    for name, spec in plan["models"].items():
-        path = spec["path"]
-        if not is_hub_id(path) or Path(path).exists():
-            echo(f"model {name!r}: local folder {path}")
-            continue
-        folder = cached(path)
-        if folder is not None:
-            echo(f"model {name!r}: {path} already cached at {folder}")
-            continue
-        if offline():
-            echo(f"error: model {name!r}: '{path}' is not in the hub cache at {cache_dir()} and HF_HUB_OFFLINE "
-                 "is set (unset it to fetch)")  # fmt: skip
-            failed += 1
-            continue
-        echo(f"model {name!r}: fetching {path} into {cache_dir()}")
-        try:
-            folder = download(path)
-        except HubError as e:
-            echo(f"error: model {name!r}: {e}")
-            failed += 1
-            continue
-        echo(f"model {name!r}: {path} at {folder}")
-    return failed
+    return sum(not _download_model(name, spec["path"], echo) for name, spec in plan["models"].items())
+
+
+def _download_model(name: str, path: str, echo) -> bool:
+    """One model of `download_plan`: whether it is here now (a local folder, cached, or fetched)."""
+    if not is_hub_id(path) or Path(path).exists():
+        echo(f"model {name!r}: local folder {path}")
+        return True
+    folder = cached(path)
+    if folder is not None:
+        echo(f"model {name!r}: {path} already cached at {folder}")
+        return True
+    if offline():
+        echo(f"error: model {name!r}: '{path}' is not in the hub cache at {cache_dir()} and HF_HUB_OFFLINE "
+             "is set (unset it to fetch)")  # fmt: skip
+        return False
+    echo(f"model {name!r}: fetching {path} into {cache_dir()}")
+    try:
+        folder = download(path)
+    except HubError as e:
+        echo(f"error: model {name!r}: {e}")
+        return False
+    echo(f"model {name!r}: {path} at {folder}")
+    return True

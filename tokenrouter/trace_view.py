@@ -165,40 +165,53 @@ def to_html(t: Trace, name: str = "") -> str:
         f"<div class='legend'>{legend}</div>",
     ]
     if t.writers is not None:
-        toks = []  # joined without a newline: the box keeps the text's own white space
-        for i, x in enumerate(t.writers):
-            hop = " hop" if i and x != t.writers[i - 1] else ""
-            style = f"background:{colors.get(x, '#ccc')}55;border-bottom:2px solid {colors.get(x, '#999')}"
-            if t.pieces is not None and i < len(t.pieces):
-                toks.append(
-                    f'<span class="tok{hop}" style="{style}" title="{esc(x)}">{esc(t.pieces[i])}</span>'
-                )
-            else:
-                toks.append(
-                    f'<span class="cell{hop}" style="background:{colors.get(x, "#ccc")}" title="{esc(x)}"></span>'
-                )
-        parts.append("<div class='tokens'>" + "".join(toks) + "</div>")
+        parts.append("<div class='tokens'>" + "".join(_html_tokens(t, colors)) + "</div>")
         if t.pieces is None and t.text:
             parts.append(f"<div class='tokens'>{esc(t.text)}</div>")
+    parts.append(_html_table(t, colors))
+    if t.requests:
+        parts.append(f"<h2 style='font-size:15px'>Each request's tokens by model ({len(t.requests)})</h2>")
+        parts.extend(_html_bar(r, t.models, colors) for r in t.requests)
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _html_tokens(t: Trace, colors: dict[str, str]) -> list[str]:
+    """A span per token, coloured by its writer (its text, where the trace has it; else an empty cell); a hop
+    starts a new writer's run. Joined without a newline: the box keeps the text's own white space."""
+    esc = html.escape
+    toks = []
+    for i, x in enumerate(t.writers):
+        hop = " hop" if i and x != t.writers[i - 1] else ""
+        style = f"background:{colors.get(x, '#ccc')}55;border-bottom:2px solid {colors.get(x, '#999')}"
+        if t.pieces is not None and i < len(t.pieces):
+            toks.append(f'<span class="tok{hop}" style="{style}" title="{esc(x)}">{esc(t.pieces[i])}</span>')
+        else:
+            toks.append(
+                f'<span class="cell{hop}" style="background:{colors.get(x, "#ccc")}" title="{esc(x)}"></span>'
+            )
+    return toks
+
+
+def _html_table(t: Trace, colors: dict[str, str]) -> str:
+    """Tokens and share per model, and the hops."""
     total = sum(t.tokens_per_model.values())
     rows = "".join(
-        f"<tr><td><span style='color:{colors[x]}'>&#9632;</span> {esc(x)}</td><td>{n}</td>"
+        f"<tr><td><span style='color:{colors[x]}'>&#9632;</span> {html.escape(x)}</td><td>{n}</td>"
         f"<td>{100 * n / total if total else 0:.1f} %</td></tr>"
         for x, n in t.tokens_per_model.items()
     )
-    parts.append(f"<table><tr><th>model</th><th>tokens</th><th>share</th></tr>{rows}"
-                 f"<tr><td>hops</td><td>{t.hops}</td><td></td></tr></table>")  # fmt: skip
-    if t.requests:
-        parts.append(f"<h2 style='font-size:15px'>Each request's tokens by model ({len(t.requests)})</h2>")
-        for r in t.requests:
-            n = sum(r.values()) or 1
-            cells = "".join(
-                f"<div style='width:{100 * r.get(x, 0) / n:.2f}%;background:{colors[x]}'></div>"
-                for x in t.models
-            )
-            parts.append(f"<div class='bar' title='{esc(json.dumps(r))}'>{cells}</div>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    return (f"<table><tr><th>model</th><th>tokens</th><th>share</th></tr>{rows}"
+            f"<tr><td>hops</td><td>{t.hops}</td><td></td></tr></table>")  # fmt: skip
+
+
+def _html_bar(r: dict[str, int], models: list[str], colors: dict[str, str]) -> str:
+    """One request's tokens by model as a stacked bar."""
+    n = sum(r.values()) or 1
+    cells = "".join(
+        f"<div style='width:{100 * r.get(x, 0) / n:.2f}%;background:{colors[x]}'></div>" for x in models
+    )
+    return f"<div class='bar' title='{html.escape(json.dumps(r))}'>{cells}</div>"
 
 
 # ---- PNG --------------------------------------------------------------------------------------------------
@@ -216,18 +229,26 @@ def to_png(t: Trace, path: str | Path) -> None:
         for x, n in t.tokens_per_model.items()
     ]
     if t.writers is not None:
-        rows = max(1, -(-len(t.writers) // TOKENS_PER_ROW))
-        with figure(path, (9, 1.4 + 0.22 * rows), dpi=110) as (_, ax):
-            for i, x in enumerate(t.writers):
-                r, c = divmod(i, TOKENS_PER_ROW)
-                ax.add_patch(_rect(c, rows - 1 - r, colors.get(x, "#cccccc")))
-                if i and x != t.writers[i - 1]:
-                    ax.plot([c, c], [rows - 1 - r, rows - r], color="black", lw=1.2)
-            ax.set_xlim(0, TOKENS_PER_ROW)
-            ax.set_ylim(0, rows)
-            ax.set_axis_off()
-            _finish(ax, t, handles)
-        return
+        _png_tokens(t, path, colors, handles)
+    else:
+        _png_requests(t, path, colors, handles)
+
+
+def _png_tokens(t: Trace, path: str | Path, colors: dict[str, str], handles: list) -> None:
+    rows = max(1, -(-len(t.writers) // TOKENS_PER_ROW))
+    with figure(path, (9, 1.4 + 0.22 * rows), dpi=110) as (_, ax):
+        for i, x in enumerate(t.writers):
+            r, c = divmod(i, TOKENS_PER_ROW)
+            ax.add_patch(_rect(c, rows - 1 - r, colors.get(x, "#cccccc")))
+            if i and x != t.writers[i - 1]:
+                ax.plot([c, c], [rows - 1 - r, rows - r], color="black", lw=1.2)
+        ax.set_xlim(0, TOKENS_PER_ROW)
+        ax.set_ylim(0, rows)
+        ax.set_axis_off()
+        _finish(ax, t, handles)
+
+
+def _png_requests(t: Trace, path: str | Path, colors: dict[str, str], handles: list) -> None:
     reqs = t.requests or [t.tokens_per_model]
     with figure(path, (9, 1.4 + 0.18 * len(reqs)), dpi=110) as (_, ax):
         for k, r in enumerate(reqs):

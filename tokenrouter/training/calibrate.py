@@ -136,21 +136,13 @@ def calibrate_threshold(
     it, and its `resolution` (with a "warning" when that is under NARROW of the threshold). PolicyViewError (a
     message for users) when the param is not one side of one comparison or the share does not move."""
     from tokenrouter.progress import Progress
-    from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.embedded import device_scope
-    from tokenrouter.runtime.offline import OfflineExecutor
-    from tokenrouter.runtime.route import RouteKernel
-    from tokenrouter.runtime.subserver.loading import load_model_engine, pick_device
 
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
     ir = plan["routes"][plan["entry"]]
     node = threshold_node(plan, ir, param)
-    threads.set_torch_threads(len(plan["models"]))
-    devices = {name: pick_device(spec, device) for name, spec in plan["models"].items()}  # as `serve` does
-    engines = {
-        name: load_model_engine(plan, name, devices[name], cuda_graph=False) for name in plan["models"]
-    }
+    devices, engines = _load_engines(plan, device)
     entry = plan["entry"]
     progress = Progress("calibrate", None, "routed generations")
     with device_scope(devices[entry]):  # the last model loaded (maybe on another GPU) is the current device
@@ -161,24 +153,13 @@ def calibrate_threshold(
     bounds = compared_range(ir, values, n, node)
     solo, _, _ = threshold_for_share(ir, values, n, node, share, bounds)
     width = resolution(ir, values, n, node, share, bounds)
-
-    runs = 0
-
-    def served(v: float) -> float:
-        nonlocal runs
-        p = with_threshold(plan, param, v)
-        kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in engines.items()}
-        got = routed_share(OfflineExecutor(p, engines, kernels), p, prompts, max_new)
-        runs += 1
-        progress.update(runs, f"{param} {v:.4g}: share {got:.3f}")
-        return got
-
+    served = _Served(plan, param, engines, prompts, max_new, progress)
     stuck = f"the served share does not move with {param!r}"
     _, _, tried = bisect_share(served, *bounds, share, iterations, stuck)
     best = min(tried, key=lambda v: abs(tried[v] - share))
     out = {"threshold": best, "share": tried[best], "positions": n, "solo_threshold": solo,
            "solo_share": served(solo), "solo_width": width}  # fmt: skip
-    progress.finish(runs)
+    progress.finish(served.runs)
     warning = resolution_warning(param, share, best, width)
     if warning:
         out["warning"] = warning
@@ -186,3 +167,37 @@ def calibrate_threshold(
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return out
+
+
+def _load_engines(plan: dict, device: str | None) -> tuple[dict[str, str], dict]:
+    """Each model's device (as `serve` places them, or `device`) and its engine, loaded without CUDA graphs."""
+    from tokenrouter.runtime import threads
+    from tokenrouter.runtime.subserver.loading import load_model_engine, pick_device
+
+    threads.set_torch_threads(len(plan["models"]))
+    devices = {name: pick_device(spec, device) for name, spec in plan["models"].items()}  # as `serve` does
+    engines = {
+        name: load_model_engine(plan, name, devices[name], cuda_graph=False) for name in plan["models"]
+    }
+    return devices, engines
+
+
+class _Served:
+    """The share the other models write when the plan, with `param` at a value, serves the prompts greedily
+    (one routed generation per call, counted in `runs` and reported to `progress`)."""
+
+    def __init__(self, plan: dict, param: str, engines: dict, prompts, max_new: int, progress) -> None:
+        self.plan, self.param, self.engines = plan, param, engines
+        self.prompts, self.max_new, self.progress = prompts, max_new, progress
+        self.runs = 0
+
+    def __call__(self, v: float) -> float:
+        from tokenrouter.runtime.offline import OfflineExecutor
+        from tokenrouter.runtime.route import RouteKernel
+
+        p = with_threshold(self.plan, self.param, v)
+        kernels = {name: RouteKernel(p, name, "torch", e.device, e.embed) for name, e in self.engines.items()}
+        got = routed_share(OfflineExecutor(p, self.engines, kernels), p, self.prompts, self.max_new)
+        self.runs += 1
+        self.progress.update(self.runs, f"{self.param} {v:.4g}: share {got:.3f}")
+        return got

@@ -267,59 +267,25 @@ def evaluate(
     shape = routed_shape(plan)
     entry, ir = shape.entry, shape.ir
     node = threshold_node(plan, ir, cfg.param)
-    from .settings import TrainSettingsError, folder_problem
-
-    # before the teacher forcing, which would fail on them only after minutes of it
-    problem = (folder_problem(cache, "--cache") if cache is not None else None) or context_error(
-        plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, *shape.targets]
-    )
-    if problem:
-        raise TrainSettingsError(problem)
+    _check_settings(plan, [entry, *shape.targets], teacher, cache)
     data, windows = teacher_force_plan(plan, data_dir, teacher, cache)
     scorer = Scorer(data, entry, shape.targets)
     values = policy_values(plan, entry, data, cfg.seed)
     n = data.n
-    f = data.features
-    gen = torch.Generator().manual_seed(cfg.seed)
-    rand_score = torch.rand(n, generator=gen)
-    gain = data.nll[entry] - data.nll[shape.targets[0]]
+    rand_score = torch.rand(n, generator=torch.Generator().manual_seed(cfg.seed))
     differ = (data.greedy[entry] != data.greedy[shape.targets[0]]).float()
-    diverge_score = differ + 0.5 * rand_score  # every differing position first, in random order
     curves: dict[str, list[dict]] = {m: [] for m in METHODS}
     swept = sweep_policy(plan, entry, values, n, node, cfg.shares, scorer)
     curves["policy"] = [p for p, _ in swept]
     minus: dict[str, list[dict]] = {"confidence": [], "entropy": []}
     if versus is not None:
-        same_inputs = all(
-            versus["routers"][r]["inputs"] == plan["routers"].get(r, {}).get("inputs")
-            for r in versus["routes"][versus["entry"]]["routers"]
-        )
-        if routed_shape(versus).entry != entry or versus["models"] != plan["models"] or not same_inputs:
-            raise PolicyViewError(
-                "--versus may change params that leave the models and the routers' inputs as they are "
-                "(e.g. a router file), not those"
-            )
-        other_ir = versus["routes"][entry]
-        other_node = threshold_node(versus, other_ir, cfg.param)
-        other_values = policy_values(versus, entry, data, cfg.seed)
-        other = sweep_policy(versus, entry, other_values, n, other_node, cfg.shares, scorer)
-        for p, w_other in other:
-            p.update(scorer.gap_recovered_ci(w_other, cfg.seed))
-        curves["versus"] = [p for p, _ in other]
-        v = [scorer.paired(w, w_other, s, cfg.seed) for (_, w), (_, w_other), s in
-             zip(swept, other, cfg.shares, strict=True)]  # fmt: skip
-        minus["versus"] = v
-    for (point, w_policy), s in zip(swept, cfg.shares, strict=True):
-        point.update(scorer.gap_recovered_ci(w_policy, cfg.seed))
-        w_conf, w_ent = top_share(-f["confidence"], s), top_share(f["entropy"], s)
-        curves["confidence"].append(scorer.point(w_conf, target_share=s))
-        curves["entropy"].append(scorer.point(w_ent, target_share=s))
-        curves["random"].append(scorer.point(top_share(rand_score, s), target_share=s))
-        curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
-        curves["divergence"].append(scorer.point(top_share(diverge_score, s), target_share=s))
-        curves["oracle"].append(scorer.point(top_share(gain, s), target_share=s))
-        minus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
-        minus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
+        curves["versus"], minus["versus"] = _versus(plan, versus, entry, data, cfg, scorer, swept)
+    scores = {
+        "random": rand_score,
+        "divergence": differ + 0.5 * rand_score,  # every differing position first, in random order
+        "oracle": data.nll[entry] - data.nll[shape.targets[0]],
+    }
+    _baselines(data, cfg, scorer, swept, scores, curves, minus)
     own = scorer.point(fired_rule(ir, values, n), threshold=plan["params"][cfg.param]["value"])
     return {
         "policy": plan["policy"]["name"],
@@ -338,6 +304,58 @@ def evaluate(
     }
 
 
+def _check_settings(plan: dict, models: list[str], teacher: TeacherConfig, cache: Path | None) -> None:
+    """Before the teacher forcing, which would fail on them only after minutes of it: the cache folder and the
+    models' context."""
+    from .settings import TrainSettingsError, folder_problem
+
+    problem = (folder_problem(cache, "--cache") if cache is not None else None) or context_error(
+        plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", models
+    )
+    if problem:
+        raise TrainSettingsError(problem)
+
+
+def _versus(plan: dict, versus: dict, entry: str, data: TeacherData, cfg: EvalConfig, scorer: Scorer,
+            swept: list) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """The `versus` policy's curve, and the policy minus it at each share (paired)."""
+    same_inputs = all(
+        versus["routers"][r]["inputs"] == plan["routers"].get(r, {}).get("inputs")
+        for r in versus["routes"][versus["entry"]]["routers"]
+    )
+    if routed_shape(versus).entry != entry or versus["models"] != plan["models"] or not same_inputs:
+        raise PolicyViewError(
+            "--versus may change params that leave the models and the routers' inputs as they are "
+            "(e.g. a router file), not those"
+        )
+    other_node = threshold_node(versus, versus["routes"][entry], cfg.param)
+    other_values = policy_values(versus, entry, data, cfg.seed)
+    other = sweep_policy(versus, entry, other_values, data.n, other_node, cfg.shares, scorer)
+    for p, w_other in other:
+        p.update(scorer.gap_recovered_ci(w_other, cfg.seed))
+    minus = [scorer.paired(w, w_other, s, cfg.seed) for (_, w), (_, w_other), s in
+             zip(swept, other, cfg.shares, strict=True)]  # fmt: skip
+    return [p for p, _ in other], minus
+
+
+def _baselines(data: TeacherData, cfg: EvalConfig, scorer: Scorer, swept: list, scores: dict, curves: dict,
+               minus: dict) -> None:  # fmt: skip
+    """At each share: the policy's interval, each baseline's point (`scores`: random, divergence, oracle, ranked
+    by top share), and the policy minus confidence and entropy (paired), into `curves` and `minus`."""
+    f = data.features
+    for (point, w_policy), s in zip(swept, cfg.shares, strict=True):
+        point.update(scorer.gap_recovered_ci(w_policy, cfg.seed))
+        w_conf, w_ent = top_share(-f["confidence"], s), top_share(f["entropy"], s)
+        curves["confidence"].append(scorer.point(w_conf, target_share=s))
+        curves["entropy"].append(scorer.point(w_ent, target_share=s))
+        curves["random"].append(scorer.point(top_share(scores["random"], s), target_share=s))
+        curves["query"].append(scorer.point(query_routing(data, s), target_share=s))
+        curves["divergence"].append(scorer.point(top_share(scores["divergence"], s), target_share=s))
+        curves["oracle"].append(scorer.point(top_share(scores["oracle"], s), target_share=s))
+        minus["confidence"].append(scorer.paired(w_policy, w_conf, s, cfg.seed))
+        minus["entropy"].append(scorer.paired(w_policy, w_ent, s, cfg.seed))
+
+
 def format_table(result: dict) -> str:
     s, lg = result["small"], result["large"]
     lines = [
@@ -347,35 +365,62 @@ def format_table(result: dict) -> str:
         f"large {result['models']['large']}: accuracy {lg['accuracy']:.4f}  NLL {lg['nll']:.4f}",
         f"positions where the greedy tokens differ: {result['label_rate']:.3f}",
         "",
+        *_gap_tables(result),
+        *_policy_intervals(result["curves"]["policy"]),
+        *_minus_tables(result.get("policy_minus", {})),
     ]
+    own = result["at_plan_threshold"]
+    lines.append(
+        f"at the plan's {result['param']} = {own['threshold']}: large share {own['share']:.3f}, accuracy "
+        f"{own['accuracy']:.4f}, NLL {own['nll']:.4f}"
+    )
+    lines.append("* = actual share more than 0.01 from the target (query routing moves in whole windows)")
+    return "\n".join(lines)
+
+
+def _gap_tables(result: dict) -> list[str]:
+    """Accuracy and NLL (gap recovered) of every method at each target share, one table each."""
     methods = METHODS + (("versus",) if "versus" in result["curves"] else ())
+    lines = []
     for metric, key in (("accuracy", "acc_gap_recovered"), ("NLL", "nll_gap_recovered")):
         lines.append(f"{metric} (gap recovered) at equal large-model share:")
         lines.append(f"{'share':>6} " + " ".join(f"{m:>17}" for m in methods))
         for i, target in enumerate(result["curves"]["policy"]):
-            cells = []
-            for m in methods:
-                p = result["curves"][m][i]
-                v = p["accuracy"] if metric == "accuracy" else p["nll"]
-                g = p[key]
-                gtxt = f"{100 * g:5.1f}%" if g is not None else "   - "
-                star = "*" if abs(p["share"] - p["target_share"]) > 0.01 else " "
-                cells.append(f"{v:.4f} ({gtxt}){star}")
+            cells = [_cell(result["curves"][m][i], metric, key) for m in methods]
             lines.append(f"{target['target_share']:6.2f} " + " ".join(f"{c:>17}" for c in cells))
         lines.append("")
-    if all("acc_gap_recovered_ci95" in p for p in result["curves"]["policy"]):
-        lines.append("policy's gap recovered (95 % bootstrap interval over windows):")
-        for p in result["curves"]["policy"]:
-            a, n = p["acc_gap_recovered_ci95"], p["nll_gap_recovered_ci95"]
-            if a is None or n is None:
-                continue
-            lines.append(
-                f"  share {p['target_share']:.2f}: accuracy {100 * p['acc_gap_recovered']:.1f} % "
-                f"[{100 * a[0]:.1f}, {100 * a[1]:.1f}], NLL {100 * p['nll_gap_recovered']:.1f} % "
-                f"[{100 * n[0]:.1f}, {100 * n[1]:.1f}]"
-            )
-        lines.append("")
-    for base, rows in result.get("policy_minus", {}).items():
+    return lines
+
+
+def _cell(p: dict, metric: str, key: str) -> str:
+    v = p["accuracy"] if metric == "accuracy" else p["nll"]
+    g = p[key]
+    gtxt = f"{100 * g:5.1f}%" if g is not None else "   - "
+    star = "*" if abs(p["share"] - p["target_share"]) > 0.01 else " "
+    return f"{v:.4f} ({gtxt}){star}"
+
+
+def _policy_intervals(points: list[dict]) -> list[str]:
+    """The policy's gap recovered with its bootstrap interval at each share (none without intervals)."""
+    if not all("acc_gap_recovered_ci95" in p for p in points):
+        return []
+    lines = ["policy's gap recovered (95 % bootstrap interval over windows):"]
+    for p in points:
+        a, n = p["acc_gap_recovered_ci95"], p["nll_gap_recovered_ci95"]
+        if a is None or n is None:
+            continue
+        lines.append(
+            f"  share {p['target_share']:.2f}: accuracy {100 * p['acc_gap_recovered']:.1f} % "
+            f"[{100 * a[0]:.1f}, {100 * a[1]:.1f}], NLL {100 * p['nll_gap_recovered']:.1f} % "
+            f"[{100 * n[0]:.1f}, {100 * n[1]:.1f}]"
+        )
+    return [*lines, ""]
+
+
+def _minus_tables(minus: dict) -> list[str]:
+    """The policy minus each baseline, paired, with its bootstrap interval at each share."""
+    lines = []
+    for base, rows in minus.items():
         lines.append(f"policy minus {base} (95 % bootstrap interval over windows):")
         for r in rows:
             a, n = r["accuracy_ci95"], r["nll_ci95"]
@@ -384,13 +429,7 @@ def format_table(result: dict) -> str:
                 f"[{100 * a[0]:+.2f}, {100 * a[1]:+.2f}], NLL {r['nll']:+.4f} [{n[0]:+.4f}, {n[1]:+.4f}]"
             )
         lines.append("")
-    own = result["at_plan_threshold"]
-    lines.append(
-        f"at the plan's {result['param']} = {own['threshold']}: large share {own['share']:.3f}, accuracy "
-        f"{own['accuracy']:.4f}, NLL {own['nll']:.4f}"
-    )
-    lines.append("* = actual share more than 0.01 from the target (query routing moves in whole windows)")
-    return "\n".join(lines)
+    return lines
 
 
 def plot(result: dict, path: Path) -> None:

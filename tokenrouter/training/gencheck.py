@@ -66,10 +66,7 @@ def large_nll(engine, prompt: list[int], completion: list[int]) -> tuple[float, 
 
 def generated_check(plan: dict, data_dir: Path, n: int = 16, max_new: int = 48, seed: int = 0) -> dict:
     from tokenrouter.runtime import messages as m
-    from tokenrouter.runtime.engine.embedded import load_engine
-    from tokenrouter.runtime.engine.generate import generate
     from tokenrouter.runtime.offline import load_offline
-    from tokenrouter.runtime.sampling import SamplingParams
 
     shape = routed_shape(plan)
     small, large = shape.entry, shape.targets[0]
@@ -78,26 +75,11 @@ def generated_check(plan: dict, data_dir: Path, n: int = 16, max_new: int = 48, 
     routed = ex.generate(prompts, m.SamplingSpec(temperature=0.0, max_tokens=max_new, seed=seed))
     runs: dict[str, list[list[int]]] = {"routed": [r.token_ids for r in routed]}
     writers = [w for r in routed for w in r.models]
-    engines = {}
-    for name in (small, large):
-        engines[name] = load_engine(plan["models"][name]["path"], device="cpu", dtype="float32")
-        params = [SamplingParams(temperature=0.0, max_tokens=max_new, seed=seed)] * len(prompts)
-        runs[f"{name} alone"] = [g.token_ids for g in generate(engines[name], prompts, params)]
+    engines = _alone(plan, (small, large), prompts, max_new, seed, runs)
     eos = set(engines[large].info.eos_token_ids)
     out = {"prompts": len(prompts), "max_new_tokens": max_new, "small": small, "large": large, "runs": {}}
     for key, comps in runs.items():
-        tot, cnt, distinct = 0.0, 0, []
-        for p, c in zip(prompts, comps, strict=True):
-            c = [t for t in c if t not in eos]
-            s, k = large_nll(engines[large], p, c)
-            tot, cnt = tot + s, cnt + k
-            if c:
-                distinct.append(len(set(c)) / len(c))
-        out["runs"][key] = {
-            "large_nll_per_token": tot / max(cnt, 1),
-            "tokens": cnt,
-            "distinct_token_share": sum(distinct) / max(len(distinct), 1),
-        }
+        out["runs"][key] = _scored(engines[large], prompts, comps, eos)
     out["runs"]["routed"]["large_share"] = writers.count(large) / max(len(writers), 1)
     tok = load_tokenizer(Path(plan["models"][small]["path"]))
     out["example"] = {
@@ -105,6 +87,37 @@ def generated_check(plan: dict, data_dir: Path, n: int = 16, max_new: int = 48, 
         **{k: tok.decode([t for t in v[0] if t not in eos]) for k, v in runs.items()},
     }
     return out
+
+
+def _alone(plan: dict, models: tuple[str, str], prompts: list[list[int]], max_new: int, seed: int,
+           runs: dict[str, list[list[int]]]) -> dict:  # fmt: skip
+    """Each model's engine (CPU, float32), its greedy completions alone into `runs` as "MODEL alone"."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+    from tokenrouter.runtime.engine.generate import generate
+    from tokenrouter.runtime.sampling import SamplingParams
+
+    engines = {}
+    for name in models:
+        engines[name] = load_engine(plan["models"][name]["path"], device="cpu", dtype="float32")
+        params = [SamplingParams(temperature=0.0, max_tokens=max_new, seed=seed)] * len(prompts)
+        runs[f"{name} alone"] = [g.token_ids for g in generate(engines[name], prompts, params)]
+    return engines
+
+
+def _scored(large, prompts: list[list[int]], completions: list[list[int]], eos: set[int]) -> dict:
+    """The large model's NLL per token of the completions (EOS left out), and their distinct-token share."""
+    tot, cnt, distinct = 0.0, 0, []
+    for p, c in zip(prompts, completions, strict=True):
+        c = [t for t in c if t not in eos]
+        s, k = large_nll(large, p, c)
+        tot, cnt = tot + s, cnt + k
+        if c:
+            distinct.append(len(set(c)) / len(c))
+    return {
+        "large_nll_per_token": tot / max(cnt, 1),
+        "tokens": cnt,
+        "distinct_token_share": sum(distinct) / max(len(distinct), 1),
+    }
 
 
 def format_check(check: dict) -> str:

@@ -67,33 +67,44 @@ class RoutedShape:
 def routed_shape(plan: dict) -> RoutedShape:
     entry = plan["entry"]
     ir = plan["routes"][entry]
-    rules = ir["rules"]
-    if not rules:
+    if not ir["rules"]:
         raise PolicyViewError(f"the entry model {entry!r} has no route rules: nothing is routed")
-    targets = []
-    for rule in rules:
-        where = f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')})"
-        if not rule["drop"]:
-            raise PolicyViewError(
-                f"{where}: teacher-forced evaluation supports `drop` hand-offs only (the target rewrites the "
-                "position); this rule keeps the entry model's token"
-            )
-        target = rule["target"]
-        back = plan["routes"][target]["rules"]
-        one_token = rule["for"] == 1 or (
-            rule["for"] is None
-            and len(back) == 1
-            and back[0]["cond"] is None
-            and back[0]["target"] == entry
-            and not back[0]["drop"]
+    return RoutedShape(entry, [_one_token_target(plan, entry, rule) for rule in ir["rules"]], ir)
+
+
+def _one_token_target(plan: dict, entry: str, rule: dict) -> str:
+    """The model an entry rule hands off to, which must drop the entry model's token, write one and return."""
+    where = f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')})"
+    if not rule["drop"]:
+        raise PolicyViewError(
+            f"{where}: teacher-forced evaluation supports `drop` hand-offs only (the target rewrites the "
+            "position); this rule keeps the entry model's token"
         )
-        if not one_token:
-            raise PolicyViewError(
-                f"{where}: teacher-forced evaluation supports hand-offs where {target!r} writes one token and "
-                f"returns (`for 1`, or `route {target} {{ -> {entry} }}`)"
-            )
-        targets.append(target)
-    return RoutedShape(entry, targets, ir)
+    target = rule["target"]
+    back = plan["routes"][target]["rules"]
+    one_token = rule["for"] == 1 or (
+        rule["for"] is None
+        and len(back) == 1
+        and back[0]["cond"] is None
+        and back[0]["target"] == entry
+        and not back[0]["drop"]
+    )
+    if not one_token:
+        raise PolicyViewError(
+            f"{where}: teacher-forced evaluation supports hand-offs where {target!r} writes one token and "
+            f"returns (`for 1`, or `route {target} {{ -> {entry} }}`)"
+        )
+    return target
+
+
+_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "min": torch.minimum, "max": torch.maximum,
+    "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne,
+    "and": torch.logical_and, "or": torch.logical_or,
+}  # fmt: skip
+_UNARY = {"neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "log": torch.log, "exp": torch.exp,
+          "sigmoid": torch.sigmoid}  # fmt: skip
+_DTYPES = {"int": torch.int64, "float": torch.float32, "bool": torch.bool}
 
 
 def eval_ir(ir: dict, values: dict[str, torch.Tensor], n: int, override: dict[int, float] | None = None):
@@ -101,40 +112,34 @@ def eval_ir(ir: dict, values: dict[str, torch.Tensor], n: int, override: dict[in
     tensors (and "uniform"). ``override``: node index -> a float that replaces that const."""
     out: list[torch.Tensor] = []
     override = override or {}
-    binary = {
-        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "min": torch.minimum, "max": torch.maximum,
-        "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne,
-        "and": torch.logical_and, "or": torch.logical_or,
-    }  # fmt: skip
-    unary = {"neg": torch.neg, "not": torch.logical_not, "abs": torch.abs, "log": torch.log, "exp": torch.exp,
-             "sigmoid": torch.sigmoid}  # fmt: skip
     for i, node in enumerate(ir["nodes"]):
         op = node["op"]
-        args = [out[a] for a in node.get("args", [])]
         if op == "const":
-            v = override.get(i, node["value"])
-            dtype = {"int": torch.int64, "float": torch.float32, "bool": torch.bool}[node["type"]]
-            val = torch.full((n,), v, dtype=dtype)
+            out.append(torch.full((n,), override.get(i, node["value"]), dtype=_DTYPES[node["type"]]))
         elif op in ("feature", "router"):
             if node["name"] not in values:
                 raise PolicyViewError(f"route IR reads {op} {node['name']!r}, which is not computed")
-            val = values[node["name"]]
+            out.append(values[node["name"]])
         elif op == "uniform":
-            val = values["uniform"]
-        elif op == "div":
-            val = args[0].float() / args[1].float()
-        elif op in binary:
-            a, b = args
-            if op in ("add", "sub", "mul", "min", "max") and (a.is_floating_point() or b.is_floating_point()):
-                a, b = a.float(), b.float()
-            val = binary[op](a, b)
-        elif op in unary:
-            a = args[0]
-            val = unary[op](a.float() if op in ("log", "exp", "sigmoid") else a)
+            out.append(values["uniform"])
         else:
-            raise PolicyViewError(f"route IR operation {op!r} is not known to the evaluator")
-        out.append(val)
+            out.append(_apply(op, [out[a] for a in node.get("args", [])]))
     return out
+
+
+def _apply(op: str, args: list[torch.Tensor]) -> torch.Tensor:
+    """An arithmetic, comparison or logical node's value from its arguments'."""
+    if op == "div":
+        return args[0].float() / args[1].float()
+    if op in _BINARY:
+        a, b = args
+        if op in ("add", "sub", "mul", "min", "max") and (a.is_floating_point() or b.is_floating_point()):
+            a, b = a.float(), b.float()
+        return _BINARY[op](a, b)
+    if op in _UNARY:
+        a = args[0]
+        return _UNARY[op](a.float() if op in ("log", "exp", "sigmoid") else a)
+    raise PolicyViewError(f"route IR operation {op!r} is not known to the evaluator")
 
 
 def fired_rule(ir: dict, values: dict[str, torch.Tensor], n: int, override: dict[int, float] | None = None):

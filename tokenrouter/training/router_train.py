@@ -155,23 +155,28 @@ def router_rule(plan: dict, router: str) -> tuple[str, int, str]:
             f"router {router!r} reads model {spec['model']!r}, not the entry model {shape.entry!r}"
         )
     nodes = shape.ir["nodes"]
-    reads = [i for i, n in enumerate(nodes) if n["op"] == "router" and n["name"] == router]
-
-    def uses(idx: int) -> bool:
-        stack, seen = [idx], set()
-        while stack:
-            i = stack.pop()
-            if i in reads:
-                return True
-            if i not in seen:
-                seen.add(i)
-                stack.extend(nodes[i].get("args", []))
-        return False
-
-    rules = [i for i, r in enumerate(shape.ir["rules"]) if r["cond"] is not None and uses(r["cond"])]
+    reads = {i for i, n in enumerate(nodes) if n["op"] == "router" and n["name"] == router}
+    rules = [
+        i
+        for i, r in enumerate(shape.ir["rules"])
+        if r["cond"] is not None and _reaches(nodes, r["cond"], reads)
+    ]
     if not rules:
         raise PolicyViewError(f"no rule of {shape.entry!r} reads router {router!r}")
     return shape.entry, rules[0], shape.targets[rules[0]]
+
+
+def _reaches(nodes: list[dict], idx: int, targets: set[int]) -> bool:
+    """Whether IR node `idx` is one of `targets` or reads one, through its arguments."""
+    stack, seen = [idx], set()
+    while stack:
+        i = stack.pop()
+        if i in targets:
+            return True
+        if i not in seen:
+            seen.add(i)
+            stack.extend(nodes[i].get("args", []))
+    return False
 
 
 def polarity(plan: dict, entry: str, router: str, rule: int, data: TeacherData) -> int:
@@ -291,18 +296,20 @@ def merge_ensemble(members: list[dict[str, torch.Tensor]]) -> dict[str, torch.Te
     n = sum(1 for key in first if key.endswith("weight")) if prefix else 1
     for i in range(n):
         p = f"{prefix}{i}." if prefix else ""
-        ws = [m[p + "weight"] for m in members]
-        bs = [m[p + "bias"] for m in members]
-        if n == 1:  # one layer: average it
-            w, b = torch.stack(ws).mean(0), torch.stack(bs).mean(0)
-        elif i == 0:
-            w, b = torch.cat(ws, 0), torch.cat(bs)
-        elif i == n - 1:
-            w, b = torch.cat(ws, 1) / k, torch.stack(bs).mean(0)
-        else:
-            w, b = torch.block_diag(*ws), torch.cat(bs)
+        w, b = _merged_layer([m[p + "weight"] for m in members], [m[p + "bias"] for m in members], i, n, k)
         out[p + "weight"], out[p + "bias"] = w.contiguous(), b.contiguous()
     return out
+
+
+def _merged_layer(ws: list[torch.Tensor], bs: list[torch.Tensor], i: int, n: int, k: int):
+    """Layer `i` of `n` of the merged router from its `k` members' weights and biases."""
+    if n == 1:  # one layer: average it
+        return torch.stack(ws).mean(0), torch.stack(bs).mean(0)
+    if i == 0:
+        return torch.cat(ws, 0), torch.cat(bs)
+    if i == n - 1:
+        return torch.cat(ws, 1) / k, torch.stack(bs).mean(0)
+    return torch.block_diag(*ws), torch.cat(bs)
 
 
 def held_out_loss(tensors: dict[str, torch.Tensor], x, y, val, kind: str, cfg: RouterTrainConfig) -> float:
@@ -347,13 +354,20 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
         if vl < best[0]:
             best = (vl, {k: v.detach().clone() for k, v in net.state_dict().items()})
     net.load_state_dict(best[1])
+    return _tensors(net, kind, mean, std), best[0]
+
+
+def _tensors(
+    net: torch.nn.Sequential, kind: str, mean: torch.Tensor, std: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The trained network's tensors in the docs/ir.md layout, with its input normalization."""
     linears = [m for m in net if isinstance(m, torch.nn.Linear)]
     tensors: dict[str, torch.Tensor] = {"input_mean": mean.contiguous(), "input_std": std.contiguous()}
     for i, lin in enumerate(linears):
         prefix = "" if kind == "linear" else f"layers.{i}."
         tensors[prefix + "weight"] = lin.weight.detach().float().contiguous()
         tensors[prefix + "bias"] = lin.bias.detach().float().contiguous()
-    return tensors, best[0]
+    return tensors
 
 
 def train_router(
@@ -370,25 +384,11 @@ def train_router(
     """Train ``router`` of ``plan`` and write its file. ``param``/``shares``: the report also gives, on the
     held-out split, the value of ``param`` that routes each share (skipped when the policy has no such
     param). ``cache``: a folder that keeps the teacher-forced rows between runs (feature_cache.py)."""
-    from tokenrouter.runtime.route.routers import RouterSpec, load_router, write_router
-
-    from .evaluate import Scorer, sweep_policy
-    from .policy_view import context_error, threshold_node
+    from tokenrouter.runtime.route.routers import RouterSpec, write_router
 
     entry, rule, large = router_rule(plan, router)
     spec = RouterSpec.from_plan(router, plan["routers"][router])
-    given_out = out is not None
-    out = Path(out) if given_out else Path(spec.path)
-    # what would fail only after the teacher forcing and the training, before them
-    if problem := output_problem(out, "-o" if given_out else "the router file"):
-        raise ValueError(problem)
-    problem = (
-        (folder_problem(cache, "--cache") if cache is not None else None)
-        or router_size_problem(plan, router, cfg.hidden_layers, members=cfg.ensemble)
-        or context_error(plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", [entry, large])
-    )
-    if problem:
-        raise TrainSettingsError(problem)
+    out = _check_settings(plan, router, (entry, large), out, spec.path, teacher, cfg, cache)
     windows = make_windows(data_dir, Path(plan["models"][entry]["path"]), teacher)
     data, cached = teacher_force_cached(cache, plan, entry, [entry, large], windows, teacher, {router: spec},
                                         expected=cfg.label == "expected-gain")  # fmt: skip
@@ -397,29 +397,62 @@ def train_router(
     if val.all() or not val.any():
         raise PolicyViewError("the held-out split is empty or takes every row; give more files")
     label = make_label(data, entry, large, cfg.label, ~val, cfg.top_share)
-    if cfg.label in BINARY_LABELS:
-        target = label if sign > 0 else 1 - label
-    else:
-        target = label * sign
-    x = data.router_inputs[router]
-    if cfg.ensemble == 1:
-        tensors, val_loss = fit(x, target, val, spec.kind, cfg)
-    else:  # members differ in their initial weights and batches (seed + 1000 i), not in the split
-        members = [
-            fit(x, target, val, spec.kind, replace(cfg, seed=cfg.seed + 1000 * i))[0]
-            for i in range(cfg.ensemble)
-        ]
-        tensors = merge_ensemble(members)
-        val_loss = held_out_loss(tensors, x, target, val, spec.kind, cfg)
+    target = (label if sign > 0 else 1 - label) if cfg.label in BINARY_LABELS else label * sign
+    tensors, val_loss = _fit_members(data.router_inputs[router], target, val, spec.kind, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_router(out, spec, tensors)
-    # on the held-out rows, with the new file: the rule at the plan's own threshold, and the sweep
+    held = _held_out(plan, router, (entry, rule, large), out, data.subset(val), cfg.seed, param, shares)
+    return RouterReport(path=str(out), label=cfg.label, rows_train=int((~val).sum()), polarity=sign,
+                        val_loss=val_loss, loss=cfg.loss, cache=cached, **held)  # fmt: skip
+
+
+def _check_settings(plan: dict, router: str, models: tuple[str, str], out: Path | None, router_path: str,
+                    teacher: TeacherConfig, cfg: RouterTrainConfig, cache: Path | None) -> Path:  # fmt: skip
+    """The file to write (`out`, else the router's path), after the checks of what would fail only after the
+    teacher forcing and the training: the file, the cache folder, the router's size, the models' context."""
+    from .policy_view import context_error
+
+    given_out = out is not None
+    out = Path(out) if given_out else Path(router_path)
+    if problem := output_problem(out, "-o" if given_out else "the router file"):
+        raise ValueError(problem)
+    problem = (
+        (folder_problem(cache, "--cache") if cache is not None else None)
+        or router_size_problem(plan, router, cfg.hidden_layers, members=cfg.ensemble)
+        or context_error(plan, teacher.seq_len, f"--seq-len {teacher.seq_len}", list(models))
+    )
+    if problem:
+        raise TrainSettingsError(problem)
+    return out
+
+
+def _fit_members(
+    x: torch.Tensor, target: torch.Tensor, val: torch.Tensor, kind: str, cfg: RouterTrainConfig
+) -> tuple[dict[str, torch.Tensor], float]:
+    """The router's tensors and held-out loss: one fit, or an ensemble's average."""
+    if cfg.ensemble == 1:
+        return fit(x, target, val, kind, cfg)
+    # members differ in their initial weights and batches (seed + 1000 i), not in the split
+    members = [
+        fit(x, target, val, kind, replace(cfg, seed=cfg.seed + 1000 * i))[0] for i in range(cfg.ensemble)
+    ]
+    tensors = merge_ensemble(members)
+    return tensors, held_out_loss(tensors, x, target, val, kind, cfg)
+
+
+def _held_out(plan: dict, router: str, roles: tuple[str, int, str], out: Path, held: TeacherData, seed: int,
+              param: str, shares: tuple[float, ...]) -> dict:  # fmt: skip
+    """RouterReport's held-out figures, with the new file: the rule at the plan's own threshold, and the sweep."""
+    from tokenrouter.runtime.route.routers import RouterSpec, load_router
+
+    from .evaluate import Scorer
+
+    entry, rule, large = roles
+    spec = RouterSpec.from_plan(router, plan["routers"][router])
     loaded, _ = load_router(RouterSpec(spec.name, spec.kind, str(out), spec.inputs), None, "cpu")
-    held = data.subset(val)
-    ir = plan["routes"][entry]
-    n = held.n
+    ir, n = plan["routes"][entry], held.n
     values = dict(held.features)
-    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(cfg.seed))
+    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
     values.update({r: torch.zeros(n) for r in ir["routers"]})
     with torch.no_grad():
         values[router] = loaded(held.router_inputs[router])
@@ -427,32 +460,33 @@ def train_router(
     routed = fired == rule
     scorer = Scorer(held, entry, routed_shape(plan).targets)
     own = scorer.point(fired)
-    try:
-        node = threshold_node(plan, ir, param)
-    except PolicyViewError:
-        sweep = []
-    else:
-        sweep = [p for p, _ in sweep_policy(plan, entry, values, n, node, shares, scorer)]
     div = held.greedy[entry] != held.greedy[large]
     tp = float((routed & div).sum())
-    return RouterReport(
-        path=str(out),
-        label=cfg.label,
-        rows_train=int((~val).sum()),
-        rows_val=n,
-        positive_rate=float(div.float().mean()),
-        polarity=sign,
-        val_loss=val_loss,
-        loss=cfg.loss,
-        precision=tp / max(float(routed.sum()), 1.0),
-        recall=tp / max(float(div.sum()), 1.0),
-        routed_share=float(routed.float().mean()),
-        threshold_text=ir["rules"][rule].get("source", ""),
-        acc_gap_recovered=own["acc_gap_recovered"],
-        nll_gap_recovered=own["nll_gap_recovered"],
-        sweep=sweep,
-        cache=cached,
-    )
+    return {
+        "rows_val": n,
+        "positive_rate": float(div.float().mean()),
+        "precision": tp / max(float(routed.sum()), 1.0),
+        "recall": tp / max(float(div.sum()), 1.0),
+        "routed_share": float(routed.float().mean()),
+        "threshold_text": ir["rules"][rule].get("source", ""),
+        "acc_gap_recovered": own["acc_gap_recovered"],
+        "nll_gap_recovered": own["nll_gap_recovered"],
+        "sweep": _sweep(plan, entry, values, n, param, shares, scorer),
+    }
+
+
+def _sweep(
+    plan: dict, entry: str, values: dict, n: int, param: str, shares: tuple[float, ...], scorer
+) -> list:
+    """The held-out value of `param` at each share (none when the policy has no such param)."""
+    from .evaluate import sweep_policy
+    from .policy_view import threshold_node
+
+    try:
+        node = threshold_node(plan, plan["routes"][entry], param)
+    except PolicyViewError:
+        return []
+    return [p for p, _ in sweep_policy(plan, entry, values, n, node, shares, scorer)]
 
 
 def format_report(rep: RouterReport) -> str:
@@ -472,14 +506,13 @@ def format_report(rep: RouterReport) -> str:
         lines.append(
             f"  gap recovered: accuracy {100 * rep.acc_gap_recovered:.1f} %, NLL {100 * rep.nll_gap_recovered:.1f} %"
         )
-    for p in rep.sweep:
-        acc, nll = p["acc_gap_recovered"], p["nll_gap_recovered"]
-        gaps = (
-            f"accuracy {100 * acc:.1f} %, NLL {100 * nll:.1f} %"
-            if acc is not None and nll is not None
-            else "-"
-        )
-        lines.append(
-            f"held-out share {p['share']:.3f} at threshold {p['threshold']:.6g}: gap recovered {gaps}"
-        )
+    lines.extend(_sweep_line(p) for p in rep.sweep)
     return "\n".join(lines)
+
+
+def _sweep_line(p: dict) -> str:
+    acc, nll = p["acc_gap_recovered"], p["nll_gap_recovered"]
+    gaps = (
+        f"accuracy {100 * acc:.1f} %, NLL {100 * nll:.1f} %" if acc is not None and nll is not None else "-"
+    )
+    return f"held-out share {p['share']:.3f} at threshold {p['threshold']:.6g}: gap recovered {gaps}"

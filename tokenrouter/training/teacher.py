@@ -162,6 +162,21 @@ def router_input_values(spec, logits: torch.Tensor, hidden: torch.Tensor, token:
     return torch.cat(cols, dim=-1)
 
 
+class _Buffers:
+    """Teacher forcing's outputs by key ("greedy/MODEL", "feat/NAME", …), in buffers allocated once, at their
+    final size (`total` rows): keeping one small tensor per window between the large per-window temporaries
+    fragments glibc's heap (~15 MB lost per window measured, 23 GB at 2,800 windows)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.cat: dict[str, torch.Tensor] = {}
+
+    def add(self, key: str, row: int, value: torch.Tensor) -> None:
+        if key not in self.cat:
+            self.cat[key] = torch.empty((self.total, *value.shape[1:]), dtype=value.dtype)
+        self.cat[key][row : row + len(value)] = value
+
+
 @torch.no_grad()
 def teacher_force(
     plan: dict,
@@ -175,72 +190,67 @@ def teacher_force(
     """Run every model over every window. ``routers``: name -> RouterSpec whose inputs to collect.
     ``expected``: also TeacherData.expected (each model's expected gain over the entry model)."""
     engines = load_engines(plan, models)
-    routers = routers or {}
-    # Outputs go into buffers allocated once, at their final size: keeping one small tensor per window
-    # between the large per-window temporaries fragments glibc's heap (~15 MB lost per window measured,
-    # 23 GB at 2,800 windows).
     scored = [len(w.ids) - 1 - cfg.prompt for w in windows]
-    total = sum(scored)
-    cat: dict[str, torch.Tensor] = {}
-
-    def add(key: str, row: int, value: torch.Tensor) -> None:
-        if key not in cat:
-            cat[key] = torch.empty((total, *value.shape[1:]), dtype=value.dtype)
-        cat[key][row : row + len(value)] = value
-
-    prompt_ent = []
+    buf = _Buffers(sum(scored))
+    prompt_ent: list[torch.Tensor] = []
     row = 0
     progress = Progress("teacher forcing", len(windows), "windows")
     for wi, w in enumerate(windows):
         progress.update(wi)
-        x = torch.tensor(w.ids[:-1], dtype=torch.int64)
-        y = torch.tensor(w.ids[1:], dtype=torch.int64)
-        s = slice(cfg.prompt, len(x))
-        add("target", row, y[s])
-        add("window", row, torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
-        entry_lp = None
-        for m in sorted(models, key=lambda m: m != entry):  # the entry model first
-            logits, hidden = engines[m].forward_full(x)
-            logits = logits.float()
-            lp = torch.log_softmax(logits, dim=-1)
-            add(f"greedy/{m}", row, lp[s].argmax(-1))
-            add(f"nll/{m}", row, -lp[s].gather(1, y[s, None])[:, 0])
-            if m != entry:
-                if expected:
-                    p = lp[s].exp()
-                    own, theirs = lp[s].argmax(-1), entry_lp.argmax(-1)
-                    add(
-                        f"expected/acc/{m}",
-                        row,
-                        (p.gather(1, own[:, None]) - p.gather(1, theirs[:, None]))[:, 0],
-                    )
-                    add(f"expected/nll/{m}", row, (p * (lp[s] - entry_lp)).sum(-1))
-                continue
-            entry_lp = lp[s]
-            f = step_features(logits)
-            prompt_ent.append(f["entropy"][: cfg.prompt].mean())
-            t = torch.arange(len(x))
-            gen = t + 2 - cfg.prompt
-            f.update(position=t + 2, generated=gen, run_length=gen)
-            for k, v in f.items():
-                add(f"feat/{k}", row, v[s])
-            for name, spec in routers.items():
-                xs = router_input_values(spec, logits[s], hidden[s], f["token"][s], engines[m].embed)
-                add(f"router/{name}", row, xs)
+        _force_window(buf, row, wi, w, engines, entry, models, cfg, routers or {}, expected, prompt_ent)
         row += scored[wi]
     progress.finish(len(windows))
+    return _teacher_data(buf.cat, models, windows, prompt_ent)
+
+
+def _force_window(buf: _Buffers, row: int, wi: int, w: Window, engines: dict, entry: str, models: list[str],
+                  cfg: TeacherConfig, routers: dict, expected: bool, prompt_ent: list) -> None:  # fmt: skip
+    """Every model over window `wi`, its scored positions into `buf` from `row` on (the entry model first)."""
+    x = torch.tensor(w.ids[:-1], dtype=torch.int64)
+    y = torch.tensor(w.ids[1:], dtype=torch.int64)
+    s = slice(cfg.prompt, len(x))
+    buf.add("target", row, y[s])
+    buf.add("window", row, torch.full((len(x) - cfg.prompt,), wi, dtype=torch.int64))
+    entry_lp = None
+    for m in sorted(models, key=lambda m: m != entry):  # the entry model first
+        logits, hidden = engines[m].forward_full(x)
+        logits = logits.float()
+        lp = torch.log_softmax(logits, dim=-1)
+        buf.add(f"greedy/{m}", row, lp[s].argmax(-1))
+        buf.add(f"nll/{m}", row, -lp[s].gather(1, y[s, None])[:, 0])
+        if m != entry:
+            if expected:
+                _add_expected(buf, row, m, lp[s], entry_lp)
+            continue
+        entry_lp = lp[s]
+        f = step_features(logits)
+        prompt_ent.append(f["entropy"][: cfg.prompt].mean())
+        t = torch.arange(len(x))
+        gen = t + 2 - cfg.prompt
+        f.update(position=t + 2, generated=gen, run_length=gen)
+        for k, v in f.items():
+            buf.add(f"feat/{k}", row, v[s])
+        for name, spec in routers.items():
+            xs = router_input_values(spec, logits[s], hidden[s], f["token"][s], engines[m].embed)
+            buf.add(f"router/{name}", row, xs)
+
+
+def _add_expected(buf: _Buffers, row: int, m: str, lp: torch.Tensor, entry_lp: torch.Tensor) -> None:
+    """Model `m`'s expected gain over the entry model at each scored position (accuracy and NLL)."""
+    p = lp.exp()
+    own, theirs = lp.argmax(-1), entry_lp.argmax(-1)
+    buf.add(f"expected/acc/{m}", row, (p.gather(1, own[:, None]) - p.gather(1, theirs[:, None]))[:, 0])
+    buf.add(f"expected/nll/{m}", row, (p * (lp - entry_lp)).sum(-1))
+
+
+def _teacher_data(cat: dict[str, torch.Tensor], models: list[str], windows: list[Window],
+                  prompt_ent: list[torch.Tensor]) -> TeacherData:  # fmt: skip
     data = TeacherData(models=list(models), target=cat["target"], window=cat["window"],
                        window_file=[w.file for w in windows], prompt_entropy=torch.stack(prompt_ent))  # fmt: skip
+    kinds = {"greedy": data.greedy, "nll": data.nll, "feat": data.features, "router": data.router_inputs,
+             "expected": data.expected}  # fmt: skip
     for k, v in cat.items():
         kind, _, name = k.partition("/")
-        if kind == "greedy":
-            data.greedy[name] = v
-        elif kind == "nll":
-            data.nll[name] = v
-        elif kind == "feat":
-            data.features[name] = v
-        elif kind == "router":
-            data.router_inputs[name] = v
-        elif kind == "expected":
-            data.expected[name] = v
+        if kind in kinds:
+            kinds[kind][name] = v
     return data
