@@ -33,7 +33,8 @@ import numpy as np
 
 from tokenrouter.throughput.inputs import SystemInputs
 from tokenrouter.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
-from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.sim_config import SimConfig, steps_error
+from tokenrouter.throughput.simulate import simulate
 
 # the objective's name -> (the latency, the statistic) of `SimResult.latency`
 OBJECTIVES = {

@@ -26,7 +26,8 @@ from tokenrouter.throughput.plan_inputs import (
     concentration_warnings,
 )
 from tokenrouter.throughput.rate_tune import beyond_shares, beyond_warnings, measured_sizes
-from tokenrouter.throughput.simulate import SimConfig, SimResult, simulate, steps_error
+from tokenrouter.throughput.sim_config import SimConfig, SimResult, steps_error
+from tokenrouter.throughput.simulate import simulate
 
 
 def run_simulate(
