@@ -142,21 +142,26 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
     errors = [r.error for r in results if r.error]
     if errors:
         raise ProfileRunError(f"{len(errors)} of {len(results)} sample requests failed: {errors[0]}")
-    routing = {}
-    for name, row in ex.decisions.items():
-        total = sum(row.values())
-        if total:
-            routing[name] = {dest: n / total for dest, n in row.items()}
     return Profile(
         policy=plan["policy"]["name"],
         source_sha256=plan.get("source", {}).get("sha256"),
         step_ms=step,
-        routing=routing,
+        routing=_shares(ex.decisions),
         counts={k: dict(v) for k, v in ex.decisions.items()},
         device=", ".join(f"{m}: {d}" for m, d in devices.items()),
         created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         workload=_workload(cfg, prompts, results, wall),
     )
+
+
+def _shares(decisions: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Each model's routing: its decisions' counts as shares (models that decided nothing left out)."""
+    routing = {}
+    for name, row in decisions.items():
+        total = sum(row.values())
+        if total:
+            routing[name] = {dest: n / total for dest, n in row.items()}
+    return routing
 
 
 def _time_models(ex, devices: dict[str, str], cfg: ProfileConfig, progress) -> dict[str, StepLatency]:

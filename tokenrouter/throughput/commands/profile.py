@@ -48,11 +48,7 @@ def run_profile_command(
         return write_and_describe(_fit_colocation(plan_path, colocation), plan_path, output)
     if from_metrics:
         profile = _profile_from_metrics(plan_path, from_metrics, since, min_steps, keep_prefills)
-        if alone:
-            profile = with_alone(plan_path, profile, alone)
-        if merge:
-            profile = merged(profile, merge)
-        return write_and_describe(profile, plan_path, output)
+        return write_and_describe(_completed(plan_path, profile, alone, merge), plan_path, output)
     if since:
         raise ThroughputUsageError("--since needs --from-metrics")
     settings = dict(
@@ -61,6 +57,15 @@ def run_profile_command(
         prompt_texts=_prompt_texts(prompts_file) if prompts_file else [],
     )  # fmt: skip
     return write_and_describe(_measure(plan_path, settings), plan_path, output)
+
+
+def _completed(plan_path: str, profile, alone: str | None, merge: str | None):
+    """A served profile with the latencies alone (`--alone`) or all latencies (`--merge`) of another."""
+    if alone:
+        profile = with_alone(plan_path, profile, alone)
+    if merge:
+        profile = merged(profile, merge)
+    return profile
 
 
 def _check_metrics_options(

@@ -64,12 +64,17 @@ def run_simulate(
     sim = simulate(inp, cfg)
     pred = _chain_prediction(inp, cfg, delta_ms) if chain else None
     if as_json:
-        out = {"simulation": sim.as_dict(inp.models)}
-        if pred is not None:
-            out["chain"] = pred if isinstance(pred, str) else pred.as_dict(inp.models)
-        return json.dumps(finite_json(out), indent=2)
+        return _as_json(sim, pred, inp.models)
     run = _Run(plan, system, inp, cfg, thresholds, sim, requests, arrivals)
     return "\n".join(_header(run) + _chain_lines(run, pred, delta_ms) + _result_lines(run))
+
+
+def _as_json(sim: SimResult, pred, models: tuple[str, ...]) -> str:
+    """The simulation's result, and the chain's (or why it failed) where it was asked for."""
+    out = {"simulation": sim.as_dict(models)}
+    if pred is not None:
+        out["chain"] = pred if isinstance(pred, str) else pred.as_dict(models)
+    return json.dumps(finite_json(out), indent=2)
 
 
 def _replayed_arrivals(path: str, args: SystemArgs, cfg_kw: dict, requests: str | None) -> dict:

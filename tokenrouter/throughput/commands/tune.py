@@ -23,12 +23,10 @@ from tokenrouter.throughput.plan_inputs import (
     PlanSystem,
     ThroughputInputError,
     ThroughputUsageError,
-    apply_tuning,
-    beyond_profile_warnings,
     concentration_warnings,
-    timeout_warnings,
 )
 from tokenrouter.throughput.timeout_check import check_timeout, current_thresholds
+from tokenrouter.throughput.tuned_plan import apply_tuning, beyond_profile_warnings, timeout_warnings
 
 
 def run_tune(

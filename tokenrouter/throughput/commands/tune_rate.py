@@ -29,10 +29,10 @@ from tokenrouter.throughput.plan_inputs import (
     PlanSystem,
     ThroughputInputError,
     ThroughputUsageError,
-    apply_tuning,
     concentration_warnings,
 )
 from tokenrouter.throughput.rate_tune import BEYOND_SHARE, RateSettings, beyond_warnings, tune_at_rate
+from tokenrouter.throughput.tuned_plan import apply_tuning
 
 
 def run_rate_tune(
