@@ -216,27 +216,17 @@ def _build_reference(
     reward: list[float] = []
     tau: list[int] = []
     done_rows: list[tuple[int, ...]] = []
-    q = 0
-    while q < len(states):
-        k, b, r = (list(states[q][j::3]) for j in range(3))
+    for q, s in enumerate(states):  # (states grows as the loop finds them)
+        k, b, r = (list(s[j::3]) for j in range(3))
         t, done, nb, nr = _next_epoch(inputs, bvec, k, b, r)
         tau.append(t)
         reward.append(sum(bi * tps[i] for i, bi in done))
         done_rows.append(tuple(int(any(i == d for d, _ in done)) for i in range(m)))
         for add, prob in outcomes.joint(done):
             ns = _start(inputs, bvec, ticks, lone, [k[j] + add[j] for j in range(m)], nb.copy(), nr.copy())
-            col = index.get(ns)
-            if col is None:
-                col = index[ns] = len(states)
-                states.append(ns)
-                if len(states) > max_states:
-                    raise ChainError(
-                        f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
-                    )
             rows.append(q)
-            cols.append(col)
+            cols.append(_number(ns, index, states, max_states))
             vals.append(prob)
-        q += 1
     n = len(states)
     mat = sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(n, n))
     return (
@@ -246,6 +236,19 @@ def _build_reference(
         np.array(tau, dtype=float),
         np.array(done_rows, dtype=bool),
     )
+
+
+def _number(s: tuple[int, ...], index: dict, states: list, max_states: int) -> int:
+    """State s's index, numbering it next where it is new (refused past `max_states` states)."""
+    col = index.get(s)
+    if col is None:
+        col = index[s] = len(states)
+        states.append(s)
+        if len(states) > max_states:
+            raise ChainError(
+                f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
+            )
+    return col
 
 
 def _start(
