@@ -233,7 +233,8 @@ def test_profile_alone_cli_then_tune(run55, tmp_path):
 def test_profile_merge_cli_takes_the_other_profiles_latencies_where_it_has_them(run55, tmp_path):
     """`profile --from-metrics ... --merge OTHER`: OTHER's latencies (every step, alone and beside) replace the
     eager profile's at the batch sizes OTHER measured; the eager profile's stay at the rest, and its routing."""
-    from tokenrouter.throughput.commands import ThroughputInputError, merge_served
+    from tokenrouter.throughput.commands.profile_merge import merge_served
+    from tokenrouter.throughput.plan_inputs import ThroughputInputError
 
     plan = run55 / "0.6b+8b-bern0.35.plan"
     after, before = run55 / "profile-metrics-n8-after.txt", run55 / "profile-metrics-n8-before.txt"
@@ -354,7 +355,7 @@ def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp
     can meet the other's lower. run91.tar.gz's eager profile (H200) has the 0.6B alone at 4 rows at
     1.433 ms from 20 steps; a second profile with 3 rows at 1.6 ms from 200 steps pools the two, each weighted
     by its steps, and the profile records the pooled sizes. Profiles made before the fit are merged as before."""
-    from tokenrouter.throughput.commands import merge_served
+    from tokenrouter.throughput.commands.profile_merge import merge_served
 
     archive = RUNS / "run91.tar.gz"
     with tarfile.open(archive) as tar:
@@ -376,9 +377,9 @@ def test_merged_latencies_alone_are_fitted_again_where_the_two_profiles_meet(tmp
     assert dict(got.alone_ms["slm"].points)[3] == pytest.approx(pooled)
     assert dict(got.alone_ms["slm"].points)[4] == pytest.approx(pooled)
     assert got.workload["merged_alone_pooled"] == {"slm": [[3, 4]]}
-    from tokenrouter.throughput.commands import _write_and_describe
+    from tokenrouter.throughput.commands.profile_describe import write_and_describe
 
-    text = _write_and_describe(got, str(ROOT / "examples" / "bernoulli.tr"), str(tmp_path / "merged.json"))
+    text = write_and_describe(got, str(ROOT / "examples" / "bernoulli.tr"), str(tmp_path / "merged.json"))
     assert "slm: merged, alone at batch sizes 3-4 pooled into one mean" in text
     assert set(got.alone_ms) == set(base.alone_ms) and got.step_ms["llm"] == base.step_ms["llm"]
     unfitted = dataclasses.replace(

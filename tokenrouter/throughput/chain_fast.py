@@ -49,121 +49,147 @@ def build_chain_fast(inputs: SystemInputs, thresholds: tuple[int, ...], ticks: l
     codec = _Codec(m, n, [max(max(t[1:]), max(a[1:])) for t, a in zip(ticks, lone_tab.tolist(), strict=True)])
     if not codec.ok:
         return None
-    bvec = np.array(thresholds, dtype=np.int64)
-    tick_tab = np.array(ticks, dtype=np.int64)  # [M, N+1]
-    # co[j, i]: model j is a co-runner of model i (for the models with a latency alone)
-    co = np.zeros((m, m), dtype=np.int64)
-    for i, a in enumerate(inputs.alone or ()):
-        if a is not None:
-            co[list(a.co_runners), i] = 1
-    has_alone = co.any(axis=0)
-    tps = inputs.tokens_per_step()
-    cols_k = np.arange(m) * 3
-    cols_b = cols_k + 1
-    cols_r = cols_k + 2
+    return _Levels(inputs, thresholds, ticks, lone_tab, codec, outcomes, error_cls).build(max_states)
 
-    def start(s: np.ndarray) -> np.ndarray:
+
+class _Levels:
+    """The chain enumerated level by level: each level's states (the frontier) advance to their next epoch
+    together, expand by their routing outcomes, and the successors not seen before are the next level."""
+
+    def __init__(self, inputs: SystemInputs, thresholds, ticks, lone_tab, codec: _Codec, outcomes, error_cls):
+        m = self.m = inputs.n_models
+        self.n, self.inputs, self.thresholds = inputs.concurrency, inputs, thresholds
+        self.codec, self.outcomes, self.error_cls = codec, outcomes, error_cls
+        self.bvec = np.array(thresholds, dtype=np.int64)
+        self.tick_tab, self.lone_tab = np.array(ticks, dtype=np.int64), lone_tab  # [M, N+1]
+        # co[j, i]: model j is a co-runner of model i (for the models with a latency alone)
+        self.co = np.zeros((m, m), dtype=np.int64)
+        for i, a in enumerate(inputs.alone or ()):
+            if a is not None:
+                self.co[list(a.co_runners), i] = 1
+        self.has_alone = self.co.any(axis=0)
+        self.tps = inputs.tokens_per_step()
+        self.cols_k = np.arange(m) * 3
+        self.cols_b, self.cols_r = self.cols_k + 1, self.cols_k + 2
+        # routing-outcome tables by completion signature (the completed batch size of each model), concatenated
+        self.sig_radix = np.int64(self.n + 1) ** np.arange(m, dtype=np.int64)
+        self.table_at: dict[int, tuple[int, int]] = {}
+        self.adds_l: list[tuple[int, ...]] = []
+        self.probs_l: list[float] = []
+        self.all_adds = self.all_probs = None
+
+    def start(self, s: np.ndarray) -> np.ndarray:
+        """States `s` with every idle model whose queue reaches its threshold started on its queue (in place)."""
+        m, n, cols_k, cols_b = self.m, self.n, self.cols_k, self.cols_b
         k, b = s[:, cols_k], s[:, cols_b]
-        go = (b == 0) & (k >= bvec) & (k > 0)
+        go = (b == 0) & (k >= self.bvec) & (k > 0)
         if go.any():
-            ticks_now = tick_tab[np.arange(m)[None, :], np.minimum(k, n)]
+            ticks_now = self.tick_tab[np.arange(m)[None, :], np.minimum(k, n)]
             nb = np.where(go, k, b)
-            if has_alone.any():  # alone: no co-runner running, the steps starting now included
-                lone = has_alone[None, :] & (((nb > 0).astype(np.int64) @ co) == 0)
-                ticks_now = np.where(lone, lone_tab[np.arange(m)[None, :], np.minimum(k, n)], ticks_now)
+            if self.has_alone.any():  # alone: no co-runner running, the steps starting now included
+                lone = self.has_alone[None, :] & (((nb > 0).astype(np.int64) @ self.co) == 0)
+                ticks_now = np.where(lone, self.lone_tab[np.arange(m)[None, :], np.minimum(k, n)], ticks_now)
             s[:, cols_b] = nb
-            s[:, cols_r] = np.where(go, ticks_now, s[:, cols_r])
+            s[:, self.cols_r] = np.where(go, ticks_now, s[:, self.cols_r])
             s[:, cols_k] = np.where(go, 0, k)
         return s
 
-    s0 = np.zeros((1, 3 * m), dtype=np.int64)
-    s0[0, 3 * inputs.entry] = n
-    s0 = start(s0)
-    key0 = int(codec.encode(s0)[0])
-    index = {key0: 0}
-    state_chunks = [s0]
-    frontier, frontier_idx = s0, np.array([0])
-    count = 1
-    rows_l, cols_l, vals_l, reward_l, tau_l, done_l, order_l = [], [], [], [], [], [], []
-    # routing-outcome tables by completion signature (the completed batch size of each model), concatenated
-    sig_radix = np.int64(n + 1) ** np.arange(m, dtype=np.int64)
-    table_at: dict[int, tuple[int, int]] = {}
-    adds_l: list[tuple[int, ...]] = []
-    probs_l: list[float] = []
-    all_adds = all_probs = None
-    while len(frontier):
-        k, b, r = frontier[:, cols_k], frontier[:, cols_b], frontier[:, cols_r]
+    def build(self, max_states: int):
+        s0 = np.zeros((1, 3 * self.m), dtype=np.int64)
+        s0[0, 3 * self.inputs.entry] = self.n
+        s0 = self.start(s0)
+        index = {int(self.codec.encode(s0)[0]): 0}
+        state_chunks = [s0]
+        frontier, frontier_idx = s0, np.array([0])
+        parts: dict[str, list] = {k: [] for k in ("rows", "cols", "vals", "reward", "tau", "done", "order")}
+        while len(frontier):
+            nb, nr, sig = self._epoch(frontier, frontier_idx, parts)
+            keys, src, probs = self._successors(frontier, frontier_idx, nb, nr, sig)
+            uniq, kinv = np.unique(keys, return_inverse=True)
+            ids = np.fromiter((index.get(x, -1) for x in uniq.tolist()), dtype=np.int64, count=len(uniq))
+            fresh = np.flatnonzero(ids < 0)
+            ids[fresh] = np.arange(len(index), len(index) + len(fresh))
+            for x, i in zip(uniq[fresh].tolist(), ids[fresh].tolist(), strict=True):
+                index[x] = i
+            if len(index) > max_states:
+                raise self.error_cls(
+                    f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
+                )
+            parts["rows"].append(src)
+            parts["cols"].append(ids[kinv])
+            parts["vals"].append(probs)
+            frontier, frontier_idx = self.codec.decode(uniq[fresh]), ids[fresh]
+            state_chunks.append(frontier)
+        return self._assemble(len(index), state_chunks, parts)
+
+    def _epoch(self, frontier: np.ndarray, frontier_idx: np.ndarray, parts: dict[str, list]):
+        """Each state's next epoch: the batches that complete first, after τ ticks, and the tokens they commit
+        (into `parts`); returns the batches and ticks left after it and each state's completion signature."""
+        b, r = frontier[:, self.cols_b], frontier[:, self.cols_r]
         active = b > 0
         dead = ~active.any(axis=1)
         if dead.any():
             d = frontier[np.flatnonzero(dead)[0]]
-            raise error_cls(
+            raise self.error_cls(
                 "delayed batching deadlocks: every model is idle and no queue reaches its threshold "
-                f"(queues {dict(zip(inputs.models, d[cols_k].tolist(), strict=True))}, "
-                f"thresholds {dict(zip(inputs.models, thresholds, strict=True))})"
+                f"(queues {dict(zip(self.inputs.models, d[self.cols_k].tolist(), strict=True))}, "
+                f"thresholds {dict(zip(self.inputs.models, self.thresholds, strict=True))})"
             )
         t = np.where(active, r, np.iinfo(np.int64).max).min(axis=1)
         done = active & (r == t[:, None])
-        reward_l.append((np.where(done, b, 0) * tps[None, :]).sum(axis=1))
-        tau_l.append(t)
-        done_l.append(done)
-        order_l.append(frontier_idx)
+        parts["reward"].append((np.where(done, b, 0) * self.tps[None, :]).sum(axis=1))
+        parts["tau"].append(t)
+        parts["done"].append(done)
+        parts["order"].append(frontier_idx)
         nb = np.where(done, 0, b)
         nr = np.where(nb > 0, r - t[:, None], 0)
-        sig = np.where(done, b, 0)
-        sig_key = sig @ sig_radix
+        return nb, nr, np.where(done, b, 0)
+
+    def _outcome_tables(self, sig: np.ndarray):
+        """Each row's routing-outcome table (its offset and length among all tables) by its completion
+        signature, the tables of signatures not seen before added."""
+        sig_key = sig @ self.sig_radix
         uniq_sig, first_row, inv = np.unique(sig_key, return_index=True, return_inverse=True)
         for key, row in zip(uniq_sig.tolist(), first_row.tolist(), strict=True):
-            if key not in table_at:
-                done_set = tuple((i, int(sig[row, i])) for i in range(m) if sig[row, i] > 0)
-                table = outcomes.joint(done_set)
-                table_at[key] = (len(probs_l), len(table))
-                adds_l.extend(a for a, _ in table)
-                probs_l.extend(p for _, p in table)
-                all_adds, all_probs = None, None
-        if all_adds is None:
-            all_adds, all_probs = np.array(adds_l, dtype=np.int64).reshape(-1, m), np.array(probs_l)
-        # every row of the frontier expanded by its outcome table, all groups at once
-        off_c = np.array([table_at[x] for x in uniq_sig.tolist()], dtype=np.int64).reshape(-1, 2)
-        row_off, row_cnt = off_c[inv, 0], off_c[inv, 1]
+            if key not in self.table_at:
+                done_set = tuple((i, int(sig[row, i])) for i in range(self.m) if sig[row, i] > 0)
+                table = self.outcomes.joint(done_set)
+                self.table_at[key] = (len(self.probs_l), len(table))
+                self.adds_l.extend(a for a, _ in table)
+                self.probs_l.extend(p for _, p in table)
+                self.all_adds, self.all_probs = None, None
+        if self.all_adds is None:
+            self.all_adds = np.array(self.adds_l, dtype=np.int64).reshape(-1, self.m)
+            self.all_probs = np.array(self.probs_l)
+        off_c = np.array([self.table_at[x] for x in uniq_sig.tolist()], dtype=np.int64).reshape(-1, 2)
+        return off_c[inv, 0], off_c[inv, 1]
+
+    def _successors(self, frontier, frontier_idx, nb, nr, sig):
+        """Every row of the frontier expanded by its outcome table, all groups at once: the successors' keys
+        (started), their source states and their probabilities."""
+        row_off, row_cnt = self._outcome_tables(sig)
         rep = np.repeat(np.arange(len(frontier)), row_cnt)
         first_out = np.cumsum(row_cnt) - row_cnt
         out = row_off[rep] + np.arange(len(rep)) - first_out[rep]
-        nxt = np.empty((len(rep), 3 * m), dtype=np.int64)
-        nxt[:, cols_k] = k[rep] + all_adds[out]
-        nxt[:, cols_b] = nb[rep]
-        nxt[:, cols_r] = nr[rep]
-        new_keys_all = [codec.encode(start(nxt))]
-        src_all = [frontier_idx[rep]]
-        prob_all = [all_probs[out]]
-        keys = np.concatenate(new_keys_all)
-        uniq, kinv = np.unique(keys, return_inverse=True)
-        ids = np.fromiter((index.get(x, -1) for x in uniq.tolist()), dtype=np.int64, count=len(uniq))
-        fresh = np.flatnonzero(ids < 0)
-        ids[fresh] = np.arange(count, count + len(fresh))
-        for x, i in zip(uniq[fresh].tolist(), ids[fresh].tolist(), strict=True):
-            index[x] = i
-        count += len(fresh)
-        if count > max_states:
-            raise error_cls(
-                f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
-            )
-        rows_l.append(np.concatenate(src_all))
-        cols_l.append(ids[kinv])
-        vals_l.append(np.concatenate(prob_all))
-        frontier = codec.decode(uniq[fresh])
-        frontier_idx = ids[fresh]
-        state_chunks.append(frontier)
-    order = np.concatenate(order_l)  # the state index of each processed row, level by level
-    states = np.empty((count, 3 * m), dtype=np.int64)
-    states[order] = np.concatenate(state_chunks[: len(order_l)])
-    reward = np.empty(count)
-    reward[order] = np.concatenate(reward_l)
-    tau = np.empty(count)
-    tau[order] = np.concatenate(tau_l)
-    done = np.empty((count, m), dtype=bool)
-    done[order] = np.concatenate(done_l)
-    mat = sp.csr_matrix(
-        (np.concatenate(vals_l), (np.concatenate(rows_l), np.concatenate(cols_l))), shape=(count, count)
-    )
-    return states, mat, reward, tau, done
+        nxt = np.empty((len(rep), 3 * self.m), dtype=np.int64)
+        nxt[:, self.cols_k] = frontier[:, self.cols_k][rep] + self.all_adds[out]
+        nxt[:, self.cols_b] = nb[rep]
+        nxt[:, self.cols_r] = nr[rep]
+        return self.codec.encode(self.start(nxt)), frontier_idx[rep], self.all_probs[out]
+
+    def _assemble(self, count: int, state_chunks: list[np.ndarray], parts: dict[str, list]):
+        """(states, transition matrix, reward, τ, done) indexed by state, from the levels' parts."""
+        order = np.concatenate(parts["order"])  # the state index of each processed row, level by level
+        states = np.empty((count, 3 * self.m), dtype=np.int64)
+        states[order] = np.concatenate(state_chunks[: len(parts["order"])])
+        reward = np.empty(count)
+        reward[order] = np.concatenate(parts["reward"])
+        tau = np.empty(count)
+        tau[order] = np.concatenate(parts["tau"])
+        done = np.empty((count, self.m), dtype=bool)
+        done[order] = np.concatenate(parts["done"])
+        mat = sp.csr_matrix(
+            (np.concatenate(parts["vals"]), (np.concatenate(parts["rows"]), np.concatenate(parts["cols"]))),
+            shape=(count, count),
+        )
+        return states, mat, reward, tau, done

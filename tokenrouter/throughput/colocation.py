@@ -57,60 +57,24 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
         raise ColocationError(
             "no two models of the plan share a GPU (models.*.gpus): there is nothing to fit"
         )
-    busy_a, busy_b = _busy(base, "first"), _busy(other, "second")
-    steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
+    busy = _busy(base, "first"), _busy(other, "second")
     terms: dict[str, dict] = {}
     too_close: list[str] = []
     for model, co in groups.items():
         if not co:
             continue
-        if model not in base.step_ms or model not in other.step_ms:
-            raise ColocationError(f"model {model!r} has no step latencies in both profiles")
-        la, lb = dict(base.step_ms[model].points), dict(other.step_ms[model].points)
-        common = sorted(set(la) & set(lb))
-        if not common:
-            raise ColocationError(
-                f"model {model!r}: no batch size ran often enough in both profiles (first: {sorted(la)}, "
-                f"second: {sorted(lb)}); put more load on the servers"
-            )
-        share_a = sum(busy_a.get(j, 0.0) for j in co)
-        share_b = sum(busy_b.get(j, 0.0) for j in co)
-        if abs(share_b - share_a) < MIN_SHARE_GAP:
-            too_close.append(f"{model} ({'+'.join(co)} busy {share_a:.2f} and {share_b:.2f})")
-            continue  # no term: the two profiles cannot tell how its step depends on them
-        weight = {
-            b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1))
-            for b in common
-        }
-        change = sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
-        slope = change / (share_b - share_a)
-        terms[model] = {
-            "co_runners": co,
-            "ms_per_share": round(max(0.0, slope), 4),
-            "at_share": round(share_a, 4),
-            "fit": {
-                "busy_share": [round(share_a, 4), round(share_b, 4)],
-                "step_change_ms": round(change, 4),
-                "batch_sizes": common,
-                "slope_ms_per_share": round(slope, 4),
-                "thresholds": [base.workload.get("thresholds"), other.workload.get("thresholds")],
-            },
-        }
+        term = _fit_term(model, co, base, other, busy)
+        if isinstance(term, str):
+            too_close.append(term)  # no term: the two profiles cannot tell how its step depends on them
+        else:
+            terms[model] = term
     if not terms:
         raise ColocationError(
             f"the models beside each model were about as busy in both profiles ({'; '.join(too_close)}), so "
             "they cannot tell how a step depends on them; serve the second at a higher threshold of the large "
             "model (`serve --batch MODEL=3`)"
         )
-    counts, routing = {}, {}
-    for model, row in base.routing.items():
-        a, b = base.counts.get(model), other.counts.get(model)
-        if a and b:
-            pooled = {t: a.get(t, 0) + b.get(t, 0) for t in {*a, *b}}
-            total = sum(pooled.values())
-            counts[model], routing[model] = pooled, {t: n / total for t, n in pooled.items()}
-        else:
-            counts[model], routing[model] = dict(a or {}), dict(row)
+    counts, routing = _pooled_routing(base, other)
     sources = [base.workload.get("source", ""), other.workload.get("source", "")]
     return dataclasses.replace(
         base,
@@ -127,6 +91,57 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
     )
 
 
+def _fit_term(model: str, co: list[str], base: Profile, other: Profile, busy) -> dict | str:
+    """The model's term: its step change between the profiles (weighted by the steps behind each batch size
+    both measured) over the change of its co-runners' busy share; where the shares are too close, the line
+    that says so."""
+    if model not in base.step_ms or model not in other.step_ms:
+        raise ColocationError(f"model {model!r} has no step latencies in both profiles")
+    la, lb = dict(base.step_ms[model].points), dict(other.step_ms[model].points)
+    common = sorted(set(la) & set(lb))
+    if not common:
+        raise ColocationError(
+            f"model {model!r}: no batch size ran often enough in both profiles (first: {sorted(la)}, "
+            f"second: {sorted(lb)}); put more load on the servers"
+        )
+    share_a = sum(busy[0].get(j, 0.0) for j in co)
+    share_b = sum(busy[1].get(j, 0.0) for j in co)
+    if abs(share_b - share_a) < MIN_SHARE_GAP:
+        return f"{model} ({'+'.join(co)} busy {share_a:.2f} and {share_b:.2f})"
+    steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
+    weight = {
+        b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1)) for b in common
+    }
+    change = sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
+    slope = change / (share_b - share_a)
+    return {
+        "co_runners": co,
+        "ms_per_share": round(max(0.0, slope), 4),
+        "at_share": round(share_a, 4),
+        "fit": {
+            "busy_share": [round(share_a, 4), round(share_b, 4)],
+            "step_change_ms": round(change, 4),
+            "batch_sizes": common,
+            "slope_ms_per_share": round(slope, 4),
+            "thresholds": [base.workload.get("thresholds"), other.workload.get("thresholds")],
+        },
+    }
+
+
+def _pooled_routing(base: Profile, other: Profile) -> tuple[dict, dict]:
+    """The decision counts and routing of both profiles pooled, where both have counts (else `base`'s)."""
+    counts, routing = {}, {}
+    for model, row in base.routing.items():
+        a, b = base.counts.get(model), other.counts.get(model)
+        if a and b:
+            pooled = {t: a.get(t, 0) + b.get(t, 0) for t in {*a, *b}}
+            total = sum(pooled.values())
+            counts[model], routing[model] = pooled, {t: n / total for t, n in pooled.items()}
+        else:
+            counts[model], routing[model] = dict(a or {}), dict(row)
+    return counts, routing
+
+
 def calibrate(
     inputs: SystemInputs, terms: tuple[ColocationTerm | None, ...], profile: Profile, analyze: Callable
 ) -> tuple[SystemInputs, dict[str, str], list[str]]:
@@ -138,62 +153,76 @@ def calibrate(
     term whose co-runners the chain keeps about as busy at both is left out. With only the first profile's
     thresholds the slope stays on the measured scale; with none, the reference too."""
     plain = dataclasses.replace(inputs, colocation=())
-    models, chains = inputs.models, {}
-
-    def utilization(thresholds) -> tuple[float, ...] | None:
-        if not isinstance(thresholds, dict) or set(thresholds) != set(models):
-            return None
-        if feasibility_error(thresholds, inputs.concurrency):
-            return None
-        b = tuple(int(thresholds[m]) for m in models)
-        if b not in chains:
-            try:
-                chains[b] = analyze(plain, b).utilization
-            except ChainError:
-                chains[b] = None
-        return chains[b]
-
-    def label(thresholds) -> str:
-        return "(" + ", ".join(str(thresholds[m]) for m in models) + ")"
-
+    chains = _PlainChains(plain, analyze)
     out: list[ColocationTerm | None] = []
     sources: dict[str, str] = {}
     dropped: list[str] = []
-    for m, t in zip(models, terms, strict=True):
+    for m, t in zip(inputs.models, terms, strict=True):
         if t is None:
             out.append(None)
             continue
-        fitted = profile.colocation.get(m, {}).get("fit", {})
-        served = fitted.get("thresholds") or []  # [first profile's, second's]; older fits: none
-        first = served[0] if served else profile.workload.get("thresholds")
-        second = served[1] if len(served) > 1 else None
-        ua, ub, change = utilization(first), utilization(second), fitted.get("step_change_ms")
-        if ua is None:
-            out.append(t)
-            sources[m] = "profile (from the measured busy share)"
-            continue
-        at = sum(ua[j] for j in t.co_runners)
-        if ub is None or not isinstance(change, (int, float)):
-            out.append(dataclasses.replace(t, at_share=at))
-            sources[m] = (
-                f"profile (reference from the chain at B = {label(first)}; slope from the busy share)"
-            )
-            continue
-        to = sum(ub[j] for j in t.co_runners)
-        co = "+".join(models[j] for j in t.co_runners)
-        if abs(to - at) < MIN_SHARE_GAP:
-            out.append(None)
-            dropped.append(
-                f"the co-location term of {m} is left out: the chain keeps {co} as busy at B = {label(first)} "
-                f"({at:.2f}) as at {label(second)} ({to:.2f}), so its step change ({change:+.3f} ms) cannot "
-                "be put on the chain's scale"
-            )
-            continue
-        out.append(ColocationTerm(t.co_runners, round(max(0.0, change / (to - at)), 4), at))
-        sources[m] = f"profile (from the chain at B = {label(first)} and {label(second)})"
+        term, note = _calibrated(m, t, profile, chains)
+        out.append(term)
+        if term is None:
+            dropped.append(note)
+        else:
+            sources[m] = note
     if all(t is None for t in out):
         return plain, {}, dropped
     return dataclasses.replace(inputs, colocation=tuple(out)), sources, dropped
+
+
+class _PlainChains:
+    """The co-runners' utilization in the chain without terms, at the thresholds a profile was served at."""
+
+    def __init__(self, plain: SystemInputs, analyze: Callable) -> None:
+        self.plain, self.analyze, self.models = plain, analyze, plain.models
+        self.chains: dict[tuple[int, ...], tuple[float, ...] | None] = {}
+
+    def utilization(self, thresholds) -> tuple[float, ...] | None:
+        """None where the thresholds are not one per model, infeasible, or the chain fails."""
+        models = self.models
+        if not isinstance(thresholds, dict) or set(thresholds) != set(models):
+            return None
+        if feasibility_error(thresholds, self.plain.concurrency):
+            return None
+        b = tuple(int(thresholds[m]) for m in models)
+        if b not in self.chains:
+            try:
+                self.chains[b] = self.analyze(self.plain, b).utilization
+            except ChainError:
+                self.chains[b] = None
+        return self.chains[b]
+
+    def label(self, thresholds) -> str:
+        return "(" + ", ".join(str(thresholds[m]) for m in self.models) + ")"
+
+
+def _calibrated(m: str, t: ColocationTerm, profile: Profile, chains: _PlainChains):
+    """Model m's term in the chain's units and where it came from; or None and the line that says why it is
+    left out."""
+    fitted = profile.colocation.get(m, {}).get("fit", {})
+    served = fitted.get("thresholds") or []  # [first profile's, second's]; older fits: none
+    first = served[0] if served else profile.workload.get("thresholds")
+    second = served[1] if len(served) > 1 else None
+    ua, ub = chains.utilization(first), chains.utilization(second)
+    change = fitted.get("step_change_ms")
+    if ua is None:
+        return t, "profile (from the measured busy share)"
+    at = sum(ua[j] for j in t.co_runners)
+    if ub is None or not isinstance(change, (int, float)):
+        note = f"profile (reference from the chain at B = {chains.label(first)}; slope from the busy share)"
+        return dataclasses.replace(t, at_share=at), note
+    to = sum(ub[j] for j in t.co_runners)
+    co = "+".join(chains.models[j] for j in t.co_runners)
+    if abs(to - at) < MIN_SHARE_GAP:
+        return None, (
+            f"the co-location term of {m} is left out: the chain keeps {co} as busy at B = {chains.label(first)} "
+            f"({at:.2f}) as at {chains.label(second)} ({to:.2f}), so its step change ({change:+.3f} ms) cannot "
+            "be put on the chain's scale"
+        )
+    term = ColocationTerm(t.co_runners, round(max(0.0, change / (to - at)), 4), at)
+    return term, f"profile (from the chain at B = {chains.label(first)} and {chains.label(second)})"
 
 
 def shifted(inputs: SystemInputs, shift: list[float], floor_ms: float) -> SystemInputs:

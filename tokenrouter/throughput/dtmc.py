@@ -189,7 +189,6 @@ def build_chain(
         raise ChainError(error)
     ticks = step_ticks(inputs, delta_ms)
     lone = alone_ticks(inputs, delta_ms)
-    tps = inputs.tokens_per_step()
     outcomes = _Outcomes(inputs.p)
     if not reference:
         from tokenrouter.throughput.chain_fast import build_chain_fast
@@ -197,19 +196,18 @@ def build_chain(
         fast = build_chain_fast(inputs, bvec, ticks, outcomes, max_states, ChainError, lone)
         if fast is not None:
             return fast
+    return _build_reference(inputs, bvec, ticks, lone, outcomes, max_states)
 
-    def start(k: list[int], b: list[int], r: list[int]) -> tuple[int, ...]:
-        new = [i for i in range(m) if b[i] == 0 and k[i] >= bvec[i] and k[i] > 0]
-        for i in new:
-            b[i], k[i] = k[i], 0
-        running = [x > 0 for x in b]  # with the steps starting now: they run beside each other
-        for i in new:
-            r[i] = (lone[i] if inputs.step_alone(i, running) else ticks[i])[b[i]]
-        return tuple(x for i in range(m) for x in (k[i], b[i], r[i]))
 
+def _build_reference(
+    inputs: SystemInputs, bvec: tuple[int, ...], ticks, lone, outcomes: _Outcomes, max_states
+):
+    """`build_chain`'s plain loop: breadth-first from the start state, one state at a time."""
+    m, n_req = inputs.n_models, inputs.concurrency
+    tps = inputs.tokens_per_step()
     k0 = [0] * m
     k0[inputs.entry] = n_req
-    s0 = start(k0, [0] * m, [0] * m)
+    s0 = _start(inputs, bvec, ticks, lone, k0, [0] * m, [0] * m)
     index = {s0: 0}
     states = [s0]
     rows: list[int] = []
@@ -218,39 +216,17 @@ def build_chain(
     reward: list[float] = []
     tau: list[int] = []
     done_rows: list[tuple[int, ...]] = []
-    q = 0
-    while q < len(states):
-        s = states[q]
-        k = list(s[0::3])
-        b = list(s[1::3])
-        r = list(s[2::3])
-        active = [i for i in range(m) if b[i] > 0]
-        if not active:
-            raise ChainError(
-                "delayed batching deadlocks: every model is idle and no queue reaches its threshold "
-                f"(queues {dict(zip(inputs.models, k, strict=True))}, thresholds {dict(zip(inputs.models, bvec, strict=True))})"
-            )
-        t = min(r[i] for i in active)
-        done = tuple((i, b[i]) for i in active if r[i] == t)
+    for q, s in enumerate(states):  # (states grows as the loop finds them)
+        k, b, r = (list(s[j::3]) for j in range(3))
+        t, done, nb, nr = _next_epoch(inputs, bvec, k, b, r)
         tau.append(t)
         reward.append(sum(bi * tps[i] for i, bi in done))
         done_rows.append(tuple(int(any(i == d for d, _ in done)) for i in range(m)))
-        nb = [0 if r[i] == t else b[i] for i in range(m)]
-        nr = [r[i] - t if nb[i] else 0 for i in range(m)]
         for add, prob in outcomes.joint(done):
-            ns = start([k[j] + add[j] for j in range(m)], nb.copy(), nr.copy())
-            col = index.get(ns)
-            if col is None:
-                col = index[ns] = len(states)
-                states.append(ns)
-                if len(states) > max_states:
-                    raise ChainError(
-                        f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
-                    )
+            ns = _start(inputs, bvec, ticks, lone, [k[j] + add[j] for j in range(m)], nb.copy(), nr.copy())
             rows.append(q)
-            cols.append(col)
+            cols.append(_number(ns, index, states, max_states))
             vals.append(prob)
-        q += 1
     n = len(states)
     mat = sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(n, n))
     return (
@@ -260,6 +236,49 @@ def build_chain(
         np.array(tau, dtype=float),
         np.array(done_rows, dtype=bool),
     )
+
+
+def _number(s: tuple[int, ...], index: dict, states: list, max_states: int) -> int:
+    """State s's index, numbering it next where it is new (refused past `max_states` states)."""
+    col = index.get(s)
+    if col is None:
+        col = index[s] = len(states)
+        states.append(s)
+        if len(states) > max_states:
+            raise ChainError(
+                f"the chain has more than {max_states} states (raise --max-states, or try a coarser --delta-ms)"
+            )
+    return col
+
+
+def _start(
+    inputs: SystemInputs, bvec, ticks, lone, k: list[int], b: list[int], r: list[int]
+) -> tuple[int, ...]:
+    """The state with every idle model whose queue reaches its threshold started on its queue."""
+    m = inputs.n_models
+    new = [i for i in range(m) if b[i] == 0 and k[i] >= bvec[i] and k[i] > 0]
+    for i in new:
+        b[i], k[i] = k[i], 0
+    running = [x > 0 for x in b]  # with the steps starting now: they run beside each other
+    for i in new:
+        r[i] = (lone[i] if inputs.step_alone(i, running) else ticks[i])[b[i]]
+    return tuple(x for i in range(m) for x in (k[i], b[i], r[i]))
+
+
+def _next_epoch(inputs: SystemInputs, bvec, k: list[int], b: list[int], r: list[int]):
+    """The state's next epoch: τ ticks, the (model, batch) that complete then, and the batches and ticks left."""
+    m = inputs.n_models
+    active = [i for i in range(m) if b[i] > 0]
+    if not active:
+        raise ChainError(
+            "delayed batching deadlocks: every model is idle and no queue reaches its threshold "
+            f"(queues {dict(zip(inputs.models, k, strict=True))}, thresholds {dict(zip(inputs.models, bvec, strict=True))})"
+        )
+    t = min(r[i] for i in active)
+    done = tuple((i, b[i]) for i in active if r[i] == t)
+    nb = [0 if r[i] == t else b[i] for i in range(m)]
+    nr = [r[i] - t if nb[i] else 0 for i in range(m)]
+    return t, done, nb, nr
 
 
 def _stationary_irreducible(

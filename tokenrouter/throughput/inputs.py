@@ -159,6 +159,20 @@ class SystemInputs:
             )
         if not (isinstance(self.entry, int) and 0 <= self.entry < m):
             raise ValueError(f"entry must be a model index in 0..{m - 1}, got {self.entry!r}")
+        self._check_matrices()
+        self.colocation = self._per_model(self.colocation, "co-location terms")
+        self.alone = self._per_model(self.alone, "latencies alone")
+        self.prefill = tuple(self.prefill)
+        if self.prefill and len(self.prefill) != m:
+            raise ValueError(f"expected {m} prefill costs (None where a model has none)")
+        if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
+            raise ValueError(
+                "give a model's contention either as a co-location term or as a latency alone, not both"
+            )
+
+    def _check_matrices(self) -> None:
+        """p and c as M x M float arrays, finite; p's rows probabilities summing to 1 (renormalized), c >= 0."""
+        m = len(self.models)
         self.p = np.asarray(self.p, dtype=float)
         self.c = np.asarray(self.c, dtype=float)
         for name, mat in (("p", self.p), ("c", self.c)):
@@ -177,15 +191,6 @@ class SystemInputs:
         self.p /= self.p.sum(axis=1, keepdims=True)
         if np.any(self.c < 0):
             raise ValueError("committed tokens c must be >= 0")
-        self.colocation = self._per_model(self.colocation, "co-location terms")
-        self.alone = self._per_model(self.alone, "latencies alone")
-        self.prefill = tuple(self.prefill)
-        if self.prefill and len(self.prefill) != m:
-            raise ValueError(f"expected {m} prefill costs (None where a model has none)")
-        if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
-            raise ValueError(
-                "give a model's contention either as a co-location term or as a latency alone, not both"
-            )
 
     def _per_model(self, items, what: str) -> tuple:
         """`items` (a co-location term or a latency alone per model, None where a model has none; or none

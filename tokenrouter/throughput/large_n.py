@@ -278,20 +278,9 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
     n, m = inputs.concurrency, inputs.n_models
     free = [i for i in range(m) if i not in fixed]
     n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed.values()))
-    per_axis = max(5, round(LEVEL_POOL ** (1 / max(len(free), 1))))
-    whole = n_feasible <= POOL_LIMIT
-    axes = [[fixed[i]] if i in fixed else list(range(1, n + 1)) if whole else ladder(n) for i in range(m)]
-    seen: dict[tuple[int, ...], ChainResult] = {}
-    for level in itertools.count():
-        cands = [b for b in itertools.product(*axes) if feasible(b, n)]
-        finalists, dropped = race(inputs, cands, delta_ms, seed + level, final_epochs=0)
-        seen.update({r.thresholds: r for r in dropped + finalists})
-        if all(len(a) == a[-1] - a[0] + 1 for a in axes):
-            break
-        zoomed = [_zoom(a, w, per_axis) for a, w in zip(axes, finalists[0].thresholds, strict=True)]
-        axes = zoomed if zoomed != axes else [list(range(a[0], a[-1] + 1)) for a in axes]
+    seen, levels = _zoom_in(inputs, fixed, n_feasible, len(free), delta_ms, seed)
     final_pool = _within_reach(list(seen.values()))
-    finalists, dropped = race(inputs, final_pool, delta_ms, seed + level + 1)
+    finalists, dropped = race(inputs, final_pool, delta_ms, seed + levels)
     if any(t is not None for t in inputs.colocation) or any(c is not None for c in inputs.prefill):
         finalists = sorted((sampled_analyze(inputs, r.thresholds, delta_ms, seed) for r in finalists),
                            key=lambda r: -r.throughput)  # fmt: skip
@@ -308,7 +297,7 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
         results=ranked + rest,
         seconds=time.perf_counter() - t0,
         sampling={
-            "levels": level + 1,
+            "levels": levels,
             "final_race": len(final_pool),
             "warmup_epochs": WARMUP_EPOCHS,
             "round_epochs": ROUND_EPOCHS,
@@ -318,6 +307,28 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
             "seed": seed,
         },
     )
+
+
+def _zoom_in(
+    inputs: SystemInputs, fixed: Mapping[int, int], n_feasible: int, n_free: int, delta_ms: float, seed: int
+):
+    """The races over levels of candidates, each level's grid zoomed in around the last one's winner until it
+    is every threshold of its span: every candidate raced, by its thresholds, and the count of levels."""
+    n, m = inputs.concurrency, inputs.n_models
+    per_axis = max(5, round(LEVEL_POOL ** (1 / max(n_free, 1))))
+    whole = n_feasible <= POOL_LIMIT
+    axes = [[fixed[i]] if i in fixed else list(range(1, n + 1)) if whole else ladder(n) for i in range(m)]
+    seen: dict[tuple[int, ...], ChainResult] = {}
+    level = 0
+    while True:
+        cands = [b for b in itertools.product(*axes) if feasible(b, n)]
+        finalists, dropped = race(inputs, cands, delta_ms, seed + level, final_epochs=0)
+        seen.update({r.thresholds: r for r in dropped + finalists})
+        if all(len(a) == a[-1] - a[0] + 1 for a in axes):
+            return seen, level + 1
+        zoomed = [_zoom(a, w, per_axis) for a, w in zip(axes, finalists[0].thresholds, strict=True)]
+        axes = zoomed if zoomed != axes else [list(range(a[0], a[-1] + 1)) for a in axes]
+        level += 1
 
 
 def describe(result) -> str:

@@ -68,22 +68,7 @@ def tune(
         return dataclasses.replace(sampled, seconds=time.perf_counter() - t0)
     if error := too_many_states(inputs, max_states):
         raise TuneError(error)
-    cache: dict[tuple[int, ...], ChainResult | None] = {}
-    failed: dict[tuple[int, ...], str] = {}
-
-    def value(b: tuple[int, ...]) -> float:
-        if b not in cache:
-            try:
-                cache[b] = analyze(inputs, b, delta_ms, max_states)
-            except ChainError as exc:
-                cache[b] = None
-                failed[b] = str(exc)
-        r = cache[b]
-        return -1.0 if r is None else r.throughput
-
-    for b in candidates(m, n, fixed_idx):
-        value(b)
-    results = sorted((r for r in cache.values() if r is not None), key=lambda r: -r.throughput)
+    results, failed = _evaluate(inputs, candidates(m, n, fixed_idx), delta_ms, max_states)
     if not results:
         first = next(iter(failed.values()), "no feasible thresholds")
         raise TuneError(f"no candidate thresholds could be evaluated: {first}")
@@ -98,3 +83,19 @@ def tune(
         failed=failed,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _evaluate(inputs: SystemInputs, thresholds, delta_ms: float, max_states: int):
+    """The chain at each of the thresholds: the results best first (in the order evaluated among equals), and
+    why each that failed did."""
+    done: dict[tuple[int, ...], ChainResult | None] = {}
+    failed: dict[tuple[int, ...], str] = {}
+    for b in thresholds:
+        if b in done:
+            continue
+        try:
+            done[b] = analyze(inputs, b, delta_ms, max_states)
+        except ChainError as exc:
+            done[b] = None
+            failed[b] = str(exc)
+    return sorted((r for r in done.values() if r is not None), key=lambda r: -r.throughput), failed

@@ -1,5 +1,5 @@
-"""From a plan (+ command-line values + a profile) to the throughput model's inputs, and back: B* and the
-tuning record written into the plan.
+"""From a plan (+ command-line values + a profile) to the throughput model's inputs (back into the plan:
+`tuned_plan.py`).
 
 Precedence, per model: step latency from `--step-ms`, else the profile; routing row from `--p`, else the
 profile, else what the policy implies (`policy.py`). Committed tokens always come from the policy. A model's
@@ -8,7 +8,6 @@ latencies alone and its prefill cost come from the profile, where its step laten
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -17,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from tokenrouter.compiler.passes.check_feasibility import feasibility
 from tokenrouter.compiler.plan import co_runners
 from tokenrouter.throughput.colocation import calibrate
 from tokenrouter.throughput.dtmc import analyze
@@ -28,7 +26,6 @@ from tokenrouter.throughput.inputs import (
     StepLatency,
     SystemInputs,
 )
-from tokenrouter.throughput.optimize import TuneResult
 from tokenrouter.throughput.policy import policy_routing
 from tokenrouter.throughput.profile_format import Profile
 
@@ -122,104 +119,21 @@ def system_from_plan(
     """`request_tokens`: the tokens each request of the load to tune for commits, which prices the profile's
     prompt prefills per request (`with_prefill`); None: as the profile's own load had them."""
     models = tuple(plan["models"])
-    known = ", ".join(models)
     step_ms, p = dict(step_ms or {}), dict(p or {})
-    for name in [*step_ms, *p, *(t for row in p.values() for t in row)]:
-        if name not in models:
-            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {known})")
-    n = plan["serve"]["concurrency"] if concurrency is None else concurrency
-    if not isinstance(n, int) or n < 1:
-        raise ThroughputInputError(f"--concurrency must be an int >= 1, got {n!r}")
-    if request_tokens is not None and (not isinstance(request_tokens, int) or request_tokens < 1):
-        raise ThroughputUsageError(f"--request-tokens must be an int >= 1, got {request_tokens!r}")
+    n = _check_given(plan, models, step_ms, p, concurrency, request_tokens)
     warnings = []
-    prefill_for = ""
     if profile is not None:
         sha = plan.get("source", {}).get("sha256")
         if profile.source_sha256 and sha and profile.source_sha256 != sha:
             warnings.append("the profile was made for another version of the policy (source sha256 differs)")
     implied = policy_routing(plan)
     sources: dict[str, dict[str, str]] = {"step_ms": {}, "p": {}}
-    steps: list[StepLatency] = []
-    missing_steps = []
-    for m in models:
-        if m in step_ms:
-            steps.append(step_ms[m])
-            sources["step_ms"][m] = "--step-ms"
-        elif profile is not None and m in profile.step_ms:
-            steps.append(profile.step_ms[m])
-            sources["step_ms"][m] = "profile"
-        else:
-            missing_steps.append(m)
-    if missing_steps:
-        raise ThroughputInputError(
-            f"no step latency for {', '.join(missing_steps)}: give --step-ms MODEL=MS (or MODEL=B:MS,B:MS,…) "
-            "or --profile FILE"
-        )
-    pm = np.zeros((len(models), len(models)))
-    missing_rows = []
-    for i, m in enumerate(models):
-        if m in p:
-            row = dict(p[m])
-            off = sum(v for t, v in row.items() if t != m)
-            if m in row:
-                if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
-                    raise ThroughputInputError(
-                        f"--p from {m} sums to {sum(row.values()):.6g}; with {m}:{m} given the row must sum to 1"
-                    )
-            elif off > 1.0 + 1e-9:
-                raise ThroughputInputError(f"--p from {m} sums to {off:.6g} > 1")
-            else:
-                row[m] = max(0.0, 1.0 - off)
-            for t, v in row.items():
-                if t != m and v > 0 and t not in implied.keep[m]:
-                    raise ThroughputInputError(f"--p {m}:{t}: the policy never routes from {m} to {t}")
-            src = "--p"
-        elif profile is not None and m in profile.routing:
-            row, src = profile.routing[m], "profile"
-            for t in row:
-                if t not in models:
-                    raise ThroughputInputError(
-                        f"the profile routes {m} to unknown model '{t}' (models: {known})"
-                    )
-        elif m in implied.rows:
-            row, src = implied.rows[m], "policy"
-        else:
-            missing_rows.append(f"{m} ({implied.unknown.get(m, 'not implied')})")
-            continue
-        sources["p"][m] = src
-        for t, v in row.items():
-            pm[i, models.index(t)] = v
-    if missing_rows:
-        raise ThroughputInputError(
-            "routing probabilities are not implied by the policy for "
-            + "; ".join(missing_rows)
-            + ": give them with --p FROM:TO=PROB or --profile FILE"
-        )
+    steps = _step_latencies(models, step_ms, profile, sources["step_ms"])
+    pm = _routing(models, p, profile, implied, sources["p"])
     cm = np.array([[implied.keep[a].get(b, 0.0) for b in models] for a in models])
     try:
         inputs = SystemInputs(models, tuple(steps), pm, cm, n, models.index(plan["entry"]))
-        terms = _colocation_terms(models, profile, sources["step_ms"])
-        if terms:
-            inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile, analyze)
-            warnings.extend(dropped)
-        if profile is not None and profile.alone_ms:
-            inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))
-            if inputs.alone:
-                sources["alone"] = {m: "profile" for m, a in zip(models, inputs.alone, strict=True) if a}
-        elif profile is not None and profile.workload.get("alone_too_few") and any(co_runners(plan).values()):
-            warnings.append(_too_few_alone(profile))
-        if profile is not None and profile.prefill:
-            inputs = with_prefill(
-                inputs,
-                profile,
-                _prefill_models(profile, sources["step_ms"], warnings),
-                request_tokens,
-                warnings,
-            )
-            if inputs.prefill:
-                sources["prefill"] = {m: "profile" for m, c in zip(models, inputs.prefill, strict=True) if c}
-                prefill_for = _prefill_for(profile, request_tokens)
+        inputs, prefill_for = _measured_terms(inputs, plan, profile, request_tokens, sources, warnings)
     except ValueError as e:
         raise ThroughputInputError(str(e)) from None
     auto = auto_models(plan)
@@ -228,6 +142,123 @@ def system_from_plan(
         inputs, fixed, auto, sources, warnings, _profile_requests(profile, sources["p"]), prefill_for,
         _profile_ms(profile, models, "hop_ms"), _profile_ms(profile, models, "gap_ms"),
     )  # fmt: skip
+
+
+def _check_given(
+    plan: dict, models: tuple[str, ...], step_ms: dict, p: dict, concurrency, request_tokens
+) -> int:
+    """The models named in `--step-ms` and `--p`, the concurrency N (returned: the plan's where none is given)
+    and the request tokens."""
+    for name in [*step_ms, *p, *(t for row in p.values() for t in row)]:
+        if name not in models:
+            raise ThroughputInputError(f"unknown model '{name}' (the plan's models: {', '.join(models)})")
+    n = plan["serve"]["concurrency"] if concurrency is None else concurrency
+    if not isinstance(n, int) or n < 1:
+        raise ThroughputInputError(f"--concurrency must be an int >= 1, got {n!r}")
+    if request_tokens is not None and (not isinstance(request_tokens, int) or request_tokens < 1):
+        raise ThroughputUsageError(f"--request-tokens must be an int >= 1, got {request_tokens!r}")
+    return n
+
+
+def _step_latencies(
+    models, step_ms: dict, profile: Profile | None, sources: dict[str, str]
+) -> list[StepLatency]:
+    """Each model's step latency, given (`--step-ms`) or from the profile; `sources` says which."""
+    steps: list[StepLatency] = []
+    missing = []
+    for m in models:
+        if m in step_ms:
+            steps.append(step_ms[m])
+            sources[m] = "--step-ms"
+        elif profile is not None and m in profile.step_ms:
+            steps.append(profile.step_ms[m])
+            sources[m] = "profile"
+        else:
+            missing.append(m)
+    if missing:
+        raise ThroughputInputError(
+            f"no step latency for {', '.join(missing)}: give --step-ms MODEL=MS (or MODEL=B:MS,B:MS,…) "
+            "or --profile FILE"
+        )
+    return steps
+
+
+def _routing(models, p: dict, profile: Profile | None, implied, sources: dict[str, str]) -> np.ndarray:
+    """The routing matrix, each row given (`--p`), from the profile, or implied by the policy; `sources` says
+    which."""
+    pm = np.zeros((len(models), len(models)))
+    missing = []
+    for i, m in enumerate(models):
+        if m in p:
+            row, src = _given_row(m, p[m], implied), "--p"
+        elif profile is not None and m in profile.routing:
+            row, src = profile.routing[m], "profile"
+            for t in row:
+                if t not in models:
+                    raise ThroughputInputError(
+                        f"the profile routes {m} to unknown model '{t}' (models: {', '.join(models)})"
+                    )
+        elif m in implied.rows:
+            row, src = implied.rows[m], "policy"
+        else:
+            missing.append(f"{m} ({implied.unknown.get(m, 'not implied')})")
+            continue
+        sources[m] = src
+        for t, v in row.items():
+            pm[i, models.index(t)] = v
+    if missing:
+        raise ThroughputInputError(
+            "routing probabilities are not implied by the policy for "
+            + "; ".join(missing)
+            + ": give them with --p FROM:TO=PROB or --profile FILE"
+        )
+    return pm
+
+
+def _given_row(m: str, given: dict[str, float], implied) -> dict[str, float]:
+    """`--p`'s row from model m, its stay probability the rest where not given; refused where it does not sum
+    to 1 or routes where the policy never does."""
+    row = dict(given)
+    off = sum(v for t, v in row.items() if t != m)
+    if m in row:
+        if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
+            raise ThroughputInputError(
+                f"--p from {m} sums to {sum(row.values()):.6g}; with {m}:{m} given the row must sum to 1"
+            )
+    elif off > 1.0 + 1e-9:
+        raise ThroughputInputError(f"--p from {m} sums to {off:.6g} > 1")
+    else:
+        row[m] = max(0.0, 1.0 - off)
+    for t, v in row.items():
+        if t != m and v > 0 and t not in implied.keep[m]:
+            raise ThroughputInputError(f"--p {m}:{t}: the policy never routes from {m} to {t}")
+    return row
+
+
+def _measured_terms(
+    inputs: SystemInputs, plan: dict, profile: Profile | None, request_tokens, sources, warnings
+):
+    """The inputs with what the profile measured beside the step latencies: co-location terms, latencies
+    alone, prompt prefill costs (`sources` and `warnings` say which were taken); and the load the prefills are
+    priced for ("" without them)."""
+    models, prefill_for = inputs.models, ""
+    terms = _colocation_terms(models, profile, sources["step_ms"])
+    if terms:
+        inputs, sources["colocation"], dropped = calibrate(inputs, terms, profile, analyze)
+        warnings.extend(dropped)
+    if profile is not None and profile.alone_ms:
+        inputs = by_state(inputs, profile, _alone_groups(plan, profile, sources["step_ms"], warnings))
+        if inputs.alone:
+            sources["alone"] = {m: "profile" for m, a in zip(models, inputs.alone, strict=True) if a}
+    elif profile is not None and profile.workload.get("alone_too_few") and any(co_runners(plan).values()):
+        warnings.append(_too_few_alone(profile))
+    if profile is not None and profile.prefill:
+        chosen = _prefill_models(profile, sources["step_ms"], warnings)
+        inputs = with_prefill(inputs, profile, chosen, request_tokens, warnings)
+        if inputs.prefill:
+            sources["prefill"] = {m: "profile" for m, c in zip(models, inputs.prefill, strict=True) if c}
+            prefill_for = _prefill_for(profile, request_tokens)
+    return inputs, prefill_for
 
 
 def _profile_ms(profile: Profile | None, models: tuple[str, ...], key: str) -> dict[str, float] | None:
@@ -433,134 +464,3 @@ def by_state(inputs: SystemInputs, profile: Profile, groups: Mapping[str, Sequen
         for m, s, a in zip(models, inputs.step, alone, strict=True)
     )
     return dataclasses.replace(inputs, step=step, alone=alone)
-
-
-def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
-    """The chosen thresholds that the plan's `max_delay_ms` timeout will cut short: at the rate the chain
-    predicts requests reach model i (its rows per second), the B_i − 1 that follow the first one take longer
-    than the timeout, so most of its batches start on the timeout with fewer rows than B_i. The chain has no
-    timeout (`simulate` has), so its prediction for those thresholds is the less reliable."""
-    delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
-    out = []
-    for i, m in enumerate(models):
-        b, rate = best.thresholds[i], best.steps_per_s[i] * best.mean_batch[i]  # requests per second
-        if b > 1 and rate > 0 and (fill := 1000.0 * (b - 1) / rate) > delay:
-            out.append(
-                f"B_{m} = {b}: at the predicted {rate:.0f} tokens/s through {m}, it gathers {b} rows in about {fill:.0f} ms, "
-                f"longer than max_delay_ms = {delay:g}, so the timeout will start most of its batches with fewer "
-                f"rows (the chain does not model the timeout; `tokenrouter simulate` does); `serve {{ max_delay_ms: "
-                f"{_round_up(2 * fill)} }}` would let them fill"
-            )
-    return out
-
-
-def beyond_profile_warnings(inputs: SystemInputs, best) -> list[str]:
-    """The chosen thresholds whose steps the step latencies do not reach: a latency is held at its largest
-    batch size's beyond it (`StepLatency`), so where model i's threshold, or the chain's mean batch of its steps,
-    is above that size, the chain prices those steps as if they had no more rows, and the prediction is the less
-    reliable. On the H200 the eager profile at N = 16 had the 8B up to 10 rows;
-    B_llm = 12 was priced at the 10-row 8.43 ms, served at 8.9-10.6 ms, and served 0.76x its prediction.
-    A latency given as one constant is left alone."""
-    out = []
-    for i, m in enumerate(inputs.models):
-        points = inputs.step[i].points
-        top, ms = points[-1]
-        b, mean = best.thresholds[i], best.mean_batch[i]
-        if len(points) > 1 and max(b, mean) > top:
-            out.append(
-                f"B_{m} = {b}: {m}'s step latency was measured up to {top} rows, and the chain prices each step "
-                f"of more rows at that size's {ms:.2f} ms; its steps here average {mean:.1f} rows, so the prediction "
-                f"is the less reliable (a profile with more steps at those batch sizes would measure them)"
-            )
-    return out
-
-
-def _round_up(ms: float) -> int:
-    """A timeout to suggest: `ms` rounded up to 5 ms."""
-    return 5 * math.ceil(ms / 5)
-
-
-def apply_tuning(
-    plan: dict,
-    system: PlanSystem,
-    result: TuneResult,
-    top: int = 5,
-    warnings: Sequence[str] = (),
-    gap_ms: Sequence[float] | None = None,
-) -> dict:
-    """A copy of `plan` with B* for every auto model, the feasibility check redone for the tuned
-    concurrency, and the inputs and result recorded under `tuning` (docs/ir.md); `warnings` about the
-    result (`timeout_warnings`) are recorded after the inputs' own; `gap_ms`, per model, the host time the
-    chain added to each step (`tune --gap-ms`)."""
-    out = copy.deepcopy(plan)
-    best = result.best_thresholds()
-    for m in system.auto:
-        out["models"][m]["batch"] = best[m]
-    n = system.inputs.concurrency
-    out["serve"]["concurrency"] = n
-    out["checks"]["feasibility"] = feasibility(out["models"], n)
-    inp = system.inputs
-    warnings = [*system.warnings, *warnings]
-    out["tuning"] = {
-        "auto": list(system.auto),
-        "concurrency": n,
-        **({"delta_ms": result.delta_ms} if result.delta_ms is not None else {}),
-        "step_ms": {m: [[b, ms] for b, ms in s.points] for m, s in zip(inp.models, inp.step, strict=True)},
-        "p": {
-            a: {b: float(inp.p[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
-            for i, a in enumerate(inp.models)
-        },  # fmt: skip
-        "c": {
-            a: {b: float(inp.c[i, j]) for j, b in enumerate(inp.models) if inp.p[i, j] > 0}
-            for i, a in enumerate(inp.models)
-        },  # fmt: skip
-        **(
-            {
-                "alone": {
-                    m: {
-                        "co_runners": [inp.models[j] for j in a.co_runners],
-                        "step_ms": [[b, ms] for b, ms in a.step.points],
-                    }
-                    for m, a in zip(inp.models, inp.alone, strict=True)
-                    if a is not None
-                }  # fmt: skip
-            }
-            if inp.alone
-            else {}
-        ),
-        **(
-            {
-                "colocation": {
-                    m: {
-                        "co_runners": [inp.models[j] for j in t.co_runners],
-                        "ms_per_share": t.ms_per_share,
-                        "at_share": t.at_share,
-                    }
-                    for m, t in zip(inp.models, inp.colocation, strict=True)
-                    if t is not None
-                }
-            }
-            if inp.colocation
-            else {}
-        ),
-        **(
-            {
-                "prefill": {
-                    m: {"ms_per_token": c.ms_per_token, "ms_per_visit": c.ms_per_visit}
-                    for m, c in zip(inp.models, inp.prefill, strict=True)
-                    if c is not None
-                }
-            }
-            if inp.prefill
-            else {}
-        ),
-        **({"gap_ms": dict(zip(inp.models, gap_ms, strict=True))} if gap_ms is not None else {}),
-        "sources": system.sources,
-        **({"warnings": warnings} if warnings else {}),
-        "result": result.as_dict(top=top),
-    }
-    return out
-
-
-def summary_rows(result: TuneResult, top: int) -> list[dict[str, Any]]:
-    return [r.as_dict(result.models) for r in result.results[:top]]

@@ -82,32 +82,8 @@ def _value(nodes: list[dict], idx: int, memo: dict[int, Any]) -> Any:
         out = (1.0, 0.0)
     elif op in ("feature", "router"):
         raise _Unknown(f"{op} {n.get('name')}")
-    elif op in ("add", "sub"):
-        (a1, b1), (a2, b2) = args
-        s = 1.0 if op == "add" else -1.0
-        out = (a1 + s * a2, b1 + s * b2)
-    elif op == "neg":
-        out = (-args[0][0], -args[0][1])
-    elif op == "mul":
-        (a1, b1), (a2, b2) = args
-        if a1 and a2:
-            raise _Unknown("uniform() squared")
-        out = (a1 * b2 + a2 * b1, b1 * b2)
-    elif op == "div":
-        (a1, b1), (a2, b2) = args
-        if a2 or b2 == 0:
-            raise _Unknown("division by uniform() or zero")
-        out = (a1 / b2, b1 / b2)
-    elif op in ("min", "max"):
-        (a1, b1), (a2, b2) = args
-        if a1 or a2:
-            raise _Unknown(f"{op} of uniform()")
-        out = (0.0, (min if op == "min" else max)(b1, b2))
-    elif op in _FOLD:
-        a1, b1 = args[0]
-        if a1:
-            raise _Unknown(f"{op} of uniform()")
-        out = (0.0, float(_FOLD[op](b1)))
+    elif op in _ARITH or op in _FOLD:
+        out = _arith(op, args)
     elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
         (a1, b1), (a2, b2) = args
         a, b = a1 - a2, b1 - b2  # compare a·u + b with 0
@@ -121,6 +97,35 @@ def _value(nodes: list[dict], idx: int, memo: dict[int, Any]) -> Any:
         raise _Unknown(f"operation {op}")
     memo[idx] = out
     return out
+
+
+_ARITH = ("add", "sub", "neg", "mul", "div", "min", "max")
+
+
+def _arith(op: str, args: list) -> tuple[float, float]:
+    """An arithmetic operation on affine values, affine again; raises _Unknown where it would not be."""
+    if op == "neg":
+        return (-args[0][0], -args[0][1])
+    if op in _FOLD:
+        a1, b1 = args[0]
+        if a1:
+            raise _Unknown(f"{op} of uniform()")
+        return (0.0, float(_FOLD[op](b1)))
+    (a1, b1), (a2, b2) = args
+    if op in ("add", "sub"):
+        s = 1.0 if op == "add" else -1.0
+        return (a1 + s * a2, b1 + s * b2)
+    if op == "mul":
+        if a1 and a2:
+            raise _Unknown("uniform() squared")
+        return (a1 * b2 + a2 * b1, b1 * b2)
+    if op == "div":
+        if a2 or b2 == 0:
+            raise _Unknown("division by uniform() or zero")
+        return (a1 / b2, b1 / b2)
+    if a1 or a2:  # min, max
+        raise _Unknown(f"{op} of uniform()")
+    return (0.0, (min if op == "min" else max)(b1, b2))
 
 
 def _compare(op: str, a: float, b: float) -> list[Interval]:
@@ -144,45 +149,18 @@ def policy_routing(plan: dict) -> PolicyRouting:
     for_hops: dict[str, list[tuple[str, int]]] = {}
     plain_into: set[str] = set()
     for m in models:
-        route = plan["routes"][m]
-        nodes, memo = route["nodes"], {}
-        remaining = list(_FULL)
-        row: dict[str, float] = {}
-        kept: dict[str, list[tuple[float, bool]]] = {}
-        why = None
-        for rule in route["rules"]:
-            tgt = rule["target"]
+        rules = plan["routes"][m]["rules"]
+        for rule in rules:
             if rule.get("for") is not None:
-                for_hops.setdefault(tgt, []).append((m, int(rule["for"])))
+                for_hops.setdefault(rule["target"], []).append((m, int(rule["for"])))
             else:
-                plain_into.add(tgt)
-            try:
-                region = (
-                    remaining
-                    if rule["cond"] is None
-                    else _inter(_value(nodes, rule["cond"], memo)[1], remaining)
-                )
-                prob = _measure(region)
-            except _Unknown as exc:
-                why = (
-                    why or f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')}) depends on {exc}"
-                )
-                prob, region = math.nan, []
-            kept.setdefault(tgt, []).append((prob, not rule["drop"]))
-            if not math.isnan(prob):
-                row[tgt] = row.get(tgt, 0.0) + prob
-                remaining = _inter(remaining, _compl(region))
-        for tgt, parts in kept.items():
-            known = [(w, k) for w, k in parts if not math.isnan(w) and w > 0]
-            if known:
-                keep[m][tgt] = sum(w for w, k in known if k) / sum(w for w, _ in known)
-            else:
-                keep[m][tgt] = sum(1.0 for _, k in parts if k) / len(parts)
+                plain_into.add(rule["target"])
+        row, kept, why = _rules_row(m, plan["routes"][m])
+        keep[m].update(_kept_shares(kept))
         if why:
             unknown[m] = why
         else:
-            row[m] = _measure(remaining)
-            rows[m] = {k: v for k, v in row.items() if v > 0}
+            rows[m] = row
     for j, hops in for_hops.items():
         for i, _ in hops:  # a `for K` run's tokens are committed, the last one too as it returns
             keep[j].setdefault(i, 1.0)
@@ -194,6 +172,47 @@ def policy_routing(plan: dict) -> PolicyRouting:
         (i, k) = hops[0]
         rows[j] = {i: 1.0 / k} | ({j: 1.0 - 1.0 / k} if k > 1 else {})
     return PolicyRouting(models, rows, keep, unknown)
+
+
+def _rules_row(model: str, route: dict):
+    """A model's row from its rules, tried in order on one draw (the rest: staying); each target's (probability,
+    kept) per rule; and why the row is not known (None where it is)."""
+    nodes, memo = route["nodes"], {}
+    remaining = list(_FULL)
+    row: dict[str, float] = {}
+    kept: dict[str, list[tuple[float, bool]]] = {}
+    why = None
+    for rule in route["rules"]:
+        tgt = rule["target"]
+        try:
+            region = (
+                remaining if rule["cond"] is None else _inter(_value(nodes, rule["cond"], memo)[1], remaining)
+            )
+            prob = _measure(region)
+        except _Unknown as exc:
+            why = why or f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')}) depends on {exc}"
+            prob, region = math.nan, []
+        kept.setdefault(tgt, []).append((prob, not rule["drop"]))
+        if not math.isnan(prob):
+            row[tgt] = row.get(tgt, 0.0) + prob
+            remaining = _inter(remaining, _compl(region))
+    if why:
+        return None, kept, why
+    row[model] = _measure(remaining)
+    return {k: v for k, v in row.items() if v > 0}, kept, None
+
+
+def _kept_shares(kept: dict[str, list[tuple[float, bool]]]) -> dict[str, float]:
+    """The committed tokens of each transition: the probability-weighted share of its rules that keep the
+    token (each rule alike where none has a known probability)."""
+    out = {}
+    for tgt, parts in kept.items():
+        known = [(w, k) for w, k in parts if not math.isnan(w) and w > 0]
+        if known:
+            out[tgt] = sum(w for w, k in known if k) / sum(w for w, _ in known)
+        else:
+            out[tgt] = sum(1.0 for _, k in parts if k) / len(parts)
+    return out
 
 
 def _for_hops_unknown(hops: list[tuple[str, int]], own_rules: bool, plain_hops: bool) -> str | None:

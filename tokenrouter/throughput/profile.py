@@ -121,10 +121,7 @@ def _counting_executor(plan: dict, device: str | None):
 
 def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
     """Measure L_i(b) for every model and p_ij on a sample workload (see the module docstring)."""
-    import numpy as np
-
     from tokenrouter.progress import Progress
-    from tokenrouter.runtime import messages as msgs
     from tokenrouter.runtime import threads
     from tokenrouter.runtime.engine.base import EngineError
 
@@ -133,10 +130,46 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
         ex, devices = _counting_executor(plan, cfg.device)
     except (EngineError, ValueError, OSError) as e:
         raise ProfileRunError(f"cannot load the plan's models: {e}") from None
+    progress = Progress("profile", len(ex.schedulers), "models timed")
+    step = _time_models(ex, devices, cfg, progress)
+    vocab = min(s.engine.info.vocab_size for s in ex.schedulers.values())
+    prompts = _sample_prompts(plan, cfg, vocab)
+    progress.update(len(ex.schedulers), f"{len(prompts)} sample requests")
+    t0 = time.perf_counter()
+    results = _sample_run(ex, prompts, cfg)
+    progress.finish(len(ex.schedulers))
+    wall = time.perf_counter() - t0
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise ProfileRunError(f"{len(errors)} of {len(results)} sample requests failed: {errors[0]}")
+    return Profile(
+        policy=plan["policy"]["name"],
+        source_sha256=plan.get("source", {}).get("sha256"),
+        step_ms=step,
+        routing=_shares(ex.decisions),
+        counts={k: dict(v) for k, v in ex.decisions.items()},
+        device=", ".join(f"{m}: {d}" for m, d in devices.items()),
+        created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        workload=_workload(cfg, prompts, results, wall),
+    )
+
+
+def _shares(decisions: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Each model's routing: its decisions' counts as shares (models that decided nothing left out)."""
+    routing = {}
+    for name, row in decisions.items():
+        total = sum(row.values())
+        if total:
+            routing[name] = {dest: n / total for dest, n in row.items()}
+    return routing
+
+
+def _time_models(ex, devices: dict[str, str], cfg: ProfileConfig, progress) -> dict[str, StepLatency]:
+    """Each model's step latency at the batch sizes, timed with its device current."""
+    from tokenrouter.runtime.engine.base import EngineError
     from tokenrouter.runtime.engine.embedded import device_scope
 
     step: dict[str, StepLatency] = {}
-    progress = Progress("profile", len(ex.schedulers), "models timed")
     for k, (name, sched) in enumerate(ex.schedulers.items()):
         progress.update(k, f"timing {name}")
         vocab = sched.engine.info.vocab_size
@@ -145,59 +178,55 @@ def run_profile(plan: dict, cfg: ProfileConfig) -> Profile:
                 step[name] = measure_step_latency(sched.engine, devices[name], cfg, vocab, name)
         except EngineError as e:
             raise ProfileRunError(f"model {name}: cannot run a batch of the requested size: {e}") from None
-    entry = plan["entry"]
-    vocab = min(s.engine.info.vocab_size for s in ex.schedulers.values())
-    if cfg.prompt_texts:
-        from tokenrouter.runtime.engine.generate import load_tokenizer
+    return step
 
-        try:
-            tok = load_tokenizer(plan["models"][entry]["path"])
-        except EngineError as e:
-            raise ProfileRunError(f"text prompts need the entry model's tokenizer: {e}") from None
-        prompts = [tok.encode(t).ids for t in cfg.prompt_texts][: cfg.prompts]
-        prompts = [[i for i in p if i < vocab] for p in prompts]
-        if not all(prompts):
-            raise ProfileRunError("a prompt is empty after tokenization")
-    else:
+
+def _sample_prompts(plan: dict, cfg: ProfileConfig, vocab: int) -> list[list[int]]:
+    """The sample requests' prompts: the texts tokenized by the entry model (ids within every model's
+    vocabulary), else random ids."""
+    import numpy as np
+
+    from tokenrouter.runtime.engine.base import EngineError
+
+    if not cfg.prompt_texts:
         rng = np.random.default_rng(cfg.seed + 1)
-        prompts = [rng.integers(0, vocab, cfg.prompt_len).tolist() for _ in range(cfg.prompts)]
-    # one seed per request: uniform() is a function of (seed, position), so shared seeds would correlate draws
+        return [rng.integers(0, vocab, cfg.prompt_len).tolist() for _ in range(cfg.prompts)]
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+
+    try:
+        tok = load_tokenizer(plan["models"][plan["entry"]]["path"])
+    except EngineError as e:
+        raise ProfileRunError(f"text prompts need the entry model's tokenizer: {e}") from None
+    prompts = [tok.encode(t).ids for t in cfg.prompt_texts][: cfg.prompts]
+    prompts = [[i for i in p if i < vocab] for p in prompts]
+    if not all(prompts):
+        raise ProfileRunError("a prompt is empty after tokenization")
+    return prompts
+
+
+def _sample_run(ex, prompts: list[list[int]], cfg: ProfileConfig):
+    """The sample requests run through the plan, one seed per request: uniform() is a function of (seed,
+    position), so shared seeds would correlate draws."""
+    from tokenrouter.runtime import messages as msgs
+
     specs = [
         msgs.SamplingSpec(
             temperature=cfg.temperature, seed=cfg.seed * 100_003 + k + 1, max_tokens=cfg.max_tokens
         )
         for k in range(len(prompts))
     ]
-    progress.update(len(ex.schedulers), f"{len(prompts)} sample requests")
-    t0 = time.perf_counter()
-    results = ex.generate(prompts, specs)
-    progress.finish(len(ex.schedulers))
-    wall = time.perf_counter() - t0
-    errors = [r.error for r in results if r.error]
-    if errors:
-        raise ProfileRunError(f"{len(errors)} of {len(results)} sample requests failed: {errors[0]}")
-    routing = {}
-    for name, row in ex.decisions.items():
-        total = sum(row.values())
-        if total:
-            routing[name] = {dest: n / total for dest, n in row.items()}
-    return Profile(
-        policy=plan["policy"]["name"],
-        source_sha256=plan.get("source", {}).get("sha256"),
-        step_ms=step,
-        routing=routing,
-        counts={k: dict(v) for k, v in ex.decisions.items()},
-        device=", ".join(f"{m}: {d}" for m, d in devices.items()),
-        created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        workload={
-            "prompts": len(prompts),
-            "prompt_source": "texts" if cfg.prompt_texts else f"random ids, {cfg.prompt_len} tokens",
-            "max_tokens": cfg.max_tokens,
-            "temperature": cfg.temperature,
-            "seed": cfg.seed,
-            "generated_tokens": sum(len(r.token_ids) for r in results),
-            "wall_s": round(wall, 3),
-            "batch_sizes": list(cfg.batch_sizes),
-            "repeats": cfg.repeats,
-        },
-    )
+    return ex.generate(prompts, specs)
+
+
+def _workload(cfg: ProfileConfig, prompts: list[list[int]], results, wall: float) -> dict:
+    return {
+        "prompts": len(prompts),
+        "prompt_source": "texts" if cfg.prompt_texts else f"random ids, {cfg.prompt_len} tokens",
+        "max_tokens": cfg.max_tokens,
+        "temperature": cfg.temperature,
+        "seed": cfg.seed,
+        "generated_tokens": sum(len(r.token_ids) for r in results),
+        "wall_s": round(wall, 3),
+        "batch_sizes": list(cfg.batch_sizes),
+        "repeats": cfg.repeats,
+    }

@@ -88,14 +88,7 @@ def write_profile(profile: Profile, path: str | Path, inputs: Iterable[str | Pat
 
 def read_profile(path: str | Path) -> Profile:
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such profile file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{p}: cannot read profile: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    data = _read_json(p)
 
     def fail(where: str, msg: str) -> ProfileError:
         return ProfileError(f"{p}: field {where}: {msg}")
@@ -105,23 +98,43 @@ def read_profile(path: str | Path) -> Profile:
     for key in ("policy", "step_ms", "routing"):
         if key not in data:
             raise fail(key, "missing")
+    step, alone, beside = _latency_tables(data, fail)
+    routing = _routing(data, fail)
+    colocation = _colocation(data, fail)
+    if colocation and alone:
+        raise fail("alone_ms", "a profile gives either colocation terms or latencies alone, not both")
+    return Profile(
+        policy=str(data["policy"]),
+        source_sha256=data.get("source_sha256"),
+        step_ms=step,
+        routing=routing,
+        counts=data.get("counts") or {},
+        device=str(data.get("device", "")),
+        created=str(data.get("created", "")),
+        workload=data.get("workload") or {},
+        colocation=colocation,
+        alone_ms=alone,
+        beside_ms=beside,
+        prefill=_prefill(data, step, fail),
+    )
 
-    def latencies(key: str) -> dict[str, StepLatency]:
-        out: dict[str, StepLatency] = {}
-        if not isinstance(data[key], dict):
-            raise fail(key, "expected an object")
-        for m, table in data[key].items():
-            if not isinstance(table, dict) or not table:
-                raise fail(f"{key}.{m}", "expected a non-empty object {batch: ms}")
-            try:
-                out[m] = StepLatency(tuple((int(b), ms) for b, ms in table.items()))
-            except (TypeError, ValueError) as e:
-                raise fail(f"{key}.{m}", str(e)) from None
-        return out
 
-    step = latencies("step_ms")
-    alone = latencies("alone_ms") if data.get("alone_ms") else {}
-    beside = latencies("beside_ms") if data.get("beside_ms") else {}
+def _read_json(p: Path):
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such profile file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{p}: cannot read profile: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+
+
+def _latency_tables(data: dict, fail) -> tuple[dict[str, StepLatency], ...]:
+    """The step latencies, and those alone and beside (for models with step latencies; beside with alone)."""
+    step = _latencies(data, "step_ms", fail)
+    alone = _latencies(data, "alone_ms", fail) if data.get("alone_ms") else {}
+    beside = _latencies(data, "beside_ms", fail) if data.get("beside_ms") else {}
     for key, table in (("alone_ms", alone), ("beside_ms", beside)):
         for m in table:
             if m not in step:
@@ -129,6 +142,24 @@ def read_profile(path: str | Path) -> Profile:
     for m in beside:
         if m not in alone:
             raise fail(f"beside_ms.{m}", "a model without alone_ms")
+    return step, alone, beside
+
+
+def _latencies(data: dict, key: str, fail) -> dict[str, StepLatency]:
+    out: dict[str, StepLatency] = {}
+    if not isinstance(data[key], dict):
+        raise fail(key, "expected an object")
+    for m, table in data[key].items():
+        if not isinstance(table, dict) or not table:
+            raise fail(f"{key}.{m}", "expected a non-empty object {batch: ms}")
+        try:
+            out[m] = StepLatency(tuple((int(b), ms) for b, ms in table.items()))
+        except (TypeError, ValueError) as e:
+            raise fail(f"{key}.{m}", str(e)) from None
+    return out
+
+
+def _routing(data: dict, fail) -> dict[str, dict[str, float]]:
     routing: dict[str, dict[str, float]] = {}
     if not isinstance(data["routing"], dict):
         raise fail("routing", "expected an object")
@@ -141,6 +172,10 @@ def read_profile(path: str | Path) -> Profile:
         if not math.isclose(sum(row.values()), 1.0, abs_tol=1e-6):
             raise fail(f"routing.{m}", f"probabilities sum to {sum(row.values()):.6g}, expected 1")
         routing[m] = {k: float(v) for k, v in row.items()}
+    return routing
+
+
+def _colocation(data: dict, fail) -> dict:
     colocation = data.get("colocation") or {}
     if not isinstance(colocation, dict):
         raise fail("colocation", "expected an object {model: term}")
@@ -160,8 +195,10 @@ def read_profile(path: str | Path) -> Profile:
                 f"colocation.{m}",
                 'expected {"co_runners": [model, ...], "ms_per_share": ms >= 0, "at_share": >= 0}',
             )
-    if colocation and alone:
-        raise fail("alone_ms", "a profile gives either colocation terms or latencies alone, not both")
+    return colocation
+
+
+def _prefill(data: dict, step: dict, fail) -> dict:
     prefill = data.get("prefill") or {}
     if not isinstance(prefill, dict):
         raise fail("prefill", "expected an object {model: cost}")
@@ -178,17 +215,4 @@ def read_profile(path: str | Path) -> Profile:
                     check_prefill_ms(key, cost[key])
         except ValueError as e:
             raise fail(f"prefill.{m}", str(e)) from None
-    return Profile(
-        policy=str(data["policy"]),
-        source_sha256=data.get("source_sha256"),
-        step_ms=step,
-        routing=routing,
-        counts=data.get("counts") or {},
-        device=str(data.get("device", "")),
-        created=str(data.get("created", "")),
-        workload=data.get("workload") or {},
-        colocation=colocation,
-        alone_ms=alone,
-        beside_ms=beside,
-        prefill=prefill,
-    )
+    return prefill

@@ -33,7 +33,8 @@ import numpy as np
 
 from tokenrouter.throughput.inputs import SystemInputs
 from tokenrouter.throughput.optimize import TuneError, candidates, count_feasible, fixed_indices
-from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.sim_config import SimConfig, steps_error
+from tokenrouter.throughput.simulate import simulate
 
 # the objective's name -> (the latency, the statistic) of `SimResult.latency`
 OBJECTIVES = {
@@ -243,15 +244,7 @@ def tune_at_rate(
     if error := steps_error(inputs, probe):
         raise TuneError(error)
     t0 = time.perf_counter()
-    with _Runner(inputs, s.jobs, top) as runner:
-        screened: list[RateCandidate] = []
-        if len(pool) > s.keep:
-            times = arrivals(s.rate_per_s, s.warmup_ms + s.screen_ms, 0)
-            screened = runner.rank(pool, [[_config(s, b, 0, times, s.screen_ms)] for b in pool], s, n)
-            pool = [c.thresholds for c in screened[: s.keep]]
-        per_seed = [arrivals(s.rate_per_s, s.warmup_ms + s.horizon_ms, k) for k in range(s.seeds)]
-        cfgs = [[_config(s, b, k, per_seed[k], s.horizon_ms) for k in range(s.seeds)] for b in pool]
-        results = runner.rank(pool, cfgs, s, n)
+    screened, results = _race(inputs, s, pool, top)
     unpriced = sum(c.unpriced for c in screened or results)
     return RateTuneResult(
         models=inputs.models,
@@ -265,6 +258,22 @@ def tune_at_rate(
         results=results,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _race(inputs: SystemInputs, s: RateSettings, pool: list[tuple[int, ...]], top: tuple[int | float, ...]):
+    """Where the pool is larger than `s.keep`, every candidate simulated once over the screening horizon and the
+    best kept; those run over the horizon with each seed's arrivals. Returns (the screened, the results), each
+    best first."""
+    n = inputs.concurrency
+    with _Runner(inputs, s.jobs, top) as runner:
+        screened: list[RateCandidate] = []
+        if len(pool) > s.keep:
+            times = arrivals(s.rate_per_s, s.warmup_ms + s.screen_ms, 0)
+            screened = runner.rank(pool, [[_config(s, b, 0, times, s.screen_ms)] for b in pool], s, n)
+            pool = [c.thresholds for c in screened[: s.keep]]
+        per_seed = [arrivals(s.rate_per_s, s.warmup_ms + s.horizon_ms, k) for k in range(s.seeds)]
+        cfgs = [[_config(s, b, k, per_seed[k], s.horizon_ms) for k in range(s.seeds)] for b in pool]
+        return screened, runner.rank(pool, cfgs, s, n)
 
 
 def _config(
@@ -300,33 +309,32 @@ class _Runner:
             outs = [_run(self.inputs, c) for c in flat]
         else:
             outs = list(self.pool.map(_run, [self.inputs] * len(flat), flat, chunksize=1))
-        key, q = OBJECTIVES[s.objective]
         ranked, k = [], 0
         for b, per in zip(pool, cfgs, strict=True):
-            runs, k = outs[k : k + len(per)], k + len(per)
-            lat = [r[0] for r in runs]
-            backlog = max(x["backlog"] for x in lat)
-            ranked.append(
-                RateCandidate(
-                    thresholds=b,
-                    score=_mean(x[key][q] for x in lat),
-                    latency={
-                        name: {st: _mean(x[name][st] for x in lat) for st in ("p50", "p99", "mean")}
-                        for name in SHOWN
-                    },  # fmt: skip
-                    throughput=_mean(r[1] for r in runs),
-                    mean_batch=tuple(_mean(r[2][i] for r in runs) for i in range(len(b))),
-                    backlog=backlog,
-                    behind=backlog > 2 * n,
-                    scores=tuple(x[key][q] for x in lat),
-                    beyond=tuple(
-                        map(max, zip(*(beyond_shares(r[3], self.limits) for r in runs), strict=True))
-                    ),
-                )
-            )
+            ranked.append(self._candidate(b, outs[k : k + len(per)], s, n))
+            k += len(per)
         # keeping up and priced within the measurements first, then the objective (a run that measured no request:
         # last, the most throughput first), then the thresholds
         return sorted(ranked, key=_rank_key)
+
+    def _candidate(self, b: tuple[int, ...], runs: list, s: RateSettings, n: int) -> RateCandidate:
+        """Thresholds b's figures over its runs (one, or one per seed): each the mean of the runs'."""
+        key, q = OBJECTIVES[s.objective]
+        lat = [r[0] for r in runs]
+        backlog = max(x["backlog"] for x in lat)
+        return RateCandidate(
+            thresholds=b,
+            score=_mean(x[key][q] for x in lat),
+            latency={
+                name: {st: _mean(x[name][st] for x in lat) for st in ("p50", "p99", "mean")} for name in SHOWN
+            },  # fmt: skip
+            throughput=_mean(r[1] for r in runs),
+            mean_batch=tuple(_mean(r[2][i] for r in runs) for i in range(len(b))),
+            backlog=backlog,
+            behind=backlog > 2 * n,
+            scores=tuple(x[key][q] for x in lat),
+            beyond=tuple(map(max, zip(*(beyond_shares(r[3], self.limits) for r in runs), strict=True))),
+        )
 
 
 def beyond_shares(by_batch: tuple[dict[int, int], ...], limits: tuple[int | float, ...]) -> tuple[float, ...]:

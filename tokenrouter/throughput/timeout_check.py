@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenrouter.throughput.inputs import SystemInputs
-from tokenrouter.throughput.simulate import SimConfig, simulate, steps_error
+from tokenrouter.throughput.sim_config import SimConfig, steps_error
+from tokenrouter.throughput.simulate import simulate
 
 HORIZON_MS = 20_000.0
 TIE = 0.01  # a relative difference of simulated throughput taken as noise
