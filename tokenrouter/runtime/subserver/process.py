@@ -147,7 +147,7 @@ class Subserver:
                 **args.extra,
             )
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
-            self.scheduler.board = self.attach_board()
+            self.scheduler.recorder.board = self.attach_board()
 
     def progress(self, model: str):
         """The `progress(phase, detail)` of one model's loading: `report` with the model's name, or None."""
@@ -253,7 +253,8 @@ class Subserver:
                      *getattr(self, "to_peers", {}).values()):  # fmt: skip
             if sock is not None:
                 sock.sock.close(0)
-        board = getattr(getattr(self, "scheduler", None), "board", None)
+        recorder = getattr(getattr(self, "scheduler", None), "recorder", None)  # none: the lockstep baseline
+        board = getattr(recorder, "board", None)
         if board is not None:
             board.close()
 
