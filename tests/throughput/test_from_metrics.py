@@ -11,12 +11,8 @@ import pytest
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
-from tokenrouter.throughput.from_metrics import (
-    MetricsProfileError,
-    non_decreasing,
-    parse_metrics,
-    profile_from_metrics,
-)
+from tokenrouter.throughput.from_metrics import MetricsProfileError, non_decreasing, profile_from_metrics
+from tokenrouter.throughput.prometheus_format import parse_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EMPTY_ROUTE = {"nodes": [], "rules": []}
@@ -480,7 +476,7 @@ def test_the_metrics_layout_version_picks_how_prefills_are_read():
     counters even where no step ran a request's first tokens (no prefills: the long steps stay in their batch
     size's latency), an export without the gauge as version 1 (by shape), and a newer one is refused."""
     from tokenrouter.runtime.frontend import metrics as frontend
-    from tokenrouter.throughput import from_metrics
+    from tokenrouter.throughput import prometheus_format as from_metrics
 
     assert frontend.METRICS_SCHEMA == from_metrics.METRICS_SCHEMA
     metrics = Metrics(models=["slm", "llm"])

@@ -1,4 +1,5 @@
-"""Frontend metrics, rendered by hand in the Prometheus text exposition format (no client library).
+"""Frontend metrics, rendered by hand in the Prometheus text exposition format (no client library) from one table
+of series (`SERIES`), and as a versioned JSON document (`Metrics.stats_document`, served at `GET /v1/stats`).
 
 Counters are updated by the request manager (from StepOutputs and request lifecycles); per-subserver gauges
 are the latest `SubserverStats` each subserver sent.
@@ -6,9 +7,12 @@ are the latest `SubserverStats` each subserver sent.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import msgspec
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.subserver.batching import START_REASONS
@@ -18,6 +22,9 @@ PREFIX = "tokenrouter_"
 # them by it. 2: the subservers count the steps that ran some request's first tokens (`first_steps_by_shape_total`
 # and its siblings), which are the prefills. Exports without the gauge are version 1.
 METRICS_SCHEMA = 2
+# The version of the JSON stats document (`Metrics.stats_document`); `profile --from-metrics` reads it by it
+# (throughput/stats_format.py is the reader's side, which must be changed with it).
+STATS_SCHEMA_VERSION = 1
 
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -44,6 +51,10 @@ class Histogram:
             out.append(f'{name}_bucket{{le="{b}"}} {acc}')
         return [*out, f"{name}_sum {self.total!r}", f"{name}_count {acc}"]
 
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
 
 @dataclass(slots=True)
 class Metrics:
@@ -63,6 +74,29 @@ class Metrics:
 
     def on_stats(self, s: m.SubserverStats) -> None:
         self.stats[s.model] = s
+
+    def stats_document(self, active: int) -> dict:
+        """The counters and each subserver's latest stats as JSON (version STATS_SCHEMA_VERSION): what /metrics
+        exposes, for tools and charts. Rates are the deltas of two documents over their `time` difference."""
+        return {
+            "object": "stats",
+            "schema_version": STATS_SCHEMA_VERSION,
+            "time": time.time(),
+            "models": list(self.models),
+            "plan": dict(self.plan_info),
+            "requests_active": active,
+            "requests_total": self.requests_total,
+            "requests_finished": dict(self.requests_finished),
+            "requests_ended": self.e2e.count,  # those e2e latency counts: finished, not aborted
+            "requests_visiting": {x: self.visits.get(x, 0) for x in self.models},
+            "prompt_tokens": self.prompt_tokens,
+            "generation_tokens": {x: self.tokens.get(x, 0) for x in self.models},
+            "hops": sum(self.hops.values()),
+            "hops_by_route": _nested(self.hops),
+            "subserver_stats": {
+                x: msgspec.to_builtins(s, str_keys=True) for x, s in sorted(self.stats.items())
+            },
+        }
 
     def render(self, active: int) -> str:
         out: list[str] = []
@@ -267,6 +301,13 @@ SERIES: tuple[Series, ...] = (
     Series("e2e_request_latency_seconds", "histogram", "From a request's arrival to its end (finished requests).",
            lambda mt, _: mt.e2e),
 )  # fmt: skip
+
+
+def _nested(pairs: dict[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (a, b), n in sorted(pairs.items()):
+        out.setdefault(a, {})[b] = n
+    return out
 
 
 def _escape(v: str) -> str:

@@ -6,7 +6,6 @@ without the API key; every call it makes sends the key the user typed in.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from importlib import resources
 
@@ -41,20 +40,13 @@ def page_html() -> str:
 
 
 def stats(metrics: Metrics, active: int, args: FrontendArgs) -> dict:
-    """A snapshot of the server's counters and gauges: what /metrics exposes for charts, as JSON. Rates are
-    the deltas of two snapshots over their `time` difference."""
+    """The stats document (`Metrics.stats_document`) with the served plan's names, and per subserver the
+    figures the page charts (`subservers`)."""
     return {
-        "object": "stats",
-        "time": time.time(),
+        **metrics.stats_document(active),
         "policy": args.policy,
         "entry": args.entry,
         "models": list(args.models),
-        "requests_active": active,
-        "requests_total": metrics.requests_total,
-        "requests_finished": dict(metrics.requests_finished),
-        "prompt_tokens": metrics.prompt_tokens,
-        "generation_tokens": {x: metrics.tokens.get(x, 0) for x in args.models},
-        "hops": sum(metrics.hops.values()),
         "subservers": {
             x: {f: get(s) for f, get in _SUBSERVER_FIELDS.items()} for x, s in sorted(metrics.stats.items())
         },
