@@ -372,16 +372,12 @@ def _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, committed: fl
 def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: bool = True):
     """`alone_ms` and `beside_ms` for the models with both kinds of steps at some batch size run `min_steps`
     times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
-    them. Alone steps are rare where the co-runner is seldom idle (an eager profile: the 0.6B runs alone only
-    while the 8B holds no request), so when no batch size has `min_steps` of them but all of them together do,
-    `alone_ms` is `beside_ms` scaled by the ratio those steps show (their time over what the same steps take
-    beside), which keeps the shape of the latency over the batch size."""
+    them (`_alone_latency`)."""
     alone_ms: dict[str, StepLatency] = {}
     beside_ms: dict[str, StepLatency] = {}
     counts: dict[str, dict[str, Any]] = {}  # model -> steps alone and beside by batch size (and the ratio)
     for x in models:
         every = alone.get(x, {})
-        lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
         rest = {}  # every step less the alone ones
         for bs, (n, sec) in steps.get(x, {}).items():
             an, asec = every.get(bs, (0.0, 0.0))
@@ -390,30 +386,40 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: 
         if not rest:
             continue
         beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
-        scaled = None  # the ratio that scales beside_ms into alone_ms, where alone steps are too few
-        pooled: list[list[int]] = []
-        if lone:
-            means = [(bs, 1000.0 * sec / n, n) for bs, (n, sec) in sorted(lone.items())]
-            fitted, pooled = non_decreasing(means) if fit else ([(bs, ms) for bs, ms, _ in means], [])
-            alone_ms[x] = StepLatency(tuple(fitted))
-        elif sum(n for n, _ in every.values()) >= min_steps:
-            scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
-                n * beside.at(bs) for bs, (n, _) in every.items()
-            )
-            alone_ms[x] = StepLatency(tuple((bs, ms * scaled) for bs, ms in beside.points))
-            lone = {bs: v for bs, v in every.items() if v[0] > 0}
-        else:
+        found = _alone_latency(every, beside, min_steps, fit)
+        if found is None:
             continue
+        alone_ms[x], lone, scaled, pooled = found
         beside_ms[x] = beside
         counts[x] = {
             "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
             "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
+            **({"alone_scaled_by": scaled} if scaled is not None else {}),
+            **({"alone_pooled": pooled} if pooled else {}),
         }
-        if scaled is not None:
-            counts[x]["alone_scaled_by"] = scaled
-        if pooled:
-            counts[x]["alone_pooled"] = pooled
     return alone_ms, beside_ms, counts
+
+
+def _alone_latency(every: dict, beside: StepLatency, min_steps: int, fit: bool):
+    """A model's latency alone from its alone steps `every` ({batch size: [steps, seconds]}): (the latency, the
+    steps behind it by batch size, the ratio it scaled `beside` by or None, the runs of batch sizes the fit
+    pooled); None where the alone steps are too few. Alone steps are rare where the co-runner is seldom idle (an
+    eager profile: the 0.6B runs alone only while the 8B holds no request), so when no batch size has
+    `min_steps` of them but all of them together do, the latency alone is `beside` scaled by the ratio those
+    steps show (their time over what the same steps take beside), which keeps the shape of the latency over the
+    batch size."""
+    lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
+    if lone:
+        means = [(bs, 1000.0 * sec / n, n) for bs, (n, sec) in sorted(lone.items())]
+        fitted, pooled = non_decreasing(means) if fit else ([(bs, ms) for bs, ms, _ in means], [])
+        return StepLatency(tuple(fitted)), lone, None, pooled
+    if sum(n for n, _ in every.values()) < min_steps:
+        return None
+    scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
+        n * beside.at(bs) for bs, (n, _) in every.items()
+    )
+    lone = {bs: v for bs, v in every.items() if v[0] > 0}
+    return StepLatency(tuple((bs, ms * scaled) for bs, ms in beside.points)), lone, scaled, []
 
 
 def non_decreasing(points: list[tuple[int, float, float]]) -> tuple[list[tuple[int, float]], list[list[int]]]:
