@@ -72,43 +72,9 @@ class Choice:
         st = self.state
         try:
             while True:
-                if st.finish_reason is None:
-                    await st.event.wait()
-                else:  # finished, but a token sent by another subserver is still on its way
-                    try:
-                        await asyncio.wait_for(st.event.wait(), GAP_TIMEOUT_S)
-                    except asyncio.TimeoutError:
-                        raise APIError(
-                            500, f"the request finished with token {st.next_index} missing"
-                        ) from None
-                st.event.clear()
-                if st.error is not None:
-                    raise st.error
+                await self._wait(st)
                 before = self.completion_tokens
-                models, pieces = [], []
-                for tok, model in st.take():
-                    lp = st.logprobs.pop(self.completion_tokens, None)
-                    if lp is not None:
-                        self.logprobs.append((tok, lp[0], lp[1]))
-                    self.completion_tokens += 1
-                    self.per_model[model] += 1
-                    text = detok.step(tok)
-                    if self.want_trace:
-                        self.trace.append(model)
-                    if self.chunk_trace:
-                        models.append(model)
-                        pieces.append(text)
-                    if self.want_ids:
-                        self.token_ids.append(tok)
-                    if self._append(text, hold):
-                        break
-                if self.finish_reason is None and st.done:
-                    # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
-                    rest = detok.flush()
-                    if pieces:
-                        pieces[-1] += rest
-                    if not self._append(rest, hold):
-                        self.finish_reason = st.finish_reason or "stop"
+                models, pieces = self._take(st, detok, hold)
                 end = (
                     len(self.text)
                     if self.finish_reason is not None
@@ -126,6 +92,49 @@ class Choice:
         finally:
             if self.finish_reason is None:
                 self.manager.abort(st.rid, reason="abort")
+
+    async def _wait(self, st) -> None:
+        """Until new tokens or the end arrive; raises the request's error."""
+        if st.finish_reason is None:
+            await st.event.wait()
+        else:  # finished, but a token sent by another subserver is still on its way
+            try:
+                await asyncio.wait_for(st.event.wait(), GAP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                raise APIError(500, f"the request finished with token {st.next_index} missing") from None
+        st.event.clear()
+        if st.error is not None:
+            raise st.error
+
+    def _take(self, st, detok, hold: int) -> tuple[list[str], list[str]]:
+        """The tokens that arrived in order, counted and detokenized into the text (until a stop string), and at
+        the end the text the detokenizer still held: (the models that wrote them, their text) for the chunk's
+        trace, where the client asks for one."""
+        models, pieces = [], []
+        for tok, model in st.take():
+            lp = st.logprobs.pop(self.completion_tokens, None)
+            if lp is not None:
+                self.logprobs.append((tok, lp[0], lp[1]))
+            self.completion_tokens += 1
+            self.per_model[model] += 1
+            text = detok.step(tok)
+            if self.want_trace:
+                self.trace.append(model)
+            if self.chunk_trace:
+                models.append(model)
+                pieces.append(text)
+            if self.want_ids:
+                self.token_ids.append(tok)
+            if self._append(text, hold):
+                break
+        if self.finish_reason is None and st.done:
+            # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
+            rest = detok.flush()
+            if pieces:
+                pieces[-1] += rest
+            if not self._append(rest, hold):
+                self.finish_reason = st.finish_reason or "stop"
+        return models, pieces
 
     def _append(self, piece: str, hold: int) -> bool:
         """Add text; on a stop string, cut before it, abort the request everywhere and return True."""

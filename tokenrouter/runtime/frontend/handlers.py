@@ -118,6 +118,24 @@ class GenerationHandler:
     # ---- serving ----------------------------------------------------------------------------------------
     async def serve(self, request: Request, req: Any, chat: bool) -> Response:
         mgr: RequestManager = request.app.state.manager
+        max_len = self._ready(mgr, req)
+        prompts = await self._tokenize(request, req, chat, mgr)
+        specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
+        choices: list[Choice] = []
+        try:
+            self._submit(mgr, req, prompts, specs, choices)
+            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+            if req.stream:
+                return await self._stream(request, req, chat, rid, choices)
+            await _unless_disconnected(request, _run_all(choices))
+            return JSONResponse(self._full_body(req, chat, rid, choices))
+        except BaseException:  # every error path releases the requests already sent
+            for c in choices:
+                mgr.abort(c.state.rid)
+            raise
+
+    def _ready(self, mgr: RequestManager, req: Any) -> int:
+        """The longest prompt + completion the server takes, once it can serve the request's model."""
         if req.model is not None and req.model != self.args.policy:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.args.policy!r}",
                            param="model", code="model_not_found")  # fmt: skip
@@ -130,43 +148,26 @@ class GenerationHandler:
             raise APIError(
                 503, "the server is still starting; retry when GET /health returns 200", code="starting"
             )
-        # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
-        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
-        # body (INLINE_BODY_BYTES) is tokenized in place.
+        return max_len
+
+    async def _tokenize(self, request: Request, req: Any, chat: bool, mgr: RequestManager) -> list[list[int]]:
+        """Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
+        that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
+        body (INLINE_BODY_BYTES) is tokenized in place."""
         size = request.headers.get("content-length", "")
         if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
-            prompts = self._prompts(req, chat, self.vocab_limit(mgr))
-        else:
-            prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
-        specs = [self._sampling(req, len(ids), chat, max_len) for ids in prompts]
-        choices: list[Choice] = []
-        try:
-            # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
-            for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
-                for j in range(req.n):
-                    st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
-                    choices.append(
-                        Choice(
-                            mgr,
-                            self.codec,
-                            st,
-                            i * req.n + j,
-                            req.stop_strings(),
-                            self.args.models,
-                            req.return_routing_trace,
-                            req.return_token_ids,
-                            req.return_routing_trace and req.stream,
-                        )
-                    )
-            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-            if req.stream:
-                return await self._stream(request, req, chat, rid, choices)
-            await _unless_disconnected(request, _run_all(choices))
-            return JSONResponse(self._full_body(req, chat, rid, choices))
-        except BaseException:  # every error path releases the requests already sent
-            for c in choices:
-                mgr.abort(c.state.rid)
-            raise
+            return self._prompts(req, chat, self.vocab_limit(mgr))
+        return await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr))
+
+    def _submit(self, mgr: RequestManager, req: Any, prompts, specs, choices: list[Choice]) -> None:
+        """n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed. Each
+        joins `choices` as it is sent (the caller aborts them all on an error)."""
+        trace, stream_trace = req.return_routing_trace, req.return_routing_trace and req.stream
+        for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
+            for j in range(req.n):
+                st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
+                choices.append(Choice(mgr, self.codec, st, i * req.n + j, req.stop_strings(), self.args.models,
+                                      trace, req.return_token_ids, stream_trace))  # fmt: skip
 
     def _logprobs(self, req: Any, chat: bool, c: Choice, start: int, offset: int = 0) -> dict | None:
         """The choice's logprobs from its `start`-th token on, in the endpoint's shape; None unless asked."""
@@ -212,84 +213,81 @@ class GenerationHandler:
         except APIError:
             await events.aclose()
             raise
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        created = int(time.time())
-        policy = self.args.policy
-        include_usage = req.include_usage
-
-        def chunk(choice_list: list[dict], usage: dict | None = None) -> str:
-            body: dict = {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": policy,
-                "choices": choice_list,
-            }
-            if include_usage:
-                body["usage"] = usage
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
-        sent = {c.index: (0, 0) for c in choices}  # per choice: logprob entries sent, their text's length
-
-        def new_logprobs(c: Choice) -> dict | None:
-            start, offset = sent[c.index]
-            lp = self._logprobs(req, chat, c, start, offset)
-            if lp is not None and not chat:
-                offset += sum(len(t) for t in lp["tokens"])
-            sent[c.index] = (len(c.logprobs), offset)
-            return lp
-
-        def piece(c: Choice, text: str) -> dict:
-            lp = new_logprobs(c)
-            if chat:
-                d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
-            else:
-                d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
-            if c.chunk_trace:
-                d["routing"] = c.chunk_routing()
-            return d
-
-        def final(c: Choice) -> dict:
-            d = {
-                "index": c.index,
-                "logprobs": new_logprobs(c),
-                "finish_reason": c.finish_reason,
-                "routing": c.routing(),
-            }
-            d.update({"delta": {}} if chat else {"text": ""})
-            return d
-
-        async def body() -> AsyncIterator[str]:
-            try:
-                if chat:
-                    yield chunk(
-                        [
-                            {
-                                "index": c.index,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                            for c in choices
-                        ]  # fmt: skip
-                    )
-                ev = first
-                while ev is not None:
-                    c, text = ev
-                    yield chunk([final(c)] if text is None else [piece(c, text)])
-                    ev = await anext(events, None)
-                if include_usage:
-                    yield chunk([], _usage(choices, req.n))
-                yield "data: [DONE]\n\n"
-            except APIError as e:
-                yield f"data: {json.dumps(e.body())}\n\n"
-                yield "data: [DONE]\n\n"
-            finally:
-                await events.aclose()
-
+        chunks = _StreamChunks(self, req, chat, rid, int(time.time()), {c.index: (0, 0) for c in choices})
         return StreamingResponse(
-            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            chunks.body(choices, first, events),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
         )
+
+
+class _StreamChunks:
+    """The server-sent events of one streamed response: a chunk per event of its choices (a piece of text, or a
+    choice's end), the usage where asked, and `[DONE]`; an error after the first event as an error event."""
+
+    def __init__(self, handler: GenerationHandler, req: Any, chat: bool, rid: str, created: int,
+                 sent: dict[int, tuple[int, int]]) -> None:  # fmt: skip
+        self.handler, self.req, self.chat, self.rid, self.created = handler, req, chat, rid, created
+        self.sent = sent  # per choice: logprob entries sent, their text's length
+
+    async def body(self, choices: list[Choice], first, events) -> AsyncIterator[str]:
+        try:
+            if self.chat:
+                opening = {
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                yield self.chunk([{"index": c.index, **opening} for c in choices])
+            ev = first
+            while ev is not None:
+                c, text = ev
+                yield self.chunk([self.final(c)] if text is None else [self.piece(c, text)])
+                ev = await anext(events, None)
+            if self.req.include_usage:
+                yield self.chunk([], _usage(choices, self.req.n))
+            yield "data: [DONE]\n\n"
+        except APIError as e:
+            yield f"data: {json.dumps(e.body())}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            await events.aclose()
+
+    def chunk(self, choice_list: list[dict], usage: dict | None = None) -> str:
+        body: dict = {
+            "id": self.rid,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.handler.args.policy,
+            "choices": choice_list,
+        }
+        if self.req.include_usage:
+            body["usage"] = usage
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def new_logprobs(self, c: Choice) -> dict | None:
+        start, offset = self.sent[c.index]
+        lp = self.handler._logprobs(self.req, self.chat, c, start, offset)
+        if lp is not None and not self.chat:
+            offset += sum(len(t) for t in lp["tokens"])
+        self.sent[c.index] = (len(c.logprobs), offset)
+        return lp
+
+    def piece(self, c: Choice, text: str) -> dict:
+        lp = self.new_logprobs(c)
+        if self.chat:
+            d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
+        else:
+            d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
+        if c.chunk_trace:
+            d["routing"] = c.chunk_routing()
+        return d
+
+    def final(self, c: Choice) -> dict:
+        d = {"index": c.index, "logprobs": self.new_logprobs(c), "finish_reason": c.finish_reason,
+             "routing": c.routing()}  # fmt: skip
+        d.update({"delta": {}} if self.chat else {"text": ""})
+        return d
 
 
 def _int64(seed: int) -> int:

@@ -291,30 +291,9 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         sub = make_server(
             args, ctx, lambda model, phase, detail: launcher.send(m.Progress(model, phase, detail))
         )
-
-        def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
-            sub.stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _stop)
-            signal.signal(signal.SIGINT, _stop)
-        for name, info in infos(sub).items():
-            launcher.send(m.Ready(name=name, info=info))
-        logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
-        sub.event_loop()
+        _serve(args, sub, launcher, infos)
     except BaseException as exc:
-        tb = traceback.format_exc()
-        if sub is None and isinstance(exc, user_errors()):
-            # the user's mistake (a model folder, a router file, the plan): the launcher prints its message as
-            # the one line `error: … failed to start: …`; the traceback only at debug level
-            logger.debug("could not start:\n%s", tb)
-            error = str(exc)
-        else:
-            logger.error("crashed:\n%s", tb)
-            error = tb
-        for s in (launcher, frontend):
-            s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
-            s.send(m.Fatal(name=args.model, error=error))
+        _send_fatal(args, exc, started=sub is not None, to=(launcher, frontend))
         code = 1
     finally:
         if sub is not None:
@@ -329,3 +308,34 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         ctx.term()
     if code:
         raise SystemExit(code)
+
+
+def _serve(args: SubserverArgs, sub, launcher: Sender, infos) -> None:
+    """Stop on SIGTERM/SIGINT, say Ready for each model, and run the event loop."""
+
+    def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
+        sub.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    for name, info in infos(sub).items():
+        launcher.send(m.Ready(name=name, info=info))
+    logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
+    sub.event_loop()
+
+
+def _send_fatal(args: SubserverArgs, exc: BaseException, started: bool, to: tuple[Sender, ...]) -> None:
+    """Log the crash and tell the launcher and the frontend (`Fatal`)."""
+    tb = traceback.format_exc()
+    if not started and isinstance(exc, user_errors()):
+        # the user's mistake (a model folder, a router file, the plan): the launcher prints its message as
+        # the one line `error: … failed to start: …`; the traceback only at debug level
+        logger.debug("could not start:\n%s", tb)
+        error = str(exc)
+    else:
+        logger.error("crashed:\n%s", tb)
+        error = tb
+    for s in to:
+        s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
+        s.send(m.Fatal(name=args.model, error=error))

@@ -101,6 +101,18 @@ class StepRecorder:
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.init_totals()
+        self.init_tables()
+        self.init_between_steps()
+        self.init_step_state()
+        # the Triton kernels this process built (compiled, or loaded from the disk cache) since this scheduler
+        # started: a first-time build in an eager step is a stall of about half a second (kernel_loads.py)
+        self.kernel_loads = kernel_loads.LOADS
+        kernel_loads.install(self.kernel_loads)
+        self._loads_at_start = self.kernel_loads.snapshot()
+        self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
+
+    def init_totals(self) -> None:
         self.steps = 0
         self.last_batch_size = 0
         self.last_step_ms = 0.0
@@ -109,9 +121,11 @@ class StepRecorder:
         # tokens the engine ran: prefill + extend suffixes + one per decode row, as the engine counts them
         # (`StepOutput.stats["tokens"]`: without a prefix cache's matches, with an evicted request's re-prefill)
         self.new_tokens_total = 0
+        self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
+
+    def init_tables(self) -> None:
         self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
         self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
-        self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
         # with a busy board (models sharing a GPU: busy_board.py), the steps that no co-runner's step
         # overlapped, and not stalls: batch size -> [steps, ms, new tokens]
         self.board: BusyBoard | None = None
@@ -123,6 +137,8 @@ class StepRecorder:
         # hop here; an eviction's re-prefill happens inside the engine and is not one): same key -> [steps, ms,
         # such rows]; the throughput model prices them per request apart from the other steps (`from_metrics`)
         self.first_shape_ms: dict[tuple[int, int, str], list[float]] = {}
+
+    def init_between_steps(self) -> None:
         # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
         # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
         self.gaps = 0
@@ -133,13 +149,6 @@ class StepRecorder:
         self.hops_in = 0
         self.hop_delay_ms = 0.0
         self._recent_steps: deque[tuple[float, float]] = deque(maxlen=4)
-        self.init_step_state()
-        # the Triton kernels this process built (compiled, or loaded from the disk cache) since this scheduler
-        # started: a first-time build in an eager step is a stall of about half a second (kernel_loads.py)
-        self.kernel_loads = kernel_loads.LOADS
-        kernel_loads.install(self.kernel_loads)
-        self._loads_at_start = self.kernel_loads.snapshot()
-        self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
 
     def init_step_state(self) -> None:
         """What the step running now has done so far (`begin` resets it)."""

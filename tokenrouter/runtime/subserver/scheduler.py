@@ -152,21 +152,9 @@ class Scheduler:
             self.reqs[msg.rid] = req
         elif req.status != ReqStatus.PENDING:
             return self._fail(req, f"{self.model} received request {msg.rid} while it was {req.status.value}")
-        overlap = len(req.tokens) - msg.start
-        if overlap < 0 or req.tokens[msg.start :] != msg.tokens[:overlap]:
-            return self._fail(
-                req,
-                f"{self.model}: hop of {msg.rid} from {msg.origin} does not continue its sequence "
-                f"(known {len(req.tokens)} tokens, got tokens from {msg.start})",
-            )
-        req.tokens.extend(msg.tokens[overlap:])
-        if len(req.tokens) >= self.max_len:
-            return self._fail(
-                req, f"request {msg.rid} has {len(req.tokens)} tokens, more than {self.model} accepts"
-            )
-        for peer, n in msg.seen.items():
-            req.seen_by[peer] = max(req.seen_by.get(peer, 0), n)
-        req.seen_by[self.model] = len(req.tokens)
+        error = self._continue_with(req, msg)
+        if error is not None:
+            return self._fail(req, error)
         req.run_length = 0
         req.for_left = msg.for_k
         req.return_to = msg.return_to if msg.for_k > 0 else None
@@ -174,6 +162,22 @@ class Scheduler:
         req.status = ReqStatus.WAITING
         self._admit(req)
         return []
+
+    def _continue_with(self, req: Req, msg: m.PeerRequest) -> str | None:
+        """Append the hop's tokens this subserver has not seen, and what every model has seen; or why not."""
+        overlap = len(req.tokens) - msg.start
+        if overlap < 0 or req.tokens[msg.start :] != msg.tokens[:overlap]:
+            return (
+                f"{self.model}: hop of {msg.rid} from {msg.origin} does not continue its sequence "
+                f"(known {len(req.tokens)} tokens, got tokens from {msg.start})"
+            )
+        req.tokens.extend(msg.tokens[overlap:])
+        if len(req.tokens) >= self.max_len:
+            return f"request {msg.rid} has {len(req.tokens)} tokens, more than {self.model} accepts"
+        for peer, n in msg.seen.items():
+            req.seen_by[peer] = max(req.seen_by.get(peer, 0), n)
+        req.seen_by[self.model] = len(req.tokens)
+        return None
 
     def handle_release(self, msg: m.Release | m.Abort) -> Outbox:
         req = self.reqs.get(msg.rid)
