@@ -11,12 +11,8 @@ import pytest
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.metrics import Metrics
-from tokenrouter.throughput.from_metrics import (
-    MetricsProfileError,
-    non_decreasing,
-    parse_metrics,
-    profile_from_metrics,
-)
+from tokenrouter.throughput.from_metrics import MetricsProfileError, non_decreasing, profile_from_metrics
+from tokenrouter.throughput.prometheus_format import parse_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EMPTY_ROUTE = {"nodes": [], "rules": []}
@@ -37,20 +33,32 @@ def scrape(
 ) -> str:
     metrics = Metrics(models=["slm", "llm"])
     for model, table in by_bs.items():
-        metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
-                                          last_step_ms=1.0, steps=sum(n for n, _ in table.values()),
-                                          kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=table,
-                                          busy_ms=sum(ms for _, ms in table.values()), uptime_ms=uptime_ms,
-                                          slow_ms_by_bs=(slow or {}).get(model, {}),
-                                          batch_threshold=(thresholds or {}).get(model, 0),
-                                          alone_ms_by_bs=(alone or {}).get(model, {}),
-                                          gaps=(gaps or {}).get(model, (0, 0.0))[0],
-                                          gap_ms=(gaps or {}).get(model, (0, 0.0))[1],
-                                          hops_in=(hops_in or {}).get(model, (0, 0.0))[0],
-                                          hop_delay_ms=(hops_in or {}).get(model, (0, 0.0))[1]))  # fmt: skip
+        gap, hop = (gaps or {}).get(model, (0, 0.0)), (hops_in or {}).get(model, (0, 0.0))
+        step = m.StepStats(
+            count=sum(n for n, _ in table.values()),
+            busy_ms=sum(ms for _, ms in table.values()),
+            uptime_ms=uptime_ms,
+            batch_threshold=(thresholds or {}).get(model, 0),
+            gaps=gap[0],
+            gap_ms=gap[1],
+            last_batch_size=1,
+            last_ms=1.0,
+        )
+        tables = m.StepTables(
+            by_bs=with_tokens(table),
+            slow_by_bs=(slow or {}).get(model, {}),
+            alone_by_bs=with_tokens((alone or {}).get(model, {})),
+        )
+        metrics.on_stats(m.SubserverStats(model=model, step=step, tables=tables, kv=m.KvStats(1, 1),
+                                          hops=m.HopStats(*hop)))  # fmt: skip
     metrics.tokens.update(tokens)
     metrics.hops.update(hops)
     return metrics.render(active=0)
+
+
+def with_tokens(table: dict[int, tuple[int, float]]) -> dict[int, tuple[int, float, int]]:
+    """A by-batch-size table of (steps, ms) as `StepTables` holds it: (steps, ms, new tokens), none counted."""
+    return {bs: (n, ms, 0) for bs, (n, ms) in table.items()}
 
 
 def profile_cli(tmp_path: Path, after: str, before: str) -> subprocess.CompletedProcess:
@@ -468,16 +476,14 @@ def test_the_metrics_layout_version_picks_how_prefills_are_read():
     counters even where no step ran a request's first tokens (no prefills: the long steps stay in their batch
     size's latency), an export without the gauge as version 1 (by shape), and a newer one is refused."""
     from tokenrouter.runtime.frontend import metrics as frontend
-    from tokenrouter.throughput import from_metrics
+    from tokenrouter.throughput import prometheus_format as from_metrics
 
     assert frontend.METRICS_SCHEMA == from_metrics.METRICS_SCHEMA
     metrics = Metrics(models=["slm", "llm"])
     for model in ("slm", "llm"):
-        metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
-                                          last_step_ms=1.0, steps=20, kv_pages_total=1, kv_pages_free=1,
-                                          step_ms_by_bs={1: (20, 200.0)}, busy_ms=200.0, uptime_ms=0.0,
-                                          step_ms_by_shape={"1/1/untracked": (10, 20.0, 10),
-                                                            "1/128/untracked": (10, 180.0, 1280)}))  # fmt: skip
+        shapes = {"1/1/untracked": (10, 20.0, 10), "1/128/untracked": (10, 180.0, 1280)}
+        metrics.on_stats(m.SubserverStats(model=model, step=m.StepStats(count=20, busy_ms=200.0),
+                                          tables=m.StepTables(by_bs={1: (20, 200.0, 0)}, by_shape=shapes)))  # fmt: skip
     metrics.tokens.update({"slm": 18, "llm": 18})
     metrics.hops.update({("slm", "llm"): 1, ("llm", "slm"): 1})
     text = metrics.render(active=0)

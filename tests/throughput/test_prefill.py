@@ -50,13 +50,20 @@ def render(k: int, shapes: dict, firsts: dict, by_bs: dict, alone: dict, slow: d
     """/metrics of two subservers with these counters, 10 × `k` ended requests of 100 tokens each."""
     metrics = Metrics(models=["slm", "llm"])
     for model in ("slm", "llm"):
-        metrics.on_stats(m.SubserverStats(model=model, waiting=0, running=0, pending=0, last_batch_size=1,
-                                          last_step_ms=1.0, steps=sum(n for n, _ in by_bs[model].values()),
-                                          kv_pages_total=1, kv_pages_free=1, step_ms_by_bs=by_bs[model],
-                                          busy_ms=sum(ms for _, ms in by_bs[model].values()), uptime_ms=0.0,
-                                          slow_ms_by_bs=slow[model], alone_ms_by_bs=alone[model],
-                                          step_ms_by_shape=shapes[model],
-                                          first_ms_by_shape=firsts.get(model, {})))  # fmt: skip
+        step = m.StepStats(
+            count=sum(n for n, _ in by_bs[model].values()),
+            busy_ms=sum(ms for _, ms in by_bs[model].values()),
+            last_batch_size=1,
+            last_ms=1.0,
+        )
+        tables = m.StepTables(
+            by_bs={bs: (n, ms, 0) for bs, (n, ms) in by_bs[model].items()},
+            slow_by_bs=slow[model],
+            alone_by_bs={bs: (n, ms, 0) for bs, (n, ms) in alone[model].items()},
+            by_shape=shapes[model],
+            first_by_shape=firsts.get(model, {}),
+        )
+        metrics.on_stats(m.SubserverStats(model=model, step=step, tables=tables, kv=m.KvStats(1, 1)))  # fmt: skip
     metrics.tokens.update({"slm": 900 * k, "llm": 100 * k})
     metrics.hops.update({("slm", "llm"): 100 * k, ("llm", "slm"): 100 * k})
     for _ in range(10 * k):

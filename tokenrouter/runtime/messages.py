@@ -143,69 +143,104 @@ class StepOutputs(msgspec.Struct, tag=True):
     finished: list[Finished]
 
 
-class SubserverStats(msgspec.Struct, tag=True):
-    model: str
-    waiting: int
-    running: int
-    pending: int
-    last_batch_size: int
-    last_step_ms: float
-    steps: int
-    kv_pages_total: int
-    kv_pages_free: int
-    # the engine's prefix cache (runtime/prefix_cache.py; off: `--no-prefix-cache`, or the SGLang engine): tokens
-    # reused vs computed when requests arrived (a request's first tokens here), arrivals, what the cache holds now,
-    # and the blocks it evicted
-    prefix_cache: bool = False
-    prefix_matched_tokens: int = 0
-    prefix_computed_tokens: int = 0
-    prefix_arrivals: int = 0
-    prefix_cached_blocks: int = 0
-    prefix_cached_tokens: int = 0
-    prefix_evicted_blocks: int = 0
-    # exact totals since start: step wall time (forward + route kernel), rows, tokens run, per batch size
-    busy_ms: float = 0.0
-    rows_total: int = 0
-    new_tokens_total: int = 0
-    step_ms_by_bs: dict[int, tuple[int, float]] = {}  # batch size -> (steps, ms)
+class QueueStats(msgspec.Struct):
+    """The requests a subserver holds, by state, as of its report."""
+
+    waiting: int = 0
+    running: int = 0
+    pending: int = 0  # held while another model writes
+
+
+class StepStats(msgspec.Struct):
+    """A subserver's steps: exact totals since its scheduler started, and its last step."""
+
+    count: int = 0
+    rows: int = 0  # summed over steps
+    new_tokens: int = 0  # tokens run: prefills, extend suffixes, one per decode row
+    busy_ms: float = 0.0  # step wall time (forward + route kernel)
     # since the scheduler started, on busy_ms's clock: busy share = Δbusy_ms / Δuptime_ms over a window
     uptime_ms: float = 0.0
-    slow_ms_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among step_ms_by_bs (scheduler.is_stall)
+    last_batch_size: int = 0
+    last_ms: float = 0.0
     batch_threshold: int = 0  # B_i as configured (0: unknown)
     # why each step started (batching.START_REASONS): its threshold reached, the threshold lowered while few
     # requests were active, every request the subserver holds runnable, or the max_delay timeout
-    step_starts: dict[str, int] = {}
-    # the steps among step_ms_by_bs that no step of a model sharing the GPU overlapped (not stalls;
-    # busy_board.py): batch size -> (steps, ms); empty without a busy board
-    alone_ms_by_bs: dict[int, tuple[int, float]] = {}
-    # the tokens those steps ran (prefills, extend suffixes, one per decode row), by batch size: all steps
-    # (step_ms_by_bs's) and the alone ones (alone_ms_by_bs's); a batch size's latency depends on both
-    tokens_by_bs: dict[int, int] = {}
-    alone_tokens_by_bs: dict[int, int] = {}
+    starts: dict[str, int] = {}
     # the steps that followed the previous one back to back (ready as it ended), and the host time between
     gaps: int = 0
     gap_ms: float = 0.0
-    # the hops received with a send time, and their delay: from the send (or, where this subserver was in a step
-    # then, that step's end) to the scheduler taking the hop in; the throughput model takes hops as instant
-    hops_in: int = 0
-    hop_delay_ms: float = 0.0
-    # the Triton kernels the subserver's process built (compiled, or loaded from Triton's disk cache) since the
-    # scheduler started, and the time they took (engine/kernel_loads.py); 0 under the Triton interpreter
-    kernel_loads: int = 0
-    kernel_load_ms: float = 0.0
+
+
+class StepTables(msgspec.Struct):
+    """A subserver's steps broken down: by batch size -> (steps, ms, new tokens), and by shape."""
+
+    by_bs: dict[int, tuple[int, float, int]] = {}
+    slow_by_bs: dict[int, tuple[int, float]] = {}  # the stalls among them (recorder.is_stall): (steps, ms)
+    # the steps that no step of a model sharing the GPU overlapped (not stalls; busy_board.py); empty without a
+    # busy board
+    alone_by_bs: dict[int, tuple[int, float, int]] = {}
     # every step by its shape, keyed "BS/Q/OVERLAP": batch size, the new tokens of its longest row rounded up
-    # to a power of two (scheduler.q_class), and "alone" / "overlapped" (by a step of a model sharing the GPU;
+    # to a power of two (recorder.q_class), and "alone" / "overlapped" (by a step of a model sharing the GPU;
     # busy_board.py), "stall", or "untracked" (no busy board) -> (steps, ms, new tokens)
-    step_ms_by_shape: dict[str, tuple[int, float, int]] = {}
+    by_shape: dict[str, tuple[int, float, int]] = {}
     # the steps among those that ran some request's first tokens on this subserver (a prefill: KV from nothing),
     # same key -> (steps, ms, rows that were such first runs)
-    first_ms_by_shape: dict[str, tuple[int, float, int]] = {}
-    # the KV pool under pressure: rows the scheduler left out of a step because the pool could not hold them
-    # without evicting (scheduler.fit_kv), and the engine's evictions of held requests and the re-prefills
-    # they cost
-    kv_deferred_rows: int = 0
-    kv_evictions: int = 0
-    kv_reprefills: int = 0
+    first_by_shape: dict[str, tuple[int, float, int]] = {}
+
+
+class KvStats(msgspec.Struct):
+    """The KV pool: its pages, and under pressure the rows the scheduler left out of a step because the pool
+    could not hold them without evicting (scheduler.fit_kv), the engine's evictions of held requests and the
+    re-prefills they cost."""
+
+    pages_total: int = 0
+    pages_free: int = 0
+    deferred_rows: int = 0
+    evictions: int = 0
+    reprefills: int = 0
+
+
+class PrefixCacheStats(msgspec.Struct):
+    """The engine's prefix cache (runtime/prefix_cache.py; off: `--no-prefix-cache`, or the SGLang engine):
+    tokens reused vs computed when requests arrived (a request's first tokens here), arrivals, what the cache
+    holds now, and the blocks it evicted."""
+
+    enabled: bool = False
+    matched_tokens: int = 0
+    computed_tokens: int = 0
+    arrivals: int = 0
+    cached_blocks: int = 0
+    cached_tokens: int = 0
+    evicted_blocks: int = 0
+
+
+class HopStats(msgspec.Struct):
+    """The hops received with a send time, and their delay: from the send (or, where this subserver was in a
+    step then, that step's end) to the scheduler taking the hop in; the throughput model takes hops as instant."""
+
+    received: int = 0
+    delay_ms: float = 0.0
+
+
+class KernelLoadStats(msgspec.Struct):
+    """The Triton kernels the subserver's process built (compiled, or loaded from Triton's disk cache) since the
+    scheduler started, and the time they took (engine/kernel_loads.py); 0 under the Triton interpreter."""
+
+    count: int = 0
+    ms: float = 0.0
+
+
+class SubserverStats(msgspec.Struct, tag=True):
+    """A subserver's periodic report (also its heartbeat), grouped by what it counts."""
+
+    model: str
+    queue: QueueStats = msgspec.field(default_factory=QueueStats)
+    step: StepStats = msgspec.field(default_factory=StepStats)
+    tables: StepTables = msgspec.field(default_factory=StepTables)
+    kv: KvStats = msgspec.field(default_factory=KvStats)
+    prefix: PrefixCacheStats = msgspec.field(default_factory=PrefixCacheStats)
+    hops: HopStats = msgspec.field(default_factory=HopStats)
+    kernels: KernelLoadStats = msgspec.field(default_factory=KernelLoadStats)
 
 
 # ---- any process → launcher -----------------------------------------------------------------------------

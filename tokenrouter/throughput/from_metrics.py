@@ -1,5 +1,10 @@
-"""A profile from a running deployment's `/metrics`: the step latencies the models really had next to each
+"""A profile from a running deployment's counters: the step latencies the models really had next to each
 other, and the hop rates they really took.
+
+The counters come from the server's JSON stats document (`GET /v1/stats`, versioned by its `schema_version`;
+`stats_format.py`), or from the Prometheus text of servers older than it (`GET /metrics`, or a copy saved from one;
+`prometheus_format.py`); both are read into `Counters` (`read_counters`). The series named below are the
+Prometheus names; the stats document carries the same counters per subserver (`subserver_stats`).
 
 `tokenrouter profile` times each model alone. Models that share a GPU slow each other down (on the H200 the
 0.6B step went from 2.0 to 3.4 ms beside a busy 8B), so a DTMC fed with the isolated
@@ -30,10 +35,10 @@ takes a step's latency by whether a co-runner is running when it starts. `worklo
 wrote a token of (`tokenrouter_requests_visiting_total`): `tune` holds that against the hops into the model,
 and warns where routing concentrates in a few requests (`plan_inputs.concentration_warnings`).
 
-Prompt prefills are priced apart. The metrics say their layout's version (`tokenrouter_metrics_schema`; an
-export without it is version 1). From version 2 the servers count the steps that ran some request's first tokens
-on a model (`tokenrouter_first_steps_by_shape_total`, and the rows that were such first runs): those are the
-prefills. A version 1 export is read by what it has: the first-run counters where it has them; else, where it
+Prompt prefills are priced apart. The stats document, and Prometheus text of layout version 2
+(`tokenrouter_metrics_schema`), count the steps that ran some request's first tokens on a model
+(`tokenrouter_first_steps_by_shape_total`, and the rows that were such first runs): those are the prefills. A
+version 1 export (without the gauge) is read by what it has: the first-run counters where it has them; else, where it
 counts steps by shape only (`tokenrouter_steps_by_shape_total`), a step whose longest row ran more than
 `prefill_above` new tokens is taken for one (64 by default: the largest extend the engine's CUDA graphs capture; that also takes a return after more
 than 64 tokens away). A prefill step leaves its batch size's latency, alone or beside. What it took beyond a step
@@ -44,74 +49,80 @@ requests) and per first run of a request there (the simulator adds them to a req
 other steps there.
 
 Serve the plan with B = 1 (`--mode eager`) under the load to tune for, then `tokenrouter profile PLAN
---from-metrics URL [--since BEFORE.txt]` and `tokenrouter tune PLAN --profile ... -n N`.
+--from-metrics URL [--since BEFORE]` (BEFORE: an earlier read, e.g. a saved `GET /v1/stats`) and
+`tokenrouter tune PLAN --profile ... -n N`.
 """
 
 from __future__ import annotations
 
-import re
+import json
+import os
 import time
-from collections import defaultdict
 from typing import Any
 
 from tokenrouter.throughput.inputs import StepLatency
 from tokenrouter.throughput.policy import policy_routing
 from tokenrouter.throughput.profile_format import Profile
+from tokenrouter.throughput.prometheus_format import counters_from_prometheus
+from tokenrouter.throughput.stats_format import Counters, MetricsProfileError, read_stats_document
+
+__all__ = ["PREFILL_ABOVE", "MetricsProfileError", "non_decreasing", "profile_from_metrics", "read_counters",
+           "read_source"]  # fmt: skip
 
 # new tokens in a step's longest row above which it is a prefill (the largest graphed extend)
 PREFILL_ABOVE = 64
-# counter -> (the prefill steps it feeds: those that ran a request's first tokens, or by their shape; 0: steps,
-# 1: seconds, 2: first runs)
-_PREFILL = {
-    "tokenrouter_first_steps_by_shape_total": ("first", 0),
-    "tokenrouter_first_step_seconds_by_shape_total": ("first", 1),
-    "tokenrouter_first_step_rows_by_shape_total": ("first", 2),
-    "tokenrouter_steps_by_shape_total": ("long", 0),
-    "tokenrouter_step_seconds_by_shape_total": ("long", 1),
-}
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-# counter -> (the workload's mean it feeds, 0: its events / 1: their seconds)
-_MEANS = {
-    "tokenrouter_step_gaps_total": ("gap_ms", 0),
-    "tokenrouter_step_gap_seconds_total": ("gap_ms", 1),
-    "tokenrouter_hops_in_total": ("hop_ms", 0),
-    "tokenrouter_hop_delay_seconds_total": ("hop_ms", 1),
-}
+
+Tables = dict[str, dict[int, list[float]]]  # model -> batch size -> [steps, seconds]
+Prefills = dict[
+    str, dict[tuple[int, str], list[float]]
+]  # model -> (batch size, overlap) -> [steps, s, first runs]
 
 
-# the newest layout of the metrics this reader knows (`tokenrouter_metrics_schema`); 1: exports without the gauge
-METRICS_SCHEMA = 2
+def read_source(where: str) -> str:
+    """A server's stats: at a URL its JSON stats document (`GET URL/v1/stats`, with the API key in
+    TOKENROUTER_API_KEY where the server asks for one; a URL that ends in /metrics: its Prometheus text), else
+    the file at `where` (a saved stats document or Prometheus text)."""
+    import urllib.error
+    import urllib.request
+
+    if not where.startswith(("http://", "https://")):
+        try:
+            with open(where, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise MetricsProfileError(f"cannot read metrics file {where}: {e}") from None
+    base = where.rstrip("/")
+    url = base if base.endswith(("/metrics", "/v1/stats")) else base + "/v1/stats"
+    key = os.environ.get("TOKENROUTER_API_KEY")
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as e:
+        hint = " (set TOKENROUTER_API_KEY to the server's key)" if e.code == 401 else ""
+        raise MetricsProfileError(f"cannot read {url}: HTTP {e.code}{hint}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise MetricsProfileError(f"cannot read {url}: {getattr(e, 'reason', e)}") from None
 
 
-class MetricsProfileError(ValueError):
-    """The metrics cannot make a profile; the message says what is missing."""
+def read_counters(source: str | dict) -> Counters:
+    """The counters of a stats document (as parsed JSON, or its text), or of a server's Prometheus text."""
+    if isinstance(source, dict):
+        return read_stats_document(source)
+    if source.lstrip().startswith("{"):
+        try:
+            doc = json.loads(source)
+        except json.JSONDecodeError as e:
+            raise MetricsProfileError(f"not a JSON stats document: {e}") from None
+        return read_counters(doc)
+    return counters_from_prometheus(source)
 
 
-def metrics_schema(metrics: dict) -> int:
-    """The layout version of a parsed export (`tokenrouter_metrics_schema`, 1 where it has none), refused where
-    it is newer than this reader knows."""
-    version = metrics.get(("tokenrouter_metrics_schema", ()), 1.0)
-    if version != int(version) or not 1 <= version <= METRICS_SCHEMA:
-        raise MetricsProfileError(
-            f"the metrics are of layout version {version:g} (tokenrouter_metrics_schema), which this tokenrouter "
-            f"does not read (versions 1 to {METRICS_SCHEMA}): read them with the tokenrouter of that server"
-        )
-    return int(version)
-
-
-def _check_models(models: list[str], metrics: dict) -> None:
-    """The models the metrics name (`model`, `from` and `to` labels of the tokenrouter_ series) must be the
-    plan's: metrics of a server of another plan would make a profile of the wrong models' latencies and hops
-    (a plan of the same model names that routes otherwise is `_check_routing`'s)."""
-    seen = {
-        value
-        for name, labels in metrics
-        if name.startswith("tokenrouter_")
-        for key, value in labels
-        if key in ("model", "from", "to")
-    }
-    extra, missing = sorted(seen - set(models)), [m for m in models if m not in seen]
+def _check_models(models: list[str], named: set[str]) -> None:
+    """The models the metrics name (the `model`, `from` and `to` of their series) must be the plan's: metrics of a
+    server of another plan would make a profile of the wrong models' latencies and hops (a plan of the same model
+    names that routes otherwise is `_check_routing`'s)."""
+    extra, missing = sorted(named - set(models)), [m for m in models if m not in named]
     if extra or missing:
         why = "; ".join(
             ([f"they name {', '.join(map(repr, extra))}, not in the plan"] if extra else [])
@@ -123,178 +134,166 @@ def _check_models(models: list[str], metrics: dict) -> None:
         )
 
 
-def _check_routing(plan: dict, *metrics: dict) -> None:
-    """Metrics of a server that publishes its plan (`tokenrouter_plan_info`) must
-    be of a plan that routes as this one does (`routing_digest`): the same model names served by another policy
+def _check_routing(plan: dict, *scrapes: Counters | None) -> None:
+    """Metrics of a server that publishes its plan (`tokenrouter_plan_info`, the stats document's `plan`) must be
+    of a plan that routes as this one does (`routing_digest`): the same model names served by another policy
     (bernoulli at another `p`, r2r at another threshold) would make a profile of another routing's hops."""
     from tokenrouter.compiler.plan import routing_digest
 
     mine = routing_digest(plan)
-    for scrape in metrics:
-        for (name, labels), _ in scrape.items():
-            lab = dict(labels)
-            if name == "tokenrouter_plan_info" and lab.get("routing", mine) != mine:
-                raise MetricsProfileError(
-                    f"the metrics are of a server of policy {lab.get('policy', '?')!r}, which routes otherwise "
-                    f"than this plan's {plan['policy']['name']!r} (routing digest {lab['routing'][:12]}, this "
-                    f"plan's {mine[:12]}): were they read from a server of another plan?"
-                )
-
-
-def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Prometheus text → {(name, sorted labels): value}; comments and unparsable lines are skipped."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        found = _SAMPLE.match(line)
-        if not found:
-            continue
-        name, labels, value = found.groups()
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        out[(name, tuple(sorted(_LABEL.findall(labels or ""))))] = v
-    return out
+    for scrape in scrapes:
+        theirs = (scrape.plan if scrape is not None else {}).get("routing", mine)
+        if theirs != mine:
+            raise MetricsProfileError(
+                f"the metrics are of a server of policy {scrape.plan.get('policy', '?')!r}, which routes otherwise "
+                f"than this plan's {plan['policy']['name']!r} (routing digest {theirs[:12]}, this "
+                f"plan's {mine[:12]}): were they read from a server of another plan?"
+            )
 
 
 def profile_from_metrics(
     plan: dict,
-    after: str,
-    before: str | None = None,
+    after: str | dict,
+    before: str | dict | None = None,
     min_steps: int = 5,
     source: str = "",
     committed: dict[str, dict[str, float]] | None = None,
     fit_alone: bool = True,
     prefill_above: int | None = PREFILL_ABOVE,
 ) -> Profile:
-    """The profile between two scrapes (`before` None: since the server started). `committed` (model ->
-    {target: share of hops that keep their token}) defaults to what the plan's rules say. `fit_alone`: the
+    """The profile between two reads of a server's counters (`before` None: since the server started), each a
+    stats document (`GET /v1/stats`, parsed or as text) or Prometheus text (`read_counters`). `committed` (model
+    -> {target: share of hops that keep their token}) defaults to what the plan's rules say. `fit_alone`: the
     latencies alone as the non-decreasing fit of their means (`non_decreasing`; `workload.alone_fit` says so),
     else the means as measured. `prefill_above` None leaves the prefill steps in their batch sizes' latencies;
     else they are priced apart (`prefill`): the steps that ran a request's first tokens where the server counts
     them, else those whose longest row ran more new tokens than `prefill_above`."""
-    a, b = parse_metrics(after), parse_metrics(before or "")
-
-    def delta(key) -> float:
-        return a.get(key, 0.0) - b.get(key, 0.0)
-
-    models = list(plan["models"])
-    steps: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    tokens: dict[str, float] = {}
-    busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> [step seconds, uptime seconds]
-    stalls: dict[str, dict[int, int]] = defaultdict(dict)  # model -> {batch size: stalled steps left out}
-    alone: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    hops: dict[str, dict[str, float]] = defaultdict(dict)
-    thresholds: dict[str, int] = {}
-    visits: dict[str, int] = {}  # model -> ended requests it wrote a token of
-    # model -> (batch size, overlap) -> [steps, seconds, first runs] of the prefill steps: those that ran a request's
-    # first tokens (`first`, where the server counts them), or whose longest row ran > prefill_above (`long`)
-    first: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
-    long: dict[str, dict[tuple[int, str], list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0] * 3))
-    counts_first = metrics_schema(a) >= 2 or any(
-        name == "tokenrouter_first_steps_by_shape_total" for name, _ in a
-    )
-    ended = 0.0
-    # workload key -> model -> [events, seconds]: back-to-back steps and the host time between them; hops received
-    # and their delay
-    means: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    for key in a:
-        name, labels = key
-        lab = dict(labels)
-        if name in ("tokenrouter_steps_by_batch_total", "tokenrouter_step_seconds_by_batch_total"):
-            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_step_seconds")] += delta(key)
-        elif name in (
-            "tokenrouter_slow_steps_by_batch_total",
-            "tokenrouter_slow_step_seconds_by_batch_total",
-        ):
-            n = delta(key)  # a stall's steps and seconds leave the batch size's totals
-            steps[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_slow_step_seconds")] -= n
-            if name == "tokenrouter_slow_steps_by_batch_total" and n > 0:
-                stalls[lab["model"]][int(lab["bs"])] = int(round(n))
-        elif name in (
-            "tokenrouter_alone_steps_by_batch_total",
-            "tokenrouter_alone_step_seconds_by_batch_total",
-        ):
-            alone[lab["model"]][int(lab["bs"])][name.startswith("tokenrouter_alone_step_seconds")] += delta(
-                key
-            )
-        elif name in _PREFILL and prefill_above is not None and lab["overlap"] != "stall":
-            # (a stall is left out of its batch size already, by the slow-step counters)
-            table, i = _PREFILL[name]
-            if table == "first" or int(lab["q"]) > prefill_above:
-                (first if table == "first" else long)[lab["model"]][(int(lab["bs"]), lab["overlap"])][i] += (
-                    delta(key)
-                )
-        elif name == "tokenrouter_generation_tokens_total":
-            tokens[lab["model"]] = delta(key)
-        elif name == "tokenrouter_hops_total":
-            hops[lab["from"]][lab["to"]] = delta(key)
-        elif name == "tokenrouter_requests_visiting_total":
-            visits[lab["model"]] = int(round(delta(key)))
-        elif name == "tokenrouter_e2e_request_latency_seconds_count":
-            ended = delta(key)
-        elif name in _MEANS:
-            what, seconds = _MEANS[name]
-            means[what][lab["model"]][seconds] = delta(key)
-        elif name in ("tokenrouter_step_seconds_total", "tokenrouter_uptime_seconds_total"):
-            busy[lab["model"]][name == "tokenrouter_uptime_seconds_total"] = delta(key)
-        elif name == "tokenrouter_batch_threshold":
-            thresholds[lab["model"]] = int(a[key])  # a gauge: as of the later scrape
-    if not steps:
+    now = read_counters(after)
+    then = read_counters(before) if before else None
+    if not any(c.by_bs or c.slow_by_bs for c in now.models.values()):
         raise MetricsProfileError(
-            "no tokenrouter_steps_by_batch_total in the metrics: is this a tokenrouter server (0e29784 or later)?"
+            "no tokenrouter_steps_by_batch_total in the metrics (no steps by batch size): is this a tokenrouter "
+            "server?"
         )
-    _check_models(models, a)
-    _check_routing(plan, a, b)
-    prefills = first if counts_first else long
-    for x, by in prefills.items():  # the prefill steps leave their batch sizes' latencies, alone ones too
+    _check_models(list(plan["models"]), now.named)
+    _check_routing(plan, now, then)
+    return _profile(plan, now.minus(then), min_steps, source, committed, fit_alone, prefill_above)
+
+
+def _profile(plan, win: Counters, min_steps, source, committed, fit_alone, prefill_above) -> Profile:
+    """The profile of the counters of a window (`profile_from_metrics`)."""
+    models = list(plan["models"])
+    steps, stalls = _steps_less_stalls(win)
+    alone = {x: {bs: list(v[:2]) for bs, v in c.alone_by_bs.items()} for x, c in win.models.items()}
+    prefills = _prefill_steps(win, prefill_above)
+    _leave_out_prefills(prefills, steps, alone)
+    step_ms, kept = _step_latencies(models, steps, min_steps)
+    alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps, fit_alone)
+    visits = {x: int(round(n)) for x, n in win.visits.items()}
+    tokens = sum(win.tokens.values())
+    prefill = _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, tokens, win.ended,
+                             None if win.counts_first else visits)  # fmt: skip
+    routing, counts = _routing(models, win, committed if committed is not None else policy_routing(plan).keep)
+    workload = {
+        "source": source or "metrics",
+        "generated_tokens": int(tokens),
+        "min_steps": min_steps,
+        "steps": kept,
+        **_served(models, win, min_steps),
+        **({"stalls": stalls} if stalls else {}),
+        **_alone_notes(models, alone, alone_ms, by_state, fit_alone),
+        **({"requests": {"ended": int(round(win.ended)), "visited": visits}} if visits and win.ended > 0 else {}),
+        **({"prefill_steps": "first runs" if win.counts_first else f"longest row > {prefill_above}"}
+           if prefill_above is not None else {}),
+    }  # fmt: skip
+    return Profile(
+        policy=plan["policy"]["name"],
+        source_sha256=plan.get("source", {}).get("sha256"),
+        step_ms=step_ms,
+        routing=routing,
+        counts=counts,
+        device="serving metrics",
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        workload=workload,
+        alone_ms=alone_ms,
+        beside_ms=beside_ms,
+        prefill=prefill,
+    )
+
+
+def _steps_less_stalls(win: Counters) -> tuple[Tables, dict[str, dict[int, int]]]:
+    """Per model {batch size: [steps, seconds]} less the stalls (which the profile's `workload.stalls` lists)."""
+    steps: Tables = {}
+    stalls: dict[str, dict[int, int]] = {}
+    for x, c in sorted(win.models.items()):
+        table = steps[x] = {bs: list(v[:2]) for bs, v in c.by_bs.items()}
+        for bs, (n, sec) in c.slow_by_bs.items():
+            row = table.setdefault(bs, [0.0, 0.0])
+            row[0] -= n
+            row[1] -= sec
+            if n > 0:
+                stalls.setdefault(x, {})[bs] = int(round(n))
+    return steps, {x: dict(sorted(v.items())) for x, v in stalls.items()}
+
+
+def _prefill_steps(win: Counters, prefill_above: int | None) -> Prefills:
+    """Per model, the prefill steps by (batch size, overlap): [steps, seconds, first runs]: those that ran a
+    request's first tokens where the server counts them, else those whose longest row ran more than
+    `prefill_above` new tokens; none where `prefill_above` is None. A stall is left out of its batch size
+    already, by the slow-step counters."""
+    out: Prefills = {}
+    if prefill_above is None:
+        return out
+    for x, c in win.models.items():
+        shapes = c.first_by_shape if win.counts_first else c.by_shape
+        for (bs, q, overlap), (n, sec, count) in shapes.items():
+            if overlap == "stall" or not (win.counts_first or q > prefill_above):
+                continue
+            row = out.setdefault(x, {}).setdefault((bs, overlap), [0.0, 0.0, 0.0])
+            row[0] += n
+            row[1] += sec
+            row[2] += count if win.counts_first else 0.0
+    return out
+
+
+def _leave_out_prefills(prefills: Prefills, steps: Tables, alone: Tables) -> None:
+    """The prefill steps leave their batch sizes' latencies, the alone ones the latencies alone too."""
+    for x, by in prefills.items():
         for (bs, overlap), (n, sec, _) in by.items():
             for table in (steps, alone) if overlap == "alone" else (steps,):
-                table[x][bs][0] -= n
-                table[x][bs][1] -= sec
+                row = table.setdefault(x, {}).setdefault(bs, [0.0, 0.0])
+                row[0] -= n
+                row[1] -= sec
+
+
+def _step_latencies(models: list[str], steps: Tables, min_steps: int):
+    """Each model's L(b) over the batch sizes run `min_steps` times or more, and the steps behind each."""
     step_ms: dict[str, StepLatency] = {}
-    kept: dict[str, dict[str, int]] = {}  # model -> {batch size: steps behind its latency}
+    kept: dict[str, dict[str, int]] = {}
     for x in models:
-        pts = [(bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(steps.get(x, {}).items()) if n >= min_steps]
-        kept[x] = {
-            str(bs): int(round(n)) for bs, (n, _) in sorted(steps.get(x, {}).items()) if n >= min_steps
-        }
+        rows = sorted(steps.get(x, {}).items())
+        pts = [(bs, 1000.0 * sec / n) for bs, (n, sec) in rows if n >= min_steps]
+        kept[x] = {str(bs): int(round(n)) for bs, (n, _) in rows if n >= min_steps}
         if not pts:
-            seen = {bs: int(n) for bs, (n, _) in sorted(steps.get(x, {}).items())}
+            seen = {bs: int(n) for bs, (n, _) in rows}
             raise MetricsProfileError(
                 f"model {x!r}: no batch size ran {min_steps} times or more (steps by batch size: {seen or 'none'});"
                 " put more load on the server before reading its metrics"
             )
         step_ms[x] = StepLatency(tuple(pts))
-    alone_ms, beside_ms, by_state = _by_state(models, steps, alone, min_steps, fit_alone)
-    prefill = _prefill_costs(
-        models,
-        prefills,
-        step_ms,
-        alone_ms,
-        beside_ms,
-        sum(tokens.values()),
-        ended,
-        None if counts_first else visits,
-    )
-    # the board counted steps alone, but too few for any model's latencies alone: `tune` warns (on the H200 the
-    # 0.6B alone in 16 steps of a 4-round eager profile, and the plain chain chose a threshold 12 % slower)
-    too_few: dict[str, int] = {}
-    if not alone_ms:
-        for x in models:
-            if n := int(round(sum(c for c, _ in alone.get(x, {}).values()))):
-                too_few[x] = n
-    if committed is None:
-        committed = policy_routing(plan).keep  # x -> {y: share of x -> y hops that keep their token}
+    return step_ms, kept
+
+
+def _routing(models: list[str], win: Counters, committed: dict[str, dict[str, float]]):
+    """p_ij and the counts behind it: a decision writes a token (staying, or a hop that keeps it) or hops and drops
+    it, so i's decisions are its tokens plus its dropping hops (`committed`: x -> {y: share of x -> y hops that
+    keep their token})."""
     counts: dict[str, dict[str, int]] = {}
     routing: dict[str, dict[str, float]] = {}
     for x in models:
-        row = {y: int(round(n)) for y, n in hops.get(x, {}).items() if y != x and n > 0}
+        row = {y: int(round(n)) for (a, y), n in win.hops.items() if a == x and y != x and n > 0}
         dropped = sum(n * (1.0 - committed.get(x, {}).get(y, 1.0)) for y, n in row.items())
-        decisions = int(round(tokens.get(x, 0.0) + dropped))
+        decisions = int(round(win.tokens.get(x, 0.0) + dropped))
         if decisions <= 0:
             continue
         row[x] = decisions - sum(row.values())
@@ -305,46 +304,42 @@ def profile_from_metrics(
             )
         counts[x] = row
         routing[x] = {y: n / decisions for y, n in row.items()}
-    # a server that reports no uptime gives no busy share
-    busy_share = {x: busy[x][0] / busy[x][1] for x in models if x in busy and busy[x][1] > 0}
-    # host ms between back-to-back steps, and ms of delay per hop received, where the server counts them; neither
-    # is in the chain yet
-    mean_ms = {
-        what: {x: 1000.0 * by[x][1] / by[x][0] for x in models if x in by and by[x][0] >= min_steps}
-        for what, by in means.items()
+    return routing, counts
+
+
+def _served(models: list[str], win: Counters, min_steps: int) -> dict[str, Any]:
+    """The workload's record of how the server ran: the thresholds B_i, each model's busy share of the window
+    (step seconds over uptime; a server that reports no uptime gives none), and where the server counts them the
+    mean host ms between back-to-back steps (`gap_ms`) and ms of delay per hop received (`hop_ms`)."""
+    c = {x: win.models[x] for x in models if x in win.models}
+    thresholds = {x: m.threshold for x, m in c.items() if m.threshold > 0}
+    busy = {x: m.busy[0] / m.busy[1] for x, m in c.items() if m.busy[1] > 0}
+    means = {
+        what: {x: 1000.0 * getattr(m, row)[1] / getattr(m, row)[0] for x, m in c.items()
+               if getattr(m, row)[0] >= min_steps}
+        for what, row in (("gap_ms", "gaps"), ("hop_ms", "hops_in"))
+    }  # fmt: skip
+    return {
+        **({"thresholds": thresholds} if thresholds else {}),
+        **({"busy_share": busy} if busy else {}),
+        **{what: ms for what, ms in means.items() if ms},
     }
-    return Profile(
-        policy=plan["policy"]["name"],
-        source_sha256=plan.get("source", {}).get("sha256"),
-        step_ms=step_ms,
-        routing=routing,
-        counts=counts,
-        device="serving metrics",
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        workload={
-            "source": source or "metrics",
-            "generated_tokens": int(sum(tokens.values())),
-            "min_steps": min_steps,
-            "steps": kept,
-            **({"thresholds": {x: thresholds[x] for x in models if x in thresholds}} if thresholds else {}),
-            **({"busy_share": busy_share} if busy_share else {}),
-            **{what: ms for what, ms in sorted(mean_ms.items()) if ms},
-            **({"stalls": {x: dict(sorted(v.items())) for x, v in stalls.items()}} if stalls else {}),
-            **({"steps_by_state": by_state} if by_state else {}),
-            **({"alone_fit": "non-decreasing"} if by_state and fit_alone else {}),
-            **({"alone_too_few": too_few} if too_few else {}),
-            # where the server counts them: the ended requests, and how many each model wrote in
-            **({"requests": {"ended": int(round(ended)), "visited": visits}} if visits and ended > 0 else {}),
-            **(
-                {"prefill_steps": "first runs" if counts_first else f"longest row > {prefill_above}"}
-                if prefill_above is not None
-                else {}
-            ),
-        },  # fmt: skip
-        alone_ms=alone_ms,
-        beside_ms=beside_ms,
-        prefill=prefill,
-    )
+
+
+def _alone_notes(models, alone: Tables, alone_ms, by_state, fit_alone: bool) -> dict[str, Any]:
+    """The workload's notes on the latencies alone: the steps behind them, how they were fitted, and where the board
+    counted steps alone but too few for any model's latencies alone, how many (`tune` warns: on the H200 the 0.6B
+    alone in 16 steps of a 4-round eager profile, and the plain chain chose a threshold 12 % slower)."""
+    too_few: dict[str, int] = {}
+    if not alone_ms:
+        for x in models:
+            if n := int(round(sum(c for c, _ in alone.get(x, {}).values()))):
+                too_few[x] = n
+    return {
+        **({"steps_by_state": by_state} if by_state else {}),
+        **({"alone_fit": "non-decreasing"} if by_state and fit_alone else {}),
+        **({"alone_too_few": too_few} if too_few else {}),
+    }
 
 
 def _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, committed: float, ended: float, visits):
@@ -377,16 +372,12 @@ def _prefill_costs(models, prefills, step_ms, alone_ms, beside_ms, committed: fl
 def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: bool = True):
     """`alone_ms` and `beside_ms` for the models with both kinds of steps at some batch size run `min_steps`
     times or more (stalls are in neither: the subserver counts no stall as alone), and the steps behind
-    them. Alone steps are rare where the co-runner is seldom idle (an eager profile: the 0.6B runs alone only
-    while the 8B holds no request), so when no batch size has `min_steps` of them but all of them together do,
-    `alone_ms` is `beside_ms` scaled by the ratio those steps show (their time over what the same steps take
-    beside), which keeps the shape of the latency over the batch size."""
+    them (`_alone_latency`)."""
     alone_ms: dict[str, StepLatency] = {}
     beside_ms: dict[str, StepLatency] = {}
     counts: dict[str, dict[str, Any]] = {}  # model -> steps alone and beside by batch size (and the ratio)
     for x in models:
         every = alone.get(x, {})
-        lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
         rest = {}  # every step less the alone ones
         for bs, (n, sec) in steps.get(x, {}).items():
             an, asec = every.get(bs, (0.0, 0.0))
@@ -395,30 +386,40 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: 
         if not rest:
             continue
         beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
-        scaled = None  # the ratio that scales beside_ms into alone_ms, where alone steps are too few
-        pooled: list[list[int]] = []
-        if lone:
-            means = [(bs, 1000.0 * sec / n, n) for bs, (n, sec) in sorted(lone.items())]
-            fitted, pooled = non_decreasing(means) if fit else ([(bs, ms) for bs, ms, _ in means], [])
-            alone_ms[x] = StepLatency(tuple(fitted))
-        elif sum(n for n, _ in every.values()) >= min_steps:
-            scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
-                n * beside.at(bs) for bs, (n, _) in every.items()
-            )
-            alone_ms[x] = StepLatency(tuple((bs, ms * scaled) for bs, ms in beside.points))
-            lone = {bs: v for bs, v in every.items() if v[0] > 0}
-        else:
+        found = _alone_latency(every, beside, min_steps, fit)
+        if found is None:
             continue
+        alone_ms[x], lone, scaled, pooled = found
         beside_ms[x] = beside
         counts[x] = {
             "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
             "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
+            **({"alone_scaled_by": scaled} if scaled is not None else {}),
+            **({"alone_pooled": pooled} if pooled else {}),
         }
-        if scaled is not None:
-            counts[x]["alone_scaled_by"] = scaled
-        if pooled:
-            counts[x]["alone_pooled"] = pooled
     return alone_ms, beside_ms, counts
+
+
+def _alone_latency(every: dict, beside: StepLatency, min_steps: int, fit: bool):
+    """A model's latency alone from its alone steps `every` ({batch size: [steps, seconds]}): (the latency, the
+    steps behind it by batch size, the ratio it scaled `beside` by or None, the runs of batch sizes the fit
+    pooled); None where the alone steps are too few. Alone steps are rare where the co-runner is seldom idle (an
+    eager profile: the 0.6B runs alone only while the 8B holds no request), so when no batch size has
+    `min_steps` of them but all of them together do, the latency alone is `beside` scaled by the ratio those
+    steps show (their time over what the same steps take beside), which keeps the shape of the latency over the
+    batch size."""
+    lone = {bs: (n, sec) for bs, (n, sec) in every.items() if n >= min_steps}
+    if lone:
+        means = [(bs, 1000.0 * sec / n, n) for bs, (n, sec) in sorted(lone.items())]
+        fitted, pooled = non_decreasing(means) if fit else ([(bs, ms) for bs, ms, _ in means], [])
+        return StepLatency(tuple(fitted)), lone, None, pooled
+    if sum(n for n, _ in every.values()) < min_steps:
+        return None
+    scaled = sum(1000.0 * sec for _, sec in every.values()) / sum(
+        n * beside.at(bs) for bs, (n, _) in every.items()
+    )
+    lone = {bs: v for bs, v in every.items() if v[0] > 0}
+    return StepLatency(tuple((bs, ms * scaled) for bs, ms in beside.points)), lone, scaled, []
 
 
 def non_decreasing(points: list[tuple[int, float, float]]) -> tuple[list[tuple[int, float]], list[list[int]]]:

@@ -334,7 +334,14 @@ def test_metrics_render_prometheus_text():
     mt = Metrics(models=["slm", "llm"])
     mt.tokens["slm"] += 5
     mt.hops[("slm", "llm")] += 2
-    mt.on_stats(m.SubserverStats("slm", 1, 2, 3, 4, 12.5, 10, 100, 90))
+    mt.on_stats(
+        m.SubserverStats(
+            "slm",
+            queue=m.QueueStats(1, 2, 3),
+            kv=m.KvStats(pages_total=100, pages_free=90),
+            step=m.StepStats(count=10, last_batch_size=4, last_ms=12.5),
+        )
+    )
     text = mt.render(active=2)
     assert "tokenrouter_requests_active 2\n" in text
     assert 'tokenrouter_generation_tokens_total{model="slm"} 5\n' in text

@@ -70,6 +70,29 @@ def test_stats_endpoint(server):
         assert sub["steps"] > 0 and sub["rows_total"] >= sub["steps"] and sub["pending"] >= 0
 
 
+def test_profile_reads_the_stats_document_of_a_live_server(server, monkeypatch):
+    """`profile --from-metrics URL`'s reader (`from_metrics.read_source`): the server's /v1/stats with the key in
+    TOKENROUTER_API_KEY, its counters read by the throughput side; without the key, a message that says so."""
+    from tokenrouter.throughput.from_metrics import MetricsProfileError, read_counters, read_source
+
+    httpx.post(f"{server.url}/v1/completions", headers=AUTH, timeout=60,
+               json={"prompt": "y = (", **SETTINGS}).raise_for_status()  # fmt: skip
+    monkeypatch.delenv("TOKENROUTER_API_KEY", raising=False)
+    with pytest.raises(MetricsProfileError, match=r"/v1/stats: HTTP 401 \(set TOKENROUTER_API_KEY"):
+        read_source(server.url)
+    monkeypatch.setenv("TOKENROUTER_API_KEY", KEY)
+    deadline = time.monotonic() + 10
+    while True:  # each subserver reports its stats every 0.5 s
+        counters = read_counters(read_source(server.url + "/"))
+        if all(counters.models.get(x) and counters.models[x].by_bs for x in ("slm", "llm")):
+            break
+        assert time.monotonic() < deadline, counters
+        time.sleep(0.2)
+    assert counters.named == {"slm", "llm"} and sum(counters.tokens.values()) >= 16
+    assert counters.plan["policy"] == "testmix" and counters.counts_first
+    assert sum(n for c in counters.models.values() for n, _ in c.by_bs.values()) > 0
+
+
 def test_streamed_chunks_carry_the_routing_of_their_tokens(server):
     body = {"prompt": "def add(a, b):", "stream": True, "return_routing_trace": True, **SETTINGS}
     text, trace, pieces, final = "", [], [], None

@@ -85,11 +85,11 @@ def test_lockstep_runs_the_large_model_in_the_same_global_step(tmp_path):
         core.handle(m.NewRequest(f"r{i}", p, GREEDY[i], i + 1))
     seen_b = 0
     for _ in range(12):
-        steps_a, steps_b = a.steps, b.steps
+        steps_a, steps_b = a.recorder.steps, b.recorder.steps
         core.step()
-        assert a.steps == steps_a + 1  # the small model runs every global step, on all it holds
+        assert a.recorder.steps == steps_a + 1  # the small model runs every global step, on all it holds
         assert not b.runnable and not any(r.runnable for r in b.reqs.values())  # nothing left waiting on b
-        seen_b += b.steps - steps_b
+        seen_b += b.recorder.steps - steps_b
     assert seen_b > 0
 
 
@@ -151,15 +151,13 @@ def test_std_serving_reuses_cached_prefixes(tmp_path):
     # ran, not what was presented: an arrival's unmatched tokens, then one token per step while held
     scheds = ex.schedulers.values()
     arrivals = sum(s["prefix_arrivals"] for s in stats.values())
-    assert sum(s.new_tokens_total for s in scheds) == computed + sum(s.rows_total for s in scheds) - arrivals
-    assert (
-        sum(sum(s.tokens_by_bs.values()) for s in (x.stats() for x in scheds))
-        == computed + sum(s.rows_total for s in scheds) - arrivals
-    )
+    rows = sum(s.recorder.rows_total for s in scheds)
+    assert sum(s.recorder.new_tokens_total for s in scheds) == computed + rows - arrivals
+    assert sum(k for x in scheds for _, _, k in x.stats().tables.by_bs.values()) == computed + rows - arrivals
     # and so is a step's shape (`q`, its longest row's new tokens rounded up to a power of two): every step of a
     # shape ran a row of more than q / 2 tokens (before, an arrival's whole sequence set it)
     for s in scheds:
-        for (_, q, _), (n, _, tokens) in s.shape_ms.items():
+        for (_, q, _), (n, _, tokens) in s.recorder.shape_ms.items():
             assert tokens >= n * (q // 2 + 1), (s.model, q, n, tokens)
     for s in stats.values():
         assert s["requests"] == 0 and s["pages_free"] + s["prefix_cached_tokens"] == s["pages_total"]

@@ -131,7 +131,8 @@ class Harness:
                     if isinstance(msg, m.SubserverStats):
                         self.stats[msg.model] = msg
             if len(self.stats) == len(self.procs) and all(
-                s.kv_pages_free == s.kv_pages_total and s.waiting + s.running + s.pending == 0
+                s.kv.pages_free == s.kv.pages_total
+                and s.queue.waiting + s.queue.running + s.queue.pending == 0
                 for s in self.stats.values()
             ):
                 return self.stats

@@ -79,18 +79,19 @@ def test_the_steps_that_run_a_requests_first_tokens_are_counted(pair):
     for rid, prompt in (("r", [5, 6, 7]), ("s", [8, 9])):
         a.handle(m.NewRequest(rid, prompt, SPEC, n_active=2))
     hop = run_until_hop(a)
-    assert a.stats().first_ms_by_shape.keys() == {"2/4/untracked"}  # one step ran both prompts: 3 tokens, q 4
-    steps, ms, rows = a.stats().first_ms_by_shape["2/4/untracked"]
-    assert (steps, rows) == (1, 2) and ms == pytest.approx(a.stats().step_ms_by_shape["2/4/untracked"][1])
+    # one step ran both prompts: 3 tokens, q 4
+    assert a.stats().tables.first_by_shape.keys() == {"2/4/untracked"}
+    steps, ms, rows = a.stats().tables.first_by_shape["2/4/untracked"]
+    assert (steps, rows) == (1, 2) and ms == pytest.approx(a.stats().tables.by_shape["2/4/untracked"][1])
     b.handle(hop)
     back = run_until_hop(b)
-    (key, (steps, _, rows)), *_ = b.stats().first_ms_by_shape.items()
-    assert len(b.stats().first_ms_by_shape) == 1 and (steps, rows) == (1, 1)
+    (key, (steps, _, rows)), *_ = b.stats().tables.first_by_shape.items()
+    assert len(b.stats().tables.first_by_shape) == 1 and (steps, rows) == (1, 1)
     assert key == f"1/{1 << (len(hop.tokens) - 1).bit_length()}/untracked"  # the whole sequence
     a.handle(back)
-    before = a.stats().first_ms_by_shape
+    before = a.stats().tables.first_by_shape
     run_until_hop(a)  # the return runs as an extend: no first run
-    assert a.stats().first_ms_by_shape == before
+    assert a.stats().tables.first_by_shape == before
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(a.stats())
     out = metrics.render(active=0)
@@ -133,13 +134,13 @@ def test_a_step_holds_the_rows_the_kv_pool_can_and_the_rest_wait(tmp_path):
     roomy, want = _serve_alone(plan, load_engine(plan["models"]["a"]["path"]), prompts)
     assert got == want and all(len(t) == 8 for t in got.values())
     stats = tight.stats()
-    assert stats.kv_evictions == 0 and stats.kv_reprefills == 0
-    assert stats.kv_deferred_rows > 0 and roomy.stats().kv_deferred_rows == 0
-    assert max(int(k.split("/")[0]) for k in stats.step_ms_by_shape) == 2  # never a step of all three
+    assert stats.kv.evictions == 0 and stats.kv.reprefills == 0
+    assert stats.kv.deferred_rows > 0 and roomy.stats().kv.deferred_rows == 0
+    assert max(int(k.split("/")[0]) for k in stats.tables.by_shape) == 2  # never a step of all three
     metrics = Metrics(models=["a"])
     metrics.on_stats(stats)
     out = metrics.render(active=0)
-    assert f'tokenrouter_kv_deferred_rows_total{{model="a"}} {stats.kv_deferred_rows}\n' in out
+    assert f'tokenrouter_kv_deferred_rows_total{{model="a"}} {stats.kv.deferred_rows}\n' in out
     assert 'tokenrouter_kv_reprefills_total{model="a"} 0\n' in out
 
 
@@ -219,23 +220,24 @@ def test_step_accounting_is_exact(pair):
     for _ in range(6):
         a.step()
     s = a.stats()
-    assert s.steps == sum(n for n, _ in s.step_ms_by_bs.values()) > 0
-    assert s.rows_total == sum(bs * n for bs, (n, _) in s.step_ms_by_bs.items())
-    assert s.rows_total == sum(1 for _ in a.engine.calls)  # one engine row per request per step
-    assert s.new_tokens_total == sum(len(new) for _, new in a.engine.calls)
-    assert s.busy_ms == pytest.approx(sum(ms for _, ms in s.step_ms_by_bs.values()))
+    assert s.step.count == sum(n for n, _, _ in s.tables.by_bs.values()) > 0
+    assert s.step.rows == sum(bs * n for bs, (n, _, _) in s.tables.by_bs.items())
+    assert s.step.rows == sum(1 for _ in a.engine.calls)  # one engine row per request per step
+    assert s.step.new_tokens == sum(len(new) for _, new in a.engine.calls)
+    assert s.step.busy_ms == pytest.approx(sum(ms for _, ms, _ in s.tables.by_bs.values()))
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(s)
     out = metrics.render(active=0)
-    assert f'tokenrouter_step_tokens_total{{model="a"}} {s.new_tokens_total}' in out
-    assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.step_ms_by_bs[3][0]}' in out
+    assert f'tokenrouter_step_tokens_total{{model="a"}} {s.step.new_tokens}' in out
+    assert f'tokenrouter_steps_by_batch_total{{model="a",bs="3"}} {s.tables.by_bs[3][0]}' in out
     # the tokens by batch size: the 3-row prefill's 9, then one per decode row
-    assert s.tokens_by_bs[3] == 9 + 3 * (s.step_ms_by_bs[3][0] - 1)
-    assert sum(s.tokens_by_bs.values()) == s.new_tokens_total
-    assert f'tokenrouter_step_tokens_by_batch_total{{model="a",bs="3"}} {s.tokens_by_bs[3]}' in out
-    assert s.gaps == s.steps - 1 == 2  # each step after the first followed the one before back to back
+    assert s.tables.by_bs[3][2] == 9 + 3 * (s.tables.by_bs[3][0] - 1)
+    assert sum(k for _, _, k in s.tables.by_bs.values()) == s.step.new_tokens
+    assert f'tokenrouter_step_tokens_by_batch_total{{model="a",bs="3"}} {s.tables.by_bs[3][2]}' in out
+    # each step after the first followed the one before back to back
+    assert s.step.gaps == s.step.count - 1 == 2
     assert 'tokenrouter_step_gaps_total{model="a"} 2' in out
-    assert f'tokenrouter_step_gap_seconds_total{{model="a"}} {s.gap_ms / 1000.0}' in out
+    assert f'tokenrouter_step_gap_seconds_total{{model="a"}} {s.step.gap_ms / 1000.0}' in out
 
 
 @pytest.mark.parametrize(
@@ -253,7 +255,7 @@ def test_tokens_and_rules_reach_the_host_unchanged(device):
 
 
 def test_q_class_is_the_longest_rows_new_tokens_rounded_up_to_a_power_of_two():
-    from tokenrouter.runtime.subserver.scheduler import q_class
+    from tokenrouter.runtime.subserver.recorder import q_class
 
     assert [q_class(q) for q in (1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 65, 512)] == [
         1, 2, 4, 4, 8, 8, 16, 16, 32, 64, 128, 512
@@ -261,11 +263,11 @@ def test_q_class_is_the_longest_rows_new_tokens_rounded_up_to_a_power_of_two():
 
 
 def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplog):
-    """A step over 10x its batch size's mean (and over 50 ms) is a stall: counted in slow_ms_by_bs as well
+    """A step over 10x its batch size's mean (and over 50 ms) is a stall: counted in tables.slow_by_bs as well
     as in the totals, shown in /metrics and logged with its shape; a step before 20 of its batch size is
     never one, nor one under the floor."""
     from tokenrouter.runtime.frontend.metrics import Metrics
-    from tokenrouter.runtime.subserver import scheduler as sched_mod
+    from tokenrouter.runtime.subserver import recorder as sched_mod
 
     stall = sched_mod.is_stall
     none = (0, 0.0, 0)
@@ -294,10 +296,10 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
         out = real_run(batch)
         ms = next(durations)
         if ms > 100:  # the stalled step builds a Triton kernel (kernel_loads.py's hooks call these)
-            a.kernel_loads.started()
+            a.recorder.kernel_loads.started()
         now[0] += ms / 1000.0
         if ms > 100:
-            a.kernel_loads.ended("_paged_attention_kernel")
+            a.recorder.kernel_loads.ended("_paged_attention_kernel")
         return out
 
     monkeypatch.setattr(a, "run_batch", timed_run)
@@ -306,15 +308,15 @@ def test_a_stalled_step_is_counted_apart_and_logged(tmp_path, monkeypatch, caplo
         for _ in range(30):
             a.step()
     s = a.stats()
-    assert s.step_ms_by_bs[1] == (30, pytest.approx(29 * 5.0 + 900.0))
-    assert s.slow_ms_by_bs == {1: (1, pytest.approx(900.0))}
+    assert s.tables.by_bs[1] == (30, pytest.approx(29 * 5.0 + 900.0), 3 + 29)
+    assert s.tables.slow_by_bs == {1: (1, pytest.approx(900.0))}
     assert (
         "a: step 25 stalled: 900 ms at batch size 1 (1 new tokens; the earlier steps make it expect 5.0 ms; "
         "1 Triton kernel build in it, 900 ms (_paged_attention_kernel))" in caplog.text
     )
-    assert s.kernel_loads == 1 and s.kernel_load_ms == pytest.approx(900.0)
+    assert s.kernels.count == 1 and s.kernels.ms == pytest.approx(900.0)
     # by shape: the 3-token prefill (q rounded up to 4), the decodes, the stall apart; no busy board: untracked
-    assert s.step_ms_by_shape == {
+    assert s.tables.by_shape == {
         "1/4/untracked": (1, pytest.approx(5.0), 3),
         "1/1/untracked": (28, pytest.approx(28 * 5.0), 28),
         "1/1/stall": (1, pytest.approx(900.0), 1),
@@ -360,13 +362,13 @@ def test_steps_count_why_they_started(tmp_path):
     b.handle(hops(a.step())[0])
     a.handle(m.NewRequest("alone", [5, 6], spec, n_active=1, count_seq=2))  # B lowered to 1 (t0 held, away)
     assert a.ready() and a.step()
-    assert a.stats().step_starts == {"threshold": 1, "timeout": 1, "held": 1, "lowered": 1}
-    assert a.steps == 4
+    assert a.stats().step.starts == {"threshold": 1, "timeout": 1, "held": 1, "lowered": 1}
+    assert a.recorder.steps == 4
 
 
 def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     """With a busy board (models sharing a GPU), a step that no co-runner's step overlapped counts in
-    `alone_ms_by_bs` (`tokenrouter_alone_steps_by_batch_total`) as well as in `step_ms_by_bs`. Not alone: a
+    `tables.alone_by_bs` (`tokenrouter_alone_steps_by_batch_total`) as well as in `tables.by_bs`. Not alone: a
     co-runner in a step when it starts, or one that starts (and perhaps ends) a step during it, as a model
     between back-to-back steps or woken by a hop does. The model's own count is odd for the length of the
     step, and even after, also when the step fails."""
@@ -374,7 +376,7 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     board = create_board(tmp_path / "board", 2)
     a = Scheduler("a", plan, SpyEngine(load_engine(plan["models"]["a"]["path"])),
                   RouteKernel(plan, "a", "torch", "cpu"), batching=BatchingConfig({"a": 1, "b": 1}, 5.0))  # fmt: skip
-    a.board = BusyBoard(board, 0, (1,))
+    a.recorder.board = BusyBoard(board, 0, (1,))
     other = BusyBoard(board, 1, (0,))  # model b's view
     seen = []
     real_forward = a._forward
@@ -411,13 +413,14 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
         a.handle(m.NewRequest(f"r{i}", [5, 6, 7], spec, n_active=1))
         a.step()
     other.end(None)
-    assert a.steps == len(cases)
+    assert a.recorder.steps == len(cases)
     assert seen == [True] * len(cases) and not a_in_step()
     st = a.stats()
-    assert sum(n for n, _ in st.step_ms_by_bs.values()) == len(cases)
-    assert list(st.alone_ms_by_bs) == [1] and st.alone_ms_by_bs[1][0] == sum(c[2] for c in cases) == 2
-    assert 0 < st.alone_ms_by_bs[1][1] < st.step_ms_by_bs[1][1]
-    assert st.tokens_by_bs == {1: 3 * len(cases)} and st.alone_tokens_by_bs == {1: 3 * 2}  # 3-token prefills
+    assert sum(n for n, _, _ in st.tables.by_bs.values()) == len(cases)
+    alone = st.tables.alone_by_bs
+    assert list(alone) == [1] and alone[1][0] == sum(c[2] for c in cases) == 2
+    assert 0 < alone[1][1] < st.tables.by_bs[1][1]
+    assert st.tables.by_bs[1][2] == 3 * len(cases) and alone[1][2] == 3 * 2  # 3-token prefills
     from tokenrouter.runtime.frontend.metrics import Metrics
 
     metrics = Metrics(models=["a", "b"])
@@ -425,8 +428,8 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     text = metrics.render(active=0)
     assert 'tokenrouter_alone_step_tokens_by_batch_total{model="a",bs="1"} 6\n' in text
     # by shape: 3-token prefills (q rounded up to 4), alone twice, overlapped three times
-    assert {k: v[0] for k, v in st.step_ms_by_shape.items()} == {"1/4/alone": 2, "1/4/overlapped": 3}
-    assert st.step_ms_by_shape["1/4/alone"][1] == pytest.approx(st.alone_ms_by_bs[1][1])
+    assert {k: v[0] for k, v in st.tables.by_shape.items()} == {"1/4/alone": 2, "1/4/overlapped": 3}
+    assert st.tables.by_shape["1/4/alone"][1] == pytest.approx(alone[1][1])
     assert 'tokenrouter_steps_by_shape_total{model="a",bs="1",q="4",overlap="overlapped"} 3\n' in text
     assert 'tokenrouter_step_tokens_by_shape_total{model="a",bs="1",q="4",overlap="alone"} 6\n' in text
 
@@ -438,7 +441,7 @@ def test_steps_no_co_runner_step_overlapped_are_counted_alone(tmp_path):
     with pytest.raises(RuntimeError):
         a.step()
     assert not a_in_step()  # the count is even again
-    a.board.close()
+    a.recorder.board.close()
     other.close()
     with pytest.raises(ValueError, match="outside its 2 models"):
         BusyBoard(board, 2, (0,))
@@ -454,16 +457,16 @@ def test_host_time_between_back_to_back_steps(tmp_path):
     spec = m.SamplingSpec(seed=7, max_tokens=8, ignore_eos=True)
     a.handle(m.NewRequest("r", [5, 6, 7], spec, n_active=1))
     a.step()  # the prefill: the request stays runnable, so the next step could start at once
-    assert a.gaps == 0
+    assert a.recorder.gaps == 0
     time.sleep(0.02)  # host work between the two steps
     assert any(isinstance(msg, m.PeerRequest) for _, msg in a.step())  # the policy hops: nothing is ready
-    assert a.gaps == 1 and 15.0 < a.gap_ms < 1000.0
+    assert a.recorder.gaps == 1 and 15.0 < a.recorder.gap_ms < 1000.0
     a.handle(m.NewRequest("s", [5, 6], spec, n_active=1))
     time.sleep(0.02)
     a.step()  # after an idle subserver: no gap
-    assert a.gaps == 1 and a.steps == 3
+    assert a.recorder.gaps == 1 and a.recorder.steps == 3
     st = a.stats()
-    assert (st.gaps, st.gap_ms) == (1, a.gap_ms)
+    assert (st.step.gaps, st.step.gap_ms) == (1, a.recorder.gap_ms)
 
 
 def test_a_hops_delay_counts_from_its_send_or_from_the_end_of_the_step_it_arrived_during(pair):
@@ -481,32 +484,33 @@ def test_a_hops_delay_counts_from_its_send_or_from_the_end_of_the_step_it_arrive
     assert before < hop.sent_at <= time.monotonic()  # the end of a's step
     time.sleep(0.02)
     b.handle(hop)  # b was idle: the whole time since the send counts
-    assert b.hops_in == 1 and 15.0 < b.hop_delay_ms < 1000.0
+    assert b.recorder.hops_in == 1 and 15.0 < b.recorder.hop_delay_ms < 1000.0
     back = run_until_hop(b)  # b now runs r and s
     # sent during one of a's steps that is still recent (a pretends to have been in a step ending 10 ms from
     # now): only the time since that step's end counts, which is none yet
-    a._recent_steps.append((back.sent_at - 0.001, time.monotonic() + 0.01))
+    a.recorder._recent_steps.append((back.sent_at - 0.001, time.monotonic() + 0.01))
     a.handle(back)
-    assert a.hops_in == 1 and a.hop_delay_ms == 0.0
+    assert a.recorder.hops_in == 1 and a.recorder.hop_delay_ms == 0.0
     a.step()  # r runs again on a; its next hop goes out while b starts a step without it
     hop = run_until_hop(a)
     b.step()  # s still runs on b
-    began, ended = b._recent_steps[-1]
+    began, ended = b.recorder._recent_steps[-1]
     assert began > hop.sent_at  # a step that ran without the hop
     time.sleep(0.01)
-    delay = b.hop_delay_ms
+    delay = b.recorder.hop_delay_ms
     b.handle(hop)  # the step b ran after the send counts, and the 10 ms since
-    assert b.hops_in == 2 and b.hop_delay_ms - delay >= (ended - hop.sent_at) * 1000.0 + 10.0
+    rec = b.recorder
+    assert rec.hops_in == 2 and rec.hop_delay_ms - delay >= (ended - hop.sent_at) * 1000.0 + 10.0
     st = b.stats()
-    assert (st.hops_in, st.hop_delay_ms) == (2, b.hop_delay_ms)
+    assert (st.hops.received, st.hops.delay_ms) == (2, b.recorder.hop_delay_ms)
     metrics = Metrics(models=["a", "b"])
     metrics.on_stats(st)
     out = metrics.render(active=0)
     assert 'tokenrouter_hops_in_total{model="b"} 2' in out
-    assert f'tokenrouter_hop_delay_seconds_total{{model="b"}} {st.hop_delay_ms / 1000.0}' in out
+    assert f'tokenrouter_hop_delay_seconds_total{{model="b"}} {st.hops.delay_ms / 1000.0}' in out
     unstamped = m.PeerRequest("t", "a", 0, [5, 6], 2, 0, SPEC)  # a sender without the stamp: not counted
     b.handle(unstamped)
-    assert b.hops_in == 2
+    assert b.recorder.hops_in == 2
 
 
 def test_a_hop_cannot_bring_back_an_older_count(tmp_path):

@@ -37,7 +37,22 @@ PROFILE_STOP_TIMEOUT_S = 600.0
 
 def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
     """The app; its RequestManager is created at startup (it needs the running loop) as app.state.manager."""
+    app = FastAPI(
+        title="TokenRouter", lifespan=_lifespan(args), docs_url=None, redoc_url=None, openapi_url=None
+    )
+    api = GenerationHandler(args, codec)
+    add_error_handlers(app)
+    if args.api_key:
+        app.add_middleware(_ApiKeyMiddleware, key=args.api_key)
+    add_status_routes(app, args, api)
+    add_model_routes(app, args, api)
+    add_profile_routes(app, args)
+    add_playground(app, args)
+    add_generation_routes(app, args, api)
+    return app
 
+
+def _lifespan(args: FrontendArgs):
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         manager = RequestManager(
@@ -54,8 +69,11 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
         yield
         await manager.close()
 
-    app = FastAPI(title="TokenRouter", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    api = GenerationHandler(args, codec)
+    return lifespan
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error as an OpenAI-style JSON body: the API's own, an unknown path or method, and an internal one."""
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -72,8 +90,9 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
         log.exception("internal error on %s", request.url.path)
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}").body(), status_code=500)
 
-    if args.api_key:
-        app.add_middleware(_ApiKeyMiddleware, key=args.api_key)
+
+def add_status_routes(app: FastAPI, args: FrontendArgs, api: GenerationHandler) -> None:
+    """/health, /metrics (Prometheus text) and /server_info."""
 
     @app.get("/health")
     async def health(request: Request) -> Response:
@@ -90,6 +109,27 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
     async def metrics(request: Request) -> Response:
         mgr: RequestManager = request.app.state.manager
         return PlainTextResponse(mgr.metrics.render(mgr.n_active), media_type="text/plain; version=0.0.4")
+
+    @app.get("/server_info")
+    async def server_info(request: Request) -> dict:
+        return _server_info(args, api, request.app.state.manager)
+
+
+def _server_info(args: FrontendArgs, api: GenerationHandler, mgr: RequestManager) -> dict:
+    return {
+        "policy": args.policy,
+        "entry": args.entry,
+        "models": args.models,
+        "max_model_len": api.max_len(mgr),
+        "run_dir": args.run_dir,
+        "endpoints": {k: v for k, v in args.endpoints.items() if k != "key"},  # the key stays secret
+        "ready": mgr.is_ready,
+        "subservers": {x: mgr.ready_models.get(x) for x in args.models},
+    }
+
+
+def add_model_routes(app: FastAPI, args: FrontendArgs, api: GenerationHandler) -> None:
+    """/v1/models and /v1/models/{id}: the one model this server serves, the policy."""
 
     def model_card(request: Request) -> dict:
         return {
@@ -112,61 +152,45 @@ def build_app(args: FrontendArgs, codec: TextCodec) -> FastAPI:
                            param="model", code="model_not_found")  # fmt: skip
         return model_card(request)
 
-    @app.get("/server_info")
-    async def server_info(request: Request) -> dict:
-        mgr: RequestManager = request.app.state.manager
-        return {
-            "policy": args.policy,
-            "entry": args.entry,
-            "models": args.models,
-            "max_model_len": api.max_len(mgr),
-            "run_dir": args.run_dir,
-            "endpoints": {k: v for k, v in args.endpoints.items() if k != "key"},  # the key stays secret
-            "ready": mgr.is_ready,
-            "subservers": {x: mgr.ready_models.get(x) for x in args.models},
-        }
+
+def add_profile_routes(app: FastAPI, args: FrontendArgs) -> None:
+    """/start_profile and /stop_profile: a torch profile of every subserver, with --profile-dir."""
 
     @app.post("/start_profile")
     async def start_profile(request: Request) -> dict:
-        mgr = _profilable(request.app.state.manager)
+        mgr = _profilable(args, request.app.state.manager)
         await mgr.profile(True, args.profile_dir, PROFILE_START_TIMEOUT_S)
         return {"profiling": True, "models": args.models, "profile_dir": args.profile_dir}
 
     @app.post("/stop_profile")
     async def stop_profile(request: Request) -> dict:
-        files = await _profilable(request.app.state.manager).profile(
-            False, args.profile_dir, PROFILE_STOP_TIMEOUT_S
-        )
+        mgr = _profilable(args, request.app.state.manager)
+        files = await mgr.profile(False, args.profile_dir, PROFILE_STOP_TIMEOUT_S)
         return {"profiling": False, "files": files}
 
-    def _profilable(mgr: RequestManager) -> RequestManager:
-        if args.profile_dir is None:
-            raise APIError(
-                400, "profiling is off: start the server with --profile-dir DIR", code="profiling_off"
-            )
-        if not mgr.is_ready:
-            raise APIError(
-                503, "the server is still starting; retry when GET /health returns 200", code="starting"
-            )
-        return mgr
 
-    add_playground(app, args)
+def _profilable(args: FrontendArgs, mgr: RequestManager) -> RequestManager:
+    if args.profile_dir is None:
+        raise APIError(400, "profiling is off: start the server with --profile-dir DIR", code="profiling_off")
+    if not mgr.is_ready:
+        raise APIError(
+            503, "the server is still starting; retry when GET /health returns 200", code="starting"
+        )
+    return mgr
+
+
+def add_generation_routes(app: FastAPI, args: FrontendArgs, api: GenerationHandler) -> None:
+    """/v1/completions and /v1/chat/completions."""
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        req = parse_body(
-            CompletionRequest, await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
-        )
-        return await api.serve(request, req, chat=False)
+        body = await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
+        return await api.serve(request, parse_body(CompletionRequest, body), chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        req = parse_body(
-            ChatCompletionRequest, await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
-        )
-        return await api.serve(request, req, chat=True)
-
-    return app
+        body = await read_json_body(request, args.max_body_bytes, args.body_timeout_s)
+        return await api.serve(request, parse_body(ChatCompletionRequest, body), chat=True)
 
 
 class _ApiKeyMiddleware:

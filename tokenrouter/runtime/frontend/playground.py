@@ -6,7 +6,7 @@ without the API key; every call it makes sends the key the user typed in.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from importlib import resources
 
 from fastapi import FastAPI, Request
@@ -14,24 +14,25 @@ from fastapi.responses import HTMLResponse
 
 from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.metrics import Metrics
+from tokenrouter.runtime.messages import SubserverStats
 
 PAGE_PATH = "/"  # open without the key (the page asks for it)
 
-# per subserver, the SubserverStats fields the stats carry: counters (the page charts their rates) and gauges
-_SUBSERVER_FIELDS = (
-    "steps",
-    "rows_total",
-    "new_tokens_total",
-    "busy_ms",
-    "uptime_ms",
-    "waiting",
-    "running",
-    "pending",
-    "last_batch_size",
-    "batch_threshold",
-    "kv_pages_total",
-    "kv_pages_free",
-)
+# per subserver, what the page charts: counters (it charts their rates) and gauges
+_SUBSERVER_FIELDS: dict[str, Callable[[SubserverStats], float]] = {
+    "steps": lambda s: s.step.count,
+    "rows_total": lambda s: s.step.rows,
+    "new_tokens_total": lambda s: s.step.new_tokens,
+    "busy_ms": lambda s: s.step.busy_ms,
+    "uptime_ms": lambda s: s.step.uptime_ms,
+    "waiting": lambda s: s.queue.waiting,
+    "running": lambda s: s.queue.running,
+    "pending": lambda s: s.queue.pending,
+    "last_batch_size": lambda s: s.step.last_batch_size,
+    "batch_threshold": lambda s: s.step.batch_threshold,
+    "kv_pages_total": lambda s: s.kv.pages_total,
+    "kv_pages_free": lambda s: s.kv.pages_free,
+}
 
 
 def page_html() -> str:
@@ -39,22 +40,15 @@ def page_html() -> str:
 
 
 def stats(metrics: Metrics, active: int, args: FrontendArgs) -> dict:
-    """A snapshot of the server's counters and gauges: what /metrics exposes for charts, as JSON. Rates are
-    the deltas of two snapshots over their `time` difference."""
+    """The stats document (`Metrics.stats_document`) with the served plan's names, and per subserver the
+    figures the page charts (`subservers`)."""
     return {
-        "object": "stats",
-        "time": time.time(),
+        **metrics.stats_document(active),
         "policy": args.policy,
         "entry": args.entry,
         "models": list(args.models),
-        "requests_active": active,
-        "requests_total": metrics.requests_total,
-        "requests_finished": dict(metrics.requests_finished),
-        "prompt_tokens": metrics.prompt_tokens,
-        "generation_tokens": {x: metrics.tokens.get(x, 0) for x in args.models},
-        "hops": sum(metrics.hops.values()),
         "subservers": {
-            x: {f: getattr(s, f) for f in _SUBSERVER_FIELDS} for x, s in sorted(metrics.stats.items())
+            x: {f: get(s) for f, get in _SUBSERVER_FIELDS.items()} for x, s in sorted(metrics.stats.items())
         },
     }
 

@@ -148,7 +148,7 @@ class Subserver:
                 **args.extra,
             )
             self.scheduler = Scheduler(self.model, self.plan, self.engine, kernel, max_batch=args.max_batch)
-            self.scheduler.board = self.attach_board()
+            self.scheduler.recorder.board = self.attach_board()
 
     def progress(self, model: str):
         """The `progress(phase, detail)` of one model's loading: `report` with the model's name, or None."""
@@ -255,7 +255,8 @@ class Subserver:
                      *getattr(self, "to_peers", {}).values()):  # fmt: skip
             if sock is not None:
                 sock.sock.close(0)
-        board = getattr(getattr(self, "scheduler", None), "board", None)
+        recorder = getattr(getattr(self, "scheduler", None), "recorder", None)  # none: the lockstep baseline
+        board = getattr(recorder, "board", None)
         if board is not None:
             board.close()
 
@@ -292,30 +293,9 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         sub = make_server(
             args, ctx, lambda model, phase, detail: launcher.send(m.Progress(model, phase, detail))
         )
-
-        def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
-            sub.stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _stop)
-            signal.signal(signal.SIGINT, _stop)
-        for name, info in infos(sub).items():
-            launcher.send(m.Ready(name=name, info=info))
-        logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
-        sub.event_loop()
+        _serve(args, sub, launcher, infos)
     except BaseException as exc:
-        tb = traceback.format_exc()
-        if sub is None and isinstance(exc, user_errors()):
-            # the user's mistake (a model folder, a router file, the plan): the launcher prints its message as
-            # the one line `error: … failed to start: …`; the traceback only at debug level
-            logger.debug("could not start:\n%s", tb)
-            error = str(exc)
-        else:
-            logger.error("crashed:\n%s", tb)
-            error = tb
-        for s in (launcher, frontend):
-            s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
-            s.send(m.Fatal(name=args.model, error=error))
+        _send_fatal(args, exc, started=sub is not None, to=(launcher, frontend))
         code = 1
     finally:
         if sub is not None:
@@ -330,3 +310,34 @@ def run_server_process(args: SubserverArgs, label: str, make_server, infos) -> N
         ctx.term()
     if code:
         raise SystemExit(code)
+
+
+def _serve(args: SubserverArgs, sub, launcher: Sender, infos) -> None:
+    """Stop on SIGTERM/SIGINT, say Ready for each model, and run the event loop."""
+
+    def _stop(signum, frame):  # SIGTERM/SIGINT: leave the loop at the next iteration
+        sub.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    for name, info in infos(sub).items():
+        launcher.send(m.Ready(name=name, info=info))
+    logger.info("ready on %s (%s)", sub.device, args.endpoints["subservers"][args.model])
+    sub.event_loop()
+
+
+def _send_fatal(args: SubserverArgs, exc: BaseException, started: bool, to: tuple[Sender, ...]) -> None:
+    """Log the crash and tell the launcher and the frontend (`Fatal`)."""
+    tb = traceback.format_exc()
+    if not started and isinstance(exc, user_errors()):
+        # the user's mistake (a model folder, a router file, the plan): the launcher prints its message as
+        # the one line `error: … failed to start: …`; the traceback only at debug level
+        logger.debug("could not start:\n%s", tb)
+        error = str(exc)
+    else:
+        logger.error("crashed:\n%s", tb)
+        error = tb
+    for s in to:
+        s.sock.setsockopt(zmq.LINGER, 2000)  # deliver the Fatal even though we are exiting
+        s.send(m.Fatal(name=args.model, error=error))

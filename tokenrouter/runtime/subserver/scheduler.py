@@ -7,8 +7,11 @@ decode loop, or the in-process executor) feeds it messages with `handle(msg)` an
 
     get_next_batch_to_run()  -> runnable requests (delayed batching decides whether it is time)
     run_batch(batch)         -> engine.forward over each row's unseen tokens (prefill on a first visit,
-                                extend on a return, decode otherwise), then the route kernel (sample + rules)
+                                extend on a return, decode otherwise)
+    route_batch(rows, step)  -> the route kernel (sample + rules)
     process_batch_result()   -> per row: commit / hop (keep | drop | for K) / finish
+
+Its accounting (timings, counters, step shapes) lives beside it in `StepRecorder` (recorder.py).
 
 Outputs to the frontend: one `StepOutputs` per step with a `TokenOut` per committed token (`hop_to` set when
 the step also handed the request to another model) and a `TokenOut` with *no* tokens for a `drop` hop (the
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +33,6 @@ import msgspec
 import torch
 
 from tokenrouter.runtime import messages as m
-from tokenrouter.runtime.engine import kernel_loads
 from tokenrouter.runtime.engine.base import Engine, EngineError, StepInput, StepOutput
 from tokenrouter.runtime.grammar import Grammars
 from tokenrouter.runtime.route import RouteBatchState
@@ -38,68 +40,15 @@ from tokenrouter.runtime.route.kernel import RouteResult
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.sampling import DEFAULT_SAMPLER
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
-from tokenrouter.runtime.subserver.busy_board import BusyBoard
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import region
+from tokenrouter.runtime.subserver.recorder import StepRecorder
 from tokenrouter.runtime.subserver.req import Req, ReqStatus
 from tokenrouter.runtime.subserver.route_inputs import note_route_inputs, token_inputs, wanted
 
 logger = logging.getLogger(__name__)
 
 TOMBSTONES = 100_000  # rids remembered after they end, so late peer messages for them are dropped
-# A step counts as a *stall* when it takes over SLOW_STEP_FLOOR_MS and over SLOW_STEP_FACTOR x what the earlier
-# steps make it expect: the mean step of its batch size (or of all steps, while its batch size has fewer than
-# SLOW_STEP_MIN_HISTORY), scaled up by its new tokens over that mean's (a long prefill is work, not a stall).
-# Stalls are counted apart (`/metrics`: tokenrouter_slow_steps_by_batch_total) and logged with their shape: one
-# 1.1 s stall of every request in flight cost a benchmark run 10 % on the H200, and one inside a profile window
-# made a batch size's mean step 50 % longer.
-SLOW_STEP_FACTOR = 10.0
-SLOW_STEP_FLOOR_MS = 50.0
-SLOW_STEP_MIN_HISTORY = 20
-SLOW_STEP_LOG_FIRST = 20
-# the engine's prefix-cache counters that `SubserverStats` carries (runtime/prefix_cache.py)
-PREFIX_STATS = ("prefix_matched_tokens", "prefix_computed_tokens", "prefix_arrivals", "prefix_cached_blocks",
-                "prefix_cached_tokens", "prefix_evicted_blocks")  # fmt: skip  # stalls logged one by one; after that every 100th
-
-
-def expected_step_ms(
-    tokens: int, same_bs: tuple[float, float, float], every: tuple[float, float, float]
-) -> float | None:
-    """What the earlier steps of its batch size (or of every batch size, while that one has too few), each given
-    as (steps, ms, tokens) totals, make a step of `tokens` new tokens expect; None without enough history."""
-    steps, total_ms, total_tokens = same_bs if same_bs[0] >= SLOW_STEP_MIN_HISTORY else every
-    if steps < SLOW_STEP_MIN_HISTORY:
-        return None
-    return total_ms / steps * max(1.0, tokens * steps / max(total_tokens, 1.0))
-
-
-def is_stall(
-    ms: float, tokens: int, same_bs: tuple[float, float, float], every: tuple[float, float, float]
-) -> bool:
-    """Whether a step of `ms` and `tokens` new tokens stalled (see SLOW_STEP_FACTOR)."""
-    if ms <= SLOW_STEP_FLOOR_MS:
-        return False
-    expected = expected_step_ms(tokens, same_bs, every)
-    return expected is not None and ms > SLOW_STEP_FACTOR * expected
-
-
-def tally(total: list[float], ms: float, tokens: int) -> None:
-    """Add one step of `ms` and `tokens` new tokens to a [steps, ms, new tokens] total."""
-    total[0] += 1
-    total[1] += ms
-    total[2] += tokens
-
-
-def by_shape_key(table: dict[tuple[int, int, str], list[float]]) -> dict[str, tuple[int, float, int]]:
-    """A (batch size, q, overlap) -> [steps, ms, count] table as `SubserverStats` carries it: keys "BS/Q/OVERLAP"."""
-    return {f"{bs}/{q}/{o}": (int(n), ms, int(k)) for (bs, q, o), (n, ms, k) in table.items()}
-
-
-def q_class(q: int) -> int:
-    """A step's longest row's new tokens, rounded up to a power of two: 1 is a decode step, 2-64 the extends of
-    returning hops that the CUDA graphs capture by default (cuda_graph_runner.DEFAULT_EXTEND_LENS), longer ones
-    prefills. Steps of one batch size differ in cost by it: a graph of (bs, q) pads every row to q tokens."""
-    return 1 << max(0, int(q) - 1).bit_length()
 
 
 @dataclass(slots=True, frozen=True)
@@ -162,49 +111,7 @@ class Scheduler:
         self.reqs: dict[str, Req] = {}
         self.runnable: OrderedDict[str, Req] = OrderedDict()  # FIFO by ready_since
         self.ended: OrderedDict[str, None] = OrderedDict()  # tombstones
-        self.steps = 0
-        self.last_batch_size = 0
-        self.last_step_ms = 0.0
-        # exact totals since start, for /metrics and the benchmarks (the step time includes the route kernel)
-        self.busy_ms = 0.0
-        self.rows_total = 0
-        # tokens the engine ran: prefill + extend suffixes + one per decode row, as the engine counts them
-        # (`StepOutput.stats["tokens"]`: without a prefix cache's matches, with an evicted request's re-prefill)
-        self.new_tokens_total = 0
-        self._ran_tokens = 0  # the engine's count for the step running now (`_forward`)
-        self._ran_longest = 0  # and its longest row's (the step's shape, `q_class`)
-        # and its rows that ran a request here for the first time (KV from nothing: a prefill)
-        self._ran_first = 0
-        self.step_ms_by_bs: dict[int, list[float]] = {}  # batch size -> [steps, ms, new tokens]
-        self.slow_ms_by_bs: dict[int, list[float]] = {}  # the stalls among them (`is_stall`): [steps, ms]
-        self.step_starts: dict[str, int] = {}  # why each step started (`DelayedBatching.start_reason`)
-        # with a busy board (models sharing a GPU: busy_board.py), the steps that no co-runner's step
-        # overlapped, and not stalls: batch size -> [steps, ms, new tokens]
-        self.board: BusyBoard | None = None
-        self.alone_ms_by_bs: dict[int, list[float]] = {}
-        # every step by its shape: (batch size, new tokens of its longest row rounded up to a power
-        # of two (`q_class`), how it overlapped) -> [steps, ms, new tokens]
-        self.shape_ms: dict[tuple[int, int, str], list[float]] = {}
-        # the steps among them that ran some request's first tokens here (its prompt, or all it had on its first
-        # hop here; an eviction's re-prefill happens inside the engine and is not one): same key -> [steps, ms,
-        # such rows]; the throughput model prices them per request apart from the other steps (`from_metrics`)
-        self.first_shape_ms: dict[tuple[int, int, str], list[float]] = {}
-        # host time between back-to-back steps: a step that ended with the next one ready to start leaves its
-        # end here; the next step counts the time since (its hops sent, messages read, the batch chosen)
-        self.gaps = 0
-        self.gap_ms = 0.0
-        self.kv_deferred_rows = 0  # rows left out of a step because the KV pool could not hold them (fit_kv)
-        self._ready_end: float | None = None
-        # hops received and their delay (`count_hop_delay`), and the last steps' (start, end) on time.monotonic()
-        self.hops_in = 0
-        self.hop_delay_ms = 0.0
-        self._recent_steps: deque[tuple[float, float]] = deque(maxlen=4)
-        # the Triton kernels this process built (compiled, or loaded from the disk cache) since this scheduler
-        # started: a first-time build in an eager step is a stall of about half a second (kernel_loads.py)
-        self.kernel_loads = kernel_loads.LOADS
-        kernel_loads.install(self.kernel_loads)
-        self._loads_at_start = self.kernel_loads.snapshot()
-        self.started = time.perf_counter()  # busy_ms's clock: the busy share over any window of stats
+        self.recorder = StepRecorder(self.model)
 
     # ---- incoming messages -------------------------------------------------------------------------------
 
@@ -237,7 +144,7 @@ class Scheduler:
 
     def handle_peer_request(self, msg: m.PeerRequest) -> Outbox:
         if msg.sent_at > 0:
-            self.count_hop_delay(msg.sent_at)
+            self.recorder.count_hop_delay(msg.sent_at)
         if msg.count_seq:
             self.batching.set_active(msg.n_active, msg.count_seq)  # the later of the sender's count and ours
         elif 0 < msg.n_active < self.batching.n_active:
@@ -250,21 +157,9 @@ class Scheduler:
             self.reqs[msg.rid] = req
         elif req.status != ReqStatus.PENDING:
             return self._fail(req, f"{self.model} received request {msg.rid} while it was {req.status.value}")
-        overlap = len(req.tokens) - msg.start
-        if overlap < 0 or req.tokens[msg.start :] != msg.tokens[:overlap]:
-            return self._fail(
-                req,
-                f"{self.model}: hop of {msg.rid} from {msg.origin} does not continue its sequence "
-                f"(known {len(req.tokens)} tokens, got tokens from {msg.start})",
-            )
-        req.tokens.extend(msg.tokens[overlap:])
-        if len(req.tokens) >= self.max_len:
-            return self._fail(
-                req, f"request {msg.rid} has {len(req.tokens)} tokens, more than {self.model} accepts"
-            )
-        for peer, n in msg.seen.items():
-            req.seen_by[peer] = max(req.seen_by.get(peer, 0), n)
-        req.seen_by[self.model] = len(req.tokens)
+        error = self._continue_with(req, msg)
+        if error is not None:
+            return self._fail(req, error)
         req.run_length = 0
         req.for_left = msg.for_k
         req.return_to = msg.return_to if msg.for_k > 0 else None
@@ -273,17 +168,21 @@ class Scheduler:
         self._admit(req)
         return []
 
-    def count_hop_delay(self, sent_at: float) -> None:
-        """Count a hop's delay: from its send (the end of the sender's step, on the host's time.monotonic()) to
-        now, when the scheduler takes it in. Where this subserver was in a step when the hop was sent, the hop
-        could only join the next step anyway (the throughput model's view), so its delay counts from that step's
-        end; a step that started after the send ran without the hop, and its time counts."""
-        since = sent_at
-        for start, end in self._recent_steps:
-            if start <= sent_at < end:
-                since = end
-        self.hops_in += 1
-        self.hop_delay_ms += max(0.0, time.monotonic() - since) * 1000.0
+    def _continue_with(self, req: Req, msg: m.PeerRequest) -> str | None:
+        """Append the hop's tokens this subserver has not seen, and what every model has seen; or why not."""
+        overlap = len(req.tokens) - msg.start
+        if overlap < 0 or req.tokens[msg.start :] != msg.tokens[:overlap]:
+            return (
+                f"{self.model}: hop of {msg.rid} from {msg.origin} does not continue its sequence "
+                f"(known {len(req.tokens)} tokens, got tokens from {msg.start})"
+            )
+        req.tokens.extend(msg.tokens[overlap:])
+        if len(req.tokens) >= self.max_len:
+            return f"request {msg.rid} has {len(req.tokens)} tokens, more than {self.model} accepts"
+        for peer, n in msg.seen.items():
+            req.seen_by[peer] = max(req.seen_by.get(peer, 0), n)
+        req.seen_by[self.model] = len(req.tokens)
+        return None
 
     def handle_release(self, msg: m.Release | m.Abort) -> Outbox:
         req = self.reqs.get(msg.rid)
@@ -311,74 +210,28 @@ class Scheduler:
         return self.batching.deadline(oldest.ready_since if oldest else None)
 
     def step(self) -> Outbox:
+        """schedule -> run -> route -> commit; the recorder times the step and counts what it ran."""
         batch = self.get_next_batch_to_run()
         if not batch:
             return []
-        reason = self.batching.start_reason(len(self.runnable), len(self.reqs))
-        self.step_starts[reason] = self.step_starts.get(reason, 0) + 1
-        board = self.board
-        seen = board.start() if board is not None else None
-        alone = False
-        began = time.monotonic()
-        loads = self.kernel_loads.snapshot()
-        t0 = time.perf_counter()
-        if self._ready_end is not None:
-            self.gaps += 1
-            self.gap_ms += (t0 - self._ready_end) * 1000.0
-            self._ready_end = None
-        self._ran_tokens = self._ran_longest = self._ran_first = 0
+        rec = self.recorder
+        rec.begin(self.batching.start_reason(len(self.runnable), len(self.reqs)))
         try:
-            batch, result, out = self.run_batch(batch)
-            if batch:
+            rows, step, out = self.run_batch(batch)
+            rows, result, failed = self.route_batch(rows, step)
+            out += failed
+            if rows:
                 with region("commit"):
-                    out += self.process_batch_result(batch, result)
+                    out += self.process_batch_result(rows, result)
         finally:
-            if board is not None:
-                alone = board.end(seen)
-        new_tokens, q = self._ran_tokens, q_class(self._ran_longest)
-        ms = (time.perf_counter() - t0) * 1000.0
-        self.steps += 1
-        self.last_batch_size = len(batch)
-        self.last_step_ms = ms
-        self.busy_ms += ms
-        self.rows_total += len(batch)
-        self.new_tokens_total += new_tokens
-        bs = len(batch)
-        acc = self.step_ms_by_bs.setdefault(bs, [0, 0.0, 0])
-        every = (self.steps - 1, self.busy_ms - ms, self.new_tokens_total - new_tokens)  # before this step
-        if stall := is_stall(ms, new_tokens, tuple(acc), every):
-            self.note_stall(bs, new_tokens, ms, expected_step_ms(new_tokens, tuple(acc), every), loads)
-        elif alone:
-            tally(self.alone_ms_by_bs.setdefault(bs, [0, 0.0, 0]), ms, new_tokens)
-        overlap = "stall" if stall else "untracked" if board is None else "alone" if alone else "overlapped"
-        tally(self.shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0]), ms, new_tokens)
-        if self._ran_first:
-            tally(self.first_shape_ms.setdefault((bs, q, overlap), [0, 0.0, 0]), ms, self._ran_first)
-        tally(acc, ms, new_tokens)
-        ended = time.monotonic()
-        self._recent_steps.append((began, ended))
+            rec.leave_board()
+        sent_at = rec.end(len(rows))
         for _, msg in out:
             if isinstance(msg, m.PeerRequest):
-                msg.sent_at = ended
+                msg.sent_at = sent_at
         if self.ready():
-            self._ready_end = time.perf_counter()
+            rec.mark_ready()
         return out
-
-    def note_stall(self, bs: int, new_tokens: int, ms: float, expected_ms: float,
-                   loads: tuple[int, float]) -> None:  # fmt: skip
-        """Count a stalled step, and log it (the first SLOW_STEP_LOG_FIRST, then every 100th) with the Triton kernel
-        builds it held, counted from `loads` (the builds' snapshot at its start)."""
-        slow = self.slow_ms_by_bs.setdefault(bs, [0, 0.0])
-        slow[0] += 1
-        slow[1] += ms
-        n = sum(s[0] for s in self.slow_ms_by_bs.values())
-        if n <= SLOW_STEP_LOG_FIRST or n % 100 == 0:
-            built = kernel_loads.describe(*self.kernel_loads.since(loads))
-            logger.warning(
-                "%s: step %d stalled: %.0f ms at batch size %d (%d new tokens; the earlier steps make it expect "
-                "%.1f ms; %s); stall %d on this subserver",
-                self.model, self.steps, ms, bs, new_tokens, expected_ms, built, n,
-            )  # fmt: skip
 
     def get_next_batch_to_run(self) -> list[Req]:
         if not self.ready():
@@ -426,29 +279,27 @@ class Scheduler:
             admitted += 1
         if not late:
             return batch
-        self.kv_deferred_rows += len(late)
+        self.recorder.note_deferred(len(late))
         return [r for r in batch if r.rid not in late]
 
-    def run_batch(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
-        """Forward + route kernel. A row the engine can never run is failed; the others run. Engines
-        validate a step before changing anything, so a refused step can be retried without the row."""
+    def run_batch(self, batch: list[Req]) -> tuple[list[Req], StepOutput | None, Outbox]:
+        """The engine's forward: (the rows it ran, their output, the failures). A row the engine can never run is
+        failed; the others run. Engines validate a step before changing anything, so a refused step can be
+        retried without the row."""
         out: Outbox = []
-        while True:
+        while batch:
             try:
-                step = self._forward(batch)
-                break
+                return batch, self._forward(batch), out
             except EngineError as e:
                 bad = [r for r in batch if r.rid == getattr(e, "rid", None)]
                 if not bad:  # the engine did not say which row: find out one row at a time
-                    return self._run_rows_alone(batch)
+                    rows, step, failed = self._run_rows_alone(batch)
+                    return rows, step, out + failed
                 out += self._fail(bad[0], str(e))
                 batch = [r for r in batch if r is not bad[0]]
-                if not batch:
-                    return [], None, out
-        rows, result, failed = self._route(batch, step)
-        return rows, result, out + failed
+        return [], None, out
 
-    def _run_rows_alone(self, batch: list[Req]) -> tuple[list[Req], object, Outbox]:
+    def _run_rows_alone(self, batch: list[Req]) -> tuple[list[Req], StepOutput | None, Outbox]:
         out: Outbox = []
         rows, logits, hidden = [], [], []
         for r in batch:
@@ -462,9 +313,13 @@ class Scheduler:
             hidden.append(s.hidden)
         if not rows:
             return [], None, out
-        step = StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None)
-        rows, result, failed = self._route(rows, step)
-        return rows, result, out + failed
+        return rows, StepOutput(torch.cat(logits), torch.cat(hidden) if self.want_hidden else None), out
+
+    def route_batch(self, batch: list[Req], step: StepOutput | None) -> tuple[list[Req], object, Outbox]:
+        """The route kernel over the rows the engine ran (none: nothing to route)."""
+        if not batch:
+            return [], None, []
+        return self._route(batch, step)
 
     def _route(self, batch: list[Req], step: StepOutput) -> tuple[list[Req], object, Outbox]:
         """The route kernel over the batch: (the rows routed, their result, the failures). A request whose own
@@ -513,7 +368,8 @@ class Scheduler:
         return result
 
     def _forward(self, rows: list[Req]) -> StepOutput:
-        self._ran_first += sum(1 for r in rows if not r.fed)  # before the route kernel moves `fed`
+        # before the route kernel moves `fed`
+        self.recorder.note_first_runs(sum(1 for r in rows if not r.fed))
         # r.new_tokens(), inlined (once per row per step)
         with region("forward"):
             step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
@@ -522,8 +378,7 @@ class Scheduler:
         if ran is None or longest is None:
             news = [len(r.tokens) - r.fed for r in rows]
             ran, longest = (sum(news) if ran is None else ran), (max(news) if longest is None else longest)
-        self._ran_tokens += ran
-        self._ran_longest = max(self._ran_longest, longest)
+        self.recorder.note_ran(ran, longest)
         return step
 
     def _route_state(self, batch: list[Req], device: torch.device) -> RouteBatchState:
@@ -680,43 +535,9 @@ class Scheduler:
 
     def stats(self) -> m.SubserverStats:
         c = self.counts()
-        es = self.engine.stats()
-        builds, build_ms, _ = self.kernel_loads.since(self._loads_at_start)
-        return m.SubserverStats(
-            model=self.model,
-            waiting=c["waiting"],
-            running=c["running"],
-            pending=c["pending"],
-            last_batch_size=self.last_batch_size,
-            last_step_ms=self.last_step_ms,
-            steps=self.steps,
-            kv_pages_total=int(es.get("pages_total", 0)),
-            kv_pages_free=int(es.get("pages_free", 0)),
-            busy_ms=self.busy_ms,
-            rows_total=self.rows_total,
-            new_tokens_total=self.new_tokens_total,
-            step_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.step_ms_by_bs.items()},
-            uptime_ms=(time.perf_counter() - self.started) * 1000.0,
-            slow_ms_by_bs={bs: (int(n), ms) for bs, (n, ms) in self.slow_ms_by_bs.items()},
-            batch_threshold=self.batching.config.thresholds[self.model],
-            step_starts=dict(self.step_starts),
-            alone_ms_by_bs={bs: (int(n), ms) for bs, (n, ms, _) in self.alone_ms_by_bs.items()},
-            tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.step_ms_by_bs.items()},
-            alone_tokens_by_bs={bs: int(k) for bs, (_, _, k) in self.alone_ms_by_bs.items()},
-            step_ms_by_shape=by_shape_key(self.shape_ms),
-            first_ms_by_shape=by_shape_key(self.first_shape_ms),
-            gaps=self.gaps,
-            gap_ms=self.gap_ms,
-            hops_in=self.hops_in,
-            hop_delay_ms=self.hop_delay_ms,
-            kernel_loads=builds,
-            kernel_load_ms=build_ms,
-            kv_deferred_rows=self.kv_deferred_rows,
-            kv_evictions=int(es.get("evictions", 0)),
-            kv_reprefills=int(es.get("reprefills", 0)),
-            prefix_cache=bool(es.get("prefix_cache", False)),
-            **{name: int(es.get(name, 0)) for name in PREFIX_STATS},
-        )
+        queue = m.QueueStats(waiting=c["waiting"], running=c["running"], pending=c["pending"])
+        threshold = self.batching.config.thresholds[self.model]
+        return self.recorder.stats(queue, self.engine.stats(), threshold)
 
 
 def _note_logprobs(rows: list[Req], at, logits: torch.Tensor, token: torch.Tensor) -> None:
