@@ -145,7 +145,7 @@ def run_config(label: str, extra: list[str], plan: Path, args, work: Path) -> li
 
 def run_auto(plan: Path, args, work: Path) -> list[dict]:
     """`batch: auto` by the user's flow, per N: serve the plan eager (every B = 1) and profile a load of N in
-    flight from its metrics (`profile --from-metrics --since`), `tune -n N` on that profile, then serve the
+    flight from its stats (`profile --from-metrics URL --since FILE`), `tune -n N` on that profile, then serve the
     tuned plan and measure it."""
     import httpx
 
@@ -155,11 +155,11 @@ def run_auto(plan: Path, args, work: Path) -> list[dict]:
     try:
         for n in args.n:
             bench(srv.url, n, n, argparse.Namespace(**{**vars(args), "output_len": 16}), None)  # warm-up
-            since = work / f"metrics-before-n{n}.txt"
-            since.write_text(httpx.get(f"{srv.url}/metrics", timeout=30).text)
+            since = work / f"stats-before-n{n}.json"
+            since.write_text(httpx.get(f"{srv.url}/v1/stats", timeout=30).text)
             bench(srv.url, n, 2 * args.rounds * n, args, None)
             prof = work / f"profile-n{n}.json"
-            subprocess.run(cli("profile", str(plan), "--from-metrics", f"{srv.url}/metrics", "--since", str(since),
+            subprocess.run(cli("profile", str(plan), "--from-metrics", srv.url, "--since", str(since),
                                "--min-steps", str(args.min_steps), "-o", str(prof)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             tuned[n] = work / f"tuned-n{n}.plan"
             t0 = time.monotonic()

@@ -196,8 +196,9 @@ def profile(
     from_metrics: str = typer.Option(
         None,
         "--from-metrics",
-        help="Instead of timing each model alone: read L_i(b) and p_ij from a running server's /metrics "
-        "(URL) or a saved copy (FILE), as the models ran side by side (serve it with --mode eager).",
+        help="Instead of timing each model alone: read L_i(b) and p_ij from a running server's stats "
+        "(URL: its /v1/stats; URL/metrics: its Prometheus text) or a saved copy (FILE), as the models ran side by "
+        "side (serve it with --mode eager).",
     ),
     since: str = typer.Option(
         None, "--since", help="With --from-metrics: an earlier scrape (URL or FILE) to subtract."

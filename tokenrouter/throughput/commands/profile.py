@@ -122,21 +122,13 @@ def _measure(plan_path: str, settings: dict):
 
 
 def _read_metrics(where: str) -> str:
-    """The Prometheus text at a server URL (its /metrics) or in a file."""
-    import urllib.error
-    import urllib.request
+    """A server's stats (its JSON stats at a URL, `from_metrics.read_source`) or a saved copy in a file."""
+    from tokenrouter.throughput.from_metrics import MetricsProfileError, read_source
 
-    if where.startswith(("http://", "https://")):
-        url = where if where.rstrip("/").endswith("/metrics") else where.rstrip("/") + "/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                return resp.read().decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError) as e:
-            raise ThroughputInputError(f"cannot read {url}: {getattr(e, 'reason', e)}") from None
     try:
-        return Path(where).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ThroughputInputError(f"cannot read metrics file {where}: {e}") from None
+        return read_source(where)
+    except MetricsProfileError as e:
+        raise ThroughputInputError(str(e)) from None
 
 
 def _profile_from_metrics(plan_path: str, where: str, since: str | None, min_steps: int, keep_prefills: bool):
