@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 TP_TIMEOUT_S = 300.0  # the longest one collective of a step may wait (a CUDA graph capture included)
 IDLE_TIMEOUT = datetime.timedelta(days=365)  # a follower waits for rank 0's next step as long as it lives
 STOP, STEP, EMBED, FULL = range(4)  # the commands rank 0 broadcasts
+DEAD_RANK_WAIT_S = 1.0  # after a failed collective, how long rank 0 waits to see which follower exited
 HEADER = 5  # [command, payload length, tokens, rows, request-table writes]
 CPU = torch.device("cpu")
 
@@ -88,6 +89,12 @@ class TPGroup:
         try:
             work.wait()
         except Exception as e:  # gloo: a peer's socket closed, or the timeout; NCCL: its own errors
+            for proc in self.followers:  # rank 0: a follower that died is the cause to name
+                proc.join(DEAD_RANK_WAIT_S / len(self.followers))
+            try:
+                self.check_followers()
+            except TPError as dead:
+                raise TPError(f"{dead} during a step's {what}") from e
             raise TPError(f"tensor-parallel {what} failed on rank {self.rank} of {self.size}: {e}") from e
 
     def check_followers(self) -> None:
