@@ -27,6 +27,30 @@ def pick_device(spec: dict, override: str | None = None) -> str:
     return "cpu"
 
 
+def gpu_count_problem(
+    plan: dict, models: list[str], device: str | None, visible: int | None = None
+) -> str | None:
+    """What is wrong with the GPUs that `models` of the plan are placed on, on a machine with `visible` GPUs (None:
+    as many as torch sees; without CUDA, or with `device` "cpu", the models run on the CPU and no count applies)."""
+    if device is not None and str(device).startswith("cpu"):
+        return None
+    if visible is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        visible = torch.cuda.device_count()
+    for name in models:
+        gpus = plan["models"][name].get("gpus") or [0]
+        if max(gpus) >= visible:
+            asks = f"{len(gpus)} GPUs ({', '.join(map(str, gpus))})" if len(gpus) > 1 else f"GPU {gpus[0]}"
+            return (
+                f"model {name!r} asks for {asks}, but this machine has {visible} GPU(s) (0..{visible - 1}); "
+                "change its `gpus:`, or serve with --device cpu"
+            )
+    return None
+
+
 def engine_kwargs(spec: dict, device: str) -> dict:
     """load_engine settings from a plan's model entry. On CPU the engine computes in float32 (the plan's
     dtype applies on CUDA). `mem` (a fraction of the GPU's memory) becomes a KV budget in bytes: that share
