@@ -290,10 +290,15 @@ def tp_engine_class(base: type) -> type:
 
 @torch.inference_mode()
 def follow(engine) -> None:
-    """A follower's life after its engine is built: run each step rank 0 broadcasts until it says stop."""
+    """A follower's life after its engine is built: run each step rank 0 broadcasts until it says stop or leaves
+    (its process exited: the control group's connection closed)."""
     group = engine.tp
     while True:
-        command, body, tokens, rows = receive(group)
+        try:
+            command, body, tokens, rows = receive(group)
+        except TPError as e:
+            logger.info("rank 0 left (%s); leaving", e)
+            return
         if command == STOP:
             return
         if command == STEP:
