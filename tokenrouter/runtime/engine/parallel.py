@@ -43,7 +43,7 @@ TP_TIMEOUT_S = 300.0  # the longest one collective of a step may wait (a CUDA gr
 IDLE_TIMEOUT = datetime.timedelta(days=365)  # a follower waits for rank 0's next step as long as it lives
 STOP, STEP, EMBED, FULL = range(4)  # the commands rank 0 broadcasts
 DEAD_RANK_WAIT_S = 1.0  # after a failed collective, how long rank 0 waits to see which follower exited
-HEADER = 5  # [command, payload length, tokens, rows, request-table writes]
+HEADER = 4  # [command, payload length, tokens, rows]
 CPU = torch.device("cpu")
 
 
@@ -59,9 +59,8 @@ class TPGroup:
     size: int
     data: object  # activations' all-reduce / all-gather: NCCL on CUDA, gloo on CPU
     control: object  # gloo: rank 0's broadcasts of each step
-    followers: list = field(
-        default_factory=list
-    )  # rank 0: the processes of ranks 1..size-1 (is_alive, exitcode)
+    # rank 0: the processes of ranks 1..size-1 (multiprocessing: exitcode, join)
+    followers: list = field(default_factory=list)
     store: object = None  # the rendezvous store, kept alive with the groups (rank 0's serves the others)
 
     @property
@@ -160,10 +159,10 @@ class MirroredReqToTokenPool(ReqToTokenPool):
 
 
 def send(group: TPGroup, command: int, payload: Sequence[int] | torch.Tensor = (), tokens: int = 0,
-         rows: int = 0, writes: int = 0) -> None:  # fmt: skip
+         rows: int = 0) -> None:  # fmt: skip
     """Rank 0: broadcast one command (a header, then its int64 payload)."""
     body = torch.as_tensor(payload, dtype=torch.int64).flatten()
-    group.broadcast(torch.tensor([command, body.numel(), tokens, rows, writes], dtype=torch.int64))
+    group.broadcast(torch.tensor([command, body.numel(), tokens, rows], dtype=torch.int64))
     if body.numel():
         group.broadcast(body.clone())
 
@@ -171,7 +170,7 @@ def send(group: TPGroup, command: int, payload: Sequence[int] | torch.Tensor = (
 def receive(group: TPGroup) -> tuple[int, torch.Tensor, int, int]:
     """A follower: the next command, its payload, and its token and row counts."""
     header = group.broadcast(torch.zeros(HEADER, dtype=torch.int64))
-    command, n, tokens, rows, _ = header.tolist()
+    command, n, tokens, rows = header.tolist()
     body = group.broadcast(torch.empty(n, dtype=torch.int64)) if n else torch.empty(0, dtype=torch.int64)
     return command, body, tokens, rows
 
