@@ -110,3 +110,11 @@ def test_a_dead_rank_fails_the_next_step():
     with pytest.raises(TPError, match="failed on rank 0 of 2"):
         engine.forward([StepInput("a", [4])])
     assert time.monotonic() - start < 5
+
+
+def test_a_rank_that_fails_to_start_is_named_at_once():
+    """Rank 1 on a device it cannot use exits while the group forms: rank 0 says so, without waiting for it."""
+    start = time.monotonic()
+    with pytest.raises(TPError, match=r"rank 1 of 2 exited \(status 1\) while"):
+        load_tp_engine(str(TINY_SMALL), ["cpu", "cuda:7"], threads=1, max_tokens=64)
+    assert time.monotonic() - start < 60

@@ -96,6 +96,10 @@ class TPGroup:
                 raise TPError(f"{dead} during a step's {what}") from e
             raise TPError(f"tensor-parallel {what} failed on rank {self.rank} of {self.size}: {e}") from e
 
+    def ready(self) -> None:
+        """Every rank's engine is built: each rank calls this once after building its engine."""
+        self._wait(self.control.allreduce([torch.ones(1)]), "start-up handshake")
+
     def check_followers(self) -> None:
         """TPError naming the first follower process that has exited (rank 0; nothing elsewhere)."""
         for rank, proc in enumerate(self.followers, start=1):

@@ -56,6 +56,7 @@ def run_tp_worker(args: TPWorkerArgs) -> None:
         torch.set_num_threads(args.threads)
         group = connect(args.rank, args.size, torch.device(args.device), port=args.port)
         engine = load_engine(args.path, device=args.device, tp=group, **args.engine)
+        group.ready()
         follow(engine)
     except BaseException:
         if os.getppid() == parent:  # rank 0 alive: a failure of this rank, not the end of the group
@@ -76,7 +77,9 @@ def tp_devices(gpus: list[int], device: str) -> list[str]:
 def load_tp_engine(path: str, devices: list[str], *, threads: int | None = None, log_level: str | None = None,
                    **engine):  # fmt: skip
     """Rank 0's engine of the model at `path` over `devices` (one per rank), its followers started and joined.
-    `engine`: load_engine's settings (rank 0's `engine_class` and `progress` stay with rank 0)."""
+    `engine`: load_engine's settings (rank 0's `engine_class` and `progress` stay with rank 0). A follower that
+    exits before the group is formed, or before its engine is built, is a TPError naming it (rank 0 does not wait
+    on a rank that is gone)."""
     import multiprocessing as mp
 
     import torch
@@ -87,41 +90,62 @@ def load_tp_engine(path: str, devices: list[str], *, threads: int | None = None,
     from tokenrouter.runtime.engine.parallel import connect, make_store
 
     size = len(devices)
-    shard_config(
-        load_model_config(path), size
-    )  # a tp that does not divide the model: refused before any rank starts
+    # a size that does not divide the model is refused before any rank starts
+    shard_config(load_model_config(path), size)
     store = make_store(size)
     shared = {k: v for k, v in engine.items() if k not in ("engine_class", "progress")}
-    level = log_level or logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    level = str(log_level or logging.getLevelName(logging.getLogger().getEffectiveLevel()))
+    threads = threads or torch.get_num_threads()
     spawn = mp.get_context("spawn")
-    followers = [
-        spawn.Process(
-            target=run_tp_worker,
-            args=(
-                TPWorkerArgs(
-                    str(path),
-                    rank,
-                    size,
-                    store.port,
-                    devices[rank],
-                    threads or torch.get_num_threads(),
-                    shared,
-                    str(level),
-                ),
-            ),  # fmt: skip
-            name=f"tokenrouter-tp-rank{rank}",
-            daemon=True,
-        )
-        for rank in range(1, size)
-    ]
+    followers = []
+    for rank in range(1, size):
+        args = TPWorkerArgs(str(path), rank, size, store.port, devices[rank], threads, shared, level)
+        followers.append(spawn.Process(target=run_tp_worker, args=(args,), name=f"tokenrouter-tp-rank{rank}",
+                                       daemon=True))  # fmt: skip
     for p in followers:
         p.start()
     try:
-        group = connect(0, size, torch.device(devices[0]), store=store)
+        group = watching(
+            followers, "joining the group", lambda: connect(0, size, torch.device(devices[0]), store=store)
+        )
         group.followers = followers
-        return load_engine(path, device=devices[0], tp=group, **engine)
+        built = load_engine(path, device=devices[0], tp=group, **engine)
+        watching(followers, "loading the model", group.ready)
+        return built
     except BaseException:
         for p in followers:
             if p.is_alive():
                 p.kill()
         raise
+
+
+def watching(followers: list, what: str, fn):
+    """`fn()`, run in a thread while this one watches the follower processes: a follower that exits first is a
+    TPError naming it, instead of a wait for a rank that is gone (a collective's own timeout)."""
+    from tokenrouter.runtime.engine.parallel import TP_TIMEOUT_S, TPError
+
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # handed to the caller's thread
+            out["error"] = e
+
+    thread = threading.Thread(target=run, name=f"tp-{what}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TP_TIMEOUT_S
+    while thread.is_alive():
+        thread.join(0.05)
+        for rank, p in enumerate(followers, start=1):
+            if p.exitcode is not None and thread.is_alive():
+                code = p.exitcode
+                how = f"killed by signal {-code}" if code < 0 else f"status {code}"
+                raise TPError(
+                    f"tensor-parallel rank {rank} of {len(followers) + 1} exited ({how}) while {what}"
+                )
+        if time.monotonic() > deadline:
+            raise TPError(f"tensor-parallel ranks still not done {what} after {TP_TIMEOUT_S:.0f} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
