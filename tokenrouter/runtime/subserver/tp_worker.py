@@ -5,7 +5,8 @@ offline engine's), ranks 1..n-1 are `run_tp_worker` processes it starts (multipr
 follower loads its share of the same model with the same settings and then runs the steps rank 0 broadcasts
 (`engine/parallel.py`). A follower leaves when rank 0 says stop, when its group breaks, or when its parent
 process is gone (checked every half second), so that nothing outlives the subserver; a follower that fails
-logs its traceback and exits 1, which rank 0 sees at its next step or within the next stats interval.
+logs its traceback and exits 1, which rank 0 sees at once while the group starts (`watching`), and later at its
+next step or within the next stats interval.
 """
 
 from __future__ import annotations
