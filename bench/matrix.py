@@ -56,7 +56,8 @@ class Pair:
     small: str  # make-model shape, or a model folder
     large: str
     mem: tuple[float, float]  # GPU memory shares (small, large); None on CPU
-    gpus: tuple[int, int] = (0, 0)
+    # each model's GPU, or a tuple of GPUs: that model tensor-parallel over them
+    gpus: tuple[int | tuple[int, ...], int | tuple[int, ...]] = (0, 0)
 
 
 PAIRS = {
@@ -64,6 +65,8 @@ PAIRS = {
     "0.6b+32b": Pair("qwen3-0.6b", "qwen3-32b", (0.12, 0.8)),
     "0.6b+8b-2gpu": Pair("qwen3-0.6b", "qwen3-8b", (0.8, 0.8), gpus=(0, 1)),
     "0.6b+32b-2gpu": Pair("qwen3-0.6b", "qwen3-32b", (0.8, 0.8), gpus=(0, 1)),
+    # the 32B tensor-parallel over both GPUs, the 0.6B beside its rank 0 (docs/serving.md, "Tensor parallelism")
+    "0.6b+32b-tp2": Pair("qwen3-0.6b", "qwen3-32b", (0.12, 0.8), gpus=(0, (0, 1))),
     "tiny": Pair(
         str(ROOT / "examples/models/tiny-small"), str(ROOT / "examples/models/tiny-large"), (0.5, 0.5)
     ),
@@ -311,7 +314,7 @@ def compile_policy(s: Settings, pair_name: str, policy: str, raw: Path, threshol
     for (name, spec), gpu, mem, folder in zip(
         plan["models"].items(), pair.gpus, pair.mem, (small, large), strict=True
     ):
-        spec["gpus"] = [gpu]
+        spec["gpus"] = list(gpu) if isinstance(gpu, tuple) else [gpu]
         spec["max_len"] = MAX_LEN
         if s.device != "cpu":
             spec.update(

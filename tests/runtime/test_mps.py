@@ -19,6 +19,11 @@ def test_shared_gpus_counts_first_gpu_of_local_models():
     assert shared_gpus(plan, ["a", "c"]) == []
 
 
+def test_a_tensor_parallel_model_shares_each_of_its_gpus():
+    plan = {"models": {"slm": {"gpus": [1]}, "llm": {"gpus": [0, 1]}}}
+    assert shared_gpus(plan, ["slm", "llm"]) == [1]
+
+
 def fake_control(tmp_path: Path, rc: int = 0) -> Path:
     """A stand-in `nvidia-cuda-mps-control` that logs its argv, stdin and pipe folder."""
     bin_dir = tmp_path / "bin"

@@ -11,6 +11,7 @@ from tokenrouter.compiler.lower import lower
 from tokenrouter.compiler.passes.bind_params import bind_params
 from tokenrouter.compiler.passes.check_feasibility import check_feasibility
 from tokenrouter.compiler.passes.check_options import check_options
+from tokenrouter.compiler.passes.check_placement import check_placement
 from tokenrouter.compiler.passes.check_progress import check_progress
 from tokenrouter.compiler.passes.check_reachability import check_reachability
 from tokenrouter.compiler.passes.check_routers import check_routers
@@ -34,6 +35,7 @@ PASSES = (
     resolve_names,
     bind_params,
     check_options,
+    check_placement,
     check_vocab,
     check_types,
     check_rules,

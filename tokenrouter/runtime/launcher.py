@@ -64,6 +64,7 @@ import zmq
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.frontend.config import BODY_TIMEOUT_S, MAX_BODY_BYTES
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, new_key, secure_context, tcp_url
+from tokenrouter.runtime.subserver.loading import gpu_count_problem
 
 log = logging.getLogger("tokenrouter.launcher")
 
@@ -402,6 +403,8 @@ class Launcher:
                 raise LaunchError(str(e)) from None
         check_port(cfg.host, cfg.port)
         check_device(cfg.device)
+        if problem := gpu_count_problem(plan, [x for x in plan["models"] if x not in cfg.remote], cfg.device):
+            raise LaunchError(problem)
         if warning := exposure_warning(cfg.host, cfg.api_key):
             print(f"tokenrouter: warning: {warning}", file=sys.stderr, flush=True)
         models = list(plan["models"])

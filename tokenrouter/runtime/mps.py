@@ -29,8 +29,9 @@ MODES = ("auto", "on", "off")
 
 
 def shared_gpus(plan: dict, local: list[str]) -> list[int]:
-    """GPU indices that two or more of the `local` models are placed on (their first `gpus:` entry)."""
-    count = Counter((plan["models"][x].get("gpus") or [0])[0] for x in local)
+    """GPU indices that two or more of the `local` models are placed on (a tensor-parallel model is on each of its
+    `gpus:`)."""
+    count = Counter(g for x in local for g in plan["models"][x].get("gpus") or [0])
     return sorted(g for g, n in count.items() if n > 1)
 
 

@@ -20,11 +20,13 @@ graph copies its inputs to the device once (the runner's staging), not twice. A 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +38,9 @@ from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
+
+if TYPE_CHECKING:
+    from tokenrouter.runtime.engine.parallel import TPGroup
 
 logger = logging.getLogger(__name__)
 
@@ -147,14 +152,13 @@ class EmbeddedEngine(HeldRequestsEngine):
 
     # --- construction -----------------------------------------------------------------------------
     def _init_pools(self) -> None:
-        c, s = self.model_config, self.settings
+        c, s = self.model.config, self.settings  # the model's own shape: one rank's share of the KV heads
         if s.max_tokens is not None:
             size = s.max_tokens
         else:
             budget = s.mem_bytes
             if budget is None and self.device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(self.device)
-                budget = int(free * GPU_KV_FRACTION)
+                budget = int(self._free_device_memory() * GPU_KV_FRACTION)
             elif budget is None:
                 budget = CPU_DEFAULT_KV_BYTES
             size = MHATokenToKVPool.size_for_budget(
@@ -179,8 +183,12 @@ class EmbeddedEngine(HeldRequestsEngine):
         )
         self.req_to_token_pool = ReqToTokenPool(s.max_reqs or 2 * s.max_batch, self.max_len, self.device)
 
+    def _free_device_memory(self) -> int:
+        """Bytes free on the device for the KV pool (a tensor-parallel engine: the least of its ranks')."""
+        return torch.cuda.mem_get_info(self.device)[0]
+
     def _init_attention(self) -> None:
-        c = self.model_config
+        c = self.model.config  # the heads this process computes (all of them, or one rank's share)
         attn_cfg = AttentionConfig(
             num_heads=c.num_attention_heads,
             num_kv_heads=c.num_key_value_heads,
@@ -458,11 +466,14 @@ def load_engine(
     tuning: EngineTuning | None = None,
     engine_class: type[EmbeddedEngine] | None = None,
     progress: Progress | None = None,
+    tp: TPGroup | None = None,
 ) -> EmbeddedEngine:
     """Load a model folder into an `EmbeddedEngine`. Raises `ModelFolderError` (an EngineError) naming the
     path for a missing or malformed folder, ValueError for bad settings. `engine_class`: a subclass of
     EmbeddedEngine to build instead (e.g. the std-serving baseline's prefix-caching engine). `progress(phase,
-    detail)` hears of each phase as it is done: the weights loaded ("weights"), then the engine's own."""
+    detail)` hears of each phase as it is done: the weights loaded ("weights"), then the engine's own. `tp`: this
+    process's rank of a tensor-parallel group (`parallel.py`): its share of the model, read from its slice of the
+    weights, in the engine class with `TensorParallelEngine` mixed in; every rank calls this at once."""
     start = time.perf_counter()
     settings = EngineConfig(
         device=device,
@@ -485,15 +496,21 @@ def load_engine(
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise EngineError(f"device {device!r} requested but CUDA is not available")
     make_current(dev)
-    model = build_empty(config, dev, resolve_dtype(dtype, dev, config))
+    make, shard, cls = DecoderForCausalLM, None, engine_class or EmbeddedEngine
+    if tp is not None:
+        from tokenrouter.runtime.engine.models.tp_layers import TPDecoderForCausalLM, read_shard
+        from tokenrouter.runtime.engine.parallel import tp_engine_class
+
+        make = functools.partial(TPDecoderForCausalLM, group=tp)
+        shard = functools.partial(read_shard, group=tp, config=config)
+        cls = functools.partial(tp_engine_class(cls), group=tp)
+    model = build_empty(config, dev, resolve_dtype(dtype, dev, config), make)
     if load == "dummy":
         init_dummy_weights(model, seed)
     else:
-        load_weights(model, folder)
+        load_weights(model, folder, shard)
     if progress is not None:
         what = "random weights made" if load == "dummy" else "weights loaded"
         dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
         progress("weights", f"{what} in {time.perf_counter() - start:.1f} s ({dtype_name} on {dev})")
-    return (engine_class or EmbeddedEngine)(
-        model, config, settings, name=folder.resolve().name, progress=progress
-    )
+    return cls(model, config, settings, name=folder.resolve().name, progress=progress)

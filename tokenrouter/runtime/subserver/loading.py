@@ -10,20 +10,45 @@ MEM_HEADROOM = 0.9  # of the model's share of GPU memory, for weights + KV (the 
 
 
 def pick_device(spec: dict, override: str | None = None) -> str:
-    """`override`, else `cuda:<first of the model's gpus>` when CUDA is available, else `cpu`."""
+    """`override`, else `cuda:<first of the model's gpus>` when CUDA is available (every one of them visible), else
+    `cpu`. A model on several GPUs runs tensor-parallel with rank 0 on this device (`load_model_engine`)."""
     import torch
 
     if override:
         return override
     if torch.cuda.is_available():
-        gpu = (spec.get("gpus") or [0])[0]
-        if gpu >= torch.cuda.device_count():
+        gpus = spec.get("gpus") or [0]
+        if max(gpus) >= torch.cuda.device_count():
             raise ValueError(
-                f"model {spec.get('path')} is placed on GPU {gpu}, but {torch.cuda.device_count()} GPU(s) are "
-                "visible (change its `gpu:` option, or pass a device)"
+                f"model {spec.get('path')} is placed on GPU {max(gpus)}, but {torch.cuda.device_count()} GPU(s) "
+                "are visible (change its `gpu:` option, or pass a device)"
             )
-        return f"cuda:{gpu}"
+        return f"cuda:{gpus[0]}"
     return "cpu"
+
+
+def gpu_count_problem(
+    plan: dict, models: list[str], device: str | None, visible: int | None = None
+) -> str | None:
+    """What is wrong with the GPUs that `models` of the plan are placed on, on a machine with `visible` GPUs (None:
+    as many as torch sees; without CUDA, or with `device` "cpu", the models run on the CPU and no count applies)."""
+    if device is not None and str(device).startswith("cpu"):
+        return None
+    if visible is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        visible = torch.cuda.device_count()
+    for name in models:
+        gpus = plan["models"][name].get("gpus") or [0]
+        if max(gpus) >= visible:
+            asks = f"{len(gpus)} GPUs ({', '.join(map(str, gpus))})" if len(gpus) > 1 else f"GPU {gpus[0]}"
+            return (
+                f"model {name!r} asks for {asks}, but this machine has {visible} GPU(s) (0..{visible - 1}); "
+                "change its `gpus:`, or serve with --device cpu"
+            )
+    return None
 
 
 def engine_kwargs(spec: dict, device: str) -> dict:
@@ -45,7 +70,8 @@ def engine_kwargs(spec: dict, device: str) -> dict:
 
         total = torch.cuda.get_device_properties(torch.device(device)).total_memory
         width = 4 if kw["dtype"] == "float32" else 2
-        weights = load_model_config(spec["path"]).num_params() * width
+        # a tensor-parallel model's GPUs each hold their share of the weights
+        weights = load_model_config(spec["path"]).num_params() * width // len(spec.get("gpus") or [0])
         kw["mem_bytes"] = max(int(spec["mem"] * total * MEM_HEADROOM) - weights, 64 << 20)
     return kw
 
@@ -65,8 +91,10 @@ def load_model_engine(
     kind = spec.get("engine", "embedded")
     if kind not in ("embedded", "sglang"):
         raise ValueError(f"model {model!r}: unknown engine {kind!r} (expected 'embedded' or 'sglang')")
-    if len(spec.get("gpus") or [0]) > 1:
-        logger.warning("model %s: tensor parallelism is not implemented; running on %s only", model, device)
+    gpus = spec.get("gpus") or [0]
+    if len(gpus) > 1 and kind == "sglang":
+        logger.warning("model %s: the SGLang engine runs on %s only (tensor parallelism: the embedded engine)",
+                       model, device)  # fmt: skip
     if kind == "sglang":  # SGLang is optional: imported only here, its absence is an EngineError
         from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
 
@@ -87,6 +115,10 @@ def load_model_engine(
         {"graph_rows": int(plan["serve"]["concurrency"])} if plan.get("serve", {}).get("concurrency") else {}
     )
     kw = {**rows, **engine_kwargs(spec, device), **overrides}
+    if len(gpus) > 1:  # tensor parallel: this process is rank 0 of one rank per GPU (subserver/tp_worker.py)
+        from tokenrouter.runtime.subserver.tp_worker import load_tp_engine, tp_devices
+
+        return load_tp_engine(spec["path"], tp_devices(gpus, device), progress=progress, **kw)
     return load_engine(spec["path"], device=device, progress=progress, **kw)
 
 

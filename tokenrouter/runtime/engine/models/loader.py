@@ -6,6 +6,7 @@ Only safetensors are ever read (no pickle). Every problem names the file and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,15 +27,20 @@ STACKED = {
 SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def build_empty(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> DecoderForCausalLM:
-    """The model with parameters allocated once, directly on `device` in `dtype` (their values are
-    torch's default init, to be overwritten by `load_weights` or `init_dummy_weights`). Not the meta
-    device: its first use costs seconds of lazy imports."""
+def build_empty(
+    config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    make: Callable[[ModelConfig], DecoderForCausalLM] = DecoderForCausalLM,
+) -> DecoderForCausalLM:
+    """The model (`make(config)`: the decoder, or one rank's share of it) with parameters allocated once,
+    directly on `device` in `dtype` (their values are torch's default init, to be overwritten by
+    `load_weights` or `init_dummy_weights`). Not the meta device: its first use costs seconds of lazy imports."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = DecoderForCausalLM(config)
+            model = make(config)
     finally:
         torch.set_default_dtype(previous)
     model.post_load(device)
@@ -58,8 +64,10 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 @torch.inference_mode()
-def load_weights(model: DecoderForCausalLM, folder: Path) -> None:
-    """Copy every tensor of the folder's safetensors into `model`; all parameters must be covered."""
+def load_weights(model: DecoderForCausalLM, folder: Path, read_part: Callable | None = None) -> None:
+    """Copy every tensor of the folder's safetensors into `model`; all parameters must be covered. `read_part(name,
+    slice)`, where given, reads the part of a tensor this model holds from its safetensors slice (one rank of a
+    tensor-parallel model: `tp_layers.read_shard`); q/k/v and gate/up land at the model's own offsets."""
     config = model.config
     params = dict(model.named_parameters())
     filled: dict[str, int] = {}  # param name -> rows covered (merged params are filled shard by shard)
@@ -74,7 +82,7 @@ def load_weights(model: DecoderForCausalLM, folder: Path) -> None:
                     continue
                 if name == "lm_head.weight" and config.tie_word_embeddings:
                     continue
-                tensor = f.get_tensor(name)
+                tensor = f.get_tensor(name) if read_part is None else read_part(name, f.get_slice(name))
                 target, rows = name, None
                 parts = name.split(".")
                 if len(parts) >= 2 and parts[-2] in STACKED:
