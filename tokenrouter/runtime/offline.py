@@ -257,18 +257,7 @@ def generate_from_plan(
     (res,) = ex.generate([prompt_ids], sampling)
     if res.error:
         raise ValueError(res.error)
-    if tokenizer is None:
-        try:
-            tokenizer = load_tokenizer(entry_dir)
-        except EngineError:  # no tokenizer.json: token ids only
-            tokenizer = None
-    text, pieces = None, None
-    if tokenizer is not None:
-        known = tokenizer.get_vocab_size()
-        text = tokenizer.decode([t for t in res.token_ids if t < known], skip_special_tokens=True)
-        pieces = [
-            tokenizer.decode([t], skip_special_tokens=False) if t < known else "" for t in res.token_ids
-        ]
+    text, pieces = _decoded(tokenizer, entry_dir, res.token_ids)
     per_model = {name: res.models.count(name) for name in plan["models"]}
     return {
         "policy": plan["policy"]["name"],
@@ -281,3 +270,19 @@ def generate_from_plan(
         "hops": [list(h) for h in res.hops],
         "tokens_per_model": per_model,
     }
+
+
+def _decoded(tokenizer, entry_dir: str, token_ids: list[int]) -> tuple[str | None, list[str] | None]:
+    """The tokens' text and each token's piece, by the entry model's tokenizer (`tokenizer`, or loaded from
+    `entry_dir`); (None, None) where the model has no tokenizer.json."""
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(entry_dir)
+        except EngineError:  # no tokenizer.json: token ids only
+            return None, None
+    known = tokenizer.get_vocab_size()
+    text = tokenizer.decode([t for t in token_ids if t < known], skip_special_tokens=True)
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) if t < known else "" for t in token_ids]
+    return text, pieces
