@@ -26,9 +26,6 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
     concurrency may be in flight: the part of `wall_s` that a steady-state model does not describe.
     `queued_ms` (an open loop's) is the wait of a request that arrived at the concurrency cap."""
     ok = [r for r in results if r.ok]
-    out_tokens = sum(r.output_tokens for r in ok)
-    prompt_tokens = sum(r.prompt_tokens for r in ok)
-    tpots = [_tpot_s(r) for r in ok if r.output_tokens > 1]
     per_model: dict[str, int] = {}
     for r in ok:
         for name, n in r.tokens_per_model.items():
@@ -45,24 +42,41 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         "failed": len(results) - len(ok),
         "errors": sorted({r.error for r in results if r.error})[:5],
         "wall_s": wall_s,
-        "output_tokens": out_tokens,
-        "prompt_tokens": prompt_tokens,
-        "decode_throughput_tok_s": out_tokens / wall_s if wall_s > 0 else 0.0,
-        "total_throughput_tok_s": (out_tokens + prompt_tokens) / wall_s if wall_s > 0 else 0.0,
-        "request_throughput_req_s": len(ok) / wall_s if wall_s > 0 else 0.0,
+        **_throughput(ok, wall_s),
         **_goodput(spec, ok, len(results), wall_s),
-        "ttft_ms": _spread([1e3 * r.ttft_s for r in ok]),
-        "tpot_ms": _spread([1e3 * t for t in tpots]),
-        "e2e_s": _spread([r.e2e_s for r in ok]),
-        "queued_ms": _spread([1e3 * r.queued_s for r in results]),
-        # what the client waited in all: from the request's arrival (its wait at the cap included) to its end
-        "from_arrival_s": _spread([r.queued_s + r.e2e_s for r in ok]),
+        **_latency(results, ok),
         "tokens_per_model": per_model,
         "share_per_request": share_spread(ok, per_model),
         "hops": sum(r.hops for r in ok),
         "drain_s": wall_s - max((r.start_s for r in results), default=0.0),
         **_by_turn(ok),
         "per_request": [_record(r) for r in results],
+    }
+
+
+def _throughput(ok: list[RequestResult], wall_s: float) -> dict:
+    """Tokens, and tokens and requests per second of wall time."""
+    out_tokens = sum(r.output_tokens for r in ok)
+    prompt_tokens = sum(r.prompt_tokens for r in ok)
+    return {
+        "output_tokens": out_tokens,
+        "prompt_tokens": prompt_tokens,
+        "decode_throughput_tok_s": out_tokens / wall_s if wall_s > 0 else 0.0,
+        "total_throughput_tok_s": (out_tokens + prompt_tokens) / wall_s if wall_s > 0 else 0.0,
+        "request_throughput_req_s": len(ok) / wall_s if wall_s > 0 else 0.0,
+    }
+
+
+def _latency(results: list[RequestResult], ok: list[RequestResult]) -> dict:
+    """The spreads of TTFT, TPOT, E2E latency, an open loop's wait at the cap, and the time from arrival."""
+    tpots = [_tpot_s(r) for r in ok if r.output_tokens > 1]
+    return {
+        "ttft_ms": _spread([1e3 * r.ttft_s for r in ok]),
+        "tpot_ms": _spread([1e3 * t for t in tpots]),
+        "e2e_s": _spread([r.e2e_s for r in ok]),
+        "queued_ms": _spread([1e3 * r.queued_s for r in results]),
+        # what the client waited in all: from the request's arrival (its wait at the cap included) to its end
+        "from_arrival_s": _spread([r.queued_s + r.e2e_s for r in ok]),
     }
 
 
