@@ -124,22 +124,7 @@ def _routers(
                     )
                 )
                 continue
-            path = None
-            try:
-                value = evaluate(args[0], unit, get)
-                if isinstance(value, str) and value:
-                    path = resolve_source_path(value, unit.dir)[0]
-                else:
-                    diags.append(
-                        unit.src.error(
-                            args[0].span, f"the router's weights path is a str, got {type_of(value)}"
-                        )
-                    )
-            except ConstError as e:
-                if e.message:
-                    diags.append(unit.src.error(e.span, e.message))
-            except ValueError as e:  # a path no file can have
-                diags.append(unit.src.error(args[0].span, f"router '{name}': {e}"))
+            path = _router_path(unit, name, args[0], get, diags)
             if len(args) < 2:
                 diags.append(
                     unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")
@@ -161,6 +146,22 @@ def _routers(
                 "_decl": (unit, decl),
             }  # fmt: skip
     return out
+
+
+def _router_path(unit: Unit, name: str, arg: ast.Expr, get, diags: list[Diagnostic]) -> str | None:
+    """The router's weights path (a constant str, resolved from the policy's folder); None, reported, where it
+    is not one."""
+    try:
+        value = evaluate(arg, unit, get)
+        if isinstance(value, str) and value:
+            return resolve_source_path(value, unit.dir)[0]
+        diags.append(unit.src.error(arg.span, f"the router's weights path is a str, got {type_of(value)}"))
+    except ConstError as e:
+        if e.message:
+            diags.append(unit.src.error(e.span, e.message))
+    except ValueError as e:  # a path no file can have
+        diags.append(unit.src.error(arg.span, f"router '{name}': {e}"))
+    return None
 
 
 def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[Diagnostic]) -> dict | None:
