@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:  # --report imports the throughput model from this
 if str(ROOT / "bench") not in sys.path:  # its siblings, where it is loaded from its file rather than run
     sys.path.insert(0, str(ROOT / "bench"))
 
-from served import Server, stop_live  # noqa: E402
+from served import Server, prom_values, stop_live  # noqa: E402
 
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
@@ -1677,16 +1677,6 @@ def profile_records(paths: list[str]) -> list[dict]:
             out.append({"mode": "profile", "label": f"profile {m.group(2) or 'eager'}", "n": int(m.group(1)),
                         "metrics_before": prom_values(before.decode()),
                         "metrics_after": prom_values(after.decode())})  # fmt: skip
-    return out
-
-
-def prom_values(text: str) -> dict[str, float]:
-    """{series as written, e.g. `name{model="slm",bs="3"}`: value} of a /metrics text."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
     return out
 
 

@@ -80,3 +80,17 @@ def stop_live() -> None:
     stops it."""
     for srv in list(Server.live):
         srv.stop()
+
+
+def prom_values(text: str) -> dict[str, float]:
+    """{series as written, e.g. `name{model="slm",bs="3"}`: value} of a /metrics text (samples only; a value
+    that is not a number is passed over)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                continue
+    return out

@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))  # its siblings (served, matrix, sglang_only)
 
 from served import Server  # noqa: E402
+from served import prom_values as parse_metrics  # noqa: E402  (Prometheus text -> {'name{labels}': value})
 
 # the tiny pair has the attention shapes of Qwen3-0.6B / -8B (heads, KV heads, head dim): SGLang's Triton
 # attention kernels are specialized on them, so the api stage's compiles serve the perf stage's models too
@@ -106,19 +107,6 @@ def agreement(embedded: list[dict], sglang: list[dict]) -> dict:
         "llm_share_sglang": sum(p["llm_share"][1] for p in per) / k,
         "per_request": per,
     }
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value} (samples only)."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                continue
-    return out
 
 
 def kv_pages(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
