@@ -207,12 +207,17 @@ async def run_load(spec: LoadSpec) -> dict:
     if rates := hit_rates(before, after):
         report["prefix_cache"] = rates
     report["max_in_flight"] = counter.peak
-    report["warmup"] = {
+    report["warmup"] = _warmup_summary(warm)
+    return report
+
+
+def _warmup_summary(warm: list[RequestResult]) -> dict:
+    """The warm-up's requests, failures and (up to five) errors."""
+    return {
         "requests": len(warm),
         "failed": sum(1 for r in warm if not r.ok),
         "errors": sorted({r.error for r in warm if r.error})[:5],
     }
-    return report
 
 
 def _measured_run(
