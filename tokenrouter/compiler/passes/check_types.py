@@ -182,32 +182,36 @@ def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[
     m = arg.args[0]
     if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
         shown = m.dotted if isinstance(m, ast.Name) else "this"
-        diags.append(
-            unit.src.error(
-                m.span, f"{usage}: '{shown}' is not a model of the policy{did_you_mean(shown, models)}"
-            )
-        )
+        hint = did_you_mean(shown, models)
+        diags.append(unit.src.error(m.span, f"{usage}: '{shown}' is not a model of the policy{hint}"))
         return None
     out: dict[str, Any] = {"kind": kind, "model": m.parts[0]}
     if kind == "embedding":
         tok = arg.args[1]
         if not (isinstance(tok, ast.Name) and tok.parts == ("token",)):
-            diags.append(
-                unit.src.error(tok.span, "embedding(MODEL, token): the second argument is the word `token`")
-            )
+            problem = "embedding(MODEL, token): the second argument is the word `token`"
+            diags.append(unit.src.error(tok.span, problem))
             return None
     elif kind != "hidden":
-        try:
-            k = evaluate(arg.args[1], unit, get)
-        except ConstError as e:
-            if e.message:
-                diags.append(unit.src.error(e.span, e.message))
-            return None
-        if type_of(k) != "int" or k < 1:
-            diags.append(unit.src.error(arg.args[1].span, f"{usage}: K is an int ≥ 1, got {k!r}"))
+        k = _top_k(unit, arg.args[1], usage, get, diags)
+        if k is None:
             return None
         out["k"] = k
     return out
+
+
+def _top_k(unit: Unit, arg: ast.Expr, usage: str, get, diags: list[Diagnostic]) -> int | None:
+    """A top-k input's K: a constant int ≥ 1 (None, reported, otherwise)."""
+    try:
+        k = evaluate(arg, unit, get)
+    except ConstError as e:
+        if e.message:
+            diags.append(unit.src.error(e.span, e.message))
+        return None
+    if type_of(k) != "int" or k < 1:
+        diags.append(unit.src.error(arg.span, f"{usage}: K is an int ≥ 1, got {k!r}"))
+        return None
+    return k
 
 
 class _Elaborator:
