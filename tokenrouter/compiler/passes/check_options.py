@@ -208,22 +208,22 @@ def _serve(root: Unit, decl: ast.ServeDecl, get, diags: list[Diagnostic]) -> dic
         v = _const(root, opt.value, get, diags)
         if v is None:
             continue
-        if key == "concurrency":
-            if not _is_int(v) or v < 1:
-                diags.append(root.src.error(opt.value.span, f"concurrency is an int ≥ 1, got {v!r}"))
-                continue
-            if v > MAX_CONCURRENCY:
-                diags.append(
-                    root.src.error(
-                        opt.value.span,
-                        f"concurrency is at most {MAX_CONCURRENCY} requests in flight, got {v}",
-                    )
-                )
-                continue
-            out[key] = v
-        else:
-            if type_of(v) not in ("int", "float") or v < 0:
-                diags.append(root.src.error(opt.value.span, f"max_delay_ms is a number ≥ 0, got {v!r}"))
-                continue
-            out[key] = float(v)
+        problem = _serve_problem(key, v)
+        if problem:
+            diags.append(root.src.error(opt.value.span, problem))
+            continue
+        out[key] = v if key == "concurrency" else float(v)
     return out
+
+
+def _serve_problem(key: str, v: Any) -> str | None:
+    """What is wrong with a serve option's value (None: nothing)."""
+    if key == "concurrency":
+        if not _is_int(v) or v < 1:
+            return f"concurrency is an int ≥ 1, got {v!r}"
+        if v > MAX_CONCURRENCY:
+            return f"concurrency is at most {MAX_CONCURRENCY} requests in flight, got {v}"
+        return None
+    if type_of(v) not in ("int", "float") or v < 0:
+        return f"max_delay_ms is a number ≥ 0, got {v!r}"
+    return None
