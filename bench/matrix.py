@@ -31,9 +31,7 @@ import argparse
 import fnmatch
 import json
 import math
-import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -45,6 +43,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # --report imports the throughput model from this checkout
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "bench") not in sys.path:  # its siblings, where it is loaded from its file rather than run
+    sys.path.insert(0, str(ROOT / "bench"))
+
+from served import Server, prom_values, stop_live  # noqa: E402
+
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
 MAX_LEN = 4096  # each model's context in the matrix's plans: a prompt and its output tokens
@@ -560,7 +563,7 @@ def served_profiles(s: Settings, plan: Path, ns: list[int], raw: Path, tag: str,
 
     mode, suffix = ("eager", "") if tag == "eager" else ("tokenrouter", f"-{tag}")
     say(s, f"profile {plan.name} from serving metrics ({tag}, N = {ns})")
-    srv = Server(s, plan, mode, raw / f"serve-profile{suffix}.stderr", extra)
+    srv = start_server(s, plan, mode, raw / f"serve-profile{suffix}.stderr", extra)
     out = {}
     try:
         for n in ns:
@@ -668,75 +671,11 @@ def fixed_tuning(s: Settings, plan: Path, n: int, given: dict[str, int], tuned: 
     return out
 
 
-class Server:
-    """One `tokenrouter serve` in its own session. `Server.live` holds those not yet stopped: the script's exit
-    stops them wherever it was interrupted (`stop_live`)."""
-
-    live: set[Server] = set()
-
-    def __init__(self, s: Settings, plan: Path, mode: str, log: Path, extra: tuple[str, ...] = ()) -> None:
-        self.log = log
-        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
-        dev = ["--device", s.device] if s.device else []
-        cmd = cli(
-            "serve",
-            str(plan),
-            "--mode",
-            mode,
-            "--port",
-            "0",
-            "--startup-timeout",
-            str(s.startup_timeout),
-            *dev,
-            *s.serve_args,
-            *extra,
-        )
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     start_new_session=True)  # fmt: skip
-        Server.live.add(self)
-        try:
-            self.url = self._url(t0 + s.startup_timeout + 30)
-        except BaseException:  # a failed start, or SIGTERM while it starts: no server outlives this object
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - t0
-
-    def _url(self, deadline: float) -> str:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                line = self.proc.stdout.readline()
-                if found := re.search(r"http://\S+", line):
-                    return found.group(0)
-                if not line:
-                    break
-            elif self.proc.poll() is not None:
-                break
-        self.stop()
-        errors = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
-        last = f": {errors[-1].strip()[:300]}" if errors else ""
-        raise RuntimeError(f"the server did not start{last}")
-
-    def stop(self) -> None:
-        """SIGINT to the server's process group (SIGKILL after 60 s); safe to call twice."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc.stdout.close()
-        self.err.close()
-        Server.live.discard(self)
-
-
-def stop_live() -> None:
-    """Stop every server still up: a SIGTERM can land between a server's start and the `try` whose `finally`
-    stops it (CI caught one, just after the 'serving' line)."""
-    for srv in list(Server.live):
-        srv.stop()
+def start_server(s: Settings, plan: Path, mode: str, log: Path, extra: tuple[str, ...] = ()) -> Server:
+    """`tokenrouter serve PLAN --mode MODE` with the matrix's settings, in its own session (bench/served.py)."""
+    dev = ["--device", s.device] if s.device else []
+    args = ["--mode", mode, "--startup-timeout", str(s.startup_timeout), *dev, *s.serve_args, *extra]
+    return Server(plan, args, log, s.startup_timeout + 30)
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -877,7 +816,7 @@ def run_part(s: Settings, name: str, part: Part) -> tuple[list[dict], list[str]]
         try:
             traces = s.work / f"traces-{tag}"  # outside raw-*: the results archive leaves them out
             extra = ("--profile-dir", str(traces)) if s.profile_s else ()
-            srv = Server(s, plan_path, mode, raw / f"serve-{tag}.stderr", extra)
+            srv = start_server(s, plan_path, mode, raw / f"serve-{tag}.stderr", extra)
         except RuntimeError as e:
             failures.append(f"{tag}: {e}")
             say(s, f"FAILED {tag}: {e}")
@@ -1742,16 +1681,6 @@ def profile_records(paths: list[str]) -> list[dict]:
             out.append({"mode": "profile", "label": f"profile {m.group(2) or 'eager'}", "n": int(m.group(1)),
                         "metrics_before": prom_values(before.decode()),
                         "metrics_after": prom_values(after.decode())})  # fmt: skip
-    return out
-
-
-def prom_values(text: str) -> dict[str, float]:
-    """{series as written, e.g. `name{model="slm",bs="3"}`: value} of a /metrics text."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
     return out
 
 

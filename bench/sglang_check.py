@@ -33,7 +33,6 @@ import math
 import os
 import random
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -45,6 +44,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # its siblings (served, matrix, sglang_only)
+
+from served import Server  # noqa: E402
+from served import prom_values as parse_metrics  # noqa: E402  (Prometheus text -> {'name{labels}': value})
 
 # the tiny pair has the attention shapes of Qwen3-0.6B / -8B (heads, KV heads, head dim): SGLang's Triton
 # attention kernels are specialized on them, so the api stage's compiles serve the perf stage's models too
@@ -104,19 +107,6 @@ def agreement(embedded: list[dict], sglang: list[dict]) -> dict:
         "llm_share_sglang": sum(p["llm_share"][1] for p in per) / k,
         "per_request": per,
     }
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value} (samples only)."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                continue
-    return out
 
 
 def kv_pages(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -231,45 +221,11 @@ def stage_env(st: Stage) -> None:
     st.say(json.dumps(st.res["versions"]))
 
 
-class Server:
-    """`tokenrouter serve PLAN` in its own session; its process group is recorded before it is waited for, so
-    the orchestrator can end it if this stage is cut short."""
-
-    def __init__(self, st: Stage, plan: Path, log: Path, timeout: float) -> None:
-        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "tokenrouter.cli", "serve", str(plan), "--port", "0",
-               "--startup-timeout", str(int(timeout))]  # fmt: skip
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     start_new_session=True)  # fmt: skip
-        st.track(self.proc.pid)
-        self.url = None
-        deadline = t0 + timeout + 30
-        while self.url is None and time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                line = self.proc.stdout.readline()
-                if found := re.search(r"http://\S+", line):
-                    self.url = found.group(0)
-                elif not line:
-                    break
-            elif self.proc.poll() is not None:
-                break
-        self.startup_s = time.monotonic() - t0
-        if self.url is None:
-            self.stop()
-            raise RuntimeError(f"tokenrouter serve {plan.name} did not start; see {log.name}:\n"
-                               + log.read_text()[-3000:])  # fmt: skip
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.err.close()
+def start_server(st: Stage, plan: Path, log: Path, timeout: float) -> Server:
+    """`tokenrouter serve PLAN` in its own session (bench/served.py); its process group is recorded before it is
+    waited for, so the orchestrator can end it if this stage is cut short."""
+    args = ["--startup-timeout", str(int(timeout))]
+    return Server(plan, args, log, timeout=timeout + 30, on_start=st.track)
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -384,7 +340,7 @@ def stage_api(st: Stage) -> None:
         policy.write_text(
             API_POLICY.format(engine=engine, up=repr(up), down=repr(down), slm=slm, llm=llm, opt=opt)
         )
-        srv = Server(st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, st.left() - 40))
+        srv = start_server(st, policy, out / f"serve-{engine}.stderr", timeout=max(30.0, st.left() - 40))
         st.say(f"serving both models on {engine} after {srv.startup_s:.0f} s")
         return srv
 
@@ -455,7 +411,9 @@ def _perf_tokenrouter(
         st.res.setdefault("skipped", []).append(mode)
         return
     try:
-        srv = Server(st, plan, raw / f"serve-{mode}.stderr", timeout=max(30.0, min(160.0, st.left() - 40)))
+        srv = start_server(
+            st, plan, raw / f"serve-{mode}.stderr", timeout=max(30.0, min(160.0, st.left() - 40))
+        )
     except Exception as e:  # noqa: BLE001 - the next mode still runs
         st.res.setdefault("errors", {})[mode] = traceback.format_exc()
         st.say(f"{mode} failed to start: {e}")
@@ -621,7 +579,6 @@ def stage_contract(st: Stage) -> None:
 
 def run_stage(name: str, work: Path, result: Path, deadline_in: float, args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # let `finally` stop the servers
-    sys.path.insert(0, str(REPO / "bench"))
     st = Stage(name, work, result, time.monotonic() + deadline_in)
     try:
         if name == "perf":

@@ -46,25 +46,9 @@ def evaluate(expr: ast.Expr, unit: Unit, param: ParamGetter) -> Any:
         case ast.ListExpr(items=items):
             return [evaluate(i, unit, param) for i in items]
         case ast.Name():
-            ref = lookup(unit, expr)
-            if ref is None:
-                raise ConstError(expr.span, f"unknown name '{expr.dotted}'")
-            if ref.kind != "param":
-                raise ConstError(
-                    expr.span,
-                    f"'{expr.dotted}' is a {ref.kind}, not a constant; only params and literals are allowed here",
-                )
-            return param(ref.unit, ref.decl, expr.span)
-        case ast.Unary(op="-", operand=x):
-            v = evaluate(x, unit, param)
-            if type_of(v) not in ("int", "float"):
-                raise ConstError(expr.span, f"'-' needs a number, not {type_of(v)}")
-            return _checked(expr, -v)
-        case ast.Unary(op="not", operand=x):
-            v = evaluate(x, unit, param)
-            if type_of(v) != "bool":
-                raise ConstError(expr.span, f"'not' needs a bool, not {type_of(v)}")
-            return not v
+            return _param_value(expr, unit, param)
+        case ast.Unary(op=op, operand=x) if op in ("-", "not"):
+            return _unary(expr, op, evaluate(x, unit, param))
         case ast.Binary(op=op, left=lhs, right=rhs):
             return _checked(expr, _binary(expr, op, evaluate(lhs, unit, param), evaluate(rhs, unit, param)))
         case ast.In(left=lhs, items=items):
@@ -77,6 +61,30 @@ def evaluate(expr: ast.Expr, unit: Unit, param: ParamGetter) -> Any:
             return _checked(expr, _call(expr, f.dotted, vals))
         case _:
             raise ConstError(expr.span, "expected a constant (a literal or a param)")
+
+
+def _param_value(expr: ast.Name, unit: Unit, param: ParamGetter) -> Any:
+    """The value of the param a name refers to (a ConstError for any other name)."""
+    ref = lookup(unit, expr)
+    if ref is None:
+        raise ConstError(expr.span, f"unknown name '{expr.dotted}'")
+    if ref.kind != "param":
+        raise ConstError(
+            expr.span,
+            f"'{expr.dotted}' is a {ref.kind}, not a constant; only params and literals are allowed here",
+        )
+    return param(ref.unit, ref.decl, expr.span)
+
+
+def _unary(expr: ast.Unary, op: str, v: Any) -> Any:
+    """`-v` of a number or `not v` of a bool."""
+    if op == "-":
+        if type_of(v) not in ("int", "float"):
+            raise ConstError(expr.span, f"'-' needs a number, not {type_of(v)}")
+        return _checked(expr, -v)
+    if type_of(v) != "bool":
+        raise ConstError(expr.span, f"'not' needs a bool, not {type_of(v)}")
+    return not v
 
 
 def _checked(expr: ast.Expr, value: Any) -> Any:

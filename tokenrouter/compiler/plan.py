@@ -158,6 +158,29 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
     v = _V(file)
     if not isinstance(plan, dict):
         raise v.fail("(top level)", f"expected an object, got {_kind(plan)}")
+    _format(v, plan)
+    keys = ("format", "policy", "source", "params", "models", "entry", "serve", "routers", "routes", "checks")
+    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/tuning.md)
+    if "tuning" in plan:
+        _tuning(v, plan["tuning"], plan["models"])
+    _policy_and_source(v, plan)
+    _params(v, plan["params"])
+    models = plan["models"]
+    v.check(isinstance(models, dict) and bool(models), "models", "expected a non-empty object")
+    for name, m in models.items():
+        _model(v, f"models.{name}", m)
+    v.check(_one_of(plan["entry"], models), "entry", f"{_r(plan['entry'])} is not one of the models")
+    serve = _serve(v, plan)
+    routers = plan["routers"]
+    v.check(isinstance(routers, dict), "routers", "expected an object")
+    for name, r in routers.items():
+        _router(v, f"routers.{name}", r, models)
+    _routes(v, plan["routes"], models, routers)
+    _checks(v, plan, models, serve)
+
+
+def _format(v: _V, plan: dict) -> None:
+    """The plan's `format` is the one this build reads."""
     fmt = plan.get("format")
     if fmt != PLAN_FORMAT:
         if isinstance(fmt, str) and fmt.startswith("tokenrouter.plan/"):
@@ -166,10 +189,9 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
                 f"plan version '{fmt}' is not supported (this build reads {PLAN_FORMAT}); recompile the policy",
             )
         raise v.fail("format", f'expected "{PLAN_FORMAT}", got {_r(fmt)}: not a tokenrouter plan')
-    keys = ("format", "policy", "source", "params", "models", "entry", "serve", "routers", "routes", "checks")
-    v.obj(plan, "", keys, ("tuning",))  # `tuning`: written by `tokenrouter tune` (docs/tuning.md)
-    if "tuning" in plan:
-        _tuning(v, plan["tuning"], plan["models"])
+
+
+def _policy_and_source(v: _V, plan: dict) -> None:
     pol = v.obj(plan["policy"], "policy", ("name", "description"))
     v.check(isinstance(pol["name"], str) and bool(pol["name"]), "policy.name", "expected a non-empty string")
     v.check(
@@ -187,7 +209,9 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
             "source.sha256",
             "does not match source.text (the plan was edited by hand; recompile it)",
         )
-    params = plan["params"]
+
+
+def _params(v: _V, params: Any) -> None:
     v.check(isinstance(params, dict), "params", "expected an object")
     for name, p in params.items():
         v.obj(p, f"params.{name}", ("type", "value"))
@@ -203,11 +227,9 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
             f"params.{name}.value",
             f"expected {p['type']}, got {_kind(p['value'])}",
         )
-    models = plan["models"]
-    v.check(isinstance(models, dict) and bool(models), "models", "expected a non-empty object")
-    for name, m in models.items():
-        _model(v, f"models.{name}", m)
-    v.check(_one_of(plan["entry"], models), "entry", f"{_r(plan['entry'])} is not one of the models")
+
+
+def _serve(v: _V, plan: dict) -> dict:
     serve = v.obj(plan["serve"], "serve", ("concurrency", "max_delay_ms"))
     v.check(
         _int(serve["concurrency"]) and 1 <= serve["concurrency"] <= MAX_CONCURRENCY,
@@ -219,11 +241,10 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
         "serve.max_delay_ms",
         "expected a number ≥ 0",
     )
-    routers = plan["routers"]
-    v.check(isinstance(routers, dict), "routers", "expected an object")
-    for name, r in routers.items():
-        _router(v, f"routers.{name}", r, models)
-    routes = plan["routes"]
+    return serve
+
+
+def _routes(v: _V, routes: Any, models: dict, routers: dict) -> None:
     v.check(isinstance(routes, dict), "routes", "expected an object")
     v.check(
         set(routes) == set(models),
@@ -232,6 +253,10 @@ def validate_plan(plan: Any, file: str = "<plan>") -> None:
     )
     for name, route in routes.items():
         _route(v, f"routes.{name}", name, route, models, routers)
+
+
+def _checks(v: _V, plan: dict, models: dict, serve: dict) -> None:
+    """The progress and feasibility checks the compiler recorded hold for these models and serve settings."""
     checks = v.obj(plan["checks"], "checks", ("feasibility", "progress"))
     prog = v.obj(checks["progress"], "checks.progress", ("ok",), ("models",))
     v.check(prog["ok"] is True, "checks.progress.ok", "a plan that makes no progress cannot run")
@@ -336,66 +361,75 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
     nodes = route["nodes"]
     v.check(isinstance(nodes, list), f"{where}.nodes", "expected a list")
     types: list[str] = []
-    seen_features, seen_routers, seen_uniform = set(), set(), False
+    seen: dict[str, Any] = {"features": set(), "routers": set(), "uniform": False}
     for i, n in enumerate(nodes):
         w = f"{where}.nodes[{i}]"
         op = n.get("op") if isinstance(n, dict) else None
         v.check(_one_of(op, OPS_ARITY) or _one_of(op, LEAVES), f"{w}.op", f"{_r(op)} is not an IR operation")
         t = n.get("type")
         v.check(_one_of(t, ("int", "float", "bool")), f"{w}.type", "expected int, float or bool")
-        if op == "const":
-            v.obj(n, w, ("op", "value", "type"))
-            val = n["value"]
-            good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
-            v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
-            problem = route_constant_problem(val)
-            v.check(problem is None, f"{w}.value", str(problem))
-        elif op == "feature":
-            v.obj(n, w, ("op", "name", "type"))
-            v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{_r(n['name'])} is not a feature")
-            v.check(t == FEATURES[n["name"]], f"{w}.type", f"feature {n['name']} is {FEATURES[n['name']]}")
-            seen_features.add(n["name"])
-        elif op == "router":
-            v.obj(n, w, ("op", "name", "type"))
-            v.check(_one_of(n["name"], routers), f"{w}.name", f"{_r(n['name'])} is not a router of the plan")
-            v.check(
-                routers[n["name"]]["model"] == model,
-                f"{w}.name",
-                f"router {_r(n['name'])} reads another model",
-            )
-            v.check(t == "float", f"{w}.type", "a router is float")
-            seen_routers.add(n["name"])
-        elif op == "uniform":
-            v.obj(n, w, ("op", "type"))
-            v.check(t == "float", f"{w}.type", "uniform is float")
-            seen_uniform = True
+        if op in LEAVES:
+            _leaf(v, w, n, op, t, model, routers, seen)
         else:
-            v.obj(n, w, ("op", "args", "type"))
-            args = n["args"]
-            v.check(
-                isinstance(args, list) and len(args) == OPS_ARITY[op],
-                f"{w}.args",
-                f"{op} takes {OPS_ARITY[op]} argument(s)",
-            )
-            v.check(
-                all(_int(a) and 0 <= a < i for a in args),
-                f"{w}.args",
-                "arguments must be indices of earlier nodes",
-            )
-            want = _result_type(op, [types[a] for a in args])
-            v.check(want is not None, f"{w}.args", f"{op} cannot take {', '.join(types[a] for a in args)}")
-            v.check(t == want, f"{w}.type", f"{op} of these arguments is {want}")
+            _op_node(v, w, i, n, op, t, types)
         types.append(t)
+    features, used_routers, uniform = sorted(seen["features"]), sorted(seen["routers"]), seen["uniform"]
+    v.check(route["features"] == features, f"{where}.features", f"expected {features}")
+    v.check(route["routers"] == used_routers, f"{where}.routers", f"expected {used_routers}")
+    v.check(route["uses_uniform"] is uniform, f"{where}.uses_uniform", f"expected {str(uniform).lower()}")
+    _rules(v, where, route["rules"], model, models, nodes, types)
+
+
+def _leaf(v: _V, w: str, n: dict, op: str, t: Any, model: str, routers: dict, seen: dict) -> None:
+    """A leaf node (const, feature, router, uniform); what it reads is added to `seen`."""
+    if op == "const":
+        v.obj(n, w, ("op", "value", "type"))
+        val = n["value"]
+        good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
+        v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
+        problem = route_constant_problem(val)
+        v.check(problem is None, f"{w}.value", str(problem))
+    elif op == "feature":
+        v.obj(n, w, ("op", "name", "type"))
+        v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{_r(n['name'])} is not a feature")
+        v.check(t == FEATURES[n["name"]], f"{w}.type", f"feature {n['name']} is {FEATURES[n['name']]}")
+        seen["features"].add(n["name"])
+    elif op == "router":
+        v.obj(n, w, ("op", "name", "type"))
+        v.check(_one_of(n["name"], routers), f"{w}.name", f"{_r(n['name'])} is not a router of the plan")
+        v.check(
+            routers[n["name"]]["model"] == model,
+            f"{w}.name",
+            f"router {_r(n['name'])} reads another model",
+        )
+        v.check(t == "float", f"{w}.type", "a router is float")
+        seen["routers"].add(n["name"])
+    else:  # uniform
+        v.obj(n, w, ("op", "type"))
+        v.check(t == "float", f"{w}.type", "uniform is float")
+        seen["uniform"] = True
+
+
+def _op_node(v: _V, w: str, i: int, n: dict, op: Any, t: Any, types: list[str]) -> None:
+    """An operation node: its arguments are earlier nodes, of types it takes, and its type is its result's."""
+    v.obj(n, w, ("op", "args", "type"))
+    args = n["args"]
     v.check(
-        route["features"] == sorted(seen_features), f"{where}.features", f"expected {sorted(seen_features)}"
+        isinstance(args, list) and len(args) == OPS_ARITY[op],
+        f"{w}.args",
+        f"{op} takes {OPS_ARITY[op]} argument(s)",
     )
-    v.check(route["routers"] == sorted(seen_routers), f"{where}.routers", f"expected {sorted(seen_routers)}")
     v.check(
-        route["uses_uniform"] is seen_uniform,
-        f"{where}.uses_uniform",
-        f"expected {str(seen_uniform).lower()}",
+        all(_int(a) and 0 <= a < i for a in args),
+        f"{w}.args",
+        "arguments must be indices of earlier nodes",
     )
-    rules = route["rules"]
+    want = _result_type(op, [types[a] for a in args])
+    v.check(want is not None, f"{w}.args", f"{op} cannot take {', '.join(types[a] for a in args)}")
+    v.check(t == want, f"{w}.type", f"{op} of these arguments is {want}")
+
+
+def _rules(v: _V, where: str, rules: Any, model: str, models: dict, nodes: list, types: list[str]) -> None:
     v.check(isinstance(rules, list), f"{where}.rules", "expected a list")
     for i, r in enumerate(rules):
         w = f"{where}.rules[{i}]"

@@ -34,51 +34,50 @@ def sections(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     s = plan["serve"]
     out.append(("serve", [f"concurrency {s['concurrency']}, max_delay_ms {s['max_delay_ms']}"]))
     if plan["routers"]:
-        lines = []
-        for n, r in plan["routers"].items():
-            ins = ", ".join(
-                f"{i['kind']}({i['model']}" + (f", {i['k']})" if "k" in i else ")") for i in r["inputs"]
-            )
-            sha = f"sha256 {r['sha256'][:12]}…" if r["sha256"] else "file not at hand when compiled"
-            lines.append(f"{n}: {r['kind']}({ins}) reads {r['model']}; {r['path']} ({sha})")
-        out.append(("routers", lines))
-    route_lines: list[str] = []
-    for name, route in plan["routes"].items():
-        feats = ", ".join(route["features"]) or "none"
-        extra = []
-        if route["routers"]:
-            extra.append("routers " + ", ".join(route["routers"]))
-        if route["uses_uniform"]:
-            extra.append("uniform()")
-        reads = f"features: {feats}" + ("; " + "; ".join(extra) if extra else "")
-        route_lines.append(f"{name}  ({reads}; {len(route['nodes'])} IR nodes)")
-        if not route["rules"]:
-            route_lines.append("  (no rules: always stays)")
-        for i, r in enumerate(route["rules"]):
-            route_lines.append(f"  [{i}] line {r['line']}: {r['source']}")
-    out.append(("routes", route_lines))
+        out.append(("routers", [_router_line(n, r) for n, r in plan["routers"].items()]))
+    out.append(
+        ("routes", [line for name, route in plan["routes"].items() for line in _route_lines(name, route)])
+    )
     feas = plan["checks"]["feasibility"]
-    status = "ok" if feas["ok"] else "INFEASIBLE"
     fixed = ", ".join(f"{m}={b}" for m, b in feas["fixed"].items()) or "none"
     auto = ", ".join(feas["auto"]) or "none"
-    out.append(
-        (
-            "thresholds",
-            [f"fixed: {fixed}", f"auto (resolved by tune; at least 1): {auto}"],
-        )
-    )
+    out.append(("thresholds", [f"fixed: {fixed}", f"auto (resolved by tune; at least 1): {auto}"]))
     if isinstance(plan.get("tuning"), dict):
         out.append(("tuning", _tuning_lines(plan["tuning"])))
-    out.append(
-        (
-            "checks",
-            [
-                f"feasibility: {status} — {feas['message']} (slack {feas['slack']})",
-                f"progress: {'ok' if plan['checks']['progress']['ok'] else 'NO PROGRESS'}",
-            ],
-        )
-    )
+    out.append(("checks", _check_lines(plan["checks"])))
     return out
+
+
+def _router_line(name: str, r: dict) -> str:
+    ins = ", ".join(f"{i['kind']}({i['model']}" + (f", {i['k']})" if "k" in i else ")") for i in r["inputs"])
+    sha = f"sha256 {r['sha256'][:12]}…" if r["sha256"] else "file not at hand when compiled"
+    return f"{name}: {r['kind']}({ins}) reads {r['model']}; {r['path']} ({sha})"
+
+
+def _route_lines(name: str, route: dict) -> list[str]:
+    """A model's route: what it reads, then its rules."""
+    feats = ", ".join(route["features"]) or "none"
+    extra = []
+    if route["routers"]:
+        extra.append("routers " + ", ".join(route["routers"]))
+    if route["uses_uniform"]:
+        extra.append("uniform()")
+    reads = f"features: {feats}" + ("; " + "; ".join(extra) if extra else "")
+    lines = [f"{name}  ({reads}; {len(route['nodes'])} IR nodes)"]
+    if not route["rules"]:
+        lines.append("  (no rules: always stays)")
+    for i, r in enumerate(route["rules"]):
+        lines.append(f"  [{i}] line {r['line']}: {r['source']}")
+    return lines
+
+
+def _check_lines(checks: dict) -> list[str]:
+    feas = checks["feasibility"]
+    status = "ok" if feas["ok"] else "INFEASIBLE"
+    return [
+        f"feasibility: {status} — {feas['message']} (slack {feas['slack']})",
+        f"progress: {'ok' if checks['progress']['ok'] else 'NO PROGRESS'}",
+    ]
 
 
 def _num(x: Any, spec: str) -> str:

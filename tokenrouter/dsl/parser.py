@@ -66,22 +66,8 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
             return ParseResult(None, [Diagnostic("error", file, 0, 0, problem)])
     src = SourceMap(file, text)
     diagnostics: list[Diagnostic] = []
-    work = text
-    tree = None
-    reparsed = 0  # characters parsed again after errors: each recovery parses the file up to its next error
-    for _ in range(MAX_RECOVERIES):
-        comments: list[Token] = []
-        try:
-            tree = _parse_collecting(work, comments)
-            break
-        except UnexpectedInput as e:
-            diagnostics.append(_syntax_diagnostic(src, e, work))
-            offset = _offset_of(e, work)
-            reparsed += offset
-            blanked = _blank_broken_decl(work, offset)
-            if blanked is None or reparsed > RECOVERY_BUDGET:
-                break
-            work = blanked
+    comments: list[Token] = []
+    tree = _parse_recovering(text, src, diagnostics, comments)
     if tree is None:
         return ParseResult(None, diagnostics)
     too_deep = _too_deep(tree)
@@ -110,6 +96,27 @@ def parse(text: str, file: str = "<input>") -> ParseResult:
         comments=tuple(ast.Comment(str(c), c.line, c.column) for c in comments),
     )
     return ParseResult(module, [])
+
+
+def _parse_recovering(text: str, src: SourceMap, diagnostics: list[Diagnostic], comments: list[Token]):
+    """The parse tree (None: none), a syntax error's diagnostic appended to `diagnostics` and the declaration
+    it broke blanked out before parsing again, so that one run reports the file's several errors; the last
+    parse's comments in `comments`."""
+    work = text
+    reparsed = 0  # characters parsed again after errors: each recovery parses the file up to its next error
+    for _ in range(MAX_RECOVERIES):
+        comments.clear()
+        try:
+            return _parse_collecting(work, comments)
+        except UnexpectedInput as e:
+            diagnostics.append(_syntax_diagnostic(src, e, work))
+            offset = _offset_of(e, work)
+            reparsed += offset
+            blanked = _blank_broken_decl(work, offset)
+            if blanked is None or reparsed > RECOVERY_BUDGET:
+                return None
+            work = blanked
+    return None
 
 
 def parse_file(path: str | Path) -> ParseResult:

@@ -116,21 +116,7 @@ def prepare(
                 f"--batch applies to --mode tokenrouter and no-graphs (--mode {mode} fixes B = 1)"
             )
         plan = override_thresholds(plan, batch)
-    if mode == "tokenrouter":
-        setup = ModeSetup(mode, plan)
-    elif mode == "llm-only":
-        setup = ModeSetup(mode, llm_only_plan(plan, llm or largest_model(plan)))
-    elif mode == "eager":
-        setup = ModeSetup(mode, with_thresholds(plan, 1))
-    elif mode == "no-graphs":
-        setup = ModeSetup(mode, plan, engine_overrides={"cuda_graph": False})
-    elif mode == "lockstep":
-        setup = ModeSetup(mode, with_thresholds(plan, 1), lockstep=True)
-    else:  # std-serving
-        bad = [x for x, s in plan["models"].items() if s.get("engine", "embedded") != "embedded"]
-        if bad:
-            raise ModeError(f"--mode std-serving needs the embedded engine; model {bad[0]!r} uses another")
-        setup = ModeSetup(mode, with_thresholds(plan, 1), scheduler="std-serving")
+    setup = _setup(plan, mode, llm)
     from tokenrouter.compiler.plan import PlanError, validate_plan
 
     try:
@@ -138,3 +124,22 @@ def prepare(
     except PlanError as e:  # a bug here, but say it plainly rather than fail later in a subserver
         raise ModeError(str(e)) from None
     return setup
+
+
+def _setup(plan: dict, mode: str, llm: str | None) -> ModeSetup:
+    """The mode's plan and settings, not yet validated."""
+    if mode == "tokenrouter":
+        return ModeSetup(mode, plan)
+    if mode == "llm-only":
+        return ModeSetup(mode, llm_only_plan(plan, llm or largest_model(plan)))
+    if mode == "eager":
+        return ModeSetup(mode, with_thresholds(plan, 1))
+    if mode == "no-graphs":
+        return ModeSetup(mode, plan, engine_overrides={"cuda_graph": False})
+    if mode == "lockstep":
+        return ModeSetup(mode, with_thresholds(plan, 1), lockstep=True)
+    # std-serving
+    bad = [x for x, s in plan["models"].items() if s.get("engine", "embedded") != "embedded"]
+    if bad:
+        raise ModeError(f"--mode std-serving needs the embedded engine; model {bad[0]!r} uses another")
+    return ModeSetup(mode, with_thresholds(plan, 1), scheduler="std-serving")

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -74,3 +75,31 @@ class MpsDaemon:
                            text=True, timeout=30)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as e:
             log.warning("could not stop the MPS daemon: %s", e)
+
+
+def start_for_launch(run_dir: Path, plan: dict, local: list[str], cfg) -> MpsDaemon | None:
+    """The daemon `serve` starts before the `local` subservers (None: none runs) under `cfg` (a ServeConfig):
+    its `--mps`, `--mps-sm`, `--mps-low` and `--device`. A LaunchError where MPS was asked for and cannot
+    run; a warning where GPU-sharing subservers run without it."""
+    from tokenrouter.runtime.launch_checks import LaunchError
+
+    for flag, names in (("--mps-sm", cfg.mps_sm), ("--mps-low", cfg.mps_low)):
+        unknown = [x for x in names if x not in plan["models"]]
+        if unknown:
+            raise LaunchError(
+                f"{flag} {unknown[0]}: no such model in the plan (models: {', '.join(plan['models'])})"
+            )
+    shared = shared_gpus(plan, local) if cfg.device != "cpu" else []
+    needed = bool(cfg.mps_sm or cfg.mps_low)  # the flags that only MPS carries out
+    if cfg.mps == "off" or (cfg.mps == "auto" and not shared and not needed):
+        return None
+    daemon = MpsDaemon(run_dir)
+    why = daemon.start()
+    if why is None:
+        log.info("CUDA MPS started for the subservers (%s)", daemon.pipe)
+    elif cfg.mps == "on" or needed:
+        raise LaunchError(f"--mps {'on' if cfg.mps == 'on' else 'for --mps-sm / --mps-low'}: {why}")
+    elif shutil.which("nvidia-smi"):  # a GPU machine: say what sharing without MPS costs
+        print(f"tokenrouter: warning: subservers share GPU {shared} without CUDA MPS ({why}); their "
+              "kernels will time-slice instead of running together (docs/serving.md)", file=sys.stderr)  # fmt: skip
+    return daemon

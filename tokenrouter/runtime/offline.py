@@ -237,38 +237,24 @@ def generate_from_plan(
     same schedulers and routing as `serve`. Text prompts use the entry model's tokenizer. Returns a JSON-able
     dict: token_ids, text, finish_reason, per-token `models`, `pieces` (text of each token), hops, and
     tokens written per model. Raises PlanInputError / EngineError / ValueError with user-facing messages."""
-    from tokenrouter.runtime.engine.generate import load_tokenizer
-
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of a text prompt or prompt token ids")
     plan = plan_from_path(path, defines)
     entry_dir = plan["models"][plan["entry"]]["path"]
     tokenizer = None
     if prompt is not None:
+        from tokenrouter.runtime.engine.generate import load_tokenizer
+
         tokenizer = load_tokenizer(entry_dir)
         prompt_ids = tokenizer.encode(prompt).ids
         if not prompt_ids:
             raise ValueError("the prompt is empty after tokenization")
     ex = load_offline(plan, device)
-    vocab = min(s.engine.info.vocab_size for s in ex.schedulers.values())
-    bad = [t for t in prompt_ids if not 0 <= t < vocab]
-    if bad:
-        raise ValueError(f"prompt token id {bad[0]} is out of range 0..{vocab - 1}")
+    _check_ids(ex, prompt_ids)
     (res,) = ex.generate([prompt_ids], sampling)
     if res.error:
         raise ValueError(res.error)
-    if tokenizer is None:
-        try:
-            tokenizer = load_tokenizer(entry_dir)
-        except EngineError:  # no tokenizer.json: token ids only
-            tokenizer = None
-    text, pieces = None, None
-    if tokenizer is not None:
-        known = tokenizer.get_vocab_size()
-        text = tokenizer.decode([t for t in res.token_ids if t < known], skip_special_tokens=True)
-        pieces = [
-            tokenizer.decode([t], skip_special_tokens=False) if t < known else "" for t in res.token_ids
-        ]
+    text, pieces = _decoded(tokenizer, entry_dir, res.token_ids)
     per_model = {name: res.models.count(name) for name in plan["models"]}
     return {
         "policy": plan["policy"]["name"],
@@ -281,3 +267,27 @@ def generate_from_plan(
         "hops": [list(h) for h in res.hops],
         "tokens_per_model": per_model,
     }
+
+
+def _check_ids(ex: OfflineExecutor, prompt_ids: list[int]) -> None:
+    """Every prompt token id is in every model's vocabulary."""
+    vocab = min(s.engine.info.vocab_size for s in ex.schedulers.values())
+    bad = [t for t in prompt_ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"prompt token id {bad[0]} is out of range 0..{vocab - 1}")
+
+
+def _decoded(tokenizer, entry_dir: str, token_ids: list[int]) -> tuple[str | None, list[str] | None]:
+    """The tokens' text and each token's piece, by the entry model's tokenizer (`tokenizer`, or loaded from
+    `entry_dir`); (None, None) where the model has no tokenizer.json."""
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(entry_dir)
+        except EngineError:  # no tokenizer.json: token ids only
+            return None, None
+    known = tokenizer.get_vocab_size()
+    text = tokenizer.decode([t for t in token_ids if t < known], skip_special_tokens=True)
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) if t < known else "" for t in token_ids]
+    return text, pieces

@@ -54,8 +54,6 @@ def reference_generate(
     prompt_ids: Sequence[int],
     sampling: SamplingSpec,
 ) -> ReferenceResult:
-    from tokenrouter.runtime.route import RouteBatchState
-
     rules = {
         name: [(r["target"], bool(r.get("drop", False)), int(r.get("for") or 0)) for r in route["rules"]]
         for name, route in plan["routes"].items()
@@ -67,17 +65,7 @@ def reference_generate(
 
     while True:
         logits, hidden = models[cur].forward_full(torch.tensor(tokens, dtype=torch.int64))
-        state = RouteBatchState.make(
-            1,
-            logits.device,
-            seed=sampling.seed,
-            position=len(tokens),
-            temperature=float(sampling.temperature),
-            top_k=sampling.top_k,
-            top_p=float(sampling.top_p),
-            run_length=run_length,
-            generated=len(res.token_ids),
-        )
+        state = _state(logits.device, sampling, len(tokens), run_length, len(res.token_ids))
         out = kernels[cur](logits[-1:], hidden[-1:], state)
         tok, rule = int(out.token[0]), int(out.rule[0])
         hop = rules[cur][rule] if (for_left == 0 and rule >= 0) else None
@@ -93,12 +81,8 @@ def reference_generate(
         res.token_ids.append(tok)
         res.models.append(cur)
         run_length += 1
-        m = models[cur]
-        if tok in sampling.stop_token_ids or (not sampling.ignore_eos and tok in m.eos_token_ids):
-            res.finish_reason = "stop"
-            return res
-        if len(res.token_ids) >= sampling.max_tokens or len(tokens) >= m.max_len:
-            res.finish_reason = "length"
+        if finish := _finish_reason(tok, len(tokens), len(res.token_ids), models[cur], sampling):
+            res.finish_reason = finish
             return res
         if for_left > 0:
             for_left -= 1
@@ -107,3 +91,31 @@ def reference_generate(
         if hop is not None:
             res.hops.append((cur, hop[0]))
             cur, run_length, for_left, return_to = hop[0], 0, hop[2], (cur if hop[2] else None)
+
+
+def _state(device, sampling: SamplingSpec, position: int, run_length: int, generated: int):
+    """The route kernel's state for the one request at this step."""
+    from tokenrouter.runtime.route import RouteBatchState
+
+    return RouteBatchState.make(
+        1,
+        device,
+        seed=sampling.seed,
+        position=position,
+        temperature=float(sampling.temperature),
+        top_k=sampling.top_k,
+        top_p=float(sampling.top_p),
+        run_length=run_length,
+        generated=generated,
+    )
+
+
+def _finish_reason(
+    tok: int, length: int, generated: int, m: ReferenceModel, sampling: SamplingSpec
+) -> str | None:
+    """ "stop" (a stop token, or EOS unless ignored), "length" (max_tokens, or the model's context), or None."""
+    if tok in sampling.stop_token_ids or (not sampling.ignore_eos and tok in m.eos_token_ids):
+        return "stop"
+    if generated >= sampling.max_tokens or length >= m.max_len:
+        return "length"
+    return None

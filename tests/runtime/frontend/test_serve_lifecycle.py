@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -20,33 +21,14 @@ from frontend_helpers import Server, write_policy
 
 from tokenrouter.runtime.launcher import Launcher, ServeConfig, _child_main
 
+BENCH = str(Path(__file__).resolve().parents[3] / "bench")
+sys.path.insert(0, BENCH)
+try:  # bench/serve_lifecycle.py: the one reader of a session's processes
+    from serve_lifecycle import describe, session_pids
+finally:
+    sys.path.remove(BENCH)
+
 EXIT_BOUND_S = 5.0
-
-
-def session_pids(sid: int) -> list[int]:
-    """The live (not zombie) processes of session `sid`, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, _pgrp, session = stat[stat.rindex(")") + 2 :].split()[:4]
-        if int(session) == sid and state != "Z":
-            out.append(int(entry))
-    return out
-
-
-def describe(pids: list[int]) -> list[str]:
-    out = []
-    for pid in pids:
-        try:
-            out.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            out.append(f"{pid}: (gone)")
-    return out
 
 
 def phase_lines(stderr: str, model: str) -> list[str]:
@@ -82,7 +64,7 @@ def _stop_and_check(srv: Server, sig: int, to_group: bool) -> None:
     srv.stop()
     assert code == 0, srv.stderr()
     assert took < EXIT_BOUND_S, f"{took:.1f} s from the signal to the launcher's exit"
-    assert not left, f"still alive after the launcher's exit: {describe(left)}"
+    assert not left, f"still alive after the launcher's exit: {[describe(p) for p in left]}"
 
 
 @pytest.mark.parametrize(
@@ -106,7 +88,7 @@ def test_a_dead_subserver_stops_every_process(tmp_path):
     finally:
         srv.stop()
     assert code == 1 and "subserver 'llm' failed: killed by SIGKILL" in srv.stderr(), srv.stderr()
-    assert not left, f"still alive after the launcher's exit: {describe(left)}"
+    assert not left, f"still alive after the launcher's exit: {[describe(p) for p in left]}"
     assert not run_dir.exists()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tokenrouter.compiler.program import FEATURES  # the feature vocabulary, one definition
 
@@ -106,89 +107,105 @@ def check_route_ir(ir: dict, model: str | None = None) -> RouteSpec:
     routers = ir.get("routers", [])
     if not isinstance(routers, list) or not all(isinstance(r, str) and _NAME.match(r) for r in routers):
         raise _fail(model, "'routers'", f"must be a list of names, got {routers!r}")
-    nodes: list[Node] = []
-    used_features: set[str] = set()
-    used_routers: set[str] = set()
-    uses_uniform = False
-    for i, raw in enumerate(raw_nodes):
-        where = f"node {i}"
-        if not isinstance(raw, dict):
-            raise _fail(model, where, "must be an object")
-        op, typ = raw.get("op"), raw.get("type")
-        if op not in ARITY:
-            raise _fail(model, where, f"unknown op {op!r} (the closed set is in docs/ir.md)")
-        if typ not in TYPES:
-            raise _fail(model, where, f"type must be one of {', '.join(TYPES)}, got {typ!r}")
-        args = raw.get("args", [])
-        if not isinstance(args, list) or len(args) != ARITY[op]:
-            raise _fail(model, where, f"op {op!r} takes {ARITY[op]} args, got {args!r}")
-        for a in args:
-            if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < i:
-                raise _fail(model, where, f"arg {a!r} is not the index of an earlier node")
-        value = name = None
-        if op == "const":
-            value = raw.get("value")
-            if isinstance(value, bool):
-                if typ != "bool":
-                    raise _fail(model, where, f"bool constant with type {typ!r}")
-            elif isinstance(value, int):
-                if typ == "bool" or not -(2**63) <= value < 2**63:
-                    raise _fail(model, where, f"int constant {value!r} does not fit type {typ!r}")
-                if typ == "float":
-                    value = float(value)
-            elif isinstance(value, float):
-                if typ != "float" or not math.isfinite(value):
-                    raise _fail(model, where, f"float constant {value!r} with type {typ!r}")
-            else:
-                raise _fail(model, where, f"constant must be a number or bool, got {value!r}")
-        elif op == "feature":
-            name = raw.get("name")
-            if name not in FEATURES:
-                raise _fail(model, where, f"unknown feature {name!r}; known: {', '.join(FEATURES)}")
-            if FEATURES[name] != typ:
-                raise _fail(model, where, f"feature {name!r} has type {FEATURES[name]}, not {typ}")
-            used_features.add(name)
-        elif op == "router":
-            name = raw.get("name")
-            if name not in routers:
-                raise _fail(model, where, f"router {name!r} is not listed in 'routers' {routers!r}")
-            if typ != "float":
-                raise _fail(model, where, "a router's output is a float")
-            used_routers.add(name)
-        elif op == "uniform":
-            uses_uniform = True
-            if typ != "float":
-                raise _fail(model, where, "uniform() is a float")
-        nodes.append(Node(i, op, typ, tuple(args), value, name))
+    used: dict = {"features": set(), "uniform": False}
+    nodes = [_node(model, i, raw, routers, used) for i, raw in enumerate(raw_nodes)]
     _check_types(model, nodes)
-    rules: list[Rule] = []
-    for j, raw in enumerate(raw_rules):
-        where = f"rule {j}"
-        if not isinstance(raw, dict):
-            raise _fail(model, where, "must be an object")
-        cond = raw.get("cond")
-        if cond is None:
-            if j != len(raw_rules) - 1:
-                raise _fail(model, where, "an unconditional rule must be the last one")
-        elif not isinstance(cond, int) or isinstance(cond, bool) or not 0 <= cond < len(nodes):
-            raise _fail(model, where, f"cond {cond!r} is not a node index")
-        elif nodes[cond].type != "bool":
-            raise _fail(model, where, f"cond node {cond} has type {nodes[cond].type}, not bool")
-        text = raw.get("source") or ""
-        line = raw.get("line")
-        comment = _safe_comment(f"{text} (line {line})" if isinstance(line, int) else str(text))
-        rules.append(Rule(j, cond, comment))
-    features = ir.get("features", sorted(used_features))
-    if not isinstance(features, list) or any(f not in FEATURES for f in features):
-        raise _fail(model, "'features'", f"must list names from {', '.join(FEATURES)}, got {features!r}")
-    missing = used_features - set(features)
-    if missing:
-        raise _fail(model, "'features'", f"nodes read {sorted(missing)} but 'features' does not list them")
+    rules = [_rule(model, j, raw, len(raw_rules), nodes) for j, raw in enumerate(raw_rules)]
+    features = _declared_features(model, ir, used["features"])
+    uses_uniform = used["uniform"]
     if bool(ir.get("uses_uniform", uses_uniform)) != uses_uniform:
         raise _fail(
             model, "'uses_uniform'", f"says {ir.get('uses_uniform')!r} but the nodes say {uses_uniform}"
         )
     return RouteSpec(model, tuple(sorted(features)), tuple(routers), uses_uniform, tuple(nodes), tuple(rules))
+
+
+def _node(model: str, i: int, raw: Any, routers: list[str], used: dict) -> Node:
+    """Node `i` checked (its op, type, args, and a leaf's value or name); the features it reads and whether it
+    is uniform() are noted in `used`."""
+    where = f"node {i}"
+    if not isinstance(raw, dict):
+        raise _fail(model, where, "must be an object")
+    op, typ = raw.get("op"), raw.get("type")
+    if op not in ARITY:
+        raise _fail(model, where, f"unknown op {op!r} (the closed set is in docs/ir.md)")
+    if typ not in TYPES:
+        raise _fail(model, where, f"type must be one of {', '.join(TYPES)}, got {typ!r}")
+    args = raw.get("args", [])
+    if not isinstance(args, list) or len(args) != ARITY[op]:
+        raise _fail(model, where, f"op {op!r} takes {ARITY[op]} args, got {args!r}")
+    for a in args:
+        if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < i:
+            raise _fail(model, where, f"arg {a!r} is not the index of an earlier node")
+    value = name = None
+    if op == "const":
+        value = _const_value(model, where, raw.get("value"), typ)
+    elif op == "feature":
+        name = raw.get("name")
+        if name not in FEATURES:
+            raise _fail(model, where, f"unknown feature {name!r}; known: {', '.join(FEATURES)}")
+        if FEATURES[name] != typ:
+            raise _fail(model, where, f"feature {name!r} has type {FEATURES[name]}, not {typ}")
+        used["features"].add(name)
+    elif op == "router":
+        name = raw.get("name")
+        if name not in routers:
+            raise _fail(model, where, f"router {name!r} is not listed in 'routers' {routers!r}")
+        if typ != "float":
+            raise _fail(model, where, "a router's output is a float")
+    elif op == "uniform":
+        used["uniform"] = True
+        if typ != "float":
+            raise _fail(model, where, "uniform() is a float")
+    return Node(i, op, typ, tuple(args), value, name)
+
+
+def _const_value(model: str, where: str, value: Any, typ: str) -> Any:
+    """A constant's value, checked against its type (an int constant of type float becomes a float)."""
+    if isinstance(value, bool):
+        if typ != "bool":
+            raise _fail(model, where, f"bool constant with type {typ!r}")
+    elif isinstance(value, int):
+        if typ == "bool" or not -(2**63) <= value < 2**63:
+            raise _fail(model, where, f"int constant {value!r} does not fit type {typ!r}")
+        if typ == "float":
+            value = float(value)
+    elif isinstance(value, float):
+        if typ != "float" or not math.isfinite(value):
+            raise _fail(model, where, f"float constant {value!r} with type {typ!r}")
+    else:
+        raise _fail(model, where, f"constant must be a number or bool, got {value!r}")
+    return value
+
+
+def _rule(model: str, j: int, raw: Any, count: int, nodes: list[Node]) -> Rule:
+    """Rule `j` of `count`: its condition a bool node (or none, for the last one), its source as a comment."""
+    where = f"rule {j}"
+    if not isinstance(raw, dict):
+        raise _fail(model, where, "must be an object")
+    cond = raw.get("cond")
+    if cond is None:
+        if j != count - 1:
+            raise _fail(model, where, "an unconditional rule must be the last one")
+    elif not isinstance(cond, int) or isinstance(cond, bool) or not 0 <= cond < len(nodes):
+        raise _fail(model, where, f"cond {cond!r} is not a node index")
+    elif nodes[cond].type != "bool":
+        raise _fail(model, where, f"cond node {cond} has type {nodes[cond].type}, not bool")
+    text = raw.get("source") or ""
+    line = raw.get("line")
+    comment = _safe_comment(f"{text} (line {line})" if isinstance(line, int) else str(text))
+    return Rule(j, cond, comment)
+
+
+def _declared_features(model: str, ir: dict, used: set[str]) -> list[str]:
+    """The IR's `features` (the ones the nodes read where absent): known names, and every one the nodes read."""
+    features = ir.get("features", sorted(used))
+    if not isinstance(features, list) or any(f not in FEATURES for f in features):
+        raise _fail(model, "'features'", f"must list names from {', '.join(FEATURES)}, got {features!r}")
+    missing = used - set(features)
+    if missing:
+        raise _fail(model, "'features'", f"nodes read {sorted(missing)} but 'features' does not list them")
+    return features
 
 
 _NUMERIC_RESULT = {"add", "sub", "mul", "neg", "min", "max", "abs"}

@@ -79,6 +79,28 @@ def bind_params(program: Program) -> Program:
     for unit in program.units:
         for name, d in unit.table(ast.ParamDecl).items():
             decls[unit.prefix + name] = (unit, d)
+    binder = _Binder(_overrides(program, decls, diags))
+    uses = {}
+    for key, (unit, d) in decls.items():
+        refs = (lookup(unit, name) for name in references(d.value))
+        uses[key] = [r.qualified for r in refs if r is not None and r.kind == "param"]
+    for key in dependencies_first(uses):  # so that value_of recurses one param deep, but in a cycle
+        unit, d = decls[key]
+        try:
+            binder.value_of(unit, d)
+        except ConstError as e:
+            if e.message:
+                diags.append(unit.src.error(e.span, e.message))
+    values = binder.values
+    params = {key: {"type": d.type.name, "value": values[key]} for key, (_, d) in decls.items()}
+    return program.with_(diags, params={k: p for k, p in params.items() if p["value"] is not _FAILED})
+
+
+def _overrides(
+    program: Program, decls: dict[str, tuple[Unit, ast.ParamDecl]], diags: list[Diagnostic]
+) -> dict[str, Any]:
+    """The `-D NAME=VALUE` values by param, parsed as the param's type; a diagnostic for each that names no
+    param or does not parse."""
     overrides: dict[str, Any] = {}
     file = program.root.file if program.root else "<input>"
     for name, raw in program.defines.items():
@@ -100,57 +122,50 @@ def bind_params(program: Program) -> Program:
                     "error", file, 0, 0, f"-D {name}={_short(raw)}: {e} (param '{name}' is {d.type.name})"
                 )
             )
+    return overrides
 
-    values: dict[str, Any] = {}
-    busy: set[str] = set()
 
-    def value_of(unit: Unit, decl: ast.ParamDecl, use: ast.Span | None = None) -> Any:
+class _Binder:
+    """Each param's value (`values`: a failed one is `_FAILED`, reported once), evaluated on first use."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        self.overrides = overrides
+        self.values: dict[str, Any] = {}
+        self.busy: set[str] = set()
+
+    def value_of(self, unit: Unit, decl: ast.ParamDecl, use: ast.Span | None = None) -> Any:
         key = unit.prefix + decl.name.name
-        if key in values:
-            if values[key] is _FAILED:
+        if key in self.values:
+            if self.values[key] is _FAILED:
                 raise ConstError(use or decl.span, "")  # already reported
-            return values[key]
-        if key in busy:
+            return self.values[key]
+        if key in self.busy:
             raise ConstError(decl.value.span, f"param '{key}' depends on itself")
-        if len(busy) >= MAX_CHAIN:  # only a cycle gets here: the others are bound callees first
+        if len(self.busy) >= MAX_CHAIN:  # only a cycle gets here: the others are bound callees first
             raise ConstError(
                 decl.value.span, f"param '{key}' is defined through more than {MAX_CHAIN} params"
             )
-        busy.add(key)
+        self.busy.add(key)
         try:
-            if decl.type.name not in TYPES:
-                hint = did_you_mean(decl.type.name, TYPES)
-                raise ConstError(
-                    decl.type.span, f"unknown type '{decl.type.name}'; expected int, float, bool or str{hint}"
-                )
-            if key in overrides:
-                result = overrides[key]
-            else:
-                raw = evaluate(decl.value, unit, value_of)
-                try:
-                    result = coerce(decl.type.name, raw)
-                except ValueError as e:
-                    raise ConstError(
-                        decl.value.span, f"param '{decl.name.name}' is {decl.type.name}: {e}"
-                    ) from None
-            values[key] = result
-            return result
+            self.values[key] = self._evaluate(key, unit, decl)
+            return self.values[key]
         except ConstError:
-            values[key] = _FAILED
+            self.values[key] = _FAILED
             raise
         finally:
-            busy.discard(key)
+            self.busy.discard(key)
 
-    uses = {}
-    for key, (unit, d) in decls.items():
-        refs = (lookup(unit, name) for name in references(d.value))
-        uses[key] = [r.qualified for r in refs if r is not None and r.kind == "param"]
-    for key in dependencies_first(uses):  # so that value_of recurses one param deep, but in a cycle
-        unit, d = decls[key]
+    def _evaluate(self, key: str, unit: Unit, decl: ast.ParamDecl) -> Any:
+        """The param's `-D` value, else its declared value coerced to its type."""
+        if decl.type.name not in TYPES:
+            hint = did_you_mean(decl.type.name, TYPES)
+            raise ConstError(
+                decl.type.span, f"unknown type '{decl.type.name}'; expected int, float, bool or str{hint}"
+            )
+        if key in self.overrides:
+            return self.overrides[key]
+        raw = evaluate(decl.value, unit, self.value_of)
         try:
-            value_of(unit, d)
-        except ConstError as e:
-            if e.message:
-                diags.append(unit.src.error(e.span, e.message))
-    params = {key: {"type": d.type.name, "value": values[key]} for key, (_, d) in decls.items()}
-    return program.with_(diags, params={k: p for k, p in params.items() if p["value"] is not _FAILED})
+            return coerce(decl.type.name, raw)
+        except ValueError as e:
+            raise ConstError(decl.value.span, f"param '{decl.name.name}' is {decl.type.name}: {e}") from None

@@ -70,6 +70,15 @@ def _model(
     root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic], weights_check: bool
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"path": None, **MODEL_DEFAULTS}
+    if _model_path(root, decl, get, diags, weights_check, spec):
+        _model_options(root, decl, get, diags, spec)
+    return spec
+
+
+def _model_path(
+    root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic], weights_check: bool, spec: dict[str, Any]
+) -> bool:
+    """The model's folder, resolved into `spec["path"]`; False where the path is one no folder can have."""
     path = _const(root, decl.path, get, diags)
     if path is not None:
         if isinstance(path, str) and path.strip():
@@ -77,7 +86,7 @@ def _model(
                 resolved, exists = resolve_source_path(path, root.dir)
             except ValueError as e:
                 diags.append(root.src.error(decl.path.span, f"model '{decl.name.name}': {e}"))
-                return spec
+                return False
             spec["path"] = resolved
             what = _model_folder_problem(
                 path, resolved, exists, root.file if root.file.endswith(".tr") else None
@@ -90,6 +99,13 @@ def _model(
         else:
             got = "an empty str" if isinstance(path, str) else type_of(path)
             diags.append(root.src.error(decl.path.span, f"a model path is a non-empty str, got {got}"))
+    return True
+
+
+def _model_options(
+    root: Unit, decl: ast.ModelDecl, get, diags: list[Diagnostic], spec: dict[str, Any]
+) -> None:
+    """The model's options into `spec`: each known, given once, of a value it takes."""
     seen: dict[str, ast.Option] = {}
     for opt in decl.options or ():
         key = opt.key.name
@@ -113,7 +129,6 @@ def _model(
         problem = _set_model_option(spec, key, value)
         if problem:
             diags.append(root.src.error(opt.value.span, f"option '{key}': {problem}"))
-    return spec
 
 
 def _model_folder_problem(written: str, resolved: str, exists: bool, source: str | None) -> str | None:
@@ -193,22 +208,22 @@ def _serve(root: Unit, decl: ast.ServeDecl, get, diags: list[Diagnostic]) -> dic
         v = _const(root, opt.value, get, diags)
         if v is None:
             continue
-        if key == "concurrency":
-            if not _is_int(v) or v < 1:
-                diags.append(root.src.error(opt.value.span, f"concurrency is an int ≥ 1, got {v!r}"))
-                continue
-            if v > MAX_CONCURRENCY:
-                diags.append(
-                    root.src.error(
-                        opt.value.span,
-                        f"concurrency is at most {MAX_CONCURRENCY} requests in flight, got {v}",
-                    )
-                )
-                continue
-            out[key] = v
-        else:
-            if type_of(v) not in ("int", "float") or v < 0:
-                diags.append(root.src.error(opt.value.span, f"max_delay_ms is a number ≥ 0, got {v!r}"))
-                continue
-            out[key] = float(v)
+        problem = _serve_problem(key, v)
+        if problem:
+            diags.append(root.src.error(opt.value.span, problem))
+            continue
+        out[key] = v if key == "concurrency" else float(v)
     return out
+
+
+def _serve_problem(key: str, v: Any) -> str | None:
+    """What is wrong with a serve option's value (None: nothing)."""
+    if key == "concurrency":
+        if not _is_int(v) or v < 1:
+            return f"concurrency is an int ≥ 1, got {v!r}"
+        if v > MAX_CONCURRENCY:
+            return f"concurrency is at most {MAX_CONCURRENCY} requests in flight, got {v}"
+        return None
+    if type_of(v) not in ("int", "float") or v < 0:
+        return f"max_delay_ms is a number ≥ 0, got {v!r}"
+    return None

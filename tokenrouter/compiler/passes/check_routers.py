@@ -83,55 +83,65 @@ def check_routers(program: Program) -> Program:
     diags: list[Diagnostic] = []
     routers: dict[str, dict[str, Any]] = {}
     for name, r in program.routers.items():
-        unit, decl = r["_decl"]
         r = dict(r)
-        span = decl.call.args[0].span if decl.call.args else decl.span
-        path = Path(r["path"])
-        if not path.is_file():
-            what = (
-                f"{shown(path)} is a directory, not a weights file"
-                if path.is_dir()
-                else f"weights not found at {shown(path)}{near_miss(path)}"
-            )
-            if program.weights_check:
-                diags.append(unit.src.error(span, f"router '{decl.name.name}': {what}; {WEIGHTS_HINT}"))
-            else:
-                diags.append(unit.src.warning(span, f"router '{decl.name.name}': {what}; shapes not checked"))
-            routers[name] = r
-            continue
-        try:
-            tensors, metadata = read_header(shown(path))
-            r["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except (OSError, HeaderError) as e:
-            diags.append(unit.src.error(span, f"router '{decl.name.name}': {e}"))
-            routers[name] = r
-            continue
-        widths = [input_width(i, program.models) for i in r["inputs"]]
-        d = sum(widths) if all(w is not None for w in widths) else None
-        if d is None:
-            missing = sorted({i["model"] for i, w in zip(r["inputs"], widths, strict=False) if w is None})
-            diags.append(
-                unit.src.warning(
-                    span,
-                    f"router '{decl.name.name}': config.json of {', '.join(missing)} not at hand; input width not checked",
-                )
-            )
-        file_kind = metadata.get("kind")
-        if file_kind is not None and file_kind != r["kind"]:
-            diags.append(
-                unit.src.error(
-                    decl.call.func.span,
-                    f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds {'an' if file_kind == 'mlp' else 'a'} {file_kind} router",
-                )
-            )
-        else:
-            problem = layout_problem(r["kind"], tensors, d)
-            if problem:
-                diags.append(
-                    unit.src.error(
-                        span,
-                        f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})",
-                    )
-                )
+        _check_router(program, r, diags)
         routers[name] = r
     return program.with_(diags, routers=routers)
+
+
+def _check_router(program: Program, r: dict[str, Any], diags: list[Diagnostic]) -> None:
+    """One router: its weights file is there (its digest recorded in `r`), of the declared kind, and its
+    layers fit the declared inputs."""
+    unit, decl = r["_decl"]
+    span = decl.call.args[0].span if decl.call.args else decl.span
+    path = Path(r["path"])
+    if not path.is_file():
+        what = (
+            f"{shown(path)} is a directory, not a weights file"
+            if path.is_dir()
+            else f"weights not found at {shown(path)}{near_miss(path)}"
+        )
+        if program.weights_check:
+            diags.append(unit.src.error(span, f"router '{decl.name.name}': {what}; {WEIGHTS_HINT}"))
+        else:
+            diags.append(unit.src.warning(span, f"router '{decl.name.name}': {what}; shapes not checked"))
+        return
+    try:
+        tensors, metadata = read_header(shown(path))
+        r["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, HeaderError) as e:
+        diags.append(unit.src.error(span, f"router '{decl.name.name}': {e}"))
+        return
+    d = _input_width(program, r, unit, decl, span, diags)
+    file_kind = metadata.get("kind")
+    if file_kind is not None and file_kind != r["kind"]:
+        diags.append(
+            unit.src.error(
+                decl.call.func.span,
+                f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds {'an' if file_kind == 'mlp' else 'a'} {file_kind} router",
+            )
+        )
+    elif problem := layout_problem(r["kind"], tensors, d):
+        diags.append(
+            unit.src.error(
+                span,
+                f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})",
+            )
+        )
+
+
+def _input_width(
+    program: Program, r: dict[str, Any], unit, decl, span, diags: list[Diagnostic]
+) -> int | None:
+    """The width of the router's inputs (None, with a warning, where a model's config.json is not at hand)."""
+    widths = [input_width(i, program.models) for i in r["inputs"]]
+    if all(w is not None for w in widths):
+        return sum(widths)
+    missing = sorted({i["model"] for i, w in zip(r["inputs"], widths, strict=False) if w is None})
+    diags.append(
+        unit.src.warning(
+            span,
+            f"router '{decl.name.name}': config.json of {', '.join(missing)} not at hand; input width not checked",
+        )
+    )
+    return None

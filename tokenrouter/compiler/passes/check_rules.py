@@ -27,22 +27,27 @@ def check_rules(program: Program) -> Program:
                 )
             elif r.cond is None:
                 unconditional = r
-            if r.target == model:
-                diags.append(
-                    root.src.error(
-                        r.rule.target.span,
-                        f"route to the model itself ('{model}'); a request that stays needs no rule",
-                    )
-                )
-            if r.for_k is not None and r.for_k < 1:
-                assert r.rule.for_k is not None
-                diags.append(root.src.error(r.rule.for_k.span, f"`for K` needs K ≥ 1, got {r.for_k}"))
-            elif r.for_k is not None and r.for_k > MAX_FOR_K:
-                assert r.rule.for_k is not None
-                diags.append(
-                    root.src.error(
-                        r.rule.for_k.span,
-                        f"`for K` needs K ≤ {MAX_FOR_K} (longer than any context), got {r.for_k}",
-                    )
-                )
+            _check_rule(root, model, r, diags)
     return program.with_(diags)
+
+
+def _check_rule(root, model: str, r, diags: list[Diagnostic]) -> None:
+    """A rule of `model`'s route: its target another model, its `for K` within [1, MAX_FOR_K]."""
+    if r.target == model:
+        diags.append(
+            root.src.error(
+                r.rule.target.span,
+                f"route to the model itself ('{model}'); a request that stays needs no rule",
+            )
+        )
+    if r.for_k is not None and r.for_k < 1:
+        assert r.rule.for_k is not None
+        diags.append(root.src.error(r.rule.for_k.span, f"`for K` needs K ≥ 1, got {r.for_k}"))
+    elif r.for_k is not None and r.for_k > MAX_FOR_K:
+        assert r.rule.for_k is not None
+        diags.append(
+            root.src.error(
+                r.rule.for_k.span,
+                f"`for K` needs K ≤ {MAX_FOR_K} (longer than any context), got {r.for_k}",
+            )
+        )

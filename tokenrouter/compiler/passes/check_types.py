@@ -124,22 +124,7 @@ def _routers(
                     )
                 )
                 continue
-            path = None
-            try:
-                value = evaluate(args[0], unit, get)
-                if isinstance(value, str) and value:
-                    path = resolve_source_path(value, unit.dir)[0]
-                else:
-                    diags.append(
-                        unit.src.error(
-                            args[0].span, f"the router's weights path is a str, got {type_of(value)}"
-                        )
-                    )
-            except ConstError as e:
-                if e.message:
-                    diags.append(unit.src.error(e.span, e.message))
-            except ValueError as e:  # a path no file can have
-                diags.append(unit.src.error(args[0].span, f"router '{name}': {e}"))
+            path = _router_path(unit, name, args[0], get, diags)
             if len(args) < 2:
                 diags.append(
                     unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")
@@ -163,6 +148,22 @@ def _routers(
     return out
 
 
+def _router_path(unit: Unit, name: str, arg: ast.Expr, get, diags: list[Diagnostic]) -> str | None:
+    """The router's weights path (a constant str, resolved from the policy's folder); None, reported, where it
+    is not one."""
+    try:
+        value = evaluate(arg, unit, get)
+        if isinstance(value, str) and value:
+            return resolve_source_path(value, unit.dir)[0]
+        diags.append(unit.src.error(arg.span, f"the router's weights path is a str, got {type_of(value)}"))
+    except ConstError as e:
+        if e.message:
+            diags.append(unit.src.error(e.span, e.message))
+    except ValueError as e:  # a path no file can have
+        diags.append(unit.src.error(arg.span, f"router '{name}': {e}"))
+    return None
+
+
 def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[Diagnostic]) -> dict | None:
     if not isinstance(arg, ast.Call):
         return None  # reported by resolve_names
@@ -181,32 +182,36 @@ def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[
     m = arg.args[0]
     if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
         shown = m.dotted if isinstance(m, ast.Name) else "this"
-        diags.append(
-            unit.src.error(
-                m.span, f"{usage}: '{shown}' is not a model of the policy{did_you_mean(shown, models)}"
-            )
-        )
+        hint = did_you_mean(shown, models)
+        diags.append(unit.src.error(m.span, f"{usage}: '{shown}' is not a model of the policy{hint}"))
         return None
     out: dict[str, Any] = {"kind": kind, "model": m.parts[0]}
     if kind == "embedding":
         tok = arg.args[1]
         if not (isinstance(tok, ast.Name) and tok.parts == ("token",)):
-            diags.append(
-                unit.src.error(tok.span, "embedding(MODEL, token): the second argument is the word `token`")
-            )
+            problem = "embedding(MODEL, token): the second argument is the word `token`"
+            diags.append(unit.src.error(tok.span, problem))
             return None
     elif kind != "hidden":
-        try:
-            k = evaluate(arg.args[1], unit, get)
-        except ConstError as e:
-            if e.message:
-                diags.append(unit.src.error(e.span, e.message))
-            return None
-        if type_of(k) != "int" or k < 1:
-            diags.append(unit.src.error(arg.args[1].span, f"{usage}: K is an int ≥ 1, got {k!r}"))
+        k = _top_k(unit, arg.args[1], usage, get, diags)
+        if k is None:
             return None
         out["k"] = k
     return out
+
+
+def _top_k(unit: Unit, arg: ast.Expr, usage: str, get, diags: list[Diagnostic]) -> int | None:
+    """A top-k input's K: a constant int ≥ 1 (None, reported, otherwise)."""
+    try:
+        k = evaluate(arg, unit, get)
+    except ConstError as e:
+        if e.message:
+            diags.append(unit.src.error(e.span, e.message))
+        return None
+    if type_of(k) != "int" or k < 1:
+        diags.append(unit.src.error(arg.span, f"{usage}: K is an int ≥ 1, got {k!r}"))
+        return None
+    return k
 
 
 class _Elaborator:
@@ -373,34 +378,12 @@ class _Elaborator:
         return TExpr(ARITH[op], t, (a, b))
 
     def call(self, e: ast.Call, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple) -> TExpr:
-        fname = e.func.dotted
-        if len(e.func.parts) == 1 and fname in BUILTINS:
-            lo, hi = BUILTINS[fname]
-            n = len(e.args)
-            if n < lo or (hi is not None and n > hi):
-                want = f"{lo}" if lo == hi else f"at least {lo}"
-                return self.err(
-                    unit, e.span, f"{fname}() takes {want} argument{'s' if lo != 1 else ''}, got {n}"
-                )
-            args = [self.expr(a, unit, env, model, stack) for a in e.args]
-            if any(a.type == "error" for a in args):
-                return ERR
-            if fname == "uniform":
-                return TExpr("uniform", "float")
-            for a, node in zip(args, e.args, strict=False):
-                if a.type not in NUM:
-                    return self.err(unit, node.span, f"{fname}() needs numbers, got {a.type}")
-            if fname in ("min", "max"):
-                out = args[0]
-                for a in args[1:]:
-                    t = "int" if out.type == a.type == "int" else "float"
-                    out = TExpr(fname, t, (out, a))
-                return out
-            t = args[0].type if fname == "abs" else "float"
-            return TExpr(fname, t, (args[0],))
+        if len(e.func.parts) == 1 and e.func.dotted in BUILTINS:
+            return self._builtin(e, unit, env, model, stack)
         ref = lookup(unit, e.func)
         if ref is None or ref.kind != "fn":
             return ERR  # reported by resolve_names
+        fname = e.func.dotted
         fn: ast.FnDecl = ref.decl
         key = ref.qualified
         if key in stack:
@@ -413,6 +396,50 @@ class _Elaborator:
                 e.span,
                 f"{fname}() takes {len(fn.args)} argument{'s' if len(fn.args) != 1 else ''}, got {len(e.args)}",
             )
+        bound = self._bind(e, fn, unit, env, model, stack)
+        if bound is None:
+            return ERR
+        too_big = self._inline_limit(e, key, unit)
+        if too_big is not None:
+            return too_big
+        n_before = len(self.diags)
+        body = self.expr(fn.body, ref.unit, bound, model, stack + (key,))
+        if body.type == "error" and len(self.diags) == n_before:
+            return ERR
+        return body
+
+    def _builtin(
+        self, e: ast.Call, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple
+    ) -> TExpr:
+        """A call of a builtin (min, max, abs, uniform, ...): its arity, and numbers for arguments."""
+        fname = e.func.dotted
+        lo, hi = BUILTINS[fname]
+        n = len(e.args)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"at least {lo}"
+            return self.err(unit, e.span, f"{fname}() takes {want} argument{'s' if lo != 1 else ''}, got {n}")
+        args = [self.expr(a, unit, env, model, stack) for a in e.args]
+        if any(a.type == "error" for a in args):
+            return ERR
+        if fname == "uniform":
+            return TExpr("uniform", "float")
+        for a, node in zip(args, e.args, strict=False):
+            if a.type not in NUM:
+                return self.err(unit, node.span, f"{fname}() needs numbers, got {a.type}")
+        if fname in ("min", "max"):
+            out = args[0]
+            for a in args[1:]:
+                t = "int" if out.type == a.type == "int" else "float"
+                out = TExpr(fname, t, (out, a))
+            return out
+        t = args[0].type if fname == "abs" else "float"
+        return TExpr(fname, t, (args[0],))
+
+    def _bind(
+        self, e: ast.Call, fn: ast.FnDecl, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple
+    ) -> dict[str, TExpr] | None:
+        """A fn's parameters bound to the call's typed arguments; None where an argument is in error or of the
+        wrong type (reported)."""
         bound: dict[str, TExpr] = {}
         ok = True
         for param, arg in zip(fn.args, e.args, strict=False):
@@ -421,11 +448,18 @@ class _Elaborator:
             if t.type == "error":
                 ok = False
             elif not (t.type == want or (want == "float" and t.type == "int")):
-                self.err(unit, arg.span, f"argument '{param.name.name}' of {fname}() is {want}, got {t.type}")
+                self.err(
+                    unit,
+                    arg.span,
+                    f"argument '{param.name.name}' of {e.func.dotted}() is {want}, got {t.type}",
+                )
                 ok = False
             bound[param.name.name] = t
-        if not ok:
-            return ERR
+        return bound if ok else None
+
+    def _inline_limit(self, e: ast.Call, key: str, unit: Unit) -> TExpr | None:
+        """ERR where inlining fn `key` here would pass the depth or size limit (reported); None where it fits."""
+        fname = e.func.dotted
         size = self.inlined.get(key, (0, 0))
         if size is None:  # too deep or too large by itself: reported in its body; skip the rest here
             self.over = True
@@ -445,8 +479,4 @@ class _Elaborator:
                 f"{fname}() expands to {ops} operations once its fn calls are inlined; with the rest of the "
                 f"expression that is more than {MAX_OPS} (does each fn call the next more than once?)",
             )
-        n_before = len(self.diags)
-        body = self.expr(fn.body, ref.unit, bound, model, stack + (key,))
-        if body.type == "error" and len(self.diags) == n_before:
-            return ERR
-        return body
+        return None

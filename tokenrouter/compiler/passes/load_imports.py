@@ -43,24 +43,10 @@ def _load(
     imports: dict[str, Unit] = {}
     import_decls: dict[str, ast.ImportDecl] = {}
     for decl in unit.decls(ast.ImportDecl):
-        target = _target(unit, decl, diags)
-        if target is None:
+        found = _imported(unit, decl, stack, loaded, diags)
+        if found is None:
             continue
-        key = str(target.resolve())
-        if key in stack:
-            chain = " → ".join(Path(k).name for k in stack[stack.index(key) :] + [key])
-            diags.append(unit.src.error(decl.span, f"import cycle: {chain}"))
-            continue
-        if len(stack) >= MAX_DEPTH:
-            diags.append(unit.src.error(decl.span, f"imports nested deeper than {MAX_DEPTH} files"))
-            continue
-        shown_as = shown(target)
-        if key not in loaded:
-            loaded[key] = _read(target, shown_as, diags)
-        module = loaded[key]
-        if isinstance(module, str):
-            diags.append(unit.src.error(decl.span, module))
-            continue
+        key, module, shown_as = found
         alias = decl.alias.name if decl.alias else _policy_name(module.module)
         if alias is None:
             diags.append(
@@ -80,6 +66,32 @@ def _load(
         import_decls[alias] = decl
     unit.imports = imports
     unit.import_decls = import_decls
+
+
+def _imported(
+    unit: Unit, decl: ast.ImportDecl, stack: list[str], loaded: dict[str, Unit | str], diags: list[Diagnostic]
+) -> tuple[str, Unit, str] | None:
+    """(resolved path, unit, path as shown) of the file `decl` imports, read once; None, reported, where it cannot be had (no
+    such file, a cycle, too deep, unreadable)."""
+    target = _target(unit, decl, diags)
+    if target is None:
+        return None
+    key = str(target.resolve())
+    if key in stack:
+        chain = " → ".join(Path(k).name for k in stack[stack.index(key) :] + [key])
+        diags.append(unit.src.error(decl.span, f"import cycle: {chain}"))
+        return None
+    if len(stack) >= MAX_DEPTH:
+        diags.append(unit.src.error(decl.span, f"imports nested deeper than {MAX_DEPTH} files"))
+        return None
+    shown_as = shown(target)
+    if key not in loaded:
+        loaded[key] = _read(target, shown_as, diags)
+    module = loaded[key]
+    if isinstance(module, str):
+        diags.append(unit.src.error(decl.span, module))
+        return None
+    return key, module, shown_as
 
 
 def _read(target: Path, shown_as: str, diags: list[Diagnostic]) -> Unit | str:

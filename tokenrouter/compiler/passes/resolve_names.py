@@ -69,20 +69,7 @@ def _declarations(unit: Unit) -> list[Diagnostic]:
 
 
 def _root_structure(root: Unit) -> list[Diagnostic]:
-    out: list[Diagnostic] = []
-    decls = root.module.decls
-    policies = root.decls(ast.PolicyDecl)
-    if not policies:
-        out.append(
-            root.src.error(
-                ast.Span(1, 1, 1, 2), "missing `policy NAME` declaration (the first line of every file)"
-            )
-        )
-    else:
-        if decls[0] is not policies[0]:
-            out.append(root.src.error(policies[0].span, "`policy` must be the first declaration of the file"))
-        for extra in policies[1:]:
-            out.append(root.src.error(extra.span, "a file has exactly one `policy` declaration"))
+    out = _policy_line(root)
     models = root.table(ast.ModelDecl)
     if not models:
         out.append(root.src.error(_end(root), "the policy declares no `model`"))
@@ -93,6 +80,32 @@ def _root_structure(root: Unit) -> list[Diagnostic]:
         out.append(root.src.error(extra.span, "a policy has exactly one `entry`"))
     for e in entries:
         out += _model_ref(root, e.model, models)
+    out += _route_blocks(root, models, len(out))
+    return out
+
+
+def _policy_line(root: Unit) -> list[Diagnostic]:
+    """One `policy NAME`, the file's first declaration."""
+    out: list[Diagnostic] = []
+    policies = root.decls(ast.PolicyDecl)
+    if not policies:
+        out.append(
+            root.src.error(
+                ast.Span(1, 1, 1, 2), "missing `policy NAME` declaration (the first line of every file)"
+            )
+        )
+        return out
+    if root.module.decls[0] is not policies[0]:
+        out.append(root.src.error(policies[0].span, "`policy` must be the first declaration of the file"))
+    for extra in policies[1:]:
+        out.append(root.src.error(extra.span, "a file has exactly one `policy` declaration"))
+    return out
+
+
+def _route_blocks(root: Unit, models, reported: int) -> list[Diagnostic]:
+    """One route block per model, for a model of the policy, each rule's target one too (`reported`: the
+    diagnostics so far, which decide whether a target's gets a did-you-mean hint)."""
+    out: list[Diagnostic] = []
     seen: dict[str, ast.RouteDecl] = {}
     for r in root.decls(ast.RouteDecl):
         out += _model_ref(root, r.model, models)
@@ -106,7 +119,7 @@ def _root_structure(root: Unit) -> list[Diagnostic]:
             )
         seen.setdefault(r.model.name, r)
         for rule in r.rules:
-            out += _model_ref(root, rule.target, models, hint=len(out) < MAX_HINTED)
+            out += _model_ref(root, rule.target, models, hint=reported + len(out) < MAX_HINTED)
     return out
 
 

@@ -18,7 +18,7 @@ from tokenrouter.runtime.route.routers import (
     load_router,
     model_hidden_size,
 )
-from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS, sample
+from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, SAMPLERS, sample, seed_to_int64
 
 _U64, _TWO63, _TWO64 = 2**64 - 1, 2**63, 2**64
 
@@ -108,10 +108,8 @@ class RouteBatchState:
             return (t.expand(rows) if t.dim() == 0 else t).contiguous()
 
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * rows
-        seeds = [int(x or 0) & (2**64 - 1) for x in seeds]
-        seeds = [x - 2**64 if x >= 2**63 else x for x in seeds]
         host = dict(
-            seed=torch.tensor(seeds, dtype=torch.int64),
+            seed=torch.tensor([seed_to_int64(int(x or 0)) for x in seeds], dtype=torch.int64),
             position=col(position, torch.int64),
             temperature=col(temperature, torch.float32),
             top_k=col(top_k, torch.int32),

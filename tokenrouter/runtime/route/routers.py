@@ -149,6 +149,19 @@ def check_router_tensors(
     extra = sorted(set(tensors) - known)
     if extra:
         raise fail(f"unexpected tensors {extra}")
+    _check_layers(names, tensors, fail)
+    d = tensors[names[0][0]].shape[1]
+    for extra_name in ("input_mean", "input_std"):
+        if extra_name in tensors and list(tensors[extra_name].shape) != [d]:
+            raise fail(f"{extra_name} must be [{d}], got {list(tensors[extra_name].shape)}")
+    if ("input_mean" in tensors) != ("input_std" in tensors):
+        raise fail("input_mean and input_std come together")
+    return _check_input_width(spec, d, hidden_size, fail)
+
+
+def _check_layers(names: list[tuple[str, str]], tensors: dict[str, torch.Tensor], fail) -> None:
+    """Each layer's weight [out, in] and bias [out], floating point, each taking the layer before's outputs,
+    the last giving one."""
     prev = None
     for w_name, b_name in names:
         if w_name not in tensors or b_name not in tensors:
@@ -165,12 +178,10 @@ def check_router_tensors(
         prev = w.shape[0]
     if prev != 1:
         raise fail(f"the last layer must have 1 output, got {prev}")
-    d = tensors[names[0][0]].shape[1]
-    for extra_name in ("input_mean", "input_std"):
-        if extra_name in tensors and list(tensors[extra_name].shape) != [d]:
-            raise fail(f"{extra_name} must be [{d}], got {list(tensors[extra_name].shape)}")
-    if ("input_mean" in tensors) != ("input_std" in tensors):
-        raise fail("input_mean and input_std come together")
+
+
+def _check_input_width(spec: RouterSpec, d: int, hidden_size: int | None, fail) -> int:
+    """The first layer's D inputs are the router's inputs at `hidden_size` (None: the one D implies, returned)."""
     if hidden_size is None:
         rest = d - spec.fixed_width
         n = spec.hidden_inputs
