@@ -53,6 +53,7 @@ def test_tables_put_the_deployments_side_by_side(pb):
         ("llm-only", "shared"): report(100.0, 30.0),
         ("TokenRouter", "chat"): report(150.0, 40.0, {1: 40.0, 2: 44.0, 3: 50.0}),
         ("llm-only", "chat"): report(75.0, 80.0, {1: 80.0, 2: 90.0, 3: 100.0}),
+        ("TokenRouter, B llm 8", "chat"): report(120.0, 30.0, {1: 30.0, 2: 30.0, 3: 60.0}),
         ("TokenRouter", "paper"): report(99.0, 10.0),
         ("TokenRouter, no cache", "paper"): report(
             100.0, 10.0, hits={"slm": {"enabled": False, "hit_rate": 0}}
@@ -64,8 +65,10 @@ def test_tables_put_the_deployments_side_by_side(pb):
         "| std-serving | 200.0 | 25.0 | 50.0 | 1.50x |" in text
         and "| llm-only | 100.0 | 30.0 | 60.0 | 3.00x | - |" in text
     )
-    assert "| TokenRouter | 150.0 | 1.00x | 40.0 | 44.0 | 50.0 | 1.25 |" in text
-    assert "| llm-only | 75.0 | 2.00x | 80.0 | 90.0 | 100.0 | 1.25 |" in text
+    # chat rows: each deployment against llm-only
+    assert "| TokenRouter | 150.0 | 2.00x | 40.0 | 44.0 | 50.0 | 1.25 |" in text
+    assert "| TokenRouter, B llm 8 | 120.0 | 1.60x | 30.0 | 30.0 | 60.0 | 2.00 |" in text
+    assert "| llm-only | 75.0 | 1.00x | 80.0 | 90.0 | 100.0 | 1.25 |" in text
     assert "| TokenRouter | 99.0 | 10.0 | 0.99x |" in text and "slm off" in text
 
 
