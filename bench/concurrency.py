@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", action="append", default=[], metavar="MODEL=B[,MODEL=B]",
                     help="a TokenRouter configuration to serve (repeatable; none: the plan's thresholds)")  # fmt: skip
     ap.add_argument("--no-llm-only", action="store_true")
+    ap.add_argument("--no-tr", action="store_true", help="without --batch/--auto: serve llm-only alone")
     ap.add_argument("--auto", action="store_true",
                     help="also TokenRouter with batch: auto tuned per N by profile -> tune -> serve")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="requests per N = ROUNDS x N")
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     plan = make_plan(args, work)
     configs = [] if args.no_llm_only else [("llm-only", ["--mode", "llm-only"])]
-    for b in args.batch or ([] if args.auto else [""]):
+    for b in args.batch or ([] if args.auto or args.no_tr else [""]):
         flags = [f for kv in b.split(",") if kv for f in ("--batch", kv)]
         configs.append((f"tokenrouter {b}".strip(), flags))
     rows = []
