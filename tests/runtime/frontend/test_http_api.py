@@ -402,11 +402,16 @@ def test_metrics_name_the_plan_and_a_profile_of_another_routing_is_refused(serve
     other = tmp_path / "other.tr"
     other.write_text(open(policy).read().replace("uniform() < 0.3", "uniform() < 0.5"))
 
-    def profile(plan) -> subprocess.CompletedProcess:
+    def profile(plan, key: str | None = KEY) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "TOKENROUTER_API_KEY"}
+        if key is not None:  # the server's JSON stats (/v1/stats) need its key, as every API endpoint does
+            env["TOKENROUTER_API_KEY"] = key
         return subprocess.run([sys.executable, "-m", "tokenrouter.cli", "profile", str(plan), "--from-metrics",
                                server.url, "--min-steps", "1", "-o", str(tmp_path / "p.json")],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+                              capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
 
+    keyless = profile(policy, key=None)
+    assert keyless.returncode == 1 and "HTTP 401 (set TOKENROUTER_API_KEY to the server's key)" in keyless.stderr
     ok = profile(policy)
     assert ok.returncode == 0, ok.stderr
     refused = profile(other)
