@@ -154,18 +154,25 @@ def _is_int(v: Any) -> bool:
     return type_of(v) == "int"
 
 
-def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
+def _set_gpus(spec: dict[str, Any], key: str, v: Any) -> str | None:
+    """`gpu: N` or `gpus: [N, …]` into spec["gpus"]; what is wrong with the value, or None."""
     if key == "gpu":
         if not _is_int(v) or v < 0:
             return f"expected a GPU index (int ≥ 0), got {v!r}"
         spec["gpus"] = [v]
-    elif key == "gpus":
-        if not isinstance(v, list) or not v or not all(_is_int(g) and g >= 0 for g in v):
-            return f"expected a non-empty list of GPU indices, got {v!r}"
-        if len(set(v)) != len(v):
-            return "a GPU is listed twice"
-        spec["gpus"] = list(v)
-    elif key == "batch":
+        return None
+    if not isinstance(v, list) or not v or not all(_is_int(g) and g >= 0 for g in v):
+        return f"expected a non-empty list of GPU indices, got {v!r}"
+    if len(set(v)) != len(v):
+        return "a GPU is listed twice"
+    spec["gpus"] = list(v)
+    return None
+
+
+def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
+    if key in ("gpu", "gpus"):
+        return _set_gpus(spec, key, v)
+    if key == "batch":
         if v == "auto":
             spec["batch"] = "auto"
         elif not _is_int(v) or v < 1:
@@ -183,9 +190,8 @@ def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
     else:
         choices = {"dtype": DTYPES, "engine": ENGINES, "load": LOADS}[key]
         if v not in choices or not isinstance(v, str):
-            return (
-                f"expected one of {', '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, got {v!r}"
-            )
+            listed = ", ".join(repr(c).replace(chr(39), chr(34)) for c in choices)
+            return f"expected one of {listed}, got {v!r}"
         spec[key] = v
     return None
 
