@@ -275,10 +275,9 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
     results in the last race's order (the finalists best first, from their final runs; then the others, the
     last dropped first), then the candidates that did not reach it, by their T."""
     t0 = time.perf_counter()
-    n, m = inputs.concurrency, inputs.n_models
-    free = [i for i in range(m) if i not in fixed]
-    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed.values()))
-    seen, levels = _zoom_in(inputs, fixed, n_feasible, len(free), delta_ms, seed)
+    n, n_free = inputs.concurrency, inputs.n_models - len(fixed)
+    n_feasible = count_feasible(n_free, n - sum(v - 1 for v in fixed.values()))
+    seen, levels = _zoom_in(inputs, fixed, n_feasible, n_free, delta_ms, seed)
     final_pool = _within_reach(list(seen.values()))
     finalists, dropped = race(inputs, final_pool, delta_ms, seed + levels)
     finalists = _rerun_finalists(inputs, finalists, delta_ms, seed)

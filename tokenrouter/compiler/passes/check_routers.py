@@ -132,12 +132,8 @@ def _check_router(program: Program, r: dict[str, Any], diags: list[Diagnostic]) 
     if file_kind is not None and file_kind != r["kind"]:
         diags.append(_kind_mismatch(unit, decl, r["kind"], path, file_kind))
     elif problem := layout_problem(r["kind"], tensors, d):
-        diags.append(
-            unit.src.error(
-                span,
-                f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})",
-            )
-        )
+        what = f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})"
+        diags.append(unit.src.error(span, what))
 
 
 def _kind_mismatch(unit, decl, kind: str, path: Path, file_kind: str) -> Diagnostic:
