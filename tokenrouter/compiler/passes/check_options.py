@@ -109,18 +109,8 @@ def _model_options(
     seen: dict[str, ast.Option] = {}
     for opt in decl.options or ():
         key = opt.key.name
-        if key not in MODEL_OPTIONS:
-            diags.append(
-                root.src.error(
-                    opt.key.span,
-                    f"unknown model option '{key}'{did_you_mean(key, MODEL_OPTIONS)}; options are {', '.join(MODEL_OPTIONS)}",
-                )
-            )
-            continue
-        if key in seen or (key in ("gpu", "gpus") and ({"gpu", "gpus"} & set(seen))):
-            diags.append(
-                root.src.error(opt.key.span, f"option '{key}' given twice (gpu and gpus are one option)")
-            )
+        if problem := _option_key_problem(key, seen):
+            diags.append(root.src.error(opt.key.span, problem))
             continue
         seen[key] = opt
         value = _const(root, opt.value, get, diags)
@@ -129,6 +119,15 @@ def _model_options(
         problem = _set_model_option(spec, key, value)
         if problem:
             diags.append(root.src.error(opt.value.span, f"option '{key}': {problem}"))
+
+
+def _option_key_problem(key: str, seen: dict[str, ast.Option]) -> str | None:
+    """What is wrong with a model option's name: unknown, or given before (`seen`)."""
+    if key not in MODEL_OPTIONS:
+        return f"unknown model option '{key}'{did_you_mean(key, MODEL_OPTIONS)}; options are {', '.join(MODEL_OPTIONS)}"
+    if key in seen or (key in ("gpu", "gpus") and ({"gpu", "gpus"} & set(seen))):
+        return f"option '{key}' given twice (gpu and gpus are one option)"
+    return None
 
 
 def _model_folder_problem(written: str, resolved: str, exists: bool, source: str | None) -> str | None:

@@ -31,17 +31,7 @@ def check_types(program: Program) -> Program:
     routers = _routers(program, diags, unavailable)
     elab = _Elaborator(program, routers, diags, unavailable)
     for unit, fn in _fns_callees_first(program):
-        env = {
-            a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
-            for a in fn.args
-        }
-        for a in fn.args:
-            if a.type.name not in ("int", "float", "bool", "str"):
-                diags.append(
-                    unit.src.error(
-                        a.type.span, f"unknown type '{a.type.name}'; expected int, float, bool or str"
-                    )
-                )
+        env = _fn_env(unit, fn, diags)
         key = unit.prefix + fn.name.name
         elab.top(fn.body, unit, env, None, (key,))
         if unit.table(ast.FnDecl).get(fn.name.name) is fn:
@@ -56,6 +46,18 @@ def check_types(program: Program) -> Program:
         done.add(model)
         routes[model] = tuple(_rule(elab, root, model, r, diags) for r in block.rules)
     return program.with_(diags, routers=routers, routes=routes)
+
+
+def _fn_env(unit: Unit, fn: ast.FnDecl, diags: list[Diagnostic]) -> dict[str, TExpr]:
+    """A fn's arguments as its body sees them; an unknown argument type is an error."""
+    for a in fn.args:
+        if a.type.name not in ("int", "float", "bool", "str"):
+            problem = f"unknown type '{a.type.name}'; expected int, float, bool or str"
+            diags.append(unit.src.error(a.type.span, problem))
+    return {
+        a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
+        for a in fn.args
+    }
 
 
 def _fns_callees_first(program: Program) -> list[tuple[Unit, ast.FnDecl]]:
