@@ -66,6 +66,8 @@ def tune(
     if n_feasible > exhaustive_limit or not chain_fits(inputs, fixed_idx, delta_ms):
         sampled = tune_sampled(inputs, fixed_idx, delta_ms)  # too many chains, or too large: sample them
         return dataclasses.replace(sampled, seconds=time.perf_counter() - t0)
+    if error := too_many_states(inputs, max_states):
+        raise TuneError(error)
     return _tune_exhaustive(inputs, fixed_idx, n_feasible, delta_ms, max_states, t0)
 
 
@@ -78,8 +80,6 @@ def _tune_exhaustive(
     t0: float,
 ) -> TuneResult:
     """`tune` by the chain of every feasible candidate (`t0`: when the tuning began)."""
-    if error := too_many_states(inputs, max_states):
-        raise TuneError(error)
     pool = candidates(inputs.n_models, inputs.concurrency, fixed_idx)
     results, failed = _evaluate(inputs, pool, delta_ms, max_states)
     if not results:
