@@ -9,6 +9,8 @@ The router and quality commands are declared in `cli_training.py`, the throughpu
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from tokenrouter import cli_throughput, cli_training
@@ -41,6 +43,16 @@ def _root(
     """Token-level LLM routing: check, compile and serve .tr policies."""
 
 
+def _no_weights_check_option() -> Any:
+    """`--no-weights-check`, as `check` and `compile` take it."""
+    return typer.Option(
+        False,
+        "--no-weights-check",
+        help="For a machine without the weights: a model folder or router file that is not here is a warning, "
+        "not an error (`serve` needs them).",
+    )
+
+
 # --- language commands ---
 
 
@@ -49,12 +61,7 @@ def check(
     files: list[str] = typer.Argument(..., help="Policy files (.tr)."),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
     max_errors: int = typer.Option(50, min=1, help="Show at most this many diagnostics per file."),
-    no_weights_check: bool = typer.Option(
-        False,
-        "--no-weights-check",
-        help="For a machine without the weights: a model folder or router file that is not here is a warning, "
-        "not an error (`serve` needs them).",
-    ),
+    no_weights_check: bool = _no_weights_check_option(),
 ) -> None:
     """Check policies: report every error (and warning) in each file. Exit 1 when any has errors."""
     from tokenrouter.compiler.commands import check_file
@@ -79,12 +86,7 @@ def compile_(
         None, "-o", "--output", help="Plan file to write (default: FILE.plan beside FILE)."
     ),
     define: list[str] = typer.Option(None, "-D", "--define", help="Override a param: NAME=VALUE."),
-    no_weights_check: bool = typer.Option(
-        False,
-        "--no-weights-check",
-        help="For a machine without the weights: a model folder or router file that is not here is a warning, "
-        "not an error (`serve` needs them).",
-    ),
+    no_weights_check: bool = _no_weights_check_option(),
 ) -> None:
     """Compile a policy to a plan (JSON: the route IR and settings, no code)."""
     from pathlib import Path

@@ -340,19 +340,18 @@ def _router(v: _V, where: str, r: Any, models: dict) -> None:
         isinstance(r["inputs"], list) and bool(r["inputs"]), f"{where}.inputs", "expected a non-empty list"
     )
     for i, inp in enumerate(r["inputs"]):
-        w = f"{where}.inputs[{i}]"
-        kind = inp.get("kind") if isinstance(inp, dict) else None
-        v.check(kind in ROUTER_INPUT_KINDS, f"{w}.kind", f"expected one of {', '.join(ROUTER_INPUT_KINDS)}")
-        if kind in ("topk_logits", "topk_logprobs"):
-            v.obj(inp, w, ("kind", "model", "k"))
-            v.check(_int(inp["k"]) and inp["k"] >= 1, f"{w}.k", "expected an int ≥ 1")
-        else:
-            v.obj(inp, w, ("kind", "model"))
-        v.check(
-            inp["model"] == r["model"],
-            f"{w}.model",
-            f"expected {r['model']!r} (all inputs read the router's model)",
-        )
+        _router_input(v, f"{where}.inputs[{i}]", inp, r["model"])
+
+
+def _router_input(v: _V, w: str, inp: Any, model: Any) -> None:
+    kind = inp.get("kind") if isinstance(inp, dict) else None
+    v.check(kind in ROUTER_INPUT_KINDS, f"{w}.kind", f"expected one of {', '.join(ROUTER_INPUT_KINDS)}")
+    if kind in ("topk_logits", "topk_logprobs"):
+        v.obj(inp, w, ("kind", "model", "k"))
+        v.check(_int(inp["k"]) and inp["k"] >= 1, f"{w}.k", "expected an int ≥ 1")
+    else:
+        v.obj(inp, w, ("kind", "model"))
+    v.check(inp["model"] == model, f"{w}.model", f"expected {model!r} (all inputs read the router's model)")
 
 
 def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dict) -> None:
@@ -383,12 +382,7 @@ def _route(v: _V, where: str, model: str, route: Any, models: dict, routers: dic
 def _leaf(v: _V, w: str, n: dict, op: str, t: Any, model: str, routers: dict, seen: dict) -> None:
     """A leaf node (const, feature, router, uniform); what it reads is added to `seen`."""
     if op == "const":
-        v.obj(n, w, ("op", "value", "type"))
-        val = n["value"]
-        good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
-        v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
-        problem = route_constant_problem(val)
-        v.check(problem is None, f"{w}.value", str(problem))
+        _const_leaf(v, w, n, t)
     elif op == "feature":
         v.obj(n, w, ("op", "name", "type"))
         v.check(_one_of(n["name"], FEATURES), f"{w}.name", f"{_r(n['name'])} is not a feature")
@@ -408,6 +402,15 @@ def _leaf(v: _V, w: str, n: dict, op: str, t: Any, model: str, routers: dict, se
         v.obj(n, w, ("op", "type"))
         v.check(t == "float", f"{w}.type", "uniform is float")
         seen["uniform"] = True
+
+
+def _const_leaf(v: _V, w: str, n: dict, t: Any) -> None:
+    v.obj(n, w, ("op", "value", "type"))
+    val = n["value"]
+    good = {"bool": isinstance(val, bool), "int": _int(val), "float": _num(val)}[t]
+    v.check(good, f"{w}.value", f"expected a {t}" + (" (int64)" if t == "int" else ""))
+    problem = route_constant_problem(val)
+    v.check(problem is None, f"{w}.value", str(problem))
 
 
 def _op_node(v: _V, w: str, i: int, n: dict, op: Any, t: Any, types: list[str]) -> None:

@@ -34,6 +34,11 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise HeaderError(f"{p}: not a safetensors file (__metadata__ is not an object of strings)")
+    return _tensors(p, header), metadata
+
+
+def _tensors(p: Path, header: dict) -> dict[str, dict[str, Any]]:
+    """The header's tensor entries: name -> {"dtype", "shape"}, each checked."""
     tensors: dict[str, dict[str, Any]] = {}
     for name, info in header.items():
         shape = info.get("shape") if isinstance(info, dict) else None
@@ -44,7 +49,7 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         ):
             raise HeaderError(f"{p}: not a safetensors file (bad entry for '{name}')")
         tensors[name] = {"dtype": info.get("dtype"), "shape": shape}
-    return tensors, metadata
+    return tensors
 
 
 def _dim(x: Any) -> bool:

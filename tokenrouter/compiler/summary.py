@@ -93,14 +93,7 @@ def _tuning_lines(t: dict[str, Any]) -> list[str]:
     r = t.get("result") if isinstance(t.get("result"), dict) else {}
     best, n = _per_model(r.get("best")), t.get("concurrency", "?")
     if r.get("method") == "open-loop simulation":
-        lines = [
-            f"N = {n}, for latency at {_num(r.get('request_rate_per_s'), 'g')} requests/s of "
-            f"{r.get('request_tokens', '?')} tokens (open-loop simulation): B* {best}, {r.get('objective', '?')} "
-            f"{_num(r.get('score_ms'), '.1f')} ms, {_num(r.get('throughput_tok_s'), '.1f')} tok/s simulated"
-        ]
-        for key, what in (("hop_ms", "hop delay into each model"), ("gap_ms", "host time per step")):
-            if r.get(key):
-                lines.append(f"{what}: {_per_model(r[key], ' ms')}")
+        lines = _open_loop_lines(r, best, n)
     else:
         lines = [
             f"N = {n}, by the chain ({r.get('method', '?')} search, δ {_num(t.get('delta_ms'), 'g')} ms): B* {best}, "
@@ -113,6 +106,19 @@ def _tuning_lines(t: dict[str, Any]) -> list[str]:
     if steps:
         lines.append("step latencies from: " + ", ".join(f"{m} {src}" for m, src in steps.items()))
     lines += [f"warning: {w}" for w in t.get("warnings") or [] if isinstance(w, str)]
+    return lines
+
+
+def _open_loop_lines(r: dict, best: str, n: Any) -> list[str]:
+    """`tune --request-rate`'s choice: the load, the objective and the delays it added."""
+    lines = [
+        f"N = {n}, for latency at {_num(r.get('request_rate_per_s'), 'g')} requests/s of "
+        f"{r.get('request_tokens', '?')} tokens (open-loop simulation): B* {best}, {r.get('objective', '?')} "
+        f"{_num(r.get('score_ms'), '.1f')} ms, {_num(r.get('throughput_tok_s'), '.1f')} tok/s simulated"
+    ]
+    for key, what in (("hop_ms", "hop delay into each model"), ("gap_ms", "host time per step")):
+        if r.get(key):
+            lines.append(f"{what}: {_per_model(r[key], ' ms')}")
     return lines
 
 

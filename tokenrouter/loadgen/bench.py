@@ -137,17 +137,23 @@ async def _read_stream(resp: httpx.Response, result: RequestResult) -> float | N
         if "error" in chunk:
             result.error = str(chunk["error"])
             return first
-        for choice in chunk.get("choices") or []:
-            # the first chunk that carries tokens (its text may be empty: a token that is not
-            # yet decodable text, as with the random-weight models' small tokenizers)
-            if first is None and choice.get("finish_reason") is None and "text" in choice:
-                first = time.perf_counter()
-            result.text += choice.get("text") or ""
-            _merge_routing(result, choice.get("routing"))
-        usage = chunk.get("usage")
-        if usage:
-            result.output_tokens = int(usage.get("completion_tokens") or 0)
-            result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        first = _read_chunk(chunk, result, first)
+    return first
+
+
+def _read_chunk(chunk: dict, result: RequestResult, first: float | None) -> float | None:
+    """One streamed chunk into `result`; the time the first token arrived (now, if this chunk brings it)."""
+    for choice in chunk.get("choices") or []:
+        # the first chunk that carries tokens (its text may be empty: a token that is not
+        # yet decodable text, as with the random-weight models' small tokenizers)
+        if first is None and choice.get("finish_reason") is None and "text" in choice:
+            first = time.perf_counter()
+        result.text += choice.get("text") or ""
+        _merge_routing(result, choice.get("routing"))
+    usage = chunk.get("usage")
+    if usage:
+        result.output_tokens = int(usage.get("completion_tokens") or 0)
+        result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
     return first
 
 

@@ -26,16 +26,11 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
     concurrency may be in flight: the part of `wall_s` that a steady-state model does not describe.
     `queued_ms` (an open loop's) is the wait of a request that arrived at the concurrency cap."""
     ok = [r for r in results if r.ok]
-    per_model: dict[str, int] = {}
-    for r in ok:
-        for name, n in r.tokens_per_model.items():
-            per_model[name] = per_model.get(name, 0) + n
+    per_model = _tokens_per_model(ok)
     return {
         "url": spec.url,
         "model": model,
-        # a closed loop's rate (inf) is written null: JSON has no infinity
-        "spec": asdict(spec)
-        | {"api_key": None, "request_rate": None if spec.closed_loop else spec.request_rate},
+        "spec": _spec_record(spec),
         "load": spec.describe(),
         "requests": len(results),
         "completed": len(ok),
@@ -52,6 +47,20 @@ def summarize(spec: LoadSpec, model: str, results: list[RequestResult], wall_s: 
         **_by_turn(ok),
         "per_request": [_record(r) for r in results],
     }
+
+
+def _spec_record(spec: LoadSpec) -> dict:
+    """The load's settings as the report records them: no API key; a closed loop's rate (inf) written null
+    (JSON has no infinity)."""
+    return asdict(spec) | {"api_key": None, "request_rate": None if spec.closed_loop else spec.request_rate}
+
+
+def _tokens_per_model(ok: list[RequestResult]) -> dict[str, int]:
+    per_model: dict[str, int] = {}
+    for r in ok:
+        for name, n in r.tokens_per_model.items():
+            per_model[name] = per_model.get(name, 0) + n
+    return per_model
 
 
 def _throughput(ok: list[RequestResult], wall_s: float) -> dict:

@@ -91,27 +91,31 @@ def read_conversations(path: str | Path, default_len: int) -> list[Conversation]
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not a JSON object: {exc.msg}") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("turns"), list) or not obj["turns"]:
-            raise ValueError(f'{where}: each line must be a JSON object with a non-empty list "turns"')
-        users = [_message(u, where, "each turn") for u in obj["turns"]]
-        system = _message(obj.get("system", ""), where, '"system"', empty_ok=True)
-        kinds = {type(u) for u in users} | ({type(system)} if system else set())
-        if len(kinds) > 1:
-            raise ValueError(f"{where}: mixes text and token ids; use one kind in a conversation")
-        if not system:
-            system = type(users[0])()  # "" or []
-        length = obj.get("output_len", default_len)
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise ValueError(f'{where}: "output_len" must be an int >= 1, got {length!r}')
-        out.append(Conversation(system, users, length))
+        out.append(_conversation(line, f"{path}:{number}", default_len))
     if not out:
         raise ValueError(f"prompts file has no conversations: {path}")
     return out
+
+
+def _conversation(line: str, where: str, default_len: int) -> Conversation:
+    """One line of a conversations file; a ValueError naming `where` (FILE:LINE) if it is not one."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not a JSON object: {exc.msg}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("turns"), list) or not obj["turns"]:
+        raise ValueError(f'{where}: each line must be a JSON object with a non-empty list "turns"')
+    users = [_message(u, where, "each turn") for u in obj["turns"]]
+    system = _message(obj.get("system", ""), where, '"system"', empty_ok=True)
+    kinds = {type(u) for u in users} | ({type(system)} if system else set())
+    if len(kinds) > 1:
+        raise ValueError(f"{where}: mixes text and token ids; use one kind in a conversation")
+    if not system:
+        system = type(users[0])()  # "" or []
+    length = obj.get("output_len", default_len)
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f'{where}: "output_len" must be an int >= 1, got {length!r}')
+    return Conversation(system, users, length)
 
 
 def next_prompt(prompt, answer_ids: list[int] | None, answer_text: str, user):

@@ -58,14 +58,7 @@ class Endpoints:
     def parse(cls, text: str) -> Endpoints:
         """The endpoints given on a command line: `to_dict()` as JSON, or the path of a file holding it.
         Raises ValueError with a message for users."""
-        source = "--endpoints"
-        if not text.lstrip().startswith("{"):
-            try:
-                text, source = open(text, encoding="utf-8").read(), text  # noqa: SIM115
-            except OSError as e:
-                raise ValueError(
-                    f"--endpoints: neither JSON nor a readable file: {text} ({e.strerror})"
-                ) from None
+        text, source = _endpoints_text(text)
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
@@ -198,3 +191,13 @@ __all__ = [
     "secure_context",
     "tcp_url",
 ]
+
+
+def _endpoints_text(text: str) -> tuple[str, str]:
+    """(the endpoints JSON, where it came from): `text` itself, or the file it names."""
+    if text.lstrip().startswith("{"):
+        return text, "--endpoints"
+    try:
+        return open(text, encoding="utf-8").read(), text  # noqa: SIM115
+    except OSError as e:
+        raise ValueError(f"--endpoints: neither JSON nor a readable file: {text} ({e.strerror})") from None

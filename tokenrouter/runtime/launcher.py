@@ -227,19 +227,10 @@ class Launcher:
         import multiprocessing as mp
 
         from tokenrouter.runtime.frontend.process import run_frontend_process
-        from tokenrouter.runtime.subserver.process import run_subserver_process
 
         spawn = mp.get_context("spawn")
         eps = self.endpoints.to_dict()
-        board = busy_board(plan, self.run_dir, self.setup)
-        target = run_subserver_process
-        if self.setup.lockstep:
-            from tokenrouter.runtime.baselines.lockstep import run_lockstep_process as target
-        for name in local_models(plan, self.cfg, self.setup.lockstep):
-            args = subserver_args(self.cfg, self.setup, name, plan_path, eps, board)
-            self.procs[name] = spawn.Process(
-                target=child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
-            )
+        self._add_subservers(spawn, plan, plan_path, eps)
         fargs = frontend_args(self.cfg, plan, eps, self.run_dir)
         self.procs["frontend"] = spawn.Process(
             target=child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
@@ -249,6 +240,20 @@ class Launcher:
             p.start()
             if name != "frontend":
                 say(starting_line(name, p.pid))
+
+    def _add_subservers(self, spawn, plan: dict, plan_path: str, eps: dict) -> None:
+        """A process (not started yet) for each local subserver, or the lockstep process."""
+        from tokenrouter.runtime.subserver.process import run_subserver_process
+
+        board = busy_board(plan, self.run_dir, self.setup)
+        target = run_subserver_process
+        if self.setup.lockstep:
+            from tokenrouter.runtime.baselines.lockstep import run_lockstep_process as target
+        for name in local_models(plan, self.cfg, self.setup.lockstep):
+            args = subserver_args(self.cfg, self.setup, name, plan_path, eps, board)
+            self.procs[name] = spawn.Process(
+                target=child_main, args=(target, args, self._child_env(name)), name=f"tokenrouter-{name}"
+            )
 
     def _child_env(self, model: str) -> dict[str, str]:
         return child_env(self.cfg, model)

@@ -108,13 +108,8 @@ def _share_gpu(
     needs: dict[str, ModelNeed], concurrency: int, gpu: int, total: int, headroom: float
 ) -> dict[str, Share]:
     usable = total * headroom
-
-    def share(name: str, n: ModelNeed, mem: float, given: bool) -> Share:
-        kv = max(int(mem * usable) - n.weight_bytes, 0)
-        return Share(name, gpu, mem, given, total, n.weight_bytes, kv, kv // n.kv_bytes_per_token,
-                     concurrency, n.max_len)  # fmt: skip
-
-    out = {name: share(name, n, n.mem, True) for name, n in needs.items() if n.mem is not None}
+    where = (gpu, total, usable, concurrency)
+    out = {name: _share(name, n, n.mem, True, where) for name, n in needs.items() if n.mem is not None}
     auto = {name: n for name, n in needs.items() if n.mem is None}
     if not auto:
         return out
@@ -129,8 +124,16 @@ def _share_gpu(
         raise MemoryFitError(_misfit(auto, gpu, total, headroom, given, room, weights, least))
     for name, n in auto.items():
         kv = kv_room * need[name] / total_need
-        out[name] = share(name, n, (n.weight_bytes + kv) / usable, False)
+        out[name] = _share(name, n, (n.weight_bytes + kv) / usable, False, where)
     return out
+
+
+def _share(name: str, n: ModelNeed, mem: float, given: bool, where: tuple[int, int, float, int]) -> Share:
+    """Model `name`'s share `mem` of a GPU; `where`: (the GPU, its bytes, the bytes usable, the concurrency)."""
+    gpu, total, usable, concurrency = where
+    kv = max(int(mem * usable) - n.weight_bytes, 0)
+    return Share(name, gpu, mem, given, total, n.weight_bytes, kv, kv // n.kv_bytes_per_token,
+                 concurrency, n.max_len)  # fmt: skip
 
 
 def _misfit(auto, gpu, total, headroom, given, room, weights, least) -> str:

@@ -77,10 +77,8 @@ class MpsDaemon:
             log.warning("could not stop the MPS daemon: %s", e)
 
 
-def start_for_launch(run_dir: Path, plan: dict, local: list[str], cfg) -> MpsDaemon | None:
-    """The daemon `serve` starts before the `local` subservers (None: none runs) under `cfg` (a ServeConfig):
-    its `--mps`, `--mps-sm`, `--mps-low` and `--device`. A LaunchError where MPS was asked for and cannot
-    run; a warning where GPU-sharing subservers run without it."""
+def _check_mps_models(plan: dict, cfg) -> None:
+    """`--mps-sm` and `--mps-low` name models of the plan (a LaunchError otherwise)."""
     from tokenrouter.runtime.launch_checks import LaunchError
 
     for flag, names in (("--mps-sm", cfg.mps_sm), ("--mps-low", cfg.mps_low)):
@@ -89,6 +87,15 @@ def start_for_launch(run_dir: Path, plan: dict, local: list[str], cfg) -> MpsDae
             raise LaunchError(
                 f"{flag} {unknown[0]}: no such model in the plan (models: {', '.join(plan['models'])})"
             )
+
+
+def start_for_launch(run_dir: Path, plan: dict, local: list[str], cfg) -> MpsDaemon | None:
+    """The daemon `serve` starts before the `local` subservers (None: none runs) under `cfg` (a ServeConfig):
+    its `--mps`, `--mps-sm`, `--mps-low` and `--device`. A LaunchError where MPS was asked for and cannot
+    run; a warning where GPU-sharing subservers run without it."""
+    from tokenrouter.runtime.launch_checks import LaunchError
+
+    _check_mps_models(plan, cfg)
     shared = shared_gpus(plan, local) if cfg.device != "cpu" else []
     needed = bool(cfg.mps_sm or cfg.mps_low)  # the flags that only MPS carries out
     if cfg.mps == "off" or (cfg.mps == "auto" and not shared and not needed):

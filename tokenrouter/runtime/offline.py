@@ -241,20 +241,29 @@ def generate_from_plan(
         raise ValueError("give exactly one of a text prompt or prompt token ids")
     plan = plan_from_path(path, defines)
     entry_dir = plan["models"][plan["entry"]]["path"]
-    tokenizer = None
-    if prompt is not None:
-        from tokenrouter.runtime.engine.generate import load_tokenizer
-
-        tokenizer = load_tokenizer(entry_dir)
-        prompt_ids = tokenizer.encode(prompt).ids
-        if not prompt_ids:
-            raise ValueError("the prompt is empty after tokenization")
+    tokenizer, prompt_ids = (None, prompt_ids) if prompt is None else _tokenized(entry_dir, prompt)
     ex = load_offline(plan, device)
     _check_ids(ex, prompt_ids)
     (res,) = ex.generate([prompt_ids], sampling)
     if res.error:
         raise ValueError(res.error)
     text, pieces = _decoded(tokenizer, entry_dir, res.token_ids)
+    return _generated(plan, prompt_ids, res, text, pieces)
+
+
+def _tokenized(entry_dir: str, prompt: str) -> tuple[object, list[int]]:
+    """The entry model's tokenizer and the prompt's token ids (a ValueError if there are none)."""
+    from tokenrouter.runtime.engine.generate import load_tokenizer
+
+    tokenizer = load_tokenizer(entry_dir)
+    prompt_ids = tokenizer.encode(prompt).ids
+    if not prompt_ids:
+        raise ValueError("the prompt is empty after tokenization")
+    return tokenizer, prompt_ids
+
+
+def _generated(plan: dict, prompt_ids: list[int], res, text: str, pieces: list[str]) -> dict:
+    """`generate_from_plan`'s JSON-able answer."""
     per_model = {name: res.models.count(name) for name in plan["models"]}
     return {
         "policy": plan["policy"]["name"],

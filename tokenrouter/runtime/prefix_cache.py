@@ -217,9 +217,8 @@ class PrefixCachingEngine(EmbeddedEngine):
         blocks = self.cache.match(tokens, len(tokens) - 1)
         self.cache.ref(blocks)  # before making room: nothing may evict them now
         if blocks and self.req_to_token_pool.available_size() == 0 and not self._make_room(0, 1, keep):
-            self.cache.unref(
-                blocks
-            )  # no request row to attach to now; the engine finds one for a full prefill
+            # no request row to attach to now; the engine finds one for a full prefill
+            self.cache.unref(blocks)
             blocks = []
         n = len(blocks) * self.cache.block_size
         self.matched_tokens += n
@@ -228,14 +227,19 @@ class PrefixCachingEngine(EmbeddedEngine):
             return row
         if old is not None:
             self.reprefills += 1  # the rest of its history is computed again
+        self._attach(row.rid, tokens[:n], blocks)
+        return StepInput(row.rid, tokens[n:])
+
+    def _attach(self, rid: str, prefix: list[int], blocks: list) -> None:
+        """Give request `rid` a request row holding the cached `blocks` of its `prefix`."""
+        n = len(prefix)
         slots = [s for block in blocks for s in block.slots]
         idx = self.req_to_token_pool.alloc()
         self.req_to_token_pool.write(idx, 0, torch.tensor(slots, dtype=torch.int64, device=self.device))
-        self.reqs[row.rid] = Req(row.rid, tokens[:n], kv_len=n, req_pool_idx=idx, slots=slots)
-        self.lru[row.rid] = None
-        self.held_blocks[row.rid] = blocks
-        self.unshared.discard(row.rid)
-        return StepInput(row.rid, tokens[n:])
+        self.reqs[rid] = Req(rid, prefix, kv_len=n, req_pool_idx=idx, slots=slots)
+        self.lru[rid] = None
+        self.held_blocks[rid] = blocks
+        self.unshared.discard(rid)
 
     def _publish(self, rows: list[StepInput]) -> None:
         """Hand the cache each full block the step completed (see `BlockPrefixCache.publish`)."""

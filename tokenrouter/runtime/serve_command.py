@@ -16,6 +16,17 @@ from tokenrouter.runtime.ipc import Endpoints
 from tokenrouter.runtime.launcher import LaunchError, ServeConfig, load_plan
 
 
+def _check_plan_and_timeouts(plan: str, fields: dict) -> None:
+    if not os.path.isfile(plan):
+        raise ValueError(f"no such plan: {plan}")
+    for flag, key in (
+        ("--startup-timeout", "startup_timeout_s"),
+        ("--heartbeat-timeout", "heartbeat_timeout_s"),
+    ):
+        if not (math.isfinite(fields[key]) and fields[key] > 0):
+            raise ValueError(f"{flag} must be a finite number of seconds > 0, got {fields[key]}")
+
+
 def serve_config(
     plan: str,
     *,
@@ -28,14 +39,7 @@ def serve_config(
 ) -> ServeConfig:
     """`serve`'s ServeConfig: `fields` by ServeConfig's names, the repeated options as the command line gave
     them (NAME=VALUE)."""
-    if not os.path.isfile(plan):
-        raise ValueError(f"no such plan: {plan}")
-    for flag, key in (
-        ("--startup-timeout", "startup_timeout_s"),
-        ("--heartbeat-timeout", "heartbeat_timeout_s"),
-    ):
-        if not (math.isfinite(fields[key]) and fields[key] > 0):
-            raise ValueError(f"{flag} must be a finite number of seconds > 0, got {fields[key]}")
+    _check_plan_and_timeouts(plan, fields)
     remotes = name_values(remote, "--remote", "MODEL=HOST:PORT", lambda v: bool(v.strip()))
     sm_caps = name_values(mps_sm, "--mps-sm", "MODEL=PERCENT", lambda v: v.strip().isdigit())
     thresholds = name_values(batch, "--batch", "MODEL=B", lambda v: v.strip().isdigit())

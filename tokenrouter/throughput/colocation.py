@@ -57,23 +57,18 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
         raise ColocationError(
             "no two models of the plan share a GPU (models.*.gpus): there is nothing to fit"
         )
-    busy = _busy(base, "first"), _busy(other, "second")
-    terms: dict[str, dict] = {}
-    too_close: list[str] = []
-    for model, co in groups.items():
-        if not co:
-            continue
-        term = _fit_term(model, co, base, other, busy)
-        if isinstance(term, str):
-            too_close.append(term)  # no term: the two profiles cannot tell how its step depends on them
-        else:
-            terms[model] = term
+    terms, too_close = _fit_terms(groups, base, other)
     if not terms:
         raise ColocationError(
             f"the models beside each model were about as busy in both profiles ({'; '.join(too_close)}), so "
             "they cannot tell how a step depends on them; serve the second at a higher threshold of the large "
             "model (`serve --batch MODEL=3`)"
         )
+    return _with_terms(base, other, terms, too_close)
+
+
+def _with_terms(base: Profile, other: Profile, terms: dict[str, dict], too_close: list[str]) -> Profile:
+    """`base` with the fitted terms and both profiles' routing pooled."""
     counts, routing = _pooled_routing(base, other)
     sources = [base.workload.get("source", ""), other.workload.get("source", "")]
     return dataclasses.replace(
@@ -91,28 +86,34 @@ def fit(plan: dict, base: Profile, other: Profile) -> Profile:
     )
 
 
+def _fit_terms(
+    groups: dict[str, list[str]], base: Profile, other: Profile
+) -> tuple[dict[str, dict], list[str]]:
+    """Each model's term where the profiles tell it apart, and the lines of the models where they do not."""
+    busy = _busy(base, "first"), _busy(other, "second")
+    terms: dict[str, dict] = {}
+    too_close: list[str] = []
+    for model, co in groups.items():
+        if not co:
+            continue
+        term = _fit_term(model, co, base, other, busy)
+        if isinstance(term, str):
+            too_close.append(term)  # no term: the two profiles cannot tell how its step depends on them
+        else:
+            terms[model] = term
+    return terms, too_close
+
+
 def _fit_term(model: str, co: list[str], base: Profile, other: Profile, busy) -> dict | str:
     """The model's term: its step change between the profiles (weighted by the steps behind each batch size
     both measured) over the change of its co-runners' busy share; where the shares are too close, the line
     that says so."""
-    if model not in base.step_ms or model not in other.step_ms:
-        raise ColocationError(f"model {model!r} has no step latencies in both profiles")
-    la, lb = dict(base.step_ms[model].points), dict(other.step_ms[model].points)
-    common = sorted(set(la) & set(lb))
-    if not common:
-        raise ColocationError(
-            f"model {model!r}: no batch size ran often enough in both profiles (first: {sorted(la)}, "
-            f"second: {sorted(lb)}); put more load on the servers"
-        )
+    la, lb, common = _common_steps(model, base, other)
     share_a = sum(busy[0].get(j, 0.0) for j in co)
     share_b = sum(busy[1].get(j, 0.0) for j in co)
     if abs(share_b - share_a) < MIN_SHARE_GAP:
         return f"{model} ({'+'.join(co)} busy {share_a:.2f} and {share_b:.2f})"
-    steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
-    weight = {
-        b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1)) for b in common
-    }
-    change = sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
+    change = _step_change(model, base, other, la, lb, common)
     slope = change / (share_b - share_a)
     return {
         "co_runners": co,
@@ -126,6 +127,29 @@ def _fit_term(model: str, co: list[str], base: Profile, other: Profile, busy) ->
             "thresholds": [base.workload.get("thresholds"), other.workload.get("thresholds")],
         },
     }
+
+
+def _step_change(model: str, base: Profile, other: Profile, la: dict, lb: dict, common: list[int]) -> float:
+    """The model's step change from `base` to `other`, weighted by the steps behind each batch size."""
+    steps_a, steps_b = base.workload.get("steps") or {}, other.workload.get("steps") or {}
+    weight = {
+        b: min(steps_a.get(model, {}).get(str(b), 1), steps_b.get(model, {}).get(str(b), 1)) for b in common
+    }
+    return sum(weight[b] * (lb[b] - la[b]) for b in common) / sum(weight.values())
+
+
+def _common_steps(model: str, base: Profile, other: Profile) -> tuple[dict, dict, list[int]]:
+    """The model's step latency by batch size in each profile, and the batch sizes both measured."""
+    if model not in base.step_ms or model not in other.step_ms:
+        raise ColocationError(f"model {model!r} has no step latencies in both profiles")
+    la, lb = dict(base.step_ms[model].points), dict(other.step_ms[model].points)
+    common = sorted(set(la) & set(lb))
+    if not common:
+        raise ColocationError(
+            f"model {model!r}: no batch size ran often enough in both profiles (first: {sorted(la)}, "
+            f"second: {sorted(lb)}); put more load on the servers"
+        )
+    return la, lb, common
 
 
 def _pooled_routing(base: Profile, other: Profile) -> tuple[dict, dict]:

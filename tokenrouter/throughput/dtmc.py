@@ -203,16 +203,14 @@ def _build_reference(
     inputs: SystemInputs, bvec: tuple[int, ...], ticks, lone, outcomes: _Outcomes, max_states
 ):
     """`build_chain`'s plain loop: breadth-first from the start state, one state at a time."""
-    m, n_req = inputs.n_models, inputs.concurrency
+    m = inputs.n_models
     tps = inputs.tokens_per_step()
-    k0 = [0] * m
-    k0[inputs.entry] = n_req
-    s0 = _start(inputs, bvec, ticks, lone, k0, [0] * m, [0] * m)
+    s0 = _initial_state(inputs, bvec, ticks, lone)
     index = {s0: 0}
     states = [s0]
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
+    # the transition matrix's entries: (rows, cols, values)
+    entries: tuple[list[int], list[int], list[float]] = ([], [], [])
+    rows, cols, vals = entries
     reward: list[float] = []
     tau: list[int] = []
     done_rows: list[tuple[int, ...]] = []
@@ -227,6 +225,21 @@ def _build_reference(
             rows.append(q)
             cols.append(_number(ns, index, states, max_states))
             vals.append(prob)
+    return _as_arrays(states, entries, reward, tau, done_rows)
+
+
+def _initial_state(inputs: SystemInputs, bvec: tuple[int, ...], ticks, lone) -> tuple[int, ...]:
+    """The start state: every request at the entry model, nothing batched."""
+    m = inputs.n_models
+    k0 = [0] * m
+    k0[inputs.entry] = inputs.concurrency
+    return _start(inputs, bvec, ticks, lone, k0, [0] * m, [0] * m)
+
+
+def _as_arrays(states: list, entries: tuple[list, list, list], reward: list, tau: list, done_rows: list):
+    """The chain built by `_build_reference` as arrays: states, the sparse transition matrix (from its
+    (rows, cols, values) entries), rewards, epoch lengths and which models finished in each state."""
+    rows, cols, vals = entries
     n = len(states)
     mat = sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(n, n))
     return (

@@ -378,11 +378,7 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: 
     counts: dict[str, dict[str, Any]] = {}  # model -> steps alone and beside by batch size (and the ratio)
     for x in models:
         every = alone.get(x, {})
-        rest = {}  # every step less the alone ones
-        for bs, (n, sec) in steps.get(x, {}).items():
-            an, asec = every.get(bs, (0.0, 0.0))
-            if n - an >= min_steps and sec - asec > 0:
-                rest[bs] = (n - an, sec - asec)
+        rest = _less_alone(steps.get(x, {}), every, min_steps)
         if not rest:
             continue
         beside = StepLatency(tuple((bs, 1000.0 * sec / n) for bs, (n, sec) in sorted(rest.items())))
@@ -391,13 +387,28 @@ def _by_state(models: list[str], steps: dict, alone: dict, min_steps: int, fit: 
             continue
         alone_ms[x], lone, scaled, pooled = found
         beside_ms[x] = beside
-        counts[x] = {
-            "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
-            "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
-            **({"alone_scaled_by": scaled} if scaled is not None else {}),
-            **({"alone_pooled": pooled} if pooled else {}),
-        }
+        counts[x] = _state_counts(lone, rest, scaled, pooled)
     return alone_ms, beside_ms, counts
+
+
+def _less_alone(steps: dict, every: dict, min_steps: int) -> dict:
+    """Per batch size, (steps, seconds) of every step less the alone ones, where `min_steps` or more remain."""
+    rest = {}
+    for bs, (n, sec) in steps.items():
+        an, asec = every.get(bs, (0.0, 0.0))
+        if n - an >= min_steps and sec - asec > 0:
+            rest[bs] = (n - an, sec - asec)
+    return rest
+
+
+def _state_counts(lone: dict, rest: dict, scaled, pooled) -> dict[str, Any]:
+    """The steps alone and beside by batch size behind a model's latencies (and how the alone ones were fitted)."""
+    return {
+        "alone": {str(bs): int(round(n)) for bs, (n, _) in sorted(lone.items())},
+        "beside": {str(bs): int(round(n)) for bs, (n, _) in sorted(rest.items())},
+        **({"alone_scaled_by": scaled} if scaled is not None else {}),
+        **({"alone_pooled": pooled} if pooled else {}),
+    }
 
 
 def _alone_latency(every: dict, beside: StepLatency, min_steps: int, fit: bool):

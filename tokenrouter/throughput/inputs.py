@@ -143,6 +143,21 @@ class SystemInputs:
 
     def __post_init__(self) -> None:
         m = len(self.models)
+        self._check_sizes()
+        self._check_matrices()
+        self.colocation = self._per_model(self.colocation, "co-location terms")
+        self.alone = self._per_model(self.alone, "latencies alone")
+        self.prefill = tuple(self.prefill)
+        if self.prefill and len(self.prefill) != m:
+            raise ValueError(f"expected {m} prefill costs (None where a model has none)")
+        if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
+            raise ValueError(
+                "give a model's contention either as a co-location term or as a latency alone, not both"
+            )
+
+    def _check_sizes(self) -> None:
+        """The models (distinct, one latency each), the concurrency and the entry model."""
+        m = len(self.models)
         if m < 1:
             raise ValueError("the system needs at least one model")
         if len(set(self.models)) != m:
@@ -159,16 +174,6 @@ class SystemInputs:
             )
         if not (isinstance(self.entry, int) and 0 <= self.entry < m):
             raise ValueError(f"entry must be a model index in 0..{m - 1}, got {self.entry!r}")
-        self._check_matrices()
-        self.colocation = self._per_model(self.colocation, "co-location terms")
-        self.alone = self._per_model(self.alone, "latencies alone")
-        self.prefill = tuple(self.prefill)
-        if self.prefill and len(self.prefill) != m:
-            raise ValueError(f"expected {m} prefill costs (None where a model has none)")
-        if any(t is not None for t in self.colocation) and any(a is not None for a in self.alone):
-            raise ValueError(
-                "give a model's contention either as a co-location term or as a latency alone, not both"
-            )
 
     def _check_matrices(self) -> None:
         """p and c as M x M float arrays, finite; p's rows probabilities summing to 1 (renormalized), c >= 0."""

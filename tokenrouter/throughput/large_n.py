@@ -275,15 +275,12 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
     results in the last race's order (the finalists best first, from their final runs; then the others, the
     last dropped first), then the candidates that did not reach it, by their T."""
     t0 = time.perf_counter()
-    n, m = inputs.concurrency, inputs.n_models
-    free = [i for i in range(m) if i not in fixed]
-    n_feasible = count_feasible(len(free), n - sum(v - 1 for v in fixed.values()))
-    seen, levels = _zoom_in(inputs, fixed, n_feasible, len(free), delta_ms, seed)
+    n, n_free = inputs.concurrency, inputs.n_models - len(fixed)
+    n_feasible = count_feasible(n_free, n - sum(v - 1 for v in fixed.values()))
+    seen, levels = _zoom_in(inputs, fixed, n_feasible, n_free, delta_ms, seed)
     final_pool = _within_reach(list(seen.values()))
     finalists, dropped = race(inputs, final_pool, delta_ms, seed + levels)
-    if any(t is not None for t in inputs.colocation) or any(c is not None for c in inputs.prefill):
-        finalists = sorted((sampled_analyze(inputs, r.thresholds, delta_ms, seed) for r in finalists),
-                           key=lambda r: -r.throughput)  # fmt: skip
+    finalists = _rerun_finalists(inputs, finalists, delta_ms, seed)
     ranked = finalists + dropped  # the last race's, in its order
     raced = set(final_pool)
     rest = sorted((r for b, r in seen.items() if b not in raced), key=lambda r: -r.throughput)
@@ -296,17 +293,30 @@ def tune_sampled(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float
         n_feasible=n_feasible,
         results=ranked + rest,
         seconds=time.perf_counter() - t0,
-        sampling={
-            "levels": levels,
-            "final_race": len(final_pool),
-            "warmup_epochs": WARMUP_EPOCHS,
-            "round_epochs": ROUND_EPOCHS,
-            "final_epochs": FINAL_EPOCHS,
-            "finalists": len(finalists),
-            "z": Z,
-            "seed": seed,
-        },
+        sampling=_sampling_record(levels, len(final_pool), len(finalists), seed),
     )
+
+
+def _rerun_finalists(inputs: SystemInputs, finalists: list, delta_ms: float, seed: int) -> list:
+    """With co-location terms or prefill costs: the finalists analyzed again with them, best first."""
+    if any(t is not None for t in inputs.colocation) or any(c is not None for c in inputs.prefill):
+        finalists = sorted((sampled_analyze(inputs, r.thresholds, delta_ms, seed) for r in finalists),
+                           key=lambda r: -r.throughput)  # fmt: skip
+    return finalists
+
+
+def _sampling_record(levels: int, final_race: int, finalists: int, seed: int) -> dict:
+    """How the sampled search ran, as a `TuneResult` records it."""
+    return {
+        "levels": levels,
+        "final_race": final_race,
+        "warmup_epochs": WARMUP_EPOCHS,
+        "round_epochs": ROUND_EPOCHS,
+        "final_epochs": FINAL_EPOCHS,
+        "finalists": finalists,
+        "z": Z,
+        "seed": seed,
+    }
 
 
 def _zoom_in(

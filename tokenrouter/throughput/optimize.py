@@ -68,13 +68,26 @@ def tune(
         return dataclasses.replace(sampled, seconds=time.perf_counter() - t0)
     if error := too_many_states(inputs, max_states):
         raise TuneError(error)
-    results, failed = _evaluate(inputs, candidates(m, n, fixed_idx), delta_ms, max_states)
+    return _tune_exhaustive(inputs, fixed_idx, n_feasible, delta_ms, max_states, t0)
+
+
+def _tune_exhaustive(
+    inputs: SystemInputs,
+    fixed_idx: dict[int, int],
+    n_feasible: int,
+    delta_ms: float,
+    max_states: int,
+    t0: float,
+) -> TuneResult:
+    """`tune` by the chain of every feasible candidate (`t0`: when the tuning began)."""
+    pool = candidates(inputs.n_models, inputs.concurrency, fixed_idx)
+    results, failed = _evaluate(inputs, pool, delta_ms, max_states)
     if not results:
         first = next(iter(failed.values()), "no feasible thresholds")
         raise TuneError(f"no candidate thresholds could be evaluated: {first}")
     return TuneResult(
         models=inputs.models,
-        concurrency=n,
+        concurrency=inputs.concurrency,
         delta_ms=delta_ms,
         fixed={inputs.models[i]: v for i, v in sorted(fixed_idx.items())},
         method="exhaustive",

@@ -192,12 +192,7 @@ def _routing(models, p: dict, profile: Profile | None, implied, sources: dict[st
         if m in p:
             row, src = _given_row(m, p[m], implied), "--p"
         elif profile is not None and m in profile.routing:
-            row, src = profile.routing[m], "profile"
-            for t in row:
-                if t not in models:
-                    raise ThroughputInputError(
-                        f"the profile routes {m} to unknown model '{t}' (models: {', '.join(models)})"
-                    )
+            row, src = _profile_row(m, profile, models), "profile"
         elif m in implied.rows:
             row, src = implied.rows[m], "policy"
         else:
@@ -213,6 +208,17 @@ def _routing(models, p: dict, profile: Profile | None, implied, sources: dict[st
             + ": give them with --p FROM:TO=PROB or --profile FILE"
         )
     return pm
+
+
+def _profile_row(m: str, profile: Profile, models) -> dict[str, float]:
+    """The profile's routing row of model m, whose targets must be models of the plan."""
+    row = profile.routing[m]
+    for t in row:
+        if t not in models:
+            raise ThroughputInputError(
+                f"the profile routes {m} to unknown model '{t}' (models: {', '.join(models)})"
+            )
+    return row
 
 
 def _given_row(m: str, given: dict[str, float], implied) -> dict[str, float]:
@@ -335,15 +341,19 @@ def concentration_warnings(system: PlanSystem, thresholds: Sequence[int]) -> lis
         h = req["hops_in"].get(m, 0) / n
         missing, alike = n - int(req["visited"][m]), n * math.exp(-h)
         if missing >= 3 and missing > 2.0 * alike + 2.0:
-            out.append(
-                f"B_{m} = {b}: {missing} of the profile's {n} requests never reached {m}, where {n} requests alike, "
-                f"with its {h:.1f} hops per request, would leave about {alike:.1f}: routing concentrates in a few "
-                f"requests, which the chain does not model (it assumes alike requests), so the profile's share is "
-                f"a noisy sample and a hop into {m} may wait up to max_delay_ms for requests that visited {m} before "
-                f"and seldom come back; serve the plan at these thresholds against `--mode eager` (or B_{m} = 1) "
-                f"before keeping them, or replay a benchmark's requests with `tokenrouter simulate --requests`"
-            )
+            out.append(_concentration_line(m, b, n, h, missing, alike))
     return out
+
+
+def _concentration_line(m: str, b: int, n: int, h: float, missing: int, alike: float) -> str:
+    return (
+        f"B_{m} = {b}: {missing} of the profile's {n} requests never reached {m}, where {n} requests alike, "
+        f"with its {h:.1f} hops per request, would leave about {alike:.1f}: routing concentrates in a few "
+        f"requests, which the chain does not model (it assumes alike requests), so the profile's share is "
+        f"a noisy sample and a hop into {m} may wait up to max_delay_ms for requests that visited {m} before "
+        f"and seldom come back; serve the plan at these thresholds against `--mode eager` (or B_{m} = 1) "
+        f"before keeping them, or replay a benchmark's requests with `tokenrouter simulate --requests`"
+    )
 
 
 def _colocation_terms(
@@ -433,17 +443,25 @@ def with_prefill(
         if cost is None:
             costs.append(None)
             continue
-        per_token = cost["ms_per_token"]
-        if request_tokens is not None:
-            if cost.get("ms_per_request") is not None:
-                per_token = cost["ms_per_request"] / request_tokens
-            elif warnings is not None:
-                warnings.append(
-                    f"the profile's prefill cost of {m} stays per token of the profile's own load, not scaled to "
-                    f"{request_tokens} tokens per request: the profile does not count the requests that ended"
-                )
-        costs.append(PrefillCost(per_token, cost.get("ms_per_visit")))
+        costs.append(
+            PrefillCost(_prefill_per_token(m, cost, request_tokens, warnings), cost.get("ms_per_visit"))
+        )
     return dataclasses.replace(inputs, prefill=tuple(costs)) if any(costs) else inputs
+
+
+def _prefill_per_token(m: str, cost: dict, request_tokens: int | None, warnings: list | None) -> float:
+    """A prefill cost per committed token: per request over `request_tokens` where both are known, else the
+    profile's own (with a line in `warnings` where `request_tokens` could not be used)."""
+    per_token = cost["ms_per_token"]
+    if request_tokens is not None:
+        if cost.get("ms_per_request") is not None:
+            per_token = cost["ms_per_request"] / request_tokens
+        elif warnings is not None:
+            warnings.append(
+                f"the profile's prefill cost of {m} stays per token of the profile's own load, not scaled to "
+                f"{request_tokens} tokens per request: the profile does not count the requests that ended"
+            )
+    return per_token
 
 
 def by_state(inputs: SystemInputs, profile: Profile, groups: Mapping[str, Sequence[str]]) -> SystemInputs:

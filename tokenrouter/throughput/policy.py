@@ -84,15 +84,8 @@ def _value(nodes: list[dict], idx: int, memo: dict[int, Any]) -> Any:
         raise _Unknown(f"{op} {n.get('name')}")
     elif op in _ARITH or op in _FOLD:
         out = _arith(op, args)
-    elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
-        (a1, b1), (a2, b2) = args
-        a, b = a1 - a2, b1 - b2  # compare a·u + b with 0
-        out = ("bool", _compare(op, a, b))
-    elif op in ("and", "or"):
-        x, y = args[0][1], args[1][1]
-        out = ("bool", _inter(x, y) if op == "and" else _norm(x + y))
-    elif op == "not":
-        out = ("bool", _compl(args[0][1]))
+    elif op in _LOGIC:
+        out = ("bool", _logic(op, args))
     else:
         raise _Unknown(f"operation {op}")
     memo[idx] = out
@@ -100,6 +93,19 @@ def _value(nodes: list[dict], idx: int, memo: dict[int, Any]) -> Any:
 
 
 _ARITH = ("add", "sub", "neg", "mul", "div", "min", "max")
+_LOGIC = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not")
+
+
+def _logic(op: str, args: list) -> list[Interval]:
+    """The intervals of u where a comparison of affine values, or a boolean operation, holds."""
+    if op in ("and", "or"):
+        x, y = args[0][1], args[1][1]
+        return _inter(x, y) if op == "and" else _norm(x + y)
+    if op == "not":
+        return _compl(args[0][1])
+    (a1, b1), (a2, b2) = args
+    a, b = a1 - a2, b1 - b2  # compare a·u + b with 0
+    return _compare(op, a, b)
 
 
 def _arith(op: str, args: list) -> tuple[float, float]:
@@ -161,6 +167,17 @@ def policy_routing(plan: dict) -> PolicyRouting:
             unknown[m] = why
         else:
             rows[m] = row
+    routing = PolicyRouting(models, rows, keep, unknown)
+    _add_for_hops(plan, for_hops, plain_into, routing)
+    return routing
+
+
+def _add_for_hops(
+    plan: dict, for_hops: dict[str, list[tuple[str, int]]], plain_into: set[str], routing: PolicyRouting
+) -> None:
+    """The rows of the models entered by `for K` hops, in place: from the one model that hands them its
+    requests for K tokens; unknown where that is not the whole story."""
+    rows, keep, unknown = routing.rows, routing.keep, routing.unknown
     for j, hops in for_hops.items():
         for i, _ in hops:  # a `for K` run's tokens are committed, the last one too as it returns
             keep[j].setdefault(i, 1.0)
@@ -171,7 +188,6 @@ def policy_routing(plan: dict) -> PolicyRouting:
             continue
         (i, k) = hops[0]
         rows[j] = {i: 1.0 / k} | ({j: 1.0 - 1.0 / k} if k > 1 else {})
-    return PolicyRouting(models, rows, keep, unknown)
 
 
 def _rules_row(model: str, route: dict):
@@ -184,14 +200,8 @@ def _rules_row(model: str, route: dict):
     why = None
     for rule in route["rules"]:
         tgt = rule["target"]
-        try:
-            region = (
-                remaining if rule["cond"] is None else _inter(_value(nodes, rule["cond"], memo)[1], remaining)
-            )
-            prob = _measure(region)
-        except _Unknown as exc:
-            why = why or f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')}) depends on {exc}"
-            prob, region = math.nan, []
+        prob, region, unknown = _rule_region(rule, nodes, memo, remaining)
+        why = why or unknown
         kept.setdefault(tgt, []).append((prob, not rule["drop"]))
         if not math.isnan(prob):
             row[tgt] = row.get(tgt, 0.0) + prob
@@ -200,6 +210,22 @@ def _rules_row(model: str, route: dict):
         return None, kept, why
     row[model] = _measure(remaining)
     return {k: v for k, v in row.items() if v > 0}, kept, None
+
+
+def _rule_region(rule: dict, nodes: list[dict], memo: dict, remaining: list[Interval]):
+    """(probability, region of u) where the rule fires among the draws `remaining`; (nan, [], why) where that
+    depends on more than u."""
+    try:
+        region = (
+            remaining if rule["cond"] is None else _inter(_value(nodes, rule["cond"], memo)[1], remaining)
+        )
+        return _measure(region), region, None
+    except _Unknown as exc:
+        return (
+            math.nan,
+            [],
+            f"rule '{rule.get('source', '?')}' (line {rule.get('line', '?')}) depends on {exc}",
+        )
 
 
 def _kept_shares(kept: dict[str, list[tuple[float, bool]]]) -> dict[str, float]:

@@ -82,6 +82,10 @@ class RateSettings:
             )
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose from {', '.join(OBJECTIVES)}")
+        self._check_run()
+
+    def _check_run(self) -> None:
+        """The delay cap, the simulated times and the counts of seeds, candidates kept and jobs."""
         if self.max_delay_ms is not None and not (
             math.isfinite(self.max_delay_ms) and self.max_delay_ms >= 0
         ):

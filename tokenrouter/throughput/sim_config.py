@@ -77,6 +77,10 @@ class SimConfig:
             raise ValueError("horizon_ms must be > 0")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+        self._check_requests()
+
+    def _check_requests(self) -> None:
+        """The request length, think-time spread and timeout."""
         if self.request_tokens is not None and (
             not isinstance(self.request_tokens, int) or self.request_tokens < 1
         ):

@@ -78,11 +78,18 @@ def apply_tuning(
     n = system.inputs.concurrency
     out["serve"]["concurrency"] = n
     out["checks"]["feasibility"] = feasibility(out["models"], n)
+    out["tuning"] = _tuning_record(system, result, top, [*system.warnings, *warnings], gap_ms)
+    return out
+
+
+def _tuning_record(
+    system: PlanSystem, result: TuneResult, top: int, warnings: list[str], gap_ms: Sequence[float] | None
+) -> dict:
+    """The plan's `tuning` section: the inputs, where they came from, the warnings and the result."""
     inp = system.inputs
-    warnings = [*system.warnings, *warnings]
-    out["tuning"] = {
+    return {
         "auto": list(system.auto),
-        "concurrency": n,
+        "concurrency": inp.concurrency,
         **({"delta_ms": result.delta_ms} if result.delta_ms is not None else {}),
         **_recorded_inputs(inp),
         **({"gap_ms": dict(zip(inp.models, gap_ms, strict=True))} if gap_ms is not None else {}),
@@ -90,7 +97,6 @@ def apply_tuning(
         **({"warnings": warnings} if warnings else {}),
         "result": result.as_dict(top=top),
     }
-    return out
 
 
 def _recorded_inputs(inp: SystemInputs) -> dict[str, Any]:
@@ -116,13 +122,10 @@ def _recorded_terms(inp: SystemInputs) -> dict[str, Any]:
     models, out = inp.models, {}
     if inp.alone:
         out["alone"] = {
-            m: {
-                "co_runners": [models[j] for j in a.co_runners],
-                "step_ms": [[b, ms] for b, ms in a.step.points],
-            }
+            m: {"co_runners": [models[j] for j in a.co_runners], "step_ms": [[b, ms] for b, ms in a.step.points]}
             for m, a in zip(models, inp.alone, strict=True)
             if a is not None
-        }
+        }  # fmt: skip
     if inp.colocation:
         out["colocation"] = {
             m: {"co_runners": [models[j] for j in t.co_runners], "ms_per_share": t.ms_per_share,

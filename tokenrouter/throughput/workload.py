@@ -31,29 +31,28 @@ def request_routing(inputs: SystemInputs, per_request: list[dict]) -> list[np.nd
             f"per-request routing needs a two-model plan (this one has {inputs.n_models}: "
             f"{', '.join(inputs.models)}); a request's record does not say which model each hop went to"
         )
+    out = [_request_p(inputs, k, r) for k, r in enumerate(per_request) if r.get("ok")]
+    if not out:
+        raise WorkloadError("no completed request to take routings from")
+    return out
+
+
+def _request_p(inputs: SystemInputs, k: int, r: dict) -> np.ndarray:
+    """The routing matrix of request k (a two-model plan): the entry's row from its tokens and hops."""
     entry = inputs.entry
     other = 1 - entry
     e, o = inputs.models[entry], inputs.models[other]
     keep = float(inputs.c[entry, other])
-    out = []
-    for k, r in enumerate(per_request):
-        if not r.get("ok"):
-            continue
-        tokens = r.get("tokens_per_model") or {}
-        unknown = set(tokens) - {e, o}
-        if unknown:
-            raise WorkloadError(
-                f"request {k}: tokens by {', '.join(sorted(unknown))}, not a model of the plan"
-            )
-        hops_out = -(-int(r.get("hops", 0)) // 2)
-        decisions = tokens.get(e, 0) - keep * hops_out + hops_out
-        p_out = min(1.0, hops_out / decisions) if decisions > 0 else 0.0
-        p = np.array(inputs.p, dtype=float)
-        p[entry, entry], p[entry, other] = 1.0 - p_out, p_out
-        out.append(p)
-    if not out:
-        raise WorkloadError("no completed request to take routings from")
-    return out
+    tokens = r.get("tokens_per_model") or {}
+    unknown = set(tokens) - {e, o}
+    if unknown:
+        raise WorkloadError(f"request {k}: tokens by {', '.join(sorted(unknown))}, not a model of the plan")
+    hops_out = -(-int(r.get("hops", 0)) // 2)
+    decisions = tokens.get(e, 0) - keep * hops_out + hops_out
+    p_out = min(1.0, hops_out / decisions) if decisions > 0 else 0.0
+    p = np.array(inputs.p, dtype=float)
+    p[entry, entry], p[entry, other] = 1.0 - p_out, p_out
+    return p
 
 
 def request_lengths(per_request: list[dict]) -> tuple[int, ...] | None:

@@ -33,7 +33,6 @@ def entry_values(plan: dict, engine, prompts: Sequence[Sequence[int]], max_new: 
     it generates alone (`engine`, loaded for the plan's entry model) from `prompts` (greedy, `max_new`
     tokens each, EOS ignored), as `eval_ir` reads them."""
     from tokenrouter.runtime.engine.generate import generate
-    from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
     from tokenrouter.runtime.route.routers import RouterSpec, load_router
     from tokenrouter.runtime.sampling import SamplingParams
 
@@ -45,20 +44,30 @@ def entry_values(plan: dict, engine, prompts: Sequence[Sequence[int]], max_new: 
     routers = {r: load_router(spec, None, device)[0] for r, spec in specs.items()}
     cols: dict[str, list[torch.Tensor]] = {}
     for prompt, run in zip(prompts, runs, strict=True):
-        ids = [*prompt, *run.token_ids]
-        logits, hidden = engine.forward_full(ids[:-1])  # row t: after reading ids[0..t]
-        rows = slice(len(prompt) - 1, len(ids) - 1)  # the rows that chose a generated token
-        f = step_features(logits[rows].float())
-        t = torch.arange(len(ids) - 1, device=logits.device)[rows]
-        f.update(position=t + 2, generated=t + 2 - len(prompt), run_length=t + 2 - len(prompt))
-        f["uniform"] = uniform(torch.full_like(t, seed), t + 1, STREAM_UNIFORM, torch.zeros_like(t))
-        for r, spec in specs.items():
-            xs = router_input_values(spec, logits[rows], hidden[rows], f["token"], engine.embed)
-            f[r] = routers[r](xs.to(device)).flatten()
+        f = _run_values(engine, prompt, run.token_ids, specs, routers, seed)
         for k, v in f.items():
             cols.setdefault(k, []).append(v.cpu())
     values = {k: torch.cat(v) for k, v in cols.items()}
     return values, int(values["token"].shape[0])
+
+
+def _run_values(
+    engine, prompt: Sequence[int], generated: list[int], specs: dict, routers: dict, seed: int
+) -> dict:
+    """The route inputs at each generated position of one run (`entry_values`)."""
+    from tokenrouter.runtime.rng import STREAM_UNIFORM, uniform
+
+    ids = [*prompt, *generated]
+    logits, hidden = engine.forward_full(ids[:-1])  # row t: after reading ids[0..t]
+    rows = slice(len(prompt) - 1, len(ids) - 1)  # the rows that chose a generated token
+    f = step_features(logits[rows].float())
+    t = torch.arange(len(ids) - 1, device=logits.device)[rows]
+    f.update(position=t + 2, generated=t + 2 - len(prompt), run_length=t + 2 - len(prompt))
+    f["uniform"] = uniform(torch.full_like(t, seed), t + 1, STREAM_UNIFORM, torch.zeros_like(t))
+    for r, spec in specs.items():
+        xs = router_input_values(spec, logits[rows], hidden[rows], f["token"], engine.embed)
+        f[r] = routers[r](xs.to(engine.device)).flatten()
+    return f
 
 
 # A threshold whose solo share moves from half the wanted share to 1.5 times it within this fraction of its

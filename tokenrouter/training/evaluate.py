@@ -439,23 +439,25 @@ def plot(result: dict, path: Path) -> None:
         _draw(ax, result)
 
 
+_STYLES = {
+    "policy": "o-",
+    "confidence": "s--",
+    "entropy": "^--",
+    "random": "x:",
+    "query": "d:",
+    "divergence": "+",
+    "oracle": ".",
+}
+
+
 def _draw(ax, result: dict) -> None:
-    styles = {
-        "policy": "o-",
-        "confidence": "s--",
-        "entropy": "^--",
-        "random": "x:",
-        "query": "d:",
-        "divergence": "+",
-        "oracle": ".",
-    }
     for m in METHODS:
         pts = result["curves"][m]
         label = f"{m} ({result['policy']})" if m == "policy" else m
         ax.plot(
             [100 * p["share"] for p in pts],
             [100 * p["accuracy"] for p in pts],
-            styles[m],
+            _STYLES[m],
             label=label,
             alpha=0.5 if m in ("divergence", "oracle") else 1.0,
         )

@@ -60,6 +60,14 @@ def _to_dict(data: TeacherData) -> dict:
     return {f.name: getattr(data, f.name) for f in fields(TeacherData)}
 
 
+def _read_entry(path: Path) -> TeacherData:
+    try:
+        rows = torch.load(path, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise PolicyViewError(f"cache entry {path} is unreadable ({exc}); delete it to recompute") from None
+    return TeacherData(**rows)
+
+
 def teacher_force_cached(
     cache_dir: Path | None,
     plan: dict,
@@ -76,13 +84,7 @@ def teacher_force_cached(
         return teacher_force(plan, entry, models, windows, cfg, routers, expected), "off"
     path = Path(cache_dir) / f"{cache_key(plan, entry, models, windows, cfg, routers, expected)}.pt"
     if path.exists():
-        try:
-            rows = torch.load(path, weights_only=True)
-        except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
-            raise PolicyViewError(
-                f"cache entry {path} is unreadable ({exc}); delete it to recompute"
-            ) from None
-        return TeacherData(**rows), f"hit {path}"
+        return _read_entry(path), f"hit {path}"
     data = teacher_force(plan, entry, models, windows, cfg, routers, expected)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -47,11 +47,7 @@ def prepare(
     np.save(out / "train.npy", train_ids)
     np.save(out / "val.npy", val_ids)
     counts = {p: export_texts(parts[p], out / p) for p in ("router", "eval")}
-    manifest = {
-        "parts": {s.module: p for p, fs in parts.items() for s in fs},
-        "vocab_size": tok.get_vocab_size(),
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    _write_manifest(out, parts, tok.get_vocab_size())
     return {
         "files": {p: len(fs) for p, fs in parts.items()},
         "exported": counts,
@@ -59,6 +55,12 @@ def prepare(
         "val_tokens": int(val_ids.size),
         "vocab_size": tok.get_vocab_size(),
     }
+
+
+def _write_manifest(out: Path, parts: dict, vocab_size: int) -> None:
+    """manifest.json: which part each source module went to, and the tokenizer's vocabulary size."""
+    manifest = {"parts": {s.module: p for p, fs in parts.items() for s in fs}, "vocab_size": vocab_size}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

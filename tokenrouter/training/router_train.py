@@ -68,6 +68,24 @@ def router_size_problem(
     """The message when an mlp router `router` of `plan` with these hidden layers (`members` of them side by
     side: an ensemble) would have more than MAX_ROUTER_WEIGHTS weights, else None (also where its input width
     cannot be known yet: the command that builds it says why)."""
+    width = _mlp_input_width(plan, router, hidden_size)
+    if width is None:
+        return None
+    sizes = [width, *hidden_layers, 1]
+    weights = members * sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+    if weights <= MAX_ROUTER_WEIGHTS:
+        return None
+    shape = " -> ".join(map(str, sizes))
+    return (
+        f"--hidden-layers {','.join(map(str, hidden_layers))}: router {router!r} ({shape}"
+        + (f", {members} members" if members > 1 else "")
+        + f") would have {weights:.3g} weights, more than {MAX_ROUTER_WEIGHTS:.0e}"
+    )
+
+
+def _mlp_input_width(plan: dict, router: str, hidden_size: int | None) -> int | None:
+    """The input width of the plan's mlp router `router`; None for another kind, or where it cannot be known
+    yet."""
     from tokenrouter.runtime.route.routers import RouterSpec, model_hidden_size
 
     try:
@@ -80,16 +98,7 @@ def router_size_problem(
                 return None
     except (KeyError, TypeError, ValueError):
         return None
-    sizes = [spec.width(hidden_size or 0), *hidden_layers, 1]
-    weights = members * sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
-    if weights <= MAX_ROUTER_WEIGHTS:
-        return None
-    shape = " -> ".join(map(str, sizes))
-    return (
-        f"--hidden-layers {','.join(map(str, hidden_layers))}: router {router!r} ({shape}"
-        + (f", {members} members" if members > 1 else "")
-        + f") would have {weights:.3g} weights, more than {MAX_ROUTER_WEIGHTS:.0e}"
-    )
+    return spec.width(hidden_size or 0)
 
 
 @dataclass(slots=True)
@@ -229,11 +238,7 @@ def make_label(
     """Per row, the training target of ``label`` (see the module docstring); ``train``: the rows whose
     means normalise the ``gain`` label and whose gains set the ``top-share`` cut."""
     if label == "top-share":
-        gain = make_label(data, entry, large, "gain", train)
-        g = gain[train]
-        k = max(1, round(top_share * len(g)))
-        cut = float(torch.kthvalue(g, len(g) - k + 1).values)  # the k-th largest training gain
-        return (gain >= cut).float()
+        return _top_share_label(data, entry, large, train, top_share)
     if label == "divergence":
         return (data.greedy[entry] != data.greedy[large]).float()
     nll_gain = data.nll[entry] - data.nll[large]
@@ -249,6 +254,17 @@ def make_label(
     if label == "expected-gain":
         return data.expected[f"acc/{large}"] / d_acc + data.expected[f"nll/{large}"] / d_nll
     return acc_gain / d_acc + nll_gain / d_nll
+
+
+def _top_share_label(
+    data: TeacherData, entry: str, large: str, train: torch.Tensor, top_share: float
+) -> torch.Tensor:
+    """1 on the rows whose gain is among the `top_share` largest of the training rows' gains, else 0."""
+    gain = make_label(data, entry, large, "gain", train)
+    g = gain[train]
+    k = max(1, round(top_share * len(g)))
+    cut = float(torch.kthvalue(g, len(g) - k + 1).values)  # the k-th largest training gain
+    return (gain >= cut).float()
 
 
 def pairwise_loss(s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -342,12 +358,7 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
     xvn, yv = _val_pairs(cfg, xvn, yv)
     best = (float("inf"), None)
     for _ in range(cfg.epochs):
-        net.train()
-        for idx in torch.randperm(len(xtn), generator=gen).split(cfg.batch):
-            loss = loss_fn(net(xtn[idx])[:, 0], yt[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        _train_epoch(net, opt, loss_fn, xtn, yt, torch.randperm(len(xtn), generator=gen).split(cfg.batch))
         net.eval()
         with torch.no_grad():
             vl = float(loss_fn(net(xvn)[:, 0], yv))
@@ -355,6 +366,16 @@ def fit(x: torch.Tensor, y: torch.Tensor, val: torch.Tensor, kind: str, cfg: Rou
             best = (vl, {k: v.detach().clone() for k, v in net.state_dict().items()})
     net.load_state_dict(best[1])
     return _tensors(net, kind, mean, std), best[0]
+
+
+def _train_epoch(net, opt, loss_fn, x: torch.Tensor, y: torch.Tensor, batches) -> None:
+    """One pass of the optimizer over the training rows, batch by batch."""
+    net.train()
+    for idx in batches:
+        loss = loss_fn(net(x[idx])[:, 0], y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
 
 
 def _tensors(
@@ -443,19 +464,11 @@ def _fit_members(
 def _held_out(plan: dict, router: str, roles: tuple[str, int, str], out: Path, held: TeacherData, seed: int,
               param: str, shares: tuple[float, ...]) -> dict:  # fmt: skip
     """RouterReport's held-out figures, with the new file: the rule at the plan's own threshold, and the sweep."""
-    from tokenrouter.runtime.route.routers import RouterSpec, load_router
-
     from .evaluate import Scorer
 
     entry, rule, large = roles
-    spec = RouterSpec.from_plan(router, plan["routers"][router])
-    loaded, _ = load_router(RouterSpec(spec.name, spec.kind, str(out), spec.inputs), None, "cpu")
     ir, n = plan["routes"][entry], held.n
-    values = dict(held.features)
-    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
-    values.update({r: torch.zeros(n) for r in ir["routers"]})
-    with torch.no_grad():
-        values[router] = loaded(held.router_inputs[router])
+    values = _held_out_values(plan, router, ir, out, held, seed)
     fired = fired_rule(ir, values, n)
     routed = fired == rule
     scorer = Scorer(held, entry, routed_shape(plan).targets)
@@ -473,6 +486,22 @@ def _held_out(plan: dict, router: str, roles: tuple[str, int, str], out: Path, h
         "nll_gap_recovered": own["nll_gap_recovered"],
         "sweep": _sweep(plan, entry, values, n, param, shares, scorer),
     }
+
+
+def _held_out_values(plan: dict, router: str, ir: dict, out: Path, held: TeacherData, seed: int) -> dict:
+    """The route IR's inputs on the held-out rows: their features, uniform() drawn from `seed`, the new router
+    file's output (the IR's other routers at 0)."""
+    from tokenrouter.runtime.route.routers import RouterSpec, load_router
+
+    n = held.n
+    spec = RouterSpec.from_plan(router, plan["routers"][router])
+    loaded, _ = load_router(RouterSpec(spec.name, spec.kind, str(out), spec.inputs), None, "cpu")
+    values = dict(held.features)
+    values["uniform"] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
+    values.update({r: torch.zeros(n) for r in ir["routers"]})
+    with torch.no_grad():
+        values[router] = loaded(held.router_inputs[router])
+    return values
 
 
 def _sweep(

@@ -59,17 +59,7 @@ def save_tokenizer(tok: Tokenizer, folder: Path, model_max_length: int = 1024) -
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    added = {
-        str(tok.token_to_id(t)): {
-            "content": t,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for t in SPECIAL_TOKENS
-    }
+    added = {str(tok.token_to_id(t)): _added_token(t) for t in SPECIAL_TOKENS}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": EOS,
@@ -84,6 +74,18 @@ def save_tokenizer(tok: Tokenizer, folder: Path, model_max_length: int = 1024) -
         "clean_up_tokenization_spaces": False,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _added_token(content: str) -> dict:
+    """tokenizer_config.json's record of a special token."""
+    return {
+        "content": content,
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:

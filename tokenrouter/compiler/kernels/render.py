@@ -70,6 +70,17 @@ DEFAULT_SAMPLER = "strided"
 DEBUG_TAILS = ("full", "chunk", "none")
 
 
+def _check_options(backend: str, sampler: str, debug_tail: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown route-kernel backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
+    if debug_tail not in DEBUG_TAILS or (debug_tail != "full" and backend != "triton"):
+        raise ValueError(
+            f"debug_tail {debug_tail!r}: one of {', '.join(DEBUG_TAILS)} (not full: triton only)"
+        )
+
+
 def render_route_kernel(
     route_ir: dict | RouteSpec,
     backend: str,
@@ -84,14 +95,7 @@ def render_route_kernel(
     `debug_tail` is for benchmarks only, never for serving: "chunk" (Triton) stops the sampled rows' draw
     after the chunk choice, "none" skips the draw (their tokens are then wrong), to time the sampler's
     serial tail against the kernel's main pass."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown route-kernel backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; expected one of {', '.join(SAMPLERS)}")
-    if debug_tail not in DEBUG_TAILS or (debug_tail != "full" and backend != "triton"):
-        raise ValueError(
-            f"debug_tail {debug_tail!r}: one of {', '.join(DEBUG_TAILS)} (not full: triton only)"
-        )
+    _check_options(backend, sampler, debug_tail)
     spec = route_ir if isinstance(route_ir, RouteSpec) else check_route_ir(route_ir, model)
     template = _environment().get_template(f"{backend}_route.py.j2")
     return template.render(

@@ -137,6 +137,14 @@ def _node(model: str, i: int, raw: Any, routers: list[str], used: dict) -> Node:
     for a in args:
         if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < i:
             raise _fail(model, where, f"arg {a!r} is not the index of an earlier node")
+    value, name = _leaf_value(model, where, raw, op, typ, routers, used)
+    return Node(i, op, typ, tuple(args), value, name)
+
+
+def _leaf_value(
+    model: str, where: str, raw: dict, op: str, typ: str, routers: list[str], used: dict
+) -> tuple:
+    """A node's (value, name): a const's value, a feature's or router's name, checked against its type."""
     value = name = None
     if op == "const":
         value = _const_value(model, where, raw.get("value"), typ)
@@ -157,7 +165,7 @@ def _node(model: str, i: int, raw: Any, routers: list[str], used: dict) -> Node:
         used["uniform"] = True
         if typ != "float":
             raise _fail(model, where, "uniform() is a float")
-    return Node(i, op, typ, tuple(args), value, name)
+    return value, name
 
 
 def _const_value(model: str, where: str, value: Any, typ: str) -> Any:

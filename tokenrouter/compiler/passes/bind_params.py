@@ -21,15 +21,7 @@ def parse_define(type_name: str, raw: str) -> Any:
     """A `-D` value as the param's type; ValueError with a message when it does not parse."""
     text = raw.strip()
     if type_name == "int":
-        if re.fullmatch(r"[+-]?\d+", text) and len(text.lstrip("+-").lstrip("0")) > len(str(INT64_MAX)):
-            raise ValueError("beyond the 64-bit int range")
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"'{_short(raw)}' is not an int") from None
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise ValueError("beyond the 64-bit int range")
-        return value
+        return _parse_int(raw, text)
     if type_name == "float":
         try:
             value = float(text)
@@ -47,6 +39,18 @@ def parse_define(type_name: str, raw: str) -> Any:
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1]
     return raw
+
+
+def _parse_int(raw: str, text: str) -> int:
+    if re.fullmatch(r"[+-]?\d+", text) and len(text.lstrip("+-").lstrip("0")) > len(str(INT64_MAX)):
+        raise ValueError("beyond the 64-bit int range")
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"'{_short(raw)}' is not an int") from None
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("beyond the 64-bit int range")
+    return value
 
 
 def _short(raw: str) -> str:
@@ -107,9 +111,7 @@ def _overrides(
         key = _canonical(program, name)
         if key not in decls:
             hint = did_you_mean(name, decls)
-            diags.append(
-                Diagnostic("error", file, 0, 0, f"-D {name}={_short(raw)}: no param named '{name}'{hint}")
-            )
+            diags.append(_define_error(file, name, raw, f"no param named '{name}'{hint}"))
             continue
         unit, d = decls[key]
         if d.type.name not in TYPES:
@@ -117,12 +119,13 @@ def _overrides(
         try:
             overrides[key] = parse_define(d.type.name, raw)
         except ValueError as e:
-            diags.append(
-                Diagnostic(
-                    "error", file, 0, 0, f"-D {name}={_short(raw)}: {e} (param '{name}' is {d.type.name})"
-                )
-            )
+            diags.append(_define_error(file, name, raw, f"{e} (param '{name}' is {d.type.name})"))
     return overrides
+
+
+def _define_error(file: str, name: str, raw: str, problem: str) -> Diagnostic:
+    """The error of a `-D NAME=VALUE` (no position: it is not in the file)."""
+    return Diagnostic("error", file, 0, 0, f"-D {name}={_short(raw)}: {problem}")
 
 
 class _Binder:

@@ -109,18 +109,8 @@ def _model_options(
     seen: dict[str, ast.Option] = {}
     for opt in decl.options or ():
         key = opt.key.name
-        if key not in MODEL_OPTIONS:
-            diags.append(
-                root.src.error(
-                    opt.key.span,
-                    f"unknown model option '{key}'{did_you_mean(key, MODEL_OPTIONS)}; options are {', '.join(MODEL_OPTIONS)}",
-                )
-            )
-            continue
-        if key in seen or (key in ("gpu", "gpus") and ({"gpu", "gpus"} & set(seen))):
-            diags.append(
-                root.src.error(opt.key.span, f"option '{key}' given twice (gpu and gpus are one option)")
-            )
+        if problem := _option_key_problem(key, seen):
+            diags.append(root.src.error(opt.key.span, problem))
             continue
         seen[key] = opt
         value = _const(root, opt.value, get, diags)
@@ -129,6 +119,15 @@ def _model_options(
         problem = _set_model_option(spec, key, value)
         if problem:
             diags.append(root.src.error(opt.value.span, f"option '{key}': {problem}"))
+
+
+def _option_key_problem(key: str, seen: dict[str, ast.Option]) -> str | None:
+    """What is wrong with a model option's name: unknown, or given before (`seen`)."""
+    if key not in MODEL_OPTIONS:
+        return f"unknown model option '{key}'{did_you_mean(key, MODEL_OPTIONS)}; options are {', '.join(MODEL_OPTIONS)}"
+    if key in seen or (key in ("gpu", "gpus") and ({"gpu", "gpus"} & set(seen))):
+        return f"option '{key}' given twice (gpu and gpus are one option)"
+    return None
 
 
 def _model_folder_problem(written: str, resolved: str, exists: bool, source: str | None) -> str | None:
@@ -154,18 +153,25 @@ def _is_int(v: Any) -> bool:
     return type_of(v) == "int"
 
 
-def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
+def _set_gpus(spec: dict[str, Any], key: str, v: Any) -> str | None:
+    """`gpu: N` or `gpus: [N, …]` into spec["gpus"]; what is wrong with the value, or None."""
     if key == "gpu":
         if not _is_int(v) or v < 0:
             return f"expected a GPU index (int ≥ 0), got {v!r}"
         spec["gpus"] = [v]
-    elif key == "gpus":
-        if not isinstance(v, list) or not v or not all(_is_int(g) and g >= 0 for g in v):
-            return f"expected a non-empty list of GPU indices, got {v!r}"
-        if len(set(v)) != len(v):
-            return "a GPU is listed twice"
-        spec["gpus"] = list(v)
-    elif key == "batch":
+        return None
+    if not isinstance(v, list) or not v or not all(_is_int(g) and g >= 0 for g in v):
+        return f"expected a non-empty list of GPU indices, got {v!r}"
+    if len(set(v)) != len(v):
+        return "a GPU is listed twice"
+    spec["gpus"] = list(v)
+    return None
+
+
+def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
+    if key in ("gpu", "gpus"):
+        return _set_gpus(spec, key, v)
+    if key == "batch":
         if v == "auto":
             spec["batch"] = "auto"
         elif not _is_int(v) or v < 1:
@@ -183,9 +189,8 @@ def _set_model_option(spec: dict[str, Any], key: str, v: Any) -> str | None:
     else:
         choices = {"dtype": DTYPES, "engine": ENGINES, "load": LOADS}[key]
         if v not in choices or not isinstance(v, str):
-            return (
-                f"expected one of {', '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, got {v!r}"
-            )
+            listed = ", ".join(repr(c).replace(chr(39), chr(34)) for c in choices)
+            return f"expected one of {listed}, got {v!r}"
         spec[key] = v
     return None
 

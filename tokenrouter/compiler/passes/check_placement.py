@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tokenrouter.compiler.program import Program
 from tokenrouter.dsl import ast
+from tokenrouter.dsl.diagnostics import Diagnostic
 
 SPLIT = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
 
@@ -60,13 +61,18 @@ def check_placement(program: Program) -> Program:
     for gpu, given in sorted(shares.items()):
         total = sum(share for _, share in given)
         if len(given) > 1 and total > 1 + 1e-9:
-            parts = " + ".join(f"{share:g} ({name})" for name, share in given)
-            last = program.model_decls[given[-1][0]]
-            diags.append(
-                root.src.error(
-                    _option_span(last, ("mem",)),
-                    f"GPU {gpu} is given {parts} = {total:g} of its memory: the models on one GPU share it, "
-                    "so their `mem` must sum to at most 1",
-                )
-            )
+            diags.append(_overcommitted(program, root, gpu, given, total))
     return program.with_(diags)
+
+
+def _overcommitted(
+    program: Program, root, gpu: int, given: list[tuple[str, float]], total: float
+) -> Diagnostic:
+    """The error of a GPU whose models' `mem` shares sum to more than 1 (at the last one's `mem`)."""
+    parts = " + ".join(f"{share:g} ({name})" for name, share in given)
+    last = program.model_decls[given[-1][0]]
+    return root.src.error(
+        _option_span(last, ("mem",)),
+        f"GPU {gpu} is given {parts} = {total:g} of its memory: the models on one GPU share it, "
+        "so their `mem` must sum to at most 1",
+    )

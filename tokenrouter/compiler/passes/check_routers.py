@@ -42,21 +42,18 @@ def input_width(inp: dict[str, Any], models: dict[str, dict[str, Any]]) -> int |
     return hidden_size(models.get(inp["model"], {}).get("path"))
 
 
-def layout_problem(kind: str, tensors: dict[str, dict[str, Any]], d: int | None) -> str | None:
-    """What is wrong with the tensors for a router of `kind` with input width `d` (None: width unknown)."""
-    shapes = {k: v["shape"] for k, v in tensors.items()}
-    for name, info in tensors.items():
-        if info["dtype"] not in FLOAT_DTYPES:
-            return f"tensor '{name}' has dtype {info['dtype']}, expected a float dtype"
+def _layer_names(kind: str, shapes: dict[str, list[int]]) -> list[tuple[str, str]]:
+    """The (weight, bias) tensor names of each layer, in order (none for an mlp without layers.0)."""
     if kind == "linear":
-        names = [("weight", "bias")]
-    else:
-        n = 0
-        while f"layers.{n}.weight" in shapes:
-            n += 1
-        if n == 0:
-            return "an mlp router needs tensors layers.0.weight, layers.0.bias, …"
-        names = [(f"layers.{i}.weight", f"layers.{i}.bias") for i in range(n)]
+        return [("weight", "bias")]
+    n = 0
+    while f"layers.{n}.weight" in shapes:
+        n += 1
+    return [(f"layers.{i}.weight", f"layers.{i}.bias") for i in range(n)]
+
+
+def _layers_problem(names: list[tuple[str, str]], shapes: dict[str, list[int]], d: int | None) -> str | None:
+    """What is wrong with the layers' shapes: each takes the previous one's outputs, the last outputs 1."""
     width = d
     for w, b in names:
         if w not in shapes or b not in shapes:
@@ -69,6 +66,20 @@ def layout_problem(kind: str, tensors: dict[str, dict[str, Any]], d: int | None)
         width = ws[0]
     if width != 1:
         return f"the last layer has {width} outputs; a router outputs 1"
+    return None
+
+
+def layout_problem(kind: str, tensors: dict[str, dict[str, Any]], d: int | None) -> str | None:
+    """What is wrong with the tensors for a router of `kind` with input width `d` (None: width unknown)."""
+    shapes = {k: v["shape"] for k, v in tensors.items()}
+    for name, info in tensors.items():
+        if info["dtype"] not in FLOAT_DTYPES:
+            return f"tensor '{name}' has dtype {info['dtype']}, expected a float dtype"
+    names = _layer_names(kind, shapes)
+    if not names:
+        return "an mlp router needs tensors layers.0.weight, layers.0.bias, …"
+    if problem := _layers_problem(names, shapes, d):
+        return problem
     for extra in ("input_mean", "input_std"):
         if extra in shapes and d is not None and shapes[extra] != [d]:
             return f"'{extra}' is {shapes[extra]}, expected [{d}]"
@@ -89,6 +100,18 @@ def check_routers(program: Program) -> Program:
     return program.with_(diags, routers=routers)
 
 
+def _missing_weights(program: Program, unit, decl, span, path: Path) -> Diagnostic:
+    """A router's weights file is not there: an error, or a warning where weights are not checked."""
+    what = (
+        f"{shown(path)} is a directory, not a weights file"
+        if path.is_dir()
+        else f"weights not found at {shown(path)}{near_miss(path)}"
+    )
+    if program.weights_check:
+        return unit.src.error(span, f"router '{decl.name.name}': {what}; {WEIGHTS_HINT}")
+    return unit.src.warning(span, f"router '{decl.name.name}': {what}; shapes not checked")
+
+
 def _check_router(program: Program, r: dict[str, Any], diags: list[Diagnostic]) -> None:
     """One router: its weights file is there (its digest recorded in `r`), of the declared kind, and its
     layers fit the declared inputs."""
@@ -96,15 +119,7 @@ def _check_router(program: Program, r: dict[str, Any], diags: list[Diagnostic]) 
     span = decl.call.args[0].span if decl.call.args else decl.span
     path = Path(r["path"])
     if not path.is_file():
-        what = (
-            f"{shown(path)} is a directory, not a weights file"
-            if path.is_dir()
-            else f"weights not found at {shown(path)}{near_miss(path)}"
-        )
-        if program.weights_check:
-            diags.append(unit.src.error(span, f"router '{decl.name.name}': {what}; {WEIGHTS_HINT}"))
-        else:
-            diags.append(unit.src.warning(span, f"router '{decl.name.name}': {what}; shapes not checked"))
+        diags.append(_missing_weights(program, unit, decl, span, path))
         return
     try:
         tensors, metadata = read_header(shown(path))
@@ -115,19 +130,17 @@ def _check_router(program: Program, r: dict[str, Any], diags: list[Diagnostic]) 
     d = _input_width(program, r, unit, decl, span, diags)
     file_kind = metadata.get("kind")
     if file_kind is not None and file_kind != r["kind"]:
-        diags.append(
-            unit.src.error(
-                decl.call.func.span,
-                f"router '{decl.name.name}' is declared {r['kind']}(...) but {path.name} holds {'an' if file_kind == 'mlp' else 'a'} {file_kind} router",
-            )
-        )
+        diags.append(_kind_mismatch(unit, decl, r["kind"], path, file_kind))
     elif problem := layout_problem(r["kind"], tensors, d):
-        diags.append(
-            unit.src.error(
-                span,
-                f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})",
-            )
-        )
+        what = f"router '{decl.name.name}': weights do not fit its inputs: {problem} ({shown(path)})"
+        diags.append(unit.src.error(span, what))
+
+
+def _kind_mismatch(unit, decl, kind: str, path: Path, file_kind: str) -> Diagnostic:
+    return unit.src.error(
+        decl.call.func.span,
+        f"router '{decl.name.name}' is declared {kind}(...) but {path.name} holds {'an' if file_kind == 'mlp' else 'a'} {file_kind} router",
+    )
 
 
 def _input_width(

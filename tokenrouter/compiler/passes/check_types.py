@@ -31,17 +31,7 @@ def check_types(program: Program) -> Program:
     routers = _routers(program, diags, unavailable)
     elab = _Elaborator(program, routers, diags, unavailable)
     for unit, fn in _fns_callees_first(program):
-        env = {
-            a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
-            for a in fn.args
-        }
-        for a in fn.args:
-            if a.type.name not in ("int", "float", "bool", "str"):
-                diags.append(
-                    unit.src.error(
-                        a.type.span, f"unknown type '{a.type.name}'; expected int, float, bool or str"
-                    )
-                )
+        env = _fn_env(unit, fn, diags)
         key = unit.prefix + fn.name.name
         elab.top(fn.body, unit, env, None, (key,))
         if unit.table(ast.FnDecl).get(fn.name.name) is fn:
@@ -56,6 +46,18 @@ def check_types(program: Program) -> Program:
         done.add(model)
         routes[model] = tuple(_rule(elab, root, model, r, diags) for r in block.rules)
     return program.with_(diags, routers=routers, routes=routes)
+
+
+def _fn_env(unit: Unit, fn: ast.FnDecl, diags: list[Diagnostic]) -> dict[str, TExpr]:
+    """A fn's arguments as its body sees them; an unknown argument type is an error."""
+    for a in fn.args:
+        if a.type.name not in ("int", "float", "bool", "str"):
+            problem = f"unknown type '{a.type.name}'; expected int, float, bool or str"
+            diags.append(unit.src.error(a.type.span, problem))
+    return {
+        a.name.name: TExpr("arg", a.type.name if a.type.name in ("int", "float", "bool") else "error")
+        for a in fn.args
+    }
 
 
 def _fns_callees_first(program: Program) -> list[tuple[Unit, ast.FnDecl]]:
@@ -111,41 +113,40 @@ def _routers(
     models = set(program.models)
     for unit in program.units:
         for name, decl in unit.table(ast.RouterDecl).items():
-            kind = decl.call.func.dotted
-            args = decl.call.args
             missing = _models_missing(decl, models) if unit.prefix else []
             if missing:  # an imported router over models this policy lacks: an error only where it is used
                 unavailable[plan_router_name(Ref("router", unit, name))] = missing
                 continue
-            if not args:
-                diags.append(
-                    unit.src.error(
-                        decl.call.span, f"{kind}(PATH, INPUTS…) needs a weights path and at least one input"
-                    )
-                )
-                continue
-            path = _router_path(unit, name, args[0], get, diags)
-            if len(args) < 2:
-                diags.append(
-                    unit.src.error(decl.call.span, "a router needs at least one input, e.g. hidden(MODEL)")
-                )
-            inputs = [_router_input(unit, a, models, get, diags) for a in args[1:]]
-            if any(i is None for i in inputs) or path is None or kind not in ("linear", "mlp"):
-                continue
-            owners = {i["model"] for i in inputs}
-            if len(owners) > 1:
-                diags.append(
-                    unit.src.error(
-                        decl.call.span,
-                        f"all inputs of a router must read one model, got {', '.join(sorted(owners))}",
-                    )
-                )
-                continue
-            out[plan_router_name(Ref("router", unit, name))] = {
-                "kind": kind, "path": path, "sha256": None, "model": owners.pop(), "inputs": inputs,
-                "_decl": (unit, decl),
-            }  # fmt: skip
+            router = _router(unit, name, decl, models, get, diags)
+            if router is not None:
+                out[plan_router_name(Ref("router", unit, name))] = router
     return out
+
+
+def _router(
+    unit: Unit, name: str, decl: ast.RouterDecl, models: set[str], get, diags: list[Diagnostic]
+) -> dict[str, Any] | None:
+    """The plan's entry of one router declaration; None (with its errors in `diags`) where it has errors."""
+    kind, args, span = decl.call.func.dotted, decl.call.args, decl.call.span
+    if not args:
+        diags.append(
+            unit.src.error(span, f"{kind}(PATH, INPUTS…) needs a weights path and at least one input")
+        )
+        return None
+    path = _router_path(unit, name, args[0], get, diags)
+    if len(args) < 2:
+        diags.append(unit.src.error(span, "a router needs at least one input, e.g. hidden(MODEL)"))
+    inputs = [_router_input(unit, a, models, get, diags) for a in args[1:]]
+    if any(i is None for i in inputs) or path is None or kind not in ("linear", "mlp"):
+        return None
+    owners = {i["model"] for i in inputs}
+    if len(owners) > 1:
+        problem = f"all inputs of a router must read one model, got {', '.join(sorted(owners))}"
+        diags.append(unit.src.error(span, problem))
+        return None
+    return {
+        "kind": kind, "path": path, "sha256": None, "model": owners.pop(), "inputs": inputs, "_decl": (unit, decl),
+    }  # fmt: skip
 
 
 def _router_path(unit: Unit, name: str, arg: ast.Expr, get, diags: list[Diagnostic]) -> str | None:
@@ -164,6 +165,28 @@ def _router_path(unit: Unit, name: str, arg: ast.Expr, get, diags: list[Diagnost
     return None
 
 
+def _input_model(
+    unit: Unit, m: ast.Expr, usage: str, models: set[str], diags: list[Diagnostic]
+) -> str | None:
+    """The model a router input reads (its first argument), or None where that is not a model of the policy."""
+    if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
+        shown = m.dotted if isinstance(m, ast.Name) else "this"
+        hint = did_you_mean(shown, models)
+        diags.append(unit.src.error(m.span, f"{usage}: '{shown}' is not a model of the policy{hint}"))
+        return None
+    return m.parts[0]
+
+
+def _call_problem(e: ast.Call, fn: ast.FnDecl, key: str, stack: tuple) -> str | None:
+    """What is wrong with a call of the fn `key` (recursion, the number of arguments), or None."""
+    if key in stack:
+        return f"fn '{key}' calls itself (through {' → '.join(stack)}); fns cannot recurse"
+    if len(e.args) != len(fn.args):
+        n = len(fn.args)
+        return f"{e.func.dotted}() takes {n} argument{'s' if n != 1 else ''}, got {len(e.args)}"
+    return None
+
+
 def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[Diagnostic]) -> dict | None:
     if not isinstance(arg, ast.Call):
         return None  # reported by resolve_names
@@ -173,30 +196,31 @@ def _router_input(unit: Unit, arg: ast.Expr, models: set[str], get, diags: list[
         return None
     usage = {"hidden": "hidden(MODEL)", "embedding": "embedding(MODEL, token)"}.get(kind, f"{kind}(MODEL, K)")
     if len(arg.args) != want:
-        diags.append(
-            unit.src.error(
-                arg.span, f"{usage} takes {want} argument{'s' if want > 1 else ''}, got {len(arg.args)}"
-            )
-        )
+        problem = f"{usage} takes {want} argument{'s' if want > 1 else ''}, got {len(arg.args)}"
+        diags.append(unit.src.error(arg.span, problem))
         return None
-    m = arg.args[0]
-    if not (isinstance(m, ast.Name) and len(m.parts) == 1 and m.parts[0] in models):
-        shown = m.dotted if isinstance(m, ast.Name) else "this"
-        hint = did_you_mean(shown, models)
-        diags.append(unit.src.error(m.span, f"{usage}: '{shown}' is not a model of the policy{hint}"))
+    model = _input_model(unit, arg.args[0], usage, models, diags)
+    if model is None:
         return None
-    out: dict[str, Any] = {"kind": kind, "model": m.parts[0]}
-    if kind == "embedding":
+    out: dict[str, Any] = {"kind": kind, "model": model}
+    return out if kind == "hidden" else _second_argument(unit, arg, usage, get, diags, out)
+
+
+def _second_argument(
+    unit: Unit, arg: ast.Call, usage: str, get, diags: list[Diagnostic], out: dict[str, Any]
+) -> dict | None:
+    """The input `out` checked for its second argument: `token` for an embedding, else K (added as "k")."""
+    if out["kind"] == "embedding":
         tok = arg.args[1]
         if not (isinstance(tok, ast.Name) and tok.parts == ("token",)):
             problem = "embedding(MODEL, token): the second argument is the word `token`"
             diags.append(unit.src.error(tok.span, problem))
             return None
-    elif kind != "hidden":
-        k = _top_k(unit, arg.args[1], usage, get, diags)
-        if k is None:
-            return None
-        out["k"] = k
+        return out
+    k = _top_k(unit, arg.args[1], usage, get, diags)
+    if k is None:
+        return None
+    out["k"] = k
     return out
 
 
@@ -288,36 +312,66 @@ class _Elaborator:
             case ast.Name():
                 return self.name(e, unit, env, model)
             case ast.Unary(op=op, operand=x):
-                t = self.expr(x, unit, env, model, stack)
-                if t.type == "error":
-                    return ERR
-                if op == "-":
-                    if t.type not in NUM:
-                        return self.err(unit, e.span, f"'-' needs a number, got {t.type}")
-                    return TExpr("neg", t.type, (t,))
-                if t.type != "bool":
-                    return self.err(unit, e.span, f"'not' needs a bool, got {t.type}")
-                return TExpr("not", "bool", (t,))
+                return self.unary(e, unit, op, self.expr(x, unit, env, model, stack))
             case ast.Binary(op=op, left=lhs, right=rhs):
                 a = self.expr(lhs, unit, env, model, stack)
                 b = self.expr(rhs, unit, env, model, stack)
                 return self.binary(e, unit, op, a, b)
-            case ast.In(left=lhs, items=items):
-                a = self.expr(lhs, unit, env, model, stack)
-                if not items.items:
-                    return self.err(unit, items.span, "`in` needs a non-empty list")
-                out: TExpr | None = None
-                for item in items.items:
-                    b = self.expr(item, unit, env, model, stack)
-                    eq = self.binary(ast.Binary("==", lhs, item, e.span), unit, "==", a, b)
-                    out = eq if out is None else TExpr("or", "bool", (out, eq))
-                    if eq.type == "error":
-                        return ERR
-                assert out is not None
-                return out
+            case ast.In():
+                return self.membership(e, unit, env, model, stack)
             case ast.Call():
                 return self.call(e, unit, env, model, stack)
         return self.err(unit, e.span, "unsupported expression")
+
+    def unary(self, e: ast.Unary, unit: Unit, op: str, t: TExpr) -> TExpr:
+        if t.type == "error":
+            return ERR
+        if op == "-":
+            if t.type not in NUM:
+                return self.err(unit, e.span, f"'-' needs a number, got {t.type}")
+            return TExpr("neg", t.type, (t,))
+        if t.type != "bool":
+            return self.err(unit, e.span, f"'not' needs a bool, got {t.type}")
+        return TExpr("not", "bool", (t,))
+
+    def membership(
+        self, e: ast.In, unit: Unit, env: dict[str, TExpr], model: str | None, stack: tuple
+    ) -> TExpr:
+        """`x in [a, b, …]` as `x == a or x == b or …`."""
+        lhs, items = e.left, e.items
+        a = self.expr(lhs, unit, env, model, stack)
+        if not items.items:
+            return self.err(unit, items.span, "`in` needs a non-empty list")
+        out: TExpr | None = None
+        for item in items.items:
+            b = self.expr(item, unit, env, model, stack)
+            eq = self.binary(ast.Binary("==", lhs, item, e.span), unit, "==", a, b)
+            out = eq if out is None else TExpr("or", "bool", (out, eq))
+            if eq.type == "error":
+                return ERR
+        assert out is not None
+        return out
+
+    def router(self, e: ast.Name, unit: Unit, ref: Ref, model: str | None) -> TExpr:
+        """A router's score, where the route block of `model` may read it."""
+        name = plan_router_name(ref)
+        router = self.routers.get(name)
+        if router is None and name in self.unavailable and model is not None:
+            missing = ", ".join(self.unavailable[name])
+            return self.err(
+                unit,
+                e.span,
+                f"router '{e.dotted}' reads model {missing}, which this policy does not declare",
+            )
+        if router is None:
+            return ERR
+        if model is not None and router["model"] != model:
+            return self.err(
+                unit,
+                e.span,
+                f"router '{e.dotted}' reads model '{router['model']}'; it cannot be used in the route block of '{model}'",
+            )
+        return TExpr("router", "float", name=name)
 
     def name(self, e: ast.Name, unit: Unit, env: dict[str, TExpr], model: str | None) -> TExpr:
         ref = lookup(unit, e, env)
@@ -333,24 +387,7 @@ class _Elaborator:
                 return ERR
             return self.const(unit, e.span, entry["type"], entry["value"], f"param '{ref.qualified}': ")
         if ref.kind == "router":
-            name = plan_router_name(ref)
-            router = self.routers.get(name)
-            if router is None and name in self.unavailable and model is not None:
-                missing = ", ".join(self.unavailable[name])
-                return self.err(
-                    unit,
-                    e.span,
-                    f"router '{e.dotted}' reads model {missing}, which this policy does not declare",
-                )
-            if router is None:
-                return ERR
-            if model is not None and router["model"] != model:
-                return self.err(
-                    unit,
-                    e.span,
-                    f"router '{e.dotted}' reads model '{router['model']}'; it cannot be used in the route block of '{model}'",
-                )
-            return TExpr("router", "float", name=name)
+            return self.router(e, unit, ref, model)
         if ref.kind == "fn":
             return self.err(unit, e.span, f"'{e.dotted}' is a fn; call it: {e.dotted}(...)")
         if ref.kind == "import":
@@ -383,19 +420,10 @@ class _Elaborator:
         ref = lookup(unit, e.func)
         if ref is None or ref.kind != "fn":
             return ERR  # reported by resolve_names
-        fname = e.func.dotted
         fn: ast.FnDecl = ref.decl
         key = ref.qualified
-        if key in stack:
-            return self.err(
-                unit, e.span, f"fn '{key}' calls itself (through {' → '.join(stack)}); fns cannot recurse"
-            )
-        if len(e.args) != len(fn.args):
-            return self.err(
-                unit,
-                e.span,
-                f"{fname}() takes {len(fn.args)} argument{'s' if len(fn.args) != 1 else ''}, got {len(e.args)}",
-            )
+        if (problem := _call_problem(e, fn, key, stack)) is not None:
+            return self.err(unit, e.span, problem)
         bound = self._bind(e, fn, unit, env, model, stack)
         if bound is None:
             return ERR

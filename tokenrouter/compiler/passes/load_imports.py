@@ -34,6 +34,28 @@ def _key(unit: Unit) -> str:
     return str(Path(unit.file).resolve())
 
 
+def _alias(
+    unit: Unit,
+    decl: ast.ImportDecl,
+    module: Unit,
+    shown_as: str,
+    imports: dict[str, Unit],
+    diags: list[Diagnostic],
+) -> str | None:
+    """The name an import goes by (`as NAME`, else the imported policy's name); None (an error reported) where
+    it has none or another import took it."""
+    alias = decl.alias.name if decl.alias else _policy_name(module.module)
+    if alias is None:
+        diags.append(
+            unit.src.error(decl.span, f"{shown_as} has no `policy NAME` line; write `import ... as NAME`")
+        )
+        return None
+    if alias in imports:
+        diags.append(unit.src.error(decl.span, f"import name '{alias}' is already used by another import"))
+        return None
+    return alias
+
+
 def _load(
     unit: Unit, stack: list[str], loaded: dict[str, Unit | str], units: list[Unit], diags: list[Diagnostic]
 ) -> None:
@@ -47,16 +69,8 @@ def _load(
         if found is None:
             continue
         key, module, shown_as = found
-        alias = decl.alias.name if decl.alias else _policy_name(module.module)
+        alias = _alias(unit, decl, module, shown_as, imports, diags)
         if alias is None:
-            diags.append(
-                unit.src.error(decl.span, f"{shown_as} has no `policy NAME` line; write `import ... as NAME`")
-            )
-            continue
-        if alias in imports:
-            diags.append(
-                unit.src.error(decl.span, f"import name '{alias}' is already used by another import")
-            )
             continue
         if not module.prefix:  # its first import: it takes this import's name
             module.prefix = f"{unit.prefix}{alias}."

@@ -33,23 +33,7 @@ def _declarations(unit: Unit) -> list[Diagnostic]:
     named = [d for d in named if not isinstance(d, ast.PolicyDecl)]
     idents = [d.name for d in named] + [d.alias for d in unit.decls(ast.ImportDecl) if d.alias]
     for ident in sorted(idents, key=lambda i: (i.span.line, i.span.col)):
-        if ident.name in seen:
-            first = seen[ident.name].span
-            out.append(
-                unit.src.error(
-                    ident.span, f"duplicate name '{ident.name}' (first declared at {first.line}:{first.col})"
-                )
-            )
-        else:
-            seen[ident.name] = ident
-        if ident.name in FEATURES:
-            out.append(
-                unit.src.error(ident.span, f"'{ident.name}' is a per-step feature and cannot be redeclared")
-            )
-        elif ident.name in BUILTINS:
-            out.append(
-                unit.src.error(ident.span, f"'{ident.name}' is a built-in function and cannot be redeclared")
-            )
+        out.extend(_declared(unit, ident, seen))
     for alias, decl in unit.import_decls.items():
         if decl.alias is None and alias in seen:
             first = seen[alias].span
@@ -65,6 +49,29 @@ def _declarations(unit: Unit) -> list[Diagnostic]:
             if a.name.name in args:
                 out.append(unit.src.error(a.name.span, f"duplicate argument '{a.name.name}'"))
             args.add(a.name.name)
+    return out
+
+
+def _declared(unit: Unit, ident: ast.Ident, seen: dict[str, ast.Ident]) -> list[Diagnostic]:
+    """A declared name, recorded in `seen`: the errors of a duplicate, or a feature or built-in redeclared."""
+    out: list[Diagnostic] = []
+    if ident.name in seen:
+        first = seen[ident.name].span
+        out.append(
+            unit.src.error(
+                ident.span, f"duplicate name '{ident.name}' (first declared at {first.line}:{first.col})"
+            )
+        )
+    else:
+        seen[ident.name] = ident
+    if ident.name in FEATURES:
+        out.append(
+            unit.src.error(ident.span, f"'{ident.name}' is a per-step feature and cannot be redeclared")
+        )
+    elif ident.name in BUILTINS:
+        out.append(
+            unit.src.error(ident.span, f"'{ident.name}' is a built-in function and cannot be redeclared")
+        )
     return out
 
 
@@ -214,26 +221,27 @@ def _names(expr: ast.Expr) -> Iterator[tuple[ast.Name, bool]]:
                 yield from _names(i)
 
 
+def _check_callee(unit: Unit, name: ast.Name, hint: bool) -> list[Diagnostic]:
+    """The errors of a called name: it must be a built-in or a fn."""
+    if len(name.parts) == 1 and name.parts[0] in BUILTINS:
+        return []
+    if len(name.parts) == 1 and name.parts[0] in ROUTER_INPUTS + ROUTER_KINDS:
+        return [unit.src.error(name.span, f"'{name.dotted}(...)' is only allowed in a `router` declaration")]
+    ref = lookup(unit, name)
+    if ref is not None and ref.kind == "fn":
+        return []
+    if ref is not None:
+        return [unit.src.error(name.span, f"'{name.dotted}' is a {ref.kind}, not a function")]
+    fns = [n for n in visible(unit) if n in BUILTINS or _is_fn(unit, n)] if hint else []
+    return [unit.src.error(name.span, f"unknown function '{name.dotted}'{did_you_mean(name.dotted, fns)}")]
+
+
 def _check_name(
     unit: Unit, name: ast.Name, is_callee: bool, locals_: dict, hint: bool = True
 ) -> list[Diagnostic]:
     """The errors of one name; `hint`: look for a "did you mean" (a search through every visible name)."""
     if is_callee:
-        if len(name.parts) == 1 and name.parts[0] in BUILTINS:
-            return []
-        if len(name.parts) == 1 and name.parts[0] in ROUTER_INPUTS + ROUTER_KINDS:
-            return [
-                unit.src.error(name.span, f"'{name.dotted}(...)' is only allowed in a `router` declaration")
-            ]
-        ref = lookup(unit, name)
-        if ref is not None and ref.kind == "fn":
-            return []
-        if ref is not None:
-            return [unit.src.error(name.span, f"'{name.dotted}' is a {ref.kind}, not a function")]
-        fns = [n for n in visible(unit) if n in BUILTINS or _is_fn(unit, n)] if hint else []
-        return [
-            unit.src.error(name.span, f"unknown function '{name.dotted}'{did_you_mean(name.dotted, fns)}")
-        ]
+        return _check_callee(unit, name, hint)
     ref = lookup(unit, name, locals_)
     if ref is None:
         if len(name.parts) == 2 and name.parts[0] not in unit.imports:

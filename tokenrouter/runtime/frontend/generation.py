@@ -12,7 +12,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from tokenrouter.runtime.frontend.codec import TextCodec
+from tokenrouter.runtime.frontend.codec import Detokenizer, TextCodec
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
 from tokenrouter.runtime.frontend.route_inputs import merge_late
@@ -81,51 +81,10 @@ class Choice:
         st = self.state
         try:
             while True:
-                if st.finish_reason is None:
-                    await st.event.wait()
-                else:  # finished, but a token sent by another subserver is still on its way
-                    try:
-                        await asyncio.wait_for(st.event.wait(), GAP_TIMEOUT_S)
-                    except asyncio.TimeoutError:
-                        raise APIError(
-                            500, f"the request finished with token {st.next_index} missing"
-                        ) from None
-                st.event.clear()
-                if st.error is not None:
-                    raise st.error
+                await self._next_tokens(st)
                 before = self.completion_tokens
-                models, pieces, inputs = [], [], []
-                for tok, model in st.take():
-                    lp = st.logprobs.pop(self.completion_tokens, None)
-                    if lp is not None:
-                        self.logprobs.append((tok, lp[0], lp[1]))
-                    if self.want_inputs:
-                        self.inputs.append(st.decisions.pop(self.completion_tokens, []))
-                        inputs.append(self.inputs[-1])
-                    self.completion_tokens += 1
-                    self.per_model[model] += 1
-                    text = detok.step(tok)
-                    if self.want_trace:
-                        self.trace.append(model)
-                    if self.chunk_trace:
-                        models.append(model)
-                        pieces.append(text)
-                    if self.want_ids:
-                        self.token_ids.append(tok)
-                    if self._append(text, hold):
-                        break
-                if self.finish_reason is None and st.done:
-                    # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
-                    rest = detok.flush()
-                    if pieces:
-                        pieces[-1] += rest
-                    if not self._append(rest, hold):
-                        self.finish_reason = st.finish_reason or "stop"
-                end = (
-                    len(self.text)
-                    if self.finish_reason is not None
-                    else max(self._emitted, len(self.text) - hold)
-                )
+                models, pieces, inputs = self._take(st, detok, hold)
+                end = self._text_end(st, detok, pieces, hold)
                 if end > self._emitted or self.completion_tokens > before:
                     # a chunk per batch of new tokens, even when they add no text yet (held back by the
                     # detokenizer or a possible stop string), so streaming clients see every step
@@ -138,6 +97,57 @@ class Choice:
         finally:
             if self.finish_reason is None:
                 self.manager.abort(st.rid, reason="abort")
+
+    def _text_end(self, st: ReqState, detok: Detokenizer, pieces: list[str], hold: int) -> int:
+        """Where the text that may be sent now ends (finishing the choice if the request is done)."""
+        if self.finish_reason is None and st.done:
+            # text still held by the detokenizer (an incomplete UTF-8 sequence at the very end)
+            rest = detok.flush()
+            if pieces:
+                pieces[-1] += rest
+            if not self._append(rest, hold):
+                self.finish_reason = st.finish_reason or "stop"
+        if self.finish_reason is not None:
+            return len(self.text)
+        return max(self._emitted, len(self.text) - hold)
+
+    async def _next_tokens(self, st: ReqState) -> None:
+        """Wait until the request has news (tokens, its end, an error); raise its error if it failed."""
+        if st.finish_reason is None:
+            await st.event.wait()
+        else:  # finished, but a token sent by another subserver is still on its way
+            try:
+                await asyncio.wait_for(st.event.wait(), GAP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                raise APIError(500, f"the request finished with token {st.next_index} missing") from None
+        st.event.clear()
+        if st.error is not None:
+            raise st.error
+
+    def _take(self, st: ReqState, detok: Detokenizer, hold: int) -> tuple[list, list, list]:
+        """Take the request's new tokens into the choice (until a stop string); the chunk trace's models, text
+        pieces and route inputs of those tokens."""
+        models, pieces, inputs = [], [], []
+        for tok, model in st.take():
+            lp = st.logprobs.pop(self.completion_tokens, None)
+            if lp is not None:
+                self.logprobs.append((tok, lp[0], lp[1]))
+            if self.want_inputs:
+                self.inputs.append(st.decisions.pop(self.completion_tokens, []))
+                inputs.append(self.inputs[-1])
+            self.completion_tokens += 1
+            self.per_model[model] += 1
+            text = detok.step(tok)
+            if self.want_trace:
+                self.trace.append(model)
+            if self.chunk_trace:
+                models.append(model)
+                pieces.append(text)
+            if self.want_ids:
+                self.token_ids.append(tok)
+            if self._append(text, hold):
+                break
+        return models, pieces, inputs
 
     def _append(self, piece: str, hold: int) -> bool:
         """Add text; on a stop string, cut before it, abort the request everywhere and return True."""

@@ -21,7 +21,7 @@ from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
 from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs, token_text
 from tokenrouter.runtime.frontend.protocol import APIError
-from tokenrouter.runtime.frontend.request_manager import RequestManager
+from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
 from tokenrouter.runtime.frontend.structured import Constraints
 from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, call_deltas, plan_tools, tool_message
 
@@ -71,6 +71,9 @@ class GenerationHandler:
             except TemplateError as e:
                 raise APIError(400, str(e), param="messages") from None
             return [ids]
+        return self._completion_prompts(req, vocab_limit)
+
+    def _completion_prompts(self, req: Any, vocab_limit: int) -> list[list[int]]:
         p = req.prompt
         if isinstance(p, str):
             prompts = self.codec.encode_many([p]) if p else [[]]
@@ -97,24 +100,7 @@ class GenerationHandler:
     def _sampling(
         self, req: Any, prompt_len: int, chat: bool, max_len: int, grammar: str = ""
     ) -> m.SamplingSpec:
-        if prompt_len >= max_len:
-            raise APIError(
-                400,
-                f"the prompt has {prompt_len} tokens, but the model's maximum context length is {max_len} tokens",
-                param="messages" if chat else "prompt",
-                code="context_length_exceeded",
-            )
-        max_tokens, field = req.completion_limit()
-        if max_tokens is None:
-            max_tokens = (max_len - prompt_len) if chat else min(16, max_len - prompt_len)
-        if prompt_len + max_tokens > max_len:
-            raise APIError(
-                400,
-                f"this model's maximum context length is {max_len} tokens; you requested {prompt_len + max_tokens} "
-                f"tokens ({prompt_len} in the prompt, {field} = {max_tokens} for the completion)",
-                param=field,
-                code="context_length_exceeded",
-            )
+        max_tokens = _max_tokens(req, prompt_len, chat, max_len)
         seed = _int64(secrets.randbits(63) if req.seed is None else req.seed)
         stop_ids = list(req.stop_token_ids or ())  # EOS is the model's own (config.json), unless ignore_eos
         return m.SamplingSpec(
@@ -133,6 +119,40 @@ class GenerationHandler:
     # ---- serving ----------------------------------------------------------------------------------------
     async def serve(self, request: Request, req: Any, chat: bool) -> Response:
         mgr: RequestManager = request.app.state.manager
+        max_len = self._servable(mgr, req)
+        tools = plan_tools(req) if chat else None
+        prompts = await self._tokenized(request, req, chat, mgr, tools)
+        grammar = ""
+        if tools is not None or getattr(req, "response_format", None) is not None:
+            # compiling a schema (and, the first time, loading the tokenizer) can take a second: off the loop
+            grammar = await run_in_threadpool(self.constraints.grammar, req, tools)
+        specs = [self._sampling(req, len(ids), chat, max_len, grammar) for ids in prompts]
+        choices: list[Choice] = []
+        try:
+            self._submit(mgr, req, prompts, specs, choices)
+            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+            if req.stream:
+                return await self._stream(request, req, chat, rid, choices, tools)
+            await _unless_disconnected(request, _run_all(choices))
+            return JSONResponse(self._full_body(req, chat, rid, choices, tools))
+        except BaseException:  # every error path releases the requests already sent
+            for c in choices:
+                mgr.abort(c.state.rid)
+            raise
+
+    async def _tokenized(
+        self, request: Request, req: Any, chat: bool, mgr: RequestManager, tools: ToolPlan | None
+    ) -> list[list[int]]:
+        # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
+        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
+        # body (INLINE_BODY_BYTES) is tokenized in place.
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
+            return self._prompts(req, chat, self.vocab_limit(mgr), tools)
+        return await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr), tools)
+
+    def _servable(self, mgr: RequestManager, req: Any) -> int:
+        """The longest prompt + completion allowed, once the request names this policy and the server is up."""
         if req.model is not None and req.model != self.args.policy:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.args.policy!r}",
                            param="model", code="model_not_found")  # fmt: skip
@@ -145,49 +165,36 @@ class GenerationHandler:
             raise APIError(
                 503, "the server is still starting; retry when GET /health returns 200", code="starting"
             )
-        # Tokenizing (and checking token ids) takes seconds for a prompt of megabytes: off the event loop, so
-        # that other requests, /health included, are served meanwhile (the tokenizer releases the GIL). A short
-        # body (INLINE_BODY_BYTES) is tokenized in place.
-        tools = plan_tools(req) if chat else None
-        size = request.headers.get("content-length", "")
-        if size.isdigit() and int(size) <= INLINE_BODY_BYTES:
-            prompts = self._prompts(req, chat, self.vocab_limit(mgr), tools)
-        else:
-            prompts = await run_in_threadpool(self._prompts, req, chat, self.vocab_limit(mgr), tools)
-        grammar = ""
-        if tools is not None or getattr(req, "response_format", None) is not None:
-            # compiling a schema (and, the first time, loading the tokenizer) can take a second: off the loop
-            grammar = await run_in_threadpool(self.constraints.grammar, req, tools)
-        specs = [self._sampling(req, len(ids), chat, max_len, grammar) for ids in prompts]
-        choices: list[Choice] = []
-        try:
-            # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
-            for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
-                for j in range(req.n):
-                    st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
-                    choices.append(
-                        Choice(
-                            mgr,
-                            self.codec,
-                            st,
-                            i * req.n + j,
-                            req.stop_strings(),
-                            self.args.models,
-                            req.return_routing_trace,
-                            req.return_token_ids,
-                            req.return_routing_trace and req.stream,
-                            req.return_route_inputs,
-                        )
-                    )
-            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-            if req.stream:
-                return await self._stream(request, req, chat, rid, choices, tools)
-            await _unless_disconnected(request, _run_all(choices))
-            return JSONResponse(self._full_body(req, chat, rid, choices, tools))
-        except BaseException:  # every error path releases the requests already sent
-            for c in choices:
-                mgr.abort(c.state.rid)
-            raise
+        return max_len
+
+    def _submit(
+        self,
+        mgr: RequestManager,
+        req: Any,
+        prompts: list[list[int]],
+        specs: list[m.SamplingSpec],
+        choices: list[Choice],
+    ) -> None:
+        """Submit every choice, appending each to `choices` as it is sent (so that an error aborts those sent)."""
+        # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
+        for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
+            for j in range(req.n):
+                st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
+                choices.append(self._choice(mgr, req, st, i * req.n + j))
+
+    def _choice(self, mgr: RequestManager, req: Any, st: ReqState, index: int) -> Choice:
+        return Choice(
+            mgr,
+            self.codec,
+            st,
+            index,
+            req.stop_strings(),
+            self.args.models,
+            req.return_routing_trace,
+            req.return_token_ids,
+            req.return_routing_trace and req.stream,
+            req.return_route_inputs,
+        )
 
     def _logprobs(self, req: Any, chat: bool, c: Choice, start: int, offset: int = 0) -> dict | None:
         """The choice's logprobs from its `start`-th token on, in the endpoint's shape; None unless asked."""
@@ -201,21 +208,7 @@ class GenerationHandler:
     def _full_body(
         self, req: Any, chat: bool, rid: str, choices: list[Choice], tools: ToolPlan | None = None
     ) -> dict:
-        out = []
-        for c in choices:
-            d: dict = {
-                "index": c.index,
-                "finish_reason": c.finish_reason,
-                "logprobs": self._logprobs(req, chat, c, 0),
-                "routing": c.routing(),
-            }
-            if chat and tools is not None and tools.parses:
-                d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason)
-            elif chat:
-                d["message"] = {"role": "assistant", "content": c.text}
-            else:
-                d["text"] = c.text
-            out.append(d)
+        out = [self._full_choice(req, chat, c, tools) for c in choices]
         return {
             "id": rid,
             "object": "chat.completion" if chat else "text_completion",
@@ -224,6 +217,21 @@ class GenerationHandler:
             "choices": out,
             "usage": _usage(choices, req.n),
         }
+
+    def _full_choice(self, req: Any, chat: bool, c: Choice, tools: ToolPlan | None) -> dict:
+        d: dict = {
+            "index": c.index,
+            "finish_reason": c.finish_reason,
+            "logprobs": self._logprobs(req, chat, c, 0),
+            "routing": c.routing(),
+        }
+        if chat and tools is not None and tools.parses:
+            d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason)
+        elif chat:
+            d["message"] = {"role": "assistant", "content": c.text}
+        else:
+            d["text"] = c.text
+        return d
 
     async def _stream(
         self,
@@ -244,97 +252,139 @@ class GenerationHandler:
         except APIError:
             await events.aclose()
             raise
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        created = int(time.time())
-        policy = self.args.policy
-        include_usage = req.include_usage
+        stream = _EventStream(self, req, chat, rid, choices, tools)
+        return StreamingResponse(
+            stream.body(first, events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
 
-        def chunk(choice_list: list[dict], usage: dict | None = None) -> str:
-            body: dict = {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": policy,
-                "choices": choice_list,
-            }
-            if include_usage:
-                body["usage"] = usage
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-        sent = {c.index: (0, 0) for c in choices}  # per choice: logprob entries sent, their text's length
+class _EventStream:
+    """One streamed response's server-sent events: the chunks of every choice, in the endpoint's shape."""
+
+    def __init__(
+        self,
+        handler: GenerationHandler,
+        req: Any,
+        chat: bool,
+        rid: str,
+        choices: list[Choice],
+        tools: ToolPlan | None,
+    ) -> None:
+        self.handler = handler
+        self.req = req
+        self.chat = chat
+        self.rid = rid
+        self.choices = choices
+        self.obj = "chat.completion.chunk" if chat else "text_completion"
+        self.created = int(time.time())
+        self.policy = handler.args.policy
+        self.include_usage = req.include_usage
+        self.sent = {
+            c.index: (0, 0) for c in choices
+        }  # per choice: logprob entries sent, their text's length
         # per choice, with tools parsed: its text split into content and calls (tools.py)
-        split = (
+        self.split = (
             {c.index: ToolStream() for c in choices} if chat and tools is not None and tools.parses else {}
         )
 
-        def new_logprobs(c: Choice) -> dict | None:
-            start, offset = sent[c.index]
-            lp = self._logprobs(req, chat, c, start, offset)
-            if (
-                lp is not None and not chat and lp["tokens"]
-            ):  # the next token's offset: after the last one's text
-                offset = lp["text_offset"][-1] + len(token_text(self.codec, c.logprobs[-1][0]))
-            sent[c.index] = (len(c.logprobs), offset)
-            return lp
+    def chunk(self, choice_list: list[dict], usage: dict | None = None) -> str:
+        body: dict = {
+            "id": self.rid,
+            "object": self.obj,
+            "created": self.created,
+            "model": self.policy,
+            "choices": choice_list,
+        }
+        if self.include_usage:
+            body["usage"] = usage
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-        def piece(c: Choice, text: str) -> dict:
-            lp = new_logprobs(c)
-            if chat:
-                text = split[c.index].feed(text) if split else text
-                d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
-            else:
-                d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
-            if c.chunk_trace:
-                d["routing"] = c.chunk_routing()
-            return d
+    def new_logprobs(self, c: Choice) -> dict | None:
+        start, offset = self.sent[c.index]
+        lp = self.handler._logprobs(self.req, self.chat, c, start, offset)
+        if (
+            lp is not None and not self.chat and lp["tokens"]
+        ):  # the next token's offset: after the last one's text
+            offset = lp["text_offset"][-1] + len(token_text(self.handler.codec, c.logprobs[-1][0]))
+        self.sent[c.index] = (len(c.logprobs), offset)
+        return lp
 
-        def final(c: Choice) -> dict:
-            d = {
-                "index": c.index,
-                "logprobs": new_logprobs(c),
-                "finish_reason": c.finish_reason,
-                "routing": c.routing(),
-            }
-            d.update({"delta": {}} if chat else {"text": ""})
-            if split:
-                rest, calls = split[c.index].finish()
-                d["delta"] = {"content": rest} if rest else {}
-                if calls:
-                    d["delta"]["tool_calls"] = call_deltas(calls)
-                    d["finish_reason"] = "tool_calls" if c.finish_reason == "stop" else c.finish_reason
-            return d
+    def piece(self, c: Choice, text: str) -> dict:
+        lp = self.new_logprobs(c)
+        if self.chat:
+            text = self.split[c.index].feed(text) if self.split else text
+            d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
+        else:
+            d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
+        if c.chunk_trace:
+            d["routing"] = c.chunk_routing()
+        return d
 
-        async def body() -> AsyncIterator[str]:
-            try:
-                if chat:
-                    yield chunk(
-                        [
-                            {
-                                "index": c.index,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                            for c in choices
-                        ]  # fmt: skip
-                    )
-                ev = first
-                while ev is not None:
-                    c, text = ev
-                    yield chunk([final(c)] if text is None else [piece(c, text)])
-                    ev = await anext(events, None)
-                if include_usage:
-                    yield chunk([], _usage(choices, req.n))
-                yield "data: [DONE]\n\n"
-            except APIError as e:
-                yield f"data: {json.dumps(e.body())}\n\n"
-                yield "data: [DONE]\n\n"
-            finally:
-                await events.aclose()
+    def final(self, c: Choice) -> dict:
+        d = {
+            "index": c.index,
+            "logprobs": self.new_logprobs(c),
+            "finish_reason": c.finish_reason,
+            "routing": c.routing(),
+        }
+        d.update({"delta": {}} if self.chat else {"text": ""})
+        if self.split:
+            rest, calls = self.split[c.index].finish()
+            d["delta"] = {"content": rest} if rest else {}
+            if calls:
+                d["delta"]["tool_calls"] = call_deltas(calls)
+                d["finish_reason"] = "tool_calls" if c.finish_reason == "stop" else c.finish_reason
+        return d
 
-        return StreamingResponse(
-            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    def role_chunk(self) -> str:
+        """The chat stream's first chunk: each choice's assistant role."""
+        role = {"role": "assistant", "content": ""}
+        return self.chunk(
+            [{"index": c.index, "delta": role, "logprobs": None, "finish_reason": None} for c in self.choices]
         )
+
+    async def body(
+        self, first: tuple[Choice, str | None] | None, events: AsyncIterator[tuple[Choice, str | None]]
+    ) -> AsyncIterator[str]:
+        try:
+            if self.chat:
+                yield self.role_chunk()
+            ev = first
+            while ev is not None:
+                c, text = ev
+                yield self.chunk([self.final(c)] if text is None else [self.piece(c, text)])
+                ev = await anext(events, None)
+            if self.include_usage:
+                yield self.chunk([], _usage(self.choices, self.req.n))
+            yield "data: [DONE]\n\n"
+        except APIError as e:
+            yield f"data: {json.dumps(e.body())}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            await events.aclose()
+
+
+def _max_tokens(req: Any, prompt_len: int, chat: bool, max_len: int) -> int:
+    """The completion's token limit: the request's, or what the context leaves; an APIError if it does not fit."""
+    if prompt_len >= max_len:
+        raise APIError(
+            400,
+            f"the prompt has {prompt_len} tokens, but the model's maximum context length is {max_len} tokens",
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
+    max_tokens, field = req.completion_limit()
+    if max_tokens is None:
+        max_tokens = (max_len - prompt_len) if chat else min(16, max_len - prompt_len)
+    if prompt_len + max_tokens > max_len:
+        raise APIError(
+            400,
+            f"this model's maximum context length is {max_len} tokens; you requested {prompt_len + max_tokens} "
+            f"tokens ({prompt_len} in the prompt, {field} = {max_tokens} for the completion)",
+            param=field,
+            code="context_length_exceeded",
+        )
+    return max_tokens
 
 
 def _int64(seed: int) -> int:

@@ -75,19 +75,28 @@ async def _serve(args: FrontendArgs, sock: socket.socket, to_launcher: Sender) -
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if serving.done():
-            serving.result()
-            raise RuntimeError("the HTTP server stopped during startup")
-        await asyncio.sleep(0.02)
-    host, port = sock.getsockname()[:2]
-    url_host = f"[{host}]" if ":" in host else host
-    to_launcher.send(m.Ready(name="frontend", info={"url": f"http://{url_host}:{port}", "pid": os.getpid()}))
+    await _started(server, serving)
+    to_launcher.send(m.Ready(name="frontend", info={"url": _url(sock), "pid": os.getpid()}))
     watchdog = asyncio.create_task(_exit_with_parent(server))
     try:
         await serving
     finally:
         watchdog.cancel()
+
+
+async def _started(server: _Server, serving: asyncio.Task) -> None:
+    """Wait until the HTTP server listens; raise if it stopped instead."""
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise RuntimeError("the HTTP server stopped during startup")
+        await asyncio.sleep(0.02)
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    return f"http://{url_host}:{port}"
 
 
 async def _exit_with_parent(server) -> None:

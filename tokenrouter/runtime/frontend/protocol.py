@@ -93,6 +93,9 @@ class _SamplingFields(_Strict):
                 raise APIError(400, f"{name} is not supported by TokenRouter", param=name)
         if self.logit_bias:
             raise APIError(400, "logit_bias is not supported by TokenRouter", param="logit_bias")
+        self._check_stops()
+
+    def _check_stops(self) -> None:
         for s in self.stop_strings():
             if not s:
                 raise APIError(400, "stop strings must not be empty", param="stop")
@@ -255,6 +258,17 @@ class ChatCompletionRequest(_SamplingFields):
         _check_range(self.top_logprobs, "top_logprobs", 0, MAX_LOGPROBS)
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
+        self._check_tool_names()
+        reserved = sorted(set(self.chat_template_kwargs or {}) & TEMPLATE_VARIABLES)
+        if reserved:
+            raise APIError(
+                400,
+                f"chat_template_kwargs: {reserved[0]!r} is set by the server, not by the request",
+                param="chat_template_kwargs",
+            )
+
+    def _check_tool_names(self) -> None:
+        """Each tool's name is a valid function name, and no two are the same."""
         seen: set[str] = set()
         for i, t in enumerate(self.tools or ()):
             name, where = t.function.name, f"tools[{i}].function"
@@ -264,13 +278,6 @@ class ChatCompletionRequest(_SamplingFields):
             if name in seen:
                 raise APIError(400, f"{where}.name: two tools are named {name!r}", param=f"{where}.name")
             seen.add(name)
-        reserved = sorted(set(self.chat_template_kwargs or {}) & TEMPLATE_VARIABLES)
-        if reserved:
-            raise APIError(
-                400,
-                f"chat_template_kwargs: {reserved[0]!r} is set by the server, not by the request",
-                param="chat_template_kwargs",
-            )
 
     def logprob_count(self) -> int:
         return (self.top_logprobs or 0) if self.logprobs else -1

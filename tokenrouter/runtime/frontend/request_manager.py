@@ -112,6 +112,20 @@ class RequestManager:
         self.ready_models: dict[str, dict] = {}
         self.fatal: tuple[str, str] | None = None  # (process name, error)
         self.closing: APIError | None = None  # set by shutdown()
+        self._init_sockets(endpoints)
+        self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
+        self._count_dirty = False
+        # numbers the changes of n_active (`_count_changed`), from the wall clock in µs: a frontend started
+        # again numbers above its predecessor, whose numbers a remote subserver may still hold
+        self._count_seq = time.time_ns() // 1000
+        self._task: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
+        self._notify: asyncio.Task | None = None  # a Fatal on its way to the launcher
+        self.profiling = False  # a live profile runs (POST /start_profile until /stop_profile)
+        self._profile_replies: dict[str, asyncio.Future] = {}  # model -> its ProfileDone, awaited
+
+    def _init_sockets(self, endpoints: dict) -> None:
+        """The frontend's PULL socket (bound) and a PUSH socket to each model's subserver."""
         self._ctx = zmq.asyncio.Context()
         self._auth = secure_context(self._ctx, endpoints.get("key"))
         self._pull = self._ctx.socket(zmq.PULL)
@@ -123,16 +137,6 @@ class RequestManager:
             s.setsockopt(zmq.LINGER, 0)
             s.connect(endpoints["subservers"][name])
             self._push[name] = s
-        self._decoder = msgspec.msgpack.Decoder(m.ToFrontend)
-        self._count_dirty = False
-        # numbers the changes of n_active (`_count_changed`), from the wall clock in µs: a frontend started
-        # again numbers above its predecessor, whose numbers a remote subserver may still hold
-        self._count_seq = time.time_ns() // 1000
-        self._task: asyncio.Task | None = None
-        self._watch: asyncio.Task | None = None
-        self._notify: asyncio.Task | None = None  # a Fatal on its way to the launcher
-        self.profiling = False  # a live profile runs (POST /start_profile until /stop_profile)
-        self._profile_replies: dict[str, asyncio.Future] = {}  # model -> its ProfileDone, awaited
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -173,6 +177,16 @@ class RequestManager:
             n_active=self.n_active + 1,
             count_seq=self._count_seq + 1,
         )
+        self._send_new(new)
+        st = ReqState(rid=rid, prompt_len=len(prompt_ids))
+        self.requests[rid] = st
+        self.metrics.requests_total += 1
+        self.metrics.prompt_tokens += len(prompt_ids)
+        self._count_changed()
+        return st
+
+    def _send_new(self, new: m.NewRequest) -> None:
+        """Send a new request to the entry model's subserver; an APIError if it cannot be encoded or sent."""
         try:
             data = _encoder.encode(new)
         except (OverflowError, msgspec.EncodeError) as e:
@@ -183,12 +197,6 @@ class RequestManager:
             raise APIError(
                 503, f"subserver {self.entry!r} is not taking requests (its queue is full)", code="overloaded"
             )
-        st = ReqState(rid=rid, prompt_len=len(prompt_ids))
-        self.requests[rid] = st
-        self.metrics.requests_total += 1
-        self.metrics.prompt_tokens += len(prompt_ids)
-        self._count_changed()
-        return st
 
     def abort(self, rid: str, reason: str = "abort") -> None:
         """The client went away or a stop string matched: free the request everywhere."""
@@ -253,20 +261,7 @@ class RequestManager:
 
     def _on_step(self, msg: m.StepOutputs) -> None:
         self._heard(msg.model)
-        touched: set[str] = set()
-        for out in msg.tokens:
-            st = self.requests.get(out.rid)
-            self.metrics.tokens[out.model] += len(out.token_ids)
-            if out.hop_to is not None:
-                self.metrics.hops[(out.model, out.hop_to)] += 1
-            if st is not None:
-                if out.token_ids and not st.got_first:
-                    st.got_first = True
-                    self.metrics.ttft.observe(time.monotonic() - st.t_arrival)
-                st.add(out)
-                if out.token_ids:
-                    st.models.add(out.model)
-                touched.add(out.rid)
+        touched = self._on_tokens(msg)
         for fin in msg.finished:
             st = self.requests.get(fin.rid)
             if st is None:
@@ -282,6 +277,24 @@ class RequestManager:
             if st.done:
                 self._finish(st, "error" if st.error else st.finish_reason or "stop")
             st.event.set()
+
+    def _on_tokens(self, msg: m.StepOutputs) -> set[str]:
+        """Count a step's tokens and hand them to their requests; the ids of the requests that got some."""
+        touched: set[str] = set()
+        for out in msg.tokens:
+            st = self.requests.get(out.rid)
+            self.metrics.tokens[out.model] += len(out.token_ids)
+            if out.hop_to is not None:
+                self.metrics.hops[(out.model, out.hop_to)] += 1
+            if st is not None:
+                if out.token_ids and not st.got_first:
+                    st.got_first = True
+                    self.metrics.ttft.observe(time.monotonic() - st.t_arrival)
+                st.add(out)
+                if out.token_ids:
+                    st.models.add(out.model)
+                touched.add(out.rid)
+        return touched
 
     def _on_stats(self, msg: m.SubserverStats) -> None:
         self._heard(msg.model)
@@ -348,6 +361,20 @@ class RequestManager:
             raise APIError(
                 409, "a profile is being started or stopped; retry when it answers", code="profile_state"
             )
+        replies = await self._ask_profile(start, out_dir, timeout_s)
+        self.profiling = start
+        failed = {x: r.error for x, r in replies.items() if r.error}
+        if failed:
+            if start:  # the others' profiles are discarded, so that a start can be tried again
+                self.profiling = False
+                for x in replies.keys() - failed.keys():
+                    self._send(x, m.Profile(model=x, start=False))
+            why = "; ".join(f"{x!r}: {e}" for x, e in failed.items())
+            raise APIError(500, f"the profiler failed in {why}", type="server_error", code="profile_failed")
+        return {x: list(r.files) for x, r in replies.items()}
+
+    async def _ask_profile(self, start: bool, out_dir: str, timeout_s: float) -> dict[str, m.ProfileDone]:
+        """Send every subserver the Profile message and wait for each one's ProfileDone (a 504 if one is late)."""
         loop = asyncio.get_running_loop()
         self._profile_replies = {x: loop.create_future() for x in self.models}
         try:
@@ -362,16 +389,7 @@ class RequestManager:
             replies = {x: f.result() for x, f in self._profile_replies.items()}
         finally:
             self._profile_replies = {}
-        self.profiling = start
-        failed = {x: r.error for x, r in replies.items() if r.error}
-        if failed:
-            if start:  # the others' profiles are discarded, so that a start can be tried again
-                self.profiling = False
-                for x in replies.keys() - failed.keys():
-                    self._send(x, m.Profile(model=x, start=False))
-            why = "; ".join(f"{x!r}: {e}" for x, e in failed.items())
-            raise APIError(500, f"the profiler failed in {why}", type="server_error", code="profile_failed")
-        return {x: list(r.files) for x, r in replies.items()}
+        return replies
 
     def _on_profile_done(self, msg: m.ProfileDone) -> None:
         f = self._profile_replies.get(msg.model)

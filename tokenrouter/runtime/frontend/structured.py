@@ -48,15 +48,8 @@ class Constraints:
             return ""
         if kind == "json_object":
             return self._check(_json_grammar({"type": "object"}, "response_format"), "response_format")
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-            msg = "response_format.json_schema must be an object with a 'schema' object"
-            raise APIError(400, msg, param="response_format.json_schema")
-        if not isinstance(spec.get("name", ""), str):
-            msg = "response_format.json_schema.name must be a string"
-            raise APIError(400, msg, param="response_format.json_schema.name")
         param = "response_format.json_schema.schema"
-        return self._check(_json_grammar(spec.get("schema", {}), param), param)
+        return self._check(_json_grammar(_json_schema(fmt), param), param)
 
     def _check(self, grammar: str, param: str) -> str:
         err = _grammar_error(self.model_dir, grammar)
@@ -114,3 +107,15 @@ def tool_grammar(tools: ToolPlan) -> str:
     start = 'start: call ("\\n" call)*' if tools.parallel else "start: call"
     call = f"call: {json.dumps(CALL_OPEN + chr(10))} ({names}) {json.dumps(chr(10) + CALL_CLOSE)}"
     return g.from_lark("\n".join([start, call, *rules]) + "\n")
+
+
+def _json_schema(fmt: dict) -> dict:
+    """A `json_schema` response format's schema; an APIError 400 where the format is not of that shape."""
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        msg = "response_format.json_schema must be an object with a 'schema' object"
+        raise APIError(400, msg, param="response_format.json_schema")
+    if not isinstance(spec.get("name", ""), str):
+        msg = "response_format.json_schema.name must be a string"
+        raise APIError(400, msg, param="response_format.json_schema.name")
+    return spec.get("schema", {})

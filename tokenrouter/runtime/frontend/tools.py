@@ -81,28 +81,29 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
     object `arguments` becomes a call (a last block cut off before `</tool_call>` counts where its JSON is
     whole); the text before the first block is the content (None when blank). Without a valid call: (text,
     [])."""
-    calls = []
-    for m in _BLOCK.finditer(text):
-        try:
-            obj = json.loads(m.group(1))
-        except ValueError:
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        if not isinstance(args, dict):
-            continue
-        calls.append(
-            {
-                "id": "call_" + secrets.token_hex(12),
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
-            }
-        )
+    calls = [call for m in _BLOCK.finditer(text) if (call := _tool_call(m.group(1))) is not None]
     if not calls:
         return text, []
     content = text[: text.index(CALL_OPEN)]
     return (content if content.strip() else None), calls
+
+
+def _tool_call(block: str) -> dict | None:
+    """The call a `<tool_call>` block's JSON makes (a string `name`, object `arguments`), or None."""
+    try:
+        obj = json.loads(block)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if not isinstance(args, dict):
+        return None
+    return {
+        "id": "call_" + secrets.token_hex(12),
+        "type": "function",
+        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+    }
 
 
 class ToolStream:

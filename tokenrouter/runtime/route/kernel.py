@@ -270,25 +270,9 @@ class RouteKernel:
         self.routers: list[Router] = []
         self.hidden_size = hidden_size
         if self.hidden_size is None and self.spec.routers:
-            model_entry = (plan.get("models") or {}).get(self.model) or {}
-            path = model_entry.get("path")
-            if isinstance(path, str):
-                try:
-                    self.hidden_size = model_hidden_size(path)
-                except ValueError as exc:
-                    raise RouteKernelError(str(exc)) from None
+            self.hidden_size = self._model_hidden_size(plan)
         for name in self.spec.routers:
-            if name not in entries:
-                raise RouteKernelError(
-                    f"route block of {self.model!r} reads router {name!r}, which the plan lacks"
-                )
-            try:
-                rspec = RouterSpec.from_plan(name, entries[name])
-            except ValueError as exc:
-                raise RouteKernelError(str(exc)) from None
-            others = {i.model for i in rspec.inputs} - {self.model}
-            if others:
-                raise RouteKernelError(f"router {name!r} reads model(s) {sorted(others)}, not {self.model!r}")
+            rspec = self._router_spec(name, entries)
             router, implied = load_router(rspec, self.hidden_size, self.device)  # RouterFileError passes up
             self.hidden_size = self.hidden_size or (implied or None)
             self.routers.append(router)
@@ -299,6 +283,32 @@ class RouteKernel:
             raise RouteKernelError(
                 f"a router of {self.model!r} reads embedding(token); the engine must pass `embed`"
             )
+
+    def _router_spec(self, name: str, entries: dict) -> RouterSpec:
+        """The plan's entry of a router the route block reads, which must read this model only."""
+        if name not in entries:
+            raise RouteKernelError(
+                f"route block of {self.model!r} reads router {name!r}, which the plan lacks"
+            )
+        try:
+            rspec = RouterSpec.from_plan(name, entries[name])
+        except ValueError as exc:
+            raise RouteKernelError(str(exc)) from None
+        others = {i.model for i in rspec.inputs} - {self.model}
+        if others:
+            raise RouteKernelError(f"router {name!r} reads model(s) {sorted(others)}, not {self.model!r}")
+        return rspec
+
+    def _model_hidden_size(self, plan: dict) -> int | None:
+        """The model's hidden size from its config.json (None where the plan gives no path)."""
+        model_entry = (plan.get("models") or {}).get(self.model) or {}
+        path = model_entry.get("path")
+        if not isinstance(path, str):
+            return None
+        try:
+            return model_hidden_size(path)
+        except ValueError as exc:
+            raise RouteKernelError(str(exc)) from None
 
     # --- one step ---
     def __call__(
@@ -317,22 +327,21 @@ class RouteKernel:
         if logits.shape[0] == 0:
             empty = torch.empty(0, dtype=torch.int64, device=logits.device)
             return RouteResult(empty, empty.float(), empty.int(), {} if with_features else None)
-        sampling = state.any_sampling
-        if sampling is None:
-            sampling = bool((state.temperature > 0).any())
-        restricted = state.any_restricted
-        if restricted is None:
-            restricted = sampling and bool(((state.top_k > 0) | (state.top_p < 1)).any())
+        sampling, restricted = _hints(state)
         if self.backend == "torch":
             return self._run_torch(logits, hidden, state, sampling, restricted, with_features, forced)
         if restricted:  # the separate top-k / top-p path: the one sampler, for the rows that restrict
-            rows = (state.temperature > 0) & ((state.top_k > 0) | (state.top_p < 1))
-            if forced is not None:
-                rows &= forced < 0
-            tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position,
-                         sampler=self.sampler)  # fmt: skip
-            forced = torch.where(rows, tok, torch.full_like(tok, -1) if forced is None else forced)
+            forced = self._restricted_draw(logits, state, forced)
         return self._run_triton(logits, hidden, state, forced, sampling, with_features)
+
+    def _restricted_draw(self, logits: torch.Tensor, state: RouteBatchState, forced: torch.Tensor | None):
+        """`forced` with the draws of the rows that sample under top-k / top-p (and are not forced already)."""
+        rows = (state.temperature > 0) & ((state.top_k > 0) | (state.top_p < 1))
+        if forced is not None:
+            rows &= forced < 0
+        tok = sample(logits, state.temperature, state.top_k, state.top_p, state.seed, state.position,
+                     sampler=self.sampler)  # fmt: skip
+        return torch.where(rows, tok, torch.full_like(tok, -1) if forced is None else forced)
 
     def warm(self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None = None) -> int:
         """Launch the Triton route kernel once in each launch variant that a step of 1 to `max_rows` rows of
@@ -398,36 +407,39 @@ class RouteKernel:
         if not self.routers:
             return None
         cache: dict = {}
-
-        def value(inp) -> torch.Tensor:
-            key = (inp.kind, inp.k)
-            if key in cache:
-                return cache[key]
-            if inp.kind == "hidden":
-                out = hidden.float()
-            elif inp.kind == "embedding":
-                out = self.embed(token).float()
-                if out.shape != (logits.shape[0], self.hidden_size or out.shape[1]):
-                    raise RouteKernelError(
-                        f"embed() returned {list(out.shape)}, expected [{logits.shape[0]}, "
-                        f"{self.hidden_size}]"
-                    )
-            else:
-                if inp.k > logits.shape[1]:
-                    raise RouteKernelError(f"{inp.text()} asks for more values than the vocabulary has")
-                out = logits.float().topk(inp.k, dim=-1).values
-                if inp.kind == "topk_logprobs":
-                    if "lse" not in cache:
-                        cache["lse"] = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
-                    out = out - cache["lse"]
-            cache[key] = out
-            return out
-
         cols = []
         for router in self.routers:
-            x = torch.cat([value(i) for i in router.spec.inputs], dim=-1)
+            x = torch.cat(
+                [self._input_value(i, logits, hidden, token, cache) for i in router.spec.inputs], dim=-1
+            )
             cols.append(router(x))
         return torch.stack(cols, dim=1)
+
+    def _input_value(
+        self, inp, logits: torch.Tensor, hidden: torch.Tensor | None, token: torch.Tensor | None, cache: dict
+    ) -> torch.Tensor:
+        """One router input's values [B, width], computed once per step (`cache`) however many routers read it."""
+        key = (inp.kind, inp.k)
+        if key in cache:
+            return cache[key]
+        if inp.kind == "hidden":
+            out = hidden.float()
+        elif inp.kind == "embedding":
+            out = self.embed(token).float()
+            if out.shape != (logits.shape[0], self.hidden_size or out.shape[1]):
+                raise RouteKernelError(
+                    f"embed() returned {list(out.shape)}, expected [{logits.shape[0]}, {self.hidden_size}]"
+                )
+        else:
+            if inp.k > logits.shape[1]:
+                raise RouteKernelError(f"{inp.text()} asks for more values than the vocabulary has")
+            out = logits.float().topk(inp.k, dim=-1).values
+            if inp.kind == "topk_logprobs":
+                if "lse" not in cache:
+                    cache["lse"] = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+                out = out - cache["lse"]
+        cache[key] = out
+        return out
 
     def _run_torch(
         self, logits, hidden, state, sampling, restricted, with_features, forced=None
@@ -497,3 +509,15 @@ class RouteKernel:
 
 
 __all__ = ["RouteBatchState", "RouteKernel", "RouteKernelError", "RouteResult", "RouterFileError"]
+
+
+def _hints(state: RouteBatchState) -> tuple[bool, bool]:
+    """(does any row sample, does any sample under top-k / top-p): the state's host-side hints, else found out
+    from its tensors (a device sync)."""
+    sampling = state.any_sampling
+    if sampling is None:
+        sampling = bool((state.temperature > 0).any())
+    restricted = state.any_restricted
+    if restricted is None:
+        restricted = sampling and bool(((state.top_k > 0) | (state.top_p < 1)).any())
+    return sampling, restricted

@@ -301,6 +301,18 @@ def parse_hidden_layers(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _plan_hidden_size(plan: dict, name: str, model: str) -> int:
+    """The hidden size of the plan's `model`, which router `name` reads; a ValueError for users if unknown."""
+    path = ((plan.get("models") or {}).get(model) or {}).get("path")
+    hidden_size = model_hidden_size(path) if isinstance(path, str) else None
+    if hidden_size is None:
+        raise ValueError(
+            f"router {name!r} reads hidden()/embedding() of model {model!r}, whose hidden_size is unknown: "
+            f"{path!r} is not a local folder with a config.json; pass --hidden-size"
+        )
+    return hidden_size
+
+
 def init_router_file(
     plan: dict,
     name: str,
@@ -318,14 +330,7 @@ def init_router_file(
         raise ValueError(f"the plan has no router {name!r} (routers: {known})")
     spec = RouterSpec.from_plan(name, routers[name])
     if spec.hidden_inputs and hidden_size is None:
-        model = spec.inputs[0].model
-        path = ((plan.get("models") or {}).get(model) or {}).get("path")
-        hidden_size = model_hidden_size(path) if isinstance(path, str) else None
-        if hidden_size is None:
-            raise ValueError(
-                f"router {name!r} reads hidden()/embedding() of model {model!r}, whose hidden_size is unknown: "
-                f"{path!r} is not a local folder with a config.json; pass --hidden-size"
-            )
+        hidden_size = _plan_hidden_size(plan, name, spec.inputs[0].model)
     width = spec.width(hidden_size or 0)
     tensors = untrained_router_tensors(spec.kind, width, hidden_layers, seed)
     write_router(out, spec, tensors)

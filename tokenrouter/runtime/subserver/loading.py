@@ -76,6 +76,21 @@ def engine_kwargs(spec: dict, device: str) -> dict:
     return kw
 
 
+def _load_sglang(spec: dict, model: str, device: str, progress, overrides: dict):
+    """`load_model_engine` for a model served by SGLang (optional: imported only here, its absence is an
+    EngineError)."""
+    from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
+
+    logger.warning("model %s: the SGLang engine has no prefix cache; --no-prefix-cache changes nothing for it",
+                   model)  # fmt: skip
+    kw = {**engine_kwargs(spec, device), **overrides}
+    start = time.perf_counter()
+    engine = load_sglang_engine(spec["path"], model=model, device=device, **kw)
+    if progress is not None:
+        progress("weights", f"SGLang engine loaded in {time.perf_counter() - start:.1f} s")
+    return engine
+
+
 def load_model_engine(
     plan: dict, model: str, device: str, progress=None, *, prefix_cache: bool = True, **overrides
 ):
@@ -84,7 +99,6 @@ def load_model_engine(
     without it either way (docs/sglang.md). `progress(phase, detail)`, where given, hears of each phase of the
     start-up as it is done (`messages.Progress`)."""
     from tokenrouter.hub import model_folder
-    from tokenrouter.runtime.engine.embedded import load_engine
 
     spec = plan["models"][model]
     spec = {**spec, "path": model_folder(spec["path"], fetch=False)}  # a hub id: its cached snapshot
@@ -95,17 +109,17 @@ def load_model_engine(
     if len(gpus) > 1 and kind == "sglang":
         logger.warning("model %s: the SGLang engine runs on %s only (tensor parallelism: the embedded engine)",
                        model, device)  # fmt: skip
-    if kind == "sglang":  # SGLang is optional: imported only here, its absence is an EngineError
-        from tokenrouter.runtime.engine.sglang_engine import load_sglang_engine
+    if kind == "sglang":
+        return _load_sglang(spec, model, device, progress, overrides)
+    return _load_embedded(plan, spec, device, progress, prefix_cache, overrides)
 
-        logger.warning("model %s: the SGLang engine has no prefix cache; --no-prefix-cache changes nothing for it",
-                       model)  # fmt: skip
-        kw = {**engine_kwargs(spec, device), **overrides}
-        start = time.perf_counter()
-        engine = load_sglang_engine(spec["path"], model=model, device=device, **kw)
-        if progress is not None:
-            progress("weights", f"SGLang engine loaded in {time.perf_counter() - start:.1f} s")
-        return engine
+
+def _load_embedded(plan: dict, spec: dict, device: str, progress, prefix_cache: bool, overrides: dict):
+    """`load_model_engine` for a model served by the embedded engine: with the prefix cache unless told
+    otherwise, tensor parallel over the model's GPUs where it has several."""
+    from tokenrouter.runtime.engine.embedded import load_engine
+
+    gpus = spec.get("gpus") or [0]
     if prefix_cache and overrides.get("engine_class") is None:
         from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 

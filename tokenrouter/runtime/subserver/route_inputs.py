@@ -41,31 +41,32 @@ def rule_texts(route: dict) -> list[str]:
     """A model's route IR (docs/ir.md) rule by rule as text, constants folded in: `when norm_entropy > 0.3 ->
     llm drop` (a `fn` call and a param appear as what they compute)."""
     nodes = route.get("nodes") or []
-
-    def text(i: int, top: bool = False) -> str:
-        n = nodes[i]
-        op, args = n["op"], [text(a) for a in n.get("args", ())]
-        if op == "const":
-            v = n["value"]
-            out = str(v).lower() if isinstance(v, bool) else f"{v:g}"
-        elif op in ("feature", "router"):
-            out = n["name"]
-        elif op == "uniform":
-            out = "uniform()"
-        elif op in _INFIX:
-            out = f"{args[0]} {_INFIX[op]} {args[1]}"
-            return out if top else f"({out})"
-        elif op == "neg":
-            out = f"-{args[0]}"
-        elif op == "not":
-            out = f"not {args[0]}"
-        else:  # min, max, abs, log, exp, sigmoid
-            out = f"{op}({', '.join(args)})"
-        return out
-
     out = []
     for rule in route.get("rules") or []:
-        cond = "always" if rule.get("cond") is None else f"when {text(rule['cond'], top=True)}"
+        cond = "always" if rule.get("cond") is None else f"when {_node_text(nodes, rule['cond'], top=True)}"
         out.append(f"{cond} -> {rule['target']}" + (" drop" if rule.get("drop") else "")
                    + (f" for {rule['for']}" if rule.get("for") else ""))  # fmt: skip
+    return out
+
+
+def _node_text(nodes: list[dict], i: int, top: bool = False) -> str:
+    """Node i of a route IR as source text (an infix operation in parentheses unless it is the `top` one)."""
+    n = nodes[i]
+    op, args = n["op"], [_node_text(nodes, a) for a in n.get("args", ())]
+    if op == "const":
+        v = n["value"]
+        out = str(v).lower() if isinstance(v, bool) else f"{v:g}"
+    elif op in ("feature", "router"):
+        out = n["name"]
+    elif op == "uniform":
+        out = "uniform()"
+    elif op in _INFIX:
+        out = f"{args[0]} {_INFIX[op]} {args[1]}"
+        return out if top else f"({out})"
+    elif op == "neg":
+        out = f"-{args[0]}"
+    elif op == "not":
+        out = f"not {args[0]}"
+    else:  # min, max, abs, log, exp, sigmoid
+        out = f"{op}({', '.join(args)})"
     return out

@@ -243,6 +243,33 @@ class Scheduler:
                 break
         return self.fit_kv(batch)
 
+    def _token_out(self, req: Req, tok: int, hop_to: str | None) -> m.TokenOut:
+        """The frontend's record of a committed token (its logprobs and route inputs where asked)."""
+        lp, why = (None if req.logprobs is None else [req.logprobs]), token_inputs(req)
+        return m.TokenOut(
+            req.rid, req.generated - 1, [tok], self.model, hop_to=hop_to, logprobs=lp, route_inputs=why
+        )
+
+    def _settle(
+        self,
+        req: Req,
+        hop: Hop | None,
+        reason: str | None,
+        now: float,
+        out: Outbox,
+        finished: list[m.Finished],
+    ) -> None:
+        """After a committed token the request finishes (`reason`), hops, or stays runnable at the back."""
+        if reason is not None:
+            finished.append(m.Finished(req.rid, reason, self.model))
+            self._drop(req)
+        elif hop is not None:
+            out.append(self._hop(req, hop))
+        else:
+            req.status = ReqStatus.RUNNING
+            req.ready_since = now
+            self.runnable.move_to_end(req.rid)
+
     def fit_kv(self, batch: list[Req]) -> list[Req]:
         """The rows of `batch` the KV pool holds without evicting anyone for a request that is not in it: every
         row whose KV is resident (its new tokens only), then, in order, the others (a first visit, or one
@@ -258,25 +285,10 @@ class Scheduler:
         free, rows = room
         if free >= len(batch) * self._max_len and rows >= len(batch):
             return batch
-        resident = self.engine.resident
-        fresh = []
-        for r in batch:
-            if resident(r.rid):
-                free -= len(r.tokens) - r.fed
-            else:
-                fresh.append(r)
+        free, fresh = _without_resident(batch, free, self.engine.resident)
         if not fresh:
             return batch
-        late = set()
-        admitted = len(batch) - len(fresh)
-        for r in fresh:
-            need = len(r.tokens)
-            if admitted and (need > free or rows < 1):
-                late.add(r.rid)
-                continue
-            free -= need
-            rows -= 1
-            admitted += 1
+        late = _late_rows(fresh, free, rows, len(batch) - len(fresh))
         if not late:
             return batch
         self.recorder.note_deferred(len(late))
@@ -336,6 +348,10 @@ class Scheduler:
         else:
             _note_logprobs(batch, range(len(batch)), step.logits, result.token)
             return batch, result, []
+        return self._route_each(batch, step)
+
+    def _route_each(self, batch: list[Req], step: StepOutput) -> tuple[list[Req], object, Outbox]:
+        """`_route` after a failed batch: each row by itself, those that fail by themselves failed."""
         rows, results, out = [], [], []
         for i, r in enumerate(batch):
             hidden = step.hidden[i : i + 1] if step.hidden is not None else None
@@ -415,32 +431,11 @@ class Scheduler:
                 out.append(self._hop(req, hop))
                 continue
             reason = self._commit(req, tok)
-            if reason is None and req.for_left > 0:
-                req.for_left -= 1
-                if req.for_left == 0:
-                    hop = Hop(req.return_to)
-            hop_to = hop.target if hop is not None and reason is None else None
-            lp, why = (None if req.logprobs is None else [req.logprobs]), token_inputs(req)
+            hop = _visit_hop(req, hop, reason)
             emitted.append(
-                m.TokenOut(
-                    req.rid,
-                    req.generated - 1,
-                    [tok],
-                    self.model,
-                    hop_to=hop_to,
-                    logprobs=lp,
-                    route_inputs=why,
-                )
+                self._token_out(req, tok, hop.target if hop is not None and reason is None else None)
             )
-            if reason is not None:
-                finished.append(m.Finished(req.rid, reason, self.model))
-                self._drop(req)
-            elif hop is not None:
-                out.append(self._hop(req, hop))
-            else:
-                req.status = ReqStatus.RUNNING
-                req.ready_since = now
-                self.runnable.move_to_end(req.rid)
+            self._settle(req, hop, reason, now, out, finished)
         if emitted or finished:
             out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished)))
         return out
@@ -561,3 +556,38 @@ def _note_logprobs(rows: list[Req], at, logits: torch.Tensor, token: torch.Tenso
     for j, i in enumerate(want):
         n = rows[i].sampling.logprobs
         rows[i].logprobs = [chosen[j], [[t, v] for t, v in zip(top_i[j][:n], top_v[j][:n], strict=True)]]
+
+
+def _without_resident(batch: list[Req], free: int, resident: Callable[[str], bool]) -> tuple[int, list[Req]]:
+    """The free KV slots left once the rows whose KV is resident have their new tokens, and the other rows."""
+    fresh = []
+    for r in batch:
+        if resident(r.rid):
+            free -= len(r.tokens) - r.fed
+        else:
+            fresh.append(r)
+    return free, fresh
+
+
+def _late_rows(fresh: list[Req], free: int, rows: int, admitted: int) -> set[str]:
+    """The ids of the requests without KV resident that wait for a later step: in order, each one is admitted
+    while `free` slots and `rows` hold its whole history (the first always, if no row is `admitted` yet)."""
+    late = set()
+    for r in fresh:
+        need = len(r.tokens)
+        if admitted and (need > free or rows < 1):
+            late.add(r.rid)
+            continue
+        free -= need
+        rows -= 1
+        admitted += 1
+    return late
+
+
+def _visit_hop(req: Req, hop: Hop | None, reason: str | None) -> Hop | None:
+    """The row's hop once its token is committed: on a `for K` visit, the K-th token hands the request back."""
+    if reason is None and req.for_left > 0:
+        req.for_left -= 1
+        if req.for_left == 0:
+            return Hop(req.return_to)
+    return hop

@@ -75,14 +75,30 @@ def tp_devices(gpus: list[int], device: str) -> list[str]:
     return ["cpu"] * len(gpus)
 
 
+def _start_followers(
+    path: str, devices: list[str], port: int, threads: int, shared: dict, level: str
+) -> list:
+    """Start ranks 1.. of the group, one process each (spawned, daemonic)."""
+    import multiprocessing as mp
+
+    size = len(devices)
+    spawn = mp.get_context("spawn")
+    followers = []
+    for rank in range(1, size):
+        args = TPWorkerArgs(str(path), rank, size, port, devices[rank], threads, shared, level)
+        followers.append(spawn.Process(target=run_tp_worker, args=(args,), name=f"tokenrouter-tp-rank{rank}",
+                                       daemon=True))  # fmt: skip
+    for p in followers:
+        p.start()
+    return followers
+
+
 def load_tp_engine(path: str, devices: list[str], *, threads: int | None = None, log_level: str | None = None,
                    **engine):  # fmt: skip
     """Rank 0's engine of the model at `path` over `devices` (one per rank), its followers started and joined.
     `engine`: load_engine's settings (rank 0's `engine_class` and `progress` stay with rank 0). A follower that
     exits before the group is formed, or before its engine is built, is a TPError naming it (rank 0 does not wait
     on a rank that is gone)."""
-    import multiprocessing as mp
-
     import torch
 
     from tokenrouter.runtime.engine.config import load_model_config
@@ -97,14 +113,7 @@ def load_tp_engine(path: str, devices: list[str], *, threads: int | None = None,
     shared = {k: v for k, v in engine.items() if k not in ("engine_class", "progress")}
     level = str(log_level or logging.getLevelName(logging.getLogger().getEffectiveLevel()))
     threads = threads or torch.get_num_threads()
-    spawn = mp.get_context("spawn")
-    followers = []
-    for rank in range(1, size):
-        args = TPWorkerArgs(str(path), rank, size, store.port, devices[rank], threads, shared, level)
-        followers.append(spawn.Process(target=run_tp_worker, args=(args,), name=f"tokenrouter-tp-rank{rank}",
-                                       daemon=True))  # fmt: skip
-    for p in followers:
-        p.start()
+    followers = _start_followers(path, devices, store.port, threads, shared, level)
     try:
         group = watching(
             followers, "joining the group", lambda: connect(0, size, torch.device(devices[0]), store=store)

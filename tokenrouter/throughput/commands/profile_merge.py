@@ -75,13 +75,18 @@ def merge_served(base, other, source: str):
         step_ms=_overlay(base.step_ms, base.step_ms, other.step_ms),
         alone_ms=alone_ms,
         beside_ms=_overlay(base.step_ms, base.beside_ms, other.beside_ms),
-        workload={
-            **{k: v for k, v in base.workload.items() if not (k == "alone_too_few" and alone_ms)},
-            "merged_from": source,
-            "merged_batches": {m: sorted(b for b, _ in other.step_ms[m].points) for m in models},
-            **({"merged_alone_pooled": seams} if seams else {}),
-        },
+        workload=_merged_workload(base, other, source, models, bool(alone_ms), seams),
     )
+
+
+def _merged_workload(base, other, source: str, models: list[str], has_alone: bool, seams: dict) -> dict:
+    """`base`'s workload record with the merge's source, the batch sizes taken from `other`, and the seams."""
+    return {
+        **{k: v for k, v in base.workload.items() if not (k == "alone_too_few" and has_alone)},
+        "merged_from": source,
+        "merged_batches": {m: sorted(b for b, _ in other.step_ms[m].points) for m in models},
+        **({"merged_alone_pooled": seams} if seams else {}),
+    }
 
 
 def _overlay(models, mine: dict, theirs: dict) -> dict:

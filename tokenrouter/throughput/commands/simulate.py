@@ -121,14 +121,20 @@ def _replayed_requests(path: str, inp: SystemInputs, cfg_kw: dict) -> SystemInpu
     except WorkloadError as e:
         raise ThroughputInputError(str(e)) from None
     if cfg_kw.get("request_tokens") is None:
-        if output_len is None:
-            raise ThroughputUsageError(f"{path} has no spec.output_len: give --request-tokens")
-        cfg_kw["request_tokens"] = output_len
-        # each request as long as it ran (a .jsonl load's own lengths, or ends at EOS); --request-tokens
-        # gives every request that many instead
-        if lengths is not None and set(lengths) != {output_len}:
-            cfg_kw["request_lengths"] = lengths
+        _report_lengths(path, cfg_kw, output_len, lengths)
     return inp
+
+
+def _report_lengths(path: str, cfg_kw: dict, output_len: int | None, lengths: tuple[int, ...] | None) -> None:
+    """Without --request-tokens: the report's output_len into `cfg_kw`, and each request's own length where
+    they differ."""
+    if output_len is None:
+        raise ThroughputUsageError(f"{path} has no spec.output_len: give --request-tokens")
+    cfg_kw["request_tokens"] = output_len
+    # each request as long as it ran (a .jsonl load's own lengths, or ends at EOS); --request-tokens
+    # gives every request that many instead
+    if lengths is not None and set(lengths) != {output_len}:
+        cfg_kw["request_lengths"] = lengths
 
 
 def _add_delays(cfg_kw: dict, inp: SystemInputs, system: PlanSystem) -> None:

@@ -127,13 +127,7 @@ def _header(plan: dict, system: PlanSystem, result) -> list[str]:
         f"{result.n_feasible} feasible candidate" + ("s" if result.n_feasible != 1 else "")
     ]
     if result.unpriced:
-        sizes = ", ".join(f"{m} up to {t}" for m, t in zip(models, result.limits, strict=True)
-                          if math.isfinite(t))  # fmt: skip
-        lines.append(
-            f"  {result.unpriced} ran more than {BEYOND_SHARE:.0%} of a model's steps with more rows than its step "
-            f"latency was measured at ({sizes}): those steps are priced as the largest measured, so they rank after "
-            "the others"
-        )
+        lines.append(_unpriced_line(result))
     lines.append(_runs_line(result))
     lines += describe_inputs(system)
     if s.hop_ms is not None:
@@ -144,6 +138,16 @@ def _header(plan: dict, system: PlanSystem, result) -> list[str]:
     if system.fixed:
         lines.append("fixed: " + ", ".join(f"{m} {b}" for m, b in system.fixed.items()))
     return lines
+
+
+def _unpriced_line(result) -> str:
+    sizes = ", ".join(f"{m} up to {t}" for m, t in zip(result.models, result.limits, strict=True)
+                      if math.isfinite(t))  # fmt: skip
+    return (
+        f"  {result.unpriced} ran more than {BEYOND_SHARE:.0%} of a model's steps with more rows than its step "
+        f"latency was measured at ({sizes}): those steps are priced as the largest measured, so they rank after "
+        "the others"
+    )
 
 
 def _runs_line(result) -> str:
