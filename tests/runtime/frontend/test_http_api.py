@@ -411,7 +411,9 @@ def test_metrics_name_the_plan_and_a_profile_of_another_routing_is_refused(serve
                               capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
 
     keyless = profile(policy, key=None)
-    assert keyless.returncode == 1 and "HTTP 401 (set TOKENROUTER_API_KEY to the server's key)" in keyless.stderr
+    assert (
+        keyless.returncode == 1 and "HTTP 401 (set TOKENROUTER_API_KEY to the server's key)" in keyless.stderr
+    )
     ok = profile(policy)
     assert ok.returncode == 0, ok.stderr
     refused = profile(other)
