@@ -355,11 +355,33 @@ class EmbeddedEngine(HeldRequestsEngine):
         self, rows: list[StepInput], reqs: list[Req], need_tokens: int, want_hidden: bool
     ) -> tuple[torch.Tensor, torch.Tensor, int]:  # the model always yields the hidden state
         locs = self.token_to_kv_pool.alloc_extend(need_tokens)
+        fresh: list[Req] = []  # rows that got a request row in this step
+        news, input_ids, prefix_lens, extend_lens, pool_idx = self._step_tokens(rows, reqs, fresh)
+        fb = ForwardBatch.build(
+            input_ids=input_ids,
+            out_cache_loc=locs,
+            req_pool_indices=pool_idx,
+            extend_prefix_lens=prefix_lens,
+            extend_seq_lens=extend_lens,
+            device=self.device if self.graph_runner is None else CPU,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+        )
+        try:
+            logits, hidden = self._run_model(fb)
+        except BaseException:
+            self._undo_step(locs, fresh)
+            raise
+        self._commit_step(news, reqs, extend_lens, locs)
+        return logits, hidden, fb.num_tokens
+
+    def _step_tokens(self, rows: list[StepInput], reqs: list[Req], fresh: list[Req]) -> tuple[list, ...]:
+        """(each row's new tokens, the step's input ids, prefix lengths, extend lengths, request rows). A
+        request without a request row gets one (and goes into `fresh`) and runs its whole sequence again."""
         input_ids: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
         pool_idx: list[int] = []
-        fresh: list[Req] = []  # rows that got a request row in this step
         news: list[list[int]] = []
         for row, req in zip(rows, reqs, strict=True):
             new = row.new_token_ids
@@ -377,25 +399,20 @@ class EmbeddedEngine(HeldRequestsEngine):
             prefix_lens.append(req.kv_len)
             extend_lens.append(len(tokens))
             pool_idx.append(req.req_pool_idx)
-        fb = ForwardBatch.build(
-            input_ids=input_ids,
-            out_cache_loc=locs,
-            req_pool_indices=pool_idx,
-            extend_prefix_lens=prefix_lens,
-            extend_seq_lens=extend_lens,
-            device=self.device if self.graph_runner is None else CPU,
-            req_to_token_pool=self.req_to_token_pool,
-            token_to_kv_pool=self.token_to_kv_pool,
-        )
-        try:
-            logits, hidden = self._run_model(fb)
-        except BaseException:
-            self.token_to_kv_pool.free(locs)
-            for req in fresh:
-                self.req_to_token_pool.free(req.req_pool_idx)
-                req.req_pool_idx = 0
-                req.kv_len = 0
-            raise
+        return news, input_ids, prefix_lens, extend_lens, pool_idx
+
+    def _undo_step(self, locs: torch.Tensor, fresh: list[Req]) -> None:
+        """Give back a failed step's KV slots and the request rows it took."""
+        self.token_to_kv_pool.free(locs)
+        for req in fresh:
+            self.req_to_token_pool.free(req.req_pool_idx)
+            req.req_pool_idx = 0
+            req.kv_len = 0
+
+    def _commit_step(
+        self, news: list[list[int]], reqs: list[Req], extend_lens: list[int], locs: torch.Tensor
+    ) -> None:
+        """Record a step's tokens and KV slots on its requests, most recently used last."""
         slot_ids = locs.tolist()
         start = 0
         lru = self.lru
@@ -407,7 +424,6 @@ class EmbeddedEngine(HeldRequestsEngine):
             self.reqs[req.rid] = req
             lru[req.rid] = None
             lru.move_to_end(req.rid)
-        return logits, hidden, fb.num_tokens
 
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -134,7 +134,13 @@ class SGLangEngine(HeldRequestsEngine):
         context = int(getattr(runner.model_config, "context_len", config.max_position_embeddings))
         self.max_len = min(settings.max_len or context, context, self.pages_total)
         self.graphs = getattr(runner, "decode_cuda_graph_runner", None) is not None
-        self.info = ModelInfo(
+        self.info = self._model_info(name)
+        self._init_requests()
+        self.graph_steps = 0
+
+    def _model_info(self, name: str) -> ModelInfo:
+        config = self.model_config
+        return ModelInfo(
             name=name,
             vocab_size=config.vocab_size,
             hidden_size=config.hidden_size,
@@ -144,8 +150,6 @@ class SGLangEngine(HeldRequestsEngine):
             device=self.device,
             logits_dtype=torch.float32,  # SGLang's LogitsProcessor casts its logits to float32
         )
-        self._init_requests()
-        self.graph_steps = 0
 
     # --- the Engine contract ------------------------------------------------------------------------
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
@@ -198,12 +202,28 @@ class SGLangEngine(HeldRequestsEngine):
         if locs is None:
             self._undo(fresh, None)
             raise EngineError("SGLang's KV allocator refused slots that _make_room had freed")
-        input_ids: list[int] = []
-        positions: list[int] = []
-        token_rows: list[int] = []
-        prefix_lens: list[int] = []
-        extend_lens: list[int] = []
+        news, step = self._step_tokens(rows, reqs, is_fresh)
+        try:
+            logits, hidden = self._run(reqs, locs, *step, want_hidden)
+        except BaseException:
+            self._undo(fresh, locs)
+            raise
+        for new, req in zip(news, reqs, strict=True):
+            req.token_ids.extend(new)
+            req.kv_len = len(req.token_ids)
+            self.reqs[req.rid] = req
+            self.lru[req.rid] = None
+            self.lru.move_to_end(req.rid)
+        return logits, hidden, len(step[0])
+
+    def _step_tokens(
+        self, rows: list[StepInput], reqs: list[Req], is_fresh: list[bool]
+    ) -> tuple[list[list[int]], tuple[list[int], ...]]:
+        """(each row's new tokens, the step's (input ids, positions, token rows, prefix lengths, extend
+        lengths)); a fresh request (a new request row) runs its whole sequence again."""
         news: list[list[int]] = []
+        step: tuple[list[int], ...] = ([], [], [], [], [])
+        input_ids, positions, token_rows, prefix_lens, extend_lens = step
         for row, req, was_fresh in zip(rows, reqs, is_fresh, strict=True):
             new = [int(t) for t in row.new_token_ids]
             news.append(new)
@@ -218,20 +238,7 @@ class SGLangEngine(HeldRequestsEngine):
             token_rows.extend([req.req_pool_idx] * len(tokens))
             prefix_lens.append(req.kv_len)
             extend_lens.append(len(tokens))
-        try:
-            logits, hidden = self._run(
-                reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden
-            )
-        except BaseException:
-            self._undo(fresh, locs)
-            raise
-        for new, req in zip(news, reqs, strict=True):
-            req.token_ids.extend(new)
-            req.kv_len = len(req.token_ids)
-            self.reqs[req.rid] = req
-            self.lru[req.rid] = None
-            self.lru.move_to_end(req.rid)
-        return logits, hidden, len(input_ids)
+        return news, step
 
     def _undo(self, fresh: list[Req], locs: torch.Tensor | None) -> None:
         if locs is not None:
@@ -357,6 +364,13 @@ def server_args_kwargs(folder: Path, settings: SGLangSettings, config: ModelConf
         disable_prefill_cuda_graph=True,
         log_level="error",
     )
+    kw.update(_sized_args(settings, config, max_reqs))
+    return kw
+
+
+def _sized_args(settings: SGLangSettings, config: ModelConfig, max_reqs: int) -> dict:
+    """The `ServerArgs` the settings size: KV tokens, context length, memory fraction, decode graphs."""
+    kw = {}
     tokens = _kv_tokens(settings, config)
     if tokens is not None:
         kw["max_total_tokens"] = tokens
@@ -377,15 +391,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
-    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
-    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
-    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+def _server_args(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """SGLang's `ServerArgs` for the model, with the process-wide settings SGLang derives from them applied."""
     from sglang.srt.entrypoints.engine import _set_envs_and_config
     from sglang.srt.layers.moe import initialize_moe_config
     from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
-    from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs
 
     server_args = ServerArgs(**server_args_kwargs(folder, settings, config, gpu_id))
@@ -393,6 +404,16 @@ def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, g
     initialize_moe_config(server_args)
     initialize_fp8_gemm_config(server_args)
     initialize_fp4_gemm_config(server_args)
+    return server_args
+
+
+def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
+    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    server_args = _server_args(folder, settings, config, gpu_id)
     runner = ModelRunner(
         model_config=SGLModelConfig.from_server_args(server_args),
         mem_fraction_static=server_args.mem_fraction_static,
