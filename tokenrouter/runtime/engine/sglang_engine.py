@@ -250,60 +250,16 @@ class SGLangEngine(HeldRequestsEngine):
 
     @torch.inference_mode()
     def _run(self, reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden):
-        sgl = self._sgl
-        dev = self.device
-        bs, num_tokens = len(reqs), len(input_ids)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)]
-        starts = [0] * bs
-        for i in range(1, bs):
-            starts[i] = starts[i - 1] + extend_lens[i - 1]
-        # one host->device copy for everything the step needs
-        host = torch.tensor(
-            input_ids + positions + token_rows + [r.req_pool_idx for r in reqs] + seq_lens
-            + prefix_lens + extend_lens + starts,
-            dtype=torch.int64,
-        )  # fmt: skip
-        packed = host.to(dev, non_blocking=True)
-        ids_d, pos_d, rows_d = (
-            packed[:num_tokens],
-            packed[num_tokens : 2 * num_tokens],
-            packed[2 * num_tokens : 3 * num_tokens],
-        )
-        o = 3 * num_tokens
-        pool_d, seq_d = packed[o : o + bs], packed[o + bs : o + 2 * bs]
-        prefix_d, ext_d, start_d = (
-            packed[o + 2 * bs : o + 3 * bs],
-            packed[o + 3 * bs : o + 4 * bs],
-            packed[o + 4 * bs : o + 5 * bs],
+        host, d = _upload(
+            self.device, input_ids, positions, token_rows, reqs, seq_lens, prefix_lens, extend_lens
         )
         out_loc = locs.to(torch.int64)
-        self.req_to_token_pool.req_to_token[rows_d, pos_d] = out_loc.to(torch.int32)
+        self.req_to_token_pool.req_to_token[d["rows"], d["pos"]] = out_loc.to(torch.int32)
         decode = all(e == 1 for e in extend_lens)
-        fb = sgl.ForwardBatch(
-            forward_mode=sgl.ForwardMode.DECODE if decode else sgl.ForwardMode.EXTEND,
-            batch_size=bs,
-            input_ids=ids_d,
-            req_pool_indices=pool_d,
-            seq_lens=seq_d,
-            out_cache_loc=out_loc,
-            seq_lens_sum=sum(seq_lens),
-            seq_lens_cpu=host[o + bs : o + 2 * bs],
-            return_logprob=False,
-            spec_algorithm=sgl.SpeculativeAlgorithm.NONE,
-            capture_hidden_mode=sgl.CaptureHiddenMode.LAST if want_hidden else sgl.CaptureHiddenMode.NULL,
-            positions=pos_d,
-            lora_ids=[None] * bs,
-            rids=[r.rid for r in reqs],
-            num_token_non_padded_cpu=num_tokens,
-        )
+        fb = self._forward_batch(reqs, d, out_loc, host[d["seq_at"]], sum(seq_lens), decode, want_hidden)
         if not decode:
-            fb.extend_num_tokens = num_tokens
-            fb.extend_seq_lens = ext_d.to(torch.int32)
-            fb.extend_prefix_lens = prefix_d.to(torch.int32)
-            fb.extend_start_loc = start_d.to(torch.int32)
-            fb.extend_seq_lens_cpu = list(extend_lens)
-            fb.extend_prefix_lens_cpu = list(prefix_lens)
-            fb.extend_logprob_start_lens_cpu = list(extend_lens)
+            _set_extend(fb, d, prefix_lens, extend_lens)
         result = self.runner.forward(fb)
         out = result.logits_output
         logits = out.next_token_logits[:, : self.model_config.vocab_size]
@@ -313,6 +269,63 @@ class SGLangEngine(HeldRequestsEngine):
             logits = logits.clone()
             hidden = None if hidden is None else hidden.clone()
         return logits, hidden
+
+    def _forward_batch(
+        self, reqs, d: dict, out_loc, seq_lens_cpu, seq_lens_sum: int, decode: bool, want_hidden
+    ):
+        """SGLang's ForwardBatch for a step over the uploaded parts `d` (an extend's own fields: `_set_extend`)."""
+        sgl = self._sgl
+        bs = len(reqs)
+        return sgl.ForwardBatch(
+            forward_mode=sgl.ForwardMode.DECODE if decode else sgl.ForwardMode.EXTEND,
+            batch_size=bs,
+            input_ids=d["ids"],
+            req_pool_indices=d["pool"],
+            seq_lens=d["seq"],
+            out_cache_loc=out_loc,
+            seq_lens_sum=seq_lens_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            return_logprob=False,
+            spec_algorithm=sgl.SpeculativeAlgorithm.NONE,
+            capture_hidden_mode=sgl.CaptureHiddenMode.LAST if want_hidden else sgl.CaptureHiddenMode.NULL,
+            positions=d["pos"],
+            lora_ids=[None] * bs,
+            rids=[r.rid for r in reqs],
+            num_token_non_padded_cpu=d["ids"].shape[0],
+        )
+
+
+def _set_extend(fb, d: dict, prefix_lens: list[int], extend_lens: list[int]) -> None:
+    """The fields an extend's ForwardBatch adds to a decode's."""
+    fb.extend_num_tokens = d["ids"].shape[0]
+    fb.extend_seq_lens = d["ext"].to(torch.int32)
+    fb.extend_prefix_lens = d["prefix"].to(torch.int32)
+    fb.extend_start_loc = d["start"].to(torch.int32)
+    fb.extend_seq_lens_cpu = list(extend_lens)
+    fb.extend_prefix_lens_cpu = list(prefix_lens)
+    fb.extend_logprob_start_lens_cpu = list(extend_lens)
+
+
+def _upload(dev, input_ids, positions, token_rows, reqs, seq_lens, prefix_lens, extend_lens):
+    """(the host tensor, its device copy's parts by name): one host->device copy for everything a step needs.
+    `seq_at`: the slice of the host tensor holding the sequence lengths."""
+    bs, num_tokens = len(reqs), len(input_ids)
+    starts = [0] * bs
+    for i in range(1, bs):
+        starts[i] = starts[i - 1] + extend_lens[i - 1]
+    host = torch.tensor(
+        input_ids + positions + token_rows + [r.req_pool_idx for r in reqs] + seq_lens
+        + prefix_lens + extend_lens + starts,
+        dtype=torch.int64,
+    )  # fmt: skip
+    packed = host.to(dev, non_blocking=True)
+    o = 3 * num_tokens
+    n = num_tokens
+    parts = {"ids": packed[:n], "pos": packed[n : 2 * n], "rows": packed[2 * n : o]}
+    for i, name in enumerate(("pool", "seq", "prefix", "ext", "start")):
+        parts[name] = packed[o + i * bs : o + (i + 1) * bs]
+    parts["seq_at"] = slice(o + bs, o + 2 * bs)
+    return host, parts
 
 
 class _SGLangNames:
