@@ -130,15 +130,9 @@ def generate_from_folder(
 ) -> dict:
     """`tokenrouter generate MODEL_DIR`: one prompt, in-process. Returns a JSON-able dict with `token_ids`
     and `text`. Raises ModelFolderError / EngineError / ValueError with user-facing messages."""
-    from tokenrouter.runtime import threads
-    from tokenrouter.runtime.engine.embedded import load_engine
-
     _check_prompt(prompt, prompt_ids, chat)
-    threads.set_torch_threads(1)
-    engine = load_engine(folder, device=device, dtype=dtype, load=load, max_batch=1, max_reqs=1)
-    tokenizer = load_tokenizer(folder) if prompt is not None else None
-    if prompt is not None:
-        prompt_ids = _encode(folder, tokenizer, prompt, chat)
+    engine = _load_single(folder, device, dtype, load)
+    tokenizer, prompt_ids = _tokenize(folder, prompt, prompt_ids, chat)
     _check_ids(prompt_ids, engine.info.vocab_size)
     (result,) = generate(engine, [prompt_ids], [params])
     return {
@@ -148,6 +142,15 @@ def generate_from_folder(
         "text": _decode(folder, tokenizer, result.token_ids),
         "finish_reason": result.finish_reason,
     }
+
+
+def _load_single(folder: str | Path, device: str, dtype: str | None, load: str) -> Engine:
+    """An engine for one request on one torch thread."""
+    from tokenrouter.runtime import threads
+    from tokenrouter.runtime.engine.embedded import load_engine
+
+    threads.set_torch_threads(1)
+    return load_engine(folder, device=device, dtype=dtype, load=load, max_batch=1, max_reqs=1)
 
 
 def _check_prompt(prompt: str | None, prompt_ids: list[int] | None, chat: bool) -> None:
@@ -163,13 +166,17 @@ def _check_ids(prompt_ids: list[int], vocab_size: int) -> None:
         raise ValueError(f"prompt token id {bad[0]} is out of range 0..{vocab_size - 1}")
 
 
-def _encode(folder: str | Path, tokenizer, prompt: str, chat: bool) -> list[int]:
-    """The prompt's token ids (in the folder's chat template with `chat`); ValueError when there are none."""
+def _tokenize(folder: str | Path, prompt: str | None, prompt_ids: list[int] | None, chat: bool) -> tuple:
+    """(the folder's tokenizer or None, the prompt's token ids): a text prompt is encoded (in the folder's
+    chat template with `chat`; ValueError when it has no tokens), token ids are taken as they are."""
+    if prompt is None:
+        return None, prompt_ids
+    tokenizer = load_tokenizer(folder)
     text = apply_chat_template(folder, [{"role": "user", "content": prompt}]) if chat else prompt
     prompt_ids = tokenizer.encode(text).ids
     if not prompt_ids:
         raise ValueError("the prompt is empty after tokenization")
-    return prompt_ids
+    return tokenizer, prompt_ids
 
 
 def _decode(folder: str | Path, tokenizer, token_ids: list[int]) -> str | None:
