@@ -102,79 +102,104 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict, path: str = "") -> ModelConfig:
         where = path or "config"
-        arch_list = raw.get("architectures") or []
-        arch = arch_list[0] if isinstance(arch_list, list) and arch_list else None
-        family = ARCHITECTURES.get(arch) if arch else MODEL_TYPES.get(raw.get("model_type", ""))
-        if family is None:
-            supported = ", ".join(sorted(ARCHITECTURES))
-            got = arch or raw.get("model_type") or "nothing"
-            raise ModelFolderError(f"{where}: unsupported architecture {got!r} (supported: {supported})")
-        required = (
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "vocab_size",
-        )
-        missing = [k for k in required if k not in raw]
-        if missing:
-            raise ModelFolderError(f"{where}: missing field(s) {', '.join(missing)}")
-        heads = raw["num_attention_heads"]
-        rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-        if not isinstance(rope, dict):
-            raise ModelFolderError(f"{where}: rope_parameters/rope_scaling must be an object")
-        rope_theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        scaling = None
-        if rope_type == "llama3":
-            try:
-                scaling = RopeScaling(
-                    factor=float(rope["factor"]),
-                    low_freq_factor=float(rope["low_freq_factor"]),
-                    high_freq_factor=float(rope["high_freq_factor"]),
-                    original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
-                )
-            except (KeyError, TypeError, ValueError) as e:
-                raise ModelFolderError(f"{where}: incomplete llama3 rope scaling ({e})") from e
-        elif rope_type not in ("default", None):
-            raise ModelFolderError(
-                f"{where}: unsupported rope type {rope_type!r} (supported: default, llama3)"
-            )
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        family, arch = _family(raw, where)
+        _check_required(raw, where)
+        rope_theta, scaling = _rope(raw, where)
+        _check_supported(raw, family, where)
         bias = bool(raw.get("attention_bias", False))
-        if raw.get("mlp_bias"):
-            raise ModelFolderError(f"{where}: mlp_bias is not supported")
-        if raw.get("use_sliding_window") or (family == "llama" and raw.get("sliding_window")):
-            raise ModelFolderError(f"{where}: sliding-window attention is not supported")
-        act = raw.get("hidden_act", "silu")
-        if act != "silu":
-            raise ModelFolderError(f"{where}: unsupported hidden_act {act!r} (only silu)")
         try:
             return cls(
                 family=family,
                 architecture=arch or family,
-                hidden_size=raw["hidden_size"],
-                intermediate_size=raw["intermediate_size"],
-                num_hidden_layers=raw["num_hidden_layers"],
-                num_attention_heads=heads,
-                num_key_value_heads=raw.get("num_key_value_heads") or heads,
-                head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
-                vocab_size=raw["vocab_size"],
-                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                **_sizes(raw),
                 rope_theta=float(rope_theta),
                 rope_scaling=scaling,
-                max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
                 tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
                 qkv_bias=True if family == "qwen2" else bias,
                 o_bias=False if family == "qwen2" else bias,
                 qk_norm=family == "qwen3",
-                eos_token_ids=tuple(int(e) for e in eos_ids),
+                eos_token_ids=_eos_ids(raw),
                 torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
                 path=path,
             )
         except (ValueError, TypeError) as e:
             raise ModelFolderError(f"{where}: {e}") from e
+
+
+_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _check_required(raw: dict, where: str) -> None:
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise ModelFolderError(f"{where}: missing field(s) {', '.join(missing)}")
+
+
+def _eos_ids(raw: dict) -> tuple[int, ...]:
+    eos = raw.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    return tuple(int(e) for e in eos_ids)
+
+
+def _family(raw: dict, where: str) -> tuple[str, str | None]:
+    """(model family, architecture name) of a config.json, or ModelFolderError for an unsupported one."""
+    arch_list = raw.get("architectures") or []
+    arch = arch_list[0] if isinstance(arch_list, list) and arch_list else None
+    family = ARCHITECTURES.get(arch) if arch else MODEL_TYPES.get(raw.get("model_type", ""))
+    if family is None:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        got = arch or raw.get("model_type") or "nothing"
+        raise ModelFolderError(f"{where}: unsupported architecture {got!r} (supported: {supported})")
+    return family, arch
+
+
+def _rope(raw: dict, where: str) -> tuple[object, RopeScaling | None]:
+    """(rope theta as given, llama3 scaling or None) of a config.json."""
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise ModelFolderError(f"{where}: rope_parameters/rope_scaling must be an object")
+    rope_theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "llama3":
+        try:
+            return rope_theta, RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFolderError(f"{where}: incomplete llama3 rope scaling ({e})") from e
+    if rope_type not in ("default", None):
+        raise ModelFolderError(f"{where}: unsupported rope type {rope_type!r} (supported: default, llama3)")
+    return rope_theta, None
+
+
+def _check_supported(raw: dict, family: str, where: str) -> None:
+    """ModelFolderError for the features the engine does not implement."""
+    if raw.get("mlp_bias"):
+        raise ModelFolderError(f"{where}: mlp_bias is not supported")
+    if raw.get("use_sliding_window") or (family == "llama" and raw.get("sliding_window")):
+        raise ModelFolderError(f"{where}: sliding-window attention is not supported")
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise ModelFolderError(f"{where}: unsupported hidden_act {act!r} (only silu)")
+
+
+def _sizes(raw: dict) -> dict:
+    """The model's sizes (ModelConfig fields) from a config.json holding the `_REQUIRED` fields."""
+    heads = raw["num_attention_heads"]
+    return dict(
+        hidden_size=raw["hidden_size"],
+        intermediate_size=raw["intermediate_size"],
+        num_hidden_layers=raw["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=raw.get("num_key_value_heads") or heads,
+        head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+        vocab_size=raw["vocab_size"],
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
+    )
 
 
 def read_json(path: Path) -> dict:

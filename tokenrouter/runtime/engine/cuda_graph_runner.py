@@ -93,6 +93,34 @@ class CudaGraphConfig:
 ModelForward = Callable[[ForwardBatch], tuple[torch.Tensor, torch.Tensor]]
 
 
+def _host_views(host: torch.Tensor, t: int, b: int) -> tuple[np.ndarray, ...]:
+    """numpy views of a staging buffer: all of it, tokens [4, t], the first four row columns [4, b], indptr,
+    last."""
+    full = host.numpy()
+    r = 4 * t
+    return (
+        full,
+        full[:r].reshape(4, t),
+        full[r : r + 4 * b].reshape(4, b),
+        full[r + 4 * b : r + 5 * b + 1],
+        full[r + 5 * b + 1 :],
+    )
+
+
+def _fit_batch(config: CudaGraphConfig, cap: int) -> CudaGraphConfig:
+    """`config` without the batch sizes above `cap`; ValueError when no shape is left."""
+    extend_bs = tuple(b for b in config.extend_batch_sizes if b <= cap)
+    fitted = CudaGraphConfig(
+        tuple(b for b in config.decode_batch_sizes if b <= cap),
+        extend_bs,
+        config.extend_lens if extend_bs else (),
+        config.max_extend_tokens,
+    )
+    if not fitted.shapes():
+        raise ValueError(f"no CUDA graph shape fits max_batch={cap}")
+    return fitted
+
+
 class CudaGraphRunner:
     """Captures the engine's `model(fb) -> (logits [B, V], hidden [B, H])` for every shape of `config`
     (batch sizes above `engine.max_batch` are left out)."""
@@ -106,17 +134,7 @@ class CudaGraphRunner:
         self.req_to_token_pool = engine.req_to_token_pool
         self.token_to_kv_pool = engine.token_to_kv_pool
         self.device = engine.device
-        config = config or CudaGraphConfig()
-        cap = engine.max_batch
-        extend_bs = tuple(b for b in config.extend_batch_sizes if b <= cap)
-        self.config = CudaGraphConfig(
-            tuple(b for b in config.decode_batch_sizes if b <= cap),
-            extend_bs,
-            config.extend_lens if extend_bs else (),
-            config.max_extend_tokens,
-        )
-        if not self.config.shapes():
-            raise ValueError(f"no CUDA graph shape fits max_batch={cap}")
+        self.config = _fit_batch(config or CudaGraphConfig(), engine.max_batch)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0
@@ -141,20 +159,7 @@ class CudaGraphRunner:
         self._host = [torch.zeros(self.inputs.numel(), dtype=torch.int64, pin_memory=pin) for _ in range(4)]
         self._host_events: list[torch.cuda.Event | None] = [None] * len(self._host)
         self._ring = 0
-        # numpy views of each staging buffer: tokens [4, t], the first four row columns [4, b], indptr, last
-        self._host_views = []
-        for h in self._host:
-            full = h.numpy()
-            r = 4 * t
-            self._host_views.append(
-                (
-                    full,
-                    full[:r].reshape(4, t),
-                    full[r : r + 4 * b].reshape(4, b),
-                    full[r + 4 * b : r + 5 * b + 1],
-                    full[r + 5 * b + 1 :],
-                )
-            )
+        self._host_views = [_host_views(h, t, b) for h in self._host]
         # a padding row's req, seq, prefix, ext
         self._pad_rows = np.array([[0], [1], [0], [1]], dtype=np.int64)
         self._arange = np.arange(b + 1, dtype=np.int64)
@@ -169,10 +174,6 @@ class CudaGraphRunner:
     def _static_batch(self, bs: int, q: int) -> ForwardBatch:
         """A ForwardBatch over the static buffers for shape (bs, q), filled with padding rows."""
         t = bs * q
-        b = self.max_bs
-        req, seq, prefix, ext = (self.rows[i * b : i * b + bs] for i in range(4))
-        indptr = self.rows[4 * b : 4 * b + bs + 1]
-        last = self.rows[5 * b + 1 : 5 * b + 1 + bs]
         fb = ForwardBatch(
             forward_mode=ForwardMode.DECODE if q == 1 else ForwardMode.MIXED,
             batch_size=bs,
@@ -180,12 +181,7 @@ class CudaGraphRunner:
             input_ids=self.tok[0, :t],
             positions=self.tok[1, :t],
             out_cache_loc=self.tok[2, :t],
-            req_pool_indices=req,
-            seq_lens=seq,
-            extend_prefix_lens=prefix,
-            extend_seq_lens=ext,
-            qo_indptr=indptr,
-            last_indices=last,
+            **self._static_rows(bs),
             seq_lens_cpu=(1,) * bs,
             extend_prefix_lens_cpu=(0,) * bs,
             extend_seq_lens_cpu=(1,) * bs,
@@ -197,6 +193,19 @@ class CudaGraphRunner:
         fb.attn_metadata = self.attn_backend.metadata_for(bs, q)
         fb.token_rows = self.tok[3, :t]
         return fb
+
+    def _static_rows(self, bs: int) -> dict[str, torch.Tensor]:
+        """The per-row fields of a static batch of `bs` rows: views of the static `rows` buffer."""
+        b = self.max_bs
+        req, seq, prefix, ext = (self.rows[i * b : i * b + bs] for i in range(4))
+        return dict(
+            req_pool_indices=req,
+            seq_lens=seq,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            qo_indptr=self.rows[4 * b : 4 * b + bs + 1],
+            last_indices=self.rows[5 * b + 1 : 5 * b + 1 + bs],
+        )
 
     def _forward(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """What a graph runs: the request-to-token write, then the model."""
@@ -280,53 +289,67 @@ class CudaGraphRunner:
         """Copy `fb` into the static buffers of `shape`, padded (see the module doc). With a batch that
         carries its host ints (`ForwardBatch.build` does), the whole step is staged on the host and loaded in one host-to-device copy; else the token
         tensors are copied from the batch's device tensors and the rows from the host."""
-        cap_bs, cap_q = shape
-        bs, t, cap_t, b, big_t = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs, self.max_tokens
-        one_copy = fb.host_ints is not None
-        slot = self._ring
-        self._ring = (slot + 1) % len(self._host)
-        if self._host_events[slot] is not None:
-            self._host_events[slot].synchronize()
+        slot = self._next_slot()
         host = self._host[slot]
-        full, tok, rows4, indptr, last = self._host_views[slot]
-        rows_at = 4 * big_t
         if fb.host_ints is not None:
-            # the batch's host ints are laid out as the static buffers (ForwardBatch.host_ints): a few block
-            # copies, then the padding; only what the shape's graph reads is written (other values may be stale)
-            src = fb.host_ints.numpy()
-            tok[:, :t] = src[: 4 * t].reshape(4, t)
-            if cap_t > t:
-                tok[:, t:cap_t] = 0
-            r = 4 * t
-            rows4[:, :bs] = src[r : r + 4 * bs].reshape(4, bs)
-            r += 4 * bs
-            indptr[: bs + 1] = src[r : r + bs + 1]
-            last[:bs] = src[r + bs + 1 : r + 2 * bs + 1]
-            if cap_bs > bs:  # padding rows: one token each, right after the real ones
-                pad = cap_bs - bs
-                rows4[:, bs:cap_bs] = self._pad_rows
-                np.add(self._arange[1 : pad + 1], t, out=indptr[bs + 1 : cap_bs + 1])
-                np.add(self._arange[:pad], t, out=last[bs:cap_bs])
-        else:
-            self._stage_by_parts(fb, full, shape)
-        if one_copy:
+            self._stage_host_ints(fb, self._host_views[slot], shape)
             self.inputs.copy_(host, non_blocking=True)
         else:
-            fb = fb.to(self.device)
-            self.tok[3, :cap_t].copy_(host[3 * big_t : 3 * big_t + cap_t], non_blocking=True)
-            self.tok[0, :t].copy_(fb.input_ids)
-            self.tok[1, :t].copy_(fb.positions)
-            self.tok[2, :t].copy_(fb.out_cache_loc)
-            if cap_t > t:
-                self.tok[:3, t:cap_t].zero_()
-            self.rows[b:].copy_(host[rows_at + b :], non_blocking=True)
-            self.rows[:bs].copy_(fb.req_pool_indices)
-            if cap_bs > bs:
-                self.rows[bs:cap_bs].zero_()
+            self._stage_by_parts(fb, self._host_views[slot][0], shape)
+            self._copy_by_parts(fb, host, shape)
         if self.device.type == "cuda":
             ev = torch.cuda.Event()
             ev.record()
             self._host_events[slot] = ev
+
+    def _next_slot(self) -> int:
+        """The next staging buffer of the ring, once the copy that last read it has finished."""
+        slot = self._ring
+        self._ring = (slot + 1) % len(self._host)
+        if self._host_events[slot] is not None:
+            self._host_events[slot].synchronize()
+        return slot
+
+    def _stage_host_ints(
+        self, fb: ForwardBatch, views: tuple[np.ndarray, ...], shape: tuple[int, int]
+    ) -> None:
+        """`load_batch`'s host staging for a batch with `build`'s host ints, laid out as the static buffers
+        (ForwardBatch.host_ints): a few block copies, then the padding; only what the shape's graph reads is
+        written (other values may be stale)."""
+        cap_bs, cap_q = shape
+        bs, t, cap_t = fb.batch_size, fb.num_tokens, cap_bs * cap_q
+        _, tok, rows4, indptr, last = views
+        src = fb.host_ints.numpy()
+        tok[:, :t] = src[: 4 * t].reshape(4, t)
+        if cap_t > t:
+            tok[:, t:cap_t] = 0
+        r = 4 * t
+        rows4[:, :bs] = src[r : r + 4 * bs].reshape(4, bs)
+        r += 4 * bs
+        indptr[: bs + 1] = src[r : r + bs + 1]
+        last[:bs] = src[r + bs + 1 : r + 2 * bs + 1]
+        if cap_bs > bs:  # padding rows: one token each, right after the real ones
+            pad = cap_bs - bs
+            rows4[:, bs:cap_bs] = self._pad_rows
+            np.add(self._arange[1 : pad + 1], t, out=indptr[bs + 1 : cap_bs + 1])
+            np.add(self._arange[:pad], t, out=last[bs:cap_bs])
+
+    def _copy_by_parts(self, fb: ForwardBatch, host: torch.Tensor, shape: tuple[int, int]) -> None:
+        """`load_batch`'s copies for a batch staged by `_stage_by_parts`: the staged token rows and rows[b:]
+        from the host, the token tensors and request rows from the batch's device tensors."""
+        cap_bs, cap_q = shape
+        bs, t, cap_t, b, big_t = fb.batch_size, fb.num_tokens, cap_bs * cap_q, self.max_bs, self.max_tokens
+        fb = fb.to(self.device)
+        self.tok[3, :cap_t].copy_(host[3 * big_t : 3 * big_t + cap_t], non_blocking=True)
+        self.tok[0, :t].copy_(fb.input_ids)
+        self.tok[1, :t].copy_(fb.positions)
+        self.tok[2, :t].copy_(fb.out_cache_loc)
+        if cap_t > t:
+            self.tok[:3, t:cap_t].zero_()
+        self.rows[b:].copy_(host[4 * big_t + b :], non_blocking=True)
+        self.rows[:bs].copy_(fb.req_pool_indices)
+        if cap_bs > bs:
+            self.rows[bs:cap_bs].zero_()
 
     def _stage_by_parts(self, fb: ForwardBatch, full: np.ndarray, shape: tuple[int, int]) -> None:
         """`load_batch`'s host staging for a batch without `build`'s host ints (assembled by hand): each

@@ -129,11 +129,17 @@ class EmbeddedEngine(HeldRequestsEngine):
         self.dtype = next(model.parameters()).dtype
         self.max_batch = settings.max_batch
         self._init_pools()
-        pool = self.token_to_kv_pool
-        per = pool.bytes_per_token(pool.dtype, pool.head_num, pool.head_dim, pool.layer_num)
-        progress("kv", f"KV pool of {pool.size:,} tokens ({pool.size * per / (1 << 20):,.0f} MiB)")
+        progress("kv", self._kv_summary())
         self._init_attention()
-        self.info = ModelInfo(
+        self.info = self._model_info(name)
+        self._init_requests()
+        self._init_graph_runner()
+        if self.graph_runner is not None:
+            progress("graphs", self._graphs_summary())
+
+    def _model_info(self, name: str) -> ModelInfo:
+        config = self.model_config
+        return ModelInfo(
             name=name,
             vocab_size=config.vocab_size,
             hidden_size=config.hidden_size,
@@ -143,45 +149,49 @@ class EmbeddedEngine(HeldRequestsEngine):
             device=self.device,
             logits_dtype=self.dtype,
         )
-        self._init_requests()
-        self.graph_runner = None
-        self._init_graph_runner()
-        if self.graph_runner is not None:
-            runner = self.graph_runner
-            progress("graphs", f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s")
+
+    def _kv_summary(self) -> str:
+        pool = self.token_to_kv_pool
+        per = pool.bytes_per_token(pool.dtype, pool.head_num, pool.head_dim, pool.layer_num)
+        return f"KV pool of {pool.size:,} tokens ({pool.size * per / (1 << 20):,.0f} MiB)"
+
+    def _graphs_summary(self) -> str:
+        runner = self.graph_runner
+        return f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s"
 
     # --- construction -----------------------------------------------------------------------------
     def _init_pools(self) -> None:
         c, s = self.model.config, self.settings  # the model's own shape: one rank's share of the KV heads
-        if s.max_tokens is not None:
-            size = s.max_tokens
-        else:
-            budget = s.mem_bytes
-            if budget is None and self.device.type == "cuda":
-                budget = int(self._free_device_memory() * GPU_KV_FRACTION)
-            elif budget is None:
-                budget = CPU_DEFAULT_KV_BYTES
-            size = MHATokenToKVPool.size_for_budget(
-                budget, self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
-            )
-            if s.mem_bytes is None and self.device.type != "cuda":
-                size = min(size, CPU_DEFAULT_MAX_TOKENS)
-            # never more slots than every request row filled to max_len could use
-            size = min(
-                size,
-                (s.max_reqs or 2 * s.max_batch)
-                * min(s.max_len or c.max_position_embeddings, c.max_position_embeddings),
-            )
-            if size < 1:
-                per = MHATokenToKVPool.bytes_per_token(
-                    self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
-                )
-                raise EngineError(f"a KV budget of {budget} bytes holds no token ({per} bytes per token)")
+        size = s.max_tokens if s.max_tokens is not None else self._budget_tokens()
         self.max_len = min(s.max_len or c.max_position_embeddings, c.max_position_embeddings, size)
         self.token_to_kv_pool = MHATokenToKVPool(
             size, self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers, self.device
         )
         self.req_to_token_pool = ReqToTokenPool(s.max_reqs or 2 * s.max_batch, self.max_len, self.device)
+
+    def _budget_tokens(self) -> int:
+        """KV slots for the memory budget (the settings', else a share of the free memory), at most what
+        every request row filled to max_len could use; EngineError when it holds none."""
+        c, s = self.model.config, self.settings
+        budget = s.mem_bytes
+        if budget is None and self.device.type == "cuda":
+            budget = int(self._free_device_memory() * GPU_KV_FRACTION)
+        elif budget is None:
+            budget = CPU_DEFAULT_KV_BYTES
+        size = MHATokenToKVPool.size_for_budget(
+            budget, self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
+        )
+        if s.mem_bytes is None and self.device.type != "cuda":
+            size = min(size, CPU_DEFAULT_MAX_TOKENS)
+        # never more slots than every request row filled to max_len could use
+        max_len = min(s.max_len or c.max_position_embeddings, c.max_position_embeddings)
+        size = min(size, (s.max_reqs or 2 * s.max_batch) * max_len)
+        if size < 1:
+            per = MHATokenToKVPool.bytes_per_token(
+                self.dtype, c.num_key_value_heads, c.head_dim, c.num_hidden_layers
+            )
+            raise EngineError(f"a KV budget of {budget} bytes holds no token ({per} bytes per token)")
+        return size
 
     def _free_device_memory(self) -> int:
         """Bytes free on the device for the KV pool (a tensor-parallel engine: the least of its ranks')."""
@@ -207,6 +217,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         self.model.attn_backend = self.attn_backend
 
     def _init_graph_runner(self) -> None:
+        self.graph_runner = None
         want = self.settings.cuda_graph
         if want is False or (want is None and self.device.type != "cuda"):
             return
@@ -292,31 +303,34 @@ class EmbeddedEngine(HeldRequestsEngine):
         extend of 93 tokens at batch size 3 took 1227 ms instead of about 64, three of its kernels built in it.
         Returns the steps run."""
         shapes = self.eager_warm_shapes()
-        vocab = self.info.vocab_size
         steps = self.steps
         debug = logger.isEnabledFor(logging.DEBUG)
         try:
             for k, lens in enumerate(shapes):
-                rows = [
-                    StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)])
-                    for i, n in enumerate(lens)
-                ]
-                t0, before = time.perf_counter(), self._alloc_counts() if debug else None
-                try:  # the plain engine's step and release: a subclass's bookkeeping (a prefix cache) stays out
-                    HeldRequestsEngine.forward(self, rows)
-                finally:
-                    for r in rows:
-                        HeldRequestsEngine.release(self, r.rid)
-                # each step's time, and the device allocator's work in it (cudaMalloc, cudaFree, retries)
-                if debug:
-                    after = self._alloc_counts()
-                    logger.debug("eager warm-up step %d/%d: %d rows, %d new tokens (longest %d): %.1f ms; "
-                                 "allocator +%d mallocs, +%d frees, +%d retries", k + 1, len(shapes), len(lens),
-                                 sum(lens), max(lens), (time.perf_counter() - t0) * 1e3,
-                                 *(a - b for a, b in zip(after, before, strict=True)))  # fmt: skip
+                self._warm_step(k, lens, len(shapes), debug)
         finally:
             self.steps = steps
         return len(shapes)
+
+    def _warm_step(self, k: int, lens: tuple[int, ...], total: int, debug: bool) -> None:
+        """`warm_eager`'s step `k` of `total`: rows of `lens` new tokens, released after."""
+        vocab = self.info.vocab_size
+        rows = [
+            StepInput(f"warm-up {k}.{i}", [(7 * j + i) % vocab for j in range(n)]) for i, n in enumerate(lens)
+        ]
+        t0, before = time.perf_counter(), self._alloc_counts() if debug else None
+        try:  # the plain engine's step and release: a subclass's bookkeeping (a prefix cache) stays out
+            HeldRequestsEngine.forward(self, rows)
+        finally:
+            for r in rows:
+                HeldRequestsEngine.release(self, r.rid)
+        # each step's time, and the device allocator's work in it (cudaMalloc, cudaFree, retries)
+        if debug:
+            after = self._alloc_counts()
+            logger.debug("eager warm-up step %d/%d: %d rows, %d new tokens (longest %d): %.1f ms; "
+                         "allocator +%d mallocs, +%d frees, +%d retries", k + 1, total, len(lens),
+                         sum(lens), max(lens), (time.perf_counter() - t0) * 1e3,
+                         *(a - b for a, b in zip(after, before, strict=True)))  # fmt: skip
 
     def _alloc_counts(self) -> tuple[int, int, int]:
         """The device caching allocator's (device mallocs, device frees, retries after a failed malloc) so far
@@ -355,11 +369,33 @@ class EmbeddedEngine(HeldRequestsEngine):
         self, rows: list[StepInput], reqs: list[Req], need_tokens: int, want_hidden: bool
     ) -> tuple[torch.Tensor, torch.Tensor, int]:  # the model always yields the hidden state
         locs = self.token_to_kv_pool.alloc_extend(need_tokens)
+        fresh: list[Req] = []  # rows that got a request row in this step
+        news, input_ids, prefix_lens, extend_lens, pool_idx = self._step_tokens(rows, reqs, fresh)
+        fb = ForwardBatch.build(
+            input_ids=input_ids,
+            out_cache_loc=locs,
+            req_pool_indices=pool_idx,
+            extend_prefix_lens=prefix_lens,
+            extend_seq_lens=extend_lens,
+            device=self.device if self.graph_runner is None else CPU,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+        )
+        try:
+            logits, hidden = self._run_model(fb)
+        except BaseException:
+            self._undo_step(locs, fresh)
+            raise
+        self._commit_step(news, reqs, extend_lens, locs)
+        return logits, hidden, fb.num_tokens
+
+    def _step_tokens(self, rows: list[StepInput], reqs: list[Req], fresh: list[Req]) -> tuple[list, ...]:
+        """(each row's new tokens, the step's input ids, prefix lengths, extend lengths, request rows). A
+        request without a request row gets one (and goes into `fresh`) and runs its whole sequence again."""
         input_ids: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
         pool_idx: list[int] = []
-        fresh: list[Req] = []  # rows that got a request row in this step
         news: list[list[int]] = []
         for row, req in zip(rows, reqs, strict=True):
             new = row.new_token_ids
@@ -377,25 +413,20 @@ class EmbeddedEngine(HeldRequestsEngine):
             prefix_lens.append(req.kv_len)
             extend_lens.append(len(tokens))
             pool_idx.append(req.req_pool_idx)
-        fb = ForwardBatch.build(
-            input_ids=input_ids,
-            out_cache_loc=locs,
-            req_pool_indices=pool_idx,
-            extend_prefix_lens=prefix_lens,
-            extend_seq_lens=extend_lens,
-            device=self.device if self.graph_runner is None else CPU,
-            req_to_token_pool=self.req_to_token_pool,
-            token_to_kv_pool=self.token_to_kv_pool,
-        )
-        try:
-            logits, hidden = self._run_model(fb)
-        except BaseException:
-            self.token_to_kv_pool.free(locs)
-            for req in fresh:
-                self.req_to_token_pool.free(req.req_pool_idx)
-                req.req_pool_idx = 0
-                req.kv_len = 0
-            raise
+        return news, input_ids, prefix_lens, extend_lens, pool_idx
+
+    def _undo_step(self, locs: torch.Tensor, fresh: list[Req]) -> None:
+        """Give back a failed step's KV slots and the request rows it took."""
+        self.token_to_kv_pool.free(locs)
+        for req in fresh:
+            self.req_to_token_pool.free(req.req_pool_idx)
+            req.req_pool_idx = 0
+            req.kv_len = 0
+
+    def _commit_step(
+        self, news: list[list[int]], reqs: list[Req], extend_lens: list[int], locs: torch.Tensor
+    ) -> None:
+        """Record a step's tokens and KV slots on its requests, most recently used last."""
         slot_ids = locs.tolist()
         start = 0
         lru = self.lru
@@ -407,7 +438,6 @@ class EmbeddedEngine(HeldRequestsEngine):
             self.reqs[req.rid] = req
             lru[req.rid] = None
             lru.move_to_end(req.rid)
-        return logits, hidden, fb.num_tokens
 
     @torch.inference_mode()
     def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any
@@ -109,50 +110,17 @@ class ForwardBatch:
         tensors are views of `host_ints`, and `to(device)` moves them later (a graph runner reads only the
         host ints, so a step that replays a graph never makes the device copies)."""
         bs = len(req_pool_indices)
-        if bs == 0:
-            raise ValueError("a ForwardBatch needs at least one row")
-        if not (len(extend_prefix_lens) == len(extend_seq_lens) == bs):
-            raise ValueError("row lists of a ForwardBatch differ in length")
-        max_extend = max(extend_seq_lens)
-        min_extend = min(extend_seq_lens)
-        if min_extend < 1:
-            raise ValueError("every row of a ForwardBatch needs at least one new token")
-        num_tokens = bs if max_extend == 1 else sum(extend_seq_lens)
-        if len(input_ids) != num_tokens or out_cache_loc.numel() != num_tokens:
-            raise ValueError("input_ids / out_cache_loc do not match Σ extend_seq_lens")
-        if max_extend == 1:  # decode: one token per row, at position prefix
-            mode = ForwardMode.DECODE
-            positions = list(extend_prefix_lens)
-            token_rows = list(req_pool_indices)
-            seq_lens = [p + 1 for p in extend_prefix_lens]
-            indptr = list(range(bs + 1))
-            last = indptr[:bs]
-        else:
-            mode = ForwardMode.EXTEND if min_extend > 1 else ForwardMode.MIXED
-            positions = []
-            token_rows = []
-            for p, n, r in zip(extend_prefix_lens, extend_seq_lens, req_pool_indices, strict=True):
-                positions.extend(range(p, p + n))
-                token_rows.extend([r] * n)
-            seq_lens = [p + n for p, n in zip(extend_prefix_lens, extend_seq_lens, strict=True)]
-            indptr = [0, *itertools.accumulate(extend_seq_lens)]
-            last = [i - 1 for i in indptr[1:]]
-        # one host array (numpy builds it from the lists several times faster than torch.tensor), one copy
-        host = torch.from_numpy(
-            np.array(
-                input_ids
-                + positions
-                + out_cache_loc.tolist()
-                + token_rows
-                + list(req_pool_indices)
-                + seq_lens
-                + list(extend_prefix_lens)
-                + list(extend_seq_lens)
-                + indptr
-                + last,
-                dtype=np.int64,
-            )
+        num_tokens = _check_rows(
+            len(input_ids), out_cache_loc, req_pool_indices, extend_prefix_lens, extend_seq_lens
         )
+        max_extend = max(extend_seq_lens)
+        mode, positions, token_rows, seq_lens, indptr, last = _token_layout(
+            req_pool_indices, extend_prefix_lens, extend_seq_lens
+        )
+        host = _host_ints(
+            input_ids, positions, out_cache_loc.tolist(), token_rows, req_pool_indices, seq_lens,
+            extend_prefix_lens, extend_seq_lens, indptr, last,
+        )  # fmt: skip
         return cls(
             forward_mode=mode,
             batch_size=bs,
@@ -221,3 +189,52 @@ def write_req_to_token(fb: ForwardBatch, token_rows: torch.Tensor | None = None)
     if token_rows is None:
         token_rows = fb.req_pool_indices.repeat_interleave(fb.extend_seq_lens, output_size=fb.num_tokens)
     fb.req_to_token_pool.req_to_token[token_rows, fb.positions] = fb.out_cache_loc.to(torch.int32)
+
+
+def _check_rows(
+    num_ids: int,
+    out_cache_loc: torch.Tensor,
+    req_pool_indices: list[int],
+    prefix_lens: list[int],
+    ext_lens: list[int],
+) -> int:
+    """The batch's new tokens; ValueError for row lists `ForwardBatch.build` cannot take."""
+    bs = len(req_pool_indices)
+    if bs == 0:
+        raise ValueError("a ForwardBatch needs at least one row")
+    if not (len(prefix_lens) == len(ext_lens) == bs):
+        raise ValueError("row lists of a ForwardBatch differ in length")
+    if min(ext_lens) < 1:
+        raise ValueError("every row of a ForwardBatch needs at least one new token")
+    num_tokens = bs if max(ext_lens) == 1 else sum(ext_lens)
+    if num_ids != num_tokens or out_cache_loc.numel() != num_tokens:
+        raise ValueError("input_ids / out_cache_loc do not match Σ extend_seq_lens")
+    return num_tokens
+
+
+def _token_layout(req_pool_indices: list[int], prefix_lens: list[int], ext_lens: list[int]) -> tuple:
+    """(mode, each token's position and request row, then each row's sequence length, qo_indptr and last
+    token index) of a batch's rows."""
+    bs = len(req_pool_indices)
+    if max(ext_lens) == 1:  # decode: one token per row, at position prefix
+        indptr = list(range(bs + 1))
+        seq_lens = [p + 1 for p in prefix_lens]
+        return ForwardMode.DECODE, list(prefix_lens), list(req_pool_indices), seq_lens, indptr, indptr[:bs]
+    mode = ForwardMode.EXTEND if min(ext_lens) > 1 else ForwardMode.MIXED
+    positions: list[int] = []
+    token_rows: list[int] = []
+    for p, n, r in zip(prefix_lens, ext_lens, req_pool_indices, strict=True):
+        positions.extend(range(p, p + n))
+        token_rows.extend([r] * n)
+    seq_lens = [p + n for p, n in zip(prefix_lens, ext_lens, strict=True)]
+    indptr = [0, *itertools.accumulate(ext_lens)]
+    return mode, positions, token_rows, seq_lens, indptr, [i - 1 for i in indptr[1:]]
+
+
+def _host_ints(*parts: Sequence[int]) -> torch.Tensor:
+    """The lists end to end as one int64 host tensor: one array (numpy builds it from a list several times
+    faster than torch.tensor), so one copy moves a step's ints."""
+    flat: list[int] = []
+    for part in parts:
+        flat += part
+    return torch.from_numpy(np.array(flat, dtype=np.int64))

@@ -79,22 +79,29 @@ class HeldRequestsEngine(Engine):
             raise ValueError("forward needs at least one row")
         self._validate(rows)
         before = self._counters()
-        if len(rows) <= self.max_batch:
-            outs = self._forward_rows(rows, want_hidden)
-        else:
-            outs = [
-                o
-                for i in range(0, len(rows), self.max_batch)
-                for o in self._forward_rows(rows[i : i + self.max_batch], want_hidden)
-            ]
+        outs = self._forward_chunks(rows, want_hidden)
         self.steps += 1
         logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
         hidden = None
         if want_hidden:
             hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
+        return StepOutput(logits=logits, hidden=hidden, stats=self._step_stats(rows, outs, before))
+
+    def _forward_chunks(self, rows: list[StepInput], want_hidden: bool) -> list:
+        """`_forward_rows`' outputs for the rows, in forwards of at most `max_batch` rows."""
+        if len(rows) <= self.max_batch:
+            return self._forward_rows(rows, want_hidden)
+        return [
+            o
+            for i in range(0, len(rows), self.max_batch)
+            for o in self._forward_rows(rows[i : i + self.max_batch], want_hidden)
+        ]
+
+    def _step_stats(self, rows: list[StepInput], outs: list, before: dict[str, int]) -> dict:
+        """One step's stats: its kind, rows, tokens and forwards, and the counters' change since `before`."""
         new_tokens = [len(r.new_token_ids) for r in rows]
         longest = max(new_tokens)  # the longest row's new tokens (an evicted row's re-prefill not included)
-        stats = {
+        return {
             "mode": "decode" if longest == 1 else ("extend" if min(new_tokens) > 1 else "mixed"),
             "rows": len(rows),
             "tokens": sum(o[2] for o in outs),
@@ -102,7 +109,6 @@ class HeldRequestsEngine(Engine):
             "forwards": len(outs),
             **{name: value - before[name] for name, value in self._counters().items()},
         }
-        return StepOutput(logits=logits, hidden=hidden, stats=stats)
 
     def release(self, rid: str) -> None:
         req = self.reqs.pop(rid, None)

@@ -102,7 +102,6 @@ def shape_for(name: str, **overrides) -> ModelShape:
 
 
 def config_dict(shape: ModelShape) -> dict:
-    eos = SPECIAL_TOKENS.index("<|im_end|>")
     cfg = {
         "architectures": [ARCH_NAMES[shape.arch]],
         "model_type": shape.arch,
@@ -120,7 +119,7 @@ def config_dict(shape: ModelShape) -> dict:
         "tie_word_embeddings": shape.tie,
         "attention_bias": shape.arch == "qwen2",
         "bos_token_id": None,
-        "eos_token_id": eos,
+        "eos_token_id": SPECIAL_TOKENS.index("<|im_end|>"),
         "pad_token_id": 0,
         "torch_dtype": "bfloat16",
     }
@@ -174,20 +173,40 @@ def make_model(
     from tokenrouter.runtime.engine.models.loader import random_hf_state_dict, save_safetensors
 
     out = Path(out_dir)
+    _check_out_dir(out, force)
+    raw = config_dict(shape)
+    config = ModelConfig.from_dict(raw, str(out / "config.json"))
+    weights = _want_weights(config, weights)
+    raw["torch_dtype"] = "float32" if weights else "bfloat16"  # the dtype of the weights file, if any
+    _write_folder(out, raw)
+    if weights:
+        save_safetensors(random_hf_state_dict(config, seed), out / "model.safetensors", torch.float32)
+    return out
+
+
+def _check_out_dir(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not force:
         raise ValueError(f"{out}: directory is not empty (pass --force to overwrite)")
-    raw = config_dict(shape)
-    config = ModelConfig.from_dict(raw, str(out / "config.json"))
+
+
+def _want_weights(config: ModelConfig, weights: bool | None) -> bool:
+    """Whether to write a weights file: by default for shapes of at most MAX_WEIGHT_PARAMS parameters;
+    ValueError when asked for a larger one."""
     if weights is None:
-        weights = config.num_params() <= MAX_WEIGHT_PARAMS
-    elif weights and config.num_params() > MAX_WEIGHT_PARAMS:
+        return config.num_params() <= MAX_WEIGHT_PARAMS
+    if weights and config.num_params() > MAX_WEIGHT_PARAMS:
         raise ValueError(
             f"a {config.num_params() / 1e9:.2f}B-parameter shape gets no weights file; "
             "load it with the engine's dummy load"
         )
-    raw["torch_dtype"] = "float32" if weights else "bfloat16"  # the dtype of the weights file, if any
+    return weights
+
+
+def _write_folder(out: Path, raw: dict) -> None:
+    """The folder without weights (an older weights file removed): config.json, generation_config.json and
+    the tokenizer."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.safetensors"):
         stale.unlink()
@@ -196,6 +215,3 @@ def make_model(
            "pad_token_id": 0, "do_sample": True, "temperature": 0.7, "top_p": 0.9}  # fmt: skip
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     write_tokenizer(out)
-    if weights:
-        save_safetensors(random_hf_state_dict(config, seed), out / "model.safetensors", torch.float32)
-    return out

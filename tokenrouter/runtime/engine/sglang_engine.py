@@ -134,7 +134,13 @@ class SGLangEngine(HeldRequestsEngine):
         context = int(getattr(runner.model_config, "context_len", config.max_position_embeddings))
         self.max_len = min(settings.max_len or context, context, self.pages_total)
         self.graphs = getattr(runner, "decode_cuda_graph_runner", None) is not None
-        self.info = ModelInfo(
+        self.info = self._model_info(name)
+        self._init_requests()
+        self.graph_steps = 0
+
+    def _model_info(self, name: str) -> ModelInfo:
+        config = self.model_config
+        return ModelInfo(
             name=name,
             vocab_size=config.vocab_size,
             hidden_size=config.hidden_size,
@@ -144,8 +150,6 @@ class SGLangEngine(HeldRequestsEngine):
             device=self.device,
             logits_dtype=torch.float32,  # SGLang's LogitsProcessor casts its logits to float32
         )
-        self._init_requests()
-        self.graph_steps = 0
 
     # --- the Engine contract ------------------------------------------------------------------------
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
@@ -198,12 +202,28 @@ class SGLangEngine(HeldRequestsEngine):
         if locs is None:
             self._undo(fresh, None)
             raise EngineError("SGLang's KV allocator refused slots that _make_room had freed")
-        input_ids: list[int] = []
-        positions: list[int] = []
-        token_rows: list[int] = []
-        prefix_lens: list[int] = []
-        extend_lens: list[int] = []
+        news, step = self._step_tokens(rows, reqs, is_fresh)
+        try:
+            logits, hidden = self._run(reqs, locs, *step, want_hidden)
+        except BaseException:
+            self._undo(fresh, locs)
+            raise
+        for new, req in zip(news, reqs, strict=True):
+            req.token_ids.extend(new)
+            req.kv_len = len(req.token_ids)
+            self.reqs[req.rid] = req
+            self.lru[req.rid] = None
+            self.lru.move_to_end(req.rid)
+        return logits, hidden, len(step[0])
+
+    def _step_tokens(
+        self, rows: list[StepInput], reqs: list[Req], is_fresh: list[bool]
+    ) -> tuple[list[list[int]], tuple[list[int], ...]]:
+        """(each row's new tokens, the step's (input ids, positions, token rows, prefix lengths, extend
+        lengths)); a fresh request (a new request row) runs its whole sequence again."""
         news: list[list[int]] = []
+        step: tuple[list[int], ...] = ([], [], [], [], [])
+        input_ids, positions, token_rows, prefix_lens, extend_lens = step
         for row, req, was_fresh in zip(rows, reqs, is_fresh, strict=True):
             new = [int(t) for t in row.new_token_ids]
             news.append(new)
@@ -218,20 +238,7 @@ class SGLangEngine(HeldRequestsEngine):
             token_rows.extend([req.req_pool_idx] * len(tokens))
             prefix_lens.append(req.kv_len)
             extend_lens.append(len(tokens))
-        try:
-            logits, hidden = self._run(
-                reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden
-            )
-        except BaseException:
-            self._undo(fresh, locs)
-            raise
-        for new, req in zip(news, reqs, strict=True):
-            req.token_ids.extend(new)
-            req.kv_len = len(req.token_ids)
-            self.reqs[req.rid] = req
-            self.lru[req.rid] = None
-            self.lru.move_to_end(req.rid)
-        return logits, hidden, len(input_ids)
+        return news, step
 
     def _undo(self, fresh: list[Req], locs: torch.Tensor | None) -> None:
         if locs is not None:
@@ -243,60 +250,16 @@ class SGLangEngine(HeldRequestsEngine):
 
     @torch.inference_mode()
     def _run(self, reqs, locs, input_ids, positions, token_rows, prefix_lens, extend_lens, want_hidden):
-        sgl = self._sgl
-        dev = self.device
-        bs, num_tokens = len(reqs), len(input_ids)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)]
-        starts = [0] * bs
-        for i in range(1, bs):
-            starts[i] = starts[i - 1] + extend_lens[i - 1]
-        # one host->device copy for everything the step needs
-        host = torch.tensor(
-            input_ids + positions + token_rows + [r.req_pool_idx for r in reqs] + seq_lens
-            + prefix_lens + extend_lens + starts,
-            dtype=torch.int64,
-        )  # fmt: skip
-        packed = host.to(dev, non_blocking=True)
-        ids_d, pos_d, rows_d = (
-            packed[:num_tokens],
-            packed[num_tokens : 2 * num_tokens],
-            packed[2 * num_tokens : 3 * num_tokens],
-        )
-        o = 3 * num_tokens
-        pool_d, seq_d = packed[o : o + bs], packed[o + bs : o + 2 * bs]
-        prefix_d, ext_d, start_d = (
-            packed[o + 2 * bs : o + 3 * bs],
-            packed[o + 3 * bs : o + 4 * bs],
-            packed[o + 4 * bs : o + 5 * bs],
+        host, d = _upload(
+            self.device, input_ids, positions, token_rows, reqs, seq_lens, prefix_lens, extend_lens
         )
         out_loc = locs.to(torch.int64)
-        self.req_to_token_pool.req_to_token[rows_d, pos_d] = out_loc.to(torch.int32)
+        self.req_to_token_pool.req_to_token[d["rows"], d["pos"]] = out_loc.to(torch.int32)
         decode = all(e == 1 for e in extend_lens)
-        fb = sgl.ForwardBatch(
-            forward_mode=sgl.ForwardMode.DECODE if decode else sgl.ForwardMode.EXTEND,
-            batch_size=bs,
-            input_ids=ids_d,
-            req_pool_indices=pool_d,
-            seq_lens=seq_d,
-            out_cache_loc=out_loc,
-            seq_lens_sum=sum(seq_lens),
-            seq_lens_cpu=host[o + bs : o + 2 * bs],
-            return_logprob=False,
-            spec_algorithm=sgl.SpeculativeAlgorithm.NONE,
-            capture_hidden_mode=sgl.CaptureHiddenMode.LAST if want_hidden else sgl.CaptureHiddenMode.NULL,
-            positions=pos_d,
-            lora_ids=[None] * bs,
-            rids=[r.rid for r in reqs],
-            num_token_non_padded_cpu=num_tokens,
-        )
+        fb = self._forward_batch(reqs, d, out_loc, host[d["seq_at"]], sum(seq_lens), decode, want_hidden)
         if not decode:
-            fb.extend_num_tokens = num_tokens
-            fb.extend_seq_lens = ext_d.to(torch.int32)
-            fb.extend_prefix_lens = prefix_d.to(torch.int32)
-            fb.extend_start_loc = start_d.to(torch.int32)
-            fb.extend_seq_lens_cpu = list(extend_lens)
-            fb.extend_prefix_lens_cpu = list(prefix_lens)
-            fb.extend_logprob_start_lens_cpu = list(extend_lens)
+            _set_extend(fb, d, prefix_lens, extend_lens)
         result = self.runner.forward(fb)
         out = result.logits_output
         logits = out.next_token_logits[:, : self.model_config.vocab_size]
@@ -306,6 +269,63 @@ class SGLangEngine(HeldRequestsEngine):
             logits = logits.clone()
             hidden = None if hidden is None else hidden.clone()
         return logits, hidden
+
+    def _forward_batch(
+        self, reqs, d: dict, out_loc, seq_lens_cpu, seq_lens_sum: int, decode: bool, want_hidden
+    ):
+        """SGLang's ForwardBatch for a step over the uploaded parts `d` (an extend's own fields: `_set_extend`)."""
+        sgl = self._sgl
+        bs = len(reqs)
+        return sgl.ForwardBatch(
+            forward_mode=sgl.ForwardMode.DECODE if decode else sgl.ForwardMode.EXTEND,
+            batch_size=bs,
+            input_ids=d["ids"],
+            req_pool_indices=d["pool"],
+            seq_lens=d["seq"],
+            out_cache_loc=out_loc,
+            seq_lens_sum=seq_lens_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            return_logprob=False,
+            spec_algorithm=sgl.SpeculativeAlgorithm.NONE,
+            capture_hidden_mode=sgl.CaptureHiddenMode.LAST if want_hidden else sgl.CaptureHiddenMode.NULL,
+            positions=d["pos"],
+            lora_ids=[None] * bs,
+            rids=[r.rid for r in reqs],
+            num_token_non_padded_cpu=d["ids"].shape[0],
+        )
+
+
+def _set_extend(fb, d: dict, prefix_lens: list[int], extend_lens: list[int]) -> None:
+    """The fields an extend's ForwardBatch adds to a decode's."""
+    fb.extend_num_tokens = d["ids"].shape[0]
+    fb.extend_seq_lens = d["ext"].to(torch.int32)
+    fb.extend_prefix_lens = d["prefix"].to(torch.int32)
+    fb.extend_start_loc = d["start"].to(torch.int32)
+    fb.extend_seq_lens_cpu = list(extend_lens)
+    fb.extend_prefix_lens_cpu = list(prefix_lens)
+    fb.extend_logprob_start_lens_cpu = list(extend_lens)
+
+
+def _upload(dev, input_ids, positions, token_rows, reqs, seq_lens, prefix_lens, extend_lens):
+    """(the host tensor, its device copy's parts by name): one host->device copy for everything a step needs.
+    `seq_at`: the slice of the host tensor holding the sequence lengths."""
+    bs, num_tokens = len(reqs), len(input_ids)
+    starts = [0] * bs
+    for i in range(1, bs):
+        starts[i] = starts[i - 1] + extend_lens[i - 1]
+    host = torch.tensor(
+        input_ids + positions + token_rows + [r.req_pool_idx for r in reqs] + seq_lens
+        + prefix_lens + extend_lens + starts,
+        dtype=torch.int64,
+    )  # fmt: skip
+    packed = host.to(dev, non_blocking=True)
+    o = 3 * num_tokens
+    n = num_tokens
+    parts = {"ids": packed[:n], "pos": packed[n : 2 * n], "rows": packed[2 * n : o]}
+    for i, name in enumerate(("pool", "seq", "prefix", "ext", "start")):
+        parts[name] = packed[o + i * bs : o + (i + 1) * bs]
+    parts["seq_at"] = slice(o + bs, o + 2 * bs)
+    return host, parts
 
 
 class _SGLangNames:
@@ -357,6 +377,13 @@ def server_args_kwargs(folder: Path, settings: SGLangSettings, config: ModelConf
         disable_prefill_cuda_graph=True,
         log_level="error",
     )
+    kw.update(_sized_args(settings, config, max_reqs))
+    return kw
+
+
+def _sized_args(settings: SGLangSettings, config: ModelConfig, max_reqs: int) -> dict:
+    """The `ServerArgs` the settings size: KV tokens, context length, memory fraction, decode graphs."""
+    kw = {}
     tokens = _kv_tokens(settings, config)
     if tokens is not None:
         kw["max_total_tokens"] = tokens
@@ -377,15 +404,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
-    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
-    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
-    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+def _server_args(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """SGLang's `ServerArgs` for the model, with the process-wide settings SGLang derives from them applied."""
     from sglang.srt.entrypoints.engine import _set_envs_and_config
     from sglang.srt.layers.moe import initialize_moe_config
     from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
-    from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs
 
     server_args = ServerArgs(**server_args_kwargs(folder, settings, config, gpu_id))
@@ -393,6 +417,16 @@ def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, g
     initialize_moe_config(server_args)
     initialize_fp8_gemm_config(server_args)
     initialize_fp4_gemm_config(server_args)
+    return server_args
+
+
+def _start_runner(folder: Path, settings: SGLangSettings, config: ModelConfig, gpu_id: int):
+    """Build SGLang's ModelRunner for one model (weights, pools, attention backend, decode CUDA graphs)."""
+    from sglang.srt.configs.model_config import ModelConfig as SGLModelConfig
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    server_args = _server_args(folder, settings, config, gpu_id)
     runner = ModelRunner(
         model_config=SGLModelConfig.from_server_args(server_args),
         mem_fraction_static=server_args.mem_fraction_static,

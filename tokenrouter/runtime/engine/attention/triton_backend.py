@@ -168,6 +168,18 @@ class TritonAttnBackend(AttentionBackend):
         for name in FAST_PATH_OPTIONS:  # see FAST_PATH_OPTIONS
             setattr(self, name, True)
         self.tuned_tiles, self.pdl = tuning.tuned_tiles, tuning.pdl  # see EngineTuning
+        self._init_attention_options(tuning)
+        self._init_dot_rows(tuning)
+        self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
+        # the fused ops need a power-of-two head_dim
+        self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
+        self._rope_tables: dict[int, torch.Tensor] = {}
+        # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
+        # replaced by a larger stays alive, as graphs captured with it still use it
+        self._tickets: list[torch.Tensor] = []
+
+    def _init_attention_options(self, tuning: EngineTuning) -> None:
+        """The GEMV, split merge and attention launch options (see EngineTuning and the constants)."""
         # with gemv_rows: steps of 2..gemv_rows_max tokens (at most kl.GEMV_ROWS_LIMIT) and at most
         # gemv_rows_batch_max requests use the few-row GEMV; it and gemv_norm act on models of hidden size
         # <= small_hidden_max only (see SMALL_HIDDEN_MAX; None: every model)
@@ -186,6 +198,9 @@ class TritonAttnBackend(AttentionBackend):
         # with attn_tiles: the split counts that take 128-token KV tiles (at most) and 32-token ones (at least)
         self.attn_wide_tile_splits = ATTN_WIDE_TILE_SPLITS
         self.attn_narrow_tile_splits = ATTN_NARROW_TILE_SPLITS
+
+    def _init_dot_rows(self, tuning: EngineTuning) -> None:
+        """The tuned tile tables in use and the `dot_rows` step limits they allow."""
         tuned_tiles.use_files(tuning.tuned_tiles_files, kd.check_tile_config)  # a bad file is named here
         # with dot_rows: the most tokens of a `dot_rows` step, and of a decode one (see DOT_ROWS_MAX)
         wide = DOT_ROWS_MAX if self._tuned_for(BLOCK_X=32) else DOT_ROWS_NARROW_MAX
@@ -199,13 +214,6 @@ class TritonAttnBackend(AttentionBackend):
             if not self._tuned_for(NORM=True, BLOCK_X=block):
                 break
             self.dot_rows_norm_max = block
-        self.small_hidden_max: int | None = SMALL_HIDDEN_MAX
-        # the fused ops need a power-of-two head_dim
-        self.fused_ops = self.fused_ops and config.head_dim & (config.head_dim - 1) == 0
-        self._rope_tables: dict[int, torch.Tensor] = {}
-        # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
-        # replaced by a larger stays alive, as graphs captured with it still use it
-        self._tickets: list[torch.Tensor] = []
 
     def _tuned_for(self, **fields) -> bool:
         """Whether the tuned tables hold `dot_rows` tiles with these key fields for this GPU model, dtype and
@@ -238,27 +246,15 @@ class TritonAttnBackend(AttentionBackend):
         cfg = self.config
         rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
         block_m = ks.row_block_size(rows)
-        if rows > self.attn_split_rows:  # long extends / prefills: taken to fill the GPU without splitting
-            splits = 1
-        else:
-            splits = ks.choose_num_splits(batch_size, cfg.num_kv_heads, -(-rows // block_m), cfg.device)
-        if max_extend_len == 1:  # a decode: early reads and one stage up to a batch size (shape only)
-            early = batch_size <= self.attn_decode_single_stage_bs
-            single = ks.SINGLE_STAGE_ROWS if early else 0
-        else:
-            early = max_extend_len <= self.attn_prefetch_max
-            single = self.attn_extend_single_stage_rows
+        # long extends / prefills (more rows than attn_split_rows): taken to fill the GPU without splitting
+        splits = 1 if rows > self.attn_split_rows else self._splits(batch_size, rows, block_m)
+        early, single = self._early_reads(batch_size, max_extend_len)
         prefetch = self.attn_prefetch and early
         stages = ks.attention_stages(rows, block_m, single) if self.attn_stages else 2
         block_n = None  # the kernel's own (64 tokens at head_dim <= 128)
         # the launches the KV-tile sweep covered: row blocks of up to 32 query rows, head_dim <= 128, no early reads
         if self.attn_tiles and rows <= 32 and cfg.head_dim <= 128 and not prefetch:
-            programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
-            fits = programs <= ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)
-            if splits <= self.attn_wide_tile_splits and fits:
-                block_n, stages = 128, 2
-            elif splits >= self.attn_narrow_tile_splits:
-                block_n, stages = 32, 2
+            block_n, stages = self._kv_tile(batch_size, splits, stages)
         return TritonMetadata(
             max_extend_len=max_extend_len,
             num_splits=splits,
@@ -267,6 +263,30 @@ class TritonAttnBackend(AttentionBackend):
             block_n=block_n,
             tickets=self.tickets_for(batch_size, max_extend_len) if splits > 1 else None,
         )
+
+    def _early_reads(self, batch_size: int, max_extend_len: int) -> tuple[bool, int]:
+        """(whether the launch may read its first KV tile early, the most query rows whose row blocks run
+        the KV loop unpipelined)."""
+        if max_extend_len == 1:  # a decode: early reads and one stage up to a batch size (shape only)
+            early = batch_size <= self.attn_decode_single_stage_bs
+            return early, ks.SINGLE_STAGE_ROWS if early else 0
+        return max_extend_len <= self.attn_prefetch_max, self.attn_extend_single_stage_rows
+
+    def _splits(self, batch_size: int, rows: int, block_m: int) -> int:
+        cfg = self.config
+        return ks.choose_num_splits(batch_size, cfg.num_kv_heads, -(-rows // block_m), cfg.device)
+
+    def _kv_tile(self, batch_size: int, splits: int, stages: int) -> tuple[int | None, int]:
+        """(KV tokens per tile, stages) of a swept launch: 128-token tiles for few splits whose programs fit
+        in ATTN_WIDE_TILE_WAVES waves, 32-token ones for many splits, else the kernel's own tile."""
+        cfg = self.config
+        programs = batch_size * cfg.num_kv_heads * splits  # one row block per KV head
+        fits = programs <= ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)
+        if splits <= self.attn_wide_tile_splits and fits:
+            return 128, 2
+        if splits >= self.attn_narrow_tile_splits:
+            return 32, 2
+        return None, stages
 
     def tickets_for(self, batch_size: int, max_extend_len: int) -> torch.Tensor:
         """The fused merge's zeroed ticket buffer, large enough for a launch shape's row blocks."""

@@ -48,21 +48,25 @@ def read_table(path: Path) -> dict[tuple, dict]:
         raise ValueError(f"{path}: expected an object with a list of 'entries'")
     table = {}
     for i, e in enumerate(entries):
-        ok = (
-            isinstance(e, dict)
-            and all(isinstance(e.get(f), str) for f in ("gpu", "kernel", "dtype"))
-            and isinstance(e.get("key"), dict)
-            and isinstance(e.get("config"), dict)
-            and _CONFIG_FIELDS <= set(e["config"])
-            and all(isinstance(v, int) for v in e["config"].values())
-        )
-        if not ok:
+        if not _entry_ok(e):
             raise ValueError(
                 f"{path}: entry {i} needs 'gpu', 'kernel', 'dtype' (strings), 'key' (an object) and 'config' "
                 "(integer tile parameters with num_warps and num_stages)"
             )
         table[_key(e["gpu"], e["kernel"], e["dtype"], e["key"])] = dict(e["config"])
     return table
+
+
+def _entry_ok(e: object) -> bool:
+    """Whether a table entry has the fields `read_table` needs, of the right types."""
+    return (
+        isinstance(e, dict)
+        and all(isinstance(e.get(f), str) for f in ("gpu", "kernel", "dtype"))
+        and isinstance(e.get("key"), dict)
+        and isinstance(e.get("config"), dict)
+        and _CONFIG_FIELDS <= set(e["config"])
+        and all(isinstance(v, int) for v in e["config"].values())
+    )
 
 
 @functools.lru_cache(maxsize=4)

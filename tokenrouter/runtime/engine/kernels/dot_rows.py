@@ -339,23 +339,29 @@ def check_tile_config(kernel: str, config: dict) -> None:
     and BLOCK_K one from 16 to 4096 (`gemv_rows`: 256 per warp, its load layout), the same warps and
     stages."""
     if kernel in ("gemv", "gemv_rows"):
-        want = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
-        if set(config) != want:
-            raise ValueError(f"expected the parameters {sorted(want)}, got {sorted(config)}")
-        bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-        if not (1 <= bn <= 128 and 16 <= bk <= 4096) or bn & (bn - 1) or bk & (bk - 1):
-            raise ValueError(f"BLOCK_N {bn}, BLOCK_K {bk}: powers of two, 1-128 and 16-4096")
-        if config["num_warps"] not in (1, 2, 4, 8, 16) or config["num_stages"] < 1:
-            raise ValueError("num_warps must be 1, 2, 4, 8 or 16 and num_stages at least 1")
-        if kernel == "gemv_rows" and bk != 256 * config["num_warps"]:
-            raise ValueError(
-                f"BLOCK_K {bk}: gemv_rows loads 256 columns per warp (BLOCK_K = 256 * num_warps)"
-            )
-        return
-    if kernel != "dot_rows":
+        _check_gemv_tiles(kernel, config)
+    elif kernel == "dot_rows":
+        _check_dot_rows_tiles(config)
+    else:
         raise ValueError(
             f"the engine reads tuned tiles for dot_rows, gemv and gemv_rows only, not {kernel!r}"
         )
+
+
+def _check_gemv_tiles(kernel: str, config: dict) -> None:
+    want = {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
+    if set(config) != want:
+        raise ValueError(f"expected the parameters {sorted(want)}, got {sorted(config)}")
+    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
+    if not (1 <= bn <= 128 and 16 <= bk <= 4096) or bn & (bn - 1) or bk & (bk - 1):
+        raise ValueError(f"BLOCK_N {bn}, BLOCK_K {bk}: powers of two, 1-128 and 16-4096")
+    if config["num_warps"] not in (1, 2, 4, 8, 16) or config["num_stages"] < 1:
+        raise ValueError("num_warps must be 1, 2, 4, 8 or 16 and num_stages at least 1")
+    if kernel == "gemv_rows" and bk != 256 * config["num_warps"]:
+        raise ValueError(f"BLOCK_K {bk}: gemv_rows loads 256 columns per warp (BLOCK_K = 256 * num_warps)")
+
+
+def _check_dot_rows_tiles(config: dict) -> None:
     want = {"BLOCK_W", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"}
     if set(config) - {"maxnreg"} != want:
         raise ValueError(f"expected the parameters {sorted(want)} (and maxnreg), got {sorted(config)}")

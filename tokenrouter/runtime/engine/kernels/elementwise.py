@@ -67,15 +67,26 @@ def rmsnorm(
     norm of the sum (the pre-norm decoder's "add & norm" in one launch). Returns the normalised rows.
     With `rows` (a 1-D index tensor): only those rows, out[i] = norm of row rows[i] (with `residual`,
     only those rows of it are updated): the decoder's final norm of the last tokens without a gather."""
-    if x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError("rmsnorm needs a 2-D tensor contiguous in its last dim")
-    if rows is not None and (rows.dim() != 1 or rows.stride(0) != 1):
-        raise ValueError("rmsnorm: rows must be a contiguous 1-D index tensor")
+    _check_rmsnorm_layout(x, rows)
     n_rows, n_cols = x.shape if rows is None else (rows.shape[0], x.shape[1])
     if out is None:
         out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return out
+    _launch_rmsnorm(x, weight, eps, residual, out, pdl, rows, n_rows)
+    return out
+
+
+def _check_rmsnorm_layout(x: torch.Tensor, rows: torch.Tensor | None) -> None:
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError("rmsnorm needs a 2-D tensor contiguous in its last dim")
+    if rows is not None and (rows.dim() != 1 or rows.stride(0) != 1):
+        raise ValueError("rmsnorm: rows must be a contiguous 1-D index tensor")
+
+
+def _launch_rmsnorm(x, weight, eps, residual, out, pdl, rows, n_rows) -> None:
+    """`rmsnorm`'s kernel over `n_rows` rows (all of x's, or those `rows` picks), one program each."""
+    n_cols = x.shape[1]
     block = triton.next_power_of_2(n_cols)
     _rmsnorm_kernel[(n_rows,)](
         x,
@@ -94,7 +105,6 @@ def rmsnorm(
         GATHER=rows is not None,
         **_pdl(pdl, x.device),
     )
-    return out
 
 
 @triton.jit
@@ -289,6 +299,18 @@ def _store_kv_kernel(
     tl.store(V_buf + loc * stride_vb + offs, v.to(V_buf.dtype.element_ty), mask=ok)
 
 
+def _check_per_token(
+    k: torch.Tensor, v: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor
+) -> None:
+    """ValueError unless k, v [T, row] and each token's slot of the buffers are contiguous."""
+    if (
+        k.stride(1) != 1
+        or v.stride(1) != 1
+        or not (k_buffer[0].is_contiguous() and v_buffer[0].is_contiguous())
+    ):
+        raise ValueError("store_kv needs k, v and the buffers contiguous per token")
+
+
 def store_kv(
     k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor
 ) -> None:
@@ -296,14 +318,8 @@ def store_kv(
     num_tokens = k.shape[0]
     if num_tokens == 0:
         return
-    k = k.reshape(num_tokens, -1)
-    v = v.reshape(num_tokens, -1)
-    if (
-        k.stride(1) != 1
-        or v.stride(1) != 1
-        or not (k_buffer[0].is_contiguous() and v_buffer[0].is_contiguous())
-    ):
-        raise ValueError("store_kv needs k, v and the buffers contiguous per token")
+    k, v = k.reshape(num_tokens, -1), v.reshape(num_tokens, -1)
+    _check_per_token(k, v, k_buffer, v_buffer)
     row = k.shape[1]
     block = min(1024, triton.next_power_of_2(row))
     _store_kv_kernel[(num_tokens, triton.cdiv(row, block))](

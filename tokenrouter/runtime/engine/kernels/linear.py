@@ -126,6 +126,14 @@ else:
     _FIXED = {}
 
 
+def _check_residual(fn, shape, x: torch.Tensor, residual: torch.Tensor, residual_out: torch.Tensor) -> None:
+    for t in (residual, residual_out):
+        if t.shape != x.shape or not t.is_contiguous():
+            raise ValueError(f"{fn}: residual and residual_out must be contiguous {shape} like x")
+    if residual_out.data_ptr() == residual.data_ptr():
+        raise ValueError(f"{fn}: residual_out must not be residual (other programs still read it)")
+
+
 def _linear_variant(fn, shape, x, weight, bias, silu_mul, norm_weight, residual, residual_out) -> tuple:
     """The input variants of the linear kernels (`gemv`, `gemv_rows`, `dot_rows`), checked (ValueErrors named
     after `fn`: x's width matches the weight (2K with `silu_mul`), the norm and SiLU * up do not combine, and a
@@ -141,11 +149,7 @@ def _linear_variant(fn, shape, x, weight, bias, silu_mul, norm_weight, residual,
     if (residual is None) != (residual_out is None) or (residual is not None and not norm):
         raise ValueError(f"{fn}: residual needs residual_out and norm_weight")
     if residual is not None:
-        for t in (residual, residual_out):
-            if t.shape != x.shape or not t.is_contiguous():
-                raise ValueError(f"{fn}: residual and residual_out must be contiguous {shape} like x")
-        if residual_out.data_ptr() == residual.data_ptr():
-            raise ValueError(f"{fn}: residual_out must not be residual (other programs still read it)")
+        _check_residual(fn, shape, x, residual, residual_out)
     pointers = (
         bias if bias is not None else weight,
         residual if residual is not None else x,

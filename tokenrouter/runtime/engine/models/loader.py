@@ -72,34 +72,52 @@ def load_weights(model: DecoderForCausalLM, folder: Path, read_part: Callable | 
     params = dict(model.named_parameters())
     filled: dict[str, int] = {}  # param name -> rows covered (merged params are filled shard by shard)
     for file in weight_files(folder):
-        try:
-            handle = safe_open(str(file), framework="pt", device="cpu")
-        except Exception as e:  # safetensors raises its own error types for a corrupt header
-            raise ModelFolderError(f"{file}: cannot read safetensors ({e})") from e
-        with handle as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                if name.endswith(SKIPPED_SUFFIXES):
-                    continue
-                if name == "lm_head.weight" and config.tie_word_embeddings:
-                    continue
-                tensor = f.get_tensor(name) if read_part is None else read_part(name, f.get_slice(name))
-                target, rows = name, None
-                parts = name.split(".")
-                if len(parts) >= 2 and parts[-2] in STACKED:
-                    merged, shard = STACKED[parts[-2]]
-                    target = ".".join(parts[:-2] + [merged, parts[-1]])
-                    rows = _shard_slice(config, merged, shard)
-                param = params.get(target)
-                if param is None:
-                    raise ModelFolderError(f"{file}: unexpected tensor {name!r} for a {config.architecture}")
-                dest = param.data if rows is None else param.data[rows]
-                if tuple(dest.shape) != tuple(tensor.shape):
-                    raise ModelFolderError(
-                        f"{file}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs "
-                        f"{tuple(dest.shape)}"
-                    )
-                dest.copy_(tensor)
-                filled[target] = filled.get(target, 0) + dest.shape[0]
+        _load_file(file, config, params, filled, read_part)
+    _check_filled(folder, params, filled)
+
+
+def _load_file(
+    file: Path, config: ModelConfig, params: dict, filled: dict[str, int], read_part: Callable | None
+) -> None:
+    """Copy one safetensors file's tensors into `params`, counting the rows each parameter got in `filled`."""
+    try:
+        handle = safe_open(str(file), framework="pt", device="cpu")
+    except Exception as e:  # safetensors raises its own error types for a corrupt header
+        raise ModelFolderError(f"{file}: cannot read safetensors ({e})") from e
+    with handle as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+            if name.endswith(SKIPPED_SUFFIXES):
+                continue
+            if name == "lm_head.weight" and config.tie_word_embeddings:
+                continue
+            tensor = f.get_tensor(name) if read_part is None else read_part(name, f.get_slice(name))
+            target, dest = _destination(file, name, config, params)
+            if tuple(dest.shape) != tuple(tensor.shape):
+                raise ModelFolderError(
+                    f"{file}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs "
+                    f"{tuple(dest.shape)}"
+                )
+            dest.copy_(tensor)
+            filled[target] = filled.get(target, 0) + dest.shape[0]
+
+
+def _destination(file: Path, name: str, config: ModelConfig, params: dict) -> tuple[str, torch.Tensor]:
+    """(model parameter, the rows of it) a checkpoint tensor fills: q/k/v and gate/up at their offsets in
+    the merged parameter."""
+    target, rows = name, None
+    parts = name.split(".")
+    if len(parts) >= 2 and parts[-2] in STACKED:
+        merged, shard = STACKED[parts[-2]]
+        target = ".".join(parts[:-2] + [merged, parts[-1]])
+        rows = _shard_slice(config, merged, shard)
+    param = params.get(target)
+    if param is None:
+        raise ModelFolderError(f"{file}: unexpected tensor {name!r} for a {config.architecture}")
+    return target, (param.data if rows is None else param.data[rows])
+
+
+def _check_filled(folder: Path, params: dict, filled: dict[str, int]) -> None:
+    """ModelFolderError naming the parameters the checkpoint did not cover."""
     missing = [n for n, p in params.items() if filled.get(n, 0) != p.shape[0]]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -128,28 +146,34 @@ def random_hf_state_dict(config: ModelConfig, seed: int, std: float = 0.02) -> d
     def rand(*shape: int, scale: float = std) -> torch.Tensor:
         return torch.randn(*shape, generator=gen) * scale
 
-    h, i = config.hidden_size, config.intermediate_size
+    h = config.hidden_size
     sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(config.vocab_size, h, scale=0.25)}
     for layer in range(config.num_hidden_layers):
-        pre = f"model.layers.{layer}."
-        sd[pre + "input_layernorm.weight"] = 1.0 + rand(h, scale=0.1)
-        sd[pre + "post_attention_layernorm.weight"] = 1.0 + rand(h, scale=0.1)
-        for proj, out in (("q_proj", config.q_size), ("k_proj", config.kv_size), ("v_proj", config.kv_size)):
-            sd[pre + f"self_attn.{proj}.weight"] = rand(out, h, scale=h**-0.5)
-            if config.qkv_bias:
-                sd[pre + f"self_attn.{proj}.bias"] = rand(out, scale=0.1)
-        sd[pre + "self_attn.o_proj.weight"] = rand(h, config.q_size, scale=config.q_size**-0.5)
-        if config.o_bias:
-            sd[pre + "self_attn.o_proj.bias"] = rand(h, scale=0.1)
-        if config.qk_norm:
-            sd[pre + "self_attn.q_norm.weight"] = 1.0 + rand(config.head_dim, scale=0.1)
-            sd[pre + "self_attn.k_norm.weight"] = 1.0 + rand(config.head_dim, scale=0.1)
-        sd[pre + "mlp.gate_proj.weight"] = rand(i, h, scale=h**-0.5)
-        sd[pre + "mlp.up_proj.weight"] = rand(i, h, scale=h**-0.5)
-        sd[pre + "mlp.down_proj.weight"] = rand(h, i, scale=i**-0.5)
+        sd.update(_random_layer(config, f"model.layers.{layer}.", rand))
     sd["model.norm.weight"] = 1.0 + rand(h, scale=0.1)
     if not config.tie_word_embeddings:
         sd["lm_head.weight"] = rand(config.vocab_size, h, scale=2 * h**-0.5)
+    return sd
+
+
+def _random_layer(config: ModelConfig, pre: str, rand: Callable) -> dict[str, torch.Tensor]:
+    """One decoder layer's random tensors in HF layout, drawn in the checkpoint's order."""
+    h, i = config.hidden_size, config.intermediate_size
+    sd = {pre + "input_layernorm.weight": 1.0 + rand(h, scale=0.1)}
+    sd[pre + "post_attention_layernorm.weight"] = 1.0 + rand(h, scale=0.1)
+    for proj, out in (("q_proj", config.q_size), ("k_proj", config.kv_size), ("v_proj", config.kv_size)):
+        sd[pre + f"self_attn.{proj}.weight"] = rand(out, h, scale=h**-0.5)
+        if config.qkv_bias:
+            sd[pre + f"self_attn.{proj}.bias"] = rand(out, scale=0.1)
+    sd[pre + "self_attn.o_proj.weight"] = rand(h, config.q_size, scale=config.q_size**-0.5)
+    if config.o_bias:
+        sd[pre + "self_attn.o_proj.bias"] = rand(h, scale=0.1)
+    if config.qk_norm:
+        sd[pre + "self_attn.q_norm.weight"] = 1.0 + rand(config.head_dim, scale=0.1)
+        sd[pre + "self_attn.k_norm.weight"] = 1.0 + rand(config.head_dim, scale=0.1)
+    sd[pre + "mlp.gate_proj.weight"] = rand(i, h, scale=h**-0.5)
+    sd[pre + "mlp.up_proj.weight"] = rand(i, h, scale=h**-0.5)
+    sd[pre + "mlp.down_proj.weight"] = rand(h, i, scale=i**-0.5)
     return sd
 
 
