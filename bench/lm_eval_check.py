@@ -1,14 +1,15 @@
 """lm-eval against `tokenrouter serve`, end to end: starts the server on a two-model policy (by default the tiny
 random-weight example models, on the CPU), runs lm-eval's `local-completions` and `local-chat-completions`
-backends on a `generate_until` task (by default `tr_arithmetic`, shipped in bench/lm_eval/ and loaded without
-network), prints the table lm-eval reports for each and stops the server. Needs `pip install 'lm-eval[api]'`
-(0.4.10 or later: 0.4.9 does not import with transformers 5).
+backends on `generate_until` tasks (by default `tr_arithmetic`; also `tr_python`, Python lines to finish, for
+the trained demo pair; both shipped in bench/lm_eval/ and loaded without network), prints the table lm-eval
+reports for each and stops the server. Needs `pip install 'lm-eval[api]'` (0.4.10 or later: 0.4.9 does not
+import with transformers 5).
 
 Loglikelihood tasks (multiple choice, perplexity) are not run: lm-eval scores them with `echo: true` and prompt
 logprobs, which the server does not provide; the script shows the server's answer to such a request.
 
     python bench/lm_eval_check.py                        # tiny models, CPU, 20 prompts
-    python bench/lm_eval_check.py --small examples/models/py-small --large examples/models/py-large --limit 10
+    python bench/lm_eval_check.py --small examples/models/py-small --large examples/models/py-large --tasks tr_python
 """
 
 from __future__ import annotations

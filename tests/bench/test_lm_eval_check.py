@@ -27,6 +27,12 @@ def test_the_task_ships_its_documents():
         assert r["answer"] == str(int(a) + int(b) if op == "+" else int(a) - int(b))
 
 
+def test_the_python_task_ships_its_documents():
+    rows = [json.loads(line) for line in (TASK_DOCS.parent / "python.jsonl").read_text().splitlines()]
+    assert len(rows) == 20
+    assert all(r["prefix"] and r["answer"] and "\n" not in r["answer"] for r in rows)
+
+
 def test_commands_name_the_endpoint_tokenizer_and_task(le, tmp_path):
     args = le.argparse.Namespace(concurrent=2, tasks="tr_arithmetic", limit=5)
     cmd = le.lm_eval_command(
