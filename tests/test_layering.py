@@ -143,3 +143,17 @@ def test_the_checks_see_function_level_imports_and_cycles(tmp_path):
         "tokenrouter.runtime.b imports tokenrouter.throughput.c",
     ]
     assert cycles(graph) == [["tokenrouter.compiler.a", "tokenrouter.runtime.b", "tokenrouter.throughput.c"]]
+
+
+def test_the_frontend_and_the_cli_start_without_torch():
+    """The HTTP frontend's process and the CLI's entry never import torch (a second or more at every start, and
+    memory in a process that runs no model): what they need of the engine's side is imported where it is used."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import tokenrouter.cli, tokenrouter.runtime.frontend.process, tokenrouter.runtime.frontend.app; "
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -21,11 +21,10 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, sample
+if TYPE_CHECKING:  # torch is imported where masks are applied (subservers), not by the frontend's checks
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -144,13 +143,17 @@ class Grammars:
             return False
         return st.matcher.is_stopped()
 
-    def forced_tokens(self, rows: list, logits: torch.Tensor, state, sampler: str = DEFAULT_SAMPLER):
+    def forced_tokens(self, rows: list, logits: torch.Tensor, state, sampler: str | None = None):
         """Per row, the token drawn from its grammar-masked logits (-1 for rows without a grammar) [B] int64 on
         the logits' device; None when no row has a grammar. Raises GrammarError for a row whose matcher
         failed (the scheduler then routes the rows one by one and fails that one)."""
         idx = [i for i, r in enumerate(rows) if r.sampling.grammar]
         if not idx:
             return None
+        import torch
+
+        from tokenrouter.runtime.sampling import DEFAULT_SAMPLER, sample
+
         words = (logits.shape[1] + 31) // 32
         bitmask = torch.zeros((len(idx), words), dtype=torch.int32)
         for j, i in enumerate(idx):
@@ -168,12 +171,15 @@ class Grammars:
         tok = sample(masked, state.temperature.index_select(0, at), state.top_k.index_select(0, at),
                      state.top_p.index_select(0, at), state.seed.index_select(0, at),
                      state.position.index_select(0, at), all_greedy=not hot,
-                     restrict=any(s.top_k > 0 or s.top_p < 1.0 for s in hot), sampler=sampler)  # fmt: skip
+                     restrict=any(s.top_k > 0 or s.top_p < 1.0 for s in hot),
+                     sampler=sampler or DEFAULT_SAMPLER)  # fmt: skip
         return torch.full((len(rows),), -1, dtype=torch.int64, device=dev).index_copy_(0, at, tok)
 
 
 def unpack_mask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     """llguidance's token bitmask [n, ceil(V / 32)] int32 (bit j of word w: token 32 w + j) as bool [n, V]."""
+    import torch
+
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     bits = (bitmask[:, :, None] >> shifts) & 1
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab].bool()

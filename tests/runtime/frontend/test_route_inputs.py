@@ -125,3 +125,20 @@ def test_token_decisions_and_a_late_drop():
     pending = {3: [token_decisions(drop)[0][1]], 9: [{"model": "slm", "values": {}}]}
     merge_late(inputs, pending)
     assert [d["model"] for d in inputs[3]] == ["slm", "llm"] and list(pending) == [9]
+
+
+def test_a_drop_decision_that_arrives_after_the_next_token_still_comes_first():
+    """The next model's token (and its decision) can reach the frontend before the drop hop's message that led
+    to it; before the handler takes the token, the drop's decision is put first at that position."""
+    from tokenrouter.runtime.frontend.request_manager import ReqState
+
+    keep = m.TokenOut("r", 0, [7], "llm", hop_to="slm", route_inputs=[{"x": 0.5}])
+    drop = m.TokenOut("r", 0, [], "slm", hop_to="llm", route_inputs=[{"x": 0.9}])
+    for order in ((keep, drop), (drop, keep)):
+        st = ReqState("r", prompt_len=1)
+        for out in order:
+            st.add(out)
+        assert [(d["model"], d.get("dropped", False)) for d in st.decisions[0]] == [
+            ("slm", True),
+            ("llm", False),
+        ]

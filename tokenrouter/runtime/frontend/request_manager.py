@@ -70,7 +70,9 @@ class ReqState:
     def add(self, out: m.TokenOut) -> None:
         for idx, d in token_decisions(out):  # asked for (route_inputs.py); a duplicate token's are dropped
             if d.get("dropped") or idx >= self.next_index:
-                self.decisions.setdefault(idx, []).append(d)
+                at = self.decisions.setdefault(idx, [])
+                # a drop hop's decision comes first at its position, whichever reached the frontend first
+                at.insert(sum(1 for x in at if x.get("dropped")) if d.get("dropped") else len(at), d)
         for i, tok in enumerate(out.token_ids):
             idx = out.index + i
             if idx >= self.next_index:
