@@ -140,7 +140,3 @@ def _recorded_terms(inp: SystemInputs) -> dict[str, Any]:
             if c is not None
         }
     return out
-
-
-def summary_rows(result: TuneResult, top: int) -> list[dict[str, Any]]:
-    return [r.as_dict(result.models) for r in result.results[:top]]

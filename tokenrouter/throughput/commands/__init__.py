@@ -1,4 +1,4 @@
-"""The bodies of `tokenrouter tune`, `simulate` and `profile` (cli.py holds only their signatures): one module
+"""The bodies of `tokenrouter tune`, `simulate` and `profile` (`cli_throughput.py` holds their signatures): one module
 per command, the options and inputs they share in `common` and `options`."""
 
 from tokenrouter.throughput.commands.common import SystemArgs
