@@ -76,7 +76,7 @@ def measure_copy_bandwidth(device: torch.device, gib: float = 2.0) -> float:
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(device)
     best = float("inf")
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -40,23 +40,9 @@ def copy_bandwidth(device: torch.device, gib: float = 2.0) -> float | None:
     """Bytes per second of a device-to-device copy, read + write counted (None on the CPU)."""
     if device.type != "cuda":
         return None
-    n = int(gib * (1 << 30))
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize(device)
-    best = float("inf")
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            dst.copy_(src)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3 / 5)
-    del src, dst
-    return 2 * n / best
+    from engine_bench import measure_copy_bandwidth  # a sibling script; imports Triton, so only on a GPU
+
+    return measure_copy_bandwidth(device, gib)
 
 
 def load(folder: Path, tp: int, args) -> object:
