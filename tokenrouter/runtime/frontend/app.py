@@ -21,7 +21,7 @@ from tokenrouter.runtime.frontend.protocol import (
     CompletionRequest,
     parse_body,
 )
-from tokenrouter.runtime.frontend.request_manager import RequestManager
+from tokenrouter.runtime.frontend.request_manager import RequestManager, starting_error
 
 log = logging.getLogger("tokenrouter.frontend")
 
@@ -173,9 +173,7 @@ def _profilable(args: FrontendArgs, mgr: RequestManager) -> RequestManager:
     if args.profile_dir is None:
         raise APIError(400, "profiling is off: start the server with --profile-dir DIR", code="profiling_off")
     if not mgr.is_ready:
-        raise APIError(
-            503, "the server is still starting; retry when GET /health returns 200", code="starting"
-        )
+        raise starting_error()
     return mgr
 
 

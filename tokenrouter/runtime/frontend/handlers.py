@@ -21,7 +21,7 @@ from tokenrouter.runtime.frontend.config import FrontendArgs
 from tokenrouter.runtime.frontend.generation import Choice
 from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logprobs, token_text
 from tokenrouter.runtime.frontend.protocol import APIError
-from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager
+from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager, starting_error
 from tokenrouter.runtime.frontend.structured import Constraints
 from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, call_deltas, plan_tools, tool_message
 
@@ -156,15 +156,10 @@ class GenerationHandler:
         if req.model is not None and req.model != self.args.policy:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.args.policy!r}",
                            param="model", code="model_not_found")  # fmt: skip
-        if mgr.closing is not None:
-            raise mgr.closing
-        if mgr.fatal is not None:
-            raise mgr.fatal_error()
+        mgr.ensure_serving()
         max_len = self.max_len(mgr)
-        if not mgr.is_ready or max_len is None:
-            raise APIError(
-                503, "the server is still starting; retry when GET /health returns 200", code="starting"
-            )
+        if max_len is None:
+            raise starting_error()
         return max_len
 
     def _submit(

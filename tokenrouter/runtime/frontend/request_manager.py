@@ -40,6 +40,11 @@ log = logging.getLogger("tokenrouter.frontend")
 _encoder = msgspec.msgpack.Encoder()
 
 
+def starting_error() -> APIError:
+    """A request that comes before every subserver is ready."""
+    return APIError(503, "the server is still starting; retry when GET /health returns 200", code="starting")
+
+
 @dataclass(slots=True)
 class ReqState:
     """What the frontend knows about one request; the HTTP handler consumes `ready` as it fills."""
@@ -163,13 +168,18 @@ class RequestManager:
         return len(self.requests)
 
     # ---- requests -----------------------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], sampling: m.SamplingSpec) -> ReqState:
+    def ensure_serving(self) -> None:
+        """Raise what a request meets where the deployment does not serve: its shutdown, its failure, or (while
+        it starts) a 503."""
         if self.closing is not None:
             raise self.closing
         if self.fatal is not None:
             raise self.fatal_error()
         if not self.is_ready:
-            raise APIError(503, "the server is still starting; retry when GET /health returns 200")
+            raise starting_error()
+
+    def submit(self, prompt_ids: list[int], sampling: m.SamplingSpec) -> ReqState:
+        self.ensure_serving()
         rid = secrets.token_hex(12)
         # Registered only once sent: a request that cannot be encoded or sent leaves nothing behind.
         new = m.NewRequest(
