@@ -143,7 +143,7 @@ def run_config(label: str, extra: list[str], plan: Path, args, work: Path) -> li
     return rows
 
 
-def run_auto(plan: Path, args, work: Path) -> list[dict]:
+def run_auto(plan: Path, args, work: Path, keep) -> None:
     """`batch: auto` by the user's flow, per N: serve the plan eager (every B = 1) and profile a load of N in
     flight from its stats (`profile --from-metrics URL --since FILE`), `tune -n N` on that profile, then serve the
     tuned plan and measure it."""
@@ -169,13 +169,11 @@ def run_auto(plan: Path, args, work: Path) -> list[dict]:
             print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
     finally:
         srv.stop()
-    rows = []
     for n in args.n:
         bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
         label = "tokenrouter auto " + ",".join(f"{m}={b}" for m, b in bs.items())
         one = argparse.Namespace(**{**vars(args), "n": [n]})
-        rows += run_config(label, list(args.serve_arg), tuned[n], one, work)
-    return rows
+        keep(run_config(label, list(args.serve_arg), tuned[n], one, work))
 
 
 def table(rows: list[dict]) -> str:
@@ -231,13 +229,17 @@ def main(argv: list[str] | None = None) -> int:
         flags = [f for kv in b.split(",") if kv for f in ("--batch", kv)]
         configs.append((f"tokenrouter {b}".strip(), flags))
     rows = []
+
+    def keep(new: list[dict]) -> None:  # the JSON is rewritten after each served configuration
+        rows.extend(new)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+
     for label, flags in configs:
-        rows += run_config(label, [*flags, *args.serve_arg], plan, args, work)
+        keep(run_config(label, [*flags, *args.serve_arg], plan, args, work))
     if args.auto:
-        rows += run_auto(plan, args, work)
+        run_auto(plan, args, work, keep)
     print(table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 
