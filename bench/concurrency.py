@@ -5,7 +5,9 @@ starts; every N of `--n` is then a closed loop of `tokenrouter bench -c N` on it
 with each subserver's counters read from `/metrics` before and after. The table: decode tok/s, the ratio to
 llm-only at the same N, TTFT p50, and per model the steps, rows per step, ms per step, the share of steps
 started on the batching timeout, and the share of steps whose shape is a wide mixed batch (more than 16
-rows with some row of more than one new token) or a decode wider than 64 rows.
+rows with some row of more than one new token) or a decode wider than 64 rows. With `--auto`, each tuned row
+also shows what `tokenrouter simulate` predicts for the tuned plan on the step prices profiled at that N: the
+one-GPU bound the measured cell is compared with.
 
     python3 bench/concurrency.py --pair 0.6b+8b --n 16,32,64,128 --batch llm=8 --batch llm=12   # GPU
     python3 bench/concurrency.py --quick                                                          # CPU
@@ -151,7 +153,10 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
 
     print("== profile: serve --mode eager", flush=True)
     srv = Server(plan, ["--mode", "eager", *args.serve_arg], work / "serve-eager.log", args.startup_timeout)
-    tuned = {}
+    tuned, simulated = (
+        {},
+        {},
+    )  # per N: the tuned plan; the simulator's tok/s for it on the measured step prices
     try:
         for n in args.n:
             bench(srv.url, n, n, argparse.Namespace(**{**vars(args), "output_len": 16}), None)  # warm-up
@@ -167,19 +172,24 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
                            check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
             print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
+            sim = subprocess.run(cli("simulate", str(tuned[n]), "--profile", str(prof), "-n", str(n), "--no-chain",
+                                     "--request-tokens", str(args.output_len), "--json"),
+                                 check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+            simulated[n] = json.loads(sim.stdout)["simulation"]["throughput_tok_s"]
     finally:
         srv.stop()
     for n in args.n:
         bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
         label = "tokenrouter auto " + ",".join(f"{m}={b}" for m, b in bs.items())
         one = argparse.Namespace(**{**vars(args), "n": [n]})
-        keep(run_config(label, list(args.serve_arg), tuned[n], one, work))
+        rows = run_config(label, list(args.serve_arg), tuned[n], one, work)
+        keep([{**row, "simulated_tok_s": simulated[n]} for row in rows])
 
 
 def table(rows: list[dict]) -> str:
     base = {r["n"]: r["tok_s"] for r in rows if r["config"] == "llm-only"}
-    out = ["| config | N | tok/s | / llm-only | TTFT p50 ms | per model: steps, rows/step, ms/step, timeout %, wide % |",
-           "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    out = ["| config | N | tok/s | / llm-only | simulated tok/s | TTFT p50 ms | per model: steps, rows/step, ms/step, timeout %, wide % |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     for r in rows:
         ratio = f"{r['tok_s'] / base[r['n']]:.2f}x" if base.get(r["n"]) else "-"
         parts = []
@@ -187,7 +197,8 @@ def table(rows: list[dict]) -> str:
             s = m["steps"] or 1
             parts.append(f"{model}: {m['steps']:.0f}, {m['rows'] / s:.1f}, {1e3 * m['seconds'] / s:.2f}, "
                          f"{100 * m['timeout'] / s:.0f}, {100 * m['wide'] / s:.0f}")  # fmt: skip
-        out.append(f"| {r['config']} | {r['n']} | {r['tok_s']:.1f} | {ratio} | {r['ttft_p50_ms']:.0f} | "
+        sim = f"{r['simulated_tok_s']:.1f}" if r.get("simulated_tok_s") else "-"
+        out.append(f"| {r['config']} | {r['n']} | {r['tok_s']:.1f} | {ratio} | {sim} | {r['ttft_p50_ms']:.0f} | "
                    + "; ".join(parts) + " |")  # fmt: skip
     return "\n".join(out)
 
