@@ -13,7 +13,7 @@ import shutil
 import llguidance
 import pytest
 from frontend_helpers import MODELS
-from test_structured_output import TOOLS_TEMPLATE
+from test_structured_output import LLAMA3_TEMPLATE, TOOLS_TEMPLATE
 
 from tokenrouter.runtime import grammar as g
 from tokenrouter.runtime.frontend import tool_syntax as ts
@@ -32,22 +32,6 @@ CALLS = [
     {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris <3"}'}},
     {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET", "n": [1, 2]}'}},
 ]  # fmt: skip
-# the custom-tool part of Llama 3.1's template: tools in the system turn, a call as the assistant's whole turn
-LLAMA3_TEMPLATE = (
-    "{{- bos_token }}{%- if tools is not none %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\n"
-    "Environment: ipython\\nYou have access to the following functions. To call a function, please respond with "
-    'JSON for a function call.Respond in the format {\\"name\\": function name, \\"parameters\\": dictionary of '
-    "argument name and its value}.Do not use variables.\\n\\n' }}{%- for t in tools %}{{- t | tojson(indent=4) }}"
-    "{{- '\\n\\n' }}{%- endfor %}{{- '<|eot_id|>' }}{%- endif %}{%- for message in messages %}"
-    "{%- if 'tool_calls' in message %}{%- set tool_call = message.tool_calls[0].function %}"
-    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}"
-    "{{- '{\"name\": \"' + tool_call.name + '\", ' }}{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}"
-    "{{- '}' }}{{- '<|eot_id|>' }}{%- elif message.role == 'tool' %}"
-    "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}{%- else %}"
-    "{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}"
-    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}"
-    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
-)
 MISTRAL_TEMPLATE = "{%- for message in messages %}{%- if message.tool_calls %}{{- '[TOOL_CALLS][' }}{%- endif %}{%- endfor %}{{ tools }}"  # fmt: skip
 
 
