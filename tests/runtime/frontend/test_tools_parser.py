@@ -177,6 +177,7 @@ def test_a_call_not_led_by_its_name_goes_out_whole_when_it_ends():
         ("hermes", "a < b <tool_"),  # a possible start that never becomes a call
         ("llama", 'Sure: {"name": "f", "parameters": {}}'),  # a call only as the whole message
         ("llama", '{"city": "Paris"}'),  # JSON that is no call
+        ("llama", '{"name": "Paris", "country": "France"}'),  # nor is this: it has no arguments
         ("llama", '{"name": "f", "parameters": [1]}'),
         ("llama", "<|python_tag|>print(1)"),
         ("llama", "<|python"),

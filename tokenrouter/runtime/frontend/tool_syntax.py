@@ -148,7 +148,7 @@ def whole_call(payload: str) -> tuple[str, str] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
-    args = obj.get("arguments", obj.get("parameters", {}))
+    args = obj.get("arguments", obj.get("parameters"))  # required: `{"name": ...}` alone is any JSON answer
     if not isinstance(args, dict):
         return None
     return obj["name"], json.dumps(args, ensure_ascii=False)
