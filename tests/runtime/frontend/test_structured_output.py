@@ -1,7 +1,8 @@
 """Structured output and tools with the `openai` client against a real `tokenrouter serve` (tiny models, CPU,
 both writing): `response_format` JSON always parses and validates whichever model wrote its tokens, a required
 or named tool call comes back as `tool_calls` (whole and streamed), and bad input is a 400. The entry model is a
-copy of tiny-small whose chat template renders tools as Qwen's does."""
+copy of tiny-small whose chat template renders tools as Qwen's does (or, for the Llama 3 JSON syntax, as
+Llama 3.1's does)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,23 @@ TOOLS_TEMPLATE = (
     "+ (call.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
     "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+# the custom-tool part of Llama 3.1's template: tools in the system turn, a call as the assistant's whole turn
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}{%- if tools is not defined %}{%- set tools = none %}{%- endif %}"
+    "{%- if tools is not none %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\n"
+    "Environment: ipython\\nYou have access to the following functions. To call a function, please respond with "
+    'JSON for a function call.Respond in the format {\\"name\\": function name, \\"parameters\\": dictionary of '
+    "argument name and its value}.Do not use variables.\\n\\n' }}{%- for t in tools %}{{- t | tojson(indent=4) }}"
+    "{{- '\\n\\n' }}{%- endfor %}{{- '<|eot_id|>' }}{%- endif %}{%- for message in messages %}"
+    "{%- if 'tool_calls' in message %}{%- set tool_call = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}"
+    "{{- '{\"name\": \"' + tool_call.name + '\", ' }}{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}"
+    "{{- '}' }}{{- '<|eot_id|>' }}{%- elif message.role == 'tool' %}"
+    "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}{%- else %}"
+    "{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
 SCHEMA = {
     "type": "object",
@@ -73,6 +91,18 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def llama_client(tmp_path_factory):
+    """A server whose entry model's template teaches Llama 3's JSON tool calls."""
+    tmp = tmp_path_factory.mktemp("structured-llama")
+    small = tmp / "llama-small"
+    shutil.copytree(MODELS / "tiny-small", small)
+    (small / "chat_template.jinja").write_text(LLAMA3_TEMPLATE)
+    srv = Server(write_policy(tmp, small=small), log_dir=tmp)
+    yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
+    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
 
 
 def _schema_format(schema: dict) -> dict:
@@ -175,3 +205,59 @@ def test_bad_structured_input_is_a_400(client, extra, param):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="testmix", messages=USER, max_tokens=4, extra_body=extra)
     assert e.value.status_code == 400 and e.value.body["param"] == param, e.value.body
+
+
+def _assembled(chunks) -> tuple[str, list[tuple[str, str]], list[int], str | None]:
+    """What a client makes of streamed chunks: (content, calls as (name, arguments), the number of argument
+    fragments per call, the finish reason), checking that a call's first entry has its id, type and name and
+    its later ones only arguments."""
+    content, calls, fragments, reason = "", [], [], None
+    for chunk in chunks:
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            reason = ch.finish_reason or reason
+            for t in ch.delta.tool_calls or ():
+                if t.index == len(calls):
+                    assert t.id.startswith("call_") and t.type == "function" and t.function.name, t
+                    calls.append([t.function.name, ""])
+                    fragments.append(0)
+                else:
+                    assert t.index == len(calls) - 1 and t.id is None and t.function.name is None, t
+                fragments[-1] += bool(t.function.arguments)
+                calls[-1][1] += t.function.arguments or ""
+    return content, [tuple(c) for c in calls], fragments, reason
+
+
+def test_streamed_tool_calls_arrive_in_fragments_and_equal_the_whole_answer(client):
+    """Parallel calls (one or more, `index` 0, 1, ...), their arguments streamed as the model writes them;
+    for each seed the streamed calls are the whole answer's, and no text of a call is content."""
+    counts, most = [], 0
+    for seed in range(6):
+        kw = dict(model="testmix", messages=USER, tools=[TIME, WEATHER], tool_choice="required", max_tokens=200,
+                  seed=seed)  # fmt: skip
+        whole = client.chat.completions.create(**kw).choices[0]
+        content, calls, fragments, reason = _assembled(client.chat.completions.create(stream=True, **kw))
+        # "length" where the calls went on to max_tokens (the last one cut off, alike in both)
+        assert reason == whole.finish_reason in ("tool_calls", "length") and content == ""
+        assert calls == [(t.function.name, t.function.arguments) for t in whole.message.tool_calls], seed
+        counts.append(len(calls))
+        most = max(
+            [most, *(f for (name, _), f in zip(calls, fragments, strict=True) if name == "get_weather")]
+        )
+    assert max(counts) >= 2, counts  # some answer made parallel calls
+    assert most >= 5  # get_weather's arguments came in many pieces
+
+
+def test_llama3_json_tool_calls_served_whole_and_streamed(llama_client):
+    """The template decides the syntax: the forced output is Llama 3's `{"name": ..., "parameters": ...}`, read
+    back as `tool_calls`, streamed alike."""
+    for seed in range(3):
+        kw = dict(model="testmix", messages=USER, tools=[TIME, WEATHER], max_tokens=200, seed=seed,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})  # fmt: skip
+        whole = llama_client.chat.completions.create(**kw).choices[0]
+        assert whole.finish_reason == "tool_calls" and whole.message.content is None
+        (call,) = whole.message.tool_calls
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+        content, calls, _, reason = _assembled(llama_client.chat.completions.create(stream=True, **kw))
+        assert (content, calls, reason) == ("", [("get_weather", call.function.arguments)], "tool_calls")

@@ -75,6 +75,7 @@ class TextCodec:
         eos_id = self.tokenizer.token_to_id(self.eos_token) if self.eos_token else None
         self.eos_token_ids: tuple[int, ...] = () if eos_id is None else (eos_id,)
         template = read_chat_template(model_dir, cfg)
+        self.template_source: str | None = template if isinstance(template, str) else None
         self._template = None
         self.template_variables: frozenset[str] = frozenset()  # the variables the template reads
         if isinstance(template, str):

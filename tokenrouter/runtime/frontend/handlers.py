@@ -23,7 +23,7 @@ from tokenrouter.runtime.frontend.logprobs import chat_logprobs, completion_logp
 from tokenrouter.runtime.frontend.protocol import APIError
 from tokenrouter.runtime.frontend.request_manager import ReqState, RequestManager, starting_error
 from tokenrouter.runtime.frontend.structured import Constraints
-from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, call_deltas, plan_tools, tool_message
+from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, plan_tools, tool_message
 
 _MASK64 = (1 << 64) - 1
 _DISCONNECT_POLL_S = 0.25
@@ -60,9 +60,6 @@ class GenerationHandler:
         self, req: Any, chat: bool, vocab_limit: int, tools: ToolPlan | None = None
     ) -> list[list[int]]:
         if chat:
-            if req.uses_tools() and not self.codec.supports_tools:
-                raise APIError(400, "tools: the model's chat template does not render tools (it reads no "
-                                    "`tools` variable); use a model whose template supports them", param="tools")  # fmt: skip
             extra = {"tools": tools.template_tools()} if tools is not None else {}
             try:
                 ids = self.codec.encode_chat(
@@ -120,7 +117,7 @@ class GenerationHandler:
     async def serve(self, request: Request, req: Any, chat: bool) -> Response:
         mgr: RequestManager = request.app.state.manager
         max_len = self._servable(mgr, req)
-        tools = plan_tools(req) if chat else None
+        tools = self._tool_plan(req) if chat else None
         prompts = await self._tokenized(request, req, chat, mgr, tools)
         grammar = ""
         if tools is not None or getattr(req, "response_format", None) is not None:
@@ -139,6 +136,14 @@ class GenerationHandler:
             for c in choices:
                 mgr.abort(c.state.rid)
             raise
+
+    def _tool_plan(self, req: Any) -> ToolPlan | None:
+        """A chat request's tools (tools.plan_tools); a 400 where it has tools, tool calls or tool results and
+        the chat template does not render them."""
+        if req.uses_tools() and not self.codec.supports_tools:
+            raise APIError(400, "tools: the model's chat template does not render tools (it reads no "
+                                "`tools` variable); use a model whose template supports them", param="tools")  # fmt: skip
+        return plan_tools(req, self.codec.template_source)
 
     async def _tokenized(
         self, request: Request, req: Any, chat: bool, mgr: RequestManager, tools: ToolPlan | None
@@ -221,7 +226,7 @@ class GenerationHandler:
             "routing": c.routing(),
         }
         if chat and tools is not None and tools.parses:
-            d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason)
+            d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason, tools.syntax)
         elif chat:
             d["message"] = {"role": "assistant", "content": c.text}
         else:
@@ -279,7 +284,9 @@ class _EventStream:
         }  # per choice: logprob entries sent, their text's length
         # per choice, with tools parsed: its text split into content and calls (tools.py)
         self.split = (
-            {c.index: ToolStream() for c in choices} if chat and tools is not None and tools.parses else {}
+            {c.index: ToolStream(tools.syntax) for c in choices}
+            if chat and tools is not None and tools.parses
+            else {}
         )
 
     def chunk(self, choice_list: list[dict], usage: dict | None = None) -> str:
@@ -307,8 +314,8 @@ class _EventStream:
     def piece(self, c: Choice, text: str) -> dict:
         lp = self.new_logprobs(c)
         if self.chat:
-            text = self.split[c.index].feed(text) if self.split else text
-            d = {"index": c.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}
+            delta = self.split[c.index].feed(text) if self.split else {"content": text}
+            d = {"index": c.index, "delta": delta, "logprobs": lp, "finish_reason": None}
         else:
             d = {"index": c.index, "text": text, "logprobs": lp, "finish_reason": None}
         if c.chunk_trace:
@@ -324,11 +331,10 @@ class _EventStream:
         }
         d.update({"delta": {}} if self.chat else {"text": ""})
         if self.split:
-            rest, calls = self.split[c.index].finish()
-            d["delta"] = {"content": rest} if rest else {}
-            if calls:
-                d["delta"]["tool_calls"] = call_deltas(calls)
-                d["finish_reason"] = "tool_calls" if c.finish_reason == "stop" else c.finish_reason
+            split = self.split[c.index]
+            d["delta"] = split.finish()
+            if split.calls and c.finish_reason == "stop":
+                d["finish_reason"] = "tool_calls"
         return d
 
     def role_chunk(self) -> str:

@@ -3,9 +3,10 @@
 `response_format` `{"type": "json_object"}` is any JSON object; `{"type": "json_schema", "json_schema": {"name",
 "schema"}}` JSON text valid against the schema; `{"type": "text"}` (or none) leaves the output free. With `tools`,
 `tool_choice` "required" or a named function constrains the output to the chat template's tool-call syntax
-(`tools.py`, Hermes / Qwen: `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`) with the arguments
-valid against that function's `parameters`. The grammar is checked here, with the entry model's tokenizer, so
-that a schema llguidance cannot compile is a 400 naming the field; the subservers apply it (runtime/grammar.py).
+(`tool_syntax.py`: Hermes / Qwen `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`, Llama 3
+`{"name": ..., "parameters": ...}`) with the arguments valid against that function's `parameters`. The grammar
+is checked here, with the entry model's tokenizer, so that a schema llguidance cannot compile is a 400 naming
+the field; the subservers apply it (runtime/grammar.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from tokenrouter.runtime import grammar as g
 from tokenrouter.runtime.frontend.protocol import APIError
-from tokenrouter.runtime.frontend.tools import CALL_CLOSE, CALL_OPEN, ToolPlan
+from tokenrouter.runtime.frontend.tools import ToolPlan
 
 # what the chat templates render a call's JSON with (`tojson`): the constrained output looks the same
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -86,9 +87,11 @@ def _json_grammar(schema: dict, param: str) -> str:
 
 
 def tool_grammar(tools: ToolPlan) -> str:
-    """Lark: one tool call (or, with parallel_tool_calls, one or more, a newline apart) of the functions
-    `tools.allowed()`, each `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>`, ARGS valid
-    against the function's parameters."""
+    """Lark: one tool call (or, with parallel_tool_calls, one or more, the syntax's separator apart) of the
+    functions `tools.allowed()` in the model's call syntax: Hermes
+    `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>`, Llama 3 `{"name": NAME, "parameters":
+    ARGS}`, ARGS valid against the function's parameters."""
+    syntax = tools.syntax
     rules = []
     for i, fn in enumerate(tools.allowed()):
         params = dict(fn.parameters) if fn.parameters is not None else {"type": "object"}
@@ -96,17 +99,18 @@ def tool_grammar(tools: ToolPlan) -> str:
         defs = {k: params.pop(k) for k in ("$defs", "definitions") if k in params}
         schema = {
             "type": "object",
-            "properties": {"name": {"const": fn.name}, "arguments": params},
-            "required": ["name", "arguments"],
+            "properties": {"name": {"const": fn.name}, syntax.args_key: params},
+            "required": ["name", syntax.args_key],
             "additionalProperties": False,
             "x-guidance": JSON_OPTIONS,
             **defs,
         }
         rules.append(f"fn{i}: %json {json.dumps(schema)}")
     names = " | ".join(f"fn{i}" for i in range(len(rules)))
-    start = 'start: call ("\\n" call)*' if tools.parallel else "start: call"
-    call = f"call: {json.dumps(CALL_OPEN + chr(10))} ({names}) {json.dumps(chr(10) + CALL_CLOSE)}"
-    return g.from_lark("\n".join([start, call, *rules]) + "\n")
+    start = f"start: call ({json.dumps(syntax.separator)} call)*" if tools.parallel else "start: call"
+    call = [json.dumps(syntax.call_open)] if syntax.call_open else []
+    call += [f"({names})"] + ([json.dumps(syntax.call_close)] if syntax.call_close else [])
+    return g.from_lark("\n".join([start, "call: " + " ".join(call), *rules]) + "\n")
 
 
 def _json_schema(fmt: dict) -> dict:
