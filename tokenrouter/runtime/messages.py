@@ -212,6 +212,7 @@ class PrefixCacheStats(msgspec.Struct):
     cached_blocks: int = 0
     cached_tokens: int = 0
     evicted_blocks: int = 0
+    waited_rows: int = 0  # arrivals that waited a step for another arrival's prefill of the same prefix
 
 
 class HopStats(msgspec.Struct):

@@ -25,7 +25,8 @@ is exact (no hash collisions). A partial last block is never cached: at most `bl
 matched sequence are computed again (docs/serving.md, "Prefix cache"). Counters in `stats()`:
 `prefix_matched_tokens` (tokens whose KV came from the cache on arrival), `prefix_computed_tokens` (tokens
 computed on arrival), `prefix_arrivals`, `prefix_cached_blocks` / `prefix_cached_tokens` (held by the cache
-now), `prefix_evicted_blocks`.
+now), `prefix_evicted_blocks`, `prefix_waited_rows` (arrivals that waited a step for another arrival's prefill
+of the same prefix: `late_shared_prefills`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from tokenrouter.runtime.engine.base import StepInput, StepOutput
 from tokenrouter.runtime.engine.embedded import EmbeddedEngine, Req
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per cache block (vLLM's default block size)
+SHARED_PREFILL_BLOCKS = (
+    2  # arrivals of a step whose uncached tokens start with the same blocks prefill them once
+)
 
 
 @dataclass(slots=True, eq=False)
@@ -90,6 +94,13 @@ class BlockPrefixCache:
 
     def match(self, tokens: Sequence[int], limit: int) -> list[Block]:
         """The longest chain of cached blocks that is a prefix of tokens[:limit] (marked as used now)."""
+        out = self.peek(tokens, limit)
+        for block in out:  # root to leaf, so a parent is never less recently used than its children
+            self.lru.move_to_end(block.id)
+        return out
+
+    def peek(self, tokens: Sequence[int], limit: int) -> list[Block]:
+        """The longest chain of cached blocks that is a prefix of tokens[:limit], leaving the LRU order as it is."""
         bs, out, parent = self.block_size, [], 0
         for i in range(limit // bs):
             block = self.blocks.get((parent, tuple(tokens[i * bs : (i + 1) * bs])))
@@ -97,8 +108,6 @@ class BlockPrefixCache:
                 break
             out.append(block)
             parent = block.id
-        for block in out:  # root to leaf, so a parent is never less recently used than its children
-            self.lru.move_to_end(block.id)
         return out
 
     def publish(self, tokens: Sequence[int], slots: list[int], held: list[Block]) -> bool:
@@ -191,6 +200,7 @@ class PrefixCachingEngine(EmbeddedEngine):
         self.matched_tokens = 0
         self.computed_tokens = 0
         self.arrivals = 0
+        self.waited_rows = 0  # arrivals that waited a step for another's prefill of their prefix
 
     def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
         rows = list(batch)
@@ -229,6 +239,29 @@ class PrefixCachingEngine(EmbeddedEngine):
             self.reprefills += 1  # the rest of its history is computed again
         self._attach(row.rid, tokens[:n], blocks)
         return StepInput(row.rid, tokens[n:])
+
+    def late_shared_prefills(self, arrivals: Sequence[tuple[str, Sequence[int]]]) -> set[str]:
+        """Arrivals whose uncached tokens start with the same `SHARED_PREFILL_BLOCKS` full blocks, after the same
+        cached prefix, as an earlier arrival of the step: the earlier one computes them and publishes its blocks
+        after the step, and the others match those blocks in the next step instead of computing them again (a
+        wave of requests with a new system prompt, or their first hops to this model, prefill it once)."""
+        bs, span, seen, late = (
+            self.cache.block_size,
+            SHARED_PREFILL_BLOCKS * self.cache.block_size,
+            set(),
+            set(),
+        )
+        for rid, tokens in arrivals:
+            blocks = self.cache.peek(tokens, len(tokens) - 1)
+            n = len(blocks) * bs
+            if len(tokens) - 1 - n < span:
+                continue
+            key = (blocks[-1].id if blocks else 0, tuple(tokens[n : n + span]))
+            if key in seen:
+                late.add(rid)
+            seen.add(key)
+        self.waited_rows += len(late)
+        return late
 
     def _attach(self, rid: str, prefix: list[int], blocks: list) -> None:
         """Give request `rid` a request row holding the cached `blocks` of its `prefix`."""
@@ -311,4 +344,5 @@ class PrefixCachingEngine(EmbeddedEngine):
             "prefix_cached_blocks": len(self.cache.blocks),
             "prefix_cached_tokens": self.cache.tokens,
             "prefix_evicted_blocks": self.cache.evicted,
+            "prefix_waited_rows": self.waited_rows,
         }

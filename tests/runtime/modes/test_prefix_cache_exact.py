@@ -217,3 +217,44 @@ def test_an_arrival_that_needs_a_row_keeps_its_match_when_the_held_owner_is_evic
     engine.forward([StepInput("a", [6])])  # back: it matches its own published blocks
     assert engine.stats()["prefix_matched_tokens"] == 40 and engine.stats()["reprefills"] == 1
     accounted(engine)
+
+
+def test_arrivals_of_one_step_sharing_an_uncached_prefix_compute_it_once():
+    """Of the sequences arriving in one step, those whose uncached tokens start like an earlier one's (the same two
+    blocks after the same cached prefix) wait a step, and then match its published blocks."""
+    engine = load_engine(LARGE, engine_class=PrefixCachingEngine, max_tokens=400)
+    small_blocks([engine])
+    other = [(5 * j) % 300 + 7 for j in range(30)]
+    arrivals = [
+        ("a", SYSTEM + [1, 2]),
+        ("b", SYSTEM + [3]),
+        ("c", other),
+        ("d", SYSTEM[:7] + [9] * 12),
+        ("e", [4]),
+    ]
+    # b shares a's first blocks; d shares only 7 tokens with a (under two blocks) and e has too few to compute
+    assert engine.late_shared_prefills(arrivals) == {"b"}
+    engine.forward([StepInput(rid, toks) for rid, toks in arrivals if rid != "b"])
+    assert engine.late_shared_prefills([("b", SYSTEM + [3])]) == set()  # a's blocks are cached now
+    engine.forward([StepInput("b", SYSTEM + [3])])
+    stats = engine.stats()
+    assert stats["prefix_waited_rows"] == 1 and stats["prefix_matched_tokens"] == 20
+    # after a cached prefix, two arrivals that continue it the same way share their next blocks again
+    tail = [[8, 8, 8, 8, 6, 6, 6, 6, i] for i in range(3)]
+    assert engine.late_shared_prefills([(f"t{i}", SYSTEM[:20] + t) for i, t in enumerate(tail)]) == {
+        "t1",
+        "t2",
+    }
+    accounted(engine)
+
+
+def test_a_wave_of_new_requests_with_a_new_system_prompt_prefills_it_once(tmp_path):
+    """Served with delayed batching, the first wave's requests arrive together: one computes the shared system
+    prompt and the others match it a step later; tokens and traces are those without the cache."""
+    plan = compile_stdlib(tmp_path, "bernoulli")
+    want, _ = run_offline(plan, cache=False)
+    got, ex = run_offline(plan, cache=True)
+    assert key(got) == key(want)
+    entry = ex.schedulers[plan["entry"]].engine.stats()
+    assert entry["prefix_waited_rows"] >= 1
+    assert entry["prefix_matched_tokens"] >= 3 * 5 * 4 + entry["prefix_waited_rows"] * 5 * 4

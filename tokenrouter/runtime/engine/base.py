@@ -91,3 +91,9 @@ class Engine(ABC):
         """Whether rid's KV is in the pool now, so that a step of it runs its new tokens only (a request not
         seen, or evicted, runs its whole history)."""
         return True
+
+    def late_shared_prefills(self, arrivals: Sequence[tuple[str, Sequence[int]]]) -> set[str]:
+        """Of the sequences arriving in one step without KV here (rid, all its tokens), those that would prefill
+        the same uncached prefix as an earlier one: they wait for the next step and match its KV there. Only an
+        engine with a prefix cache says any."""
+        return set()

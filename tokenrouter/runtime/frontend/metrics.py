@@ -231,6 +231,9 @@ SERIES: tuple[Series, ...] = (
            _per_model(lambda s: s.prefix.cached_tokens)),
     Series("prefix_evicted_blocks", "gauge", "Prefix-cache blocks evicted to make room.",
            _per_model(lambda s: s.prefix.evicted_blocks)),
+    Series("prefix_waited_rows", "gauge", "Arriving requests that waited one step for another arrival's prefill of "
+           "the same uncached prefix, to match its blocks instead of computing them again.",
+           _per_model(lambda s: s.prefix.waited_rows)),
     Series("batch_threshold", "gauge", "The subserver's delayed-batching threshold B_i as configured (lowered while "
            "few requests are active).", _per_model(lambda s: s.step.batch_threshold, lambda s: s.step.batch_threshold > 0)),
     Series("step_starts_total", "counter", "Steps by why they started: the threshold B_i reached (threshold), the "

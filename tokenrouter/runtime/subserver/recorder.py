@@ -77,7 +77,7 @@ def _by_bs(table: dict[int, list[float]]) -> dict[int, tuple[int, float, int]]:
 
 
 PREFIX_COUNTERS = ("matched_tokens", "computed_tokens", "arrivals", "cached_blocks", "cached_tokens",
-                   "evicted_blocks")  # fmt: skip
+                   "evicted_blocks", "waited_rows")  # fmt: skip
 
 
 def kv_stats(es: dict) -> m.KvStats:

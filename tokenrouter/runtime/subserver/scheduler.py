@@ -241,7 +241,11 @@ class Scheduler:
             batch.append(req)
             if len(batch) == self.max_batch:
                 break
-        return self.fit_kv(batch)
+        batch = self.fit_kv(batch)
+        late = self.engine.late_shared_prefills(
+            [(r.rid, r.tokens) for r in batch if not self.engine.resident(r.rid)]
+        )
+        return [r for r in batch if r.rid not in late] if late else batch
 
     def _token_out(self, req: Req, tok: int, hop_to: str | None) -> m.TokenOut:
         """The frontend's record of a committed token (its logprobs and route inputs where asked)."""
