@@ -4,9 +4,10 @@ cached prefix the scored row does not use, and on the scheduler (sent with the r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from conftest import TINY_SMALL
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.engine.base import EngineError, StepInput
@@ -14,6 +15,7 @@ from tokenrouter.runtime.engine.embedded import load_engine
 from tokenrouter.runtime.engine.scoring import CHUNK
 from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
+TINY_SMALL = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
 PROMPT = [(11 * i + 5) % 200 + 3 for i in range(40)]
 
 
@@ -61,6 +63,14 @@ def test_scored_rows_equal_the_teacher_forced_log_softmax(engine):
     assert torch.allclose(nxt.logits[0], engine.forward_full([*PROMPT, PROMPT[0]])[0][-1], atol=1e-4)
     for rid in ("a", "s", "z"):
         engine.release(rid)
+    one = engine.forward(
+        [StepInput("one", [5], prompt_logprobs=2), StepInput("two", [5, 6], prompt_logprobs=2)]
+    )
+    assert (
+        one.prompt_logprobs["one"] == [] and len(one.prompt_logprobs["two"]) == 1
+    )  # a 1-token prompt: nothing
+    engine.release("one")
+    engine.release("two")
 
 
 def test_a_cached_prefix_is_computed_again_for_a_scored_row(engine):

@@ -165,7 +165,7 @@ class GenerationHandler:
         entry = self.args.entry
         if req.prompt_logprob_count() >= 0 and not mgr.ready_models.get(entry, {}).get("scores_prompts"):
             raise APIError(400, f"echo with logprobs: the entry model {entry!r} does not score prompts here "
-                                "(the lockstep mode, tensor parallelism and the SGLang engine do not)", param="echo")  # fmt: skip
+                                "(tensor parallelism and the SGLang engine do not)", param="echo")  # fmt: skip
         return max_len
 
     def _echoes(self, req: Any, prompts: list[list[int]]) -> list[tuple[list[int], str]]:

@@ -18,7 +18,8 @@ the step also handed the request to another model) and a `TokenOut` with *no* to
 sampled token was discarded, only the hand-off is reported); `Finished` when this subserver committed the
 last token (EOS / stop token → "stop", max_tokens or the context end → "length") or could not run it
 ("error"). The subserver that finishes a request frees its own KV at once; the others free theirs on
-`Release`/`Abort`.
+`Release`/`Abort`. A request with sampling.prompt_logprobs has its prompt scored in its first step on the entry
+model (`PromptLogprobs`, subserver/logprobs.py); with max_tokens 0 it then finishes ("length") without a token.
 """
 
 from __future__ import annotations
