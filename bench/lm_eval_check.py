@@ -1,15 +1,17 @@
 """lm-eval against `tokenrouter serve`, end to end: starts the server on a two-model policy (by default the tiny
 random-weight example models, on the CPU), runs lm-eval's `local-completions` and `local-chat-completions`
 backends on `generate_until` tasks (by default `tr_arithmetic`; also `tr_python`, Python lines to finish, for
-the trained demo pair; both shipped in bench/lm_eval/ and loaded without network), prints the table lm-eval
-reports for each and stops the server. Needs `pip install 'lm-eval[api]'` (0.4.10 or later: 0.4.9 does not
-import with transformers 5).
+the trained demo pair), then `local-completions` on loglikelihood tasks (by default `tr_arithmetic_mc`, the same
+sums as multiple choice; also `tr_python_mc`), prints the table lm-eval reports for each and stops the server.
+The tasks ship in bench/lm_eval/ and load without network. Needs `pip install 'lm-eval[api]'` (0.4.10 or later:
+0.4.9 does not import with transformers 5).
 
-Loglikelihood tasks (multiple choice, perplexity) are not run: lm-eval scores them with `echo: true` and prompt
-logprobs, which the server does not provide; the script shows the server's answer to such a request.
+Loglikelihood tasks run on the completions backend only (lm-eval asks for `echo: true` with prompt logprobs,
+which chat completions do not have): their figures are the entry model's, which scores every prompt.
 
     python bench/lm_eval_check.py                        # tiny models, CPU, 20 prompts
-    python bench/lm_eval_check.py --small examples/models/py-small --large examples/models/py-large --tasks tr_python
+    python bench/lm_eval_check.py --small examples/models/py-small --large examples/models/py-large \
+        --tasks tr_python --ll-tasks tr_python_mc
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -50,11 +50,13 @@ BACKENDS = (
     ("local-completions", "/v1/completions", []),
     ("local-chat-completions", "/v1/chat/completions", ["--apply_chat_template"]),
 )
+LOGLIKELIHOOD = ("local-completions", "/v1/completions", [])  # the backend of the loglikelihood tasks
 
 
 def lm_eval_command(backend: str, url: str, policy: str, tokenizer: Path, args: argparse.Namespace,
-                    out: Path) -> list[str]:  # fmt: skip
-    """The `lm_eval` command line for one backend; `url` is the endpoint's full URL."""
+                    out: Path, tasks: str | None = None) -> list[str]:  # fmt: skip
+    """The `lm_eval` command line for one backend; `url` is the endpoint's full URL; `tasks`: args.tasks unless
+    given."""
     backend_args = {"model": policy, "base_url": url, "num_concurrent": args.concurrent, "max_retries": 1}
     if backend == "local-completions":
         backend_args |= {"tokenizer": str(tokenizer), "tokenizer_backend": "huggingface",
@@ -63,7 +65,7 @@ def lm_eval_command(backend: str, url: str, policy: str, tokenizer: Path, args: 
         backend_args |= {"tokenizer_backend": "none"}
     cmd = [sys.executable, "-m", "lm_eval", "--model", backend,
            "--model_args", ",".join(f"{k}={v}" for k, v in backend_args.items()),
-           "--include_path", str(TASKS_DIR), "--tasks", args.tasks, "--output_path", str(out),
+           "--include_path", str(TASKS_DIR), "--tasks", tasks or args.tasks, "--output_path", str(out),
            "--seed", "0", "--log_samples"]  # fmt: skip
     if args.limit:
         cmd += ["--limit", str(args.limit)]
@@ -88,17 +90,40 @@ def answers(out: Path, task: str) -> list[str]:
     return [json.loads(line)["filtered_resps"][0] for line in lines if line.strip()]
 
 
-def echo_answer(url: str, policy: str) -> str:
-    """The server's answer to the request a loglikelihood task makes: the prompt echoed with its logprobs."""
-    body = {"model": policy, "prompt": "Q: 1 + 1 =\nA: 2", "max_tokens": 1, "echo": True, "logprobs": 1}
-    r = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
-    if r.status_code == 200:
-        return "200 (the server now answers echo: loglikelihood tasks can be tried)"
-    try:
-        msg = r.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        msg = r.text[:200]
-    return f"{r.status_code}: {msg}"
+def choice_scores(out: Path, task: str) -> str:
+    """A loglikelihood task's first document as lm-eval scored it: each continuation with its log-likelihood
+    (the sum of its tokens' prompt logprobs), and the right one."""
+    line = _newest(out, f"samples_{task}_*.jsonl").read_text().splitlines()[0]
+    sample = json.loads(line)
+    conts = [a["arg_1"] for a in sample["arguments"].values()]
+    scores = [float(r[0]) for r in sample["filtered_resps"]]
+    shown = ", ".join(f"{c!r}: {v:.2f}" for c, v in zip(conts, scores, strict=True))
+    return f"{shown}; right: {conts[int(sample['target'])]!r}"
+
+
+def run_backend(srv: Server, backend: str, endpoint: str, extra: list[str], tasks: str, args: argparse.Namespace,
+                out: Path, env: dict) -> bool:  # fmt: skip
+    """Run lm_eval with one backend on `tasks` against the server, print its table and each task's scores;
+    False when lm_eval failed (its output's tail printed)."""
+    run_out = out / f"{backend}-{tasks.replace(',', '-')}"
+    cmd = lm_eval_command(backend, srv.url + endpoint, "lmeval", args.small.resolve(), args, run_out, tasks)
+    cmd += extra
+    print(f"\n$ lm_eval --model {backend} --tasks {tasks} ... {' '.join(extra)}", flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    (run_out.parent / f"{run_out.name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        print(f"{backend}: lm_eval exited {proc.returncode}:\n{tail}", file=sys.stderr)
+        return False
+    print("\n".join(ln for ln in proc.stdout.splitlines() if ln.startswith("|")))
+    for task, metrics in results(run_out).items():
+        scores = {k: v for k, v in metrics.items() if isinstance(v, float) and "stderr" not in k}
+        got = answers(run_out, task)
+        first = repr(got[0]) if not got or isinstance(got[0], str) else choice_scores(run_out, task)
+        print(f"{backend} {task}: {json.dumps(scores)}, {len(got)} answers (first: {first}), {wall:.1f} s")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", type=Path, default=MODELS / "tiny-small", help="the small model's folder")
     ap.add_argument("--large", type=Path, default=MODELS / "tiny-large", help="the large model's folder")
     ap.add_argument("--p", type=float, default=0.3, help="probability of a hop to the large model per step")
-    ap.add_argument("--tasks", default="tr_arithmetic", help="lm-eval tasks (generate_until ones)")
+    ap.add_argument("--tasks", default="tr_arithmetic", help="lm-eval generate_until tasks (both backends)")
+    ap.add_argument("--ll-tasks", default="tr_arithmetic_mc",
+                    help="lm-eval loglikelihood tasks (local-completions; '' for none)")  # fmt: skip
     ap.add_argument("--limit", type=int, default=0, help="documents per task (0: all)")
     ap.add_argument("--concurrent", type=int, default=4, help="lm-eval's num_concurrent")
     ap.add_argument("--device", default="cpu", help="tokenrouter serve --device")
@@ -139,28 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"tokenrouter serve {plan.name} on {args.device}: {srv.url} (started in {srv.startup_s:.1f} s)")
         for backend, endpoint, extra in BACKENDS:
-            run_out = out / backend
-            cmd = lm_eval_command(backend, srv.url + endpoint, "lmeval", args.small.resolve(), args, run_out)
-            cmd += extra
-            print(f"\n$ lm_eval --model {backend} ... {' '.join(extra)}", flush=True)
-            t0 = time.monotonic()
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-            wall = time.monotonic() - t0
-            (out / f"{backend}.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-                print(f"{backend}: lm_eval exited {proc.returncode}:\n{tail}", file=sys.stderr)
-                failed += 1
-                continue
-            table = [ln for ln in proc.stdout.splitlines() if ln.startswith("|")]
-            print("\n".join(table))
-            for task, metrics in results(run_out).items():
-                scores = {k: v for k, v in metrics.items() if isinstance(v, float) and "stderr" not in k}
-                got = answers(run_out, task)
-                print(f"{backend} {task}: {json.dumps(scores)}, {len(got)} answers "
-                      f"(first: {got[0]!r}), {wall:.1f} s")  # fmt: skip
-        print("\nloglikelihood tasks: not run. They need echo with prompt logprobs; the server answers "
-              + echo_answer(srv.url, "lmeval"))  # fmt: skip
+            failed += not run_backend(srv, backend, endpoint, extra, args.tasks, args, out, env)
+        if args.ll_tasks:
+            failed += not run_backend(srv, *LOGLIKELIHOOD, args.ll_tasks, args, out, env)
     finally:
         srv.stop()
         stop_live()

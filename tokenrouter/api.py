@@ -43,8 +43,10 @@ class Sampling:
     (docs/serving.md, "Request fields"): temperature 0 is greedy; `seed` None draws one per request. `n`
     completions per prompt, the j-th seeded `seed + j` (each equals a call of its own with that seed).
     `logprobs`: each token's log-probability from the model that wrote it, with the `top_logprobs` most likely
-    tokens' (0 to 20). `route_inputs`: each token's route decisions with what they read (`routing.inputs`,
-    docs/serving.md)."""
+    tokens' (0 to 20). `prompt_logprobs`: each prompt token's log-probability given the tokens before it, from
+    the entry model, which scores every prompt (the HTTP API's `echo`; `generate` only, and `max_tokens` may be
+    0), with the `top_logprobs` most likely. `route_inputs`: each token's route decisions with what they read
+    (`routing.inputs`, docs/serving.md)."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -58,21 +60,24 @@ class Sampling:
     logprobs: bool = False
     top_logprobs: int = 0
     route_inputs: bool = False
+    prompt_logprobs: bool = False
     # structured output, as the HTTP API's (docs/serving.md, "Structured output and tools"): e.g.
     # {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}
     response_format: dict | None = None
 
     def __post_init__(self) -> None:
-        if self.top_logprobs and not self.logprobs:
-            raise ValueError("Sampling: top_logprobs needs logprobs=True")
+        if self.top_logprobs and not (self.logprobs or self.prompt_logprobs):
+            raise ValueError("Sampling: top_logprobs needs logprobs=True or prompt_logprobs=True")
 
     def body(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        del out["logprobs"], out["top_logprobs"], out["route_inputs"]
+        del out["logprobs"], out["top_logprobs"], out["route_inputs"], out["prompt_logprobs"]
         if self.route_inputs:
             out["return_route_inputs"] = True
-        if self.logprobs:  # the completions API's `logprobs: K`, tokens named by id
+        if self.logprobs or self.prompt_logprobs:  # the completions API's `logprobs: K`, tokens named by id
             out.update(logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
+        if self.prompt_logprobs:
+            out["echo"] = True
         return {**out, "return_routing_trace": True, "return_token_ids": True}
 
 
@@ -99,6 +104,8 @@ class Generation:
     finish_reason: str | None
     logprobs: list[TokenLogprob] | None = None
     route_inputs: list[list[dict]] | None = None
+    # with Sampling(prompt_logprobs=True): per prompt token, from the entry model (the first token: None)
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(slots=True)
@@ -245,15 +252,16 @@ class Engine:
         """`n` Generations per prompt, in order: prompt i's j-th at `i * n + j`. A prompt is text (the entry
         model's tokenizer) or token ids; the batch runs concurrently, as concurrent requests to `serve` do."""
         batch = _batch(prompts)
-        body = {**(sampling or Sampling()).body(), "prompt": batch}
-        data = json.loads(self._request(body).read())
+        sampling = sampling or Sampling()
+        data = json.loads(self._request({**sampling.body(), "prompt": batch}).read())
         out = []
         for c in sorted(data["choices"], key=lambda c: c["index"]):
             r = c["routing"]
             lp = _logprobs(c.get("logprobs"))
-            out.append(
-                Generation(c["text"], r["token_ids"], r["trace"], c["finish_reason"], lp, r.get("inputs"))
-            )
+            g = Generation(c["text"], r["token_ids"], r["trace"], c["finish_reason"], lp, r.get("inputs"))
+            if sampling.prompt_logprobs:
+                _split_echo(g, c["logprobs"]["text_offset"], sampling.logprobs)
+            out.append(g)
         return out
 
     async def stream(
@@ -262,6 +270,8 @@ class Engine:
         """The completions of one prompt as they are written: Deltas of text, then for each of the `n` a last
         Delta with `finish_reason`, the token ids, the routing trace and the logprobs. With `n` > 1 the
         completions' Deltas interleave; `index` tells them apart."""
+        if sampling is not None and sampling.prompt_logprobs:
+            raise ValueError("stream: prompt_logprobs is for generate (the server does not stream echo)")
         body = {**(sampling or Sampling()).body(), "prompt": _batch(prompt)[0], "stream": True}
         resp = await asyncio.to_thread(self._request, body)
         logprobs: dict[int, list[TokenLogprob]] = {}  # per completion, its logprobs so far
@@ -316,6 +326,16 @@ def _batch(prompts: Any) -> list:
     return prompts
 
 
+def _split_echo(g: Generation, offsets: list[int], logprobs: bool) -> None:
+    """An echoed choice as the prompt's logprobs and the completion's text and logprobs (each token's
+    `text_offset` counts from the start of the prompt's text: the completion's first one is its end)."""
+    whole, n_gen = g.logprobs or [], len(g.token_ids)
+    n = len(whole) - n_gen
+    g.prompt_logprobs = whole[:n]
+    g.logprobs = whole[n:] if logprobs else None
+    g.text = g.text[offsets[n] :] if n_gen else ""
+
+
 def _logprobs(lp: dict | None) -> list[TokenLogprob] | None:
     """A choice's completions-shaped `logprobs` with tokens named `token_id:N` (`return_tokens_as_token_ids`)."""
     if lp is None:
@@ -324,8 +344,8 @@ def _logprobs(lp: dict | None) -> list[TokenLogprob] | None:
     def tid(name: str) -> int:
         return int(name.removeprefix("token_id:"))
 
-    return [
-        TokenLogprob(tid(t), v, [(tid(k), x) for k, x in top.items()])
+    return [  # an echoed prompt's first token has none
+        None if v is None else TokenLogprob(tid(t), v, [(tid(k), x) for k, x in top.items()])
         for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
     ]
 

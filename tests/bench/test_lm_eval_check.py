@@ -33,6 +33,24 @@ def test_the_python_task_ships_its_documents():
     assert all(r["prefix"] and r["answer"] and "\n" not in r["answer"] for r in rows)
 
 
+def test_the_multiple_choice_tasks_ship_their_documents():
+    for name, base in (("arithmetic_mc", "arithmetic"), ("python_mc", "python")):
+        rows = [json.loads(line) for line in (TASK_DOCS.parent / f"{name}.jsonl").read_text().splitlines()]
+        plain = [json.loads(line) for line in (TASK_DOCS.parent / f"{base}.jsonl").read_text().splitlines()]
+        assert len(rows) == len(plain) == 20
+        for r, p in zip(rows, plain, strict=True):
+            assert len(set(r["choices"])) == 4 and r["choices"][r["label"]] == p["answer"]
+        assert {r["label"] for r in rows} == {0, 1, 2, 3}
+
+
+def test_choice_scores_name_each_continuation_and_the_right_one(le, tmp_path):
+    sample = {"target": "1", "arguments": {"gen_args_0": {"arg_0": "Q", "arg_1": " 4"},
+                                           "gen_args_1": {"arg_0": "Q", "arg_1": " 5"}},
+              "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]]}  # fmt: skip
+    (tmp_path / "samples_t_1.jsonl").write_text(json.dumps(sample) + "\n")
+    assert le.choice_scores(tmp_path, "t") == "' 4': -3.50, ' 5': -1.25; right: ' 5'"
+
+
 def test_commands_name_the_endpoint_tokenizer_and_task(le, tmp_path):
     args = le.argparse.Namespace(concurrent=2, tasks="tr_arithmetic", limit=5)
     cmd = le.lm_eval_command(
@@ -46,6 +64,9 @@ def test_commands_name_the_endpoint_tokenizer_and_task(le, tmp_path):
     chat = le.lm_eval_command("local-chat-completions", "http://h:1/v1/chat/completions", "pol", Path("/m"), args,
                               tmp_path)  # fmt: skip
     assert "tokenizer_backend=none" in chat[chat.index("--model_args") + 1]
+    mc = le.lm_eval_command("local-completions", "http://h:1/v1/completions", "pol", Path("/m"), args, tmp_path,
+                            "tr_arithmetic_mc")  # fmt: skip
+    assert mc[mc.index("--tasks") + 1] == "tr_arithmetic_mc"
 
 
 def test_results_and_answers_are_read_from_the_newest_files(le, tmp_path):
@@ -75,8 +96,15 @@ def test_end_to_end_on_the_tiny_models(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for backend in ("local-completions", "local-chat-completions"):
-        results = json.loads(next((tmp_path / backend).rglob("results_*.json")).read_text())["results"]
+        results = le_results(tmp_path / f"{backend}-tr_arithmetic")
         assert 0.0 <= results["tr_arithmetic"]["exact_match,strip"] <= 1.0
         assert f"{backend} tr_arithmetic: " in proc.stdout and "4 answers" in proc.stdout
     assert "|tr_arithmetic|" in proc.stdout
-    assert "loglikelihood tasks: not run" in proc.stdout and "400: echo is not supported" in proc.stdout
+    # the loglikelihood task, on the completions backend (echo with prompt logprobs)
+    mc = le_results(tmp_path / "local-completions-tr_arithmetic_mc")["tr_arithmetic_mc"]
+    assert 0.0 <= mc["acc,none"] <= 1.0 and "|tr_arithmetic_mc|" in proc.stdout
+    assert "local-completions tr_arithmetic_mc: " in proc.stdout and "; right: ' 44'" in proc.stdout
+
+
+def le_results(folder: Path) -> dict:
+    return json.loads(next(folder.rglob("results_*.json")).read_text())["results"]

@@ -33,6 +33,9 @@ class SamplingSpec(msgspec.Struct, frozen=True):
     # an llguidance grammar (JSON form) the completion must follow, on whichever model writes each token
     # (runtime/grammar.py); "": unconstrained
     grammar: str = ""
+    # ≥ 0 (echo with logprobs): the entry model also scores the prompt, each prompt token after the first with
+    # its log-probability and this many most likely (StepOutputs.prompts); max_tokens may then be 0
+    prompt_logprobs: int = -1
 
 
 # ---- frontend → subservers ------------------------------------------------------------------------------
@@ -137,10 +140,20 @@ class Finished(msgspec.Struct):
     error: str | None = None
 
 
+class PromptLogprobs(msgspec.Struct):
+    """A prompt scored by `model` (the entry model, on the request's first step; sampling.prompt_logprobs ≥ 0):
+    per prompt token after the first, [its log-probability given the tokens before it, [[id, log-probability],
+    ...] of the most likely tokens at its position], from the log-softmax of the model's logits."""
+
+    rid: str
+    logprobs: list[list]
+
+
 class StepOutputs(msgspec.Struct, tag=True):
     model: str
     tokens: list[TokenOut]
     finished: list[Finished]
+    prompts: list[PromptLogprobs] = []  # before `finished`: a request's prompt is scored on its first step
 
 
 class QueueStats(msgspec.Struct):

@@ -224,7 +224,8 @@ class PrefixCachingEngine(EmbeddedEngine):
         history = old.token_ids if old is not None else []
         tokens = history + [int(t) for t in row.new_token_ids]
         self.arrivals += 1
-        blocks = self.cache.match(tokens, len(tokens) - 1)
+        # a scored row computes every position (scoring.py): no cached prefix
+        blocks = self.cache.match(tokens, len(tokens) - 1) if row.prompt_logprobs < 0 else []
         self.cache.ref(blocks)  # before making room: nothing may evict them now
         if blocks and self.req_to_token_pool.available_size() == 0 and not self._make_room(0, 1, keep):
             # no request row to attach to now; the engine finds one for a full prefill

@@ -201,3 +201,79 @@ def test_chat_logprobs_streamed_and_whole_agree(client, reference, small):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="testmix", messages=messages, top_logprobs=2)
     assert e.value.body["param"] == "top_logprobs"
+
+
+def _prompt_reference(reference, prompt: list[int], k: int) -> list:
+    """The entry model's log-softmax at each prompt position: (logprob of the next prompt token, top ids, values)."""
+    import torch
+
+    logits, _ = reference["slm"].forward_full(torch.tensor(prompt, dtype=torch.int64))
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    top = lp.topk(k, dim=-1)
+    return [(lp[i, prompt[i + 1]].item(), top.indices[i].tolist(), top.values[i].tolist())
+            for i in range(len(prompt) - 1)]  # fmt: skip
+
+
+def test_echo_scores_the_prompt_on_the_entry_model(client, reference, small):
+    codec = TextCodec(small)
+    text = "def add(a, b):\n    return"
+    prompt = codec.encode(text)
+    kw = dict(model="testmix", max_tokens=6, temperature=0.8, seed=5, logprobs=3, extra_body=EXTRA)
+    for _ in range(
+        2
+    ):  # the second time the prompt's blocks are in the prefix cache: every position still scored
+        r = client.completions.create(prompt=text, echo=True, **kw).choices[0]
+        routing = r.model_extra["routing"]
+        assert routing["prompt_logprobs_from"] == "slm"
+        lp = r.logprobs
+        n = len(prompt)
+        assert r.text.startswith(text) and len(lp.tokens) == n + 6
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        ref = _prompt_reference(reference, prompt, 3)
+        for i, (want, top_ids, top_vals) in enumerate(ref, start=1):
+            assert lp.token_logprobs[i] == pytest.approx(want, abs=1e-4), i
+            names = [codec.tokenizer.decode([t], skip_special_tokens=False) for t in top_ids]
+            assert lp.top_logprobs[i] == pytest.approx(dict(zip(names, top_vals, strict=True)), abs=1e-4), i
+        # the completion's part is what the request without echo returns, its offsets after the prompt's text
+        plain = client.completions.create(prompt=text, **kw).choices[0]
+        assert r.text == text + plain.text
+        assert lp.token_logprobs[n:] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-6)
+        assert lp.text_offset[n] == len(text) and lp.text_offset[:n] == sorted(lp.text_offset[:n])
+
+
+def test_echo_scores_only_with_max_tokens_zero_and_token_id_prompts(client, reference, small):
+    codec = TextCodec(small)
+    prompts = [codec.encode("import numpy as np"), codec.encode("x = 1\ny = 2")]
+    r = client.completions.create(model="testmix", prompt=prompts, max_tokens=0, echo=True, logprobs=1)
+    assert r.usage.completion_tokens == 0 and len(r.choices) == 2
+    for c, ids in zip(r.choices, prompts, strict=True):
+        assert c.text == codec.tokenizer.decode(ids, skip_special_tokens=False)
+        assert c.finish_reason == "length" and len(c.logprobs.tokens) == len(ids)
+        ref = _prompt_reference(reference, ids, 1)
+        assert c.logprobs.token_logprobs[1:] == pytest.approx([x[0] for x in ref], abs=1e-4)
+        # lm-eval's greedy check: a continuation token is greedy when its logprob is the top one
+        assert all(max(top.values()) >= v - 1e-6 for top, v in zip(c.logprobs.top_logprobs[1:],
+                                                                      c.logprobs.token_logprobs[1:], strict=True))  # fmt: skip
+    echoed = client.completions.create(model="testmix", prompt="hello world", max_tokens=0, echo=True)
+    assert echoed.choices[0].text == "hello world" and echoed.choices[0].logprobs is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "param"),
+    [
+        (dict(echo=True, stream=True, logprobs=1), "echo"),
+        (dict(echo=True, logprobs=21), "logprobs"),
+        (dict(max_tokens=0), "max_tokens"),
+    ],
+)
+def test_echo_refusals(client, kw, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="testmix", prompt="hi", **{"max_tokens": 2, **kw})
+    assert e.value.body["param"] == param
+
+
+def test_chat_has_no_echo(client):
+    with pytest.raises(openai.BadRequestError, match="completions only") as e:
+        client.chat.completions.create(model="testmix", messages=[{"role": "user", "content": "hi"}],
+                                       extra_body={"echo": True})  # fmt: skip
+    assert e.value.body["param"] == "echo"

@@ -129,6 +129,29 @@ def test_generate_logprobs_and_n_match_the_server(engine, client):
     )
 
 
+def test_prompt_logprobs_match_the_servers_echo(engine, client):
+    kw = dict(model="testmix", prompt=PROMPTS[0], max_tokens=4, temperature=0, seed=SEED, logprobs=2)
+    ref = client.completions.create(**kw, echo=True, extra_body={**EXTRA, "return_tokens_as_token_ids": True})
+    ref = ref.choices[0]
+    sampling = tokenrouter.Sampling(max_tokens=4, temperature=0, seed=SEED, ignore_eos=True, top_logprobs=2,
+                                    prompt_logprobs=True)  # fmt: skip
+    g = engine.generate(PROMPTS[0], sampling)[0]
+    n = len(ref.logprobs.tokens) - 4
+    assert g.logprobs is None and ref.text == PROMPTS[0] + g.text and len(g.token_ids) == 4
+    assert g.prompt_logprobs[0] is None and len(g.prompt_logprobs) == n
+    assert [x.token_id for x in g.prompt_logprobs[1:]] == [int(t[9:]) for t in ref.logprobs.tokens[1:n]]
+    assert [x.logprob for x in g.prompt_logprobs[1:]] == pytest.approx(
+        ref.logprobs.token_logprobs[1:n], abs=1e-5
+    )
+    assert all(len(x.top) == 2 for x in g.prompt_logprobs[1:])
+    # scored only, with the completion's own logprobs asked for too
+    only = engine.generate(PROMPTS[0], dataclasses.replace(sampling, max_tokens=0, logprobs=True))[0]
+    assert only.text == "" and only.token_ids == [] and only.logprobs == []
+    assert [x.logprob for x in only.prompt_logprobs[1:]] == [x.logprob for x in g.prompt_logprobs[1:]]
+    with pytest.raises(ValueError, match="prompt_logprobs"):
+        asyncio.run(anext(engine.stream(PROMPTS[0], sampling)))
+
+
 def test_stream_logprobs_and_n(engine):
     sampling = tokenrouter.Sampling(max_tokens=8, temperature=1.0, seed=23, ignore_eos=True, n=2,
                                     logprobs=True, top_logprobs=2)  # fmt: skip

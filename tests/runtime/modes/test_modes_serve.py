@@ -136,6 +136,24 @@ def test_every_mode_answers_with_tokenrouters_tokens(servers):
     assert models == ["llm"]
 
 
+def test_every_mode_scores_the_prompt_on_its_entry_model(servers):
+    body = {"prompt": PROMPTS[0], "max_tokens": 2, "temperature": 0, "echo": True, "logprobs": 2}
+    got = {}
+    for mode, url in servers.items():
+        r = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, (mode, r.text)
+        got[mode] = r.json()["choices"][0]
+    for mode, c in got.items():
+        entry = "llm" if mode == "llm-only" else "slm"
+        assert c["routing"]["prompt_logprobs_from"] == entry, mode
+        lp = c["logprobs"]
+        assert len(lp["tokens"]) == len(PROMPTS[0]) + 2 and lp["token_logprobs"][0] is None, mode
+    want = got["tokenrouter"]["logprobs"]["token_logprobs"][1:-2]
+    for mode in ("lockstep", "std-serving", "eager", "no-graphs"):
+        assert got[mode]["logprobs"]["token_logprobs"][1:-2] == pytest.approx(want, abs=1e-5), mode
+    assert got["llm-only"]["logprobs"]["token_logprobs"][1:-2] != pytest.approx(want, abs=1e-3)
+
+
 def test_std_serving_reports_prefix_reuse(servers):
     url = servers["std-serving"]
     asyncio.run(_complete(url))

@@ -144,6 +144,7 @@ class LockstepServer(Subserver):
                 "vocab_size": i.vocab_size,
                 "max_len": i.max_len,
                 "eos_token_ids": list(i.eos_token_ids),
+                "scores_prompts": i.scores_prompts,  # the entry model's Scheduler scores prompts as a subserver's
                 "mode": "lockstep",
             }
         return out

@@ -36,12 +36,16 @@ class ModelInfo:
     device: torch.device
     # of StepOutput.logits: the model's dtype (embedded), float32 (SGLang, whose logits processor casts them)
     logits_dtype: torch.dtype
+    scores_prompts: bool = False  # computes StepInput.prompt_logprobs (the embedded engine on one device)
 
 
 @dataclass(slots=True)
 class StepInput:
     rid: str
     new_token_ids: Sequence[int]  # at least one token
+    # ≥ 0 (an engine whose info.scores_prompts): also score the row, on its first step only (the whole
+    # sequence is computed, no cached prefix): StepOutput.prompt_logprobs
+    prompt_logprobs: int = -1
 
 
 @dataclass(slots=True)
@@ -52,6 +56,9 @@ class StepOutput:
     logits: torch.Tensor  # [B, vocab_size], ModelInfo.logits_dtype, on the engine's device
     hidden: torch.Tensor | None = None  # [B, hidden_size] (after the final norm), when want_hidden
     stats: dict = field(default_factory=dict)  # e.g. {"mode": "decode", "tokens": 8, "evicted": 0}
+    # rid -> per token after the first of a row with prompt_logprobs = k ≥ 0: [its log-probability given the
+    # tokens before it, [[id, log-probability], ...] of the k most likely at its position] (`scoring.py`)
+    prompt_logprobs: dict[str, list] = field(default_factory=dict)
 
 
 class EngineError(RuntimeError):

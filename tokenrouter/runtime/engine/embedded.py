@@ -38,6 +38,7 @@ from tokenrouter.runtime.engine.held import HeldRequestsEngine
 from tokenrouter.runtime.engine.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from tokenrouter.runtime.engine.models import build_empty, init_dummy_weights, load_weights
 from tokenrouter.runtime.engine.models.decoder import DecoderForCausalLM
+from tokenrouter.runtime.engine.scoring import score, score_plan
 
 if TYPE_CHECKING:
     from tokenrouter.runtime.engine.parallel import TPGroup
@@ -148,6 +149,7 @@ class EmbeddedEngine(HeldRequestsEngine):
             dtype=self.dtype,
             device=self.device,
             logits_dtype=self.dtype,
+            scores_prompts=True,
         )
 
     def _kv_summary(self) -> str:
@@ -381,12 +383,16 @@ class EmbeddedEngine(HeldRequestsEngine):
             req_to_token_pool=self.req_to_token_pool,
             token_to_kv_pool=self.token_to_kv_pool,
         )
+        plan = score_plan(rows, input_ids, extend_lens)
         try:
-            logits, hidden = self._run_model(fb)
+            logits, hidden = self._run_model(fb) if plan is None else self._run_model(fb, plan.positions)
         except BaseException:
             self._undo_step(locs, fresh)
             raise
         self._commit_step(news, reqs, extend_lens, locs)
+        if plan is not None:  # the scored positions' logits follow the rows' last ones
+            self.scored.update(score(plan, logits[len(rows) :]))
+            logits, hidden = logits[: len(rows)], hidden[: len(rows)]
         return logits, hidden, fb.num_tokens
 
     def _step_tokens(self, rows: list[StepInput], reqs: list[Req], fresh: list[Req]) -> tuple[list, ...]:
@@ -440,13 +446,20 @@ class EmbeddedEngine(HeldRequestsEngine):
             lru.move_to_end(req.rid)
 
     @torch.inference_mode()
-    def _run_model(self, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = self.graph_runner.shape_for(fb) if self.graph_runner is not None else None
+    def _run_model(
+        self, fb: ForwardBatch, extra: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's last-position logits and hidden states; with `extra` (token indices, scoring.py) those
+        tokens' after them, in an eager step."""
+        graphs = self.graph_runner if extra is None else None
+        shape = graphs.shape_for(fb) if graphs is not None else None
         if shape is not None:
-            return self.graph_runner.replay(fb, shape)  # copies of the graph's outputs: the caller's own
+            return graphs.replay(fb, shape)  # copies of the graph's outputs: the caller's own
         fb = fb.to(self.device)
         write_req_to_token(fb)
         self.attn_backend.init_forward_metadata(fb)
+        if extra is not None:
+            fb.last_indices = torch.cat([fb.last_indices, extra.to(self.device)])
         return self.model(fb)
 
 

@@ -79,13 +79,15 @@ class HeldRequestsEngine(Engine):
             raise ValueError("forward needs at least one row")
         self._validate(rows)
         before = self._counters()
+        self.scored: dict[str, list] = {}  # the step's scored rows (`_forward_fitting` fills it)
         outs = self._forward_chunks(rows, want_hidden)
         self.steps += 1
         logits = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
         hidden = None
         if want_hidden:
             hidden = outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
-        return StepOutput(logits=logits, hidden=hidden, stats=self._step_stats(rows, outs, before))
+        stats = self._step_stats(rows, outs, before)
+        return StepOutput(logits=logits, hidden=hidden, stats=stats, prompt_logprobs=self.scored)
 
     def _forward_chunks(self, rows: list[StepInput], want_hidden: bool) -> list:
         """`_forward_rows`' outputs for the rows, in forwards of at most `max_batch` rows."""
@@ -162,6 +164,9 @@ class HeldRequestsEngine(Engine):
                 raise EngineRowError(row.rid, "token ids must be ints")
             if min(new) < 0 or max(new) >= vocab:
                 raise EngineRowError(row.rid, f"token id out of range 0..{vocab - 1}")
+            if row.prompt_logprobs >= 0 and (not self.info.scores_prompts or self.seq_len(row.rid)):
+                what = "its first step" if self.info.scores_prompts else "an engine that scores prompts"
+                raise EngineRowError(row.rid, f"prompt logprobs need {what}")
             total = self.seq_len(row.rid) + len(new)
             if total > self.max_len:
                 raise EngineRowError(row.rid, f"{total} tokens exceed the engine's max_len {self.max_len}")

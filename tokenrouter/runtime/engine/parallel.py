@@ -250,6 +250,11 @@ class TensorParallelEngine:
         if getattr(self.attn_backend, "fused_ops", False):  # its GEMVs would skip the all-reduces
             self.attn_backend.fused_ops = False
 
+    def _model_info(self, name: str):
+        info = super()._model_info(name)
+        info.scores_prompts = False  # a scored step's wider output is not broadcast to the followers
+        return info
+
     def _run_model(self, fb: ForwardBatch):
         if self.tp.leader:
             self.tp.check_followers()

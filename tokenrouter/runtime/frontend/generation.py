@@ -32,6 +32,7 @@ class Choice:
     want_ids: bool = False
     chunk_trace: bool = False  # streamed with want_trace: each text increment carries its tokens' routing
     want_inputs: bool = False  # return_route_inputs: each token's route decisions (route_inputs.py)
+    echo: tuple[list[int], str] | None = None  # the request's echo: the prompt's token ids and its text
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0

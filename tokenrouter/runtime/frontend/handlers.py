@@ -111,6 +111,7 @@ class GenerationHandler:
             logprobs=req.logprob_count(),
             route_inputs=req.return_route_inputs,
             grammar=grammar,
+            prompt_logprobs=req.prompt_logprob_count(),
         )
 
     # ---- serving ----------------------------------------------------------------------------------------
@@ -124,9 +125,10 @@ class GenerationHandler:
             # compiling a schema (and, the first time, loading the tokenizer) can take a second: off the loop
             grammar = await run_in_threadpool(self.constraints.grammar, req, tools)
         specs = [self._sampling(req, len(ids), chat, max_len, grammar) for ids in prompts]
+        echoes = self._echoes(req, prompts) if not chat and req.echo else None
         choices: list[Choice] = []
         try:
-            self._submit(mgr, req, prompts, specs, choices)
+            self._submit(mgr, req, prompts, specs, choices, echoes)
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if req.stream:
                 return await self._stream(request, req, chat, rid, choices, tools)
@@ -165,7 +167,19 @@ class GenerationHandler:
         max_len = self.max_len(mgr)
         if max_len is None:
             raise starting_error()
+        entry = self.args.entry
+        if req.prompt_logprob_count() >= 0 and not mgr.ready_models.get(entry, {}).get("scores_prompts"):
+            raise APIError(400, f"echo with logprobs: the entry model {entry!r} does not score prompts here "
+                                "(tensor parallelism and the SGLang engine do not)", param="echo")  # fmt: skip
         return max_len
+
+    def _echoes(self, req: Any, prompts: list[list[int]]) -> list[tuple[list[int], str]]:
+        """Each prompt's ids and text for `echo`: the text as given, or the ids decoded."""
+        texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        return [
+            (ids, t if isinstance(t, str) else self.codec.tokenizer.decode(ids, skip_special_tokens=False))
+            for ids, t in zip(prompts, texts if isinstance(texts[0], str) else prompts, strict=True)
+        ]
 
     def _submit(
         self,
@@ -174,15 +188,18 @@ class GenerationHandler:
         prompts: list[list[int]],
         specs: list[m.SamplingSpec],
         choices: list[Choice],
+        echoes: list[tuple[list[int], str]] | None = None,
     ) -> None:
         """Submit every choice, appending each to `choices` as it is sent (so that an error aborts those sent)."""
         # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
         for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
             for j in range(req.n):
                 st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
-                choices.append(self._choice(mgr, req, st, i * req.n + j))
+                choices.append(self._choice(mgr, req, st, i * req.n + j, echoes[i] if echoes else None))
 
-    def _choice(self, mgr: RequestManager, req: Any, st: ReqState, index: int) -> Choice:
+    def _choice(
+        self, mgr: RequestManager, req: Any, st: ReqState, index: int, echo: tuple | None = None
+    ) -> Choice:
         return Choice(
             mgr,
             self.codec,
@@ -194,6 +211,7 @@ class GenerationHandler:
             req.return_token_ids,
             req.return_routing_trace and req.stream,
             req.return_route_inputs,
+            echo,
         )
 
     def _logprobs(self, req: Any, chat: bool, c: Choice, start: int, offset: int = 0) -> dict | None:
@@ -229,9 +247,28 @@ class GenerationHandler:
             d["message"], d["finish_reason"] = tool_message(c.text, c.finish_reason, tools.syntax)
         elif chat:
             d["message"] = {"role": "assistant", "content": c.text}
+        elif c.echo is not None:
+            d["text"] = c.echo[1] + c.text
+            self._echo_logprobs(req, c, d)
         else:
             d["text"] = c.text
         return d
+
+    def _echo_logprobs(self, req: Any, c: Choice, d: dict) -> None:
+        """An echoed choice's logprobs: the prompt's (the entry model's scores, the first token's null) before
+        the completion's, whose text_offset counts from the end of the prompt's text; the routing says who
+        scored the prompt."""
+        ids, text = c.echo
+        if req.logprob_count() < 0:
+            return
+        scored = c.state.prompt_logprobs
+        if scored is None:
+            raise APIError(500, f"the entry model {self.args.entry!r} sent no prompt logprobs")
+        entries = [(ids[0], None, None)] + [(t, e[0], e[1]) for t, e in zip(ids[1:], scored, strict=True)]
+        lp = completion_logprobs(self.codec, entries, 0, req.return_tokens_as_token_ids)
+        gen = self._logprobs(req, False, c, 0, len(text))
+        d["logprobs"] = {k: lp[k] + gen[k] for k in lp}
+        d["routing"]["prompt_logprobs_from"] = self.args.entry
 
     async def _stream(
         self,

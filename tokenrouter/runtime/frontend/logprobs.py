@@ -19,8 +19,9 @@ def _name(codec: TextCodec, tid: int, as_ids: bool) -> str:
 
 
 def completion_logprobs(codec: TextCodec, entries: list, offset: int = 0, as_ids: bool = False) -> dict:
-    """`entries`: (token id, log-probability, [[id, log-probability], ...]) per token, in order; `offset`: the
-    length of the text before the first of them (for `text_offset`, which counts the tokens' texts)."""
+    """`entries`: (token id, log-probability, [[id, log-probability], ...]) per token, in order (an echoed
+    prompt's first token: (id, None, None), nothing to condition on); `offset`: the length of the text before
+    the first of them (for `text_offset`, which counts the tokens' texts)."""
     tokens, offsets = [], []
     for tid, _, _ in entries:
         offsets.append(offset)
@@ -30,7 +31,9 @@ def completion_logprobs(codec: TextCodec, entries: list, offset: int = 0, as_ids
     return {
         "tokens": tokens,
         "token_logprobs": [lp for _, lp, _ in entries],
-        "top_logprobs": [{_name(codec, t, as_ids): v for t, v in top} for _, _, top in entries],
+        "top_logprobs": [
+            None if top is None else {_name(codec, t, as_ids): v for t, v in top} for _, _, top in entries
+        ],
         "text_offset": offsets,
     }
 

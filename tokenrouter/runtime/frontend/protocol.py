@@ -80,6 +80,7 @@ class _SamplingFields(_Strict):
 
     def check_common(self) -> None:
         for name, (lo, hi) in INT_RANGES.items():
+            lo = 0 if name == "max_tokens" and getattr(self, "echo", False) is True else lo  # score only
             _check_range(getattr(self, name), name, lo, hi)
         if self.temperature is not None and not 0.0 <= self.temperature <= 100.0:
             raise APIError(
@@ -112,6 +113,10 @@ class _SamplingFields(_Strict):
         """-1: no logprobs; k ≥ 0: each token's log-probability and the k most likely tokens'."""
         return -1
 
+    def prompt_logprob_count(self) -> int:
+        """-1: the prompt is not scored; k ≥ 0: each prompt token's log-probability and the k most likely's."""
+        return -1
+
     def completion_limit(self) -> tuple[int | None, str]:
         """The completion length the client asked for (None: the endpoint's default) and the field it came from,
         for the errors that name it."""
@@ -137,8 +142,8 @@ class CompletionRequest(_SamplingFields):
 
     def check(self) -> None:
         self.check_common()
-        if self.echo:
-            raise APIError(400, "echo is not supported by TokenRouter", param="echo")
+        if self.echo and self.stream:
+            raise APIError(400, "echo is not supported with stream: true", param="echo")
         _check_range(self.logprobs, "logprobs", 0, MAX_LOGPROBS)
         if self.best_of not in (None, 1):
             raise APIError(400, "best_of is not supported by TokenRouter", param="best_of")
@@ -147,6 +152,9 @@ class CompletionRequest(_SamplingFields):
 
     def logprob_count(self) -> int:
         return -1 if self.logprobs is None else self.logprobs
+
+    def prompt_logprob_count(self) -> int:
+        return self.logprob_count() if self.echo else -1
 
 
 class TextPart(_Strict):
@@ -247,9 +255,12 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool = True
     response_format: dict | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension (vLLM, SGLang): e.g. enable_thinking
+    echo: bool = False  # rejected: the prompt's logprobs are a completions feature here
 
     def check(self) -> None:
         self.check_common()
+        if self.echo:
+            raise APIError(400, "echo is supported on /v1/completions only", param="echo")
         _check_range(self.max_completion_tokens, "max_completion_tokens", *INT_RANGES["max_tokens"])
         if not self.messages:
             raise APIError(400, "messages must not be empty", param="messages")

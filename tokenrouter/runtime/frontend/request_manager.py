@@ -64,6 +64,7 @@ class ReqState:
     got_first: bool = False
     models: set[str] = field(default_factory=set)  # the models that wrote a token of it
     logprobs: dict[int, list] = field(default_factory=dict)  # token index -> TokenOut.logprobs entry
+    prompt_logprobs: list | None = None  # sampling.prompt_logprobs ≥ 0: PromptLogprobs.logprobs, once scored
     decisions: dict[int, list] = field(
         default_factory=dict
     )  # token index -> its route decisions (route_inputs.py)
@@ -274,6 +275,9 @@ class RequestManager:
     def _on_step(self, msg: m.StepOutputs) -> None:
         self._heard(msg.model)
         touched = self._on_tokens(msg)
+        for p in msg.prompts:
+            if (st := self.requests.get(p.rid)) is not None:
+                st.prompt_logprobs = p.logprobs
         for fin in msg.finished:
             st = self.requests.get(fin.rid)
             if st is None:

@@ -209,6 +209,7 @@ class Subserver:
             "vocab_size": i.vocab_size,
             "max_len": i.max_len,
             "eos_token_ids": list(i.eos_token_ids),
+            "scores_prompts": i.scores_prompts,  # echo with logprobs (engine/scoring.py)
             "route_rules": rule_texts(self.plan["routes"].get(self.model) or {}),  # for the playground
         }
 

@@ -38,6 +38,10 @@ class Req:
     logprobs: list | None = None  # this step's token's TokenOut.logprobs entry (sampling.logprobs ≥ 0)
     route_inputs: dict | None = None  # this step's decision's inputs (sampling.route_inputs; route_inputs.py)
     grammar: GrammarState | None = None  # with sampling.grammar: its matcher here (runtime/grammar.py)
+    score_prompt: bool = (
+        False  # its next step scores the prompt (a new request with sampling.prompt_logprobs ≥ 0)
+    )
+    prompt_logprobs: list | None = None  # that step's PromptLogprobs.logprobs, until sent
 
     @property
     def generated(self) -> int:

@@ -18,7 +18,8 @@ the step also handed the request to another model) and a `TokenOut` with *no* to
 sampled token was discarded, only the hand-off is reported); `Finished` when this subserver committed the
 last token (EOS / stop token → "stop", max_tokens or the context end → "length") or could not run it
 ("error"). The subserver that finishes a request frees its own KV at once; the others free theirs on
-`Release`/`Abort`.
+`Release`/`Abort`. A request with sampling.prompt_logprobs has its prompt scored in its first step on the entry
+model (`PromptLogprobs`, subserver/logprobs.py); with max_tokens 0 it then finishes ("length") without a token.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ from tokenrouter.runtime.route.kernel import RouteResult
 from tokenrouter.runtime.route.state import RouteStatePacker
 from tokenrouter.runtime.sampling import DEFAULT_SAMPLER
 from tokenrouter.runtime.subserver.batching import BatchingConfig, DelayedBatching
+from tokenrouter.runtime.subserver.logprobs import (
+    note_logprobs,
+    prompt_outputs,
+    score_k,
+    take_prompt_logprobs,
+)
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import region
 from tokenrouter.runtime.subserver.recorder import StepRecorder
@@ -139,6 +146,7 @@ class Scheduler:
             msg.rid, list(msg.prompt_ids), len(msg.prompt_ids), msg.sampling, arrived_at=now, ready_since=now
         )
         req.seen_by[self.model] = len(req.tokens)
+        req.score_prompt = msg.sampling.prompt_logprobs >= 0
         self._admit(req)
         return []
 
@@ -350,7 +358,7 @@ class Scheduler:
             if len(batch) == 1:
                 return [], None, self._fail(batch[0], f"routing failed: {type(e).__name__}: {e}")
         else:
-            _note_logprobs(batch, range(len(batch)), step.logits, result.token)
+            note_logprobs(batch, range(len(batch)), step.logits, result.token)
             return batch, result, []
         return self._route_each(batch, step)
 
@@ -370,7 +378,7 @@ class Scheduler:
         token, logprob, rule = (
             torch.cat([getattr(x, f) for x in results]) for f in ("token", "logprob", "rule")
         )
-        _note_logprobs(rows, [batch.index(r) for r in rows], step.logits, token)
+        note_logprobs(rows, [batch.index(r) for r in rows], step.logits, token)
         return rows, RouteResult(token, logprob, rule), out
 
     def _route_rows(self, rows: list[Req], logits: torch.Tensor, hidden: torch.Tensor | None):
@@ -392,7 +400,10 @@ class Scheduler:
         self.recorder.note_first_runs(sum(1 for r in rows if not r.fed))
         # r.new_tokens(), inlined (once per row per step)
         with region("forward"):
-            step = self.engine.forward([StepInput(r.rid, r.tokens[r.fed :]) for r in rows], self.want_hidden)
+            step = self.engine.forward(
+                [StepInput(r.rid, r.tokens[r.fed :], score_k(r)) for r in rows], self.want_hidden
+            )
+        take_prompt_logprobs(rows, step)
         # what the engine ran (`StepOutput.stats`); from an engine that does not say, the tokens it was given
         ran, longest = step.stats.get("tokens"), step.stats.get("longest")
         if ran is None or longest is None:
@@ -427,7 +438,12 @@ class Scheduler:
         emitted: list[m.TokenOut] = []
         finished: list[m.Finished] = []
         now = self.clock()
+        prompts = prompt_outputs(batch)
         for req, tok, rule in zip(batch, *self._tokens_and_rules(result), strict=True):
+            if req.sampling.max_tokens == 0:  # the prompt scored, nothing to write (echo)
+                finished.append(m.Finished(req.rid, "length", self.model))
+                self._drop(req)
+                continue
             hop = self.rules[rule] if (req.for_left == 0 and rule >= 0) else None
             if hop is not None and hop.drop:
                 emitted.append(m.TokenOut(req.rid, req.generated, [], self.model, hop_to=hop.target,
@@ -440,8 +456,8 @@ class Scheduler:
                 self._token_out(req, tok, hop.target if hop is not None and reason is None else None)
             )
             self._settle(req, hop, reason, now, out, finished)
-        if emitted or finished:
-            out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished)))
+        if emitted or finished or prompts:
+            out.insert(0, (FRONTEND, m.StepOutputs(self.model, emitted, finished, prompts)))
         return out
 
     @staticmethod
@@ -537,29 +553,6 @@ class Scheduler:
         queue = m.QueueStats(waiting=c["waiting"], running=c["running"], pending=c["pending"])
         threshold = self.batching.config.thresholds[self.model]
         return self.recorder.stats(queue, self.engine.stats(), threshold)
-
-
-def _note_logprobs(rows: list[Req], at, logits: torch.Tensor, token: torch.Tensor) -> None:
-    """For each row that asks (sampling.logprobs = k ≥ 0), its token's log-probability and the k most likely
-    tokens' under log_softmax of its logits (row `at[i]` of `logits`), as OpenAI reports them: the model's
-    distribution, before temperature, top-k and top-p. Kept on the row until the token is emitted."""
-    want = [i for i, r in enumerate(rows) if r.sampling.logprobs >= 0]
-    for r in rows:
-        r.logprobs = None
-    if not want:
-        return
-    at = list(at)
-    idx = torch.tensor([at[i] for i in want], device=logits.device)
-    lp = torch.log_softmax(logits.index_select(0, idx).float(), dim=-1)
-    chosen = lp.gather(
-        1, token.index_select(0, torch.tensor(want, device=token.device)).to(lp.device)[:, None]
-    )
-    k = max(rows[i].sampling.logprobs for i in want)
-    top_v, top_i = lp.topk(k, dim=-1) if k else (lp[:, :0], lp[:, :0].long())
-    chosen, top_v, top_i = chosen[:, 0].tolist(), top_v.tolist(), top_i.tolist()
-    for j, i in enumerate(want):
-        n = rows[i].sampling.logprobs
-        rows[i].logprobs = [chosen[j], [[t, v] for t, v in zip(top_i[j][:n], top_v[j][:n], strict=True)]]
 
 
 def _without_resident(batch: list[Req], free: int, resident: Callable[[str], bool]) -> tuple[int, list[Req]]:
