@@ -34,7 +34,16 @@ def test_the_table_divides_by_llm_only_at_the_same_n(cc):
         {"config": "llm-only", "n": 16, "tok_s": 2000.0, "ttft_p50_ms": 30.0, "models": model},
         {"config": "tokenrouter llm=12", "n": 16, "tok_s": 3000.0, "ttft_p50_ms": 20.0, "models": model},
         {"config": "tokenrouter llm=12", "n": 32, "tok_s": 5000.0, "ttft_p50_ms": 20.0, "models": model},
+        {
+            "config": "tokenrouter auto",
+            "n": 16,
+            "tok_s": 2500.0,
+            "ttft_p50_ms": 25.0,
+            "models": model,
+            "simulated_tok_s": 2600.0,
+        },
     ]
     text = cc.table(rows)
-    assert "| tokenrouter llm=12 | 16 | 3000.0 | 1.50x | 20 | llm: 10, 4.0, 5.00, 10, 0 |" in text
-    assert "| tokenrouter llm=12 | 32 | 5000.0 | - |" in text
+    assert "| tokenrouter llm=12 | 16 | 3000.0 | 1.50x | - | 20 | llm: 10, 4.0, 5.00, 10, 0 |" in text
+    assert "| tokenrouter llm=12 | 32 | 5000.0 | - | - |" in text
+    assert "| tokenrouter auto | 16 | 2500.0 | 1.25x | 2600.0 | 25 |" in text
