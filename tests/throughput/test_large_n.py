@@ -50,9 +50,10 @@ SETTINGS = [
 
 
 @pytest.mark.parametrize(("inputs", "delta_ms"), SETTINGS)
-def test_the_sampled_choice_agrees_with_the_exhaustive_chain(inputs, delta_ms):
+def test_the_sampled_choice_agrees_with_the_exhaustive_chain(inputs, delta_ms, monkeypatch):
     """The sampled search's B*, evaluated by the exact chain, is within 3 % of the chain's best, and its predicted
     T is within 2 % of the chain's T at that B."""
+    monkeypatch.setattr(large_n, "EXACT_WORK", 10**9)  # the exact search, however long
     exact = tune(inputs, delta_ms=delta_ms)
     assert exact.method == "exhaustive"
     chain = {r.thresholds: r.throughput for r in exact.results}
@@ -104,6 +105,14 @@ def test_tune_samples_a_chain_too_large_to_solve(monkeypatch):
     result = tune(inputs, fixed={"slm": 2, "llm": 1})
     assert result.method == "sampled" and result.best.thresholds == (2, 1)
     assert result.best.throughput == pytest.approx(analyze(inputs, (2, 1)).throughput, rel=0.02)
+
+
+def test_tune_samples_where_the_exact_search_would_be_long(monkeypatch):
+    """The probe chain's states times the candidates over `EXACT_WORK`: sampled, though every chain would fit."""
+    inputs = two(8)
+    assert tune(inputs).method == "exhaustive"
+    monkeypatch.setattr(large_n, "EXACT_WORK", 36 * 50)  # 36 candidates; the probe chain has more than 50 states
+    assert tune(inputs).method == "sampled"
 
 
 def test_the_ladder_and_a_zoom_reach_every_integer():

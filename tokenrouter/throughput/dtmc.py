@@ -300,18 +300,21 @@ def _stationary_irreducible(
     """π of an irreducible chain. Small chains: fix π_0 = 1 and solve the other balance equations by
     sparse LU. Large ones (LU fill-in grows fast): Gauss-Seidel on π (I − P) = 0 — split I − Pᵀ = (D − L) − U
     and solve (D − L) x' = U x, a sparse triangular solve per sweep, normalizing x' — until the residual
-    ‖xP − x‖₁ is < `tol` (x summing to 1); LU if it does not get there in `max_iter` sweeps."""
+    ‖xP − x‖₁ is < `tol` (x summing to 1); LU if it does not get there in `max_iter` sweeps. The triangular
+    factor is set up for SuperLU once (natural order, no pivoting: the factorization of a triangular matrix is
+    itself), so a sweep is one triangular solve, not `spsolve_triangular`'s per-call rebuild of the matrix."""
     n = mat.shape[0]
     if n == 1:
         return np.ones(1)
     if n > direct_limit:
         a = (sp.identity(n, format="csr") - mat.T).tocsr()
-        lower = sp.tril(a, format="csr")
+        lower = spla.splu(sp.tril(a, format="csc"), permc_spec="NATURAL", diag_pivot_thresh=0.0,
+                          options={"SymmetricMode": True})  # fmt: skip
         upper = -sp.triu(a, k=1, format="csr")
         pt = mat.T.tocsr()
         x = np.full(n, 1.0 / n)
         for it in range(max_iter):
-            x = spla.spsolve_triangular(lower, upper @ x, lower=True, overwrite_b=True)
+            x = lower.solve(upper @ x)
             x /= x.sum()
             if it % 5 == 4 and np.abs(pt @ x - x).sum() < tol:
                 x = np.clip(x, 0.0, None)

@@ -36,6 +36,7 @@ from tokenrouter.throughput.tune_result import TuneResult, count_feasible, feasi
 
 METHOD = "sampled"
 EXACT_STATES = 50_000  # the exact chain where the probe's has at most this many states (`chain_fits`)
+EXACT_WORK = 400_000  # ... and those states times the feasible candidates are at most this many
 POOL_LIMIT = 256  # feasible candidates raced at once; more: a ladder per model, then zoom
 LEVEL_POOL = 128  # candidates of a zoom level at most (the axis points per free model follow from it)
 WARMUP_EPOCHS = 200  # epochs run and not measured (a path starts with every request at the entry)
@@ -204,16 +205,19 @@ def race(inputs: SystemInputs, cands: list[tuple[int, ...]], delta_ms: float, se
     return finalists, dropped
 
 
-def chain_fits(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float) -> bool:
-    """Whether the exact chain of the probe candidate — every free threshold 1, the fixed ones as given, usually
-    the largest chain of the search — has at most `EXACT_STATES` states: its enumeration stops as soon as it has
-    more. (`--max-states` caps each chain of the exact search, as before.)"""
+def chain_fits(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float, n_feasible: int = 1) -> bool:
+    """Whether the exact search is worth its cost: the chain of the probe candidate — every free threshold 1,
+    the fixed ones as given, usually the largest chain of the search — has at most `EXACT_STATES` states (its
+    enumeration stops as soon as it has more), and those states times the `n_feasible` candidates are at most
+    `EXACT_WORK` (two models at N = 16 would solve 136 chains of up to 18,000 states, twice or three times each
+    for the prefill fixed point: some 40 s, against 5 s sampled). (`--max-states` caps each chain of the exact
+    search, as before.)"""
     probe = tuple(fixed.get(i, 1) for i in range(inputs.n_models))
     try:
-        build_chain(inputs, probe, delta_ms, EXACT_STATES)
+        states = build_chain(inputs, probe, delta_ms, EXACT_STATES)[0]
     except ChainError as e:
         return "deadlock" in str(e)  # the exact search reports it as it does
-    return True
+    return len(states) * n_feasible <= EXACT_WORK
 
 
 def ladder(n: int) -> list[int]:

@@ -1,9 +1,9 @@
 """The search for B* = argmax T(B) over B ∈ {1..N}^M with Σ(B_i − 1) < N, some B_i fixed.
 
-Up to `exhaustive_limit` feasible candidates whose largest chain is small enough (`large_n.chain_fits`), every one
-is one chain (`dtmc.analyze`), solved exactly. Otherwise (two models past N ≈ 19, three past N ≈ 10, or one
-candidate of a large N) the chains are too many or too large to solve, and the search samples them instead
-(`large_n.py`); the result's method says which.
+Up to `exhaustive_limit` feasible candidates whose chains are small enough, alone and together (`large_n.chain_fits`),
+every one is one chain (`dtmc.analyze`), solved exactly. Otherwise (two models past N ≈ 10, three past N ≈ 6, or
+one candidate of a large N) the chains are too many or too large to solve in seconds, and the search samples them
+instead (`large_n.py`); the result's method says which.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def tune(
     from tokenrouter.throughput.large_n import chain_fits, tune_sampled  # the one hook to `large_n`
 
     t0 = time.perf_counter()
-    if n_feasible > exhaustive_limit or not chain_fits(inputs, fixed_idx, delta_ms):
+    if n_feasible > exhaustive_limit or not chain_fits(inputs, fixed_idx, delta_ms, n_feasible):
         sampled = tune_sampled(inputs, fixed_idx, delta_ms)  # too many chains, or too large: sample them
         return dataclasses.replace(sampled, seconds=time.perf_counter() - t0)
     if error := too_many_states(inputs, max_states):
