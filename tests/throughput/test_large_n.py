@@ -111,7 +111,9 @@ def test_tune_samples_where_the_exact_search_would_be_long(monkeypatch):
     """The probe chain's states times the candidates over `EXACT_WORK`: sampled, though every chain would fit."""
     inputs = two(8)
     assert tune(inputs).method == "exhaustive"
-    monkeypatch.setattr(large_n, "EXACT_WORK", 36 * 50)  # 36 candidates; the probe chain has more than 50 states
+    monkeypatch.setattr(
+        large_n, "EXACT_WORK", 36 * 50
+    )  # 36 candidates; the probe chain has more than 50 states
     assert tune(inputs).method == "sampled"
 
 

@@ -258,10 +258,76 @@ def test_echo_scores_only_with_max_tokens_zero_and_token_id_prompts(client, refe
     assert echoed.choices[0].text == "hello world" and echoed.choices[0].logprobs is None
 
 
+def test_echo_streams_the_prompt_first(client, small):
+    """`echo` with `stream`: each choice's first chunk is its prompt (with the prompt's logprobs), then the
+    completion's chunks; joined they are the unstreamed answer, offsets and all."""
+    text = "def add(a, b):\n    return"
+    kw = dict(model="testmix", prompt=text, max_tokens=5, temperature=0.8, seed=7, logprobs=2, echo=True, n=2)
+    whole = client.completions.create(**kw)
+    texts, lps, first = {}, {}, {}
+    for chunk in client.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            first.setdefault(c.index, c.text)
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.logprobs is not None:
+                for key in ("tokens", "token_logprobs", "text_offset"):
+                    lps.setdefault(c.index, {}).setdefault(key, []).extend(getattr(c.logprobs, key))
+    n = len(TextCodec(small).encode(text))
+    for c in whole.choices:
+        assert first[c.index] == text and texts[c.index] == c.text
+        assert lps[c.index]["tokens"] == c.logprobs.tokens and len(c.logprobs.tokens) == n + 5
+        assert lps[c.index]["text_offset"] == c.logprobs.text_offset
+        assert lps[c.index]["token_logprobs"][0] is None
+        assert lps[c.index]["token_logprobs"][1:] == pytest.approx(c.logprobs.token_logprobs[1:], abs=1e-6)
+    scored = list(client.completions.create(stream=True, **{**kw, "max_tokens": 0, "n": 1}))
+    assert "".join(c.text for ch in scored for c in ch.choices) == text
+    assert scored[-1].choices[0].finish_reason == "length"
+
+
+def _prefix_counters(server, model: str, arrivals: float = 0.0) -> tuple[float, float]:
+    """(arrivals, matched tokens) of `model`'s prefix cache from /metrics, once at least `arrivals` are counted
+    (the subservers' stats reach the frontend a moment after their steps)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + 20
+    while True:
+        text = httpx.get(f"{server.url}/metrics", timeout=30).text
+        got = {}
+        for name in ("arrivals", "matched_tokens"):
+            key = f'tokenrouter_prefix_{name}{{model="{model}"}}'
+            got[name] = float(next(x for x in text.splitlines() if x.startswith(key)).split()[-1])
+        if got["arrivals"] >= arrivals or time.monotonic() > deadline:
+            return got["arrivals"], got["matched_tokens"]
+        time.sleep(0.1)
+
+
+def test_n_echoed_choices_score_their_prompt_once(client, server):
+    """n choices of one echoed prompt: the first scores it, the others echo its scores and start from the prefix
+    cache (a scoring request cannot: it needs every position's logits)."""
+    text = "def scale(values, factor):\n    out = []\n    for v in values:\n        out.append(v * factor)\n"
+    arrivals, _ = _prefix_counters(server, "slm")
+    client.completions.create(model="testmix", prompt=text, max_tokens=1)  # the prompt's blocks cached
+    arrivals, before = _prefix_counters(server, "slm", arrivals + 1)
+    r = client.completions.create(
+        model="testmix", prompt=text, max_tokens=2, echo=True, logprobs=1, n=3, seed=3
+    )
+    matched = _prefix_counters(server, "slm", arrivals + 3)[1] - before
+    assert matched >= 2 * 16, matched  # choices 1 and 2 matched the cached prompt; choice 0 scored it
+    n = len(r.choices[0].logprobs.tokens) - 2
+    first = r.choices[0].logprobs
+    for c in r.choices:
+        assert c.text.startswith(text) and c.logprobs.tokens[:n] == first.tokens[:n]
+        assert (
+            c.logprobs.token_logprobs[1:n] == first.token_logprobs[1:n]
+            and c.logprobs.token_logprobs[0] is None
+        )
+
+
 @pytest.mark.parametrize(
     ("kw", "param"),
     [
-        (dict(echo=True, stream=True, logprobs=1), "echo"),
         (dict(echo=True, logprobs=21), "logprobs"),
         (dict(max_tokens=0), "max_tokens"),
     ],

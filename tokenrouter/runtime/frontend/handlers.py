@@ -27,6 +27,7 @@ from tokenrouter.runtime.frontend.tools import ToolPlan, ToolStream, plan_tools,
 
 _MASK64 = (1 << 64) - 1
 _DISCONNECT_POLL_S = 0.25
+_SCORES_POLL_S = 0.002  # a streamed echo waits this long between looks for the scores of its prompt
 
 
 # a request body this long or shorter is tokenized on the event loop (GenerationHandler.serve): at the 0.18 µs a
@@ -191,11 +192,19 @@ class GenerationHandler:
         echoes: list[tuple[list[int], str]] | None = None,
     ) -> None:
         """Submit every choice, appending each to `choices` as it is sent (so that an error aborts those sent)."""
-        # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed
+        # n choices per prompt, choice j seeded seed + j: each equals a request of its own with that seed. Where
+        # the prompt is scored (echo with logprobs), choice 0 scores it for all n: the others leave it to that
+        # one (and so may start from the prefix cache) and echo its scores (`echo`'s third item).
         for i, (ids, spec) in enumerate(zip(prompts, specs, strict=True)):
+            scorer = None
             for j in range(req.n):
-                st = mgr.submit(ids, msgspec.structs.replace(spec, seed=_int64(spec.seed + j)))
-                choices.append(self._choice(mgr, req, st, i * req.n + j, echoes[i] if echoes else None))
+                one = msgspec.structs.replace(spec, seed=_int64(spec.seed + j))
+                if scorer is not None:
+                    one = msgspec.structs.replace(one, prompt_logprobs=-1)
+                st = mgr.submit(ids, one)
+                scorer = scorer or st
+                echo = (*echoes[i], scorer) if echoes else None
+                choices.append(self._choice(mgr, req, st, i * req.n + j, echo))
 
     def _choice(
         self, mgr: RequestManager, req: Any, st: ReqState, index: int, echo: tuple | None = None
@@ -258,17 +267,26 @@ class GenerationHandler:
         """An echoed choice's logprobs: the prompt's (the entry model's scores, the first token's null) before
         the completion's, whose text_offset counts from the end of the prompt's text; the routing says who
         scored the prompt."""
-        ids, text = c.echo
-        if req.logprob_count() < 0:
+        lp = self._prompt_logprobs(req, c)
+        if lp is None:
             return
-        scored = c.state.prompt_logprobs
-        if scored is None:
-            raise APIError(500, f"the entry model {self.args.entry!r} sent no prompt logprobs")
-        entries = [(ids[0], None, None)] + [(t, e[0], e[1]) for t, e in zip(ids[1:], scored, strict=True)]
-        lp = completion_logprobs(self.codec, entries, 0, req.return_tokens_as_token_ids)
-        gen = self._logprobs(req, False, c, 0, len(text))
+        gen = self._logprobs(req, False, c, 0, len(c.echo[1]))
         d["logprobs"] = {k: lp[k] + gen[k] for k in lp}
         d["routing"]["prompt_logprobs_from"] = self.args.entry
+
+    def _prompt_logprobs(self, req: Any, c: Choice) -> dict | None:
+        """An echoed choice's prompt logprobs in the completions shape (None unless asked), from the choice that
+        scored its prompt (`_submit`)."""
+        if req.logprob_count() < 0:
+            return None
+        ids, _, scorer = c.echo
+        scored = scorer.prompt_logprobs
+        if scored is None:
+            raise scorer.error or APIError(
+                500, f"the entry model {self.args.entry!r} sent no prompt logprobs"
+            )
+        entries = [(ids[0], None, None)] + [(t, e[0], e[1]) for t, e in zip(ids[1:], scored, strict=True)]
+        return completion_logprobs(self.codec, entries, 0, req.return_tokens_as_token_ids)
 
     async def _stream(
         self,
@@ -319,6 +337,7 @@ class _EventStream:
         self.sent = {
             c.index: (0, 0) for c in choices
         }  # per choice: logprob entries sent, their text's length
+        self.echoed: set[int] = set()  # the choices whose prompt (echo) was sent
         # per choice, with tools parsed: its text split into content and calls (tools.py)
         self.split = (
             {c.index: ToolStream(tools.syntax) for c in choices}
@@ -347,6 +366,24 @@ class _EventStream:
             offset = lp["text_offset"][-1] + len(token_text(self.handler.codec, c.logprobs[-1][0]))
         self.sent[c.index] = (len(c.logprobs), offset)
         return lp
+
+    async def echo(self, c: Choice) -> dict | None:
+        """An echoed choice's first chunk: its prompt's text (and logprobs, scored by the entry model), sent
+        before its first token's; the completion's text_offsets then count from the prompt text's end. Where
+        another choice scores the prompt and its scores have not come yet, this waits for them."""
+        if c.echo is None or c.index in self.echoed:
+            return None
+        self.echoed.add(c.index)
+        scorer = c.echo[2]
+        while self.req.logprob_count() >= 0 and scorer.prompt_logprobs is None and not scorer.done:
+            await asyncio.sleep(_SCORES_POLL_S)
+        text = c.echo[1]
+        self.sent[c.index] = (0, len(text))
+        d = {"index": c.index, "text": text, "logprobs": self.handler._prompt_logprobs(self.req, c),
+             "finish_reason": None}  # fmt: skip
+        if d["logprobs"] is not None:
+            d["routing"] = {"prompt_logprobs_from": self.handler.args.entry}
+        return d
 
     def piece(self, c: Choice, text: str) -> dict:
         lp = self.new_logprobs(c)
@@ -390,6 +427,8 @@ class _EventStream:
             ev = first
             while ev is not None:
                 c, text = ev
+                if echoed := await self.echo(c):
+                    yield self.chunk([echoed])
                 yield self.chunk([self.final(c)] if text is None else [self.piece(c, text)])
                 ev = await anext(events, None)
             if self.include_usage:

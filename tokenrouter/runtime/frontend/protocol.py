@@ -142,8 +142,6 @@ class CompletionRequest(_SamplingFields):
 
     def check(self) -> None:
         self.check_common()
-        if self.echo and self.stream:
-            raise APIError(400, "echo is not supported with stream: true", param="echo")
         _check_range(self.logprobs, "logprobs", 0, MAX_LOGPROBS)
         if self.best_of not in (None, 1):
             raise APIError(400, "best_of is not supported by TokenRouter", param="best_of")
