@@ -45,6 +45,23 @@ LLAMA3_TEMPLATE = (
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}"
     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
+# Mistral 7B v0.3's template, in short: the tools before the last user message, calls as a JSON list after
+# [TOOL_CALLS], each with the 9-character id the template insists on
+MISTRAL_TEMPLATE = (
+    "{{- bos_token }}{%- if tools is not defined %}{%- set tools = none %}{%- endif %}"
+    "{%- for message in messages %}{%- if message.role == 'user' %}"
+    "{%- if tools is not none and loop.last %}{{- '[AVAILABLE_TOOLS] ' + tools|tojson + '[/AVAILABLE_TOOLS]' }}"
+    "{%- endif %}{{- '[INST] ' + message.content + '[/INST]' }}"
+    "{%- elif message.tool_calls is defined and message.tool_calls is not none %}{{- '[TOOL_CALLS] [' }}"
+    "{%- for tool_call in message.tool_calls %}{%- set out = tool_call.function|tojson %}{{- out[:-1] }}"
+    "{%- if not tool_call.id is defined or tool_call.id|length != 9 %}"
+    "{{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{%- endif %}"
+    "{{- ', \"id\": \"' + tool_call.id + '\"}' }}{%- if not loop.last %}{{- ', ' }}{%- else %}"
+    "{{- ']' + eos_token }}{%- endif %}{%- endfor %}"
+    "{%- elif message.role == 'tool' %}{{- '[TOOL_RESULTS] {\"content\": ' + message.content|tojson + ', \"call_id\": \"'"
+    " + message.tool_call_id + '\"}[/TOOL_RESULTS]' }}"
+    "{%- elif message.role == 'assistant' %}{{- ' ' + message.content + eos_token }}{%- endif %}{%- endfor %}"
+)
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -100,6 +117,18 @@ def llama_client(tmp_path_factory):
     small = tmp / "llama-small"
     shutil.copytree(MODELS / "tiny-small", small)
     (small / "chat_template.jinja").write_text(LLAMA3_TEMPLATE)
+    srv = Server(write_policy(tmp, small=small), log_dir=tmp)
+    yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
+    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
+
+
+@pytest.fixture(scope="module")
+def mistral_client(tmp_path_factory):
+    """A server whose entry model's template teaches Mistral's `[TOOL_CALLS]` list."""
+    tmp = tmp_path_factory.mktemp("structured-mistral")
+    small = tmp / "mistral-small"
+    shutil.copytree(MODELS / "tiny-small", small)
+    (small / "chat_template.jinja").write_text(MISTRAL_TEMPLATE)
     srv = Server(write_policy(tmp, small=small), log_dir=tmp)
     yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
     assert srv.stop(signal.SIGINT) == 0, srv.stderr()
@@ -218,7 +247,7 @@ def _assembled(chunks) -> tuple[str, list[tuple[str, str]], list[int], str | Non
             reason = ch.finish_reason or reason
             for t in ch.delta.tool_calls or ():
                 if t.index == len(calls):
-                    assert t.id.startswith("call_") and t.type == "function" and t.function.name, t
+                    assert t.id and t.type == "function" and t.function.name, t
                     calls.append([t.function.name, ""])
                     fragments.append(0)
                 else:
@@ -261,3 +290,27 @@ def test_llama3_json_tool_calls_served_whole_and_streamed(llama_client):
         jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
         content, calls, _, reason = _assembled(llama_client.chat.completions.create(stream=True, **kw))
         assert (content, calls, reason) == ("", [("get_weather", call.function.arguments)], "tool_calls")
+
+
+def test_mistral_tool_calls_served_and_sent_back(mistral_client):
+    """The forced output is Mistral's list `[{"name": ..., "arguments": ...}, ...]`, read back as `tool_calls`
+    (streamed alike) with the 9-character ids the template checks, so the calls and their results render in
+    the next turn."""
+    kw = dict(
+        model="testmix", messages=USER, tools=[TIME, WEATHER], max_tokens=200, seed=1, tool_choice="required"
+    )
+    whole = mistral_client.chat.completions.create(**kw).choices[0]
+    assert whole.finish_reason == "tool_calls" and whole.message.content is None and whole.message.tool_calls
+    for call in whole.message.tool_calls:
+        assert len(call.id) == 9 and call.id.isalnum() and call.function.name in ("get_time", "get_weather")
+        json.loads(call.function.arguments)
+    content, calls, _, reason = _assembled(mistral_client.chat.completions.create(stream=True, **kw))
+    assert reason == "tool_calls" and calls == [
+        (c.function.name, c.function.arguments) for c in whole.message.tool_calls
+    ]
+    results = [{"role": "tool", "tool_call_id": c.id, "content": "sunny"} for c in whole.message.tool_calls]
+    turn = [*USER, whole.message.model_dump(exclude_none=True), *results]
+    nxt = mistral_client.chat.completions.create(
+        model="testmix", messages=turn, tools=[TIME, WEATHER], max_tokens=4
+    )
+    assert nxt.choices[0].finish_reason in ("stop", "length", "tool_calls")

@@ -13,7 +13,7 @@ import shutil
 import llguidance
 import pytest
 from frontend_helpers import MODELS
-from test_structured_output import LLAMA3_TEMPLATE, TOOLS_TEMPLATE
+from test_structured_output import LLAMA3_TEMPLATE, MISTRAL_TEMPLATE, TOOLS_TEMPLATE
 
 from tokenrouter.runtime import grammar as g
 from tokenrouter.runtime.frontend import tool_syntax as ts
@@ -32,7 +32,9 @@ CALLS = [
     {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris <3"}'}},
     {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET", "n": [1, 2]}'}},
 ]  # fmt: skip
-MISTRAL_TEMPLATE = "{%- for message in messages %}{%- if message.tool_calls %}{{- '[TOOL_CALLS][' }}{%- endif %}{%- endfor %}{{ tools }}"  # fmt: skip
+# a newer Mistral template (calls as [TOOL_CALLS]name[ARGS]{...}): not parsed
+MISTRAL_V11_TEMPLATE = "{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls[0].function.name }}[ARGS]{%- endif %}{%- endfor %}{{ tools }}"  # fmt: skip
+MISTRAL_IDS = ("aB3dE6gH9", "Zy8xW7vU6")
 
 
 def _codec(tmp_path_factory, name: str, template: str) -> TextCodec:
@@ -71,6 +73,20 @@ def llama_answer(tmp_path_factory) -> str:
     return "; ".join(t[t.rindex(head) + len(head) : t.rindex("<|eot_id|>")] for t in turns)
 
 
+@pytest.fixture(scope="module")
+def mistral_answer(tmp_path_factory) -> str:
+    """The template's list of two calls, after its [TOOL_CALLS] tag (a special token: the answer's text, as the
+    server decodes it, leaves it out)."""
+    codec = _codec(tmp_path_factory, "mistral", MISTRAL_TEMPLATE)
+    text = _rendered(codec, [{**c, "id": i} for c, i in zip(CALLS, MISTRAL_IDS, strict=True)])
+    return text[text.rindex("[TOOL_CALLS]") + len("[TOOL_CALLS]") : text.rindex("]") + 1]
+
+
+def _answer(syntax: str, hermes_answer: str, llama_answer: str, mistral_answer: str):
+    return {"hermes": (hermes_answer, ts.HERMES), "llama": (llama_answer, ts.LLAMA3_JSON),
+            "mistral": (mistral_answer, ts.MISTRAL)}[syntax]  # fmt: skip
+
+
 def _plain(calls: list[dict]) -> list[tuple[str, dict]]:
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
@@ -83,7 +99,7 @@ def _assemble(deltas: list[dict]) -> tuple[str, list[dict]]:
         content += d.get("content", "")
         for e in d.get("tool_calls", ()):
             if e["index"] == len(calls):
-                assert e["id"].startswith("call_") and e["type"] == "function" and e["function"]["name"]
+                assert e["id"] and e["type"] == "function" and e["function"]["name"]
                 calls.append({"id": e["id"], "type": "function", "function": dict(e["function"])})
             else:
                 assert e["index"] == len(calls) - 1 and set(e) == {"index", "function"}, e
@@ -117,9 +133,19 @@ def test_a_llama3_answer_parses_into_its_calls(llama_answer):
         assert content is None and _plain(calls) == _plain(CALLS)
 
 
-@pytest.mark.parametrize("syntax", ["hermes", "llama"])
-def test_streamed_pieces_assemble_into_the_whole_answer(syntax, hermes_answer, llama_answer):
-    answer, syn = (hermes_answer, ts.HERMES) if syntax == "hermes" else (llama_answer, ts.LLAMA3_JSON)
+def test_a_mistral_answer_parses_into_its_calls(mistral_answer):
+    assert mistral_answer.startswith(' [{"name": "get_weather", "arguments": {"city": "Paris <3"}, "id": "')
+    for text in (mistral_answer, "[TOOL_CALLS]" + mistral_answer, "[TOOL_CALLS][" + mistral_answer[2:]):
+        content, calls = parse_tool_calls(text, ts.MISTRAL)
+        assert content is None and _plain(calls) == _plain(CALLS), text
+        assert all(len(c["id"]) == 9 and c["id"].isalnum() for c in calls)
+    content, calls = parse_tool_calls("Checking.[TOOL_CALLS]" + mistral_answer + " Done.", ts.MISTRAL)
+    assert content == "Checking.Done." and _plain(calls) == _plain(CALLS)  # the whitespace by a call dropped
+
+
+@pytest.mark.parametrize("syntax", ["hermes", "llama", "mistral"])
+def test_streamed_pieces_assemble_into_the_whole_answer(syntax, hermes_answer, llama_answer, mistral_answer):
+    answer, syn = _answer(syntax, hermes_answer, llama_answer, mistral_answer)
     whole_content, whole_calls = parse_tool_calls(answer, syn)
     for cut in range(len(answer) + 1):
         for step in (1, 3, 7):
@@ -182,10 +208,18 @@ def test_a_call_not_led_by_its_name_goes_out_whole_when_it_ends():
         ("llama", '{"name": "f", "parameters": [1]}'),
         ("llama", "<|python_tag|>print(1)"),
         ("llama", "<|python"),
+        ("mistral", "[1, 2, 3]"),  # a list, not of calls
+        ("mistral", '[{"city": "Paris"}]'),
+        (
+            "mistral",
+            'See [{"name": "f", "arguments": {}}]',
+        ),  # a list of calls, not at the start, without the tag
+        ("mistral", "[TOOL_CALLS] no list"),
+        ("mistral", "["),
     ],
 )
 def test_text_without_a_valid_call_stays_content(syntax, text):
-    syn = ts.HERMES if syntax == "hermes" else ts.LLAMA3_JSON
+    syn = {"hermes": ts.HERMES, "llama": ts.LLAMA3_JSON, "mistral": ts.MISTRAL}[syntax]
     assert parse_tool_calls(text, syn) == (text, [])
     deltas, s = _stream(syn, list(text))
     assert _assemble(deltas) == (text, []) and s.calls == 0
@@ -209,8 +243,9 @@ def test_the_syntax_is_detected_from_the_chat_template(tmp_path_factory):
     hermes = _codec(tmp_path_factory, "h", TOOLS_TEMPLATE).template_source
     llama = _codec(tmp_path_factory, "l", LLAMA3_TEMPLATE).template_source
     assert ts.detect(hermes) is ts.HERMES and ts.detect(llama) is ts.LLAMA3_JSON
-    assert ts.detect(MISTRAL_TEMPLATE) is None and ts.detect(None) is None
-    assert "Mistral's [TOOL_CALLS]" in ts.unsupported_message(MISTRAL_TEMPLATE)
+    assert ts.detect(MISTRAL_TEMPLATE) is ts.MISTRAL
+    assert ts.detect(MISTRAL_V11_TEMPLATE) is None and ts.detect(None) is None
+    assert "Mistral's [TOOL_CALLS]name[ARGS]" in ts.unsupported_message(MISTRAL_V11_TEMPLATE)
     assert "does not know" in ts.unsupported_message("{{ tools }}")
 
 
@@ -238,16 +273,23 @@ def test_tool_choice_plans():
 def test_an_unknown_syntax_is_a_400_unless_the_answer_stays_text(choice):
     tools = [{"type": "function", "function": {"name": "f"}}]
     with pytest.raises(APIError) as e:
-        _plan(MISTRAL_TEMPLATE, tools=tools, tool_choice=choice)
-    assert e.value.status == 400 and "[TOOL_CALLS]" in e.value.body()["error"]["message"]
-    assert _plan(MISTRAL_TEMPLATE, tools=tools, tool_choice="none").syntax is None
+        _plan(MISTRAL_V11_TEMPLATE, tools=tools, tool_choice=choice)
+    assert e.value.status == 400 and "[ARGS]" in e.value.body()["error"]["message"]
+    assert _plan(MISTRAL_V11_TEMPLATE, tools=tools, tool_choice="none").syntax is None
 
 
-@pytest.mark.parametrize("syntax", ["hermes", "llama"])
-def test_the_forced_grammar_accepts_the_template_formatted_calls(syntax, hermes_answer, llama_answer):
+@pytest.mark.parametrize("syntax", ["hermes", "llama", "mistral"])
+def test_the_forced_grammar_accepts_the_template_formatted_calls(
+    syntax, hermes_answer, llama_answer, mistral_answer
+):
     """What `tool_choice: "required"` constrains the output to is the syntax the parser reads back."""
-    syn, answer = (ts.HERMES, hermes_answer) if syntax == "hermes" else (ts.LLAMA3_JSON, llama_answer)
+    answer, syn = _answer(syntax, hermes_answer, llama_answer, mistral_answer)
     calls_text = answer[answer.index("<tool_call>") :] if syntax == "hermes" else answer
+    if syntax == "mistral":  # the list without the ids the template adds (the model's calls have none)
+        calls_text = "[" + ", ".join(json.dumps({"name": c["function"]["name"],
+                                                 "arguments": json.loads(c["function"]["arguments"])})
+                                     for c in CALLS) + "]"  # fmt: skip
+        assert _plain(parse_tool_calls(calls_text, syn)[1]) == _plain(CALLS)
     fns = [FunctionDef(name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}),
            FunctionDef(name="get_time")]  # fmt: skip
     grammar = tool_grammar(ToolPlan(fns, "required", syntax=syn))

@@ -90,7 +90,7 @@ def tool_grammar(tools: ToolPlan) -> str:
     """Lark: one tool call (or, with parallel_tool_calls, one or more, the syntax's separator apart) of the
     functions `tools.allowed()` in the model's call syntax: Hermes
     `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>`, Llama 3 `{"name": NAME, "parameters":
-    ARGS}`, ARGS valid against the function's parameters."""
+    ARGS}`, Mistral `[{"name": NAME, "arguments": ARGS}, ...]`, ARGS valid against the function's parameters."""
     syntax = tools.syntax
     rules = []
     for i, fn in enumerate(tools.allowed()):
@@ -107,7 +107,9 @@ def tool_grammar(tools: ToolPlan) -> str:
         }
         rules.append(f"fn{i}: %json {json.dumps(schema)}")
     names = " | ".join(f"fn{i}" for i in range(len(rules)))
-    start = f"start: call ({json.dumps(syntax.separator)} call)*" if tools.parallel else "start: call"
+    start = f"call ({json.dumps(syntax.separator)} call)*" if tools.parallel else "call"
+    around = [json.dumps(x) if x else "" for x in (syntax.list_open, syntax.list_close)]
+    start = f"start: {around[0]} {start} {around[1]}".replace("  ", " ")
     call = [json.dumps(syntax.call_open)] if syntax.call_open else []
     call += [f"({names})"] + ([json.dumps(syntax.call_close)] if syntax.call_close else [])
     return g.from_lark("\n".join([start, "call: " + " ".join(call), *rules]) + "\n")

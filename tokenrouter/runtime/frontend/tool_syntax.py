@@ -10,14 +10,21 @@ the first whose marker the chat template contains is the model's.
   `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, anywhere in the answer.
 - `llama3_json` (Llama 3.1 / 3.2 / 3.3 with custom tools): the answer *is* the call, a JSON object
   `{"name": ..., "parameters": {...}}`, optionally after `<|python_tag|>`; several calls a `;` apart.
+- `mistral` (Mistral 7B v0.3, Mixtral 8x22B, Mistral Nemo, Mistral Large 2407: the templates that write
+  `[TOOL_CALLS]` and a JSON list): the answer is `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`. The
+  tag is a special token, which the answer's text leaves out, so a list of calls at the answer's start is read
+  the same with or without it. The templates require call ids of 9 letters and digits (`call_id`).
 
-Templates of other families are named by `UNSUPPORTED` so that their error says which syntax it is.
+Templates of other families are named by `UNSUPPORTED` so that their error says which syntax it is (newer
+Mistral templates, whose calls are `[TOOL_CALLS]name[ARGS]{...}`, among them).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -49,6 +56,13 @@ class ToolSyntax(ABC):
     call_close: ClassVar[str]
     separator: ClassVar[str]  # between parallel calls
     args_key: ClassVar[str]
+    list_open: ClassVar[str] = ""  # around all the calls of an answer
+    list_close: ClassVar[str] = ""
+    not_markers: ClassVar[tuple[str, ...]] = ()  # text that rules this syntax out though a marker is there
+
+    def call_id(self) -> str:
+        """A new call's `id`."""
+        return "call_" + secrets.token_hex(12)
 
     @abstractmethod
     def find_call(self, text: str, may_start: bool) -> Opening:
@@ -113,10 +127,61 @@ class Llama3Json(ToolSyntax):
         return None if object_end is None else (object_end, object_end)
 
 
-HERMES, LLAMA3_JSON = Hermes(), Llama3Json()
-SYNTAXES: tuple[ToolSyntax, ...] = (HERMES, LLAMA3_JSON)
+class MistralList(ToolSyntax):
+    name = "mistral"
+    families = "Mistral 7B v0.3, Mixtral 8x22B, Mistral Nemo"
+    markers = ("[TOOL_CALLS]",)
+    not_markers = ("[ARGS]",)
+    call_open, call_close, separator, args_key = "", "", ", ", "arguments"
+    list_open, list_close = "[", "]"
+    TAG = "[TOOL_CALLS]"
+    _OPEN = re.compile(r"\s*(?:\[TOOL_CALLS\])?\s*\[\s*(?=\{)")  # the list's start, before its first call
+    _NEXT = re.compile(r"\s*,\s*(?=\{)")  # the next call of the list
+    _ID_CHARS = string.ascii_letters + string.digits
+
+    def call_id(self) -> str:
+        return "".join(secrets.choice(self._ID_CHARS) for _ in range(9))
+
+    def find_call(self, text: str, may_start: bool) -> Opening:
+        if may_start:  # a list at the answer's start (its tag, if the text kept it), or the next call of one
+            if m := self._OPEN.match(text) or self._NEXT.match(text):
+                return Opening(0, 0, m.end())
+            if self._may_open(text):
+                return Opening(0)  # held: it may still open a list
+        at = text.find(self.TAG)  # elsewhere, a tag the text kept (where the tokenizer's is not special)
+        if at < 0:
+            return Opening(len(text) - partial_suffix(text, self.TAG))
+        if opened := self._OPEN.match(text, at):
+            return Opening(at, at, opened.end())
+        return Opening(at) if self._may_open(text[at:]) else Opening(len(text))
+
+    def _may_open(self, text: str) -> bool:
+        """`text` may still grow into a list's start or the next call of one."""
+        rest = text.lstrip()
+        if rest.startswith(self.TAG):
+            rest = rest[len(self.TAG) :].lstrip()
+        elif self.TAG.startswith(rest):
+            return True
+        return rest in ("", "[", ",") or (rest[0] in "[," and not rest[1:].strip())
+
+    def block_end(
+        self, payload: str, search_from: int | None, object_end: int | None
+    ) -> tuple[int, int] | None:
+        if object_end is None:
+            return None
+        rest = payload[object_end:]
+        after = rest.lstrip()
+        if not after:
+            return None  # the list goes on or closes: not known yet
+        if after[0] == "]":
+            return object_end, object_end + len(rest) - len(after) + 1
+        return object_end, object_end  # `, {` (the next call, `find_call`) or whatever follows
+
+
+HERMES, LLAMA3_JSON, MISTRAL = Hermes(), Llama3Json(), MistralList()
+SYNTAXES: tuple[ToolSyntax, ...] = (HERMES, LLAMA3_JSON, MISTRAL)
 UNSUPPORTED = {
-    "[TOOL_CALLS]": "Mistral's [TOOL_CALLS]",
+    "[ARGS]": "Mistral's [TOOL_CALLS]name[ARGS]",
     "tool▁calls▁begin": "DeepSeek's <｜tool▁calls▁begin｜>",
 }
 
@@ -125,7 +190,8 @@ def detect(template: str | None) -> ToolSyntax | None:
     """The syntax a chat template teaches (the first in SYNTAXES whose marker it contains), or None."""
     for syntax in SYNTAXES:
         if template and any(m in template for m in syntax.markers):
-            return syntax
+            if not any(m in template for m in syntax.not_markers):
+                return syntax
     return None
 
 

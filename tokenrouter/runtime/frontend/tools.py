@@ -2,8 +2,8 @@
 
 The tools reach the model through the chat template's `tools` variable (Qwen / Hermes and Llama 3 templates read
 it; a template that does not is a 400). The template also decides the syntax the answer's calls are written in
-(`tool_syntax.detect`): Hermes / Qwen `<tool_call>` blocks or Llama 3 JSON; a template teaching none of them is a
-400 unless tool_choice is "none". `tool_choice`: "auto" (the default with tools) parses what the model writes;
+(`tool_syntax.detect`): Hermes / Qwen `<tool_call>` blocks, Llama 3 JSON or Mistral's `[TOOL_CALLS]` list; a
+template teaching none of them is a 400 unless tool_choice is "none". `tool_choice`: "auto" (the default with tools) parses what the model writes;
 "none" leaves the text as it is; "required" and a named function constrain the output to calls
 (`structured.tool_grammar`).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenrouter.runtime.frontend import tool_syntax as ts
@@ -131,7 +131,7 @@ class ToolStream:
 
     def feed(self, text: str) -> dict:
         """The delta `text` adds ({} for none yet)."""
-        out = _Delta()
+        out = _Delta(self.syntax.call_id)
         self.buf += text
         while self._step(out):
             pass
@@ -139,7 +139,7 @@ class ToolStream:
 
     def finish(self) -> dict:
         """The answer ended: the last delta (a call cut off keeps what it has; held text is content)."""
-        out = _Delta()
+        out = _Delta(self.syntax.call_id)
         if self.block is not None:
             self._close(len(self.buf), len(self.buf), out)
         self._content(self.buf, out)
@@ -242,9 +242,10 @@ class _Block:
 class _Delta:
     """What one step of a ToolStream adds: content text and tool-call entries (merged per call)."""
 
-    def __init__(self) -> None:
+    def __init__(self, call_id: Callable[[], str]) -> None:
         self.content: list[str] = []
         self.calls: dict[int, dict] = {}
+        self.call_id = call_id  # a new call's id (the syntax's: some templates check their shape)
 
     def text(self, s: str) -> None:
         if s:
@@ -254,7 +255,7 @@ class _Delta:
         fn = {"name": name, "arguments": ""}
         self.calls[index] = {
             "index": index,
-            "id": "call_" + secrets.token_hex(12),
+            "id": self.call_id(),
             "type": "function",
             "function": fn,
         }
