@@ -110,28 +110,27 @@ def client(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def llama_client(tmp_path_factory):
-    """A server whose entry model's template teaches Llama 3's JSON tool calls."""
-    tmp = tmp_path_factory.mktemp("structured-llama")
-    small = tmp / "llama-small"
+def _template_server(tmp_path_factory, name: str, template: str):
+    """A server whose entry model (the tiny small one) has `template` as its chat template; yields a client."""
+    tmp = tmp_path_factory.mktemp(f"structured-{name}")
+    small = tmp / f"{name}-small"
     shutil.copytree(MODELS / "tiny-small", small)
-    (small / "chat_template.jinja").write_text(LLAMA3_TEMPLATE)
+    (small / "chat_template.jinja").write_text(template)
     srv = Server(write_policy(tmp, small=small), log_dir=tmp)
     yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
     assert srv.stop(signal.SIGINT) == 0, srv.stderr()
+
+
+@pytest.fixture(scope="module")
+def llama_client(tmp_path_factory):
+    """A server whose entry model's template teaches Llama 3's JSON tool calls."""
+    yield from _template_server(tmp_path_factory, "llama", LLAMA3_TEMPLATE)
 
 
 @pytest.fixture(scope="module")
 def mistral_client(tmp_path_factory):
     """A server whose entry model's template teaches Mistral's `[TOOL_CALLS]` list."""
-    tmp = tmp_path_factory.mktemp("structured-mistral")
-    small = tmp / "mistral-small"
-    shutil.copytree(MODELS / "tiny-small", small)
-    (small / "chat_template.jinja").write_text(MISTRAL_TEMPLATE)
-    srv = Server(write_policy(tmp, small=small), log_dir=tmp)
-    yield openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=60)
-    assert srv.stop(signal.SIGINT) == 0, srv.stderr()
+    yield from _template_server(tmp_path_factory, "mistral", MISTRAL_TEMPLATE)
 
 
 def _schema_format(schema: dict) -> dict:
