@@ -14,6 +14,7 @@ VARIANTS = {
     "qwen2": dict(arch="qwen2", tie=False),  # q/k/v biases, untied lm_head
     "llama": dict(arch="llama", heads=4, kv_heads=4),
     "llama3-rope": dict(arch="llama", layers=1),  # + llama3 rope scaling written below
+    "mistral": dict(arch="llama", heads=4, kv_heads=2, head_dim=32),  # written as MistralForCausalLM below
 }
 
 
@@ -30,6 +31,10 @@ def build_variant(root: Path, name: str) -> Path:
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 64,
         }
+        (out / "config.json").write_text(json.dumps(cfg))
+    if name == "mistral":  # Mistral Nemo's way: a head_dim that is not hidden / heads, no sliding window
+        cfg = json.loads((out / "config.json").read_text())
+        cfg.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=None)
         (out / "config.json").write_text(json.dumps(cfg))
     return out
 

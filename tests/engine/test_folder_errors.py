@@ -63,6 +63,7 @@ def test_unsupported_architecture(folder):
     [
         ({"hidden_act": "gelu"}, ("hidden_act", "gelu")),
         ({"use_sliding_window": True}, ("sliding-window",)),
+        ({"architectures": ["MistralForCausalLM"], "sliding_window": 4096}, ("sliding-window",)),  # 7B v0.1
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ("rope type", "yarn")),
         ({"num_key_value_heads": 3}, ("multiple",)),
     ],

@@ -1,5 +1,5 @@
 """The engine's logits against HF transformers' reference forward of the same folder (fp32): at prefill,
-at decode, and across hold -> resume (extend), for Qwen3, Qwen2 (biases) and Llama (incl. llama3 rope)."""
+at decode, and across hold -> resume (extend), for Qwen3, Qwen2 (biases), Llama (incl. llama3 rope) and Mistral."""
 
 import pytest
 import torch
@@ -20,7 +20,7 @@ def hf_logits(folder, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return out.logits[0], out.hidden_states[-1][0]
 
 
-@pytest.mark.parametrize("variant", ["qwen3", "qwen2", "llama", "llama3-rope"])
+@pytest.mark.parametrize("variant", ["qwen3", "qwen2", "llama", "llama3-rope", "mistral"])
 def test_engine_matches_hf(model_dirs, variant):
     folder = model_dirs[variant]
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,6 @@
 """Model configuration read from a local HF-format folder (config.json), for the Qwen3, Qwen2 and Llama
-decoder families. Every problem with the folder raises `ModelFolderError` (an `EngineError`) whose message
+decoder families (Mistral's `MistralForCausalLM` is the Llama decoder without a sliding window: Mistral 7B v0.3,
+Mistral Nemo; a config with a sliding window, as Mistral 7B v0.1's, is refused). Every problem with the folder raises `ModelFolderError` (an `EngineError`) whose message
 names the path and what is wrong."""
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
 }
-MODEL_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama"}
+MODEL_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama", "mistral": "llama"}
 
 
 class ModelFolderError(EngineError):
