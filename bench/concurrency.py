@@ -6,8 +6,8 @@ with each subserver's counters read from `/metrics` before and after. The table:
 llm-only at the same N, TTFT p50, and per model the steps, rows per step, ms per step, the share of steps
 started on the batching timeout, and the share of steps whose shape is a wide mixed batch (more than 16
 rows with some row of more than one new token) or a decode wider than 64 rows. With `--auto`, each tuned row
-also shows what `tokenrouter simulate` predicts for the tuned plan on the step prices profiled at that N: the
-one-GPU bound the measured cell is compared with.
+also shows what `tokenrouter simulate` predicts for the tuned plan on the step prices profiled at that N, with
+the `max_delay_ms` timeout the plan is served with: the one-GPU figure the measured cell is compared with.
 
     python3 bench/concurrency.py --pair 0.6b+8b --n 16,32,64,128 --batch llm=8 --batch llm=12   # GPU
     python3 bench/concurrency.py --quick                                                          # CPU
@@ -153,10 +153,8 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
 
     print("== profile: serve --mode eager", flush=True)
     srv = Server(plan, ["--mode", "eager", *args.serve_arg], work / "serve-eager.log", args.startup_timeout)
-    tuned, simulated = (
-        {},
-        {},
-    )  # per N: the tuned plan; the simulator's tok/s for it on the measured step prices
+    tuned: dict[int, Path] = {}  # per N: the tuned plan
+    simulated: dict[int, float] = {}  # per N: the simulator's tok/s for it on the measured step prices
     try:
         for n in args.n:
             bench(srv.url, n, n, argparse.Namespace(**{**vars(args), "output_len": 16}), None)  # warm-up
@@ -172,8 +170,9 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
                            check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
             print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
+            delay = json.loads(tuned[n].read_text())["serve"]["max_delay_ms"]  # the timeout it is served with
             sim = subprocess.run(cli("simulate", str(tuned[n]), "--profile", str(prof), "-n", str(n), "--no-chain",
-                                     "--request-tokens", str(args.output_len), "--json"),
+                                     "--request-tokens", str(args.output_len), "--max-delay-ms", str(delay), "--json"),
                                  check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
             simulated[n] = json.loads(sim.stdout)["simulation"]["throughput_tok_s"]
     finally:
