@@ -122,7 +122,12 @@ def simulate(
     burstiness: float = typer.Option(
         1.0, "--burstiness", help="Squared CV of think times (1 = exponential)."
     ),
-    max_delay_ms: float = typer.Option(None, "--max-delay-ms", help="Start a waiting queue after this long."),
+    max_delay_ms: float = typer.Option(
+        None,
+        "--max-delay-ms",
+        help="Start a waiting queue after this long (default: no timeout, as the chain; the server starts one "
+        "after the plan's serve.max_delay_ms, which this option reproduces).",
+    ),
     hop_ms: list[str] = typer.Option(
         None,
         "--hop-ms",
