@@ -328,7 +328,7 @@ ALONE_SLM_COUNTERS = {4: 1.47, 5: 1.57, 6: 1.58, 7: 1.62, 8: 1.58}
 SERVED_61 = {(1, 1): 1484.3, (2, 3): 1661.8, (2, 4): 1754.2, (2, 5): 1764.3, (2, 6): 1759.1}
 
 
-def test_run61_tuned_on_the_first_boards_latencies_alone_and_on_the_counters(tmp_path):
+def test_tuned_on_a_served_runs_first_latencies_alone_and_on_the_counters(tmp_path):
     """run61.tar.gz's eager profile carries the first busy board's latencies alone (a step alone when no 8B step was
     running at its start): those steps took as long as the others, and `tune` chose (2, 3), served at 1.12x
     eager. With the 0.6B's latencies alone as the step counters count them (no 8B step overlapping), it
