@@ -168,9 +168,10 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
             t0 = time.monotonic()
             subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned[n])),
                            check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-            bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
+            tuned_plan = json.loads(tuned[n].read_text())
+            bs = {m: spec["batch"] for m, spec in tuned_plan["models"].items()}
             print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
-            delay = json.loads(tuned[n].read_text())["serve"]["max_delay_ms"]  # the timeout it is served with
+            delay = tuned_plan["serve"]["max_delay_ms"]  # the timeout it is served with
             sim = subprocess.run(cli("simulate", str(tuned[n]), "--profile", str(prof), "-n", str(n), "--no-chain",
                                      "--request-tokens", str(args.output_len), "--max-delay-ms", str(delay), "--json"),
                                  check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip

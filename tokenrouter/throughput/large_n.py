@@ -205,7 +205,7 @@ def race(inputs: SystemInputs, cands: list[tuple[int, ...]], delta_ms: float, se
     return finalists, dropped
 
 
-def chain_fits(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float, n_feasible: int = 1) -> bool:
+def chain_fits(inputs: SystemInputs, fixed: Mapping[int, int], delta_ms: float, n_feasible: int) -> bool:
     """Whether the exact search is worth its cost: the chain of the probe candidate — every free threshold 1,
     the fixed ones as given, usually the largest chain of the search — has at most `EXACT_STATES` states (its
     enumeration stops as soon as it has more), and those states times the `n_feasible` candidates are at most

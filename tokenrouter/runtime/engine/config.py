@@ -1,7 +1,7 @@
 """Model configuration read from a local HF-format folder (config.json), for the Qwen3, Qwen2 and Llama
 decoder families (Mistral's `MistralForCausalLM` is the Llama decoder without a sliding window: Mistral 7B v0.3,
-Mistral Nemo; a config with a sliding window, as Mistral 7B v0.1's, is refused). Every problem with the folder raises `ModelFolderError` (an `EngineError`) whose message
-names the path and what is wrong."""
+Mistral Nemo; a config with a sliding window, as Mistral 7B v0.1's, is refused). Every problem with the folder
+raises `ModelFolderError` (an `EngineError`) whose message names the path and what is wrong."""
 
 from __future__ import annotations
 

@@ -107,12 +107,15 @@ def tool_grammar(tools: ToolPlan) -> str:
         }
         rules.append(f"fn{i}: %json {json.dumps(schema)}")
     names = " | ".join(f"fn{i}" for i in range(len(rules)))
-    start = f"call ({json.dumps(syntax.separator)} call)*" if tools.parallel else "call"
-    around = [json.dumps(x) if x else "" for x in (syntax.list_open, syntax.list_close)]
-    start = f"start: {around[0]} {start} {around[1]}".replace("  ", " ")
-    call = [json.dumps(syntax.call_open)] if syntax.call_open else []
-    call += [f"({names})"] + ([json.dumps(syntax.call_close)] if syntax.call_close else [])
-    return g.from_lark("\n".join([start, "call: " + " ".join(call), *rules]) + "\n")
+    calls = f"call ({json.dumps(syntax.separator)} call)*" if tools.parallel else "call"
+    start = [*_literal(syntax.list_open), calls, *_literal(syntax.list_close)]
+    call = [*_literal(syntax.call_open), f"({names})", *_literal(syntax.call_close)]
+    return g.from_lark("\n".join(["start: " + " ".join(start), "call: " + " ".join(call), *rules]) + "\n")
+
+
+def _literal(text: str) -> list[str]:
+    """A Lark string literal of `text`, as the one item of a list, or no item where `text` is empty."""
+    return [json.dumps(text)] if text else []
 
 
 def _json_schema(fmt: dict) -> dict:

@@ -162,7 +162,7 @@ class MistralList(ToolSyntax):
             rest = rest[len(self.TAG) :].lstrip()
         elif self.TAG.startswith(rest):
             return True
-        return rest in ("", "[", ",") or (rest[0] in "[," and not rest[1:].strip())
+        return not rest or (rest[0] in "[," and not rest[1:].strip())
 
     def block_end(
         self, payload: str, search_from: int | None, object_end: int | None

@@ -3,9 +3,9 @@
 The tools reach the model through the chat template's `tools` variable (Qwen / Hermes and Llama 3 templates read
 it; a template that does not is a 400). The template also decides the syntax the answer's calls are written in
 (`tool_syntax.detect`): Hermes / Qwen `<tool_call>` blocks, Llama 3 JSON or Mistral's `[TOOL_CALLS]` list; a
-template teaching none of them is a 400 unless tool_choice is "none". `tool_choice`: "auto" (the default with tools) parses what the model writes;
-"none" leaves the text as it is; "required" and a named function constrain the output to calls
-(`structured.tool_grammar`).
+template teaching none of them is a 400 unless tool_choice is "none". `tool_choice`: "auto" (the default with
+tools) parses what the model writes; "none" leaves the text as it is; "required" and a named function constrain
+the output to calls (`structured.tool_grammar`).
 
 `ToolStream` splits one answer, as its text arrives, into content and calls: a call goes out as soon as its name
 is read (`id`, `type`, `function.name`), its arguments as their JSON text comes, and text inside a call never
