@@ -235,7 +235,7 @@ def test_bad_structured_input_is_a_400(client, extra, param):
     assert e.value.status_code == 400 and e.value.body["param"] == param, e.value.body
 
 
-def _assembled(chunks) -> tuple[str, list[tuple[str, str]], list[int], str | None]:
+def _assembled(chunks, mistral: bool = False) -> tuple[str, list[tuple[str, str]], list[int], str | None]:
     """What a client makes of streamed chunks: (content, calls as (name, arguments), the number of argument
     fragments per call, the finish reason), checking that a call's first entry has its id, type and name and
     its later ones only arguments."""
@@ -246,7 +246,8 @@ def _assembled(chunks) -> tuple[str, list[tuple[str, str]], list[int], str | Non
             reason = ch.finish_reason or reason
             for t in ch.delta.tool_calls or ():
                 if t.index == len(calls):
-                    assert t.id and t.type == "function" and t.function.name, t
+                    shaped = len(t.id) == 9 and t.id.isalnum() if mistral else t.id.startswith("call_")
+                    assert shaped and t.type == "function" and t.function.name, t
                     calls.append([t.function.name, ""])
                     fragments.append(0)
                 else:
@@ -303,7 +304,9 @@ def test_mistral_tool_calls_served_and_sent_back(mistral_client):
     for call in whole.message.tool_calls:
         assert len(call.id) == 9 and call.id.isalnum() and call.function.name in ("get_time", "get_weather")
         json.loads(call.function.arguments)
-    content, calls, _, reason = _assembled(mistral_client.chat.completions.create(stream=True, **kw))
+    content, calls, _, reason = _assembled(
+        mistral_client.chat.completions.create(stream=True, **kw), mistral=True
+    )
     assert reason == "tool_calls" and calls == [
         (c.function.name, c.function.arguments) for c in whole.message.tool_calls
     ]

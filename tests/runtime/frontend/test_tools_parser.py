@@ -91,7 +91,12 @@ def _plain(calls: list[dict]) -> list[tuple[str, dict]]:
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
 
-def _assemble(deltas: list[dict]) -> tuple[str, list[dict]]:
+def _id_of(syntax: ts.ToolSyntax, call_id: str) -> bool:
+    """`call_id` has the shape the syntax gives: 9 letters and digits for Mistral, else `call_…`."""
+    return len(call_id) == 9 and call_id.isalnum() if syntax is ts.MISTRAL else call_id.startswith("call_")
+
+
+def _assemble(deltas: list[dict], syntax: ts.ToolSyntax = ts.HERMES) -> tuple[str, list[dict]]:
     """What the `openai` client's streaming makes of the deltas, checking the entries' shape on the way: a
     call's first entry (the next index) has its id, type and name; its later ones only arguments."""
     content, calls = "", []
@@ -99,7 +104,7 @@ def _assemble(deltas: list[dict]) -> tuple[str, list[dict]]:
         content += d.get("content", "")
         for e in d.get("tool_calls", ()):
             if e["index"] == len(calls):
-                assert e["id"] and e["type"] == "function" and e["function"]["name"]
+                assert _id_of(syntax, e["id"]) and e["type"] == "function" and e["function"]["name"]
                 calls.append({"id": e["id"], "type": "function", "function": dict(e["function"])})
             else:
                 assert e["index"] == len(calls) - 1 and set(e) == {"index", "function"}, e
@@ -151,7 +156,7 @@ def test_streamed_pieces_assemble_into_the_whole_answer(syntax, hermes_answer, l
         for step in (1, 3, 7):
             pieces = [answer[:cut]] + [answer[i : i + step] for i in range(cut, len(answer), step)]
             deltas, s = _stream(syn, pieces)
-            content, calls = _assemble(deltas)
+            content, calls = _assemble(deltas, syn)
             assert content == (whole_content or "") and s.calls == 2, (cut, step)
             assert [c["function"] for c in calls] == [c["function"] for c in whole_calls], (cut, step)
 
