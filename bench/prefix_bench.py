@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import sglang_only as so
 from served import Server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,11 @@ class Sizes:
 QUICK = Sizes(shared_prefix=96, own=8, shared_requests=8, shared_output=16, shared_c=4, turns=3, system=48,
               user=8, answer=12, conversations=4, paper_prompt=64, paper_output=16, paper_requests=8, paper_c=4)  # fmt: skip
 
-# deployment -> (serve --mode, extra serve flags, the loads it serves)
+SGLANG = "SGLang, 8B alone"
+SGLANG_MEM = (
+    0.85  # SGLang's --mem-fraction-static: the GPU is its own (TokenRouter's two shares are 0.85 too)
+)
+# deployment -> (serve --mode, extra serve flags, the loads it serves); mode "sglang": SGLang's own server
 DEPLOYMENTS = {
     "TokenRouter": ("tokenrouter", (), ("shared", "chat", "paper")),
     "TokenRouter, no cache": ("tokenrouter", ("--no-prefix-cache",), ("paper",)),
@@ -77,7 +82,42 @@ DEPLOYMENTS = {
     "std-serving": ("std-serving", (), ("shared",)),
     "llm-only": ("llm-only", (), ("shared", "chat")),
     "llm-only, no cache": ("llm-only", ("--no-prefix-cache",), ("shared",)),
+    SGLANG: ("sglang", (), ("shared", "chat")),
 }
+
+
+class SGLangServer:
+    """SGLang's own HTTP server on the 8B alone (`bench/sglang_only.py`'s command: dummy weights, triton
+    attention, its radix cache on), with the `Server` interface the loop uses; RuntimeError if it never
+    answers or SGLang is absent."""
+
+    def __init__(self, model_path: str, log: Path, sglang_path: str | None, timeout: float = 900.0) -> None:
+        import os
+        import subprocess
+
+        if why := so.sglang_available(sglang_path):
+            raise RuntimeError(why)
+        args = argparse.Namespace(model_path=model_path, load_format="dummy", dtype="bfloat16",
+                                  mem_fraction_static=SGLANG_MEM, max_running_requests=None, server_arg=None)  # fmt: skip
+        port = so.free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = dict(os.environ)
+        if sglang_path:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [sglang_path, env.get("PYTHONPATH")]))
+        self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(so.server_command(args, port), env=env, stdout=self.err, stderr=self.err,
+                                     start_new_session=True)  # fmt: skip
+        try:
+            so.wait_ready(self.proc, self.url, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+
+    def stop(self) -> None:
+        so.stop(self.proc)
+        self.err.close()
 
 
 def make_plan(out: Path, quick: bool, device: str) -> Path:
@@ -154,23 +194,30 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
              f"{z.shared_output} output tokens, c = {z.shared_c}", "",
              "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "TokenRouter, B llm 8", "std-serving", "llm-only", "llm-only, no cache"):
+    for name in (
+        "TokenRouter",
+        "TokenRouter, B llm 8",
+        "std-serving",
+        "llm-only",
+        "llm-only, no cache",
+        SGLANG,
+    ):
         if rep := results.get((name, "shared")):
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} |")  # fmt: skip
     turns = range(1, z.turns + 1)
     lines += ["", f"(b) multi-turn chat: {z.conversations} conversations at once, {z.turns} turns, system prompt "
               f"{z.system}, user messages {z.user}, answers {z.answer}", "",
-              "| deployment | decode tok/s | vs llm-only | " + " | ".join(f"TTFT p50 t{k}" for k in turns)
-              + f" | t{z.turns}/t1 | prefix hits |",
-              "| --- | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "TokenRouter, B llm 8", "llm-only"):
+              "| deployment | decode tok/s | vs llm-only | TokenRouter vs it | "
+              + " | ".join(f"TTFT p50 t{k}" for k in turns) + f" | t{z.turns}/t1 | prefix hits |",
+              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- |"]  # fmt: skip
+    for name in ("TokenRouter", "TokenRouter, B llm 8", "llm-only", SGLANG):
         if rep := results.get((name, "chat")):
             by = rep.get("ttft_ms_by_turn") or {}
             p50 = [by.get(str(k), {}).get("p50") for k in turns]
             last = fmt(p50[-1] / p50[0], ".2f") if p50[0] and p50[-1] else "-"
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(rep, results.get(('llm-only', 'chat')))} | "
-                         + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} |")  # fmt: skip
+                         f"{ratio(tr('chat'), rep)} | " + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} |")  # fmt: skip
     lines += ["", f"(c) the paper's shape: {z.paper_prompt}-token unique prompts, N = {z.paper_c}, "
               f"{z.paper_output} output tokens", "",
               "| deployment | decode tok/s | TTFT p50 (ms) | vs no cache | prefix hits |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
@@ -193,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), help="Default: cuda, or cpu with --quick.")
     ap.add_argument("--only", action="append", choices=sorted(DEPLOYMENTS),
                     help="Serve only these deployments (repeatable); default all.")  # fmt: skip
+    ap.add_argument("--sglang-path", help=f"An unpacked SGLang bundle for the {SGLANG!r} deployment "
+                    "(docs/sglang.md), on its server's PYTHONPATH only.")  # fmt: skip
     ap.add_argument("--keep", action="store_true",
                     help="Add to the reports already in --out (an earlier call's --only), so that the tables "
                     "show every deployment measured there; a deployment measured again replaces its rows.")  # fmt: skip
@@ -218,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
         try:
-            server = Server(plan, ["--mode", mode, "--device", device, *extra], out / f"{slug}.stderr")
+            if mode == "sglang":
+                server = SGLangServer(
+                    str(out / "models" / "qwen3-8b"), out / f"{slug}.stderr", args.sglang_path
+                )
+            else:
+                server = Server(plan, ["--mode", mode, "--device", device, *extra], out / f"{slug}.stderr")
         except RuntimeError as e:
             failed.append(f"{name}: {e}")
             print(f"  {e}", flush=True)

@@ -523,3 +523,19 @@ def test_the_report_table_is_aligned():
     bars = {tuple(i for i, ch in enumerate(line) if ch == "|") for line in table}
     assert len(table) > 20 and len(bars) == 1, "\n".join(table)
     assert "errors: boom" in format_report(report) and "warm-up errors: slow" in format_report(report)
+
+
+def test_answer_ids_come_from_each_chunks_token_ids_or_from_the_routing_extension():
+    """SGLang and vLLM stream `token_ids` per chunk (the chunk's own); TokenRouter returns the whole answer's in
+    `routing.token_ids`. A conversation's next turn re-sends either, exactly."""
+    from tokenrouter.loadgen.bench import _read_chunk
+    from tokenrouter.loadgen.spec import RequestResult
+
+    r = RequestResult(ok=False)
+    for ids, text in (([5, 6], "ab"), ([7], "c"), ([], "")):
+        _read_chunk({"choices": [{"index": 0, "text": text, "token_ids": ids}]}, r, None)
+    assert r.token_ids == [5, 6, 7] and r.text == "abc"
+    t = RequestResult(ok=False)
+    _read_chunk({"choices": [{"index": 0, "text": "ab"}]}, t, None)
+    _read_chunk({"choices": [{"index": 0, "text": "", "routing": {"token_ids": [1, 2]}}]}, t, None)
+    assert t.token_ids == [1, 2]

@@ -54,6 +54,8 @@ def test_tables_put_the_deployments_side_by_side(pb):
         ("TokenRouter", "chat"): report(150.0, 40.0, {1: 40.0, 2: 44.0, 3: 50.0}),
         ("llm-only", "chat"): report(75.0, 80.0, {1: 80.0, 2: 90.0, 3: 100.0}),
         ("TokenRouter, B llm 8", "chat"): report(120.0, 30.0, {1: 30.0, 2: 30.0, 3: 60.0}),
+        ("SGLang, 8B alone", "chat"): report(120.0, 20.0, {1: 20.0, 2: 22.0, 3: 24.0}),
+        ("SGLang, 8B alone", "shared"): report(250.0, 22.0),
         ("TokenRouter", "paper"): report(99.0, 10.0),
         ("TokenRouter, no cache", "paper"): report(
             100.0, 10.0, hits={"slm": {"enabled": False, "hit_rate": 0}}
@@ -66,9 +68,12 @@ def test_tables_put_the_deployments_side_by_side(pb):
         and "| llm-only | 100.0 | 30.0 | 60.0 | 3.00x | - |" in text
     )
     # chat rows: each deployment against llm-only
-    assert "| TokenRouter | 150.0 | 2.00x | 40.0 | 44.0 | 50.0 | 1.25 |" in text
-    assert "| TokenRouter, B llm 8 | 120.0 | 1.60x | 30.0 | 30.0 | 60.0 | 2.00 |" in text
-    assert "| llm-only | 75.0 | 1.00x | 80.0 | 90.0 | 100.0 | 1.25 |" in text
+    assert "| TokenRouter | 150.0 | 2.00x | 1.00x | 40.0 | 44.0 | 50.0 | 1.25 |" in text
+    assert "| TokenRouter, B llm 8 | 120.0 | 1.60x | 1.25x | 30.0 | 30.0 | 60.0 | 2.00 |" in text
+    assert "| llm-only | 75.0 | 1.00x | 2.00x | 80.0 | 90.0 | 100.0 | 1.25 |" in text
+    # SGLang on the 8B alone: TokenRouter against it, in both loads
+    assert "| SGLang, 8B alone | 120.0 | 1.60x | 1.25x | 20.0 | 22.0 | 24.0 | 1.20 | - |" in text
+    assert "| SGLang, 8B alone | 250.0 | 22.0 | 44.0 | 1.20x | - |" in text
     assert "| TokenRouter | 99.0 | 10.0 | 0.99x |" in text and "slm off" in text
 
 
@@ -102,3 +107,8 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
     assert runs[("llm-only", "shared")]["decode_throughput_tok_s"] == 50.0  # kept
     assert runs[("std-serving", "shared")]["decode_throughput_tok_s"] == 80.0  # measured again
     assert "| llm-only | 50.0 |" in (tmp_path / "prefix-bench.md").read_text()
+
+
+def test_the_sglang_deployment_says_why_it_cannot_start(pb, tmp_path):
+    with pytest.raises(RuntimeError, match="holds no sglang package"):
+        pb.SGLangServer(str(tmp_path), tmp_path / "sglang.stderr", sglang_path=str(tmp_path))

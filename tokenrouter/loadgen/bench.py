@@ -149,7 +149,9 @@ def _read_chunk(chunk: dict, result: RequestResult, first: float | None) -> floa
         if first is None and choice.get("finish_reason") is None and "text" in choice:
             first = time.perf_counter()
         result.text += choice.get("text") or ""
-        _merge_routing(result, choice.get("routing"))
+        if isinstance(choice.get("token_ids"), list):  # SGLang's and vLLM's `return_token_ids`: this chunk's
+            result.token_ids = [*(result.token_ids or []), *map(int, choice["token_ids"])]
+        _merge_routing(result, choice.get("routing"))  # TokenRouter's: the whole answer's, in its last chunk
     usage = chunk.get("usage")
     if usage:
         result.output_tokens = int(usage.get("completion_tokens") or 0)

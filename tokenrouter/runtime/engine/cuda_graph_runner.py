@@ -18,7 +18,8 @@ position 0, which already holds it (row 0 is reserved and all zeros).
 
 The attention backend must declare `supports_cuda_graph` and keep every per-step value it reads inside
 the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
-pool; they are captured largest first, so the smaller ones reuse its blocks.
+pool; they are captured largest first, so the smaller ones reuse its blocks. Before the first, every shape's
+forward runs once inside `compile_ahead`, which builds the Triton kernels of all of them in parallel.
 
 `replay` returns copies of the graph's static outputs (which the next replay overwrites).
 """
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tokenrouter.runtime.engine.compile_ahead import Ahead, compile_ahead
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode, write_req_to_token
 
 DEFAULT_DECODE_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -138,6 +140,7 @@ class CudaGraphRunner:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0
+        self.ahead = Ahead()  # the kernels `capture` built before its forwards (compile_ahead)
         self.replays_by_shape: dict[tuple[int, int], int] = {}
         self._init_buffers()
         self._init_buckets()
@@ -233,6 +236,10 @@ class CudaGraphRunner:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         shapes = sorted(self.config.shapes(), key=lambda s: s[0] * s[1], reverse=True)
         with torch.cuda.stream(stream):
+            with compile_ahead() as self.ahead:  # every shape's kernels built at once, in parallel
+                for bs, q in shapes if self.ahead.active else ():
+                    self._fill_padding(bs, bs * q)
+                    self._forward(self._static_batch(bs, q))
             for bs, q in shapes:
                 fb = self._static_batch(bs, q)
                 self._fill_padding(bs, bs * q)

@@ -32,6 +32,7 @@ import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
+from tokenrouter.runtime.engine.compile_ahead import compile_ahead
 from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig, check_model_folder, load_model_config
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, write_req_to_token
 from tokenrouter.runtime.engine.held import HeldRequestsEngine
@@ -159,7 +160,8 @@ class EmbeddedEngine(HeldRequestsEngine):
 
     def _graphs_summary(self) -> str:
         runner = self.graph_runner
-        return f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s"
+        ahead = f" ({runner.ahead.describe()})" if runner.ahead.active else ""
+        return f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s{ahead}"
 
     # --- construction -----------------------------------------------------------------------------
     def _init_pools(self) -> None:
@@ -308,6 +310,10 @@ class EmbeddedEngine(HeldRequestsEngine):
         steps = self.steps
         debug = logger.isEnabledFor(logging.DEBUG)
         try:
+            # first every step's Triton kernels, built in parallel (no step reads what a kernel writes)
+            with compile_ahead() as ahead:
+                for k, lens in enumerate(shapes if ahead.active else ()):
+                    self._warm_step(k, lens, len(shapes), False)
             for k, lens in enumerate(shapes):
                 self._warm_step(k, lens, len(shapes), debug)
         finally:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenrouter.compiler.kernels import RouteIRError, check_route_ir, render_route_kernel
+from tokenrouter.runtime.engine.compile_ahead import compile_ahead
 from tokenrouter.runtime.route.loader import load_source
 from tokenrouter.runtime.route.routers import (
     Router,
@@ -363,6 +364,7 @@ class RouteKernel:
                 f"the route block of {self.model!r} reads hidden(): warming it needs the model's hidden size"
             )
         hidden = torch.zeros((top, width), device=self.device, dtype=dtype) if self.needs_hidden else None
+        self._build_ahead(variants, logits, hidden)
         launches = 0
         for rows, sampling in variants:
             for top_k in (0, 1) if sampling else (0,):
@@ -372,6 +374,28 @@ class RouteKernel:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return launches
+
+    def _build_ahead(self, variants, logits: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """Build the Triton kernels of `warm`'s launches in parallel (`compile_ahead`), before `warm` launches
+        them: the route kernel in each variant (a top-k row's token comes forced, from the separate sampler),
+        and the rules kernel where the rules read the drawn token. No kernel runs here, so the routers read
+        token 0 where `warm`'s would read the drawn one."""
+        tr = self._triton
+        zero = torch.zeros(logits.shape[0], dtype=torch.int64, device=self.device)
+        with compile_ahead() as ahead:
+            for rows, sampling in variants if ahead.active else ():
+                lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
+                for top_k in (0, 1) if sampling else (0,):
+                    state = RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
+                    forced = tok if top_k else None
+                    if self.needs_token_first:
+                        token, logprob, _, feats = tr.run(
+                            lg, state, None, forced, sampling=sampling, eval_rules=False, write_features=True
+                        )
+                        tr.rules(token, logprob, feats, state, self._router_out(lg, hd, tok))
+                    else:
+                        tr.run(lg, state, self._router_out(lg, hd, None), forced, sampling=sampling,
+                               eval_rules=True, write_features=False)  # fmt: skip
 
     def _check_inputs(
         self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState

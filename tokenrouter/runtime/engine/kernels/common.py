@@ -39,9 +39,22 @@ PDL_SUPPORTED = _pdl_supported()
 # the candidate configs, so a later process on the same kind of GPU reuses it instead of timing the candidates
 # again (and every process picks the same tiles); delete that directory to tune again. `dot_rows` may skip its
 # autotuner for configs timed in the graph step (`tuned_tiles`).
+# Each candidate is timed for AUTOTUNE_REP_MS after AUTOTUNE_WARMUP_MS of warm-up (Triton's defaults, 100 and
+# 25 ms, are meant for long kernels): these kernels take 5-100 us, so 20 ms is still hundreds of timed runs
+# (the median is kept), and a fresh machine's start times each candidate 5x faster.
+AUTOTUNE_WARMUP_MS = 5
+AUTOTUNE_REP_MS = 20
+
+
+def _bench(kernel_call, quantiles):
+    from triton.testing import do_bench
+
+    return do_bench(kernel_call, warmup=AUTOTUNE_WARMUP_MS, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
+
+
 def _autotune(configs: list, key: list[str], **kwargs):
-    """`triton.autotune` with its results cached on disk."""
-    return triton.autotune(configs=configs, key=key, cache_results=True, **kwargs)
+    """`triton.autotune` with its results cached on disk, timing each candidate for AUTOTUNE_REP_MS."""
+    return triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench, **kwargs)
 
 
 @functools.lru_cache(maxsize=16)
