@@ -1,6 +1,9 @@
 """engine/compile_ahead.py: inside the block a Triton launch only builds its kernel, through Triton's
 AsyncCompileMode on a thread pool; leaving waits for the builds. The kernels here are Triton `KernelInterface`s
-that record their calls (a real build needs a CUDA driver; the GPU start-up runs the real ones)."""
+that record their calls (a real build needs a CUDA driver; the GPU start-up runs the real ones).
+
+Triton is imported inside the tests, never at collection: tests/engine_gpu/conftest.py must choose Triton's
+interpreter before anything imports it."""
 
 from __future__ import annotations
 
@@ -9,43 +12,45 @@ import threading
 
 import pytest
 
-triton = pytest.importorskip("triton")
-_async = pytest.importorskip("triton.runtime._async_compile")
-
-from triton.runtime.jit import KernelInterface  # noqa: E402
-
-from tokenrouter.runtime.engine import compile_ahead as ca  # noqa: E402
+from tokenrouter.runtime.engine import compile_ahead as ca
 
 
-class Recorder(KernelInterface):
-    """Records each `run`; a build-only call (`warmup`) submits a build the way `JITFunction._do_compile` does
-    under the async mode: keyed, so that a second submission of a key is the first's."""
+@pytest.fixture
+def recorder(monkeypatch):
+    """A `KernelInterface` class that records each `run`; a build-only call (`warmup`) submits a build the way
+    `JITFunction._do_compile` does under the async mode: keyed, so that a second submission of a key is the
+    first's. Triton is compiled, not interpreted, whatever the process chose (tests/engine_gpu/conftest.py)."""
+    pytest.importorskip("triton")
+    _async = pytest.importorskip("triton.runtime._async_compile")
+    from triton.runtime.jit import KernelInterface
 
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-        self.built: dict[str, str] = {}  # key -> the thread that built it
-
-    def run(self, *args, grid, warmup, **kwargs):
-        self.calls.append((args, grid, warmup, kwargs))
-        mode = _async.active_mode.get()
-        if warmup and mode is not None:
-            key = f"{kwargs.get('BLOCK')}"
-            fns = [lambda: threading.current_thread().name, lambda name: self.built.__setitem__(key, name)]
-            if "cleanup_fn" in inspect.signature(mode.submit).parameters:  # Triton 3.7 on
-                fns.append(lambda future_kernel: None)
-            return mode.submit(key, *fns)
-        return "launched"
-
-
-@pytest.fixture(autouse=True)
-def compiled(monkeypatch):
-    # tests/engine_gpu/conftest.py may have chosen Triton's interpreter for this process
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
+    class Recorder(KernelInterface):
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+            self.built: dict[str, str] = {}  # key -> the thread that built it
 
-def test_launches_inside_only_build_on_pool_threads_and_leaving_waits_for_the_builds():
-    k = Recorder()
-    with ca.compile_ahead(workers=3) as ahead:
+        def run(self, *args, grid, warmup, **kwargs):
+            self.calls.append((args, grid, warmup, kwargs))
+            mode = _async.active_mode.get()
+            if warmup and mode is not None:
+                key = f"{kwargs.get('BLOCK')}"
+                fns = [
+                    lambda: threading.current_thread().name,
+                    lambda name: self.built.__setitem__(key, name),
+                ]
+                if "cleanup_fn" in inspect.signature(mode.submit).parameters:  # Triton 3.7 on
+                    fns.append(lambda future_kernel: None)
+                return mode.submit(key, *fns)
+            return "launched"
+
+    return Recorder
+
+
+def test_launches_inside_only_build_on_pool_threads_and_leaving_waits_for_the_builds(recorder):
+    k = recorder()
+    with ca.compile_ahead("cuda:0", workers=3) as ahead:
         assert ahead.active and ahead.workers == 3
         for block in (16, 32, 16, 64):  # 16 twice: one build
             assert k[(4, 1)](7, BLOCK=block) is not None
@@ -58,30 +63,33 @@ def test_launches_inside_only_build_on_pool_threads_and_leaving_waits_for_the_bu
     assert k[(2,)](7, BLOCK=16) == "launched" and k.calls[-1][2] is False
 
 
-def test_the_launch_hook_is_put_back_when_the_block_raises():
+def test_the_launch_hook_is_put_back_when_the_block_raises(recorder):
+    from triton.runtime.jit import KernelInterface
+
     before = KernelInterface.__getitem__
-    with pytest.raises(RuntimeError, match="boom"), ca.compile_ahead(workers=1):
+    with pytest.raises(RuntimeError, match="boom"), ca.compile_ahead("cuda", workers=1):
         assert KernelInterface.__getitem__ is not before
         raise RuntimeError("boom")
     assert KernelInterface.__getitem__ is before
-    k = Recorder()
-    assert k[(1,)](BLOCK=8) == "launched"
+    assert recorder()[(1,)](BLOCK=8) == "launched"
 
 
-def test_a_nested_block_is_inactive_and_the_outer_one_still_builds_only():
-    k = Recorder()
-    with ca.compile_ahead(workers=2) as outer:
-        with ca.compile_ahead(workers=2) as inner:
+def test_a_nested_block_is_inactive_and_the_outer_one_still_builds_only(recorder):
+    k = recorder()
+    with ca.compile_ahead("cuda", workers=2) as outer:
+        with ca.compile_ahead("cuda", workers=2) as inner:
             assert outer.active and not inner.active
             k[(1,)](BLOCK=8)
         assert inner.describe() == "kernels built as launched"
     assert k.calls[0][2] is True and outer.kernels == 1
 
 
-def test_under_the_interpreter_nothing_is_built_ahead(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    k = Recorder()
-    with ca.compile_ahead() as ahead:
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_off_cuda_or_under_the_interpreter_nothing_is_built_ahead(recorder, monkeypatch, device):
+    if device == "cuda":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    k = recorder()
+    with ca.compile_ahead(device) as ahead:
         assert not ahead.active
         assert k[(1,)](BLOCK=8) == "launched"
     assert ahead.kernels == 0 and not ahead.active

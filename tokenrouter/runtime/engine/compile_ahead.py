@@ -77,13 +77,14 @@ def _build_only(self, grid):
 
 
 @contextmanager
-def compile_ahead(workers: int | None = None):
+def compile_ahead(device, workers: int | None = None):
     """Inside: Triton launches only build their kernels, on `workers` threads (default `default_workers()`);
     on leaving, every build is waited for and cached. Yields an `Ahead`, filled in on leaving; where its
-    `active` is False (no Triton that can, or a block already open) launches run as usual, and a caller
-    skips the pass it would have run inside."""
+    `active` is False (a `device` other than CUDA, where no Triton kernel is built; no Triton that can; a
+    block already open) launches run as usual, and a caller skips the pass it would have run inside."""
     ahead = Ahead()
-    found = _async_mode()
+    on_cuda = str(device).startswith("cuda")
+    found = _async_mode() if on_cuda else None
     if found is None or not _lock.acquire(blocking=False):  # nested or concurrent blocks build as launched
         yield ahead
         return

@@ -236,7 +236,7 @@ class CudaGraphRunner:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         shapes = sorted(self.config.shapes(), key=lambda s: s[0] * s[1], reverse=True)
         with torch.cuda.stream(stream):
-            with compile_ahead() as self.ahead:  # every shape's kernels built at once, in parallel
+            with compile_ahead(self.device) as self.ahead:  # every shape's kernels built at once, in parallel
                 for bs, q in shapes if self.ahead.active else ():
                     self._fill_padding(bs, bs * q)
                     self._forward(self._static_batch(bs, q))

@@ -311,7 +311,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         debug = logger.isEnabledFor(logging.DEBUG)
         try:
             # first every step's Triton kernels, built in parallel (no step reads what a kernel writes)
-            with compile_ahead() as ahead:
+            with compile_ahead(self.device) as ahead:
                 for k, lens in enumerate(shapes if ahead.active else ()):
                     self._warm_step(k, lens, len(shapes), False)
             for k, lens in enumerate(shapes):

@@ -382,7 +382,7 @@ class RouteKernel:
         token 0 where `warm`'s would read the drawn one."""
         tr = self._triton
         zero = torch.zeros(logits.shape[0], dtype=torch.int64, device=self.device)
-        with compile_ahead() as ahead:
+        with compile_ahead(self.device) as ahead:
             for rows, sampling in variants if ahead.active else ():
                 lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
                 for top_k in (0, 1) if sampling else (0,):
