@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from served import Server
+from served import Server, exit_on_sigterm, stop_live
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {  # (small, large, mem shares); a shape name builds a config-only folder (dummy weights)
@@ -255,4 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        raise SystemExit(main())
+    finally:
+        stop_live()

@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:  # --report imports the throughput model from this
 if str(ROOT / "bench") not in sys.path:  # its siblings, where it is loaded from its file rather than run
     sys.path.insert(0, str(ROOT / "bench"))
 
-from served import Server, prom_values, stop_live  # noqa: E402
+from served import Server, exit_on_sigterm, prom_values, stop_live  # noqa: E402
 
 MODES = ("tokenrouter", "llm-only", "lockstep", "std-serving", "eager", "no-graphs")
 TUNED = ("tokenrouter", "no-graphs")  # modes that serve the plan tuned for their N
@@ -1986,13 +1986,6 @@ def main(argv: list[str] | None = None) -> int:
         finish(s, name, records, failures)
         failed |= bool(failures)
     return 1 if failed else 0
-
-
-def exit_on_sigterm(signum, frame) -> None:
-    """SIGTERM (as `timeout` sends) unwinds like an exception, through each `Server.stop()` in a `finally` and
-    `stop_live`. Without it a killed matrix left its servers, each in its own session, holding the GPU (111 GiB
-    once, and the next part's 8B could not start)."""
-    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -34,13 +34,14 @@ import asyncio
 import json
 import math
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import sglang_only as so
-from served import Server
+from served import Server, exit_on_sigterm, stop_live
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -303,4 +304,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        raise SystemExit(main())
+    finally:
+        stop_live()

@@ -75,6 +75,14 @@ class Server:
         Server.live.discard(self)
 
 
+def exit_on_sigterm(signum, frame) -> None:
+    """A SIGTERM handler (`signal.signal(signal.SIGTERM, exit_on_sigterm)` in a script's `__main__`): SIGTERM, as
+    `timeout` sends, unwinds like an exception, through each server's stop in a `finally` and `stop_live`.
+    Without it a killed script left its servers, each in a session of its own, holding the GPU (111 GiB once,
+    and the next server could not start)."""
+    raise SystemExit(128 + signum)
+
+
 def stop_live() -> None:
     """Stop every server still up: a SIGTERM can land between a server's start and the `try` whose `finally`
     stops it."""

@@ -30,6 +30,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from served import exit_on_sigterm  # noqa: E402
+
 from tokenrouter.loadgen.bench import LoadSpec, format_report, run_load  # noqa: E402
 
 SGLANG_VERSION = "0.5.17"
@@ -188,4 +190,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, exit_on_sigterm)  # `timeout`'s SIGTERM stops the server in `run`'s finally
     sys.exit(main())

@@ -90,3 +90,37 @@ def test_runs_the_load_against_the_server_it_starts(tmp_path):
         assert r["mode"] == "sglang-only" and r["model"] == "fake-llm"
         assert r["completed"] == 6 and r["failed"] == 0 and r["output_tokens"] == 30
     assert "sglang-only, concurrency 4" in out.stdout
+
+
+def test_a_sigterm_while_the_server_starts_stops_the_server(tmp_path):
+    """`timeout` sends SIGTERM: the script stops the server it started (its own session) before exiting. Before
+    the handler, a killed script left SGLang's server holding 68 GiB of the GPU."""
+    import signal
+    import time
+
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    pid_file = tmp_path / "server.pid"
+    (pkg / "launch_server.py").write_text(  # never answers
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--model-path", str(TINY_LARGE),
+                             "--sglang-path", str(tmp_path / "site"), "--start-timeout", "300"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    server = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(server, signal.SIGKILL)
+        pytest.fail("the server outlived the script")
