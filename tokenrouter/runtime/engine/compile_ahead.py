@@ -79,9 +79,10 @@ def _build_only(self, grid):
 @contextmanager
 def compile_ahead(device, workers: int | None = None):
     """Inside: Triton launches only build their kernels, on `workers` threads (default `default_workers()`);
-    on leaving, every build is waited for and cached. Yields an `Ahead`, filled in on leaving; where its
-    `active` is False (a `device` other than CUDA, where no Triton kernel is built; no Triton that can; a
-    block already open) launches run as usual, and a caller skips the pass it would have run inside."""
+    on leaving, every build is waited for and cached. Yields an `Ahead`, filled in on leaving. Its `active`
+    is False for a `device` other than CUDA (no Triton kernel is built there), without a Triton that can, and
+    while another block is open (the hook is the process's: that block's launches stay build-only); the
+    caller then skips the pass it would have run inside."""
     ahead = Ahead()
     on_cuda = str(device).startswith("cuda")
     found = _async_mode() if on_cuda else None
