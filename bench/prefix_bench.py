@@ -72,9 +72,8 @@ QUICK = Sizes(shared_prefix=96, own=8, shared_requests=8, shared_output=16, shar
               user=8, answer=12, conversations=4, paper_prompt=64, paper_output=16, paper_requests=8, paper_c=4)  # fmt: skip
 
 SGLANG = "SGLang, 8B alone"
-SGLANG_MEM = (
-    0.85  # SGLang's --mem-fraction-static: the GPU is its own (TokenRouter's two shares are 0.85 too)
-)
+# SGLang's --mem-fraction-static: the GPU is its own (TokenRouter's two shares are 0.85 too)
+SGLANG_MEM = 0.85
 # deployment -> (serve --mode, extra serve flags, the loads it serves); mode "sglang": SGLang's own server
 DEPLOYMENTS = {
     "TokenRouter": ("tokenrouter", (), ("shared", "chat", "paper")),
@@ -93,22 +92,15 @@ class SGLangServer:
     answers or SGLang is absent."""
 
     def __init__(self, model_path: str, log: Path, sglang_path: str | None, timeout: float = 900.0) -> None:
-        import os
-        import subprocess
-
         if why := so.sglang_available(sglang_path):
             raise RuntimeError(why)
-        args = argparse.Namespace(model_path=model_path, load_format="dummy", dtype="bfloat16",
+        args = argparse.Namespace(model_path=model_path, load_format="dummy", dtype="bfloat16", sglang_path=sglang_path,
                                   mem_fraction_static=SGLANG_MEM, max_running_requests=None, server_arg=None)  # fmt: skip
         port = so.free_port()
         self.url = f"http://127.0.0.1:{port}"
-        env = dict(os.environ)
-        if sglang_path:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [sglang_path, env.get("PYTHONPATH")]))
         self.err = open(log, "w")  # noqa: SIM115 - closed in stop()
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(so.server_command(args, port), env=env, stdout=self.err, stderr=self.err,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = so.start_server(args, port, stdout=self.err, stderr=self.err)
         try:
             so.wait_ready(self.proc, self.url, timeout)
         except BaseException:

@@ -131,19 +131,24 @@ def load_specs(args: argparse.Namespace) -> list[tuple[LoadSpec | None, LoadSpec
     return out
 
 
+def start_server(args: argparse.Namespace, port: int, **popen) -> subprocess.Popen:
+    """SGLang's server (`server_command`) started in a session of its own, `args.sglang_path` on its PYTHONPATH
+    only; `popen`: more arguments for `subprocess.Popen` (e.g. where its output goes)."""
+    env = dict(os.environ)
+    if args.sglang_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.sglang_path, env.get("PYTHONPATH")]))
+    return subprocess.Popen(server_command(args, port), env=env, start_new_session=True, **popen)
+
+
 def run(args: argparse.Namespace, on_start=None) -> tuple[list[dict], float]:
     """Start the server, run every load, stop it: (reports, server start-up seconds). `on_start(pgid)` is
     called with the server's process group once it is started. Raises RuntimeError if it never answers."""
     specs = load_specs(args)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ)
-    if args.sglang_path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.sglang_path, env.get("PYTHONPATH")]))
-    cmd = server_command(args, port)
-    print("starting:", " ".join(cmd), file=sys.stderr)
+    print("starting:", " ".join(server_command(args, port)), file=sys.stderr)
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = start_server(args, port)
     if on_start is not None:
         on_start(proc.pid)
     reports = []
