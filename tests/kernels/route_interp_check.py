@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 # only as a script: route_variants_check.py imports `compare` from here and decides for itself (it compiles for
 # real with `cuda` among its arguments, whose argv[2] is not this script's device)
@@ -21,11 +22,19 @@ import torch  # noqa: E402
 from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies, with_router  # noqa: E402
 from route_inputs import extreme_logits, mixed_state, offset_logits, random_logits, tie_logits  # noqa: E402
 
+import tokenrouter.runtime.route.kernel as rk  # noqa: E402
+from tokenrouter.runtime.engine.compile_ahead import Ahead  # noqa: E402
 from tokenrouter.runtime.route import RouteKernel  # noqa: E402
 from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
 from tokenrouter.runtime.sampling import DEFAULT_SAMPLER  # noqa: E402
 
 HIDDEN = STDLIB_HIDDEN
+
+
+@contextmanager
+def every_launch_runs(device):
+    """`compile_ahead` as an active block whose launches run as usual."""
+    yield Ahead(active=True)
 
 
 def compare(a, b, ir, label: str) -> None:
@@ -139,6 +148,15 @@ def main() -> int:
             a = ref(logits, hidden, state, with_features=True)
             b = tri(logits, hidden, state, with_features=True)
             compare(a, b, ir, f"router {kind} split={split}")
+            # warm's build-only pass (`_build_ahead`: the fused kernel, or the rules kernel after embedding(token)),
+            # with each of its launches run as launched: the interpreter builds nothing
+            if split == 1:
+                rk.compile_ahead, real = every_launch_runs, rk.compile_ahead
+                try:
+                    assert tri.warm(rows, vocab, logits.dtype, HIDDEN) >= 3
+                finally:
+                    rk.compile_ahead = real
+                compare(a, tri(logits, hidden, state, with_features=True), ir, f"router {kind} after warm")
             assert len(set(a.rule.tolist())) > 1, (
                 f"router {kind}: every row took rule {a.rule.tolist()}: {a.features}"
             )

@@ -1,9 +1,9 @@
 """Building, in parallel, the Triton kernels that a start-up phase is about to launch.
 
 Triton builds a kernel the first time a process launches it with a new specialization, on the launching
-thread, one after another: on a fresh H100 the 0.6B + 8B plan's start spent most of its 110 s so (the CUDA
-graph capture's forwards, the eager warm-up steps, the route kernel's 21 variants), with one CPU core busy
-of 16. Inside `compile_ahead()` a Triton launch (`kernel[grid](...)`) runs nothing: it hands the build of
+thread, one after another: on a fresh machine most of a plan's start went so (the CUDA graph capture's
+forwards, the eager warm-up steps, the route kernel's variants; docs/results.md, start-up), with one core
+busy of many. Inside `compile_ahead()` a Triton launch (`kernel[grid](...)`) runs nothing: it hands the build of
 its kernel (of every candidate config, for an autotuned one) to a pool of threads, through Triton's own
 `AsyncCompileMode`, and returns. Leaving the block waits for the builds and puts each kernel in its
 `JITFunction`'s cache, so that the phase, run again for real, launches kernels already built. Triton's
@@ -96,13 +96,10 @@ def compile_ahead(device, workers: int | None = None):
     original = kernel_interface.__getitem__
     try:
         mode = mode_cls(pool, ignore_errors=True)
-        with mode:
+        with mode:  # its exit waits for the builds and caches them
             kernel_interface.__getitem__ = _build_only
             ahead.active = True
-            try:
-                yield ahead
-            finally:
-                kernel_interface.__getitem__ = original
+            yield ahead
             ahead.kernels = len(mode.raw_futures)
     finally:
         kernel_interface.__getitem__ = original

@@ -366,11 +366,9 @@ class RouteKernel:
         hidden = torch.zeros((top, width), device=self.device, dtype=dtype) if self.needs_hidden else None
         self._build_ahead(variants, logits, hidden)
         launches = 0
-        for rows, sampling in variants:
-            for top_k in (0, 1) if sampling else (0,):
-                state = RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
-                self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
-                launches += 1
+        for rows, state in self._warm_batches(variants):
+            self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
+            launches += 1
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return launches
@@ -380,22 +378,21 @@ class RouteKernel:
         them: the route kernel in each variant (a top-k row's token comes forced, from the separate sampler),
         and the rules kernel where the rules read the drawn token. No kernel runs here, so the routers read
         token 0 where `warm`'s would read the drawn one."""
-        tr = self._triton
         zero = torch.zeros(logits.shape[0], dtype=torch.int64, device=self.device)
         with compile_ahead(self.device) as ahead:
-            for rows, sampling in variants if ahead.active else ():
+            for rows, state in self._warm_batches(variants) if ahead.active else ():
                 lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
-                for top_k in (0, 1) if sampling else (0,):
-                    state = RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
-                    forced = tok if top_k else None
-                    if self.needs_token_first:
-                        token, logprob, _, feats = tr.run(
-                            lg, state, None, forced, sampling=sampling, eval_rules=False, write_features=True
-                        )
-                        tr.rules(token, logprob, feats, state, self._router_out(lg, hd, tok))
-                    else:
-                        tr.run(lg, state, self._router_out(lg, hd, None), forced, sampling=sampling,
-                               eval_rules=True, write_features=False)  # fmt: skip
+                sampling, restricted = _hints(state)  # as `__call__` reads them
+                self._run_triton(
+                    lg, hd, state, tok if restricted else None, sampling, False, router_token=tok
+                )
+
+    def _warm_batches(self, variants):
+        """(rows, state) of each of `warm`'s launches: per launch variant, greedy, or sampling without and with
+        top-k (the separate sampler's forced tokens)."""
+        for rows, sampling in variants:
+            for top_k in (0, 1) if sampling else (0,):
+                yield rows, RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
 
     def _check_inputs(
         self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState
@@ -491,13 +488,17 @@ class RouteKernel:
             f["token"], f["logprob"], rule, self._debug(f, router_out, state) if with_features else None
         )
 
-    def _run_triton(self, logits, hidden, state, forced, sampling, with_features) -> RouteResult:
+    def _run_triton(
+        self, logits, hidden, state, forced, sampling, with_features, router_token=None
+    ) -> RouteResult:
+        """`router_token`: the tokens the routers read instead of the drawn ones (`_build_ahead`'s, where
+        no kernel draws)."""
         tr = self._triton
         if self.needs_token_first:
             token, logprob, _, feats = tr.run(
                 logits, state, None, forced, sampling=sampling, eval_rules=False, write_features=True
             )
-            router_out = self._router_out(logits, hidden, token)
+            router_out = self._router_out(logits, hidden, token if router_token is None else router_token)
             rule = tr.rules(token, logprob, feats, state, router_out)
         else:
             router_out = self._router_out(logits, hidden, None)
