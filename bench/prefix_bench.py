@@ -35,6 +35,7 @@ import json
 import math
 import re
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ QUICK = Sizes(shared_prefix=96, own=8, shared_requests=8, shared_output=16, shar
               user=8, answer=12, conversations=4, paper_prompt=64, paper_output=16, paper_requests=8, paper_c=4)  # fmt: skip
 
 SGLANG = "SGLang, 8B alone"
+AUTO = "TokenRouter, auto"  # `batch: auto` tuned per load by the user's flow (`run_auto`)
 # SGLang's --mem-fraction-static: the GPU is its own (TokenRouter's two shares are 0.85 too)
 SGLANG_MEM = 0.85
 # deployment -> (serve --mode, extra serve flags, the loads it serves); mode "sglang": SGLang's own server
@@ -79,6 +81,7 @@ DEPLOYMENTS = {
     "TokenRouter": ("tokenrouter", (), ("shared", "chat", "paper")),
     "TokenRouter, no cache": ("tokenrouter", ("--no-prefix-cache",), ("paper",)),
     "TokenRouter, B llm 8": ("tokenrouter", ("--batch", "llm=8"), ("shared", "chat")),
+    AUTO: ("auto", (), ("shared", "chat")),
     "std-serving": ("std-serving", (), ("shared",)),
     "llm-only": ("llm-only", (), ("shared", "chat")),
     "llm-only, no cache": ("llm-only", ("--no-prefix-cache",), ("shared",)),
@@ -161,6 +164,68 @@ def load_spec(kind: str, url: str, z: Sizes):
                     prompt_len=z.paper_prompt, output_len=z.paper_output, **common)  # fmt: skip
 
 
+def cli(*args) -> list[str]:
+    return [sys.executable, "-m", "tokenrouter.cli", *map(str, args)]
+
+
+def load_concurrency(kind: str, z: Sizes) -> int:
+    return {"shared": z.shared_c, "chat": z.conversations, "paper": z.paper_c}[kind]
+
+
+def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int = 5) -> dict[str, dict]:
+    """The reports of `batch: auto` by the user's flow, per load: the plan served eager (every B = 1) runs the
+    load, `profile --from-metrics` reads that run's step prices from the server, `tune -n N` (N: the load's
+    concurrency) writes the tuned plan, and the tuned plan is served and runs the load again. Each report adds
+    the tuned thresholds and what `simulate` predicts for the tuned plan on those prices."""
+    import httpx
+
+    from tokenrouter.loadgen.bench import run_load
+
+    tuned, sims = {}, {}
+    srv = Server(plan, ["--mode", "eager", "--device", device], out / "tokenrouter-auto-eager.stderr")
+    try:
+        for kind in kinds:
+            n = load_concurrency(kind, z)
+            since = out / f"auto-stats-before-{kind}.json"
+            since.write_text(httpx.get(f"{srv.url}/v1/stats", timeout=30).text)
+            asyncio.run(run_load(load_spec(kind, srv.url, z)))
+            prof, tuned[kind] = out / f"auto-profile-{kind}.json", out / f"auto-tuned-{kind}.plan"
+            subprocess.run(cli("profile", plan, "--from-metrics", srv.url, "--since", since, "--min-steps", min_steps, "-o", prof),
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(cli("tune", plan, "--profile", prof, "-n", n, "-o", tuned[kind]),
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+            delay = json.loads(tuned[kind].read_text())["serve"]["max_delay_ms"]
+            output = z.answer if kind == "chat" else z.shared_output
+            sim = subprocess.run(cli("simulate", tuned[kind], "--profile", prof, "-n", n, "--no-chain", "--request-tokens",
+                                     output, "--max-delay-ms", delay, "--json"),
+                                 check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+            sims[kind] = json.loads(sim.stdout)["simulation"]["throughput_tok_s"]
+    finally:
+        srv.stop()
+    reports = {}
+    for kind in kinds:
+        batch = {m: spec["batch"] for m, spec in json.loads(tuned[kind].read_text())["models"].items()}
+        server = Server(
+            tuned[kind],
+            ["--mode", "tokenrouter", "--device", device],
+            out / f"tokenrouter-auto-{kind}.stderr",
+        )
+        try:
+            reports[kind] = asyncio.run(run_load(load_spec(kind, server.url, z)))
+        finally:
+            server.stop()
+        reports[kind].update(tuned_batch=batch, simulated_tok_s=sims[kind])
+    return reports
+
+
+def tuned(rep: dict) -> str:
+    """A report's tuned thresholds and simulated tok/s (the `TokenRouter, auto` rows), or "-"."""
+    if "tuned_batch" not in rep:
+        return "-"
+    bs = ", ".join(f"{m} {b}" for m, b in rep["tuned_batch"].items())
+    return f"B {bs}; simulated {fmt(rep.get('simulated_tok_s'))}"
+
+
 def fmt(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -181,15 +246,19 @@ def hits(rep: dict) -> str:
 
 def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
     def tr(kind: str) -> dict | None:  # the first TokenRouter deployment run: the one the column compares
-        return results.get(("TokenRouter", kind)) or results.get(("TokenRouter, B llm 8", kind))
+        return next(
+            filter(None, (results.get((x, kind)) for x in ("TokenRouter", "TokenRouter, B llm 8", AUTO))),
+            None,
+        )
 
     lines = [f"(a) shared prefix: {z.shared_prefix} shared + {z.own} own tokens, {z.shared_requests} requests, "
              f"{z.shared_output} output tokens, c = {z.shared_c}", "",
-             "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+             "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits | tuned |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
     for name in (
         "TokenRouter",
         "TokenRouter, B llm 8",
+        AUTO,
         "std-serving",
         "llm-only",
         "llm-only, no cache",
@@ -197,20 +266,20 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
     ):
         if rep := results.get((name, "shared")):
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
-                         f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} |")  # fmt: skip
+                         f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} | {tuned(rep)} |")  # fmt: skip
     turns = range(1, z.turns + 1)
     lines += ["", f"(b) multi-turn chat: {z.conversations} conversations at once, {z.turns} turns, system prompt "
               f"{z.system}, user messages {z.user}, answers {z.answer}", "",
               "| deployment | decode tok/s | vs llm-only | TokenRouter vs it | "
-              + " | ".join(f"TTFT p50 t{k}" for k in turns) + f" | t{z.turns}/t1 | prefix hits |",
-              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "TokenRouter, B llm 8", "llm-only", SGLANG):
+              + " | ".join(f"TTFT p50 t{k}" for k in turns) + f" | t{z.turns}/t1 | prefix hits | tuned |",
+              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- | --- |"]  # fmt: skip
+    for name in ("TokenRouter", "TokenRouter, B llm 8", AUTO, "llm-only", SGLANG):
         if rep := results.get((name, "chat")):
             by = rep.get("ttft_ms_by_turn") or {}
             p50 = [by.get(str(k), {}).get("p50") for k in turns]
             last = fmt(p50[-1] / p50[0], ".2f") if p50[0] and p50[-1] else "-"
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(rep, results.get(('llm-only', 'chat')))} | "
-                         f"{ratio(tr('chat'), rep)} | " + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} |")  # fmt: skip
+                         f"{ratio(tr('chat'), rep)} | " + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} | {tuned(rep)} |")  # fmt: skip
     lines += ["", f"(c) the paper's shape: {z.paper_prompt}-token unique prompts, N = {z.paper_c}, "
               f"{z.paper_output} output tokens", "",
               "| deployment | decode tok/s | TTFT p50 (ms) | vs no cache | prefix hits |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
@@ -259,6 +328,18 @@ def main(argv: list[str] | None = None) -> int:
         slug = re.sub(r"\W+", "-", name.lower()).strip("-")
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
+        if mode == "auto":
+            try:
+                for kind, rep in run_auto(plan, kinds, z, out, device, 1 if args.quick else 5).items():
+                    results[(name, kind)] = rep
+                    print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "
+                          f"{tuned(rep)}", flush=True)  # fmt: skip
+                    if rep["failed"]:
+                        failed.append(f"{name} {kind}: {rep['failed']} failed: {'; '.join(rep['errors'])}")
+            except (RuntimeError, subprocess.CalledProcessError) as e:
+                failed.append(f"{name}: {e}")
+                print(f"  {e}", flush=True)
+            continue
         try:
             if mode == "sglang":
                 server = SGLangServer(

@@ -1,6 +1,7 @@
 """bench/graph_tune.py's parts that need no GPU: the candidate configs (one K tile per program, within the
 kernel's limits) and the table it writes, which `tuned_tiles` reads and the kernel's check accepts (the tuning
-results kept in tests/fixtures/graph_tune, turned into the shipped table)."""
+results kept in tests/fixtures/graph_tune, turned into the shipped table's H200 entries; its H100 entries are
+bench/autotune_table.py's, kept in tests/fixtures/autotune)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,11 @@ def test_the_table_it_writes_is_the_shipped_one(graph_tune, tmp_path):
     gemv = graph_tune.table_entries(json.loads((RAW / "run-r-call6-graph_tune_gemv.json").read_text()))
     # and the 2-row GEMV's five keys
     rows = graph_tune.table_entries(json.loads((RAW / "run-s-call1-graph_tune_rows.json").read_text()))
+    # then the H100's: the autotuner's picks of a 0.6B + 8B start, read from Triton's cache (bench/autotune_table.py)
+    h100 = json.loads((ROOT / "tests/fixtures/autotune/h100-0.6b-8b.json").read_text())["entries"]
+    assert {e["gpu"] for e in h100} == {"NVIDIA H100 80GB HBM3"} and len(h100) == 18
     shipped = json.loads(tuned_tiles.SHIPPED.read_text())["entries"]
-    assert entries + gemv + rows == shipped
+    assert entries + gemv + rows + h100 == shipped
     assert [e["key"]["BLOCK_X"] for e in entries] == [16] * 4 + [32] * 4 + [16] * 3
     assert [e["key"]["NORM"] for e in entries] == [False] * 8 + [True] * 3
     assert [e["kernel"] for e in gemv] == ["gemv"] * 5 and all("BLOCK_X" not in e["key"] for e in gemv)

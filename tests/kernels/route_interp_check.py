@@ -148,14 +148,16 @@ def main() -> int:
             a = ref(logits, hidden, state, with_features=True)
             b = tri(logits, hidden, state, with_features=True)
             compare(a, b, ir, f"router {kind} split={split}")
-            # warm's build-only pass (`_build_ahead`: the fused kernel, or the rules kernel after embedding(token)),
-            # with each of its launches run as launched: the interpreter builds nothing
+            # warm's build-only pass (`_build_launches`: the fused kernel, or the rules kernel after
+            # embedding(token)), with each of its launches run as launched: the interpreter builds nothing; and
+            # the same pass as the engine's start-up runs it (`build_pass`, in the engine's block)
             if split == 1:
                 rk.compile_ahead, real = every_launch_runs, rk.compile_ahead
                 try:
                     assert tri.warm(rows, vocab, logits.dtype, HIDDEN) >= 3
                 finally:
                     rk.compile_ahead = real
+                tri.build_pass(rows, vocab, logits.dtype, HIDDEN)
                 compare(a, tri(logits, hidden, state, with_features=True), ir, f"router {kind} after warm")
             assert len(set(a.rule.tolist())) > 1, (
                 f"router {kind}: every row took rule {a.rule.tolist()}: {a.features}"

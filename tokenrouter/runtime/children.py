@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -14,12 +15,17 @@ from typing import Any
 
 def child_main(fn, args, env: dict[str, str] | None = None) -> None:
     """Runs in each child: its own process group, and exit when the launcher is gone. `env` is set
-    before anything in the child touches CUDA (an MPS client reads its settings when its context starts)."""
+    before anything in the child touches CUDA (an MPS client reads its settings when its context starts).
+    `fn`: the function to run, or its "module:function" name, imported here (so that the launcher need not
+    import the child's modules, torch among them, before it can start the child)."""
     os.environ.update(env or {})
     os.setpgrp()
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
     code = 0
     try:
+        if isinstance(fn, str):
+            module, _, name = fn.partition(":")
+            fn = getattr(importlib.import_module(module), name)
         fn(args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else int(e.code is not None)

@@ -90,9 +90,9 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 def check_device(device: str | None) -> None:
     if device == "cuda":
-        import torch
+        from tokenrouter.runtime.cuda_info import device_count
 
-        if not torch.cuda.is_available():
+        if not device_count():
             raise LaunchError("--device cuda: no CUDA device is available here (use --device cpu)")
 
 

@@ -103,6 +103,11 @@ __all__ = [
     "writable_folder",
 ]
 _child_main = child_main
+# each child's function, by name: the child imports its module (torch, FastAPI), the launcher does not, so that
+# it starts the children without first paying for their imports (`children.child_main`)
+SUBSERVER_MAIN = "tokenrouter.runtime.subserver.process:run_subserver_process"
+LOCKSTEP_MAIN = "tokenrouter.runtime.baselines.lockstep:run_lockstep_process"
+FRONTEND_MAIN = "tokenrouter.runtime.frontend.process:run_frontend_process"
 
 log = logging.getLogger("tokenrouter.launcher")
 
@@ -226,14 +231,12 @@ class Launcher:
         """Start the local subservers (or the lockstep process) and the frontend (multiprocessing *spawn*)."""
         import multiprocessing as mp
 
-        from tokenrouter.runtime.frontend.process import run_frontend_process
-
         spawn = mp.get_context("spawn")
         eps = self.endpoints.to_dict()
         self._add_subservers(spawn, plan, plan_path, eps)
         fargs = frontend_args(self.cfg, plan, eps, self.run_dir)
         self.procs["frontend"] = spawn.Process(
-            target=child_main, args=(run_frontend_process, fargs), name="tokenrouter-frontend"
+            target=child_main, args=(FRONTEND_MAIN, fargs), name="tokenrouter-frontend"
         )
         self._start_mps(plan, [x for x in self.procs if x != "frontend"])
         for name, p in self.procs.items():
@@ -243,12 +246,8 @@ class Launcher:
 
     def _add_subservers(self, spawn, plan: dict, plan_path: str, eps: dict) -> None:
         """A process (not started yet) for each local subserver, or the lockstep process."""
-        from tokenrouter.runtime.subserver.process import run_subserver_process
-
         board = busy_board(plan, self.run_dir, self.setup)
-        target = run_subserver_process
-        if self.setup.lockstep:
-            from tokenrouter.runtime.baselines.lockstep import run_lockstep_process as target
+        target = LOCKSTEP_MAIN if self.setup.lockstep else SUBSERVER_MAIN
         for name in local_models(plan, self.cfg, self.setup.lockstep):
             args = subserver_args(self.cfg, self.setup, name, plan_path, eps, board)
             self.procs[name] = spawn.Process(

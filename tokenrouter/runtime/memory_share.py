@@ -207,15 +207,11 @@ def model_need(spec: dict) -> ModelNeed:
 
 
 def cuda_totals() -> dict[int, int] | None:
-    """Bytes of memory per visible CUDA device; None where there is none (a host without the NVIDIA driver
-    is told without importing torch)."""
-    if not Path("/proc/driver/nvidia").exists():
-        return None
-    import torch
+    """Bytes of memory per visible CUDA device, from the driver (`cuda_info`: torch is not imported); None where
+    there is none."""
+    from tokenrouter.runtime.cuda_info import device_memory
 
-    if not torch.cuda.is_available():
-        return None
-    return {i: torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())}
+    return dict(enumerate(device_memory())) or None
 
 
 def size_plan(

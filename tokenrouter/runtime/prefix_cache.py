@@ -193,7 +193,7 @@ class PrefixCachingEngine(EmbeddedEngine):
     block_size = DEFAULT_BLOCK_SIZE
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        # before the engine's own construction: its start-up runs steps that free KV through `_free_kv`
         self.cache = BlockPrefixCache(self.block_size)
         self.held_blocks: dict[str, list[Block]] = {}  # rid -> cache blocks its KV starts with (referenced)
         self.unshared: set[str] = set()  # rids whose next full block the cache holds in another copy
@@ -201,6 +201,7 @@ class PrefixCachingEngine(EmbeddedEngine):
         self.computed_tokens = 0
         self.arrivals = 0
         self.waited_rows = 0  # arrivals that waited a step for another's prefill of their prefix
+        super().__init__(*args, **kwargs)
 
     def forward(self, batch: Sequence[StepInput], want_hidden: bool = False) -> StepOutput:
         rows = list(batch)

@@ -32,7 +32,7 @@ def busy_board(plan: dict, run_dir: Path, setup) -> str | None:
 
 def subserver_args(cfg: ServeConfig, setup, model: str, plan_path: str, eps: dict, board: str | None):
     """The `SubserverArgs` of a local model's process (`setup`: the mode's `ModeSetup`)."""
-    from tokenrouter.runtime.subserver.process import SubserverArgs
+    from tokenrouter.runtime.subserver.args import SubserverArgs
 
     extra = {**setup.engine_overrides, "prefix_cache": cfg.prefix_cache, **cfg.extra_subserver}
     return SubserverArgs(

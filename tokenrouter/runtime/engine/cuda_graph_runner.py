@@ -19,7 +19,9 @@ position 0, which already holds it (row 0 is reserved and all zeros).
 The attention backend must declare `supports_cuda_graph` and keep every per-step value it reads inside
 the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
 pool; they are captured largest first, so the smaller ones reuse its blocks. Before the first, every shape's
-forward runs once inside `compile_ahead`, which builds the Triton kernels of all of them in parallel.
+forward runs once inside `compile_ahead` (`build_pass`), which builds the Triton kernels of all of them in
+parallel; the engine's start-up opens that block itself (`EmbeddedEngine.start`), with the other start-up
+phases' kernels in it, and then captures with `build_ahead=False`.
 
 `replay` returns copies of the graph's static outputs (which the next replay overwrites).
 """
@@ -127,7 +129,8 @@ class CudaGraphRunner:
     """Captures the engine's `model(fb) -> (logits [B, V], hidden [B, H])` for every shape of `config`
     (batch sizes above `engine.max_batch` are left out)."""
 
-    def __init__(self, engine, config: CudaGraphConfig | None = None) -> None:
+    def __init__(self, engine, config: CudaGraphConfig | None = None, capture: bool = True) -> None:
+        """Captures every shape now, unless `capture` is False (then the caller calls `capture`)."""
         backend = engine.attn_backend
         if not getattr(backend, "supports_cuda_graph", False):
             raise ValueError(f"the {backend.name!r} attention backend cannot run in CUDA graphs")
@@ -144,7 +147,8 @@ class CudaGraphRunner:
         self.replays_by_shape: dict[tuple[int, int], int] = {}
         self._init_buffers()
         self._init_buckets()
-        self.capture()
+        if capture:
+            self.capture()
 
     # ---- set-up ---------------------------------------------------------------------------------------
     def _init_buffers(self) -> None:
@@ -226,21 +230,33 @@ class CudaGraphRunner:
         host[5 * b + 1 :] = torch.arange(b)  # last_indices
         self.rows.copy_(host.to(self.device))
 
+    def shapes_largest_first(self) -> list[tuple[int, int]]:
+        return sorted(self.config.shapes(), key=lambda s: s[0] * s[1], reverse=True)
+
     @torch.inference_mode()
-    def capture(self) -> None:
+    def build_pass(self) -> None:
+        """Every shape's forward once, for a `compile_ahead` block that the caller holds open: the launches only
+        build their kernels, and nothing read afterwards depends on them (the forwards are capturable)."""
+        for bs, q in self.shapes_largest_first():
+            self._fill_padding(bs, bs * q)
+            self._forward(self._static_batch(bs, q))
+
+    @torch.inference_mode()
+    def capture(self, build_ahead: bool = True) -> None:
+        """Capture every shape, largest first. `build_ahead`: first build every shape's Triton kernels in
+        parallel (`build_pass` in a block of its own; off where the caller's block has built them)."""
         if self.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         start = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
-        shapes = sorted(self.config.shapes(), key=lambda s: s[0] * s[1], reverse=True)
         with torch.cuda.stream(stream):
-            with compile_ahead(self.device) as self.ahead:  # every shape's kernels built at once, in parallel
-                for bs, q in shapes if self.ahead.active else ():
-                    self._fill_padding(bs, bs * q)
-                    self._forward(self._static_batch(bs, q))
-            for bs, q in shapes:
+            if build_ahead:
+                with compile_ahead(self.device) as self.ahead:  # every shape's kernels at once, in parallel
+                    if self.ahead.active:
+                        self.build_pass()
+            for bs, q in self.shapes_largest_first():
                 fb = self._static_batch(bs, q)
                 self._fill_padding(bs, bs * q)
                 for _ in range(2):  # warm up: Triton compiles, cuBLAS picks its kernels

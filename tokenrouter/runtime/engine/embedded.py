@@ -32,7 +32,7 @@ import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
-from tokenrouter.runtime.engine.compile_ahead import compile_ahead
+from tokenrouter.runtime.engine.compile_ahead import Ahead, compile_ahead
 from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig, check_model_folder, load_model_config
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, write_req_to_token
 from tokenrouter.runtime.engine.held import HeldRequestsEngine
@@ -113,6 +113,10 @@ class Req:
 
 
 class EmbeddedEngine(HeldRequestsEngine):
+    # whether the start-up builds the eager steps' kernels (`_start`) by running them in the constructor:
+    # not on a tensor-parallel rank, whose steps the leader drives once the group is formed
+    eager_built_at_start = True
+
     def __init__(
         self,
         model: DecoderForCausalLM,
@@ -120,9 +124,12 @@ class EmbeddedEngine(HeldRequestsEngine):
         settings: EngineConfig,
         name: str,
         progress: Progress | None = None,
+        also_build: Callable[[EmbeddedEngine], None] | None = None,
     ) -> None:
         """`progress(phase, detail)`, where given, hears of each phase of the construction as it is done: the
-        KV pool allocated ("kv"), the CUDA graphs captured ("graphs")."""
+        KV pool allocated ("kv"), the start-up's Triton kernels built ("kernels"), the CUDA graphs captured
+        ("graphs"). `also_build(engine)`: another start-up phase's launches, run where this engine builds its
+        own kernels ahead (`start`); it runs inside the constructor, so it may read the model and `info` only."""
         progress = progress or _silent
         self.model = model
         self.model_config = config
@@ -135,9 +142,31 @@ class EmbeddedEngine(HeldRequestsEngine):
         self._init_attention()
         self.info = self._model_info(name)
         self._init_requests()
+        self.ahead = Ahead()  # the Triton kernels `start` built ahead of the start-up's launches
         self._init_graph_runner()
         if self.graph_runner is not None:
-            progress("graphs", self._graphs_summary())
+            self._start(progress, also_build)
+
+    def _start(self, progress: Progress, also_build) -> None:
+        """Build, in one parallel block (`compile_ahead`), the Triton kernels of every launch the start-up will
+        make: the CUDA graphs' forwards, the eager steps of `warm_eager`, and `also_build`'s (the route
+        kernel's, from `load_model_runtime`); then capture the graphs. One block rather than one per phase:
+        a phase of a few kernels waits for its slowest build with most threads idle, and the builds of the
+        phases overlap."""
+        runner, parts = self.graph_runner, ["graph shapes"]
+        with compile_ahead(self.device) as self.ahead:
+            if self.ahead.active:
+                runner.build_pass()
+                if self.eager_built_at_start:
+                    self._eager_build_pass()
+                    parts.append("eager steps")
+                if also_build is not None:
+                    also_build(self)
+                    parts.append("route kernel")
+        if self.ahead.active:
+            progress("kernels", f"{self.ahead.describe()} ({', '.join(parts)})")
+        runner.capture(build_ahead=not self.ahead.active)
+        progress("graphs", self._graphs_summary())
 
     def _model_info(self, name: str) -> ModelInfo:
         config = self.model_config
@@ -240,7 +269,8 @@ class EmbeddedEngine(HeldRequestsEngine):
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
             return
         try:
-            self.graph_runner = CudaGraphRunner(self, CudaGraphConfig.for_rows(self.settings.graph_rows))
+            config = CudaGraphConfig.for_rows(self.settings.graph_rows)
+            self.graph_runner = CudaGraphRunner(self, config, capture=False)  # captured by `_start`
         except ValueError as e:  # e.g. an attention backend that cannot be captured
             if want:
                 raise EngineError(f"CUDA graphs are not available: {e}") from e
@@ -310,15 +340,25 @@ class EmbeddedEngine(HeldRequestsEngine):
         steps = self.steps
         debug = logger.isEnabledFor(logging.DEBUG)
         try:
-            # first every step's Triton kernels, built in parallel (no step reads what a kernel writes)
-            with compile_ahead(self.device) as ahead:
-                for k, lens in enumerate(shapes if ahead.active else ()):
-                    self._warm_step(k, lens, len(shapes), False)
+            if not (self.ahead.active and self.eager_built_at_start):  # else built at start (`_start`)
+                with compile_ahead(self.device) as ahead:
+                    if ahead.active:
+                        self._eager_build_pass()
             for k, lens in enumerate(shapes):
                 self._warm_step(k, lens, len(shapes), debug)
         finally:
             self.steps = steps
         return len(shapes)
+
+    def _eager_build_pass(self) -> None:
+        """`warm_eager`'s steps inside an open `compile_ahead` block: their Triton kernels built, in parallel
+        (no step reads what a kernel writes)."""
+        steps, shapes = self.steps, self.eager_warm_shapes()
+        try:
+            for k, lens in enumerate(shapes):
+                self._warm_step(k, lens, len(shapes), False)
+        finally:
+            self.steps = steps
 
     def _warm_step(self, k: int, lens: tuple[int, ...], total: int, debug: bool) -> None:
         """`warm_eager`'s step `k` of `total`: rows of `lens` new tokens, released after."""
@@ -516,13 +556,15 @@ def load_engine(
     engine_class: type[EmbeddedEngine] | None = None,
     progress: Progress | None = None,
     tp: TPGroup | None = None,
+    also_build: Callable[[EmbeddedEngine], None] | None = None,
 ) -> EmbeddedEngine:
     """Load a model folder into an `EmbeddedEngine`. Raises `ModelFolderError` (an EngineError) naming the
     path for a missing or malformed folder, ValueError for bad settings. `engine_class`: a subclass of
     EmbeddedEngine to build instead (e.g. the std-serving baseline's prefix-caching engine). `progress(phase,
     detail)` hears of each phase as it is done: the weights loaded ("weights"), then the engine's own. `tp`: this
     process's rank of a tensor-parallel group (`parallel.py`): its share of the model, read from its slice of the
-    weights, in the engine class with `TensorParallelEngine` mixed in; every rank calls this at once."""
+    weights, in the engine class with `TensorParallelEngine` mixed in; every rank calls this at once. `also_build`:
+    as the engine's (`EmbeddedEngine.__init__`)."""
     start = time.perf_counter()
     settings = EngineConfig(
         device=device,
@@ -562,4 +604,4 @@ def load_engine(
         what = "random weights made" if load == "dummy" else "weights loaded"
         dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
         progress("weights", f"{what} in {time.perf_counter() - start:.1f} s ({dtype_name} on {dev})")
-    return cls(model, config, settings, name=folder.resolve().name, progress=progress)
+    return cls(model, config, settings, name=folder.resolve().name, progress=progress, also_build=also_build)

@@ -230,6 +230,8 @@ class TensorParallelEngine:
 
     tp: TPGroup
 
+    eager_built_at_start = False  # the steps of a rank's start-up would wait on followers still building
+
     def __init__(self, *args, group: TPGroup, **kwargs) -> None:
         self.tp = group
         super().__init__(*args, **kwargs)

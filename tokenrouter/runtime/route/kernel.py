@@ -344,16 +344,52 @@ class RouteKernel:
                      sampler=self.sampler)  # fmt: skip
         return torch.where(rows, tok, torch.full_like(tok, -1) if forced is None else forced)
 
-    def warm(self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None = None) -> int:
+    def warm(
+        self,
+        max_rows: int,
+        vocab: int,
+        dtype: torch.dtype,
+        hidden_size: int | None = None,
+        build_ahead: bool = True,
+    ) -> int:
         """Launch the Triton route kernel once in each launch variant that a step of 1 to `max_rows` rows of
         `dtype` logits can take (`TritonRoute.variants`): greedy, sampling, and sampling with top-k (the
         forced tokens of the separate sampler). Triton builds each variant the first time a process launches
         it, about half a second where the machine has not built it before (then from its disk cache); warmed
-        at start, no serving step waits for one. Returns the launches, 0 on
-        the torch backend. The results are dropped; the workspace is left grown to `max_rows`."""
+        at start, no serving step waits for one. `build_ahead`: first build them all in parallel
+        (`build_pass` in a `compile_ahead` block of its own; off where the caller's block has run `build_pass`).
+        Returns the launches, 0 on the torch backend. The results are dropped; the workspace is left grown to
+        `max_rows`."""
+        found = self._warm_inputs(max_rows, vocab, dtype, hidden_size)
+        if found is None:
+            return 0
+        variants, logits, hidden = found
+        if build_ahead:
+            with compile_ahead(self.device) as ahead:
+                if ahead.active:
+                    self._build_launches(variants, logits, hidden)
+        launches = 0
+        for rows, state in self._warm_batches(variants):
+            self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
+            launches += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return launches
+
+    def build_pass(
+        self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None = None
+    ) -> None:
+        """`warm`'s launches inside a `compile_ahead` block that the caller holds open (the engine's start-up,
+        `load_model_runtime`): their Triton kernels built, nothing run."""
+        found = self._warm_inputs(max_rows, vocab, dtype, hidden_size)
+        if found is not None:
+            self._build_launches(*found)
+
+    def _warm_inputs(self, max_rows: int, vocab: int, dtype: torch.dtype, hidden_size: int | None):
+        """(launch variants, logits, hidden or None) of `warm`, or None on the torch backend."""
         tr = self._triton
         if tr is None or max_rows < 1:
-            return 0
+            return None
         variants = tr.variants(max_rows, vocab, torch.empty((), dtype=dtype).element_size())
         top = max(rows for rows, _ in variants)
         gen = torch.Generator(device=self.device).manual_seed(0)
@@ -364,28 +400,18 @@ class RouteKernel:
                 f"the route block of {self.model!r} reads hidden(): warming it needs the model's hidden size"
             )
         hidden = torch.zeros((top, width), device=self.device, dtype=dtype) if self.needs_hidden else None
-        self._build_ahead(variants, logits, hidden)
-        launches = 0
-        for rows, state in self._warm_batches(variants):
-            self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
-            launches += 1
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return launches
+        return variants, logits, hidden
 
-    def _build_ahead(self, variants, logits: torch.Tensor, hidden: torch.Tensor | None) -> None:
-        """Build the Triton kernels of `warm`'s launches in parallel (`compile_ahead`), before `warm` launches
-        them: the route kernel in each variant (a top-k row's token comes forced, from the separate sampler),
-        and the rules kernel where the rules read the drawn token. No kernel runs here, so the routers read
-        token 0 where `warm`'s would read the drawn one."""
+    def _build_launches(self, variants, logits: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """`warm`'s launches with every Triton launch building only (inside a `compile_ahead` block): the route
+        kernel in each variant (a top-k row's token comes forced, from the separate sampler), and the rules
+        kernel where the rules read the drawn token. No kernel runs here, so the routers read token 0 where
+        `warm`'s would read the drawn one."""
         zero = torch.zeros(logits.shape[0], dtype=torch.int64, device=self.device)
-        with compile_ahead(self.device) as ahead:
-            for rows, state in self._warm_batches(variants) if ahead.active else ():
-                lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
-                sampling, restricted = _hints(state)  # as `__call__` reads them
-                self._run_triton(
-                    lg, hd, state, tok if restricted else None, sampling, False, router_token=tok
-                )
+        for rows, state in self._warm_batches(variants):
+            lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
+            sampling, restricted = _hints(state)  # as `__call__` reads them
+            self._run_triton(lg, hd, state, tok if restricted else None, sampling, False, router_token=tok)
 
     def _warm_batches(self, variants):
         """(rows, state) of each of `warm`'s launches: per launch variant, greedy, or sampling without and with
@@ -491,7 +517,7 @@ class RouteKernel:
     def _run_triton(
         self, logits, hidden, state, forced, sampling, with_features, router_token=None
     ) -> RouteResult:
-        """`router_token`: the tokens the routers read instead of the drawn ones (`_build_ahead`'s, where
+        """`router_token`: the tokens the routers read instead of the drawn ones (`_build_launches`', where
         no kernel draws)."""
         tr = self._triton
         if self.needs_token_first:

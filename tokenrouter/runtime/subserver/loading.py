@@ -31,15 +31,16 @@ def gpu_count_problem(
     plan: dict, models: list[str], device: str | None, visible: int | None = None
 ) -> str | None:
     """What is wrong with the GPUs that `models` of the plan are placed on, on a machine with `visible` GPUs (None:
-    as many as torch sees; without CUDA, or with `device` "cpu", the models run on the CPU and no count applies)."""
+    as many as the driver reports, `cuda_info`; without CUDA, or with `device` "cpu", the models run on the CPU and
+    no count applies)."""
     if device is not None and str(device).startswith("cpu"):
         return None
     if visible is None:
-        import torch
+        from tokenrouter.runtime.cuda_info import device_count
 
-        if not torch.cuda.is_available():
+        visible = device_count()
+        if not visible:
             return None
-        visible = torch.cuda.device_count()
     for name in models:
         gpus = plan["models"][name].get("gpus") or [0]
         if max(gpus) >= visible:
@@ -164,15 +165,33 @@ def load_model_runtime(
     from tokenrouter.runtime.route.routers import check_router_digests
 
     check_router_digests(plan, model)
+    # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
+    backend = "auto" if str(device).startswith("cuda") else "torch"
+    built: list = []  # the route kernel, where the engine's start-up built its kernels (`build_route`)
+
+    def make_kernel(engine):
+        return RouteKernel(plan, model, backend, device, engine.embed)
+
+    def warm_rows_of(engine) -> int:
+        return engine.max_batch if warm_rows is None else warm_rows
+
+    def build_route(engine) -> None:  # inside the engine's start-up block: the route's builds join its own
+        kernel = make_kernel(engine)
+        info = engine.info
+        kernel.build_pass(warm_rows_of(engine), info.vocab_size, info.logits_dtype, info.hidden_size)
+        built.append(kernel)
+
+    spec = plan["models"][model]
+    # the embedded engine on one GPU (a tensor-parallel rank's start-up runs no route work: `eager_built_at_start`)
+    if spec.get("engine", "embedded") == "embedded" and len(spec.get("gpus") or [0]) == 1:
+        overrides = {"also_build": build_route, **overrides}
     engine = load_model_engine(plan, model, device, progress, **overrides)
     warm_eager = getattr(engine, "warm_eager", None)  # the embedded engine with CUDA graphs
     if warm_eager is not None:
         warmed(model, "eager steps warmed (kinds no CUDA graph holds)", "steps", warm_eager, progress)
-    # the fused Triton kernel on CUDA; the torch renderer on CPU (even when TRITON_INTERPRET is set)
-    backend = "auto" if str(device).startswith("cuda") else "torch"
-    kernel = RouteKernel(plan, model, backend, device, engine.embed)
-    rows = engine.max_batch if warm_rows is None else warm_rows
+    kernel = built[0] if built else make_kernel(engine)
+    rows, info = warm_rows_of(engine), engine.info
     warmed(model, f"route kernel warmed for steps of up to {rows} rows", "launches",
-           lambda: kernel.warm(rows, engine.info.vocab_size, engine.info.logits_dtype, engine.info.hidden_size),
+           lambda: kernel.warm(rows, info.vocab_size, info.logits_dtype, info.hidden_size, build_ahead=not built),
            progress)  # fmt: skip
     return engine, kernel

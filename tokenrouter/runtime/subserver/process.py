@@ -43,55 +43,20 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 
 import msgspec
 import zmq
 
 from tokenrouter.runtime import messages as m
 from tokenrouter.runtime.ipc import Endpoints, Receiver, Sender, secure_context
+from tokenrouter.runtime.subserver.args import SubserverArgs
 from tokenrouter.runtime.subserver.loading import load_model_runtime, pick_device
 from tokenrouter.runtime.subserver.outbox import FRONTEND, Outbox
 from tokenrouter.runtime.subserver.profiling import LiveProfiler
-from tokenrouter.runtime.subserver.route_inputs import rule_texts
 from tokenrouter.runtime.threads import threads_per_model, usable_cores
 
 logger = logging.getLogger(__name__)
 _encoder = msgspec.msgpack.Encoder()
-
-
-@dataclass(slots=True)
-class SubserverArgs:
-    plan_path: str
-    model: str
-    endpoints: dict  # Endpoints.to_dict()
-    device: str | None = None  # override the placement from the plan ("cpu", "cuda:1", ...)
-    log_level: str = "INFO"
-    stats_interval_s: float = 0.5
-    max_batch: int = 256
-    cpu_threads: int | None = None  # torch intra-op threads (None: threads_per_subserver)
-    extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
-    scheduler: str = "tokenrouter"  # "std-serving": the baseline's scheduler and prefix-caching engine
-    busy_board: str | None = None  # the launcher's board of who is in a step (busy_board.py), or None
-
-    def __post_init__(self) -> None:
-        if not self.model:
-            raise ValueError("SubserverArgs.model must name a model of the plan")
-        for key in ("launcher", "frontend", "subservers"):
-            if key not in self.endpoints:
-                raise ValueError(f"SubserverArgs.endpoints lacks {key!r} (use Endpoints.to_dict())")
-        if self.model not in self.endpoints["subservers"]:
-            raise ValueError(f"SubserverArgs.endpoints has no address for model {self.model!r}")
-        if self.stats_interval_s <= 0:
-            raise ValueError(f"stats_interval_s must be > 0, got {self.stats_interval_s}")
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.cpu_threads is not None and self.cpu_threads < 1:
-            raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
-        if not isinstance(logging.getLevelName(self.log_level.upper()), int):
-            raise ValueError(f"unknown log level {self.log_level!r}")
-        if self.scheduler not in ("tokenrouter", "std-serving"):
-            raise ValueError(f"scheduler must be 'tokenrouter' or 'std-serving', got {self.scheduler!r}")
 
 
 def threads_per_subserver(models: int, cores: int | None = None) -> int:
@@ -201,6 +166,8 @@ class Subserver:
         }
 
     def info(self) -> dict:
+        from tokenrouter.runtime.subserver.route_inputs import rule_texts  # torch: imported by `import_torch`
+
         i = self.engine.info
         return {
             "model": self.model,

@@ -6,7 +6,10 @@ config can be another one: on the H200, `bench/graph_tune.py` found configs for 
 layers that make its one-request extends 0.82x (ctx 512) and 0.90x (ctx 4096) as long as with the
 autotuner's picks, and for its one-token GEMV configs that make the decode bs 1 0.90x / 0.92x as long
 as one process's autotuner picks (whose picks, and the step, varied by machine).
-`dot_rows`, `gemv` and `gemv_rows` read the tables. This module holds such configs: `tuned_tiles.json` beside it
+A table also spares a fresh machine the autotuning itself: a launch with an entry builds one config, not every
+candidate, and times none. For GPU models without tuning in the graph, the shipped table holds the autotuner's
+own picks of a start (`bench/autotune_table.py` reads them from Triton's cache), so that a fresh machine of that
+model builds only those. `dot_rows`, `gemv` and `gemv_rows` read the tables. This module holds such configs: `tuned_tiles.json` beside it
 (shipped, measured on the GPUs it names) and, where the engine's tuning names them (`EngineTuning.
 tuned_tiles_files`, applied by `use_files` when a Triton backend is built: the tables are the process's),
 tables that `bench/graph_tune.py --table FILE` wrote on another GPU (their entries take precedence, a later
