@@ -291,6 +291,19 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
     return "\n".join(lines)
 
 
+def save(results: dict[tuple[str, str], dict], z: Sizes, out: Path) -> str:
+    """Write prefix-bench.json (every report) and prefix-bench.md (the tables) under `out`; returns the tables."""
+    from tokenrouter.outfile import finite_json
+
+    text = tables(results, z)
+    (out / "prefix-bench.md").write_text(text + "\n")
+    records = [{"deployment": n, "load": k, "report": r} for (n, k), r in results.items()]
+    (out / "prefix-bench.json").write_text(
+        json.dumps(finite_json({"sizes": z.__dict__, "runs": records}), indent=2)
+    )
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -302,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), help="Default: cuda, or cpu with --quick.")
     ap.add_argument("--only", action="append", choices=sorted(DEPLOYMENTS),
                     help="Serve only these deployments (repeatable); default all.")  # fmt: skip
+    ap.add_argument("--load", action="append", choices=("shared", "chat", "paper"),
+                    help="Run only these loads (repeatable); default every load of each deployment.")  # fmt: skip
     ap.add_argument("--sglang-path", help=f"An unpacked SGLang bundle for the {SGLANG!r} deployment "
                     "(docs/sglang.md), on its server's PYTHONPATH only.")  # fmt: skip
     ap.add_argument("--keep", action="store_true",
@@ -323,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[(rec["deployment"], rec["load"])] = rec["report"]
     failed = []
     for name, (mode, extra, kinds) in DEPLOYMENTS.items():
-        if args.only and name not in args.only:
+        kinds = tuple(k for k in kinds if not args.load or k in args.load)
+        if (args.only and name not in args.only) or not kinds:
             continue
         slug = re.sub(r"\W+", "-", name.lower()).strip("-")
         t0 = time.monotonic()
@@ -339,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             except (RuntimeError, subprocess.CalledProcessError) as e:
                 failed.append(f"{name}: {e}")
                 print(f"  {e}", flush=True)
+            save(results, z, out)
             continue
         try:
             if mode == "sglang":
@@ -364,13 +381,9 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(f"{name} {kind}: {rep['failed']} failed: {'; '.join(rep['errors'])}")
         finally:
             server.stop()
-    text = tables(results, z)
+        save(results, z, out)  # after each deployment: an interrupted run keeps what it measured
+    text = save(results, z, out)
     print("\n" + text)
-    (out / "prefix-bench.md").write_text(text + "\n")
-    from tokenrouter.outfile import finite_json
-
-    records = [{"deployment": n, "load": k, "report": r} for (n, k), r in results.items()]
-    saved.write_text(json.dumps(finite_json({"sizes": z.__dict__, "runs": records}), indent=2))
     for f in failed:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0

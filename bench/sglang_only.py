@@ -161,7 +161,11 @@ def run(args: argparse.Namespace, on_start=None) -> tuple[list[dict], float]:
                 warm.url = url
                 asyncio.run(run_load(warm))
             spec.url = url
-            report = asyncio.run(run_load(spec)) | {"mode": "sglang-only", "sglang": SGLANG_VERSION}
+            report = asyncio.run(run_load(spec)) | {
+                "mode": "sglang-only",
+                "sglang": SGLANG_VERSION,
+                "server_startup_s": startup_s,  # from the server's start to its first answer
+            }
             print(f"\n## sglang-only, concurrency {spec.concurrency}\n{format_report(report)}")
             reports.append(report)
     finally:

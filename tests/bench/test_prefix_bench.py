@@ -4,6 +4,9 @@ and its side-by-side tables with their ratios; `--keep` adds an earlier call's r
 from __future__ import annotations
 
 import json
+import subprocess
+import types
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +115,44 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
 def test_the_sglang_deployment_says_why_it_cannot_start(pb, tmp_path):
     with pytest.raises(RuntimeError, match="holds no sglang package"):
         pb.SGLangServer(str(tmp_path), tmp_path / "sglang.stderr", sglang_path=str(tmp_path))
+
+
+def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
+    """`TokenRouter, auto`: the plan served eager runs each load, `profile --from-metrics` and `tune -n N` (N: the
+    load's concurrency) make the tuned plan, which is served and runs the load again; the rows show the tuned
+    thresholds and the simulator's figure."""
+    served, commands = [], []
+
+    class FakeServer:
+        def __init__(self, plan, args, log):
+            served.append((str(plan), args[1]))
+            self.url = "http://fake"
+
+        def stop(self):
+            pass
+
+    async def fake_load(spec):
+        return report(90.0 if "tuned" in served[-1][0] else 30.0, 5.0)
+
+    def fake_run(cmd, **kw):
+        verb = cmd[3]
+        commands.append((verb, cmd[cmd.index("-n") + 1] if "-n" in cmd else None))
+        if verb == "tune":
+            out = cmd[cmd.index("-o") + 1]
+            Path(out).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
+                                             "serve": {"max_delay_ms": 5.0}}))  # fmt: skip
+        return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
+
+    monkeypatch.setattr(pb, "Server", FakeServer)
+    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
+    monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr("httpx.get", lambda url, timeout: types.SimpleNamespace(text="{}"))
+    assert pb.main(["--out", str(tmp_path), "--quick", "--only", "TokenRouter, auto"]) == 0
+    assert [mode for _, mode in served] == ["eager", "tokenrouter", "tokenrouter"]
+    assert served[1][0].endswith("auto-tuned-shared.plan") and served[2][0].endswith("auto-tuned-chat.plan")
+    z = pb.QUICK
+    assert commands == [("profile", None), ("tune", str(z.shared_c)), ("simulate", str(z.shared_c)),
+                        ("profile", None), ("tune", str(z.conversations)), ("simulate", str(z.conversations))]  # fmt: skip
+    text = (tmp_path / "prefix-bench.md").read_text()
+    assert "| TokenRouter, auto | 90.0 |" in text and "B slm 2, llm 7; simulated 88.0" in text

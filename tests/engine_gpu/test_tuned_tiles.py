@@ -35,6 +35,9 @@ def test_shipped_table_names_the_h200_0_6b_layers(h200):
     table = tuned_tiles.read_table(tuned_tiles.SHIPPED)
     for (_, kernel, _, _), config in table.items():
         kd.check_tile_config(kernel, config)
+    table = {
+        key: config for key, config in table.items() if key[0] == "NVIDIA H200"
+    }  # the H100's: the autotuner's
     gemv = {(dict(key)["N"], dict(key)["K"]) for _, kernel, _, key in table if kernel == "gemv"}
     assert gemv == {(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)}  # the one-token GEMV's
     rows = {

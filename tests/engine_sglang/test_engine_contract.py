@@ -285,7 +285,7 @@ def test_the_route_kernel_is_warmed_for_the_engines_logits_dtype(monkeypatch):
     engine = fake_sglang_engine(load_engine(TINY_SMALL, dtype="bfloat16"), pool=POOL, max_batch=6)
     monkeypatch.setattr(loading, "load_model_engine", lambda *a, **k: engine)
     warmed = []
-    monkeypatch.setattr(RouteKernel, "warm", lambda self, *a: warmed.append(a) or 0)
+    monkeypatch.setattr(RouteKernel, "warm", lambda self, *a, **kw: warmed.append(a) or 0)
     plan = load_plan(str(REPO / "examples" / "bernoulli.tr"))
     for rows, want in ((None, 6), (3, 3)):
         got, _ = loading.load_model_runtime(plan, "slm", "cpu", warm_rows=rows)
