@@ -55,10 +55,12 @@ def test_launches_inside_only_build_on_pool_threads_and_leaving_waits_for_the_bu
         for block in (16, 32, 16, 64):  # 16 twice: one build
             assert k[(4, 1)](7, BLOCK=block) is not None
     assert [c[2] for c in k.calls] == [True] * 4 and [c[1] for c in k.calls] == [(4, 1)] * 4
-    assert ahead.kernels == 3 and ahead.seconds >= 0.0
+    assert ahead.kernels == 3 and ahead.seconds >= ahead.pass_seconds > 0.0
     assert sorted(k.built) == ["16", "32", "64"]
     assert all(name.startswith("triton-build") for name in k.built.values())
-    assert "3 Triton kernel(s) prepared on 3 threads" in ahead.describe()
+    assert (
+        "3 Triton kernel(s) prepared on 3 threads" in ahead.describe() and "(the launches" in ahead.describe()
+    )
     # after the block a launch launches again
     assert k[(2,)](7, BLOCK=16) == "launched" and k.calls[-1][2] is False
 

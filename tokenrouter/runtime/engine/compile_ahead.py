@@ -40,11 +40,15 @@ class Ahead:
     workers: int = 0
     seconds: float = 0.0
     active: bool = False
+    pass_seconds: float = 0.0  # of `seconds`, the caller's pass inside the block (its launches handed over)
 
     def describe(self) -> str:
         if not self.active:
             return "kernels built as launched"
-        return f"{self.kernels} Triton kernel(s) prepared on {self.workers} threads in {self.seconds:.1f} s"
+        return (
+            f"{self.kernels} Triton kernel(s) prepared on {self.workers} threads in {self.seconds:.1f} s "
+            f"(the launches {self.pass_seconds:.1f} s of it)"
+        )
 
 
 def default_workers() -> int:
@@ -100,6 +104,7 @@ def compile_ahead(device, workers: int | None = None):
             kernel_interface.__getitem__ = _build_only
             ahead.active = True
             yield ahead
+            ahead.pass_seconds = time.perf_counter() - start
             ahead.kernels = len(mode.raw_futures)
     finally:
         kernel_interface.__getitem__ = original

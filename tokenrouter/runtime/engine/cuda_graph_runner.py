@@ -20,7 +20,7 @@ The attention backend must declare `supports_cuda_graph` and keep every per-step
 the forward in the batch's device tensors (see `attention/triton_backend.py`). All graphs share one memory
 pool; they are captured largest first, so the smaller ones reuse its blocks. Before the first, every shape's
 forward runs once inside `compile_ahead` (`build_pass`), which builds the Triton kernels of all of them in
-parallel; the engine's start-up opens that block itself (`EmbeddedEngine.start`), with the other start-up
+parallel; the engine's start-up opens that block itself (`EmbeddedEngine._start`), with the other start-up
 phases' kernels in it, and then captures with `build_ahead=False`.
 
 `replay` returns copies of the graph's static outputs (which the next replay overwrites).

@@ -129,7 +129,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         """`progress(phase, detail)`, where given, hears of each phase of the construction as it is done: the
         KV pool allocated ("kv"), the start-up's Triton kernels built ("kernels"), the CUDA graphs captured
         ("graphs"). `also_build(engine)`: another start-up phase's launches, run where this engine builds its
-        own kernels ahead (`start`); it runs inside the constructor, so it may read the model and `info` only."""
+        own kernels ahead (`_start`); it runs inside the constructor, so it may read the model and `info` only."""
         progress = progress or _silent
         self.model = model
         self.model_config = config
@@ -142,7 +142,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         self._init_attention()
         self.info = self._model_info(name)
         self._init_requests()
-        self.ahead = Ahead()  # the Triton kernels `start` built ahead of the start-up's launches
+        self.ahead = Ahead()  # the Triton kernels `_start` built ahead of the start-up's launches
         self._init_graph_runner()
         if self.graph_runner is not None:
             self._start(progress, also_build)

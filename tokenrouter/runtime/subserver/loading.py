@@ -159,8 +159,9 @@ def load_model_runtime(
     """(engine, route kernel) of one model of a plan on `device`; `overrides` go to load_engine. The engine's
     steps that no CUDA graph holds are run once each (`EmbeddedEngine.warm_eager`; nothing without graphs), and
     the route kernel is warmed (`RouteKernel.warm`) for steps of up to `warm_rows` rows (default: the engine's
-    `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step. `progress(phase,
-    detail)` hears of each phase as it is done."""
+    `max_batch`; 0: not warmed), so that neither builds a Triton kernel in a served step. On one GPU the route
+    kernel's Triton kernels are built in the engine's start-up block (`also_build`), beside the engine's own.
+    `progress(phase, detail)` hears of each phase as it is done."""
     from tokenrouter.runtime.route import RouteKernel
     from tokenrouter.runtime.route.routers import check_router_digests
 
