@@ -55,6 +55,10 @@ def fake_devices(monkeypatch, loader: str) -> list[tuple[str, str | None]]:
             return (watched(got[0], device), *got[1:])
         return watched(got, device)
 
-    monkeypatch.setattr(loading, "pick_device", lambda spec, override=None: f"fake-{Path(spec['path']).name}")
+    monkeypatch.setattr(
+        loading,
+        "pick_device",
+        lambda spec, override=None, require_cuda=False: f"fake-{Path(spec['path']).name}",
+    )
     monkeypatch.setattr(loading, loader, load)
     return seen

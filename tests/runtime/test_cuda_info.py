@@ -77,3 +77,28 @@ def test_serve_sizing_and_device_checks_read_the_driver(driver):
 def test_the_real_library_loads_or_is_absent():
     lib = cuda_info._driver()
     assert lib is None or isinstance(lib, ctypes.CDLL)
+
+
+def test_serve_device_cuda_requires_torch_cuda_in_the_subserver(monkeypatch):
+    """The launcher asks only the driver, so `--device cuda` tells each subserver to require CUDA of torch: a
+    torch without it is a clear error there, not a silent fall back to the CPU."""
+    import torch
+
+    from tokenrouter.runtime.modes import ModeSetup
+    from tokenrouter.runtime.process_args import subserver_args
+    from tokenrouter.runtime.serve_config import ServeConfig
+    from tokenrouter.runtime.subserver.loading import pick_device
+
+    eps = {"launcher": "ipc://a", "frontend": "ipc://b", "subservers": {"slm": "ipc://c"}}
+    setup = ModeSetup(mode="tokenrouter", plan={})
+    for device, (override, required) in {
+        "cuda": (None, True),
+        "cpu": ("cpu", False),
+        None: (None, False),
+    }.items():
+        args = subserver_args(ServeConfig(plan="x.plan", device=device), setup, "slm", "x.plan", eps, None)
+        assert (args.device, args.require_cuda) == (override, required)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="--device cuda: torch .* cannot use CUDA.*use --device cpu"):
+        pick_device({"gpus": [0]}, None, require_cuda=True)
+    assert pick_device({"gpus": [0]}) == "cpu"  # the plan's placement without --device: CPU where no CUDA

@@ -41,6 +41,7 @@ def subserver_args(cfg: ServeConfig, setup, model: str, plan_path: str, eps: dic
         endpoints=eps,
         # --device cuda: None = the model's own `gpu:`, which the subserver checks against the visible GPUs
         device="cpu" if cfg.device == "cpu" else None,
+        require_cuda=cfg.device == "cuda",  # the launcher asked the driver only (cuda_info), not torch
         log_level=cfg.log_level.upper(),
         extra=extra,
         scheduler=setup.scheduler,

@@ -118,7 +118,9 @@ class LockstepServer(Subserver):
         args = self.args
         if self.model != self.plan["entry"]:
             raise ValueError(f"the lockstep process runs as the entry model {self.plan['entry']!r}")
-        self.devices = {x: pick_device(spec, args.device) for x, spec in self.plan["models"].items()}
+        self.devices = {
+            x: pick_device(spec, args.device, args.require_cuda) for x, spec in self.plan["models"].items()
+        }
         engines, kernels = {}, {}
         for x in self.plan["models"]:
             engines[x], kernels[x] = load_model_runtime(

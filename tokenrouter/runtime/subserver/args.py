@@ -20,6 +20,9 @@ class SubserverArgs:
     extra: dict = field(default_factory=dict)  # passed to load_engine as keyword arguments
     scheduler: str = "tokenrouter"  # "std-serving": the baseline's scheduler and prefix-caching engine
     busy_board: str | None = None  # the launcher's board of who is in a step (busy_board.py), or None
+    require_cuda: bool = (
+        False  # `serve --device cuda`: the plan's placement, and an error where torch has no CUDA
+    )
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -9,13 +9,19 @@ logger = logging.getLogger(__name__)
 MEM_HEADROOM = 0.9  # of the model's share of GPU memory, for weights + KV (the rest: activations, graphs)
 
 
-def pick_device(spec: dict, override: str | None = None) -> str:
+def pick_device(spec: dict, override: str | None = None, require_cuda: bool = False) -> str:
     """`override`, else `cuda:<first of the model's gpus>` when CUDA is available (every one of them visible), else
-    `cpu`. A model on several GPUs runs tensor-parallel with rank 0 on this device (`load_model_engine`)."""
+    `cpu`; with `require_cuda` (`serve --device cuda`), a ValueError where torch cannot use CUDA. A model on several
+    GPUs runs tensor-parallel with rank 0 on this device (`load_model_engine`)."""
     import torch
 
     if override:
         return override
+    if require_cuda and not torch.cuda.is_available():
+        raise ValueError(
+            f"--device cuda: torch {torch.__version__} here cannot use CUDA (torch.cuda.is_available() is False; a "
+            "CPU-only torch, or a driver too old for it); use --device cpu"
+        )
     if torch.cuda.is_available():
         gpus = spec.get("gpus") or [0]
         if max(gpus) >= torch.cuda.device_count():

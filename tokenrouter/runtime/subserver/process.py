@@ -80,7 +80,7 @@ class Subserver:
         if self.model not in self.plan["models"]:
             raise ValueError(f"model {self.model!r} is not in plan {args.plan_path}")
         self.import_torch()
-        self.device = pick_device(self.plan["models"][self.model], args.device)
+        self.device = pick_device(self.plan["models"][self.model], args.device, args.require_cuda)
         self.init_threads_per_process()
         self.init_scheduler()
         self.profiler = LiveProfiler(self.model, self.device)
