@@ -146,6 +146,26 @@ def run_config(label: str, extra: list[str], plan: Path, args, work: Path) -> li
     return rows
 
 
+def tune_from_server(
+    plan: Path, url: str, since: Path, prof: Path, tuned: Path, n: int, request_tokens: int, min_steps: int
+) -> tuple[float, float]:
+    """`batch: auto` by the user's flow, from a server that ran a load since `since` (its /v1/stats then):
+    `profile --from-metrics` writes `prof`, `tune -n N` writes the tuned plan `tuned`, and `simulate` predicts the
+    tuned plan on those step prices, with the `max_delay_ms` it is served with. Returns (the simulator's tok/s,
+    the seconds `tune` took)."""
+    subprocess.run(cli("profile", str(plan), "--from-metrics", url, "--since", str(since),
+                       "--min-steps", str(min_steps), "-o", str(prof)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    t0 = time.monotonic()
+    subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned)),
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    tune_s = time.monotonic() - t0
+    delay = json.loads(tuned.read_text())["serve"]["max_delay_ms"]  # the timeout it is served with
+    sim = subprocess.run(cli("simulate", str(tuned), "--profile", str(prof), "-n", str(n), "--no-chain",
+                             "--request-tokens", str(request_tokens), "--max-delay-ms", str(delay), "--json"),
+                         check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    return json.loads(sim.stdout)["simulation"]["throughput_tok_s"], tune_s
+
+
 def run_auto(plan: Path, args, work: Path, keep) -> None:
     """`batch: auto` by the user's flow, per N: serve the plan eager (every B = 1) and profile a load of N in
     flight from its stats (`profile --from-metrics URL --since FILE`), `tune -n N` on that profile, then serve the
@@ -162,21 +182,11 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
             since = work / f"stats-before-n{n}.json"
             since.write_text(httpx.get(f"{srv.url}/v1/stats", timeout=30).text)
             bench(srv.url, n, 2 * args.rounds * n, args, None)
-            prof = work / f"profile-n{n}.json"
-            subprocess.run(cli("profile", str(plan), "--from-metrics", srv.url, "--since", str(since),
-                               "--min-steps", str(args.min_steps), "-o", str(prof)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             tuned[n] = work / f"tuned-n{n}.plan"
-            t0 = time.monotonic()
-            subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned[n])),
-                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-            tuned_plan = json.loads(tuned[n].read_text())
-            bs = {m: spec["batch"] for m, spec in tuned_plan["models"].items()}
-            print(f"   N={n}: tuned {bs} in {time.monotonic() - t0:.1f} s", flush=True)
-            delay = tuned_plan["serve"]["max_delay_ms"]  # the timeout it is served with
-            sim = subprocess.run(cli("simulate", str(tuned[n]), "--profile", str(prof), "-n", str(n), "--no-chain",
-                                     "--request-tokens", str(args.output_len), "--max-delay-ms", str(delay), "--json"),
-                                 check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
-            simulated[n] = json.loads(sim.stdout)["simulation"]["throughput_tok_s"]
+            simulated[n], tune_s = tune_from_server(plan, srv.url, since, work / f"profile-n{n}.json", tuned[n], n,
+                                                    args.output_len, args.min_steps)  # fmt: skip
+            bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
+            print(f"   N={n}: tuned {bs} in {tune_s:.1f} s", flush=True)
     finally:
         srv.stop()
     for n in args.n:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sglang_only as so
+from concurrency import tune_from_server
 from served import Server, exit_on_sigterm, stop_live
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,10 +165,6 @@ def load_spec(kind: str, url: str, z: Sizes):
                     prompt_len=z.paper_prompt, output_len=z.paper_output, **common)  # fmt: skip
 
 
-def cli(*args) -> list[str]:
-    return [sys.executable, "-m", "tokenrouter.cli", *map(str, args)]
-
-
 def load_concurrency(kind: str, z: Sizes) -> int:
     return {"shared": z.shared_c, "chat": z.conversations, "paper": z.paper_c}[kind]
 
@@ -189,17 +186,10 @@ def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int
             since = out / f"auto-stats-before-{kind}.json"
             since.write_text(httpx.get(f"{srv.url}/v1/stats", timeout=30).text)
             asyncio.run(run_load(load_spec(kind, srv.url, z)))
-            prof, tuned[kind] = out / f"auto-profile-{kind}.json", out / f"auto-tuned-{kind}.plan"
-            subprocess.run(cli("profile", plan, "--from-metrics", srv.url, "--since", since, "--min-steps", min_steps, "-o", prof),
-                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-            subprocess.run(cli("tune", plan, "--profile", prof, "-n", n, "-o", tuned[kind]),
-                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-            delay = json.loads(tuned[kind].read_text())["serve"]["max_delay_ms"]
+            tuned[kind] = out / f"auto-tuned-{kind}.plan"
             output = z.answer if kind == "chat" else z.shared_output
-            sim = subprocess.run(cli("simulate", tuned[kind], "--profile", prof, "-n", n, "--no-chain", "--request-tokens",
-                                     output, "--max-delay-ms", delay, "--json"),
-                                 check=True, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
-            sims[kind] = json.loads(sim.stdout)["simulation"]["throughput_tok_s"]
+            sims[kind], _ = tune_from_server(plan, srv.url, since, out / f"auto-profile-{kind}.json", tuned[kind], n,
+                                             output, min_steps)  # fmt: skip
     finally:
         srv.stop()
     reports = {}

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from route_cases import CASES, STDLIB_HIDDEN, runnable_stdlib_plan, stdlib_policies, with_router  # noqa: E402
 from route_inputs import extreme_logits, mixed_state, offset_logits, random_logits, tie_logits  # noqa: E402
 
-import tokenrouter.runtime.route.kernel as rk  # noqa: E402
+import tokenrouter.runtime.engine.compile_ahead as ca  # noqa: E402
 from tokenrouter.runtime.engine.compile_ahead import Ahead  # noqa: E402
 from tokenrouter.runtime.route import RouteKernel  # noqa: E402
 from tokenrouter.runtime.route.routers import RouterSpec, untrained_router_tensors, write_router  # noqa: E402
@@ -152,11 +152,11 @@ def main() -> int:
             # embedding(token)), with each of its launches run as launched: the interpreter builds nothing; and
             # the same pass as the engine's start-up runs it (`build_pass`, in the engine's block)
             if split == 1:
-                rk.compile_ahead, real = every_launch_runs, rk.compile_ahead
+                ca.compile_ahead, real = every_launch_runs, ca.compile_ahead  # the block `build_ahead` opens
                 try:
                     assert tri.warm(rows, vocab, logits.dtype, HIDDEN) >= 3
                 finally:
-                    rk.compile_ahead = real
+                    ca.compile_ahead = real
                 tri.build_pass(rows, vocab, logits.dtype, HIDDEN)
                 compare(a, tri(logits, hidden, state, with_features=True), ir, f"router {kind} after warm")
             assert len(set(a.rule.tolist())) > 1, (

@@ -111,3 +111,12 @@ def compile_ahead(device, workers: int | None = None):
         pool.shutdown(wait=True)
         ahead.seconds = time.perf_counter() - start
         _lock.release()
+
+
+def build_ahead(device, build_pass) -> Ahead:
+    """Run `build_pass()` (a phase's launches) inside a block of its own, where a block can be active (else
+    not at all: the phase then builds as it launches); returns the block's `Ahead`."""
+    with compile_ahead(device) as ahead:
+        if ahead.active:
+            build_pass()
+    return ahead

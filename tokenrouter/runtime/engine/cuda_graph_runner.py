@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tokenrouter.runtime.engine.compile_ahead import Ahead, compile_ahead
+from tokenrouter.runtime.engine import compile_ahead
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, ForwardMode, write_req_to_token
 
 DEFAULT_DECODE_BS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -143,7 +143,7 @@ class CudaGraphRunner:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_seconds = 0.0
-        self.ahead = Ahead()  # the kernels `capture` built before its forwards (compile_ahead)
+        self.ahead = compile_ahead.Ahead()  # the kernels `capture` built before its forwards (compile_ahead)
         self.replays_by_shape: dict[tuple[int, int], int] = {}
         self._init_buffers()
         self._init_buckets()
@@ -252,10 +252,8 @@ class CudaGraphRunner:
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            if build_ahead:
-                with compile_ahead(self.device) as self.ahead:  # every shape's kernels at once, in parallel
-                    if self.ahead.active:
-                        self.build_pass()
+            if build_ahead:  # every shape's kernels at once, in parallel
+                self.ahead = compile_ahead.build_ahead(self.device, self.build_pass)
             for bs, q in self.shapes_largest_first():
                 fb = self._static_batch(bs, q)
                 self._fill_padding(bs, bs * q)

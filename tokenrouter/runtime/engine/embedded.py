@@ -32,7 +32,7 @@ import torch
 
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
-from tokenrouter.runtime.engine.compile_ahead import Ahead, compile_ahead
+from tokenrouter.runtime.engine.compile_ahead import Ahead, build_ahead, compile_ahead
 from tokenrouter.runtime.engine.config import EngineTuning, ModelConfig, check_model_folder, load_model_config
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch, write_req_to_token
 from tokenrouter.runtime.engine.held import HeldRequestsEngine
@@ -341,9 +341,7 @@ class EmbeddedEngine(HeldRequestsEngine):
         debug = logger.isEnabledFor(logging.DEBUG)
         try:
             if not (self.ahead.active and self.eager_built_at_start):  # else built at start (`_start`)
-                with compile_ahead(self.device) as ahead:
-                    if ahead.active:
-                        self._eager_build_pass()
+                build_ahead(self.device, self._eager_build_pass)
             for k, lens in enumerate(shapes):
                 self._warm_step(k, lens, len(shapes), debug)
         finally:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenrouter.compiler.kernels import RouteIRError, check_route_ir, render_route_kernel
-from tokenrouter.runtime.engine.compile_ahead import compile_ahead
+from tokenrouter.runtime.engine import compile_ahead
 from tokenrouter.runtime.route.loader import load_source
 from tokenrouter.runtime.route.routers import (
     Router,
@@ -365,9 +365,7 @@ class RouteKernel:
             return 0
         variants, logits, hidden = found
         if build_ahead:
-            with compile_ahead(self.device) as ahead:
-                if ahead.active:
-                    self._build_launches(variants, logits, hidden)
+            compile_ahead.build_ahead(self.device, lambda: self._build_launches(variants, logits, hidden))
         launches = 0
         for rows, state in self._warm_batches(variants):
             self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
