@@ -278,7 +278,24 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
         if rep := results.get((name, "paper")):
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{ratio(rep, off)} | {hits(rep)} |")  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join(lines + time_table(results))
+
+
+def time_table(results: dict[tuple[str, str], dict]) -> list[str]:
+    """(d) Where each TokenRouter-served run's time went, per model: steps, ms per step (forward and route
+    kernel), rows and tokens per step (tokens > rows: prefills and the extends of returning requests), and the
+    share of the load's wall time the model spent in steps."""
+    rows = [
+        f"| {name} | {kind} | {model} | {st['steps']} | {st['ms_per_step']:.2f} | {st['rows_per_step']:.2f} | "
+        f"{st['tokens_per_step']:.1f} | {st['busy']:.0%} |"
+        for (name, kind), rep in results.items()
+        for model, st in (rep.get("steps_by_model") or {}).items()
+    ]
+    if not rows:
+        return []
+    return ["", "(d) where the time went: each model's steps during the load", "",
+            "| deployment | load | model | steps | ms / step | rows / step | tokens / step | busy |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |", *rows]  # fmt: skip
 
 
 def save(results: dict[tuple[str, str], dict], z: Sizes, out: Path) -> str:

@@ -202,7 +202,7 @@ async def run_load(spec: LoadSpec) -> dict:
         if spec.warmup:
             warm = await _closed_loop(client, spec, model, warm_requests, spec.concurrency or spec.warmup,
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
-        from tokenrouter.loadgen.workloads import hit_rates, prefix_counters, settled_counters
+        from tokenrouter.loadgen.workloads import hit_rates, prefix_counters, settled_counters, step_counts
 
         before = await prefix_counters(client)
         counter = _InFlight()
@@ -214,6 +214,8 @@ async def run_load(spec: LoadSpec) -> dict:
     report = summarize(spec, model, results, wall)
     if rates := hit_rates(before, after):
         report["prefix_cache"] = rates
+    if steps := step_counts(before, after, wall):
+        report["steps_by_model"] = steps
     report["max_in_flight"] = counter.peak
     report["warmup"] = _warmup_summary(warm)
     return report

@@ -260,4 +260,8 @@ def _model_rows(report: dict) -> list[tuple[str, str]]:
             else "off"
         )
         rows.append((f"prefix cache hits on {name}", value))
+    for name, st in (report.get("steps_by_model") or {}).items():
+        rows.append((f"steps of {name}: ms / rows / tokens per step, busy",
+                     f"{st['steps']}: {st['ms_per_step']:.2f} / {st['rows_per_step']:.2f} / "
+                     f"{st['tokens_per_step']:.1f}, {100 * st['busy']:.0f}%"))  # fmt: skip
     return rows

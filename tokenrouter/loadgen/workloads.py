@@ -165,11 +165,13 @@ async def run_conversations(one_request, requests_cls, convs: list[Conversation]
     return [r for conv in results for r in conv]
 
 
-_SAMPLE = re.compile(r'^tokenrouter_(prefix_\w+)\{model="([^"]*)"\} (\S+)$', re.M)
+_SAMPLE = re.compile(r'^tokenrouter_(prefix_\w+|steps_total|step_seconds_total|step_rows_total|step_tokens_total)'
+                     r'\{model="([^"]*)"\} (\S+)$', re.M)  # fmt: skip
 
 
 async def prefix_counters(client: httpx.AsyncClient) -> dict[str, dict[str, float]] | None:
-    """The server's tokenrouter_prefix_* gauges per model, or None where it has no such /metrics."""
+    """The server's tokenrouter_prefix_* gauges and step counters per model, or None where it has no such
+    /metrics."""
     try:
         resp = await client.get("/metrics")
     except httpx.HTTPError:
@@ -186,6 +188,28 @@ async def settled_counters(client: httpx.AsyncClient) -> dict[str, dict[str, flo
     """The counters once the subservers have reported the run's last steps (one stats period later)."""
     await asyncio.sleep(2 * STATS_PERIOD_S)
     return await prefix_counters(client)
+
+
+def step_counts(before: dict | None, after: dict | None, wall_s: float) -> dict[str, dict]:
+    """Per model, what its subserver ran during the measured run: steps, ms per step (forward and route kernel),
+    rows and tokens per step (tokens above rows: prefills and the extends of returning requests), and the share
+    of the run's wall time spent in steps."""
+    out = {}
+    for model, now in sorted((after or {}).items()):
+        was = (before or {}).get(model, {})
+        d = {k: now.get(k, 0.0) - was.get(k, 0.0) for k in ("steps_total", "step_seconds_total", "step_rows_total",
+                                                              "step_tokens_total")}  # fmt: skip
+        if "steps_total" not in now or not d["steps_total"]:
+            continue
+        steps = d["steps_total"]
+        out[model] = {
+            "steps": int(steps),
+            "ms_per_step": 1000.0 * d["step_seconds_total"] / steps,
+            "rows_per_step": d["step_rows_total"] / steps,
+            "tokens_per_step": d["step_tokens_total"] / steps,
+            "busy": d["step_seconds_total"] / wall_s if wall_s > 0 else 0.0,
+        }
+    return out
 
 
 def hit_rates(before: dict | None, after: dict | None) -> dict[str, dict]:

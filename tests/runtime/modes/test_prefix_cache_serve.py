@@ -91,6 +91,11 @@ def test_bench_conversations_and_shared_prefix(deployments):
     assert sorted(turns) == [(c, t) for c in range(2) for t in (1, 2, 3)]
     text = format_report(report)
     assert "TTFT of turn 3" in text and "prefix cache hits on slm" in text
+    # each model's steps during the measured run only: 6 answers of 6 tokens, the slm writes most of them
+    slm = report["steps_by_model"]["slm"]
+    assert 6 <= slm["steps"] <= report["tokens_per_model"]["slm"] + 6 and slm["ms_per_step"] > 0
+    assert slm["tokens_per_step"] >= slm["rows_per_step"] >= 1 and 0 < slm["busy"] <= 1
+    assert "steps of slm" in text
     shared = LoadSpec(url=url, concurrency=2, num_prompts=6, shared_prefix_len=48, prefix_groups=2, prompt_len=3,
                       output_len=4, progress=False)  # fmt: skip
     report = asyncio.run(run_load(shared))
