@@ -99,3 +99,21 @@ def test_off_cuda_or_under_the_interpreter_nothing_is_built_ahead(recorder, monk
 
 def test_default_workers_are_the_cpus_this_process_may_use():
     assert 1 <= ca.default_workers() <= ca.MAX_WORKERS
+
+
+def test_a_forward_in_an_active_block_runs_the_layers_that_cover_every_layers_launches(recorder):
+    """Layers of one shape launch the same specializations: inside a block the first two run (the first adds
+    no earlier output to its residual stream) and each later one of another shape; outside, every layer."""
+    from torch import nn
+
+    layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(5)] + [nn.Linear(4, 8), nn.Linear(4, 4)])
+    assert list(ca.layers_to_build(layers)) == list(layers)
+    with ca.compile_ahead("cuda:0", workers=1) as ahead:
+        assert ahead.active
+        assert ca.layers_to_build(layers) == [layers[0], layers[1], layers[5]]
+    assert list(ca.layers_to_build(layers)) == list(layers)
+
+    from tokenrouter.runtime.engine.attention import triton_backend
+    from tokenrouter.runtime.engine.models import decoder
+
+    assert decoder.layers_to_build is ca.layers_to_build is triton_backend.layers_to_build  # both forwards'

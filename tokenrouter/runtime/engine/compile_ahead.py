@@ -11,7 +11,10 @@ compiler spends most of a build in its C++ passes and in `ptxas` (a child proces
 threads build in parallel.
 
 A phase is run inside the block only where its Python does not read what a kernel would have written (the
-forward of a CUDA graph's shape does not: it is capturable), since no kernel runs there. A build that fails
+forward of a CUDA graph's shape does not: it is capturable), since no kernel runs there. A forward there runs
+only the layers whose launches cover every layer's (`layers_to_build`): the layers of a decoder launch the same
+kernels with the same specializations, and each launch, even of a kernel already built, costs Triton's Python
+(an autotuned kernel's, one per candidate config). A build that fails
 in the pool is left out of the cache; the real launch then builds it again and fails as it would have
 without this module. Without Triton, under its interpreter (CPU) or with a Triton that has no
 `AsyncCompileMode` (before 3.4), the block does nothing and the phase builds as it launches.
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 MAX_WORKERS = 32
 _lock = threading.Lock()  # one block at a time per process: the launch hook is the process's
+_building = False  # inside an active block: launches only build (`layers_to_build`)
 
 
 @dataclass(slots=True)
@@ -74,6 +78,22 @@ def _async_mode():
     return AsyncCompileMode, KernelInterface
 
 
+def layers_to_build(layers):
+    """The layers a forward runs: every one, except inside an active block, where the launches of a few cover
+    all of theirs: the first two (a decoder's first layer has no earlier output to add to its residual stream,
+    the second has) and each later layer whose parameters differ in name, shape or dtype from every kept one's.
+    A later layer that still launched a specialization of its own would have it built at its real launch."""
+    if not _building:
+        return layers
+    kept, seen = [], set()
+    for i, layer in enumerate(layers):
+        sig = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
+        if i < 2 or sig not in seen:
+            kept.append(layer)
+            seen.add(sig)
+    return kept
+
+
 def _build_only(self, grid):
     """`kernel[grid]` inside a block: a call builds the kernel (Triton's `warmup`: under the async mode, a
     submission) and launches nothing. An autotuner's `warmup` builds every candidate config."""
@@ -93,6 +113,7 @@ def compile_ahead(device, workers: int | None = None):
     if found is None or not _lock.acquire(blocking=False):  # nested or concurrent blocks build as launched
         yield ahead
         return
+    global _building
     mode_cls, kernel_interface = found
     ahead.workers = workers or default_workers()
     start = time.perf_counter()
@@ -102,11 +123,12 @@ def compile_ahead(device, workers: int | None = None):
         mode = mode_cls(pool, ignore_errors=True)
         with mode:  # its exit waits for the builds and caches them
             kernel_interface.__getitem__ = _build_only
-            ahead.active = True
+            ahead.active = _building = True
             yield ahead
             ahead.pass_seconds = time.perf_counter() - start
             ahead.kernels = len(mode.raw_futures)
     finally:
+        _building = False
         kernel_interface.__getitem__ = original
         pool.shutdown(wait=True)
         ahead.seconds = time.perf_counter() - start

@@ -14,6 +14,7 @@ import torch
 
 from tokenrouter.runtime.engine.attention import tuned_tiles
 from tokenrouter.runtime.engine.attention.base import AttentionBackend, AttentionConfig
+from tokenrouter.runtime.engine.compile_ahead import layers_to_build
 from tokenrouter.runtime.engine.config import EngineTuning
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 from tokenrouter.runtime.engine.kernels import attention as ka
@@ -425,7 +426,7 @@ def fused_decoder_forward(model, fb: ForwardBatch) -> tuple[torch.Tensor, torch.
         return y
 
     d = None  # the last layer's MLP output, not yet added to the residual stream
-    for layer in m.layers:
+    for layer in layers_to_build(m.layers):  # all of them, but in a build-only block
         attn = layer.self_attn
         k_buf, v_buf = pool.get_kv_buffer(attn.layer_id)
         q = ke.qk_norm_rope_store(

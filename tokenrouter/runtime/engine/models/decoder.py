@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokenrouter.runtime.engine.attention.base import AttentionBackend
+from tokenrouter.runtime.engine.compile_ahead import layers_to_build
 from tokenrouter.runtime.engine.config import ModelConfig
 from tokenrouter.runtime.engine.forward_batch import ForwardBatch
 from tokenrouter.runtime.engine.models.layers import RMSNorm, RotaryEmbedding, silu_and_mul
@@ -128,7 +129,7 @@ class DecoderForCausalLM(nn.Module):
             return backend.fused_forward(self, fb)
         positions = fb.positions
         h = self.model.embed_tokens(fb.input_ids)
-        for layer in self.model.layers:
+        for layer in layers_to_build(self.model.layers):  # all of them, but in a build-only block
             h = h + layer.self_attn(positions, layer.input_layernorm(h), fb, backend)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         last = self.model.norm(h[fb.last_indices])
