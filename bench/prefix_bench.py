@@ -24,7 +24,7 @@ Where one call may not take that long, split it with `--only` and `--keep` (the 
     python bench/prefix_bench.py --out DIR --keep --only llm-only --only "llm-only, no cache"
 
 Writes `prefix-bench.json` (every report) and `prefix-bench.md` (the tables, as printed) under --out, and the
-servers' stderr. Exit status 0 when every load completed, 1 otherwise.
+servers' stderr; `--tables` prints the tables again from them. Exit status 0 when every load completed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -234,7 +234,9 @@ def hits(rep: dict) -> str:
     )
 
 
-def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
+def tables(
+    results: dict[tuple[str, str], dict], z: Sizes, sizes: dict[str, tuple[int, int]] | None = None
+) -> str:
     def tr(kind: str) -> dict | None:  # the first TokenRouter deployment run: the one the column compares
         return next(
             filter(None, (results.get((x, kind)) for x in ("TokenRouter", "TokenRouter, B llm 8", AUTO))),
@@ -278,7 +280,7 @@ def tables(results: dict[tuple[str, str], dict], z: Sizes) -> str:
         if rep := results.get((name, "paper")):
             lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{ratio(rep, off)} | {hits(rep)} |")  # fmt: skip
-    return "\n".join(lines + time_table(results))
+    return "\n".join(lines + time_table(results) + bytes_table(results, z, sizes or {}))
 
 
 def time_table(results: dict[tuple[str, str], dict]) -> list[str]:
@@ -298,11 +300,65 @@ def time_table(results: dict[tuple[str, str], dict]) -> list[str]:
             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |", *rows]  # fmt: skip
 
 
-def save(results: dict[tuple[str, str], dict], z: Sizes, out: Path) -> str:
+def model_bytes(plan: Path) -> dict[str, tuple[int, int]]:
+    """Each model's weight bytes and KV bytes per token, in the plan's dtype (as `serve` sizes its share); empty
+    where the plan or a model's config is not there."""
+    from tokenrouter.compiler.plan import PlanError, read_plan
+    from tokenrouter.runtime.memory_share import MemoryFitError, model_need
+
+    try:
+        needs = {name: model_need(spec) for name, spec in read_plan(plan)["models"].items()}
+    except (PlanError, MemoryFitError):  # no plan or no model config there: no table (e)
+        return {}
+    return {name: (n.weight_bytes, n.kv_bytes_per_token) for name, n in needs.items()}
+
+
+def mean_context(kind: str, z: Sizes) -> float:
+    """The mean context a decode row reads during a load: its prompt and half its answer (chat: over the turns,
+    each turn's prompt holding the earlier turns)."""
+    if kind == "shared":
+        return z.shared_prefix + z.own + z.shared_output / 2
+    if kind == "chat":
+        return z.system + (z.turns - 1) / 2 * (z.user + z.answer) + z.user + z.answer / 2
+    return z.paper_prompt + z.paper_output / 2
+
+
+def bytes_table(
+    results: dict[tuple[str, str], dict], z: Sizes, sizes: dict[str, tuple[int, int]]
+) -> list[str]:
+    """(e) An estimate of the bytes each run read from GPU memory, from its steps (table d): every step reads its
+    model's weights once and each row's KV at the load's mean context (`mean_context`). Per output token, the
+    bandwidth that implies over the load's wall time, and the 8B alone's bytes per token over the run's: what
+    the run would serve against the 8B alone at equal bandwidth."""
+    per_token, rows = {}, []
+    for (name, kind), rep in results.items():
+        steps, out, wall = rep.get("steps_by_model"), rep.get("output_tokens"), rep.get("wall_s")
+        if not steps or not out or not wall or not set(steps) <= set(sizes):
+            continue
+        ctx = mean_context(kind, z)
+        read = sum(
+            st["steps"] * (sizes[m][0] + st["rows_per_step"] * ctx * sizes[m][1]) for m, st in steps.items()
+        )
+        per_token[(name, kind)] = read / out
+        rows.append((name, kind, read / out, read / wall))
+    if not rows:
+        return []
+    lines = ["", "(e) bytes read from GPU memory (an estimate: weights once per step, each row's KV at the load's "
+             "mean context)", "", "| deployment | load | GB / output token | TB/s | the 8B alone's bytes / its |",
+             "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    for name, kind, gb, bw in rows:
+        alone = per_token.get(("llm-only", kind))
+        lines.append(
+            f"| {name} | {kind} | {gb / 1e9:.3f} | {bw / 1e12:.2f} | {fmt(alone / gb if alone else None, '.2f')} |"
+        )
+    return lines
+
+
+def save(results: dict[tuple[str, str], dict], z: Sizes, out: Path, plan: Path | None = None) -> str:
     """Write prefix-bench.json (every report) and prefix-bench.md (the tables) under `out`; returns the tables."""
     from tokenrouter.outfile import finite_json
 
-    text = tables(results, z)
+    text = tables(results, z, model_bytes(plan) if plan else None)
     (out / "prefix-bench.md").write_text(text + "\n")
     records = [{"deployment": n, "load": k, "report": r} for (n, k), r in results.items()]
     (out / "prefix-bench.json").write_text(
@@ -329,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true",
                     help="Add to the reports already in --out (an earlier call's --only), so that the tables "
                     "show every deployment measured there; a deployment measured again replaces its rows.")  # fmt: skip
+    ap.add_argument("--tables", action="store_true",
+                    help="Serve nothing: print the tables again from the reports in --out (prefix-bench.json).")  # fmt: skip
     args = ap.parse_args(argv)
     device = args.device or ("cpu" if args.quick else "cuda")
     z = QUICK if args.quick else Sizes()
@@ -339,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[tuple[str, str], dict] = {}
     saved = out / "prefix-bench.json"
+    if args.tables:
+        if not saved.is_file():
+            raise SystemExit(f"{saved}: no reports to print")
+        results = {(r["deployment"], r["load"]): r["report"] for r in json.loads(saved.read_text())["runs"]}
+        print(save(results, z, out, plan))
+        return 0
     if args.keep and saved.is_file():
         for rec in json.loads(saved.read_text())["runs"]:
             if not args.only or rec["deployment"] not in args.only:
@@ -362,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             except (RuntimeError, subprocess.CalledProcessError) as e:
                 failed.append(f"{name}: {e}")
                 print(f"  {e}", flush=True)
-            save(results, z, out)
+            save(results, z, out, plan)
             continue
         try:
             if mode == "sglang":
@@ -388,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(f"{name} {kind}: {rep['failed']} failed: {'; '.join(rep['errors'])}")
         finally:
             server.stop()
-        save(results, z, out)  # after each deployment: an interrupted run keeps what it measured
-    text = save(results, z, out)
+        save(results, z, out, plan)  # after each deployment: an interrupted run keeps what it measured
+    text = save(results, z, out, plan)
     print("\n" + text)
     for f in failed:
         print(f"FAILED: {f}", file=sys.stderr)

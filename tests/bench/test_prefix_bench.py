@@ -156,3 +156,28 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
                         ("profile", None), ("tune", str(z.conversations)), ("simulate", str(z.conversations))]  # fmt: skip
     text = (tmp_path / "prefix-bench.md").read_text()
     assert "| TokenRouter, auto | 90.0 |" in text and "B slm 2, llm 7; simulated 88.0" in text
+
+
+def test_where_the_time_went_and_the_bytes_read(pb):
+    """Tables (d) and (e) from each run's `steps_by_model`: bytes = steps x (weights + rows x mean context x KV
+    bytes per token), per output token and per second, and the 8B alone's bytes per token over each run's."""
+    z = pb.Sizes()
+    ctx = pb.mean_context("chat", z)
+    assert ctx == 1000 + 3.5 * 250 + 50 + 100
+    sizes = {"slm": (1_000_000_000, 100_000), "llm": (16_000_000_000, 150_000)}
+
+    def run(tok_s, steps):
+        rep = report(tok_s, 10.0) | {"output_tokens": 1000, "wall_s": 2.0}
+        rep["steps_by_model"] = {m: {"steps": n, "ms_per_step": 1.5, "rows_per_step": r, "tokens_per_step": 2 * r,
+                                     "busy": 0.5} for m, (n, r) in steps.items()}  # fmt: skip
+        return rep
+
+    results = {("TokenRouter", "chat"): run(200.0, {"slm": (900, 10.0), "llm": (100, 2.0)}),
+               ("llm-only", "chat"): run(100.0, {"llm": (1000, 16.0)})}  # fmt: skip
+    text = pb.tables(results, z, sizes)
+    assert "| TokenRouter | chat | slm | 900 | 1.50 | 10.00 | 20.0 | 50% |" in text
+    tr = (900 * (1e9 + 10 * ctx * 1e5) + 100 * (16e9 + 2 * ctx * 1.5e5)) / 1000
+    alone = 1000 * (16e9 + 16 * ctx * 1.5e5) / 1000
+    assert f"| TokenRouter | chat | {tr / 1e9:.3f} | {tr * 1000 / 2 / 1e12:.2f} | {alone / tr:.2f} |" in text
+    assert f"| llm-only | chat | {alone / 1e9:.3f} | {alone * 1000 / 2 / 1e12:.2f} | 1.00 |" in text
+    assert "(e)" not in pb.tables(results, z)  # no model sizes: no estimate

@@ -204,7 +204,8 @@ async def run_load(spec: LoadSpec) -> dict:
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
         from tokenrouter.loadgen.workloads import hit_rates, prefix_counters, settled_counters, step_counts
 
-        before = await prefix_counters(client)
+        # settled: the warm-up's last steps reach the frontend's counters before the run is counted from them
+        before = await settled_counters(client) if spec.warmup else await prefix_counters(client)
         counter = _InFlight()
         run = _measured_run(client, spec, model, requests, counter)
         start = time.perf_counter()
