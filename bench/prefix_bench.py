@@ -117,7 +117,9 @@ class SGLangServer:
         self.err.close()
 
 
-def make_plan(out: Path, quick: bool, device: str) -> Path:
+def make_plan(out: Path, quick: bool, device: str, auto: bool = False) -> Path:
+    """The benchmark's plan: bernoulli.tr on the pair at B = (1, 2), or with `auto` at `batch: auto` (for `tune`
+    to choose; a plan with B given keeps it)."""
     from tokenrouter.compiler.driver import compile_file
     from tokenrouter.compiler.passes.check_feasibility import feasibility
     from tokenrouter.compiler.plan import write_plan
@@ -140,12 +142,12 @@ def make_plan(out: Path, quick: bool, device: str) -> Path:
     for (_, spec), batch, mem, folder in zip(
         plan["models"].items(), (1, 2), (0.15, 0.7), folders, strict=True
     ):
-        spec.update(gpus=[0], max_len=MAX_LEN, batch=batch)
+        spec.update(gpus=[0], max_len=MAX_LEN, batch="auto" if auto else batch)
         if device != "cpu":
             load = "auto" if Path(folder, "model.safetensors").exists() else "dummy"
             spec.update(mem=mem, dtype="bfloat16", load=load)
     plan["checks"]["feasibility"] = feasibility(plan["models"], plan["serve"]["concurrency"])
-    path = out / "prefix-bench.plan"
+    path = out / ("prefix-bench-auto.plan" if auto else "prefix-bench.plan")
     write_plan(plan, path)
     return path
 
@@ -417,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
         if mode == "auto":
             try:
-                for kind, rep in run_auto(plan, kinds, z, out, device, 1 if args.quick else 5).items():
+                auto = make_plan(out, args.quick, device, auto=True)
+                for kind, rep in run_auto(auto, kinds, z, out, device, 1 if args.quick else 5).items():
                     results[(name, kind)] = rep
                     print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "
                           f"{tuned(rep)}", flush=True)  # fmt: skip

@@ -37,6 +37,9 @@ def test_the_plan_and_the_loads(pb, tmp_path):
     plan = read_plan(pb.make_plan(tmp_path, quick=True, device="cpu"))
     assert {x: s["batch"] for x, s in plan["models"].items()} == {"slm": 1, "llm": 2}
     assert plan["entry"] == "slm" and plan["checks"]["feasibility"]["ok"]
+    auto = read_plan(pb.make_plan(tmp_path, quick=True, device="cpu", auto=True))
+    assert {x: s["batch"] for x, s in auto["models"].items()} == {"slm": "auto", "llm": "auto"}
+    assert auto["checks"]["feasibility"]["ok"]
     z = pb.Sizes()
     shared = pb.load_spec("shared", "http://x", z)
     assert (shared.shared_prefix_len, shared.prompt_len, shared.num_prompts, shared.output_len, shared.concurrency) == (
@@ -136,6 +139,9 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
 
     def fake_run(cmd, **kw):
         verb = cmd[3]
+        assert verb == "simulate" or cmd[4].endswith(
+            "x-auto-True.plan"
+        )  # profile, tune: the plan at batch: auto
         commands.append((verb, cmd[cmd.index("-n") + 1] if "-n" in cmd else None))
         if verb == "tune":
             out = cmd[cmd.index("-o") + 1]
@@ -144,12 +150,13 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
         return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
 
     monkeypatch.setattr(pb, "Server", FakeServer)
-    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
+    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device, auto=False: out / f"x-auto-{auto}.plan")
     monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr("httpx.get", lambda url, timeout: types.SimpleNamespace(text="{}"))
     assert pb.main(["--out", str(tmp_path), "--quick", "--only", "TokenRouter, auto"]) == 0
     assert [mode for _, mode in served] == ["eager", "tokenrouter", "tokenrouter"]
+    assert served[0][0].endswith("x-auto-True.plan")  # the eager profile serves the plan tune will tune
     assert served[1][0].endswith("auto-tuned-shared.plan") and served[2][0].endswith("auto-tuned-chat.plan")
     z = pb.QUICK
     assert commands == [("profile", None), ("tune", str(z.shared_c)), ("simulate", str(z.shared_c)),
