@@ -95,6 +95,13 @@ def test_tune_samples_where_the_candidates_are_many():
     record = result.as_dict(top=3)
     assert record["method"] == "sampled" and record["sampling"]["finalists"] == 4
     assert record["candidates"][0]["sampled_epochs"] > 0 and "stderr_tok_s" in record["candidates"][0]
+    from tokenrouter.throughput.commands.tune import format_table
+
+    # the finalists' rows first, then the race's, marked (their figures are not the finalists' kind)
+    rows = format_table(result, top=6).splitlines()
+    assert [r.split()[4] for r in rows[1:7]] == ["sampled"] * 4 + ["race"] * 2
+    assert rows[-1].startswith("race: ")
+    assert "race" not in format_table(result, top=4)
 
 
 def test_tune_samples_a_chain_too_large_to_solve(monkeypatch):

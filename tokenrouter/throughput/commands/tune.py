@@ -152,19 +152,31 @@ def _header(plan: dict, system: PlanSystem, result: TuneResult, gaps) -> list[st
 
 
 def format_table(result: TuneResult, top: int) -> str:
+    """The best `top` candidates. A sampled search's rows after its finalists are "race" rows: their figures
+    come from the race's shorter paths, which price steps without the prompt prefills and co-location terms that
+    the finalists' include, so they rank below the finalists whatever their T."""
     models = result.models
+    finalists = result.sampling["finalists"] if result.sampling else len(result.results)
+
+    def kind(k: int, r) -> str:
+        return str(r.n_states) if not r.sampled_epochs else "sampled" if k < finalists else "race"
+
     head = ["rank", "B (" + ",".join(models) + ")", "T tok/s", "states"] + [f"util {m}" for m in models]
     rows = [
         [
             str(k + 1),
             ",".join(map(str, r.thresholds)),
             f"{r.throughput:.2f}" + (f" ±{r.stderr_tok_s:.2f}" if r.sampled_epochs else ""),
-            str(r.n_states) if not r.sampled_epochs else "sampled",
+            kind(k, r),
         ]
         + [f"{u:.2f}" for u in r.utilization]
         for k, r in enumerate(result.results[:top])
     ]
-    return "\n".join(format_rows(head, rows))
+    lines = format_rows(head, rows)
+    if any(row[3] == "race" for row in rows):
+        lines.append("race: the candidate's figure from the race (a shorter path, its steps priced without the "
+                     "prompt prefills and co-location terms that the finalists' figures include): ranked after them")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _choice(plan: dict, system: PlanSystem, result: TuneResult, chain_inputs: SystemInputs) -> list[str]:
