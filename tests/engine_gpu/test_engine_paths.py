@@ -182,3 +182,16 @@ def test_one_copy_inputs_load_the_same_static_buffers():
         for new, old in zip(*got, strict=True):
             assert torch.equal(new, old)
         assert (got[0][0] >= 0).all()  # no stale token values in the shape's buffers
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_the_start_up_block_builds_every_kernel_the_capture_launches(tmp_path, monkeypatch):
+    """The start-up's build block runs its forwards over the first two layers only (`layers_to_build`): the
+    graphs' capture, over all four layers of tiny-large, then loads no Triton kernel, on an empty Triton cache."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    lines = {}
+    engine = load_engine(TINY.parent / "tiny-large", device="cuda", dtype="bfloat16", cuda_graph=True,
+                         progress=lambda phase, detail: lines.setdefault(phase, detail))  # fmt: skip
+    assert engine.model_config.num_hidden_layers == 4 and engine.ahead.active and engine.ahead.kernels > 0
+    assert "CUDA graphs captured" in lines["graphs"] and ", 0 Triton kernel load(s)" in lines["graphs"]

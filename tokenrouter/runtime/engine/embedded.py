@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tokenrouter.runtime.engine import kernel_loads
 from tokenrouter.runtime.engine.attention import AttentionConfig, create_attention_backend
 from tokenrouter.runtime.engine.base import EngineError, ModelInfo, StepInput
 from tokenrouter.runtime.engine.compile_ahead import Ahead, build_ahead, compile_ahead
@@ -165,8 +166,10 @@ class EmbeddedEngine(HeldRequestsEngine):
                     parts.append("route kernel")
         if self.ahead.active:
             progress("kernels", f"{self.ahead.describe()} ({', '.join(parts)})")
+        kernel_loads.install()  # the capture's own builds: none where the block built every kernel it launches
+        before = kernel_loads.LOADS.snapshot()
         runner.capture(build_ahead=not self.ahead.active)
-        progress("graphs", self._graphs_summary())
+        progress("graphs", self._graphs_summary(kernel_loads.LOADS.since(before)[0]))
 
     def _model_info(self, name: str) -> ModelInfo:
         config = self.model_config
@@ -187,10 +190,11 @@ class EmbeddedEngine(HeldRequestsEngine):
         per = pool.bytes_per_token(pool.dtype, pool.head_num, pool.head_dim, pool.layer_num)
         return f"KV pool of {pool.size:,} tokens ({pool.size * per / (1 << 20):,.0f} MiB)"
 
-    def _graphs_summary(self) -> str:
+    def _graphs_summary(self, loads: int) -> str:
         runner = self.graph_runner
         ahead = f" ({runner.ahead.describe()})" if runner.ahead.active else ""
-        return f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s{ahead}"
+        return (f"{len(runner.graphs)} CUDA graphs captured in {runner.capture_seconds:.1f} s, {loads} Triton "
+                f"kernel load(s){ahead}")  # fmt: skip
 
     # --- construction -----------------------------------------------------------------------------
     def _init_pools(self) -> None:
