@@ -82,6 +82,13 @@ def tune(
     jobs: int = typer.Option(
         None, "--jobs", help="With --request-rate: processes to simulate in (default: the CPUs, up to 8)."
     ),
+    tune_delay: bool = typer.Option(
+        False,
+        "--tune-delay",
+        help="Choose serve.max_delay_ms too: the chain's best thresholds and the plan's setting are simulated at "
+        "the plan's timeout and at 2-16 times it (up to 200 ms); a longer timeout is kept only where it serves "
+        "more than 1 % more.",
+    ),
 ) -> None:
     """Choose delayed-batching thresholds B* with the DTMC throughput model (or, with --request-rate, for the
     lowest latency at that load in the simulator); write them into the plan."""
@@ -93,7 +100,7 @@ def tune(
                  "--horizon-ms": horizon_ms, "--seeds": seeds, "--keep": keep, "--jobs": jobs}  # fmt: skip
     with throughput_errors():
         text = tune_command(args, request_rate, rate_only, delta_ms=delta_ms, output=output, json_out=json_out,
-                            plot=plot, top=top, max_states=max_states, gap_ms=gap_ms)  # fmt: skip
+                            plot=plot, top=top, max_states=max_states, gap_ms=gap_ms, tune_delay=tune_delay)  # fmt: skip
     typer.echo(text)
 
 

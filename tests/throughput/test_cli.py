@@ -101,6 +101,30 @@ def test_tune_keeps_the_plans_setting_where_the_timeout_makes_b_star_serve_worse
     assert check["kept"] == "current" and check["current_tok_s"] > check["best_tok_s"] * 1.01
 
 
+def test_tune_delay_chooses_the_timeout_with_the_thresholds(tmp_path):
+    """`--tune-delay` on the plan above (B* = (1, 3) serves worse than (1, 1) at its 10 ms timeout): the chain's
+    best thresholds and the plan's are simulated at 10-160 ms, and the pair written serves more than 1 % above
+    every pair at a shorter timeout; the tuned plan holds the timeout, the record every simulation."""
+    src = write(tmp_path, R2R_LIKE.replace("concurrency: 4", "concurrency: 4, max_delay_ms: 10"))
+    out = tmp_path / "out.plan"
+    args = ["--step-ms", "slm=6.0", "--step-ms", "llm=27.9", "--tune-delay", "-o", str(out)]
+    res = runner.invoke(app, ["tune", src, *args])
+    assert res.exit_code == 0, res.output
+    plan = read_plan(out)
+    search = plan["tuning"]["timeout_search"]
+    sims = {(tuple(x["thresholds"].values()), x["max_delay_ms"]): x["tok_s"] for x in search["simulated"]}
+    assert {d for _, d in sims} == {10.0, 20.0, 40.0, 80.0, 160.0} and (1, 1) in {b for b, _ in sims}
+    chosen, delay = tuple(search["best"].values()), search["max_delay_ms"]
+    assert delay > 10.0 and chosen == (1, 3)  # B* gathers its batches once the timeout allows it
+    assert all(search["best_tok_s"] > t * 1.01 for (_, d), t in sims.items() if d < delay)
+    assert plan["serve"]["max_delay_ms"] == delay and plan["models"]["llm"]["batch"] == 3
+    assert "timeout_check" not in plan["tuning"]
+    assert f"chosen: slm 1, llm 3 with max_delay_ms = {delay:g}" in res.stdout
+    assert "timeout search: 4 settings simulated at max_delay_ms = 10, 20, 40, 80, 160" in res.stderr
+    rate = runner.invoke(app, ["tune", src, *args, "--request-rate", "1", "--request-tokens", "8"])
+    assert rate.exit_code == 2 and "--tune-delay goes with the closed-loop tuning" in rate.output
+
+
 def test_tune_refuses_where_the_better_plan_setting_is_beyond_the_chains_state_limit(tmp_path):
     """At --max-states 100 the chain evaluates (1, 2..4) but not the plan's (1, 1) (715 states): that is said
     next to the candidate, and where the simulation prefers (1, 1) nothing is written, with the reason."""

@@ -82,3 +82,108 @@ def check_timeout(plan: dict, inputs: SystemInputs, best: tuple[int, ...]) -> Ti
             return None
         served[b] = simulate(inputs, cfg).throughput
     return TimeoutCheck(inputs.models, tuple(best), current, served[tuple(best)], served[current], delay)
+
+
+DELAY_LADDER = (
+    1,
+    2,
+    4,
+    8,
+    16,
+)  # `search_timeouts`: multiples of the plan's timeout (of 2.5 ms where it is 0)
+MAX_SEARCH_DELAY_MS = 200.0  # ... capped here
+SEARCH_CANDIDATES = 4  # the chain's best thresholds simulated, beside the plan's own setting
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutSearch:
+    """`tune --tune-delay`: thresholds simulated at timeouts from the plan's up (`search_timeouts`), and the
+    pair chosen."""
+
+    models: tuple[str, ...]
+    plan_delay_ms: float
+    served: dict[tuple[tuple[int, ...], float], float]  # (thresholds, max_delay_ms) -> simulated tok/s
+    best: tuple[int, ...]
+    delay_ms: float
+
+    @property
+    def best_tok_s(self) -> float:
+        return self.served[(self.best, self.delay_ms)]
+
+    def line(self) -> str:
+        """What the search found, for `tune`'s output."""
+
+        def name(b: tuple[int, ...]) -> str:
+            return "(" + ", ".join(f"{m} {x}" for m, x in zip(self.models, b, strict=True)) + ")"
+
+        at_plan = max(((t, b) for (b, d), t in self.served.items() if d == self.plan_delay_ms), default=None)
+        delays = sorted({d for _, d in self.served})
+        line = (f"timeout search: {len({b for b, _ in self.served})} settings simulated at max_delay_ms = "
+                f"{', '.join(f'{d:g}' for d in delays)}: B = {name(self.best)} with max_delay_ms = {self.delay_ms:g} "
+                f"serves {self.best_tok_s:.1f} tok/s")  # fmt: skip
+        if at_plan is not None and (at_plan[1], self.plan_delay_ms) != (self.best, self.delay_ms):
+            line += (
+                f" (the best at the plan's {self.plan_delay_ms:g} ms: {name(at_plan[1])}, {at_plan[0]:.1f})"
+            )
+        return line
+
+    def as_dict(self) -> dict:
+        return {
+            "plan_max_delay_ms": self.plan_delay_ms,
+            "horizon_ms": HORIZON_MS,
+            "max_delay_ms": self.delay_ms,
+            "best": dict(zip(self.models, self.best, strict=True)),
+            "best_tok_s": self.best_tok_s,
+            "simulated": [
+                {"thresholds": dict(zip(self.models, b, strict=True)), "max_delay_ms": d, "tok_s": t}
+                for (b, d), t in self.served.items()
+            ],
+        }
+
+
+def search_delays(plan_delay_ms: float) -> list[float]:
+    """The timeouts `search_timeouts` tries: the plan's and `DELAY_LADDER` multiples of it, up to the cap."""
+    base = plan_delay_ms if plan_delay_ms > 0 else 2.5
+    return sorted({plan_delay_ms, *(min(base * k, MAX_SEARCH_DELAY_MS) for k in DELAY_LADDER)})
+
+
+def sim_request_tokens(inputs: SystemInputs, given: int | None) -> int | None:
+    """Tokens per request for `search_timeouts`' simulations: `given` (`--request-tokens`), else, where the entry
+    model's prompt prefill is priced both per committed token and per first visit (which every request makes),
+    their ratio: the load's own tokens per request, as the chain's per-token price has it. Else None: requests
+    never end, and the simulator prices no prefill after its warm-up (a chain with prefill costs then reads
+    lower than the simulations)."""
+    if given is not None:
+        return given
+    cost = inputs.prefill_at(inputs.entry)
+    if cost is None or not cost.ms_per_visit or not cost.ms_per_token:
+        return None
+    return max(1, round(cost.ms_per_visit / cost.ms_per_token))
+
+
+def search_timeouts(
+    plan: dict, inputs: SystemInputs, candidates: list[tuple[int, ...]], request_tokens: int | None = None
+) -> TimeoutSearch:
+    """Each of `candidates` (thresholds, in the chain's order, the chain's B* first) simulated with each of
+    `search_delays`' timeouts (a closed loop of N requests, `HORIZON_MS`). The pair chosen: going from the
+    shortest timeout to the longest, and at each timeout in the candidates' order, a pair replaces the one held
+    only where it serves more than `TIE` more, so a longer timeout, or other thresholds than B*, must earn
+    their place. A candidate the simulator cannot run (`steps_error`) is left out. Requests commit
+    `sim_request_tokens(inputs, request_tokens)` tokens each."""
+    plan_delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
+    tokens = sim_request_tokens(inputs, request_tokens)
+    served: dict[tuple[tuple[int, ...], float], float] = {}
+    for delay in search_delays(plan_delay):
+        for b in candidates:
+            cfg = SimConfig(
+                thresholds=tuple(b), max_delay_ms=delay, horizon_ms=HORIZON_MS, request_tokens=tokens
+            )
+            if not steps_error(inputs, cfg):
+                served[(tuple(b), delay)] = simulate(inputs, cfg).throughput
+    if not served:
+        raise ValueError("no candidate could be simulated")
+    held = next(iter(served))
+    for pair, tok_s in served.items():  # in order: timeouts ascending, then the candidates' order
+        if tok_s > served[held] * (1.0 + TIE):
+            held = pair
+    return TimeoutSearch(inputs.models, plan_delay, served, held[0], held[1])

@@ -12,7 +12,7 @@ DEFAULT_HORIZON_MS = 300_000.0
 
 def tune_command(args: SystemArgs, request_rate: float | None, rate_only: dict, *, delta_ms: float,
                  output: str | None, json_out: bool, plot: str | None, top: int, max_states: int,
-                 gap_ms: list[str] | None) -> str:  # fmt: skip
+                 gap_ms: list[str] | None, tune_delay: bool = False) -> str:  # fmt: skip
     """The text `tune` prints. `rate_only`: the --request-rate options by flag (None or [] when not given):
     --objective, --max-delay-ms, --hop-ms, --horizon-ms, --seeds, --keep, --jobs."""
     if request_rate is None:
@@ -20,7 +20,11 @@ def tune_command(args: SystemArgs, request_rate: float | None, rate_only: dict, 
             raise ThroughputUsageError(
                 f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --request-rate (tuning for latency at a load)"
             )
-        return run_tune(args, delta_ms, output, json_out, plot, top, max_states, gap_ms=gap_ms)[0]
+        return run_tune(args, delta_ms, output, json_out, plot, top, max_states, gap_ms=gap_ms,
+                        tune_delay=tune_delay)[0]  # fmt: skip
+    if tune_delay:
+        raise ThroughputUsageError("--tune-delay goes with the closed-loop tuning; with --request-rate, give the "
+                                   "timeout as --max-delay-ms")  # fmt: skip
     if plot:
         raise ThroughputUsageError("--plot charts the chain's T(B); it does not go with --request-rate")
     return run_rate_tune(args, _rate(request_rate, rate_only, gap_ms), output, json_out, top)[0]

@@ -25,7 +25,13 @@ from tokenrouter.throughput.plan_inputs import (
     ThroughputUsageError,
     concentration_warnings,
 )
-from tokenrouter.throughput.timeout_check import check_timeout, current_thresholds
+from tokenrouter.throughput.timeout_check import (
+    SEARCH_CANDIDATES,
+    TimeoutSearch,
+    check_timeout,
+    current_thresholds,
+    search_timeouts,
+)
 from tokenrouter.throughput.tuned_plan import apply_tuning, beyond_profile_warnings, timeout_warnings
 
 
@@ -39,19 +45,28 @@ def run_tune(
     max_states: int = DEFAULT_MAX_STATES,
     write: bool = True,
     gap_ms: list[str] | None = None,
+    tune_delay: bool = False,
 ) -> tuple[str, dict]:
     """Returns (text to print, the tuned plan). Raises ThroughputInputError for the user's mistakes. `gap_ms`:
     `MODEL=MS` items (or `profile`), host time each step of a model takes beyond its latency, which the chain
-    adds to every step of it (`inputs.with_step_ms`)."""
+    adds to every step of it (`inputs.with_step_ms`). `tune_delay`: choose the plan's `max_delay_ms` too, among
+    the chain's best thresholds simulated at longer timeouts (`timeout_check.search_timeouts`)."""
     _check_options(delta_ms, top, max_states, plot)
     plan, system = build_system(args)
     gaps = parse_gap_ms(gap_ms, system.inputs.models, system.gap_ms)
     chain_inputs = system.inputs if gaps is None else with_step_ms(system.inputs, gaps)
     result = _tune(chain_inputs, system, delta_ms, max_states)
-    late, check = _warnings(plan, system, chain_inputs, result)
+    if tune_delay:
+        search = _search_delay(plan, chain_inputs, result, args.request_tokens)
+        late, check = _delay_warnings(plan, system, result, search), search
+    else:
+        late, check = _warnings(plan, system, chain_inputs, result)
     warn(late)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late, gap_ms=gaps)
-    if check is not None:
+    if isinstance(check, TimeoutSearch):
+        tuned["serve"]["max_delay_ms"] = check.delay_ms
+        tuned["tuning"]["timeout_search"] = check.as_dict()
+    elif check is not None:
         tuned["tuning"]["timeout_check"] = check.as_dict()
     out_path = write_tuned(tuned, args, output, write)
     if plot:
@@ -60,7 +75,7 @@ def run_tune(
         payload = {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": plot}
         return json.dumps(finite_json(payload), indent=2), tuned
     lines = _header(plan, system, result, gaps) + [format_table(result, top)]
-    lines += _choice(plan, system, result, chain_inputs)
+    lines += _choice(plan, system, result, chain_inputs, check if isinstance(check, TimeoutSearch) else None)
     if write:
         lines.append(f"wrote {out_path} (batch for {', '.join(system.auto) or 'no auto model'})")
     if plot:
@@ -109,6 +124,33 @@ def _warnings(plan: dict, system: PlanSystem, chain_inputs: SystemInputs, result
     late += beyond_profile_warnings(system.inputs, result.best)
     late += concentration_warnings(system, result.best.thresholds)
     return late, check
+
+
+def _search_delay(
+    plan: dict, chain_inputs: SystemInputs, result: TuneResult, request_tokens: int | None
+) -> TimeoutSearch:
+    """`--tune-delay`: the chain's best `SEARCH_CANDIDATES` thresholds and the plan's own setting (where the
+    chain evaluated it) simulated at timeouts from the plan's up; the result chooses the thresholds found."""
+    ranked = [r.thresholds for r in result.results if r.throughput > 0]
+    current = current_thresholds(plan, chain_inputs.models)
+    candidates = ranked[:SEARCH_CANDIDATES] + ([current] if current in ranked[SEARCH_CANDIDATES:] else [])
+    try:
+        search = search_timeouts(plan, chain_inputs, candidates, request_tokens)
+    except ValueError as e:
+        raise ThroughputInputError(f"--tune-delay: {e}") from None
+    result.chosen = [r.thresholds for r in result.results].index(search.best)
+    return search
+
+
+def _delay_warnings(plan: dict, system: PlanSystem, result: TuneResult, search: TimeoutSearch) -> list[str]:
+    """The warnings about the thresholds and timeout `--tune-delay` chose, with the search's line."""
+    chosen = {**plan, "serve": {**plan.get("serve", {}), "max_delay_ms": search.delay_ms}}
+    late = [*timeout_warnings(chosen, system.inputs.models, result.best), search.line()]
+    return (
+        late
+        + beyond_profile_warnings(system.inputs, result.best)
+        + concentration_warnings(system, result.best.thresholds)
+    )
 
 
 def _keep_current(result: TuneResult, check) -> None:
@@ -179,20 +221,31 @@ def format_table(result: TuneResult, top: int) -> str:
     return "\n".join(lines)
 
 
-def _choice(plan: dict, system: PlanSystem, result: TuneResult, chain_inputs: SystemInputs) -> list[str]:
-    """The candidates not evaluated, B* (or the plan's setting kept), and B*'s throughput with the hops'
-    transit."""
+def _choice(
+    plan: dict,
+    system: PlanSystem,
+    result: TuneResult,
+    chain_inputs: SystemInputs,
+    search: TimeoutSearch | None,
+) -> list[str]:
+    """The candidates not evaluated, B* (or the plan's setting kept, or what `--tune-delay` chose), and B*'s
+    throughput with the hops' transit."""
     current = current_thresholds(plan, system.inputs.models)
     lines = []
     for b, msg in result.failed.items():
         mine = " (the plan's setting)" if b == current else ""
         lines.append(f"not evaluated: B = {','.join(map(str, b))}{mine}: {msg}")
     best = result.best
-    lines.append(
-        ("B* = " if result.chosen == 0 else "kept the plan's setting over the chain's B* (the timeout): ")
-        + ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
-        + f" (T = {best.throughput:.2f} tok/s)"
-    )
+    chosen = ", ".join(f"{m} {b}" for m, b in result.best_thresholds().items())
+    if search is not None:
+        lines.append(f"chosen: {chosen} with max_delay_ms = {search.delay_ms:g} (simulated {search.best_tok_s:.1f} "
+                     f"tok/s; the chain, without a timeout: T = {best.throughput:.2f})")  # fmt: skip
+    else:
+        lines.append(
+            ("B* = " if result.chosen == 0 else "kept the plan's setting over the chain's B* (the timeout): ")
+            + chosen
+            + f" (T = {best.throughput:.2f} tok/s)"
+        )
     if system.hop_ms and best.throughput > 0:
         hops = tuple(system.hop_ms.get(m, 0.0) for m in system.inputs.models)
         lines.append(
