@@ -147,17 +147,18 @@ def run_config(label: str, extra: list[str], plan: Path, args, work: Path) -> li
 
 
 def tune_from_server(
-    plan: Path, url: str, since: Path, prof: Path, tuned: Path, n: int, request_tokens: int, min_steps: int
-) -> tuple[float, float]:
+    plan: Path, url: str, since: Path, prof: Path, tuned: Path, n: int, request_tokens: int, min_steps: int,
+    tune_delay: bool = False,
+) -> tuple[float, float]:  # fmt: skip
     """`batch: auto` by the user's flow, from a server that ran a load since `since` (its /v1/stats then):
-    `profile --from-metrics` writes `prof`, `tune -n N` writes the tuned plan `tuned`, and `simulate` predicts the
-    tuned plan on those step prices, with the `max_delay_ms` it is served with. Returns (the simulator's tok/s,
-    the seconds `tune` took)."""
+    `profile --from-metrics` writes `prof`, `tune -n N` (with `tune_delay`, `--tune-delay`: the timeout chosen
+    too) writes the tuned plan `tuned`, and `simulate` predicts the tuned plan on those step prices, with the
+    `max_delay_ms` it is served with. Returns (the simulator's tok/s, the seconds `tune` took)."""
     subprocess.run(cli("profile", str(plan), "--from-metrics", url, "--since", str(since),
                        "--min-steps", str(min_steps), "-o", str(prof)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     t0 = time.monotonic()
-    subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned)),
-                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(cli("tune", str(plan), "--profile", str(prof), "-n", str(n), "-o", str(tuned),
+                       *(["--tune-delay"] if tune_delay else [])), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     tune_s = time.monotonic() - t0
     delay = json.loads(tuned.read_text())["serve"]["max_delay_ms"]  # the timeout it is served with
     sim = subprocess.run(cli("simulate", str(tuned), "--profile", str(prof), "-n", str(n), "--no-chain",
@@ -184,7 +185,7 @@ def run_auto(plan: Path, args, work: Path, keep) -> None:
             bench(srv.url, n, 2 * args.rounds * n, args, None)
             tuned[n] = work / f"tuned-n{n}.plan"
             simulated[n], tune_s = tune_from_server(plan, srv.url, since, work / f"profile-n{n}.json", tuned[n], n,
-                                                    args.output_len, args.min_steps)  # fmt: skip
+                                                    args.output_len, args.min_steps, args.tune_delay)  # fmt: skip
             bs = {m: spec["batch"] for m, spec in json.loads(tuned[n].read_text())["models"].items()}
             print(f"   N={n}: tuned {bs} in {tune_s:.1f} s", flush=True)
     finally:
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--max-delay-ms", type=float, default=5.0)
     ap.add_argument("--min-steps", type=int, default=5, help="--auto: profile's --min-steps")
+    ap.add_argument(
+        "--tune-delay", action="store_true", help="--auto: tune --tune-delay (the timeout chosen too)"
+    )
     ap.add_argument("--serve-arg", action="append", default=[], help="an extra argument for every serve")
     ap.add_argument("--startup-timeout", type=float, default=900.0)
     ap.add_argument("--work", default=None, help="models, plans, logs (default: a temporary folder)")

@@ -173,9 +173,10 @@ def load_concurrency(kind: str, z: Sizes) -> int:
 
 def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int = 5) -> dict[str, dict]:
     """The reports of `batch: auto` by the user's flow, per load: the plan served eager (every B = 1) runs the
-    load, `profile --from-metrics` reads that run's step prices from the server, `tune -n N` (N: the load's
-    concurrency) writes the tuned plan, and the tuned plan is served and runs the load again. Each report adds
-    the tuned thresholds and what `simulate` predicts for the tuned plan on those prices."""
+    load, `profile --from-metrics` reads that run's step prices from the server, `tune -n N --tune-delay` (N: the
+    load's concurrency; the timeout chosen with the thresholds) writes the tuned plan, and the tuned plan is
+    served and runs the load again. Each report adds the tuned thresholds and timeout, and what `simulate`
+    predicts for the tuned plan on those prices."""
     import httpx
 
     from tokenrouter.loadgen.bench import run_load
@@ -191,12 +192,13 @@ def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int
             tuned[kind] = out / f"auto-tuned-{kind}.plan"
             output = z.answer if kind == "chat" else z.shared_output
             sims[kind], _ = tune_from_server(plan, srv.url, since, out / f"auto-profile-{kind}.json", tuned[kind], n,
-                                             output, min_steps)  # fmt: skip
+                                             output, min_steps, tune_delay=True)  # fmt: skip
     finally:
         srv.stop()
     reports = {}
     for kind in kinds:
-        batch = {m: spec["batch"] for m, spec in json.loads(tuned[kind].read_text())["models"].items()}
+        chosen = json.loads(tuned[kind].read_text())
+        batch = {m: spec["batch"] for m, spec in chosen["models"].items()}
         server = Server(
             tuned[kind],
             ["--mode", "tokenrouter", "--device", device],
@@ -206,7 +208,9 @@ def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int
             reports[kind] = asyncio.run(run_load(load_spec(kind, server.url, z)))
         finally:
             server.stop()
-        reports[kind].update(tuned_batch=batch, simulated_tok_s=sims[kind])
+        reports[kind].update(
+            tuned_batch=batch, tuned_delay_ms=chosen["serve"]["max_delay_ms"], simulated_tok_s=sims[kind]
+        )
     return reports
 
 
@@ -215,7 +219,8 @@ def tuned(rep: dict) -> str:
     if "tuned_batch" not in rep:
         return "-"
     bs = ", ".join(f"{m} {b}" for m, b in rep["tuned_batch"].items())
-    return f"B {bs}; simulated {fmt(rep.get('simulated_tok_s'))}"
+    delay = f", {rep['tuned_delay_ms']:g} ms" if "tuned_delay_ms" in rep else ""
+    return f"B {bs}{delay}; simulated {fmt(rep.get('simulated_tok_s'))}"
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:

@@ -144,9 +144,10 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
         )  # profile, tune: the plan at batch: auto
         commands.append((verb, cmd[cmd.index("-n") + 1] if "-n" in cmd else None))
         if verb == "tune":
+            assert "--tune-delay" in cmd  # the timeout is tuned with the thresholds
             out = cmd[cmd.index("-o") + 1]
             Path(out).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
-                                             "serve": {"max_delay_ms": 5.0}}))  # fmt: skip
+                                             "serve": {"max_delay_ms": 20.0}}))  # fmt: skip
         return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
 
     monkeypatch.setattr(pb, "Server", FakeServer)
@@ -162,7 +163,7 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
     assert commands == [("profile", None), ("tune", str(z.shared_c)), ("simulate", str(z.shared_c)),
                         ("profile", None), ("tune", str(z.conversations)), ("simulate", str(z.conversations))]  # fmt: skip
     text = (tmp_path / "prefix-bench.md").read_text()
-    assert "| TokenRouter, auto | 90.0 |" in text and "B slm 2, llm 7; simulated 88.0" in text
+    assert "| TokenRouter, auto | 90.0 |" in text and "B slm 2, llm 7, 20 ms; simulated 88.0" in text
 
 
 def test_where_the_time_went_and_the_bytes_read(pb):
