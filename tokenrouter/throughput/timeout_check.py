@@ -3,8 +3,9 @@
 The chain has no timeout, so it cannot say how such a B* serves: most of a model's batches may start on the
 timeout with fewer rows, and the plan serve worse than before it was tuned. The simulator has the timeout:
 B* and the plan's current thresholds are both simulated with it (the same inputs, a closed loop of N
-requests, `HORIZON_MS` of simulated time), and the better is kept, B* where they are within `TIE` of each
-other. `tune` says which, and why.
+requests of the load's length, `sim_request_tokens`, `HORIZON_MS` of simulated time), and the better is kept,
+B* where they are within `TIE` of each other. `tune` says which, and why. With `tune --tune-delay` the timeout
+is chosen too (`search_timeouts`).
 """
 
 from __future__ import annotations
@@ -68,16 +69,20 @@ def current_thresholds(plan: dict, models: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(b if isinstance(b := plan["models"][m].get("batch"), int) else 1 for m in models)
 
 
-def check_timeout(plan: dict, inputs: SystemInputs, best: tuple[int, ...]) -> TimeoutCheck | None:
-    """B* and the plan's setting simulated with the plan's timeout; None where there is nothing to compare
-    (the same thresholds, or a setting infeasible at this N)."""
+def check_timeout(
+    plan: dict, inputs: SystemInputs, best: tuple[int, ...], request_tokens: int | None = None
+) -> TimeoutCheck | None:
+    """B* and the plan's setting simulated with the plan's timeout, requests committing
+    `sim_request_tokens(inputs, request_tokens)` tokens each; None where there is nothing to compare (the same
+    thresholds, or a setting infeasible at this N)."""
     current = current_thresholds(plan, inputs.models)
     if current == tuple(best) or sum(b - 1 for b in current) >= inputs.concurrency:
         return None
     delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
+    tokens = sim_request_tokens(inputs, request_tokens)
     served = {}
     for b in (tuple(best), current):
-        cfg = SimConfig(thresholds=b, max_delay_ms=delay, horizon_ms=HORIZON_MS)
+        cfg = SimConfig(thresholds=b, max_delay_ms=delay, horizon_ms=HORIZON_MS, request_tokens=tokens)
         if steps_error(inputs, cfg):
             return None
         served[b] = simulate(inputs, cfg).throughput

@@ -60,7 +60,7 @@ def run_tune(
         search = _search_delay(plan, chain_inputs, result, args.request_tokens)
         late, check = _delay_warnings(plan, system, result, search), search
     else:
-        late, check = _warnings(plan, system, chain_inputs, result)
+        late, check = _warnings(plan, system, chain_inputs, result, args.request_tokens)
     warn(late)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late, gap_ms=gaps)
     if isinstance(check, TimeoutSearch):
@@ -111,11 +111,13 @@ def _tune(chain_inputs: SystemInputs, system: PlanSystem, delta_ms: float, max_s
     return result
 
 
-def _warnings(plan: dict, system: PlanSystem, chain_inputs: SystemInputs, result: TuneResult):
+def _warnings(
+    plan: dict, system: PlanSystem, chain_inputs: SystemInputs, result: TuneResult, request_tokens: int | None
+):
     """The warnings about B* and the timeout check (None where the plan's timeout does not matter); where the
     check finds the plan's setting serves better, the result chooses it."""
     late = timeout_warnings(plan, system.inputs.models, result.best)
-    check = check_timeout(plan, chain_inputs, result.best.thresholds) if late else None
+    check = check_timeout(plan, chain_inputs, result.best.thresholds, request_tokens) if late else None
     if check is not None:
         late.append(check.line())
         if check.keep_current:
