@@ -1,7 +1,7 @@
 """`RouteKernel.warm` under Triton's interpreter (run as a script with TRITON_INTERPRET=1 set before triton is
 imported; test_route_warm.py runs it): it launches one batch per launch variant (on CPU, one configuration for
-greedy and one for sampling, the latter with and without top-k), and a kernel that was warmed routes a batch
-exactly as one that was not. Prints "OK" and the launches."""
+greedy, without and with forced tokens, and one for sampling, without and with top-k), and a kernel that was
+warmed routes a batch exactly as one that was not. Prints "OK" and the launches."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def main() -> int:
     warmed = RouteKernel(plan, "slm", "triton", "cpu")
     cold = RouteKernel(plan, "slm", "triton", "cpu")
     launches = warmed.warm(rows, vocab, torch.float32)
-    assert launches == 3, launches
+    assert launches == 4, launches
     assert RouteKernel(plan, "slm", "torch", "cpu").warm(rows, vocab, torch.float32) == 0
     logits = random_logits(rows, vocab, seed=3)
     state = mixed_state(rows, restricted=True)

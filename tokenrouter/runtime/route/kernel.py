@@ -353,8 +353,8 @@ class RouteKernel:
         build_ahead: bool = True,
     ) -> int:
         """Launch the Triton route kernel once in each launch variant that a step of 1 to `max_rows` rows of
-        `dtype` logits can take (`TritonRoute.variants`): greedy, sampling, and sampling with top-k (the
-        forced tokens of the separate sampler). Triton builds each variant the first time a process launches
+        `dtype` logits can take (`TritonRoute.variants`): greedy without and with forced tokens (a grammar's),
+        sampling, and sampling with top-k (the forced tokens of the separate sampler). Triton builds each variant the first time a process launches
         it, about half a second where the machine has not built it before (then from its disk cache); warmed
         at start, no serving step waits for one. `build_ahead`: first build them all in parallel
         (`build_pass` in a `compile_ahead` block of its own; off where the caller's block has run `build_pass`).
@@ -366,9 +366,14 @@ class RouteKernel:
         variants, logits, hidden = found
         if build_ahead:
             compile_ahead.build_ahead(self.device, lambda: self._build_launches(variants, logits, hidden))
-        launches = 0
-        for rows, state in self._warm_batches(variants):
-            self(logits[:rows], hidden[:rows] if hidden is not None else None, state)
+        launches, draw = 0, torch.full((logits.shape[0],), -1, dtype=torch.int64, device=self.device)
+        for rows, state, force in self._warm_batches(variants):  # forced -1: every row draws its own token
+            self(
+                logits[:rows],
+                hidden[:rows] if hidden is not None else None,
+                state,
+                forced=draw[:rows] if force else None,
+            )
             launches += 1
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -406,17 +411,21 @@ class RouteKernel:
         kernel where the rules read the drawn token. No kernel runs here, so the routers read token 0 where
         `warm`'s would read the drawn one."""
         zero = torch.zeros(logits.shape[0], dtype=torch.int64, device=self.device)
-        for rows, state in self._warm_batches(variants):
+        for rows, state, force in self._warm_batches(variants):
             lg, hd, tok = logits[:rows], hidden[:rows] if hidden is not None else None, zero[:rows]
             sampling, restricted = _hints(state)  # as `__call__` reads them
-            self._run_triton(lg, hd, state, tok if restricted else None, sampling, False, router_token=tok)
+            self._run_triton(
+                lg, hd, state, tok if restricted or force else None, sampling, False, router_token=tok
+            )
 
     def _warm_batches(self, variants):
-        """(rows, state) of each of `warm`'s launches: per launch variant, greedy, or sampling without and with
-        top-k (the separate sampler's forced tokens)."""
+        """(rows, state, forced) of each of `warm`'s launches: per launch variant, greedy without and with forced
+        tokens (a grammar's, runtime/grammar.py: structured output at temperature 0), or sampling without and
+        with top-k (the separate sampler's forced tokens, the launch a grammar's take too)."""
         for rows, sampling in variants:
-            for top_k in (0, 1) if sampling else (0,):
-                yield rows, RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
+            for top_k, force in ((0, False), (1, False)) if sampling else ((0, False), (0, True)):
+                state = RouteBatchState.make(rows, self.device, temperature=float(sampling), top_k=top_k)
+                yield rows, state, force
 
     def _check_inputs(
         self, logits: torch.Tensor, hidden: torch.Tensor | None, state: RouteBatchState
