@@ -152,11 +152,12 @@ def make_plan(out: Path, quick: bool, device: str, auto: bool = False) -> Path:
     return path
 
 
-def load_spec(kind: str, url: str, z: Sizes):
+def load_spec(kind: str, url: str, z: Sizes, repeat: int = 0):
     from tokenrouter.loadgen.bench import LoadSpec
 
-    # a seed per load: no load's synthetic tokens start like another's (the cache would match across loads)
-    common = dict(url=url, temperature=0.0, progress=False, seed={"shared": 1, "chat": 2, "paper": 3}[kind])
+    # a seed per load and repeat: no run's synthetic tokens start like another's (the cache would match across)
+    seed = {"shared": 1, "chat": 2, "paper": 3}[kind] + 10 * repeat
+    common = dict(url=url, temperature=0.0, progress=False, seed=seed)
     if kind == "shared":
         return LoadSpec(concurrency=z.shared_c, num_prompts=z.shared_requests, warmup=z.shared_c,
                         shared_prefix_len=z.shared_prefix, prompt_len=z.own, output_len=z.shared_output, **common)  # fmt: skip
@@ -167,11 +168,26 @@ def load_spec(kind: str, url: str, z: Sizes):
                     prompt_len=z.paper_prompt, output_len=z.paper_output, **common)  # fmt: skip
 
 
+def measure(kind: str, url: str, z: Sizes, repeats: int = 1) -> dict:
+    """The load run `repeats` times on one server, each run with its own seed (its prompts match no other run's
+    in the prefix cache): the report of the median run by decode throughput, with every run's in
+    `repeats_tok_s` where there are several."""
+    from tokenrouter.loadgen.bench import run_load
+
+    reps = [asyncio.run(run_load(load_spec(kind, url, z, k))) for k in range(repeats)]
+    rep = sorted(reps, key=lambda r: r["decode_throughput_tok_s"])[(len(reps) - 1) // 2]
+    if repeats > 1:
+        rep["repeats_tok_s"] = [r["decode_throughput_tok_s"] for r in reps]
+    return rep
+
+
 def load_concurrency(kind: str, z: Sizes) -> int:
     return {"shared": z.shared_c, "chat": z.conversations, "paper": z.paper_c}[kind]
 
 
-def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int = 5) -> dict[str, dict]:
+def run_auto(
+    plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int = 5, repeats: int = 1
+) -> dict[str, dict]:
     """The reports of `batch: auto` by the user's flow, per load: the plan served eager (every B = 1) runs the
     load, `profile --from-metrics` reads that run's step prices from the server, `tune -n N --tune-delay` (N: the
     load's concurrency; the timeout chosen with the thresholds) writes the tuned plan, and the tuned plan is
@@ -205,7 +221,7 @@ def run_auto(plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int
             out / f"tokenrouter-auto-{kind}.stderr",
         )
         try:
-            reports[kind] = asyncio.run(run_load(load_spec(kind, server.url, z)))
+            reports[kind] = measure(kind, server.url, z, repeats)
         finally:
             server.stop()
         reports[kind].update(
@@ -221,6 +237,13 @@ def tuned(rep: dict) -> str:
     bs = ", ".join(f"{m} {b}" for m, b in rep["tuned_batch"].items())
     delay = f", {rep['tuned_delay_ms']:g} ms" if "tuned_delay_ms" in rep else ""
     return f"B {bs}{delay}; simulated {fmt(rep.get('simulated_tok_s'))}"
+
+
+def tok_s(rep: dict) -> str:
+    """A report's decode tok/s, with the range of its repeats (`--repeats`) where it has several."""
+    runs = rep.get("repeats_tok_s") or []
+    spread = f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else ""
+    return fmt(rep["decode_throughput_tok_s"]) + spread
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:
@@ -264,7 +287,7 @@ def tables(
         SGLANG,
     ):
         if rep := results.get((name, "shared")):
-            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
+            lines.append(f"| {name} | {tok_s(rep)} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} | {tuned(rep)} |")  # fmt: skip
     turns = range(1, z.turns + 1)
     lines += ["", f"(b) multi-turn chat: {z.conversations} conversations at once, {z.turns} turns, system prompt "
@@ -277,7 +300,7 @@ def tables(
             by = rep.get("ttft_ms_by_turn") or {}
             p50 = [by.get(str(k), {}).get("p50") for k in turns]
             last = fmt(p50[-1] / p50[0], ".2f") if p50[0] and p50[-1] else "-"
-            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {ratio(rep, results.get(('llm-only', 'chat')))} | "
+            lines.append(f"| {name} | {tok_s(rep)} | {ratio(rep, results.get(('llm-only', 'chat')))} | "
                          f"{ratio(tr('chat'), rep)} | " + " | ".join(fmt(v) for v in p50) + f" | {last} | {hits(rep)} | {tuned(rep)} |")  # fmt: skip
     lines += ["", f"(c) the paper's shape: {z.paper_prompt}-token unique prompts, N = {z.paper_c}, "
               f"{z.paper_output} output tokens", "",
@@ -285,7 +308,7 @@ def tables(
     off = results.get(("TokenRouter, no cache", "paper"))
     for name in ("TokenRouter", "TokenRouter, no cache"):
         if rep := results.get((name, "paper")):
-            lines.append(f"| {name} | {fmt(rep['decode_throughput_tok_s'])} | {fmt(rep['ttft_ms']['p50'])} | "
+            lines.append(f"| {name} | {tok_s(rep)} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{ratio(rep, off)} | {hits(rep)} |")  # fmt: skip
     return "\n".join(lines + time_table(results) + bytes_table(results, z, sizes or {}))
 
@@ -392,15 +415,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true",
                     help="Add to the reports already in --out (an earlier call's --only), so that the tables "
                     "show every deployment measured there; a deployment measured again replaces its rows.")  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="Run each load this many times on its server, each with other prompts; the tables show "
+                    "the median run, with the range.")  # fmt: skip
     ap.add_argument("--tables", action="store_true",
                     help="Serve nothing: print the tables again from the reports in --out (prefix-bench.json).")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {args.repeats}")
     device = args.device or ("cpu" if args.quick else "cuda")
     z = QUICK if args.quick else Sizes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(out, args.quick, device)
-    from tokenrouter.loadgen.bench import run_load
 
     results: dict[tuple[str, str], dict] = {}
     saved = out / "prefix-bench.json"
@@ -425,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "auto":
             try:
                 auto = make_plan(out, args.quick, device, auto=True)
-                for kind, rep in run_auto(auto, kinds, z, out, device, 1 if args.quick else 5).items():
+                for kind, rep in run_auto(
+                    auto, kinds, z, out, device, 1 if args.quick else 5, args.repeats
+                ).items():
                     results[(name, kind)] = rep
                     print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "
                           f"{tuned(rep)}", flush=True)  # fmt: skip
@@ -451,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  started in {time.monotonic() - t0:.0f} s", flush=True)
             for kind in kinds:
                 t1 = time.monotonic()
-                rep = asyncio.run(run_load(load_spec(kind, server.url, z)))
+                rep = measure(kind, server.url, z, args.repeats)
                 results[(name, kind)] = rep
                 print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "
                       f"TTFT p50 {rep['ttft_ms']['p50']:.1f} ms, prefix hits {hits(rep)} ({time.monotonic() - t1:.0f} s)",

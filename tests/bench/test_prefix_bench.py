@@ -120,6 +120,33 @@ def test_the_sglang_deployment_says_why_it_cannot_start(pb, tmp_path):
         pb.SGLangServer(str(tmp_path), tmp_path / "sglang.stderr", sglang_path=str(tmp_path))
 
 
+def test_repeats_run_each_load_with_its_own_prompts_and_report_the_median(pb, tmp_path, monkeypatch):
+    seeds = []
+
+    class FakeServer:
+        def __init__(self, plan, args, log):
+            self.url = "http://fake"
+
+        def stop(self):
+            pass
+
+    async def fake_load(spec):
+        seeds.append(spec.seed)
+        return report({1: 90.0, 11: 70.0, 21: 100.0}[spec.seed], 5.0)
+
+    monkeypatch.setattr(pb, "Server", FakeServer)
+    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
+    monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
+    args = ["--out", str(tmp_path), "--quick", "--only", "llm-only, no cache", "--repeats", "3"]
+    assert pb.main(args) == 0
+    assert seeds == [1, 11, 21]  # the shared load three times, other prompts each time (no cache hits across)
+    rep = json.loads((tmp_path / "prefix-bench.json").read_text())["runs"][0]["report"]
+    assert rep["decode_throughput_tok_s"] == 90.0 and rep["repeats_tok_s"] == [90.0, 70.0, 100.0]
+    assert "| llm-only, no cache | 90.0 (70-100) |" in (tmp_path / "prefix-bench.md").read_text()
+    with pytest.raises(SystemExit):
+        pb.main(["--out", str(tmp_path), "--quick", "--repeats", "0"])
+
+
 def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
     """`TokenRouter, auto`: the plan served eager runs each load, `profile --from-metrics` and `tune -n N` (N: the
     load's concurrency) make the tuned plan, which is served and runs the load again; the rows show the tuned
