@@ -23,6 +23,9 @@ Where one call may not take that long, split it with `--only` and `--keep` (the 
     python bench/prefix_bench.py --out DIR --only TokenRouter --only "TokenRouter, no cache" --only std-serving
     python bench/prefix_bench.py --out DIR --keep --only llm-only --only "llm-only, no cache"
 
+A load's throughput can spread by several percent between runs on one server (8 % on the chat load on an H100):
+`--repeats 3` runs each load three times with other prompts and reports the median run with the range.
+
 Writes `prefix-bench.json` (every report) and `prefix-bench.md` (the tables, as printed) under --out, and the
 servers' stderr; `--tables` prints the tables again from them. Exit status 0 when every load completed, 1 otherwise.
 """
