@@ -202,10 +202,10 @@ async def run_load(spec: LoadSpec) -> dict:
         if spec.warmup:
             warm = await _closed_loop(client, spec, model, warm_requests, spec.concurrency or spec.warmup,
                                       seed_base=spec.seed + spec.num_prompts, progress=False)  # fmt: skip
-        from tokenrouter.loadgen.workloads import hit_rates, prefix_counters, settled_counters, step_counts
+        from tokenrouter.loadgen.workloads import hit_rates, server_counters, settled_counters, step_counts
 
         # settled: the warm-up's last steps reach the frontend's counters before the run is counted from them
-        before = await settled_counters(client) if spec.warmup else await prefix_counters(client)
+        before = await settled_counters(client) if spec.warmup else await server_counters(client)
         counter = _InFlight()
         run = _measured_run(client, spec, model, requests, counter)
         start = time.perf_counter()

@@ -169,7 +169,7 @@ _SAMPLE = re.compile(r'^tokenrouter_(prefix_\w+|steps_total|step_seconds_total|s
                      r'\{model="([^"]*)"\} (\S+)$', re.M)  # fmt: skip
 
 
-async def prefix_counters(client: httpx.AsyncClient) -> dict[str, dict[str, float]] | None:
+async def server_counters(client: httpx.AsyncClient) -> dict[str, dict[str, float]] | None:
     """The server's tokenrouter_prefix_* gauges and step counters per model, or None where it has no such
     /metrics."""
     try:
@@ -187,7 +187,7 @@ async def prefix_counters(client: httpx.AsyncClient) -> dict[str, dict[str, floa
 async def settled_counters(client: httpx.AsyncClient) -> dict[str, dict[str, float]] | None:
     """The counters once the subservers have reported the run's last steps (one stats period later)."""
     await asyncio.sleep(2 * STATS_PERIOD_S)
-    return await prefix_counters(client)
+    return await server_counters(client)
 
 
 def step_counts(before: dict | None, after: dict | None, wall_s: float) -> dict[str, dict]:

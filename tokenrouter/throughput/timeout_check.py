@@ -10,6 +10,7 @@ is chosen too (`search_timeouts`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tokenrouter.throughput.inputs import SystemInputs
@@ -18,6 +19,23 @@ from tokenrouter.throughput.simulate import simulate
 
 HORIZON_MS = 20_000.0
 TIE = 0.01  # a relative difference of simulated throughput taken as noise
+
+
+def _named(models: tuple[str, ...], b: tuple[int, ...]) -> str:
+    """Thresholds for a message: (slm 1, llm 3)."""
+    return "(" + ", ".join(f"{m} {x}" for m, x in zip(models, b, strict=True)) + ")"
+
+
+def plan_delay_ms(plan: dict) -> float:
+    """The plan's batching timeout, `serve.max_delay_ms` (5 ms where it gives none, as the server has it)."""
+    return float(plan.get("serve", {}).get("max_delay_ms", 5.0))
+
+
+def _simulated(inputs: SystemInputs, b: tuple[int, ...], delay_ms: float, tokens: int | None) -> float | None:
+    """Thresholds `b` simulated with the timeout `delay_ms` (a closed loop of N requests of `tokens` tokens each,
+    `HORIZON_MS`): the tok/s, or None where the simulator cannot run them (`steps_error`)."""
+    cfg = SimConfig(thresholds=tuple(b), max_delay_ms=delay_ms, horizon_ms=HORIZON_MS, request_tokens=tokens)
+    return None if steps_error(inputs, cfg) else simulate(inputs, cfg).throughput
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +53,7 @@ class TimeoutCheck:
 
     def simulated(self) -> str:
         """What the simulation found, for a message."""
-
-        def name(b: tuple[int, ...]) -> str:
-            return "(" + ", ".join(f"{m} {x}" for m, x in zip(self.models, b, strict=True)) + ")"
+        name = functools.partial(_named, self.models)
 
         return (
             f"the chain has no timeout; simulated with max_delay_ms = {self.max_delay_ms:g}, its B* "
@@ -78,24 +94,15 @@ def check_timeout(
     current = current_thresholds(plan, inputs.models)
     if current == tuple(best) or sum(b - 1 for b in current) >= inputs.concurrency:
         return None
-    delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
-    tokens = sim_request_tokens(inputs, request_tokens)
-    served = {}
-    for b in (tuple(best), current):
-        cfg = SimConfig(thresholds=b, max_delay_ms=delay, horizon_ms=HORIZON_MS, request_tokens=tokens)
-        if steps_error(inputs, cfg):
-            return None
-        served[b] = simulate(inputs, cfg).throughput
-    return TimeoutCheck(inputs.models, tuple(best), current, served[tuple(best)], served[current], delay)
+    delay, tokens = plan_delay_ms(plan), sim_request_tokens(inputs, request_tokens)
+    served = [_simulated(inputs, b, delay, tokens) for b in (tuple(best), current)]
+    if None in served:
+        return None
+    return TimeoutCheck(inputs.models, tuple(best), current, served[0], served[1], delay)
 
 
-DELAY_LADDER = (
-    1,
-    2,
-    4,
-    8,
-    16,
-)  # `search_timeouts`: multiples of the plan's timeout (of 2.5 ms where it is 0)
+# `search_timeouts`: multiples of the plan's timeout (of 2.5 ms where it is 0)
+DELAY_LADDER = (1, 2, 4, 8, 16)
 MAX_SEARCH_DELAY_MS = 200.0  # ... capped here
 SEARCH_CANDIDATES = 4  # the chain's best thresholds simulated, beside the plan's own setting
 
@@ -117,9 +124,7 @@ class TimeoutSearch:
 
     def line(self) -> str:
         """What the search found, for `tune`'s output."""
-
-        def name(b: tuple[int, ...]) -> str:
-            return "(" + ", ".join(f"{m} {x}" for m, x in zip(self.models, b, strict=True)) + ")"
+        name = functools.partial(_named, self.models)
 
         at_plan = max(((t, b) for (b, d), t in self.served.items() if d == self.plan_delay_ms), default=None)
         delays = sorted({d for _, d in self.served})
@@ -175,16 +180,12 @@ def search_timeouts(
     only where it serves more than `TIE` more, so a longer timeout, or other thresholds than B*, must earn
     their place. A candidate the simulator cannot run (`steps_error`) is left out. Requests commit
     `sim_request_tokens(inputs, request_tokens)` tokens each."""
-    plan_delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
-    tokens = sim_request_tokens(inputs, request_tokens)
+    plan_delay, tokens = plan_delay_ms(plan), sim_request_tokens(inputs, request_tokens)
     served: dict[tuple[tuple[int, ...], float], float] = {}
     for delay in search_delays(plan_delay):
         for b in candidates:
-            cfg = SimConfig(
-                thresholds=tuple(b), max_delay_ms=delay, horizon_ms=HORIZON_MS, request_tokens=tokens
-            )
-            if not steps_error(inputs, cfg):
-                served[(tuple(b), delay)] = simulate(inputs, cfg).throughput
+            if (tok_s := _simulated(inputs, b, delay, tokens)) is not None:
+                served[(tuple(b), delay)] = tok_s
     if not served:
         raise ValueError("no candidate could be simulated")
     held = next(iter(served))

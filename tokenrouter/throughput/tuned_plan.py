@@ -12,6 +12,7 @@ from tokenrouter.compiler.passes.check_feasibility import feasibility
 from tokenrouter.throughput.inputs import SystemInputs
 from tokenrouter.throughput.optimize import TuneResult
 from tokenrouter.throughput.plan_inputs import PlanSystem
+from tokenrouter.throughput.timeout_check import plan_delay_ms
 
 
 def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
@@ -19,7 +20,7 @@ def timeout_warnings(plan: dict, models: tuple[str, ...], best) -> list[str]:
     predicts requests reach model i (its rows per second), the B_i − 1 that follow the first one take longer
     than the timeout, so most of its batches start on the timeout with fewer rows than B_i. The chain has no
     timeout (`simulate` has), so its prediction for those thresholds is the less reliable."""
-    delay = float(plan.get("serve", {}).get("max_delay_ms", 5.0))
+    delay = plan_delay_ms(plan)
     out = []
     for i, m in enumerate(models):
         b, rate = best.thresholds[i], best.steps_per_s[i] * best.mean_batch[i]  # requests per second

@@ -354,9 +354,9 @@ class RouteKernel:
     ) -> int:
         """Launch the Triton route kernel once in each launch variant that a step of 1 to `max_rows` rows of
         `dtype` logits can take (`TritonRoute.variants`): greedy without and with forced tokens (a grammar's),
-        sampling, and sampling with top-k (the forced tokens of the separate sampler). Triton builds each variant the first time a process launches
-        it, about half a second where the machine has not built it before (then from its disk cache); warmed
-        at start, no serving step waits for one. `build_ahead`: first build them all in parallel
+        sampling, and sampling with top-k (the forced tokens of the separate sampler). Triton builds each
+        variant the first time a process launches it, about half a second where the machine has not built it
+        before (then from its disk cache); warmed at start, no serving step waits for one. `build_ahead`: first build them all in parallel
         (`build_pass` in a `compile_ahead` block of its own; off where the caller's block has run `build_pass`).
         Returns the launches, 0 on the torch backend. The results are dropped; the workspace is left grown to
         `max_rows`."""

@@ -56,17 +56,17 @@ def run_tune(
     gaps = parse_gap_ms(gap_ms, system.inputs.models, system.gap_ms)
     chain_inputs = system.inputs if gaps is None else with_step_ms(system.inputs, gaps)
     result = _tune(chain_inputs, system, delta_ms, max_states)
-    if tune_delay:
-        search = _search_delay(plan, chain_inputs, result, args.request_tokens)
-        late, check = _delay_warnings(plan, system, result, search), search
+    search = _search_delay(plan, chain_inputs, result, args.request_tokens) if tune_delay else None
+    if search is not None:
+        late, check = _delay_warnings(plan, system, result, search), None
     else:
         late, check = _warnings(plan, system, chain_inputs, result, args.request_tokens)
     warn(late)
     tuned = apply_tuning(plan, system, result, top=top, warnings=late, gap_ms=gaps)
-    if isinstance(check, TimeoutSearch):
-        tuned["serve"]["max_delay_ms"] = check.delay_ms
-        tuned["tuning"]["timeout_search"] = check.as_dict()
-    elif check is not None:
+    if search is not None:
+        tuned["serve"]["max_delay_ms"] = search.delay_ms
+        tuned["tuning"]["timeout_search"] = search.as_dict()
+    if check is not None:
         tuned["tuning"]["timeout_check"] = check.as_dict()
     out_path = write_tuned(tuned, args, output, write)
     if plot:
@@ -75,7 +75,7 @@ def run_tune(
         payload = {"plan": str(out_path) if write else None, "tuning": tuned["tuning"], "plot": plot}
         return json.dumps(finite_json(payload), indent=2), tuned
     lines = _header(plan, system, result, gaps) + [format_table(result, top)]
-    lines += _choice(plan, system, result, chain_inputs, check if isinstance(check, TimeoutSearch) else None)
+    lines += _choice(plan, system, result, chain_inputs, search)
     if write:
         lines.append(f"wrote {out_path} (batch for {', '.join(system.auto) or 'no auto model'})")
     if plot:
@@ -123,9 +123,14 @@ def _warnings(
         if check.keep_current:
             _keep_current(result, check)
             late = [*timeout_warnings(plan, system.inputs.models, result.best), check.line()]
-    late += beyond_profile_warnings(system.inputs, result.best)
-    late += concentration_warnings(system, result.best.thresholds)
-    return late, check
+    return late + _choice_warnings(system, result), check
+
+
+def _choice_warnings(system: PlanSystem, result: TuneResult) -> list[str]:
+    """The warnings about the chosen thresholds whatever the timeout: beyond the profile, too concentrated."""
+    return beyond_profile_warnings(system.inputs, result.best) + concentration_warnings(
+        system, result.best.thresholds
+    )
 
 
 def _search_delay(
@@ -147,11 +152,8 @@ def _search_delay(
 def _delay_warnings(plan: dict, system: PlanSystem, result: TuneResult, search: TimeoutSearch) -> list[str]:
     """The warnings about the thresholds and timeout `--tune-delay` chose, with the search's line."""
     chosen = {**plan, "serve": {**plan.get("serve", {}), "max_delay_ms": search.delay_ms}}
-    late = [*timeout_warnings(chosen, system.inputs.models, result.best), search.line()]
-    return (
-        late
-        + beyond_profile_warnings(system.inputs, result.best)
-        + concentration_warnings(system, result.best.thresholds)
+    return [*timeout_warnings(chosen, system.inputs.models, result.best), search.line()] + _choice_warnings(
+        system, result
     )
 
 
