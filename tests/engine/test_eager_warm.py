@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tokenrouter.runtime.engine.cuda_graph_runner import CudaGraphConfig, CudaGraphRunner
-from tokenrouter.runtime.engine.embedded import WARM_MAX_TOKENS, load_engine
+from tokenrouter.runtime.engine.eager_warm import WARM_MAX_TOKENS
+from tokenrouter.runtime.engine.embedded import load_engine
 from tokenrouter.runtime.prefix_cache import PrefixCachingEngine
 
 TINY_SMALL = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-small"
@@ -107,7 +108,7 @@ def test_at_debug_level_each_warm_up_step_is_logged(caplog):
     engine = load_engine(TINY_SMALL)
     engine.graph_runner = buckets()
     shapes = engine.eager_warm_shapes()
-    with caplog.at_level(logging.DEBUG, logger="tokenrouter.runtime.engine.embedded"):
+    with caplog.at_level(logging.DEBUG, logger="tokenrouter.runtime.engine.eager_warm"):
         engine.warm_eager()
     got = [r.getMessage() for r in caplog.records if "warm-up step" in r.getMessage()]
     assert len(got) == len(shapes)
@@ -117,6 +118,6 @@ def test_at_debug_level_each_warm_up_step_is_logged(caplog):
     )
     assert got[-1].endswith("allocator +0 mallocs, +0 frees, +0 retries")
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tokenrouter.runtime.engine.embedded"):
+    with caplog.at_level(logging.INFO, logger="tokenrouter.runtime.engine.eager_warm"):
         engine.warm_eager()
     assert not caplog.records
