@@ -121,3 +121,43 @@ def test_at_debug_level_each_warm_up_step_is_logged(caplog):
     with caplog.at_level(logging.INFO, logger="tokenrouter.runtime.engine.eager_warm"):
         engine.warm_eager()
     assert not caplog.records
+
+
+@pytest.mark.parametrize("heads", [(4, 2, 16), (16, 8, 128), (32, 8, 128)])
+def test_every_attention_variant_an_eager_step_can_make_is_warmed(monkeypatch, heads):
+    """On a GPU of 132 SMs (an H100), with the Triton backend's launch rules: every eager step the engine can
+    run (every batch size, every longest row) launches an attention variant that some warm-up step launches
+    too, so no served step builds one. Heads: the tiny model's, the 0.6B's, the 8B's. The shapes before
+    missed, among others, the 0.6B's step of 5 rows and 70 new tokens (2 KV splits), which on an H100 built
+    its kernel in a served step."""
+    import dataclasses
+
+    pytest.importorskip("triton")
+    from tokenrouter.runtime.engine.attention.triton_backend import TritonAttnBackend
+    from tokenrouter.runtime.engine.kernels import attention_shapes as ks
+
+    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
+    engine = load_engine(TINY_SMALL, max_batch=24, max_len=600)
+    engine.graph_runner = buckets()
+    q_heads, kv_heads, head_dim = heads
+    config = dataclasses.replace(
+        engine.attn_backend.config, num_heads=q_heads, num_kv_heads=kv_heads, head_dim=head_dim
+    )
+    backend = engine.attn_backend = TritonAttnBackend(config)
+    shapes = engine.eager_warm_shapes()
+    warmed = {backend.launch_variant(len(s), max(s)) for s in shapes}
+    steps = [(b, n) for b in range(1, 25) for n in range(1, 600) if n + b - 1 <= WARM_MAX_TOKENS]
+    eager = [(b, n) for b, n in steps if engine.graph_runner.bucket(b, n) is None]
+    missed = sorted(
+        {
+            backend.launch_variant(b, n): (b, n)
+            for b, n in eager
+            if backend.launch_variant(b, n) not in warmed
+        }.values()
+    )
+    assert not missed, (
+        f"eager steps (rows, longest) whose attention variant no warm-up step launches: {missed}"
+    )
+    assert len(shapes) < 60  # one step per variant (34-40 here), not one per (rows, longest row)
+    if heads == (16, 8, 128):
+        assert backend.launch_variant(5, 66)[2] == 2  # the step of the H100's stall: its KV in 2 splits

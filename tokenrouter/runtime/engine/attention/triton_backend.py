@@ -178,6 +178,7 @@ class TritonAttnBackend(AttentionBackend):
         # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
         # replaced by a larger stays alive, as graphs captured with it still use it
         self._tickets: list[torch.Tensor] = []
+        self._shape_only_q: torch.Tensor | None = None  # `launch_variant`'s q: heads and head size, no data
 
     def _init_attention_options(self, tuning: EngineTuning) -> None:
         """The GEMV, split merge and attention launch options (see EngineTuning and the constants)."""
@@ -244,6 +245,44 @@ class TritonAttnBackend(AttentionBackend):
 
     def metadata_for(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
         """The metadata for a launch shape; a graph runner calls this once per captured shape."""
+        md = self._launch_shape(batch_size, max_extend_len)
+        if md.num_splits > 1:
+            md.tickets = self.tickets_for(batch_size, max_extend_len)
+        return md
+
+    def launch_variant(self, batch_size: int, max_extend_len: int) -> tuple:
+        """What the attention of a step of `batch_size` rows, the longest of `max_extend_len` new tokens,
+        compiles to (`ks.launch_variant`), with whether it reads early and the batch size's parity (the
+        alignment of the step's integer inputs, `ForwardBatch._device_parts`): two steps of one variant launch
+        one compiled kernel. The eager warm-up runs one step of each (`EagerWarmUp`)."""
+        cfg, md = self.config, self._launch_shape(batch_size, max_extend_len)
+        if self._shape_only_q is None:
+            self._shape_only_q = torch.empty((0, cfg.num_heads, cfg.head_dim), device="meta")
+        opts = {k: v for k, v in self.launch_options(md).items() if k not in ("prefetch", "tickets")}
+        fused = self.fused_merge and md.num_splits > 1
+        variant = ks.launch_variant(
+            self._shape_only_q, cfg.num_kv_heads, batch_size, max_extend_len, fused, **opts
+        )
+        return (*variant, md.prefetch, batch_size % 2)
+
+    def variant_steps(self, max_batch: int, longest: int) -> list[tuple[int, int]]:
+        """(batch size, longest row) pairs whose launches take every `launch_variant` that steps of up to
+        `max_batch` rows and rows of up to `longest` new tokens can: while a launch's query rows stay within
+        `attn_split_rows` its KV splits follow the batch size, so every batch size there; beyond it the
+        variant follows the batch size's parity and whether the row-block count (64-row blocks) is a multiple
+        of 16, so batch sizes 1 and 2 at the first row past the threshold and at the first of each such count."""
+        group = self.config.num_heads // self.config.num_kv_heads
+        split_len = self.attn_split_rows // group
+        block = ks.row_block_size(self.attn_split_rows + 1)
+        beyond = [
+            split_len + 1,
+            *(block * (k - 1) // group + 1 for k in range(16, longest * group // block + 2, 16)),
+        ]
+        pairs = [(b, n) for n in range(1, min(split_len, longest) + 1) for b in range(1, max_batch + 1)]
+        return pairs + [(b, n) for n in beyond if n <= longest for b in range(1, min(max_batch, 2) + 1)]
+
+    def _launch_shape(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
+        """A launch shape's metadata without its tickets."""
         cfg = self.config
         rows = max_extend_len * (cfg.num_heads // cfg.num_kv_heads)
         block_m = ks.row_block_size(rows)
@@ -262,7 +301,6 @@ class TritonAttnBackend(AttentionBackend):
             num_stages=stages,
             prefetch=prefetch,
             block_n=block_n,
-            tickets=self.tickets_for(batch_size, max_extend_len) if splits > 1 else None,
         )
 
     def _early_reads(self, batch_size: int, max_extend_len: int) -> tuple[bool, int]:

@@ -21,19 +21,11 @@ how CI tests them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
-from tokenrouter.runtime.engine.kernels.attention_shapes import (
-    FUSED_MERGE_MAX_ROWS,
-    attention_stages,
-    choose_num_splits,
-    fused_merge_rows,
-    row_block_size,
-)
+from tokenrouter.runtime.engine.kernels.attention_shapes import Launch, Overrides, plan_launch
 from tokenrouter.runtime.engine.kernels.common import _pdl
 
 _LOG2E = 1.4426950408889634
@@ -317,61 +309,6 @@ def _merge_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=d_ok)
 
 
-@dataclass(frozen=True, slots=True)
-class _Overrides:
-    """`paged_attention`'s launch options as the caller gave them (None: the launch-shape rules choose)."""
-
-    num_splits: int | None
-    block_m: int | None
-    block_n: int | None
-    num_warps: int
-    num_stages: int | None
-    fused_rows: int | None
-    merge_passes: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Launch:
-    """One `paged_attention` call's launch shape: its grid, tiles, split count and merge choice."""
-
-    batch_size: int
-    num_kv_heads: int
-    group: int
-    head_dim: int
-    row_blocks: int
-    block_m: int
-    block_n: int
-    block_d: int
-    num_splits: int
-    num_stages: int
-    num_warps: int
-    block_s: int  # num_splits rounded up to a power of two (at least 2)
-    merge_rows: int  # rows the fused merge loads per pass
-    fused_merge: bool  # the main kernel merges the split partials itself (no merge launch)
-
-    def grid(self) -> tuple[int, int, int]:
-        return (self.batch_size, self.num_kv_heads * self.row_blocks, self.num_splits)
-
-    def constexprs(self, q: torch.Tensor, eager_loads: bool, prefetch: bool) -> dict:
-        """The main kernel's compile-time arguments and launch options (PDL's apart)."""
-        return dict(
-            GROUP=self.group,
-            HEAD_DIM=self.head_dim,
-            BLOCK_D=self.block_d,
-            BLOCK_M=self.block_m,
-            BLOCK_N=self.block_n,
-            NUM_SPLITS=self.num_splits,
-            IEEE=q.dtype == torch.float32,
-            EAGER_LOADS=eager_loads,
-            PREFETCH=prefetch,
-            FUSED_MERGE=self.fused_merge,
-            BLOCK_S=self.block_s,
-            MERGE_ROWS=self.merge_rows,
-            num_warps=self.num_warps,
-            num_stages=self.num_stages,
-        )
-
-
 def _check_contiguous(
     q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, out: torch.Tensor
 ) -> None:
@@ -379,68 +316,7 @@ def _check_contiguous(
         raise ValueError("paged_attention needs q, k/v buffers and out contiguous in head_dim")
 
 
-def _row_tiles(
-    rows: int, batch_size: int, num_kv_heads: int, device: torch.device, opts: _Overrides
-) -> tuple[int, int, int, int]:
-    """(rows per program, pipeline stages, row blocks, KV splits) for `rows` query rows per sequence."""
-    block_m = row_block_size(rows) if opts.block_m is None else opts.block_m
-    num_stages = attention_stages(rows, block_m) if opts.num_stages is None else opts.num_stages
-    row_blocks = triton.cdiv(rows, block_m)
-    num_splits = opts.num_splits
-    if num_splits is None:
-        num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, device)
-    return block_m, num_stages, row_blocks, num_splits
-
-
-def _kv_tile(block_d: int, block_n: int | None) -> int:
-    """KV tokens per tile: the default for the head size, or the caller's (checked) override."""
-    if block_n is None:
-        return 64 if block_d <= 128 else 32
-    if block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"paged_attention: block_n must be a power of two >= 16, got {block_n}")
-    return block_n
-
-
-def _fused_merge_shape(
-    rows: int, block_m: int, block_s: int, block_d: int, opts: _Overrides
-) -> tuple[int, bool]:
-    """(rows merged per pass, whether the fused merge may take the row block). The fused merge is one
-    program's serial tail: for the few rows of a decode (or a 2-token extend at GQA 2), and (merge_passes)
-    for row blocks it merges in that many passes; more rows merge in the second kernel, one program per row."""
-    few = rows <= (opts.fused_rows or FUSED_MERGE_MAX_ROWS)  # these keep the merge of 2 rows a pass
-    block_rows = min(rows, block_m)
-    merge_rows = (
-        2 if few else fused_merge_rows(block_rows, block_s, block_d, opts.num_warps, opts.merge_passes)
-    )
-    passes = -(-block_rows // merge_rows)
-    return merge_rows, few or passes <= opts.merge_passes
-
-
-def _plan_launch(
-    q: torch.Tensor,
-    num_kv_heads: int,
-    batch_size: int,
-    max_extend_len: int,
-    tickets: torch.Tensor | None,
-    opts: _Overrides,
-) -> _Launch:
-    """The launch shape from the batch's shape and the caller's overrides."""
-    head_dim = q.shape[2]
-    group = q.shape[1] // num_kv_heads
-    rows = max_extend_len * group
-    block_m, num_stages, row_blocks, num_splits = _row_tiles(rows, batch_size, num_kv_heads, q.device, opts)
-    block_d = triton.next_power_of_2(head_dim)
-    block_n = _kv_tile(block_d, opts.block_n)
-    block_s = max(2, triton.next_power_of_2(num_splits))
-    merge_rows, mergeable = _fused_merge_shape(rows, block_m, block_s, block_d, opts)
-    fused_merge = num_splits > 1 and tickets is not None and mergeable
-    return _Launch(
-        batch_size, num_kv_heads, group, head_dim, row_blocks, block_m, block_n, block_d,
-        num_splits, num_stages, opts.num_warps, block_s, merge_rows, fused_merge,
-    )  # fmt: skip
-
-
-def _check_tickets(tickets: torch.Tensor | None, plan: _Launch) -> None:
+def _check_tickets(tickets: torch.Tensor | None, plan: Launch) -> None:
     if plan.fused_merge and (
         tickets.dtype != torch.int32
         or tickets.numel() < plan.batch_size * plan.num_kv_heads * plan.row_blocks
@@ -448,7 +324,7 @@ def _check_tickets(tickets: torch.Tensor | None, plan: _Launch) -> None:
         raise ValueError("paged_attention: tickets must be int32 with batch * kv_heads * row_blocks entries")
 
 
-def _split_partials(q: torch.Tensor, out: torch.Tensor, plan: _Launch) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_partials(q: torch.Tensor, out: torch.Tensor, plan: Launch) -> tuple[torch.Tensor, torch.Tensor]:
     """The split partials' buffers (mid_o, mid_lse); `out` twice when the KV range is not split (the kernel
     does not touch them then)."""
     if plan.num_splits == 1:
@@ -469,7 +345,7 @@ def _strides(split: bool, *tensors: torch.Tensor) -> tuple[int, ...]:
 
 
 def _launch_attention(
-    plan: _Launch,
+    plan: Launch,
     tensors: tuple[torch.Tensor, ...],
     tickets: torch.Tensor | None,
     batch: tuple[torch.Tensor, ...],
@@ -495,7 +371,7 @@ def _launch_attention(
 
 
 def _launch_merge(
-    plan: _Launch,
+    plan: Launch,
     q: torch.Tensor,
     mid_o: torch.Tensor,
     mid_lse: torch.Tensor,
@@ -566,8 +442,8 @@ def paged_attention(
     num_kv_heads, batch_size = k_buffer.shape[1], seq_lens.shape[0]
     if q.shape[0] == 0 or batch_size == 0:
         return out
-    opts = _Overrides(num_splits, block_m, block_n, num_warps, num_stages, fused_rows, merge_passes)
-    plan = _plan_launch(q, num_kv_heads, batch_size, max_extend_len, tickets, opts)
+    opts = Overrides(num_splits, block_m, block_n, num_warps, num_stages, fused_rows, merge_passes)
+    plan = plan_launch(q, num_kv_heads, batch_size, max_extend_len, tickets is not None, opts)
     mid_o, mid_lse = _split_partials(q, out, plan)
     _check_tickets(tickets, plan)
     batch = (req_to_token, req_pool_indices, seq_lens, extend_start_loc, extend_lens)

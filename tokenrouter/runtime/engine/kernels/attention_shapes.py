@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
-import triton
+
+from tokenrouter.runtime.engine.kernels.common import cdiv, next_pow2
 
 FUSED_MERGE_MAX_ROWS = 4  # `paged_attention(tickets=...)` merges in the kernel up to this many rows per block
 # ... and (`merge_passes` P > 0) every larger row block whose merge takes at most P passes, one pass loading
@@ -26,7 +28,7 @@ def fused_merge_rows(block_rows: int, block_s: int, block_d: int, num_warps: int
     if passes <= 0:
         return 2
     fit = FUSED_MERGE_TILE * num_warps // 4 // (block_s * block_d)
-    return max(2, min(triton.next_power_of_2(block_rows), 1 << max(fit, 1).bit_length() - 1))
+    return max(2, min(next_pow2(block_rows), 1 << max(fit, 1).bit_length() - 1))
 
 
 def attention_tickets(batch_size: int, num_kv_heads: int, max_extend_len: int, group: int) -> int:
@@ -86,5 +88,149 @@ def choose_num_splits(
     Depends only on the launch shape (never on sequence lengths), so a captured graph stays valid."""
     programs = max(1, batch_size * num_kv_heads * row_blocks)
     sms = num_sms(device)
-    splits = triton.next_power_of_2(math.ceil(sms / programs))
+    splits = next_pow2(math.ceil(sms / programs))
     return max(1, min(max_splits, splits))
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """`paged_attention`'s launch options as the caller gave them (None: the launch-shape rules choose)."""
+
+    num_splits: int | None
+    block_m: int | None
+    block_n: int | None
+    num_warps: int
+    num_stages: int | None
+    fused_rows: int | None
+    merge_passes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One `paged_attention` call's launch shape: its grid, tiles, split count and merge choice."""
+
+    batch_size: int
+    num_kv_heads: int
+    group: int
+    head_dim: int
+    row_blocks: int
+    block_m: int
+    block_n: int
+    block_d: int
+    num_splits: int
+    num_stages: int
+    num_warps: int
+    block_s: int  # num_splits rounded up to a power of two (at least 2)
+    merge_rows: int  # rows the fused merge loads per pass
+    fused_merge: bool  # the main kernel merges the split partials itself (no merge launch)
+
+    def grid(self) -> tuple[int, int, int]:
+        return (self.batch_size, self.num_kv_heads * self.row_blocks, self.num_splits)
+
+    def constexprs(self, q: torch.Tensor, eager_loads: bool, prefetch: bool) -> dict:
+        """The main kernel's compile-time arguments and launch options (PDL's apart)."""
+        return dict(
+            GROUP=self.group,
+            HEAD_DIM=self.head_dim,
+            BLOCK_D=self.block_d,
+            BLOCK_M=self.block_m,
+            BLOCK_N=self.block_n,
+            NUM_SPLITS=self.num_splits,
+            IEEE=q.dtype == torch.float32,
+            EAGER_LOADS=eager_loads,
+            PREFETCH=prefetch,
+            FUSED_MERGE=self.fused_merge,
+            BLOCK_S=self.block_s,
+            MERGE_ROWS=self.merge_rows,
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+        )
+
+
+def row_tiles(
+    rows: int, batch_size: int, num_kv_heads: int, device: torch.device, opts: Overrides
+) -> tuple[int, int, int, int]:
+    """(rows per program, pipeline stages, row blocks, KV splits) for `rows` query rows per sequence."""
+    block_m = row_block_size(rows) if opts.block_m is None else opts.block_m
+    num_stages = attention_stages(rows, block_m) if opts.num_stages is None else opts.num_stages
+    row_blocks = cdiv(rows, block_m)
+    num_splits = opts.num_splits
+    if num_splits is None:
+        num_splits = 1 if rows > 64 else choose_num_splits(batch_size, num_kv_heads, row_blocks, device)
+    return block_m, num_stages, row_blocks, num_splits
+
+
+def kv_tile(block_d: int, block_n: int | None) -> int:
+    """KV tokens per tile: the default for the head size, or the caller's (checked) override."""
+    if block_n is None:
+        return 64 if block_d <= 128 else 32
+    if block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"paged_attention: block_n must be a power of two >= 16, got {block_n}")
+    return block_n
+
+
+def fused_merge_shape(
+    rows: int, block_m: int, block_s: int, block_d: int, opts: Overrides
+) -> tuple[int, bool]:
+    """(rows merged per pass, whether the fused merge may take the row block). The fused merge is one
+    program's serial tail: for the few rows of a decode (or a 2-token extend at GQA 2), and (merge_passes)
+    for row blocks it merges in that many passes; more rows merge in the second kernel, one program per row."""
+    few = rows <= (opts.fused_rows or FUSED_MERGE_MAX_ROWS)  # these keep the merge of 2 rows a pass
+    block_rows = min(rows, block_m)
+    merge_rows = (
+        2 if few else fused_merge_rows(block_rows, block_s, block_d, opts.num_warps, opts.merge_passes)
+    )
+    passes = -(-block_rows // merge_rows)
+    return merge_rows, few or passes <= opts.merge_passes
+
+
+def plan_launch(
+    q: torch.Tensor,
+    num_kv_heads: int,
+    batch_size: int,
+    max_extend_len: int,
+    tickets: bool,
+    opts: Overrides,
+) -> Launch:
+    """The launch shape from the batch's shape (`q` for its heads, head size and device), whether the caller
+    gave tickets, and the caller's overrides."""
+    head_dim = q.shape[2]
+    group = q.shape[1] // num_kv_heads
+    rows = max_extend_len * group
+    block_m, num_stages, row_blocks, num_splits = row_tiles(rows, batch_size, num_kv_heads, q.device, opts)
+    block_d = next_pow2(head_dim)
+    block_n = kv_tile(block_d, opts.block_n)
+    block_s = max(2, next_pow2(num_splits))
+    merge_rows, mergeable = fused_merge_shape(rows, block_m, block_s, block_d, opts)
+    fused_merge = num_splits > 1 and tickets and mergeable
+    return Launch(
+        batch_size, num_kv_heads, group, head_dim, row_blocks, block_m, block_n, block_d,
+        num_splits, num_stages, opts.num_warps, block_s, merge_rows, fused_merge,
+    )  # fmt: skip
+
+
+def launch_variant(
+    q: torch.Tensor,
+    num_kv_heads: int,
+    batch_size: int,
+    max_extend_len: int,
+    tickets: bool,
+    num_splits: int | None = None,
+    block_m: int | None = None,
+    num_warps: int = 4,
+    num_stages: int | None = None,
+    block_n: int | None = None,
+    fused_rows: int | None = None,
+    merge_passes: int = 0,
+) -> tuple:
+    """What one `paged_attention` launch compiles to, its pointers' alignment apart: the tiles, split count and
+    merge choice, and whether its row-block count is 1 or a multiple of 16 (Triton specializes an integer
+    argument on both). Launches of one variant run one compiled kernel. `q` gives the heads, head size and
+    device (a tensor of no tokens will do); `tickets`: whether the launch passes them; the rest as
+    `paged_attention` takes them."""
+    opts = Overrides(num_splits, block_m, block_n, num_warps, num_stages, fused_rows, merge_passes)
+    plan = plan_launch(q, num_kv_heads, batch_size, max_extend_len, tickets, opts)
+    blocks = plan.row_blocks
+    specialized = 1 if blocks == 1 else (16 if blocks % 16 == 0 else 0)
+    return (plan.block_m, plan.block_n, plan.num_splits, plan.num_stages, plan.num_warps, plan.block_s,
+            plan.merge_rows, plan.fused_merge, specialized)  # fmt: skip

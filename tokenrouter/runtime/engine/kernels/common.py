@@ -1,4 +1,5 @@
-"""What the Triton kernels share: programmatic dependent launch (`_pdl`) and the autotuner (`_autotune`)."""
+"""What the Triton kernels share: programmatic dependent launch (`_pdl`), the autotuner (`_autotune`), and the
+host-side integer helpers of their launches (`cdiv`, `next_pow2`)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,15 @@ def _pdl(want: bool, device: torch.device) -> dict:
     """Launch options and the USE_PDL flag for one launch: PDL only where it is wanted and supported."""
     on = bool(want) and PDL_SUPPORTED and _sm90_or_later(device)
     return {"USE_PDL": True, "launch_pdl": True} if on else {"USE_PDL": False}
+
+
+# `triton.cdiv` and `triton.next_power_of_2` are constexpr functions, whose calls from Python cost 4-6 us each
+# (Triton 3.6): dozens of them in each eager step's launches (several per layer). The launches call these.
+def cdiv(a: int, b: int) -> int:
+    """`triton.cdiv`: a / b rounded up."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """`triton.next_power_of_2`: the least power of two >= n (0 for 0)."""
+    return 1 << (n - 1).bit_length() if n > 1 else max(n, 0)

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tokenrouter.runtime.engine.kernels.common import _autotune, _pdl
+from tokenrouter.runtime.engine.kernels.common import _autotune, _pdl, cdiv
 from tokenrouter.runtime.engine.kernels.linear import _linear_variant, _tuned_config
 
 # ---------------------------------------------------------------------------------------------------------
@@ -85,9 +85,7 @@ def _dot_rows_prune(configs, named_args, **kwargs) -> list:
     if not kwargs.get("PREFETCH_W"):
         return _DOT_ROWS_CONFIGS
     k = named_args["K"]
-    one = [
-        c for c in _DOT_ROWS_ONE_TILE_CONFIGS if triton.cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]
-    ]
+    one = [c for c in _DOT_ROWS_ONE_TILE_CONFIGS if cdiv(k, c.kwargs["SPLIT_K"]) <= c.kwargs["BLOCK_K"]]
     return one or _DOT_ROWS_ONE_TILE_CONFIGS
 
 
@@ -436,9 +434,9 @@ def dot_rows(
     tracing = trace is not None and trace.buf.device == x.device
     trace_at = 0
     if tracing:
-        programs = triton.cdiv(n, meta.get("BLOCK_W", 16)) * meta.get("SPLIT_K", _DOT_ROWS_MAX_SPLIT)
+        programs = cdiv(n, meta.get("BLOCK_W", 16)) * meta.get("SPLIT_K", _DOT_ROWS_MAX_SPLIT)
         trace_at = trace.reserve(programs, n=n, k=k, rows=m, config=config)
-    compiled = kernel[lambda cfg: (triton.cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
+    compiled = kernel[lambda cfg: (cdiv(n, cfg["BLOCK_W"]), cfg["SPLIT_K"])](
         x,
         weight,
         b,

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tokenrouter.runtime.engine.kernels.common import _pdl
+from tokenrouter.runtime.engine.kernels.common import _pdl, cdiv, next_pow2
 
 
 @triton.jit
@@ -87,7 +87,7 @@ def _check_rmsnorm_layout(x: torch.Tensor, rows: torch.Tensor | None) -> None:
 def _launch_rmsnorm(x, weight, eps, residual, out, pdl, rows, n_rows) -> None:
     """`rmsnorm`'s kernel over `n_rows` rows (all of x's, or those `rows` picks), one program each."""
     n_cols = x.shape[1]
-    block = triton.next_power_of_2(n_cols)
+    block = next_pow2(n_cols)
     _rmsnorm_kernel[(n_rows,)](
         x,
         residual if residual is not None else x,
@@ -236,7 +236,7 @@ def qk_norm_rope_store(
         NUM_Q_HEADS=num_q_heads,
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
-        BLOCK_H=triton.next_power_of_2(max(num_q_heads, num_kv_heads)),
+        BLOCK_H=next_pow2(max(num_q_heads, num_kv_heads)),
         HAS_NORM=has_norm,
         num_warps=4,
         **_pdl(pdl, qkv.device),
@@ -268,8 +268,8 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None, pdl: bool = F
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device) if out is None else out
     if n_rows == 0:
         return out
-    block = min(4096, triton.next_power_of_2(n_cols))
-    _silu_and_mul_kernel[(n_rows, triton.cdiv(n_cols, block))](
+    block = min(4096, next_pow2(n_cols))
+    _silu_and_mul_kernel[(n_rows, cdiv(n_cols, block))](
         x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=4, **_pdl(pdl, x.device)
     )
     return out
@@ -321,8 +321,8 @@ def store_kv(
     k, v = k.reshape(num_tokens, -1), v.reshape(num_tokens, -1)
     _check_per_token(k, v, k_buffer, v_buffer)
     row = k.shape[1]
-    block = min(1024, triton.next_power_of_2(row))
-    _store_kv_kernel[(num_tokens, triton.cdiv(row, block))](
+    block = min(1024, next_pow2(row))
+    _store_kv_kernel[(num_tokens, cdiv(row, block))](
         k,
         v,
         k_buffer,

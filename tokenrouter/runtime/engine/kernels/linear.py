@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from tokenrouter.runtime.engine.attention import tuned_tiles
-from tokenrouter.runtime.engine.kernels.common import _autotune, _pdl
+from tokenrouter.runtime.engine.kernels.common import _autotune, _pdl, cdiv, next_pow2
 
 # ---------------------------------------------------------------------------------------------------------
 # One-row linear layers (GEMV). A batch-1 decode step multiplies one row by each weight matrix; cuBLAS runs
@@ -210,7 +210,7 @@ def gemv(
         config = _tuned_config("gemv", x, n, k, flags, launch["USE_PDL"])
         if config is not None:
             kernel, meta = _gemv_kernel, config
-    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    kernel[lambda meta: (cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         b,
@@ -418,7 +418,7 @@ def gemv_rows(
     (b, r, r_out, nw), flags = _linear_variant(
         "gemv_rows", "[M, K]", x, weight, bias, silu_mul, norm_weight, residual, residual_out
     )
-    block_m = max(2, triton.next_power_of_2(m))
+    block_m = max(2, next_pow2(m))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     launch = _pdl(pdl, x.device)
     kernel, meta = _gemv_few[block_m], _FIXED_FEW
@@ -426,7 +426,7 @@ def gemv_rows(
         config = _tuned_config("gemv_rows", x, n, k, flags, launch["USE_PDL"], BLOCK_M=block_m)
         if config is not None:
             kernel, meta = _gemv_few_kernel, config
-    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    kernel[lambda meta: (cdiv(n, meta["BLOCK_N"]),)](
         x,
         weight,
         b,
