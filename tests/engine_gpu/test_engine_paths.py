@@ -195,3 +195,32 @@ def test_the_start_up_block_builds_every_kernel_the_capture_launches(tmp_path, m
                          progress=lambda phase, detail: lines.setdefault(phase, detail))  # fmt: skip
     assert engine.model_config.num_hidden_layers == 4 and engine.ahead.active and engine.ahead.kernels > 0
     assert "CUDA graphs captured" in lines["graphs"] and ", 0 Triton kernel load(s)" in lines["graphs"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_after_the_start_no_eager_step_loads_an_attention_kernel(tmp_path, monkeypatch):
+    """The start (the build block and `warm_eager`) covers every attention variant an eager step can make
+    (`EagerWarmUp._attention_variant_shapes`): steps of one long row beside 2-23 decodes, after it, load no
+    Triton attention kernel on an empty Triton cache (a 0.6B step of 5 rows and 70 new tokens once built one
+    in a served step on an H100)."""
+    from tokenrouter.runtime.engine import kernel_loads
+    from tokenrouter.runtime.engine.held import HeldRequestsEngine
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(kernel_loads, "RECENT", 1000)  # every name
+    engine = load_engine(TINY.parent / "tiny-large", device="cuda", dtype="bfloat16", cuda_graph=True,
+                         max_batch=24, max_len=600)  # fmt: skip
+    engine.warm_eager()
+    before = kernel_loads.LOADS.snapshot()
+    for b in (3, 5, 6, 9, 17, 24):
+        for n in (40, 70, 97, 130, 300, 520):
+            rows = [StepInput(f"r{b}.{n}.{i}", [(5 * j + i) % 100 + 3 for j in range(n if i == 0 else 1)])
+                    for i in range(b)]  # fmt: skip
+            HeldRequestsEngine.forward(engine, rows)
+            for r in rows:
+                HeldRequestsEngine.release(engine, r.rid)
+    torch.cuda.synchronize()
+    loads, _, names = kernel_loads.LOADS.since(before)
+    print(f"after the start: {loads} Triton kernel load(s) {names}")
+    assert not [n for n in names if "attn" in n], names
