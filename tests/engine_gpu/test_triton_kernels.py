@@ -121,7 +121,7 @@ def test_fused_split_merge_matches_reference(case, prefetch, max_rows, monkeypat
     same result as the reference, the tickets back at zero, and the same buffer reused by the next launch
     (a graph replay, the next layer) with other sequence lengths."""
     if max_rows is not None:  # the in-kernel merge for every row block (by default: up to 4 rows)
-        monkeypatch.setattr(ka, "FUSED_MERGE_MAX_ROWS", max_rows)
+        monkeypatch.setattr(ks, "FUSED_MERGE_MAX_ROWS", max_rows)
     seq_lens, ext_lens, kv_heads, group, head_dim, splits = case
     gen = torch.Generator().manual_seed(sum(seq_lens) + head_dim + 1)
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
