@@ -267,18 +267,31 @@ class TritonAttnBackend(AttentionBackend):
 
     def variant_steps(self, max_batch: int, longest: int) -> list[tuple[int, int]]:
         """(batch size, longest row) pairs whose launches take every `launch_variant` that steps of up to
-        `max_batch` rows and rows of up to `longest` new tokens can: while a launch's query rows stay within
-        `attn_split_rows` its KV splits follow the batch size, so every batch size there; beyond it the
-        variant follows the batch size's parity and whether the row-block count (64-row blocks) is a multiple
-        of 16, so batch sizes 1 and 2 at the first row past the threshold and at the first of each such count."""
-        group = self.config.num_heads // self.config.num_kv_heads
+        `max_batch` rows and rows of up to `longest` new tokens can. While a launch's query rows stay within
+        `attn_split_rows`, its KV splits and KV tile follow its program count (batch size x KV heads x row
+        blocks) up to two waves of programs over the SMs, and beyond that only the batch size's parity (and a
+        decode's early reads): those batch sizes there. Past the threshold the variant follows the parity and
+        whether the row-block count (64-row blocks) is a multiple of 16: batch sizes 1 and 2 at the first row
+        past it and at the first of each such count."""
+        cfg = self.config
+        group = cfg.num_heads // cfg.num_kv_heads
         split_len = self.attn_split_rows // group
+        waves = ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)
+
+        def widest(n: int) -> int:  # past this batch size only the parity changes a launch of n-token rows
+            blocks = -(-n * group // ks.row_block_size(n * group))
+            return max(-(-waves // (cfg.num_kv_heads * blocks)), self.attn_decode_single_stage_bs) + 2
+
         block = ks.row_block_size(self.attn_split_rows + 1)
         beyond = [
             split_len + 1,
             *(block * (k - 1) // group + 1 for k in range(16, longest * group // block + 2, 16)),
         ]
-        pairs = [(b, n) for n in range(1, min(split_len, longest) + 1) for b in range(1, max_batch + 1)]
+        pairs = [
+            (b, n)
+            for n in range(1, min(split_len, longest) + 1)
+            for b in range(1, min(max_batch, widest(n)) + 1)
+        ]
         return pairs + [(b, n) for n in beyond if n <= longest for b in range(1, min(max_batch, 2) + 1)]
 
     def _launch_shape(self, batch_size: int, max_extend_len: int) -> TritonMetadata:
