@@ -160,4 +160,4 @@ def test_every_attention_variant_an_eager_step_can_make_is_warmed(monkeypatch, h
     )
     assert len(shapes) < 120  # one step per variant, not one per (rows, longest row)
     if heads == (16, 8, 128):
-        assert backend.launch_variant(5, 66)[2] == 2  # the step of the H100's stall: its KV in 2 splits
+        assert ("NUM_SPLITS", 2) in backend.launch_variant(5, 66)  # the H100 stall's step: its KV in 2 splits

@@ -22,6 +22,7 @@ from tokenrouter.runtime.engine.kernels import attention_shapes as ks
 from tokenrouter.runtime.engine.kernels import dot_rows as kd
 from tokenrouter.runtime.engine.kernels import elementwise as ke
 from tokenrouter.runtime.engine.kernels import linear as kl
+from tokenrouter.runtime.engine.kernels.common import cdiv
 
 DEFAULT_TUNING = EngineTuning()
 GEMV_ROWS_MAX = (
@@ -178,7 +179,10 @@ class TritonAttnBackend(AttentionBackend):
         # the fused split merge's tickets: one buffer for every launch (each leaves it zero); a smaller one
         # replaced by a larger stays alive, as graphs captured with it still use it
         self._tickets: list[torch.Tensor] = []
-        self._shape_only_q: torch.Tensor | None = None  # `launch_variant`'s q: heads and head size, no data
+        # `launch_variant`'s q: heads, head size and dtype, no data
+        self._shape_only_q = torch.empty(
+            (0, config.num_heads, config.head_dim), dtype=config.dtype, device="meta"
+        )
 
     def _init_attention_options(self, tuning: EngineTuning) -> None:
         """The GEMV, split merge and attention launch options (see EngineTuning and the constants)."""
@@ -252,18 +256,16 @@ class TritonAttnBackend(AttentionBackend):
 
     def launch_variant(self, batch_size: int, max_extend_len: int) -> tuple:
         """What the attention of a step of `batch_size` rows, the longest of `max_extend_len` new tokens,
-        compiles to (`ks.launch_variant`), with whether it reads early and the batch size's parity (the
-        alignment of the step's integer inputs, `ForwardBatch._device_parts`): two steps of one variant launch
-        one compiled kernel. The eager warm-up runs one step of each (`EagerWarmUp`)."""
-        cfg, md = self.config, self._launch_shape(batch_size, max_extend_len)
-        if self._shape_only_q is None:
-            self._shape_only_q = torch.empty((0, cfg.num_heads, cfg.head_dim), device="meta")
-        opts = {k: v for k, v in self.launch_options(md).items() if k not in ("prefetch", "tickets")}
+        compiles to (`ks.launch_variant`), with the batch size's parity (the alignment of the step's integer
+        inputs, `ForwardBatch._device_parts`): two steps of one variant launch one compiled kernel. The eager
+        warm-up runs one step of each (`EagerWarmUp`)."""
+        md = self._launch_shape(batch_size, max_extend_len)
+        opts = {k: v for k, v in self.launch_options(md).items() if k != "tickets"}
         fused = self.fused_merge and md.num_splits > 1
         variant = ks.launch_variant(
-            self._shape_only_q, cfg.num_kv_heads, batch_size, max_extend_len, fused, **opts
+            self._shape_only_q, self.config.num_kv_heads, batch_size, max_extend_len, fused, **opts
         )
-        return (*variant, md.prefetch, batch_size % 2)
+        return (*variant, batch_size % 2)
 
     def variant_steps(self, max_batch: int, longest: int) -> list[tuple[int, int]]:
         """(batch size, longest row) pairs whose launches take every `launch_variant` that steps of up to
@@ -279,8 +281,8 @@ class TritonAttnBackend(AttentionBackend):
         waves = ATTN_WIDE_TILE_WAVES * ks.num_sms(cfg.device)
 
         def widest(n: int) -> int:  # past this batch size only the parity changes a launch of n-token rows
-            blocks = -(-n * group // ks.row_block_size(n * group))
-            return max(-(-waves // (cfg.num_kv_heads * blocks)), self.attn_decode_single_stage_bs) + 2
+            blocks = cdiv(n * group, ks.row_block_size(n * group))
+            return max(cdiv(waves, cfg.num_kv_heads * blocks), self.attn_decode_single_stage_bs) + 2
 
         block = ks.row_block_size(self.attn_split_rows + 1)
         beyond = [

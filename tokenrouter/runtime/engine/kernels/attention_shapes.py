@@ -219,18 +219,19 @@ def launch_variant(
     block_m: int | None = None,
     num_warps: int = 4,
     num_stages: int | None = None,
+    eager_loads: bool = True,
+    prefetch: bool = False,
     block_n: int | None = None,
     fused_rows: int | None = None,
     merge_passes: int = 0,
 ) -> tuple:
-    """What one `paged_attention` launch compiles to, its pointers' alignment apart: the tiles, split count and
-    merge choice, and whether its row-block count is 1 or a multiple of 16 (Triton specializes an integer
-    argument on both). Launches of one variant run one compiled kernel. `q` gives the heads, head size and
-    device (a tensor of no tokens will do); `tickets`: whether the launch passes them; the rest as
-    `paged_attention` takes them."""
+    """What one `paged_attention` launch compiles to, its pointers' alignment apart: the main kernel's
+    compile-time arguments (`Launch.constexprs`), and whether its row-block count is 1 or a multiple of 16
+    (Triton specializes an integer argument on both). Launches of one variant run one compiled kernel. `q`
+    gives the heads, head size, dtype and device (a tensor of no tokens will do); `tickets`: whether the launch
+    passes them; the rest as `paged_attention` takes them."""
     opts = Overrides(num_splits, block_m, block_n, num_warps, num_stages, fused_rows, merge_passes)
     plan = plan_launch(q, num_kv_heads, batch_size, max_extend_len, tickets, opts)
     blocks = plan.row_blocks
     specialized = 1 if blocks == 1 else (16 if blocks % 16 == 0 else 0)
-    return (plan.block_m, plan.block_n, plan.num_splits, plan.num_stages, plan.num_warps, plan.block_s,
-            plan.merge_rows, plan.fused_merge, specialized)  # fmt: skip
+    return (*sorted(plan.constexprs(q, eager_loads, prefetch).items()), specialized)
