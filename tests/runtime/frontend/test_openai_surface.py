@@ -278,7 +278,7 @@ def test_echo_streams_the_prompt_first(client, small):
         assert lps[c.index]["tokens"] == c.logprobs.tokens and len(c.logprobs.tokens) == n + 5
         assert lps[c.index]["text_offset"] == c.logprobs.text_offset
         assert lps[c.index]["token_logprobs"][0] is None
-        assert lps[c.index]["token_logprobs"][1:] == pytest.approx(c.logprobs.token_logprobs[1:], abs=1e-6)
+        assert lps[c.index]["token_logprobs"][1:] == pytest.approx(c.logprobs.token_logprobs[1:], abs=1e-4)
     scored = list(client.completions.create(stream=True, **{**kw, "max_tokens": 0, "n": 1}))
     assert "".join(c.text for ch in scored for c in ch.choices) == text
     assert scored[-1].choices[0].finish_reason == "length"
