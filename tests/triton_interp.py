@@ -8,8 +8,10 @@ depend only on which language modules the function's globals hold: `triton.langu
 `install()` lets the first call per set of modules in a kernel run patch, as before, and makes the repeats
 no-ops; the kernels compute the same values. It also makes a tensor's `__index__` (a loop bound taken
 from `tl.program_id`) work in Triton 3.6's interpreter under numpy 2, as it does in 3.7 and later, and
-makes 3.6-3.8's `tl.fma` round once, as 3.9's and the GPU's do. Where this
-Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns False.
+makes 3.6-3.8's `tl.fma` round once, as 3.9's and the GPU's do. Two more costs go: the interpreter's
+numpy-dtype lookup (memoized) and the integer overflow checks it builds and then drops without `debug`.
+Where this Triton's interpreter lacks the two functions it wraps, `install()` leaves it alone and returns
+False.
 
 Installed by tests/engine_gpu/conftest.py (after it sets TRITON_INTERPRET: triton must not be imported
 before that) and by the scripts under tests/kernels/ that run the interpreter in a fresh process."""
@@ -37,6 +39,42 @@ def _create_fma(self, x, y, z):
         wide = x.data.astype(np.float64) * y.data.astype(np.float64) + z.data.astype(np.float64)
         return TensorHandle(wide.astype(np.float32), z.dtype.scalar)
     return TensorHandle(x.data * y.data + z.data, z.dtype.scalar)
+
+
+def _memoized_np_dtype(original):
+    """The interpreter's `_get_np_dtype` (Triton dtype -> numpy dtype), memoized by scalar type: the original
+    builds its 19-entry table, hashing every key, on each of the hundreds of thousands of calls a fused-forward
+    test makes (a tenth of the interpreter's time there)."""
+    import triton.language as tl
+
+    cache: dict = {}
+
+    def np_dtype(tt_dtype):
+        key = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(key, tl.pointer_type):  # unhashable; the original answers it at its first line
+            return original(key)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = original(key)
+        return found
+
+    return np_dtype
+
+
+def _skip_unasserted_overflow_checks(builder) -> None:
+    """Without `debug`, the interpreter still builds each integer add, sub and mul's overflow check (both sides
+    cast to int64, the op again, two comparisons) and then drops it: its `device_assert` only asserts under
+    `debug`. That was 31 % of a route-kernel check's time. With `debug` off nothing is checked either way, so
+    the checks are not built; with it on, they stay."""
+    options = getattr(builder, "options", None)
+    if (
+        options is not None
+        and not getattr(options, "debug", True)
+        and getattr(options, "sanitize_overflow", False)
+    ):
+        import dataclasses
+
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
 def install() -> bool:
@@ -88,6 +126,9 @@ def install() -> bool:
     if builder is not None and "fma_fp" not in inspect.getsource(builder.create_fma):
         builder.create_fma = _create_fma  # Triton 3.6-3.8: x * y + z, rounded twice
     ti._patch_lang = patch_once
+    if hasattr(ti, "_get_np_dtype"):
+        ti._get_np_dtype = _memoized_np_dtype(ti._get_np_dtype)
+    _skip_unasserted_overflow_checks(getattr(ti, "interpreter_builder", None))
     ti.GridExecutor.__call__ = run
     ti._patched_once_per_run = True
     return True

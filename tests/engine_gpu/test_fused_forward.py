@@ -221,9 +221,10 @@ def test_large_models_run_unfolded_on_cublas(monkeypatch):
 
 @pytest.mark.parametrize("fused_merge", [True, False], ids=["fused_merge", "merge_kernel"])
 def test_fused_forward_with_split_kv(fused_merge, monkeypatch):
-    """Split-KV attention in every layer (as on a 132-SM GPU), its partials merged in the attention kernel
-    (by ticket) or by the merge kernel: the same steps."""
-    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
+    """Split-KV attention in every layer (as on a GPU with more SMs than a step has programs: 16 here, which
+    splits every step's KV in 2-8 parts; the interpreter runs each split's program in turn), its partials
+    merged in the attention kernel (by ticket) or by the merge kernel: the same steps."""
+    monkeypatch.setattr(ks, "num_sms", lambda device: 16)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     want = run_steps(model, SdpaAttnBackend(cfg), model.forward, STEPS)
@@ -380,8 +381,9 @@ def test_fused_merge_rows_from_the_tuning(monkeypatch):
 
 def test_attn_split_rows_from_the_tuning(monkeypatch):
     """By default (256 rows) the 34-token extend (68 rows at GQA 2) may split its KV range;
-    `attn_split_rows` 64, the rule before, runs it unsplit; the logits are the reference's both ways."""
-    monkeypatch.setattr(ks, "num_sms", lambda device: 132)
+    `attn_split_rows` 64, the rule before, runs it unsplit; the logits are the reference's both ways. (16 SMs
+    split it in 2.)"""
+    monkeypatch.setattr(ks, "num_sms", lambda device: 16)
     model = tiny_model("qwen3")
     cfg = attn_config(model.config)
     group = cfg.num_heads // cfg.num_kv_heads

@@ -945,6 +945,10 @@ def test_tuning_at_the_rate_ranks_by_latency_within_the_measured_batch_sizes(tmp
     s = matrix.Settings(out=tmp_path / "out", work=tmp_path / "work", device="cpu", output_len=16,
                         request_rate=20.0, tune_at_rate=True)  # fmt: skip
     plan, raw = narrow_eager_profile(s, tmp_path, monkeypatch)
+    real_load = matrix.tune_load  # the rate tuner over a fifth of its default simulated time: the same checks
+    monkeypatch.setattr(
+        matrix, "tune_load", lambda s, profile: (*real_load(s, profile), "--horizon-ms", "60000")
+    )
     served = json.loads((raw / "eager.json").read_text())  # a served profile measures the hops' delay too
     measured = {"hop_ms": {"slm": 0.4, "llm": 0.3}, "gap_ms": {"slm": 0.1}}
     (raw / "eager.json").write_text(json.dumps(served | {"workload": measured}))

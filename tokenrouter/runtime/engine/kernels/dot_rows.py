@@ -246,7 +246,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune
     _dot_rows = _dot_rows_kernel
     # Triton's interpreter (3.9 here) multiplies bf16 tiles in tl.dot as garbage (errors of 1e11 seen), so
     # its dots run in float32 on the bf16 values (the GPU's tensor cores also sum bf16 products in float32)
-    _FIXED_DOT = {"BLOCK_W": 16, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
+    _FIXED_DOT = {"BLOCK_W": 32, "BLOCK_K": 32, "SPLIT_K": 2, "DOT_F32": True}
 else:
     _dot_rows = _autotune(
         _DOT_ROWS_CONFIGS + _DOT_ROWS_ONE_TILE_CONFIGS,

@@ -119,7 +119,7 @@ def _gemv_kernel(
 GEMV_KEY = ["N", "K", "SILU_MUL", "NORM", "HAS_RES", "USE_PDL"]
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
     _gemv = _gemv_base = _gemv_kernel
-    _FIXED = {"BLOCK_N": 16, "BLOCK_K": 32}
+    _FIXED = {"BLOCK_N": 32, "BLOCK_K": 32}
 else:
     _gemv = _autotune(_GEMV_CONFIGS, GEMV_KEY)(_gemv_kernel)
     _gemv_base = _autotune(_GEMV_CONFIGS_BASE, GEMV_KEY)(_gemv_kernel)
@@ -384,7 +384,7 @@ def _gemv_few_kernel(
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter cannot autotune: one fixed config
     _gemv_few = dict.fromkeys(_GEMV_FEW_CONFIGS, _gemv_few_kernel)
-    _FIXED_FEW = {"BLOCK_N": 4, "BLOCK_K": 64}
+    _FIXED_FEW = {"BLOCK_N": 16, "BLOCK_K": 64}
 else:  # one autotuner per BLOCK_M, keyed like the GEMV's (a tuned tile table's key adds BLOCK_M)
     _gemv_few = {bm: _autotune(cfgs, GEMV_KEY)(_gemv_few_kernel) for bm, cfgs in _GEMV_FEW_CONFIGS.items()}
     _FIXED_FEW = {}
