@@ -26,6 +26,14 @@ Where one call may not take that long, split it with `--only` and `--keep` (the 
 A load's throughput can spread by several percent between runs on one server (8 % on the chat load on an H100):
 `--repeats 3` runs each load three times with other prompts and reports the median run with the range.
 
+A serving option tried against the default: `--serve-arg` passes a flag to every TokenRouter `serve` of the call
+(the auto flow's eager profile and tuned server too) and `--tag` names the variant, whose rows then sit beside
+the untagged ones (with `--keep`), e.g. the 8B's kernels capped at 60 % of the SMs under MPS:
+
+    python bench/prefix_bench.py --out DIR --load chat --only llm-only --only "TokenRouter, auto"
+    python bench/prefix_bench.py --out DIR --keep --load chat --only "TokenRouter, auto" \
+        --serve-arg=--mps-sm=llm=60 --tag "8B at 60 % SMs"
+
 Writes `prefix-bench.json` (every report) and `prefix-bench.md` (the tables, as printed) under --out, and the
 servers' stderr; `--tables` prints the tables again from them. Exit status 0 when every load completed, 1 otherwise.
 """
@@ -189,28 +197,36 @@ def load_concurrency(kind: str, z: Sizes) -> int:
 
 
 def run_auto(
-    plan: Path, kinds, z: Sizes, out: Path, device: str, min_steps: int = 5, repeats: int = 1
+    plan: Path,
+    kinds,
+    z: Sizes,
+    out: Path,
+    device: str,
+    min_steps: int = 5,
+    repeats: int = 1,
+    serve_args: tuple[str, ...] = (),
+    slug: str = "tokenrouter-auto",
 ) -> dict[str, dict]:
     """The reports of `batch: auto` by the user's flow, per load: the plan served eager (every B = 1) runs the
     load, `profile --from-metrics` reads that run's step prices from the server, `tune -n N --tune-delay` (N: the
     load's concurrency; the timeout chosen with the thresholds) writes the tuned plan, and the tuned plan is
     served and runs the load again. Each report adds the tuned thresholds and timeout, and what `simulate`
-    predicts for the tuned plan on those prices."""
+    predicts for the tuned plan on those prices. `serve_args` go to both servers; `slug` names their logs."""
     import httpx
 
     from tokenrouter.loadgen.bench import run_load
 
     tuned, sims = {}, {}
-    srv = Server(plan, ["--mode", "eager", "--device", device], out / "tokenrouter-auto-eager.stderr")
+    srv = Server(plan, ["--mode", "eager", "--device", device, *serve_args], out / f"{slug}-eager.stderr")
     try:
         for kind in kinds:
             n = load_concurrency(kind, z)
-            since = out / f"auto-stats-before-{kind}.json"
+            since = out / f"{slug}-stats-before-{kind}.json"
             since.write_text(httpx.get(f"{srv.url}/v1/stats", timeout=30).text)
             asyncio.run(run_load(load_spec(kind, srv.url, z)))
-            tuned[kind] = out / f"auto-tuned-{kind}.plan"
+            tuned[kind] = out / f"{slug}-tuned-{kind}.plan"
             output = z.answer if kind == "chat" else z.shared_output
-            sims[kind], _ = tune_from_server(plan, srv.url, since, out / f"auto-profile-{kind}.json", tuned[kind], n,
+            sims[kind], _ = tune_from_server(plan, srv.url, since, out / f"{slug}-profile-{kind}.json", tuned[kind], n,
                                              output, min_steps, tune_delay=True)  # fmt: skip
     finally:
         srv.stop()
@@ -220,8 +236,8 @@ def run_auto(
         batch = {m: spec["batch"] for m, spec in chosen["models"].items()}
         server = Server(
             tuned[kind],
-            ["--mode", "tokenrouter", "--device", device],
-            out / f"tokenrouter-auto-{kind}.stderr",
+            ["--mode", "tokenrouter", "--device", device, *serve_args],
+            out / f"{slug}-{kind}.stderr",
         )
         try:
             reports[kind] = measure(kind, server.url, z, repeats)
@@ -267,6 +283,20 @@ def hits(rep: dict) -> str:
     )
 
 
+def tagged(name: str, tag: str | None) -> str:
+    """A deployment's name in the reports: with `--tag`, "NAME [TAG]"."""
+    return f"{name} [{tag}]" if tag else name
+
+
+def with_variants(results: dict[tuple[str, str], dict], names, kind: str) -> list[str]:
+    """`names` in order, each followed by its tagged variants (`tagged`) that ran `kind`."""
+    out = []
+    for name in names:
+        out.append(name)
+        out += [n for n, k in results if k == kind and n.startswith(f"{name} [") and n.endswith("]")]
+    return out
+
+
 def tables(
     results: dict[tuple[str, str], dict], z: Sizes, sizes: dict[str, tuple[int, int]] | None = None
 ) -> str:
@@ -280,7 +310,7 @@ def tables(
              f"{z.shared_output} output tokens, c = {z.shared_c}", "",
              "| deployment | decode tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TokenRouter vs it | prefix hits | tuned |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
-    for name in (
+    shared = (
         "TokenRouter",
         "TokenRouter, B llm 8",
         AUTO,
@@ -288,7 +318,8 @@ def tables(
         "llm-only",
         "llm-only, no cache",
         SGLANG,
-    ):
+    )
+    for name in with_variants(results, shared, "shared"):
         if rep := results.get((name, "shared")):
             lines.append(f"| {name} | {tok_s(rep)} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{fmt(rep['ttft_ms']['p99'])} | {ratio(tr('shared'), rep)} | {hits(rep)} | {tuned(rep)} |")  # fmt: skip
@@ -298,7 +329,8 @@ def tables(
               "| deployment | decode tok/s | vs llm-only | TokenRouter vs it | "
               + " | ".join(f"TTFT p50 t{k}" for k in turns) + f" | t{z.turns}/t1 | prefix hits | tuned |",
               "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in turns) + " | ---: | --- | --- |"]  # fmt: skip
-    for name in ("TokenRouter", "TokenRouter, B llm 8", AUTO, "llm-only", SGLANG):
+    chat = ("TokenRouter", "TokenRouter, B llm 8", AUTO, "llm-only", SGLANG)
+    for name in with_variants(results, chat, "chat"):
         if rep := results.get((name, "chat")):
             by = rep.get("ttft_ms_by_turn") or {}
             p50 = [by.get(str(k), {}).get("p50") for k in turns]
@@ -309,7 +341,7 @@ def tables(
               f"{z.paper_output} output tokens", "",
               "| deployment | decode tok/s | TTFT p50 (ms) | vs no cache | prefix hits |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
     off = results.get(("TokenRouter, no cache", "paper"))
-    for name in ("TokenRouter", "TokenRouter, no cache"):
+    for name in with_variants(results, ("TokenRouter", "TokenRouter, no cache"), "paper"):
         if rep := results.get((name, "paper")):
             lines.append(f"| {name} | {tok_s(rep)} | {fmt(rep['ttft_ms']['p50'])} | "
                          f"{ratio(rep, off)} | {hits(rep)} |")  # fmt: skip
@@ -421,11 +453,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1,
                     help="Run each load this many times on its server, each with other prompts; the tables show "
                     "the median run, with the range.")  # fmt: skip
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="FLAG",
+                    help="A flag for every TokenRouter `serve` of this call (repeatable; write it as "
+                    "--serve-arg=--mps-sm=llm=60); SGLang's server is left alone.")  # fmt: skip
+    ap.add_argument("--tag", help="Record this call's deployments as 'NAME [TAG]' (beside the untagged ones, "
+                    "with --keep): the variant --serve-arg makes.")  # fmt: skip
     ap.add_argument("--tables", action="store_true",
                     help="Serve nothing: print the tables again from the reports in --out (prefix-bench.json).")  # fmt: skip
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.tag is not None and not re.fullmatch(r"[^\[\]]+", args.tag):
+        ap.error(f"--tag must be non-empty text without brackets, got {args.tag!r}")
+    serve_args = tuple(args.serve_arg)
     device = args.device or ("cpu" if args.quick else "cuda")
     z = QUICK if args.quick else Sizes()
     out = Path(args.out)
@@ -441,14 +481,18 @@ def main(argv: list[str] | None = None) -> int:
         print(save(results, z, out, plan))
         return 0
     if args.keep and saved.is_file():
+        remeasured = {tagged(name, args.tag) for name in args.only or ()}  # the rest: replaced as measured
         for rec in json.loads(saved.read_text())["runs"]:
-            if not args.only or rec["deployment"] not in args.only:
+            if rec["deployment"] not in remeasured:
                 results[(rec["deployment"], rec["load"])] = rec["report"]
     failed = []
     for name, (mode, extra, kinds) in DEPLOYMENTS.items():
         kinds = tuple(k for k in kinds if not args.load or k in args.load)
         if (args.only and name not in args.only) or not kinds:
             continue
+        if mode != "sglang":
+            extra = (*extra, *serve_args)
+        name = tagged(name, args.tag)
         slug = re.sub(r"\W+", "-", name.lower()).strip("-")
         t0 = time.monotonic()
         print(f"[{time.strftime('%H:%M:%S')}] {name}: serve --mode {mode} {' '.join(extra)}", flush=True)
@@ -456,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 auto = make_plan(out, args.quick, device, auto=True)
                 for kind, rep in run_auto(
-                    auto, kinds, z, out, device, 1 if args.quick else 5, args.repeats
+                    auto, kinds, z, out, device, 1 if args.quick else 5, args.repeats, extra, slug
                 ).items():
                     results[(name, kind)] = rep
                     print(f"  {kind}: {rep['completed']}/{rep['requests']} ok, {rep['decode_throughput_tok_s']:.1f} tok/s, "

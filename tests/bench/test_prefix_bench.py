@@ -115,6 +115,53 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
     assert "| llm-only | 50.0 |" in (tmp_path / "prefix-bench.md").read_text()
 
 
+def test_a_tagged_variant_serves_with_its_flags_beside_the_untagged_rows(pb, tmp_path, monkeypatch):
+    """`--serve-arg` reaches every TokenRouter `serve` of the call (both of the auto flow's), not SGLang's server;
+    `--tag` records the deployments as 'NAME [TAG]', whose rows follow the untagged ones in the tables and are
+    compared with the same baselines."""
+    earlier = [{"deployment": "llm-only", "load": "chat", "report": report(50.0, 9.0)},
+               {"deployment": "TokenRouter, auto", "load": "chat", "report": report(70.0, 9.0)}]  # fmt: skip
+    (tmp_path / "prefix-bench.json").write_text(json.dumps({"sizes": {}, "runs": earlier}))
+    served = []
+
+    class FakeServer:
+        def __init__(self, plan, args, log):
+            served.append((args[1], tuple(args[4:]), Path(log).name))
+            self.url = "http://fake"
+
+        def stop(self):
+            pass
+
+    def fake_run(cmd, **kw):
+        if cmd[3] == "tune":
+            Path(cmd[cmd.index("-o") + 1]).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
+                                                                  "serve": {"max_delay_ms": 20.0}}))  # fmt: skip
+        return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
+
+    async def fake_load(spec):
+        return report(90.0, 5.0)
+
+    monkeypatch.setattr(pb, "Server", FakeServer)
+    monkeypatch.setattr(pb, "make_plan", lambda out, quick, device, auto=False: out / f"x-auto-{auto}.plan")
+    monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr("httpx.get", lambda url, timeout: types.SimpleNamespace(text="{}"))
+    args = ["--out", str(tmp_path), "--quick", "--keep", "--load", "chat", "--only", "TokenRouter, auto",
+            "--only", "SGLang, 8B alone", "--serve-arg=--mps-sm=llm=60", "--tag", "60 %"]  # fmt: skip
+    assert pb.main(args) == 1  # SGLang is not installed here: that deployment fails, the other is measured
+    flag = ("--mps-sm=llm=60",)
+    assert served == [("eager", flag, "tokenrouter-auto-60-eager.stderr"),
+                      ("tokenrouter", flag, "tokenrouter-auto-60-chat.stderr")]  # fmt: skip
+    runs = [(r["deployment"], r["report"]["decode_throughput_tok_s"])
+            for r in json.loads((tmp_path / "prefix-bench.json").read_text())["runs"]]  # fmt: skip
+    assert runs == [("llm-only", 50.0), ("TokenRouter, auto", 70.0), ("TokenRouter, auto [60 %]", 90.0)]
+    text = (tmp_path / "prefix-bench.md").read_text()
+    auto_row = text.index("| TokenRouter, auto | 70.0 | 1.40x |")
+    assert text.index("| TokenRouter, auto [60 %] | 90.0 | 1.80x | 0.78x |") > auto_row
+    with pytest.raises(SystemExit):
+        pb.main(["--out", str(tmp_path), "--quick", "--tag", "a [b]"])
+
+
 def test_the_sglang_deployment_says_why_it_cannot_start(pb, tmp_path):
     with pytest.raises(RuntimeError, match="holds no sglang package"):
         pb.SGLangServer(str(tmp_path), tmp_path / "sglang.stderr", sglang_path=str(tmp_path))
