@@ -31,6 +31,32 @@ def report(tok_s: float, ttft: float, by_turn=None, hits=None) -> dict:
     return rep
 
 
+def fake_servers(pb, monkeypatch) -> list[tuple[str, list[str], str]]:
+    """Replace the script's `Server` with one that starts nothing; returns the list each start appends its
+    (plan, serve arguments, log file name) to."""
+    served = []
+
+    class FakeServer:
+        def __init__(self, plan, args, log):
+            served.append((str(plan), list(args), Path(log).name))
+            self.url = "http://fake"
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(pb, "Server", FakeServer)
+    return served
+
+
+def fake_tune(cmd: list[str]) -> types.SimpleNamespace:
+    """`tokenrouter profile / tune / simulate` as the auto flow runs them: `tune` writes a plan tuned to B = (2, 7)
+    at 20 ms; every command's stdout is `simulate`'s JSON."""
+    if cmd[3] == "tune":
+        Path(cmd[cmd.index("-o") + 1]).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
+                                                              "serve": {"max_delay_ms": 20.0}}))  # fmt: skip
+    return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
+
+
 def test_the_plan_and_the_loads(pb, tmp_path):
     from tokenrouter.compiler.plan import read_plan
 
@@ -87,25 +113,16 @@ def test_keep_adds_an_earlier_calls_reports(pb, tmp_path, monkeypatch):
     earlier = [{"deployment": "llm-only", "load": "shared", "report": report(50.0, 9.0)},
                {"deployment": "std-serving", "load": "shared", "report": report(70.0, 9.0)}]  # fmt: skip
     (tmp_path / "prefix-bench.json").write_text(json.dumps({"sizes": {}, "runs": earlier}))
-    served = []
-
-    class FakeServer:
-        def __init__(self, plan, args, log):
-            assert args[0] == "--mode" and args[2] == "--device"
-            served.append((args[1], tuple(args[4:])))
-            self.url = "http://fake"
-
-        def stop(self):
-            pass
+    served = fake_servers(pb, monkeypatch)
 
     async def fake_load(spec):
         return report(80.0, 5.0)
 
-    monkeypatch.setattr(pb, "Server", FakeServer)
     monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
     monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
     assert pb.main(["--out", str(tmp_path), "--quick", "--keep", "--only", "std-serving"]) == 0
-    assert served == [("std-serving", ())]
+    assert all(args[0] == "--mode" and args[2] == "--device" for _, args, _ in served)
+    assert [(args[1], tuple(args[4:])) for _, args, _ in served] == [("std-serving", ())]
     runs = {
         (r["deployment"], r["load"]): r["report"]
         for r in json.loads((tmp_path / "prefix-bench.json").read_text())["runs"]
@@ -122,36 +139,21 @@ def test_a_tagged_variant_serves_with_its_flags_beside_the_untagged_rows(pb, tmp
     earlier = [{"deployment": "llm-only", "load": "chat", "report": report(50.0, 9.0)},
                {"deployment": "TokenRouter, auto", "load": "chat", "report": report(70.0, 9.0)}]  # fmt: skip
     (tmp_path / "prefix-bench.json").write_text(json.dumps({"sizes": {}, "runs": earlier}))
-    served = []
-
-    class FakeServer:
-        def __init__(self, plan, args, log):
-            served.append((args[1], tuple(args[4:]), Path(log).name))
-            self.url = "http://fake"
-
-        def stop(self):
-            pass
-
-    def fake_run(cmd, **kw):
-        if cmd[3] == "tune":
-            Path(cmd[cmd.index("-o") + 1]).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
-                                                                  "serve": {"max_delay_ms": 20.0}}))  # fmt: skip
-        return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
+    served = fake_servers(pb, monkeypatch)
 
     async def fake_load(spec):
         return report(90.0, 5.0)
 
-    monkeypatch.setattr(pb, "Server", FakeServer)
     monkeypatch.setattr(pb, "make_plan", lambda out, quick, device, auto=False: out / f"x-auto-{auto}.plan")
     monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: fake_tune(cmd))
     monkeypatch.setattr("httpx.get", lambda url, timeout: types.SimpleNamespace(text="{}"))
     args = ["--out", str(tmp_path), "--quick", "--keep", "--load", "chat", "--only", "TokenRouter, auto",
             "--only", "SGLang, 8B alone", "--serve-arg=--mps-sm=llm=60", "--tag", "60 %"]  # fmt: skip
     assert pb.main(args) == 1  # SGLang is not installed here: that deployment fails, the other is measured
     flag = ("--mps-sm=llm=60",)
-    assert served == [("eager", flag, "tokenrouter-auto-60-eager.stderr"),
-                      ("tokenrouter", flag, "tokenrouter-auto-60-chat.stderr")]  # fmt: skip
+    assert [(args[1], tuple(args[4:]), log) for _, args, log in served] == [
+        ("eager", flag, "tokenrouter-auto-60-eager.stderr"), ("tokenrouter", flag, "tokenrouter-auto-60-chat.stderr")]  # fmt: skip
     runs = [(r["deployment"], r["report"]["decode_throughput_tok_s"])
             for r in json.loads((tmp_path / "prefix-bench.json").read_text())["runs"]]  # fmt: skip
     assert runs == [("llm-only", 50.0), ("TokenRouter, auto", 70.0), ("TokenRouter, auto [60 %]", 90.0)]
@@ -169,19 +171,12 @@ def test_the_sglang_deployment_says_why_it_cannot_start(pb, tmp_path):
 
 def test_repeats_run_each_load_with_its_own_prompts_and_report_the_median(pb, tmp_path, monkeypatch):
     seeds = []
-
-    class FakeServer:
-        def __init__(self, plan, args, log):
-            self.url = "http://fake"
-
-        def stop(self):
-            pass
+    fake_servers(pb, monkeypatch)
 
     async def fake_load(spec):
         seeds.append(spec.seed)
         return report({1: 90.0, 11: 70.0, 21: 100.0}[spec.seed], 5.0)
 
-    monkeypatch.setattr(pb, "Server", FakeServer)
     monkeypatch.setattr(pb, "make_plan", lambda out, quick, device: out / "x.plan")
     monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
     args = ["--out", str(tmp_path), "--quick", "--only", "llm-only, no cache", "--repeats", "3"]
@@ -198,15 +193,7 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
     """`TokenRouter, auto`: the plan served eager runs each load, `profile --from-metrics` and `tune -n N` (N: the
     load's concurrency) make the tuned plan, which is served and runs the load again; the rows show the tuned
     thresholds and the simulator's figure."""
-    served, commands = [], []
-
-    class FakeServer:
-        def __init__(self, plan, args, log):
-            served.append((str(plan), args[1]))
-            self.url = "http://fake"
-
-        def stop(self):
-            pass
+    served, commands = fake_servers(pb, monkeypatch), []
 
     async def fake_load(spec):
         return report(90.0 if "tuned" in served[-1][0] else 30.0, 5.0)
@@ -219,18 +206,14 @@ def test_auto_tunes_each_load_by_the_users_flow(pb, tmp_path, monkeypatch):
         commands.append((verb, cmd[cmd.index("-n") + 1] if "-n" in cmd else None))
         if verb == "tune":
             assert "--tune-delay" in cmd  # the timeout is tuned with the thresholds
-            out = cmd[cmd.index("-o") + 1]
-            Path(out).write_text(json.dumps({"models": {"slm": {"batch": 2}, "llm": {"batch": 7}},
-                                             "serve": {"max_delay_ms": 20.0}}))  # fmt: skip
-        return types.SimpleNamespace(stdout=json.dumps({"simulation": {"throughput_tok_s": 88.0}}))
+        return fake_tune(cmd)
 
-    monkeypatch.setattr(pb, "Server", FakeServer)
     monkeypatch.setattr(pb, "make_plan", lambda out, quick, device, auto=False: out / f"x-auto-{auto}.plan")
     monkeypatch.setattr("tokenrouter.loadgen.bench.run_load", fake_load)
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr("httpx.get", lambda url, timeout: types.SimpleNamespace(text="{}"))
     assert pb.main(["--out", str(tmp_path), "--quick", "--only", "TokenRouter, auto"]) == 0
-    assert [mode for _, mode in served] == ["eager", "tokenrouter", "tokenrouter"]
+    assert [args[1] for _, args, _ in served] == ["eager", "tokenrouter", "tokenrouter"]
     assert served[0][0].endswith("x-auto-True.plan")  # the eager profile serves the plan tune will tune
     assert served[1][0].endswith("auto-tuned-shared.plan") and served[2][0].endswith("auto-tuned-chat.plan")
     z = pb.QUICK
